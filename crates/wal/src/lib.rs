@@ -1,0 +1,146 @@
+//! Write-ahead logs for Weir.
+//!
+//! A WAL takes record batches at disk latency and keeps them until the storage engine has moved
+//! them to object storage and trims them. Every kind implements the one [`Wal`] trait and passes
+//! the one [`conformance`] suite:
+//!
+//! - [`file`]: a preallocated file or block device written with 4 KiB-aligned `O_DIRECT` writes,
+//!   group-committed (many appends, one write, one `fdatasync`), reused as a ring.
+//!
+//! The contract every kind keeps:
+//!
+//! - [`Wal::append`] reserves a sequence number at once and calls the completion later, once the
+//!   record is durable or has failed. Completions run strictly in sequence order, on the WAL's
+//!   own thread, so a caller can advance its state in WAL order without further locking.
+//! - When a write fails, the record of that write and every record queued behind it fail; the
+//!   WAL writes the next record where the failed write began, so recovery never meets a hole.
+//! - [`Wal::trim`] frees the records below a sequence number. Space is reused only after the
+//!   trim point is itself durable, so recovery never scans into overwritten space.
+//! - Recovery returns, in order, every record that was durable and not trimmed, and never a torn
+//!   one.
+
+mod aligned;
+pub mod conformance;
+pub mod file;
+mod format;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+pub use file::{FileWal, FileWalConfig};
+
+/// Sequence number of a record in a WAL: increasing, not necessarily contiguous.
+pub type Seq = u64;
+
+/// One record: a batch of one stream, written by its leader at `epoch`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalRecord {
+    pub stream_id: u64,
+    pub epoch: u64,
+    pub base_offset: u64,
+    pub record_count: u32,
+    pub max_timestamp: i64,
+    pub payload: Bytes,
+}
+
+impl WalRecord {
+    /// Offset one past the last record of this batch.
+    pub fn end_offset(&self) -> u64 {
+        self.base_offset + u64::from(self.record_count)
+    }
+}
+
+/// A record found by recovery, with the sequence number it was written at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveredRecord {
+    pub seq: Seq,
+    pub record: WalRecord,
+}
+
+/// Called once per append, on the WAL's thread, in sequence order.
+pub type Completion = Box<dyn FnOnce(Result<Seq, WalError>) + Send>;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum WalError {
+    #[error("WAL is full: {needed} bytes needed, {free} of {capacity} free; waiting for uploads to trim it")]
+    Full {
+        needed: u64,
+        free: u64,
+        capacity: u64,
+    },
+    #[error("record of {size} bytes is larger than the WAL allows ({max} bytes)")]
+    TooLarge { size: u64, max: u64 },
+    #[error("WAL write failed, append not durable: {0}")]
+    WriteFailed(Arc<std::io::Error>),
+    #[error("append rejected: an earlier WAL write failed and the WAL is resetting")]
+    Resetting,
+    #[error("WAL {path}: {context}: {source}")]
+    Io {
+        path: String,
+        context: &'static str,
+        source: Arc<std::io::Error>,
+    },
+    #[error("WAL {path} is not usable: {reason}")]
+    Invalid { path: String, reason: String },
+    #[error("WAL is closed")]
+    Closed,
+}
+
+impl WalError {
+    /// Whether the same append may succeed if tried again later.
+    pub fn is_retriable(&self) -> bool {
+        matches!(
+            self,
+            WalError::Full { .. } | WalError::WriteFailed(_) | WalError::Resetting
+        )
+    }
+}
+
+/// How much of a WAL is in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WalUsage {
+    pub capacity: u64,
+    /// Bytes written and not yet trimmed, plus an upper bound for queued records.
+    pub used: u64,
+}
+
+/// Meters every WAL kind keeps.
+#[derive(Debug, Default)]
+pub struct WalMeters {
+    pub appends: weir_metrics::Counter,
+    pub bytes_written: weir_metrics::Counter,
+    pub writes: weir_metrics::Counter,
+    pub syncs: weir_metrics::Counter,
+    pub write_errors: weir_metrics::Counter,
+    pub full_rejections: weir_metrics::Counter,
+    /// Time of one write plus its sync.
+    pub sync_latency: weir_metrics::Histogram,
+}
+
+#[async_trait::async_trait]
+pub trait Wal: Send + Sync + 'static {
+    /// Queues `record` and returns its sequence number; `done` is called once it is durable or
+    /// has failed. Fails at once, without calling `done`, when the WAL is full, resetting after a
+    /// failed write, or closed.
+    fn append(&self, record: WalRecord, done: Completion) -> Result<Seq, WalError>;
+
+    /// The sequence number the next append will get. Every later append gets a larger one.
+    fn next_seq(&self) -> Seq;
+
+    /// Frees every record with a sequence number below `seq`. Durable when it returns.
+    async fn trim(&self, seq: Seq) -> Result<(), WalError>;
+
+    /// Waits until a trim frees space, or until `timeout`.
+    async fn wait_for_space(&self, timeout: std::time::Duration);
+
+    /// The records recovery found when the WAL was opened, in order; empty after the first call.
+    fn take_recovered(&self) -> Vec<RecoveredRecord>;
+
+    fn usage(&self) -> WalUsage;
+
+    fn meters(&self) -> &WalMeters;
+
+    /// Stops the writer after the queued records are written.
+    async fn close(&self);
+}
