@@ -1,0 +1,451 @@
+//! The SQLite metadata store: one file in the data directory, for a single node.
+//!
+//! One connection behind a mutex, used from blocking threads; every call is one transaction.
+//! `synchronous=FULL` in WAL journal mode: a commit is durable when it returns, which the storage
+//! engine relies on before it trims its WAL.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+
+use crate::{
+    KeyFn, MetaError, MetaStore, ObjectCommit, ObjectId, ObjectInfo, RangeInfo, Result, StreamMeta,
+};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS streams (
+    stream_id    INTEGER PRIMARY KEY,
+    epoch        INTEGER NOT NULL,
+    start_offset INTEGER NOT NULL,
+    end_offset   INTEGER NOT NULL
+);
+-- state: 'prepared' (uploaded, not committed), 'live', 'unreferenced' (waiting out the grace
+-- period before deletion). since_ms: when it entered that state.
+CREATE TABLE IF NOT EXISTS objects (
+    object_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    key       TEXT NOT NULL,
+    size      INTEGER NOT NULL DEFAULT 0,
+    state     TEXT NOT NULL,
+    since_ms  INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ranges (
+    stream_id     INTEGER NOT NULL,
+    start_offset  INTEGER NOT NULL,
+    end_offset    INTEGER NOT NULL,
+    object_id     INTEGER NOT NULL REFERENCES objects(object_id),
+    position      INTEGER NOT NULL,
+    size          INTEGER NOT NULL,
+    max_timestamp INTEGER NOT NULL,
+    PRIMARY KEY (stream_id, start_offset)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS ranges_by_object ON ranges(object_id);
+CREATE INDEX IF NOT EXISTS objects_by_state ON objects(state, since_ms);
+";
+
+pub struct SqliteMetaStore {
+    conn: Arc<Mutex<Connection>>,
+}
+
+fn backend(context: &'static str) -> impl FnOnce(rusqlite::Error) -> MetaError {
+    move |e| MetaError::Backend {
+        context,
+        source: Box::new(e),
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+// SQLite integers are signed 64-bit; offsets and ids stay far below 2^63.
+fn i(v: u64) -> i64 {
+    debug_assert!(
+        v <= i64::MAX as u64,
+        "value {v} does not fit SQLite's INTEGER"
+    );
+    v as i64
+}
+
+fn stream_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StreamMeta> {
+    Ok(StreamMeta {
+        stream_id: row.get::<_, i64>(0)? as u64,
+        epoch: row.get::<_, i64>(1)? as u64,
+        start_offset: row.get::<_, i64>(2)? as u64,
+        end_offset: row.get::<_, i64>(3)? as u64,
+    })
+}
+
+fn read_stream(conn: &Connection, stream_id: u64) -> Result<Option<StreamMeta>> {
+    conn.query_row(
+        "SELECT stream_id, epoch, start_offset, end_offset FROM streams WHERE stream_id = ?1",
+        params![i(stream_id)],
+        stream_row,
+    )
+    .optional()
+    .map_err(backend("reading a stream"))
+}
+
+impl SqliteMetaStore {
+    pub fn open(path: &Path) -> Result<SqliteMetaStore> {
+        if let Some(dir) = path.parent() {
+            if !dir.as_os_str().is_empty() {
+                std::fs::create_dir_all(dir).map_err(|e| MetaError::Backend {
+                    context: "creating the metadata directory",
+                    source: Box::new(e),
+                })?;
+            }
+        }
+        let conn = Connection::open(path).map_err(backend("opening the SQLite file"))?;
+        Self::init(conn)
+    }
+
+    /// A private in-memory database, for unit tests.
+    pub fn in_memory() -> Result<SqliteMetaStore> {
+        Self::init(Connection::open_in_memory().map_err(backend("opening SQLite"))?)
+    }
+
+    fn init(conn: Connection) -> Result<SqliteMetaStore> {
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(backend("setting journal_mode"))?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(backend("setting synchronous"))?;
+        conn.busy_timeout(Duration::from_secs(10))
+            .map_err(backend("setting busy_timeout"))?;
+        conn.execute_batch(SCHEMA)
+            .map_err(backend("creating the schema"))?;
+        Ok(SqliteMetaStore {
+            conn: Arc::new(Mutex::new(conn)),
+        })
+    }
+
+    /// Runs `f` on the connection on a blocking thread.
+    async fn with<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let conn = Arc::clone(&self.conn);
+        tokio::task::spawn_blocking(move || {
+            let mut c = conn.lock().unwrap_or_else(|e| e.into_inner());
+            f(&mut c)
+        })
+        .await
+        .map_err(|e| MetaError::Backend {
+            context: "metadata task",
+            source: Box::new(e),
+        })?
+    }
+}
+
+#[async_trait::async_trait]
+impl MetaStore for SqliteMetaStore {
+    async fn open_stream(&self, stream_id: u64, epoch: u64) -> Result<StreamMeta> {
+        self.with(move |c| {
+            let tx = c
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(backend("begin"))?;
+            let meta = match read_stream(&tx, stream_id)? {
+                Some(s) if s.epoch > epoch => {
+                    return Err(MetaError::Fenced {
+                        stream_id,
+                        epoch,
+                        current: s.epoch,
+                    })
+                }
+                Some(s) => {
+                    tx.execute(
+                        "UPDATE streams SET epoch = ?2 WHERE stream_id = ?1",
+                        params![i(stream_id), i(epoch)],
+                    )
+                    .map_err(backend("updating the epoch"))?;
+                    StreamMeta { epoch, ..s }
+                }
+                None => {
+                    tx.execute(
+                        "INSERT INTO streams (stream_id, epoch, start_offset, end_offset) VALUES (?1, ?2, 0, 0)",
+                        params![i(stream_id), i(epoch)],
+                    )
+                    .map_err(backend("creating a stream"))?;
+                    StreamMeta {
+                        stream_id,
+                        epoch,
+                        start_offset: 0,
+                        end_offset: 0,
+                    }
+                }
+            };
+            tx.commit().map_err(backend("commit"))?;
+            Ok(meta)
+        })
+        .await
+    }
+
+    async fn get_stream(&self, stream_id: u64) -> Result<Option<StreamMeta>> {
+        self.with(move |c| read_stream(c, stream_id)).await
+    }
+
+    async fn prepare_object(&self, key: KeyFn) -> Result<ObjectId> {
+        self.with(move |c| {
+            let tx = c
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(backend("begin"))?;
+            tx.execute(
+                "INSERT INTO objects (key, state, since_ms) VALUES ('', 'prepared', ?1)",
+                params![now_ms()],
+            )
+            .map_err(backend("preparing an object"))?;
+            let id = tx.last_insert_rowid() as u64;
+            tx.execute(
+                "UPDATE objects SET key = ?2 WHERE object_id = ?1",
+                params![i(id), key(id)],
+            )
+            .map_err(backend("naming an object"))?;
+            tx.commit().map_err(backend("commit"))?;
+            Ok(id)
+        })
+        .await
+    }
+
+    async fn commit_objects(&self, objects: Vec<ObjectCommit>) -> Result<()> {
+        self.with(move |c| {
+            let tx = c
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(backend("begin"))?;
+            let now = now_ms();
+            for o in &objects {
+                let n = tx
+                    .execute(
+                        "UPDATE objects SET state = 'live', size = ?2, since_ms = ?3 WHERE object_id = ?1 AND state = 'prepared'",
+                        params![i(o.object_id), i(o.size), now],
+                    )
+                    .map_err(backend("committing an object"))?;
+                if n != 1 {
+                    return Err(MetaError::UnknownObject(o.object_id));
+                }
+                for r in &o.ranges {
+                    debug_assert!(r.start_offset < r.end_offset, "empty range {r:?}");
+                    let s = read_stream(&tx, r.stream_id)?.ok_or(MetaError::UnknownStream(r.stream_id))?;
+                    if s.epoch != r.epoch {
+                        return Err(MetaError::Fenced {
+                            stream_id: r.stream_id,
+                            epoch: r.epoch,
+                            current: s.epoch,
+                        });
+                    }
+                    if s.end_offset != r.start_offset {
+                        return Err(MetaError::Discontinuity {
+                            stream_id: r.stream_id,
+                            expected: s.end_offset,
+                            got: r.start_offset,
+                        });
+                    }
+                    tx.execute(
+                        "INSERT INTO ranges (stream_id, start_offset, end_offset, object_id, position, size, max_timestamp)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                        params![
+                            i(r.stream_id),
+                            i(r.start_offset),
+                            i(r.end_offset),
+                            i(o.object_id),
+                            i(r.position),
+                            i(r.size),
+                            r.max_timestamp
+                        ],
+                    )
+                    .map_err(backend("inserting a range"))?;
+                    tx.execute(
+                        "UPDATE streams SET end_offset = ?2 WHERE stream_id = ?1",
+                        params![i(r.stream_id), i(r.end_offset)],
+                    )
+                    .map_err(backend("advancing the end offset"))?;
+                }
+                // Data committed below a start offset that already moved past it (DeleteRecords
+                // racing an upload) is dropped at once.
+                drop_ranges_below_start(&tx, o.ranges.iter().map(|r| r.stream_id), now)?;
+            }
+            tx.commit().map_err(backend("commit"))
+        })
+        .await
+    }
+
+    async fn ranges(
+        &self,
+        stream_id: u64,
+        from_offset: u64,
+        limit: usize,
+    ) -> Result<Vec<RangeInfo>> {
+        self.with(move |c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT r.stream_id, r.start_offset, r.end_offset, r.object_id, o.key, o.size,
+                            r.position, r.size, r.max_timestamp
+                     FROM ranges r JOIN objects o ON o.object_id = r.object_id
+                     WHERE r.stream_id = ?1 AND r.end_offset > ?2
+                     ORDER BY r.start_offset LIMIT ?3",
+                )
+                .map_err(backend("preparing a range query"))?;
+            let rows = stmt
+                .query_map(params![i(stream_id), i(from_offset), limit as i64], |row| {
+                    Ok(RangeInfo {
+                        stream_id: row.get::<_, i64>(0)? as u64,
+                        start_offset: row.get::<_, i64>(1)? as u64,
+                        end_offset: row.get::<_, i64>(2)? as u64,
+                        object_id: row.get::<_, i64>(3)? as u64,
+                        object_key: row.get(4)?,
+                        object_size: row.get::<_, i64>(5)? as u64,
+                        position: row.get::<_, i64>(6)? as u64,
+                        size: row.get::<_, i64>(7)? as u64,
+                        max_timestamp: row.get(8)?,
+                    })
+                })
+                .map_err(backend("querying ranges"))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(backend("reading ranges"))
+        })
+        .await
+    }
+
+    async fn trim_stream(&self, stream_id: u64, start_offset: u64) -> Result<StreamMeta> {
+        self.with(move |c| {
+            let tx = c
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(backend("begin"))?;
+            let s = read_stream(&tx, stream_id)?.ok_or(MetaError::UnknownStream(stream_id))?;
+            if start_offset > s.start_offset {
+                tx.execute(
+                    "UPDATE streams SET start_offset = ?2 WHERE stream_id = ?1",
+                    params![i(stream_id), i(start_offset)],
+                )
+                .map_err(backend("moving the start offset"))?;
+                drop_ranges_below_start(&tx, std::iter::once(stream_id), now_ms())?;
+            }
+            let s = read_stream(&tx, stream_id)?.ok_or(MetaError::UnknownStream(stream_id))?;
+            tx.commit().map_err(backend("commit"))?;
+            Ok(s)
+        })
+        .await
+    }
+
+    async fn deletable_objects(
+        &self,
+        grace: Duration,
+        orphan_grace: Duration,
+    ) -> Result<Vec<ObjectInfo>> {
+        let cutoff = now_ms() - grace.as_millis() as i64;
+        let orphan_cutoff = now_ms() - orphan_grace.as_millis() as i64;
+        self.with(move |c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT object_id, key FROM objects
+                     WHERE (state = 'unreferenced' AND since_ms <= ?1)
+                        OR (state = 'prepared' AND since_ms <= ?2)
+                     ORDER BY object_id",
+                )
+                .map_err(backend("preparing a query"))?;
+            let rows = stmt
+                .query_map(params![cutoff, orphan_cutoff], |row| {
+                    Ok(ObjectInfo {
+                        object_id: row.get::<_, i64>(0)? as u64,
+                        key: row.get(1)?,
+                    })
+                })
+                .map_err(backend("querying deletable objects"))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(backend("reading deletable objects"))
+        })
+        .await
+    }
+
+    async fn forget_objects(&self, ids: &[ObjectId]) -> Result<()> {
+        let ids = ids.to_vec();
+        self.with(move |c| {
+            let tx = c.transaction().map_err(backend("begin"))?;
+            for id in ids {
+                // Only objects nobody references may go.
+                tx.execute(
+                    "DELETE FROM objects WHERE object_id = ?1 AND state IN ('unreferenced', 'prepared')",
+                    params![i(id)],
+                )
+                .map_err(backend("forgetting an object"))?;
+            }
+            tx.commit().map_err(backend("commit"))
+        })
+        .await
+    }
+
+    async fn object_count(&self, stream_id: u64) -> Result<u64> {
+        self.with(move |c| {
+            c.query_row(
+                "SELECT COUNT(DISTINCT object_id) FROM ranges WHERE stream_id = ?1",
+                params![i(stream_id)],
+                |row| row.get::<_, i64>(0),
+            )
+            .map(|n| n as u64)
+            .map_err(backend("counting objects"))
+        })
+        .await
+    }
+}
+
+/// Drops ranges wholly below their stream's start offset and marks objects left without ranges.
+fn drop_ranges_below_start(
+    tx: &rusqlite::Transaction<'_>,
+    streams: impl Iterator<Item = u64>,
+    now: i64,
+) -> Result<()> {
+    for stream_id in streams {
+        tx.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS touched (object_id INTEGER PRIMARY KEY)",
+            [],
+        )
+        .map_err(backend("temp table"))?;
+        tx.execute(
+            "INSERT OR IGNORE INTO touched SELECT object_id FROM ranges
+             WHERE stream_id = ?1 AND end_offset <= (SELECT start_offset FROM streams WHERE stream_id = ?1)",
+            params![i(stream_id)],
+        )
+        .map_err(backend("finding ranges below the start"))?;
+        tx.execute(
+            "DELETE FROM ranges WHERE stream_id = ?1
+             AND end_offset <= (SELECT start_offset FROM streams WHERE stream_id = ?1)",
+            params![i(stream_id)],
+        )
+        .map_err(backend("dropping ranges below the start"))?;
+        tx.execute(
+            "UPDATE objects SET state = 'unreferenced', since_ms = ?1
+             WHERE state = 'live' AND object_id IN (SELECT object_id FROM touched)
+             AND NOT EXISTS (SELECT 1 FROM ranges r WHERE r.object_id = objects.object_id)",
+            params![now],
+        )
+        .map_err(backend("marking unreferenced objects"))?;
+        tx.execute("DELETE FROM touched", [])
+            .map_err(backend("temp table"))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn conformance_in_memory() {
+        crate::conformance::run_all(|| Box::new(SqliteMetaStore::in_memory().expect("open"))).await;
+    }
+
+    #[tokio::test]
+    async fn survives_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("meta.sqlite");
+        {
+            let m = SqliteMetaStore::open(&path).expect("open");
+            m.open_stream(1, 3).await.expect("open stream");
+        }
+        let m = SqliteMetaStore::open(&path).expect("reopen");
+        let s = m.get_stream(1).await.expect("get").expect("exists");
+        assert_eq!(s.epoch, 3);
+    }
+}
