@@ -1,1 +1,55 @@
-//! placeholder
+//! Weir's storage engine: ordered record batches per stream, on a write-ahead log, a log cache
+//! and object storage. It knows nothing of Kafka; the partition layer above it does.
+//!
+//! How the parts fit:
+//!
+//! - [`Engine::append`] assigns offsets under the stream's lock, puts the batch in the log cache
+//!   as pending and hands it to the WAL ([`weir_wal`]). The WAL calls back, in order, when the
+//!   batch is durable; the stream's high watermark advances and the caller is answered.
+//! - The uploader (`upload.rs`) takes durable batches not yet in object storage, builds
+//!   objects in the [`format`] (a stream-set object for small streams, stream objects for
+//!   large ones), PUTs them, commits them to the metadata store ([`weir_meta`]) in one
+//!   transaction, and only then trims the WAL.
+//! - [`Engine::read`] serves from the log cache, or from objects through the block cache and
+//!   ranged GETs with read-ahead (`reader.rs`).
+//! - On open, whatever the WAL holds that the metadata store does not is uploaded before any
+//!   stream opens (recovery); retention and object deletion run in the background.
+//!
+//! The invariants each stream keeps are stated in `stream.rs` and checked with
+//! `debug_assert!` wherever its offsets move.
+
+mod config;
+mod engine;
+mod error;
+pub mod format;
+pub mod objstore;
+mod reader;
+mod stream;
+mod upload;
+
+pub use config::{Retention, StorageConfig};
+pub use engine::{Appended, Engine, ReadResult, StreamInfo};
+pub use error::{Result, StorageError};
+pub use format::Frame;
+
+use weir_metrics::{Counter, Histogram};
+
+/// What the engine counts.
+#[derive(Debug, Default)]
+pub struct StorageMeters {
+    pub appends: Counter,
+    pub append_latency: Histogram,
+    pub log_cache_hits: Counter,
+    pub log_cache_misses: Counter,
+    pub log_cache_evicted_bytes: Counter,
+    pub block_cache_hits: Counter,
+    pub block_cache_misses: Counter,
+    pub block_cache_fill_bytes: Counter,
+    pub uploads: Counter,
+    pub objects_uploaded: Counter,
+    pub upload_bytes: Counter,
+    pub upload_errors: Counter,
+    pub wal_full_failures: Counter,
+    pub objects_deleted: Counter,
+    pub recovered_batches: Counter,
+}

@@ -1,0 +1,56 @@
+//! The storage engine's settings.
+
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct StorageConfig {
+    /// Upload when this much durable data waits in the log cache.
+    pub upload_bytes: u64,
+    /// Upload when the oldest durable data has waited this long.
+    pub upload_interval: Duration,
+    /// A stream with at least this much data in one upload gets an object of its own.
+    pub stream_object_bytes: u64,
+    /// Target size of a data block in an object.
+    pub block_bytes: u64,
+    /// Memory for recent data that is already in object storage. Data not yet uploaded stays in
+    /// memory regardless; the WAL's capacity bounds it.
+    pub log_cache_bytes: u64,
+    /// Memory for blocks read from objects.
+    pub block_cache_bytes: u64,
+    /// Largest read-ahead of a reader going on sequentially.
+    pub readahead_max_bytes: u64,
+    /// How long an append waits for WAL space before it fails.
+    pub wal_full_wait: Duration,
+    /// How long an object no longer referenced stays, so that reads in flight finish.
+    pub delete_grace: Duration,
+    /// How long an uploaded but uncommitted object may take to be committed before it counts as
+    /// an orphan.
+    pub orphan_grace: Duration,
+    /// How often retention and deletion run.
+    pub maintenance_interval: Duration,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            upload_bytes: 128 << 20,
+            upload_interval: Duration::from_secs(30),
+            stream_object_bytes: 16 << 20,
+            block_bytes: 1 << 20,
+            log_cache_bytes: 512 << 20,
+            block_cache_bytes: 256 << 20,
+            readahead_max_bytes: 16 << 20,
+            wal_full_wait: Duration::from_secs(5),
+            delete_grace: Duration::from_secs(60),
+            orphan_grace: Duration::from_secs(3600),
+            maintenance_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+/// How long a stream keeps data; `None` keeps it forever.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retention {
+    pub ms: Option<u64>,
+    pub bytes: Option<u64>,
+}

@@ -1,0 +1,409 @@
+//! The uploader (log cache -> objects -> metadata -> WAL trim), recovery, and maintenance
+//! (retention, deletion of unreferenced and orphaned objects).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutPayload};
+use weir_meta::{MetaError, ObjectCommit, RangeCommit};
+
+use crate::engine::EngineInner;
+use crate::error::{Result, StorageError};
+use crate::format::{Frame, ObjectBuilder};
+use crate::objstore::object_key;
+use crate::stream::{frame, payload_bytes, Stream};
+
+/// One stream's data in an upload.
+pub(crate) struct Part {
+    pub stream_id: u64,
+    pub epoch: u64,
+    pub frames: Vec<Frame>,
+}
+
+const PUT_ATTEMPTS: u32 = 8;
+
+impl EngineInner {
+    /// Uploads every stream's durable, uncommitted data, commits it, then trims the WAL.
+    pub async fn upload(&self) -> Result<()> {
+        let _turn = self.upload_lock.lock().await;
+        let snapshot_time = Instant::now();
+        let mut parts = Vec::new();
+        let mut streams: HashMap<u64, Arc<Stream>> = HashMap::new();
+        for s in self.all_streams() {
+            let st = s.lock();
+            if st.fenced_by.is_some() {
+                continue;
+            }
+            let frames = st.uncommitted_durable();
+            if !frames.is_empty() {
+                debug_assert_eq!(frames[0].base_offset, st.committed_end);
+                parts.push(Part {
+                    stream_id: s.id,
+                    epoch: st.epoch,
+                    frames,
+                });
+                streams.insert(s.id, Arc::clone(&s));
+            }
+        }
+        if !parts.is_empty() {
+            match self.commit_parts(&parts).await {
+                Ok(()) => {}
+                Err(StorageError::Meta(MetaError::Fenced {
+                    stream_id, current, ..
+                })) => {
+                    // A newer leader owns this stream: its uncommitted data is not ours to keep.
+                    if let Some(s) = streams.get(&stream_id) {
+                        let mut st = s.lock();
+                        tracing::warn!(
+                            stream_id,
+                            current,
+                            "stream fenced by a newer leader; dropping its uncommitted data"
+                        );
+                        st.fenced_by = Some(current);
+                        let committed = st.committed_end;
+                        let freed = st.truncate_pending(committed);
+                        st.durable_end = committed;
+                        self.cached_bytes.fetch_sub(freed, Ordering::Relaxed);
+                        self.uncommitted_bytes.fetch_sub(freed, Ordering::Relaxed);
+                    }
+                    return Err(MetaError::Fenced {
+                        stream_id,
+                        epoch: 0,
+                        current,
+                    }
+                    .into());
+                }
+                Err(e) => return Err(e),
+            }
+            let mut uploaded = 0;
+            for p in &parts {
+                let Some(s) = streams.get(&p.stream_id) else {
+                    continue;
+                };
+                let end = p.frames[p.frames.len() - 1].end_offset();
+                let mut st = s.lock();
+                debug_assert_eq!(
+                    st.committed_end, p.frames[0].base_offset,
+                    "commits of a stream out of order"
+                );
+                st.committed_end = end;
+                st.check_invariants();
+                drop(st);
+                self.evictable
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push_back((p.stream_id, end));
+                uploaded += payload_bytes(&p.frames);
+            }
+            let left = self
+                .uncommitted_bytes
+                .fetch_sub(uploaded, Ordering::Relaxed)
+                - uploaded;
+            *self
+                .oldest_uncommitted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = (left > 0).then_some(snapshot_time);
+        }
+        self.trim_wal().await?;
+        self.evict();
+        Ok(())
+    }
+
+    /// Builds objects from `parts` (a stream-set object, and stream objects for large streams),
+    /// writes them and commits them in one metadata transaction.
+    pub(crate) async fn commit_parts(&self, parts: &[Part]) -> Result<()> {
+        let block = self.config.block_bytes as usize;
+        let mut set = ObjectBuilder::new(block);
+        let mut builders = Vec::new();
+        let mut sorted: Vec<&Part> = parts.iter().collect();
+        sorted.sort_by_key(|p| p.stream_id);
+        for p in &sorted {
+            if payload_bytes(&p.frames) >= self.config.stream_object_bytes {
+                let mut b = ObjectBuilder::new(block);
+                b.add_stream(p.stream_id, &p.frames);
+                builders.push(b);
+            } else {
+                set.add_stream(p.stream_id, &p.frames);
+            }
+        }
+        if !set.is_empty() {
+            builders.push(set);
+        }
+        let epochs: HashMap<u64, u64> = parts.iter().map(|p| (p.stream_id, p.epoch)).collect();
+        let puts = builders.into_iter().map(|b| async {
+            let id = self.meta.prepare_object(object_key).await?;
+            let (data, size, placements) = b.finish();
+            self.put_with_retry(&object_key(id), data.into_iter().collect())
+                .await?;
+            Ok::<_, StorageError>(ObjectCommit {
+                object_id: id,
+                size,
+                ranges: placements
+                    .into_iter()
+                    .map(|p| RangeCommit {
+                        stream_id: p.stream_id,
+                        epoch: epochs[&p.stream_id],
+                        start_offset: p.start_offset,
+                        end_offset: p.end_offset,
+                        position: p.position,
+                        size: p.size,
+                        max_timestamp: p.max_timestamp,
+                    })
+                    .collect(),
+            })
+        });
+        let commits = futures::future::try_join_all(puts).await?;
+        let bytes: u64 = commits.iter().map(|c| c.size).sum();
+        let count = commits.len() as u64;
+        self.meta.commit_objects(commits).await?;
+        self.meters.uploads.inc();
+        self.meters.objects_uploaded.add(count);
+        self.meters.upload_bytes.add(bytes);
+        Ok(())
+    }
+
+    async fn put_with_retry(&self, key: &str, payload: PutPayload) -> Result<()> {
+        let path = Path::from(key);
+        let mut backoff = Duration::from_millis(50);
+        let mut attempt = 1;
+        loop {
+            match self.store.put(&path, payload.clone()).await {
+                Ok(_) => return Ok(()),
+                Err(e) if attempt < PUT_ATTEMPTS => {
+                    self.meters.upload_errors.inc();
+                    tracing::warn!(key, attempt, error = %e, "object upload failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    attempt += 1;
+                }
+                Err(e) => {
+                    self.meters.upload_errors.inc();
+                    return Err(e.into());
+                }
+            }
+        }
+    }
+
+    /// Trims the WAL up to the first record any open stream has not committed yet.
+    async fn trim_wal(&self) -> Result<()> {
+        // Read before the scan: an append that registers after the scan passed its stream got a
+        // sequence number at or above this one.
+        let mut upto = self.wal.next_seq();
+        for s in self.all_streams() {
+            if let Some(seq) = s.lock().first_uncommitted_seq() {
+                upto = upto.min(seq);
+            }
+        }
+        self.wal.trim(upto).await?;
+        Ok(())
+    }
+
+    /// Brings back what the WAL holds and the metadata store does not, and uploads it.
+    pub async fn recover(&self) -> Result<()> {
+        let records = self.wal.take_recovered();
+        if records.is_empty() {
+            return Ok(());
+        }
+        let count = records.len();
+        let mut by_stream: BTreeMap<u64, Vec<weir_wal::WalRecord>> = BTreeMap::new();
+        for r in records {
+            by_stream
+                .entry(r.record.stream_id)
+                .or_default()
+                .push(r.record);
+        }
+        let mut parts = Vec::new();
+        for (stream_id, records) in by_stream {
+            let Some(m) = self.meta.get_stream(stream_id).await? else {
+                tracing::warn!(
+                    stream_id,
+                    "WAL holds data of a stream the metadata store does not know; dropping it"
+                );
+                continue;
+            };
+            let mut frames: Vec<Frame> = Vec::new();
+            for r in records {
+                if r.end_offset() <= m.end_offset {
+                    continue; // already in object storage
+                }
+                if r.epoch != m.epoch {
+                    tracing::warn!(
+                        stream_id,
+                        epoch = r.epoch,
+                        current = m.epoch,
+                        "dropping WAL data of a stale epoch"
+                    );
+                    continue;
+                }
+                // A batch rewritten after a failed write replaces what followed the failure.
+                while frames
+                    .last()
+                    .is_some_and(|f| f.base_offset >= r.base_offset)
+                {
+                    frames.pop();
+                }
+                let expected = frames.last().map_or(m.end_offset, Frame::end_offset);
+                if r.base_offset != expected {
+                    tracing::error!(
+                        stream_id,
+                        expected,
+                        got = r.base_offset,
+                        "gap in recovered WAL data; dropping the rest of this stream"
+                    );
+                    break;
+                }
+                frames.push(frame(
+                    r.base_offset,
+                    r.record_count,
+                    r.max_timestamp,
+                    r.payload,
+                ));
+            }
+            if !frames.is_empty() {
+                parts.push(Part {
+                    stream_id,
+                    epoch: m.epoch,
+                    frames,
+                });
+            }
+        }
+        let uploaded: usize = parts.iter().map(|p| p.frames.len()).sum();
+        if !parts.is_empty() {
+            self.commit_parts(&parts).await?;
+        }
+        self.wal.trim(self.wal.next_seq()).await?;
+        self.meters.recovered_batches.add(uploaded as u64);
+        tracing::info!(
+            records = count,
+            uploaded,
+            streams = parts.len(),
+            "WAL recovery uploaded"
+        );
+        Ok(())
+    }
+
+    pub async fn upload_loop(self: Arc<Self>) {
+        let mut shutdown = self.shutdown.subscribe();
+        let tick = Duration::from_millis(100).min(self.config.upload_interval);
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            tokio::select! {
+                _ = self.upload_wanted.notified() => {}
+                _ = tokio::time::sleep(tick) => {}
+                _ = shutdown.changed() => return,
+            }
+            let wal = self.wal.usage();
+            let oldest = *self
+                .oldest_uncommitted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let due = self.uncommitted_bytes.load(Ordering::Relaxed) >= self.config.upload_bytes
+                || oldest.is_some_and(|t| t.elapsed() >= self.config.upload_interval)
+                || wal.used * 2 >= wal.capacity;
+            if !due {
+                continue;
+            }
+            match self.upload().await {
+                Ok(()) => backoff = Duration::from_millis(100),
+                Err(e) => {
+                    tracing::warn!(error = %e, "upload failed; data stays in the WAL and is retried");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
+    }
+
+    pub async fn maintenance_loop(self: Arc<Self>) {
+        let mut shutdown = self.shutdown.subscribe();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(self.config.maintenance_interval) => {}
+                _ = shutdown.changed() => return,
+            }
+            if let Err(e) = self.maintain().await {
+                tracing::warn!(error = %e, "maintenance failed; will retry");
+            }
+        }
+    }
+
+    /// Applies retention, then deletes objects that are unreferenced or orphaned.
+    pub async fn maintain(&self) -> Result<()> {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        for s in self.all_streams() {
+            let (retention, start) = {
+                let st = s.lock();
+                (st.retention, st.start_offset)
+            };
+            if retention.ms.is_none() && retention.bytes.is_none() {
+                continue;
+            }
+            let ranges = self.meta.ranges(s.id, start, usize::MAX >> 1).await?;
+            let mut new_start = start;
+            if let Some(ms) = retention.ms {
+                let cutoff = now_ms.saturating_sub(ms as i64);
+                for r in ranges.iter().take_while(|r| r.max_timestamp < cutoff) {
+                    new_start = new_start.max(r.end_offset);
+                }
+            }
+            if let Some(limit) = retention.bytes {
+                // As Kafka does with segments: drop the oldest range while what remains is still
+                // at least the limit.
+                let mut total: u64 = ranges.iter().map(|r| r.size).sum();
+                for r in &ranges {
+                    if total - r.size < limit {
+                        break;
+                    }
+                    total -= r.size;
+                    new_start = new_start.max(r.end_offset);
+                }
+            }
+            if new_start > start {
+                tracing::debug!(
+                    stream_id = s.id,
+                    from = start,
+                    to = new_start,
+                    "retention moves the start offset"
+                );
+                self.trim_stream(&s, new_start).await?;
+            }
+        }
+
+        let deletable = self
+            .meta
+            .deletable_objects(self.config.delete_grace, self.config.orphan_grace)
+            .await?;
+        let mut deleted = Vec::new();
+        for o in deletable {
+            match self.store.delete(&Path::from(o.key.as_str())).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {
+                    self.reader.forget(o.object_id);
+                    deleted.push(o.object_id);
+                }
+                Err(e) => {
+                    tracing::warn!(key = %o.key, error = %e, "could not delete an object; will retry")
+                }
+            }
+        }
+        if !deleted.is_empty() {
+            self.meta.forget_objects(&deleted).await?;
+            self.meters.objects_deleted.add(deleted.len() as u64);
+        }
+        Ok(())
+    }
+
+    pub async fn trim_stream(&self, s: &Stream, start_offset: u64) -> Result<u64> {
+        let m = self.meta.trim_stream(s.id, start_offset).await?;
+        let mut st = s.lock();
+        st.start_offset = st.start_offset.max(m.start_offset).max(start_offset);
+        let start = st.start_offset;
+        let freed = st.evict_until(start);
+        self.cached_bytes.fetch_sub(freed, Ordering::Relaxed);
+        Ok(start)
+    }
+}

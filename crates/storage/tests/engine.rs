@@ -1,0 +1,461 @@
+//! The storage engine end to end: a real file WAL, SQLite and a filesystem object store.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use std::sync::Arc;
+
+use common::{check_payload, open_engine, open_engine_with_store, payload, read_all, small_config};
+use weir_storage::objstore::{FaultConfig, FaultyStore};
+use weir_storage::{Retention, StorageConfig, StorageError};
+
+const WAL: u64 = 8 << 20;
+
+#[tokio::test]
+async fn appends_read_back_in_order_from_cache_and_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_engine(dir.path(), small_config(), WAL).await;
+    engine.open_stream(1, 1).await.unwrap();
+    engine.open_stream(2, 1).await.unwrap();
+    for i in 0..400u64 {
+        let stream = 1 + i % 2;
+        let a = engine
+            .append(stream, 1, 3, i as i64, |base| {
+                payload(stream, base, i, 1000)
+            })
+            .await
+            .unwrap();
+        assert_eq!(a.base_offset, (i / 2) * 3);
+        assert_eq!(a.end_offset, a.base_offset + 3);
+    }
+    engine.flush().await.unwrap();
+    for stream in [1, 2] {
+        let frames = read_all(&engine, stream, 0).await;
+        assert_eq!(frames.len(), 200);
+        for f in &frames {
+            let (s, base, _) = check_payload(&f.payload);
+            assert_eq!((s, base), (stream, f.base_offset));
+        }
+        // A read from the middle of a batch starts with that batch.
+        let r = engine.read(stream, 4, 1).await.unwrap();
+        assert_eq!(r.batches.len(), 1);
+        assert_eq!(r.batches[0].base_offset, 3);
+        assert_eq!(r.high_watermark, 600);
+    }
+    // The log cache (256 KiB) cannot hold 400 KB, so some reads had to come from objects.
+    assert!(engine.meters().log_cache_misses.get() > 0);
+    assert!(engine.object_meters().gets.get() > 0);
+    engine.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn stale_epochs_are_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_engine(dir.path(), small_config(), WAL).await;
+    engine.open_stream(1, 5).await.unwrap();
+    let e = engine
+        .append(1, 4, 1, 0, |b| payload(1, b, 0, 64))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            StorageError::Fenced {
+                epoch: 4,
+                current: 5,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(matches!(
+        engine.open_stream(1, 4).await,
+        Err(StorageError::Fenced { .. })
+    ));
+    engine
+        .append(1, 5, 1, 0, |b| payload(1, b, 0, 64))
+        .await
+        .unwrap();
+    // A newer epoch takes over with the data in place.
+    let info = engine.open_stream(1, 6).await.unwrap();
+    assert_eq!(
+        (info.epoch, info.high_watermark, info.committed_end),
+        (6, 1, 1)
+    );
+    assert!(engine
+        .append(1, 5, 1, 0, |b| payload(1, b, 1, 64))
+        .await
+        .is_err());
+    engine
+        .append(1, 6, 1, 0, |b| payload(1, b, 1, 64))
+        .await
+        .unwrap();
+    assert!(matches!(
+        engine.append(9, 1, 1, 0, |b| payload(9, b, 0, 64)).await,
+        Err(StorageError::NotOpen(9))
+    ));
+    engine.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn out_of_range_reads_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_engine(dir.path(), small_config(), WAL).await;
+    engine.open_stream(1, 1).await.unwrap();
+    for i in 0..10 {
+        engine
+            .append(1, 1, 1, 0, |b| payload(1, b, i, 64))
+            .await
+            .unwrap();
+    }
+    assert!(engine.read(1, 10, 100).await.unwrap().batches.is_empty());
+    assert!(matches!(
+        engine.read(1, 11, 100).await,
+        Err(StorageError::OffsetOutOfRange {
+            offset: 11,
+            start: 0,
+            end: 10,
+            ..
+        })
+    ));
+    engine.trim(1, 4).await.unwrap();
+    assert!(matches!(
+        engine.read(1, 3, 100).await,
+        Err(StorageError::OffsetOutOfRange { start: 4, .. })
+    ));
+    assert_eq!(
+        engine.read(1, 4, 1).await.unwrap().batches[0].base_offset,
+        4
+    );
+    assert!(engine.trim(1, 11).await.is_err());
+    engine.close().await.unwrap();
+}
+
+/// After a restart the log cache is empty: reads must come from objects, through GETs.
+#[tokio::test]
+async fn restart_reads_from_objects_only() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let engine = open_engine(dir.path(), small_config(), WAL).await;
+        engine.open_stream(7, 1).await.unwrap();
+        for i in 0..300u64 {
+            engine
+                .append(7, 1, 2, 1000 + i as i64, |b| payload(7, b, i, 2000))
+                .await
+                .unwrap();
+        }
+        engine.close().await.unwrap();
+    }
+    let engine = open_engine(dir.path(), small_config(), WAL).await;
+    let info = engine.open_stream(7, 2).await.unwrap();
+    assert_eq!((info.high_watermark, info.committed_end), (600, 600));
+    assert_eq!(engine.log_cache_bytes(), 0);
+    let gets_before = engine.object_meters().gets.get();
+    let frames = read_all(&engine, 7, 0).await;
+    assert_eq!(frames.len(), 300);
+    for (i, f) in frames.iter().enumerate() {
+        let (_, base, msg) = check_payload(&f.payload);
+        assert_eq!((base, msg), (f.base_offset, i as u64));
+        assert_eq!(f.max_timestamp, 1000 + i as i64);
+    }
+    let m = engine.meters();
+    assert!(
+        engine.object_meters().gets.get() > gets_before,
+        "reads must issue GETs"
+    );
+    assert!(engine.object_meters().get_bytes.get() >= 600_000);
+    assert_eq!(
+        m.log_cache_hits.get(),
+        0,
+        "nothing can come from the log cache"
+    );
+    assert!(m.block_cache_misses.get() > 0);
+    // Read-ahead: 600 KB in 16 KiB blocks is about 37 blocks; growing read-ahead needs far
+    // fewer GETs than blocks.
+    let gets = engine.object_meters().gets.get() - gets_before;
+    assert!(
+        gets < 30,
+        "{gets} GETs for 37 blocks: read-ahead is not working"
+    );
+    // A second pass is served by the block cache, without GETs.
+    let gets_before = engine.object_meters().gets.get();
+    assert_eq!(read_all(&engine, 7, 0).await.len(), 300);
+    assert_eq!(engine.object_meters().gets.get(), gets_before);
+    engine.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn unclean_stop_recovers_from_the_wal_without_duplicates() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StorageConfig {
+        // Never upload by itself: everything stays in the WAL.
+        upload_bytes: u64::MAX,
+        upload_interval: Duration::from_secs(3600),
+        ..small_config()
+    };
+    {
+        let engine = open_engine(dir.path(), config.clone(), WAL).await;
+        engine.open_stream(1, 1).await.unwrap();
+        engine.open_stream(2, 1).await.unwrap();
+        for i in 0..50u64 {
+            engine
+                .append(1, 1, 1, 0, |b| payload(1, b, i, 500))
+                .await
+                .unwrap();
+            if i == 20 {
+                // Part of the data is in objects already; recovery must not upload it again.
+                engine.flush().await.unwrap();
+            }
+        }
+        engine
+            .append(2, 1, 4, 0, |b| payload(2, b, 0, 500))
+            .await
+            .unwrap();
+        // Dropped without close: the WAL is all there is of what came after the flush.
+        std::mem::forget(engine);
+    }
+    let engine = open_engine(dir.path(), config, WAL).await;
+    assert_eq!(engine.meters().recovered_batches.get(), 30);
+    engine.open_stream(1, 2).await.unwrap();
+    engine.open_stream(2, 2).await.unwrap();
+    let msgs: Vec<u64> = read_all(&engine, 1, 0)
+        .await
+        .iter()
+        .map(|f| check_payload(&f.payload).2)
+        .collect();
+    assert_eq!(msgs, (0..50).collect::<Vec<_>>());
+    assert_eq!(engine.stream_info(2).unwrap().high_watermark, 4);
+    assert_eq!(
+        engine.wal().usage().used,
+        0,
+        "recovered data was uploaded and trimmed"
+    );
+    engine.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn full_wal_fails_appends_retriably_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StorageConfig {
+        upload_bytes: u64::MAX,
+        upload_interval: Duration::from_secs(3600),
+        wal_full_wait: Duration::from_millis(200),
+        ..small_config()
+    };
+    // Every PUT fails until the object store comes back.
+    let store = weir_storage::objstore::from_url(&format!(
+        "file://{}",
+        dir.path().join("objects").display()
+    ))
+    .unwrap();
+    let faulty = Arc::new(FaultyStore::new(
+        store,
+        FaultConfig {
+            put_error_rate: 1.0,
+            ..Default::default()
+        },
+    ));
+    let engine = open_engine_with_store(dir.path(), config, 1 << 20, faulty.clone()).await;
+    engine.open_stream(1, 1).await.unwrap();
+    let mut acked = 0u64;
+    let err = loop {
+        match engine
+            .append(1, 1, 1, 0, |b| payload(1, b, acked, 30_000))
+            .await
+        {
+            Ok(_) => acked += 1,
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(err, StorageError::Wal(weir_wal::WalError::Full { .. })),
+        "{err}"
+    );
+    assert!(err.is_retriable());
+    assert!(acked > 10);
+    assert!(engine.meters().upload_errors.get() > 0);
+    // Once uploads drain the WAL, appends go on, and nothing acknowledged is lost.
+    faulty.set_faults(FaultConfig::default());
+    engine.flush().await.unwrap();
+    engine
+        .append(1, 1, 1, 0, |b| payload(1, b, acked, 30_000))
+        .await
+        .unwrap();
+    let msgs: Vec<u64> = read_all(&engine, 1, 0)
+        .await
+        .iter()
+        .map(|f| check_payload(&f.payload).2)
+        .collect();
+    assert_eq!(msgs, (0..=acked).collect::<Vec<_>>());
+    engine.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn retention_by_size_and_time_deletes_whole_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StorageConfig {
+        upload_bytes: u64::MAX,
+        upload_interval: Duration::from_secs(3600),
+        ..small_config()
+    };
+    let engine = open_engine(dir.path(), config, WAL).await;
+    engine.open_stream(1, 1).await.unwrap();
+    engine.open_stream(2, 1).await.unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    // Ten uploads of 10 KB each per stream; stream 2's first five are two hours old.
+    for round in 0..10u64 {
+        for j in 0..10u64 {
+            let i = round * 10 + j;
+            engine
+                .append(1, 1, 1, now, |b| payload(1, b, i, 1000))
+                .await
+                .unwrap();
+            let ts = if round < 5 { now - 7_200_000 } else { now };
+            engine
+                .append(2, 1, 1, ts, |b| payload(2, b, i, 1000))
+                .await
+                .unwrap();
+        }
+        engine.flush().await.unwrap();
+    }
+    let objects_before = engine.object_meters().deletes.get();
+    engine
+        .set_retention(
+            1,
+            Retention {
+                ms: None,
+                bytes: Some(35_000),
+            },
+        )
+        .unwrap();
+    engine
+        .set_retention(
+            2,
+            Retention {
+                ms: Some(3_600_000),
+                bytes: None,
+            },
+        )
+        .unwrap();
+    engine.run_maintenance().await.unwrap();
+    // Stream 1: about 10.2 KB per range; keeping at least 35 KB keeps the last four ranges.
+    let s1 = engine.stream_info(1).unwrap();
+    assert_eq!(s1.start_offset, 60);
+    let s2 = engine.stream_info(2).unwrap();
+    assert_eq!(s2.start_offset, 50);
+    let msgs: Vec<u64> = read_all(&engine, 2, 50)
+        .await
+        .iter()
+        .map(|f| check_payload(&f.payload).2)
+        .collect();
+    assert_eq!(msgs, (50..100).collect::<Vec<_>>());
+    // Objects shared by both streams go once neither needs them: rounds 0..5.
+    engine.run_maintenance().await.unwrap();
+    assert_eq!(engine.object_meters().deletes.get() - objects_before, 5);
+    let files = walk(&dir.path().join("objects"));
+    assert_eq!(files, 5, "five objects left on disk");
+    engine.close().await.unwrap();
+}
+
+fn walk(p: &std::path::Path) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir(p).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            n += walk(&e.path());
+        } else {
+            n += 1;
+        }
+    }
+    n
+}
+
+#[tokio::test]
+async fn large_streams_get_objects_of_their_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StorageConfig {
+        upload_bytes: u64::MAX,
+        upload_interval: Duration::from_secs(3600),
+        ..small_config()
+    };
+    let engine = open_engine(dir.path(), config, WAL).await;
+    for s in 1..=4 {
+        engine.open_stream(s, 1).await.unwrap();
+    }
+    for i in 0..200u64 {
+        // Stream 1 gets 200 KB, over the 128 KiB stream-object threshold; the others 2 KB each.
+        engine
+            .append(1, 1, 1, 0, |b| payload(1, b, i, 1000))
+            .await
+            .unwrap();
+        if i % 100 == 0 {
+            for s in 2..=4 {
+                engine
+                    .append(s, 1, 1, 0, |b| payload(s, b, i, 1000))
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+    engine.flush().await.unwrap();
+    assert_eq!(
+        engine.meters().objects_uploaded.get(),
+        2,
+        "one stream object and one stream-set object"
+    );
+    let ids: HashSet<u64> = (1..=4).collect();
+    for s in ids {
+        let n = read_all(&engine, s, 0).await.len();
+        assert_eq!(n, if s == 1 { 200 } else { 2 });
+    }
+    engine.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn concurrent_appenders_keep_order_and_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_engine(dir.path(), small_config(), WAL).await;
+    for s in 0..4 {
+        engine.open_stream(s, 1).await.unwrap();
+    }
+    let mut tasks = Vec::new();
+    for t in 0..8u64 {
+        let engine = engine.clone();
+        tasks.push(tokio::spawn(async move {
+            let s = t % 4;
+            for i in 0..200u64 {
+                let msg = t * 1000 + i;
+                engine
+                    .append(s, 1, 1, 0, |b| payload(s, b, msg, 700))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    for s in 0..4 {
+        let frames = read_all(&engine, s, 0).await;
+        assert_eq!(frames.len(), 400);
+        let mut per_writer: Vec<Vec<u64>> = vec![Vec::new(); 8];
+        for f in &frames {
+            let (stream, base, msg) = check_payload(&f.payload);
+            assert_eq!((stream, base), (s, f.base_offset));
+            per_writer[(msg / 1000) as usize].push(msg % 1000);
+        }
+        for w in per_writer.iter().filter(|w| !w.is_empty()) {
+            assert_eq!(
+                *w,
+                (0..200).collect::<Vec<_>>(),
+                "each writer's appends in its order"
+            );
+        }
+    }
+    engine.close().await.unwrap();
+}
