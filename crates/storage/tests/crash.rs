@@ -53,7 +53,10 @@ impl Rng {
 /// completed append in `acked` (one `write` per line, so a line survives the process's death).
 #[test]
 fn crash_child() {
-    let (Ok(dir), Ok(round)) = (std::env::var("WEIR_CRASH_CHILD"), std::env::var("WEIR_CRASH_ROUND")) else {
+    let (Ok(dir), Ok(round)) = (
+        std::env::var("WEIR_CRASH_CHILD"),
+        std::env::var("WEIR_CRASH_ROUND"),
+    ) else {
         return; // Not a child: nothing to do.
     };
     let round: u64 = round.parse().expect("round");
@@ -86,13 +89,18 @@ fn crash_child() {
                 for i in 0u64.. {
                     let msg = (round << 40) | (w << 32) | i;
                     let size = 64 + rng.below(20_000) as usize;
-                    match engine.append(s, epoch, 1, 0, |b| payload(s, b, msg, size)).await {
+                    match engine
+                        .append(s, epoch, 1, 0, |b| payload(s, b, msg, size))
+                        .await
+                    {
                         Ok(a) => {
                             let line = format!("{s} {msg} {}\n", a.base_offset);
                             let mut f = acked.lock().expect("lock");
                             f.write_all(line.as_bytes()).expect("write acked");
                         }
-                        Err(e) if e.is_retriable() => tokio::time::sleep(Duration::from_millis(5)).await,
+                        Err(e) if e.is_retriable() => {
+                            tokio::time::sleep(Duration::from_millis(5)).await
+                        }
                         Err(e) => panic!("append failed: {e}"),
                     }
                 }
@@ -109,7 +117,10 @@ fn read_acked(dir: &Path) -> HashMap<u64, Vec<(u64, u64)>> {
     let text = std::fs::read_to_string(dir.join("acked")).unwrap_or_default();
     let mut out: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
     for line in text.lines() {
-        let v: Vec<u64> = line.split(' ').map(|x| x.parse().expect("number")).collect();
+        let v: Vec<u64> = line
+            .split(' ')
+            .map(|x| x.parse().expect("number"))
+            .collect();
         out.entry(v[0]).or_default().push((v[1], v[2]));
     }
     out
@@ -128,8 +139,15 @@ async fn verify(dir: &Path, epoch: u64) -> usize {
         let mut offset_of = HashMap::new();
         for f in &frames {
             let (stream, base, msg) = check_payload(&f.payload);
-            assert_eq!((stream, base), (s, f.base_offset), "payload names another place");
-            assert!(seen.insert(msg), "message {msg:#x} stored twice in stream {s}");
+            assert_eq!(
+                (stream, base),
+                (s, f.base_offset),
+                "payload names another place"
+            );
+            assert!(
+                seen.insert(msg),
+                "message {msg:#x} stored twice in stream {s}"
+            );
             let writer = msg >> 32;
             if let Some(prev) = last_per_writer.insert(writer, msg) {
                 assert!(prev < msg, "stream {s}: message {msg:#x} after {prev:#x}");
@@ -151,11 +169,19 @@ async fn verify(dir: &Path, epoch: u64) -> usize {
 
 #[test]
 fn killed_appender_loses_nothing_acknowledged() {
-    let rounds: u64 = std::env::var("WEIR_CRASH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(12);
+    let rounds: u64 = std::env::var("WEIR_CRASH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(12);
     let seed: u64 = std::env::var("WEIR_CRASH_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64) | 1);
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+                | 1
+        });
     println!("crash test: {rounds} rounds, WEIR_CRASH_SEED={seed}");
     let mut rng = Rng(seed);
     let dir = tempfile::tempdir().expect("tempdir");
@@ -178,7 +204,10 @@ fn killed_appender_loses_nothing_acknowledged() {
             if let Some(status) = child.try_wait().expect("wait") {
                 panic!("child exited early in round {round}: {status}");
             }
-            assert!(started.elapsed() < Duration::from_secs(60), "child did not start");
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "child did not start"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
         std::thread::sleep(Duration::from_millis(20 + rng.below(700)));

@@ -384,10 +384,7 @@ impl Inner {
         };
         let read_err = || io_err(&self.path, "reading during recovery");
 
-        loop {
-            let Some(head) = window.get(self, pos, BLOCK).map_err(read_err())? else {
-                break;
-            };
+        while let Some(head) = window.get(self, pos, BLOCK).map_err(read_err())? {
             let Some(h) = GroupHeader::decode(head, pos) else {
                 break;
             };
