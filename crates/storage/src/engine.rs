@@ -26,6 +26,30 @@ pub struct Appended {
     pub end_offset: u64,
 }
 
+/// An append that has its offsets and is on its way to the WAL.
+pub struct PendingAppend {
+    pub appended: Appended,
+    started: Instant,
+    rx: oneshot::Receiver<Result<(), WalError>>,
+    meters: Arc<StorageMeters>,
+}
+
+impl PendingAppend {
+    /// Resolves once the batch is durable, or fails if its WAL write failed (the stream then
+    /// rewinds to its last durable offset).
+    pub async fn wait(self) -> Result<Appended> {
+        match self.rx.await {
+            Ok(Ok(())) => {
+                self.meters.appends.inc();
+                self.meters.append_latency.record(self.started.elapsed());
+                Ok(self.appended)
+            }
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => Err(StorageError::Closed),
+        }
+    }
+}
+
 /// What a read returns: whole batches as they were appended, and the stream's bounds.
 #[derive(Debug, Clone)]
 pub struct ReadResult {
@@ -206,108 +230,104 @@ impl Engine {
         max_timestamp: i64,
         mut build: impl FnMut(u64) -> Bytes,
     ) -> Result<Appended> {
+        let deadline = Instant::now() + self.inner.config.wal_full_wait;
+        loop {
+            match self.try_append(stream_id, epoch, record_count, max_timestamp, &mut build) {
+                Ok(pending) => return pending.wait().await,
+                Err(StorageError::Wal(WalError::Full { .. })) if Instant::now() < deadline => {
+                    self.wait_for_wal_space(deadline).await;
+                }
+                Err(e) => {
+                    if matches!(e, StorageError::Wal(WalError::Full { .. })) {
+                        self.inner.meters.wal_full_failures.inc();
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Assigns the batch its offsets and hands it to the WAL, without waiting: appends to one
+    /// stream are ordered by the calls to this function. The returned [`PendingAppend`] resolves
+    /// once the batch is durable. Fails at once with [`WalError::Full`] when the WAL has no
+    /// room; see [`Engine::wait_for_wal_space`].
+    pub fn try_append(
+        &self,
+        stream_id: u64,
+        epoch: u64,
+        record_count: u32,
+        max_timestamp: i64,
+        build: impl FnOnce(u64) -> Bytes,
+    ) -> Result<PendingAppend> {
         let inner = &self.inner;
         inner.check_open()?;
         debug_assert!(record_count > 0, "empty batch");
-        let s = inner
-            .stream(stream_id)
-            .ok_or(StorageError::NotOpen(stream_id))?;
-        let started = Instant::now();
-        let deadline = started + inner.config.wal_full_wait;
-        loop {
-            let (rx, appended) = {
-                let mut st = s.lock();
-                if let Some(current) = st.fenced_by {
-                    return Err(StorageError::Fenced {
-                        stream_id,
-                        epoch,
-                        current,
-                    });
-                }
-                if st.epoch != epoch {
-                    return Err(StorageError::Fenced {
-                        stream_id,
-                        epoch,
-                        current: st.epoch,
-                    });
-                }
-                if st.closing {
-                    return Err(StorageError::NotOpen(stream_id));
-                }
-                let base = st.next_offset;
-                let end = base + u64::from(record_count);
-                let payload = build(base);
-                let record = WalRecord {
-                    stream_id,
-                    epoch,
-                    base_offset: base,
-                    record_count,
-                    max_timestamp,
-                    payload: payload.clone(),
-                };
-                let (tx, rx) = oneshot::channel();
-                let done = completion(Arc::clone(inner), Arc::clone(&s), base, end, tx);
-                match inner.wal.append(record, done) {
-                    Ok(seq) => {
-                        let len = payload.len() as u64;
-                        st.next_offset = end;
-                        st.cached_bytes += len;
-                        st.batches.push_back(CachedBatch {
-                            frame: frame(base, record_count, max_timestamp, payload),
-                            seq,
-                        });
-                        st.check_invariants();
-                        inner.cached_bytes.fetch_add(len, Ordering::Relaxed);
-                        if inner.uncommitted_bytes.fetch_add(len, Ordering::Relaxed) == 0 {
-                            let mut oldest = inner
-                                .oldest_uncommitted
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner());
-                            oldest.get_or_insert_with(Instant::now);
-                        }
-                        (
-                            Some(rx),
-                            Appended {
-                                base_offset: base,
-                                end_offset: end,
-                            },
-                        )
-                    }
-                    Err(WalError::Full { .. }) if Instant::now() < deadline => (
-                        None,
-                        Appended {
-                            base_offset: 0,
-                            end_offset: 0,
-                        },
-                    ),
-                    Err(e) => {
-                        if matches!(e, WalError::Full { .. }) {
-                            inner.meters.wal_full_failures.inc();
-                        }
-                        return Err(e.into());
-                    }
-                }
-            };
-            let Some(rx) = rx else {
-                // The WAL is full: make the uploader hurry, then wait for it to trim.
-                inner.upload_wanted.notify_one();
-                inner
-                    .wal
-                    .wait_for_space(deadline.saturating_duration_since(Instant::now()))
-                    .await;
-                continue;
-            };
-            inner.maybe_wake_uploader();
-            return match rx.await {
-                Ok(Ok(())) => {
-                    inner.meters.appends.inc();
-                    inner.meters.append_latency.record(started.elapsed());
-                    Ok(appended)
-                }
-                Ok(Err(e)) => Err(e.into()),
-                Err(_) => Err(StorageError::Closed),
-            };
+        let s = inner.stream(stream_id).ok_or(StorageError::NotOpen(stream_id))?;
+        let mut st = s.lock();
+        if let Some(current) = st.fenced_by {
+            return Err(StorageError::Fenced {
+                stream_id,
+                epoch,
+                current,
+            });
         }
+        if st.epoch != epoch {
+            return Err(StorageError::Fenced {
+                stream_id,
+                epoch,
+                current: st.epoch,
+            });
+        }
+        if st.closing {
+            return Err(StorageError::NotOpen(stream_id));
+        }
+        let base = st.next_offset;
+        let end = base + u64::from(record_count);
+        let payload = build(base);
+        let record = WalRecord {
+            stream_id,
+            epoch,
+            base_offset: base,
+            record_count,
+            max_timestamp,
+            payload: payload.clone(),
+        };
+        let (tx, rx) = oneshot::channel();
+        let done = completion(Arc::clone(inner), Arc::clone(&s), base, end, tx);
+        let seq = inner.wal.append(record, done)?;
+        let len = payload.len() as u64;
+        st.next_offset = end;
+        st.cached_bytes += len;
+        st.batches.push_back(CachedBatch {
+            frame: frame(base, record_count, max_timestamp, payload),
+            seq,
+        });
+        st.check_invariants();
+        drop(st);
+        inner.cached_bytes.fetch_add(len, Ordering::Relaxed);
+        if inner.uncommitted_bytes.fetch_add(len, Ordering::Relaxed) == 0 {
+            let mut oldest = inner.oldest_uncommitted.lock().unwrap_or_else(|e| e.into_inner());
+            oldest.get_or_insert_with(Instant::now);
+        }
+        inner.maybe_wake_uploader();
+        Ok(PendingAppend {
+            appended: Appended {
+                base_offset: base,
+                end_offset: end,
+            },
+            started: Instant::now(),
+            rx,
+            meters: Arc::clone(&inner.meters),
+        })
+    }
+
+    /// Waits (until `deadline` at most) for the WAL to have room, asking the uploader to hurry.
+    pub async fn wait_for_wal_space(&self, deadline: Instant) {
+        self.inner.upload_wanted.notify_one();
+        self.inner
+            .wal
+            .wait_for_space(deadline.saturating_duration_since(Instant::now()))
+            .await;
     }
 
     /// Reads whole batches from `from`, up to about `max_bytes` (at least one batch if any).

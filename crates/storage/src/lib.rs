@@ -28,7 +28,7 @@ mod stream;
 mod upload;
 
 pub use config::{Retention, StorageConfig};
-pub use engine::{Appended, Engine, ReadResult, StreamInfo};
+pub use engine::{Appended, Engine, PendingAppend, ReadResult, StreamInfo};
 pub use error::{Result, StorageError};
 pub use format::Frame;
 
