@@ -39,6 +39,79 @@ pub async fn run_all(open: impl Fn() -> Box<dyn MetaStore>) {
     ranges_are_found_by_offset(&*open()).await;
     trimming_drops_ranges_and_frees_objects(&*open()).await;
     orphans_are_found(&*open()).await;
+    topics_have_streams_and_configs(&*open()).await;
+    group_offsets_and_snapshots(&*open()).await;
+}
+
+pub async fn topics_have_streams_and_configs(m: &dyn MetaStore) {
+    use std::collections::BTreeMap;
+    let configs: BTreeMap<String, String> = [("retention.ms".to_string(), "1000".to_string())].into();
+    let a = m.create_topic("a", [1; 16], 3, configs.clone()).await.expect("create");
+    assert_eq!(a.streams.len(), 3);
+    assert_eq!(a.configs, configs);
+    assert!(matches!(
+        m.create_topic("a", [2; 16], 1, BTreeMap::new()).await,
+        Err(MetaError::TopicExists(_))
+    ));
+    let b = m.create_topic("b", [2; 16], 1, BTreeMap::new()).await.expect("create");
+    let all: Vec<u64> = a.streams.iter().chain(&b.streams).copied().collect();
+    let unique: std::collections::HashSet<u64> = all.iter().copied().collect();
+    assert_eq!(unique.len(), 4, "every partition has its own stream");
+    let a2 = m.add_partitions("a", 5).await.expect("grow");
+    assert_eq!(&a2.streams[..3], &a.streams[..]);
+    assert_eq!(a2.streams.len(), 5);
+    assert!(matches!(
+        m.add_partitions("a", 2).await,
+        Err(MetaError::InvalidPartitions { current: 5, .. })
+    ));
+    m.set_topic_configs("b", configs.clone()).await.expect("configs");
+    let topics = m.list_topics().await.expect("list");
+    assert_eq!(topics.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), vec!["a", "b"]);
+    assert_eq!(topics[1].configs, configs);
+    assert_eq!(topics[1].topic_id, [2; 16]);
+
+    // Data of a deleted topic becomes deletable, and its stream ids are not reused.
+    let s = a2.streams[0];
+    m.open_stream(s, 1).await.expect("open");
+    commit(m, vec![range(s, 1, 0, 10)]).await.expect("commit");
+    m.delete_topic("a").await.expect("delete");
+    assert!(matches!(m.delete_topic("a").await, Err(MetaError::UnknownTopic(_))));
+    assert_eq!(m.deletable_objects(Duration::ZERO, Duration::from_secs(3600)).await.expect("deletable").len(), 1);
+    let c = m.create_topic("a", [3; 16], 1, BTreeMap::new()).await.expect("recreate");
+    assert!(!a2.streams.contains(&c.streams[0]));
+    assert_eq!(m.list_topics().await.expect("list").len(), 2);
+}
+
+pub async fn group_offsets_and_snapshots(m: &dyn MetaStore) {
+    use crate::GroupOffset;
+    let o = |topic: &str, partition: u32, offset: i64| GroupOffset {
+        topic: topic.to_string(),
+        partition,
+        offset,
+        leader_epoch: -1,
+        metadata: Some("m".into()),
+        commit_ms: 5,
+    };
+    m.commit_offsets("g", vec![o("t", 0, 10), o("t", 1, 20)]).await.expect("commit");
+    m.commit_offsets("g", vec![o("t", 0, 15)]).await.expect("commit");
+    m.commit_offsets("h", vec![o("u", 0, 1)]).await.expect("commit");
+    assert_eq!(m.fetch_offsets("g").await.expect("fetch"), vec![o("t", 0, 15), o("t", 1, 20)]);
+    assert_eq!(m.offset_groups().await.expect("groups"), vec!["g".to_string(), "h".to_string()]);
+    m.delete_offsets("g", Some(vec![("t".into(), 1)])).await.expect("delete");
+    assert_eq!(m.fetch_offsets("g").await.expect("fetch"), vec![o("t", 0, 15)]);
+    m.delete_offsets("g", None).await.expect("delete all");
+    assert!(m.fetch_offsets("g").await.expect("fetch").is_empty());
+
+    assert_eq!(m.load_producer_snapshot(1).await.expect("load"), None);
+    m.save_producer_snapshot(1, 100, vec![1, 2, 3]).await.expect("save");
+    m.save_producer_snapshot(1, 200, vec![4]).await.expect("save");
+    assert_eq!(m.load_producer_snapshot(1).await.expect("load"), Some((200, vec![4])));
+
+    let a = m.allocate_ids("producer", 1000).await.expect("ids");
+    let b = m.allocate_ids("producer", 1000).await.expect("ids");
+    assert_eq!(b, a + 1000);
+    assert_eq!(m.get_or_init("cluster.id", "x").await.expect("kv"), "x");
+    assert_eq!(m.get_or_init("cluster.id", "y").await.expect("kv"), "x");
 }
 
 pub async fn epochs_fence_stale_leaders(m: &dyn MetaStore) {

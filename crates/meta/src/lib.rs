@@ -20,6 +20,7 @@
 pub mod conformance;
 pub mod sqlite;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 pub use sqlite::SqliteMetaStore;
@@ -78,8 +79,38 @@ pub struct ObjectInfo {
     pub key: String,
 }
 
+/// A topic and the streams of its partitions (index = partition number).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicMeta {
+    pub name: String,
+    pub topic_id: [u8; 16],
+    pub streams: Vec<u64>,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// A consumer group's committed offset for one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupOffset {
+    pub topic: String,
+    pub partition: u32,
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: Option<String>,
+    pub commit_ms: i64,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum MetaError {
+    #[error("topic {0} already exists")]
+    TopicExists(String),
+    #[error("topic {0} does not exist")]
+    UnknownTopic(String),
+    #[error("topic {topic} has {current} partitions; cannot go to {requested}")]
+    InvalidPartitions {
+        topic: String,
+        current: u32,
+        requested: u32,
+    },
     #[error("stream {stream_id}: epoch {epoch} is stale, the stream is at epoch {current}")]
     Fenced {
         stream_id: u64,
@@ -150,4 +181,46 @@ pub trait MetaStore: Send + Sync + 'static {
 
     /// Number of committed, referenced objects that hold data of `stream_id`.
     async fn object_count(&self, stream_id: u64) -> Result<u64>;
+
+    /// Creates a topic with `partitions` new streams.
+    async fn create_topic(
+        &self,
+        name: &str,
+        topic_id: [u8; 16],
+        partitions: u32,
+        configs: BTreeMap<String, String>,
+    ) -> Result<TopicMeta>;
+
+    async fn list_topics(&self) -> Result<Vec<TopicMeta>>;
+
+    /// Deletes a topic and its streams; their objects become unreferenced.
+    async fn delete_topic(&self, name: &str) -> Result<TopicMeta>;
+
+    /// Grows a topic to `total` partitions.
+    async fn add_partitions(&self, name: &str, total: u32) -> Result<TopicMeta>;
+
+    /// Replaces a topic's configs.
+    async fn set_topic_configs(&self, name: &str, configs: BTreeMap<String, String>) -> Result<()>;
+
+    /// Commits offsets of a group; a later commit of a partition replaces an earlier one.
+    async fn commit_offsets(&self, group: &str, offsets: Vec<GroupOffset>) -> Result<()>;
+
+    async fn fetch_offsets(&self, group: &str) -> Result<Vec<GroupOffset>>;
+
+    /// Deletes a group's offsets: those of the given partitions, or all of them.
+    async fn delete_offsets(&self, group: &str, partitions: Option<Vec<(String, u32)>>) -> Result<()>;
+
+    /// Groups that have committed offsets.
+    async fn offset_groups(&self) -> Result<Vec<String>>;
+
+    /// Stores the idempotent-producer state of a stream, valid up to `offset`.
+    async fn save_producer_snapshot(&self, stream_id: u64, offset: u64, data: Vec<u8>) -> Result<()>;
+
+    async fn load_producer_snapshot(&self, stream_id: u64) -> Result<Option<(u64, Vec<u8>)>>;
+
+    /// Allocates `count` consecutive ids from the named counter; returns the first.
+    async fn allocate_ids(&self, counter: &str, count: u64) -> Result<u64>;
+
+    /// Returns the value stored under `key`, storing `default` first if there is none.
+    async fn get_or_init(&self, key: &str, default: &str) -> Result<String>;
 }

@@ -10,8 +10,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
+use std::collections::BTreeMap;
+
 use crate::{
-    KeyFn, MetaError, MetaStore, ObjectCommit, ObjectId, ObjectInfo, RangeInfo, Result, StreamMeta,
+    GroupOffset, KeyFn, MetaError, MetaStore, ObjectCommit, ObjectId, ObjectInfo, RangeInfo, Result,
+    StreamMeta, TopicMeta,
 };
 
 const SCHEMA: &str = "
@@ -41,6 +44,36 @@ CREATE TABLE IF NOT EXISTS ranges (
     PRIMARY KEY (stream_id, start_offset)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS ranges_by_object ON ranges(object_id);
+CREATE TABLE IF NOT EXISTS topics (
+    name     TEXT PRIMARY KEY,
+    topic_id BLOB NOT NULL UNIQUE,
+    configs  TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS partitions (
+    topic     TEXT NOT NULL REFERENCES topics(name),
+    partition INTEGER NOT NULL,
+    stream_id INTEGER NOT NULL UNIQUE,
+    PRIMARY KEY (topic, partition)
+);
+CREATE TABLE IF NOT EXISTS group_offsets (
+    group_id     TEXT NOT NULL,
+    topic        TEXT NOT NULL,
+    partition    INTEGER NOT NULL,
+    offset       INTEGER NOT NULL,
+    leader_epoch INTEGER NOT NULL,
+    metadata     TEXT,
+    commit_ms    INTEGER NOT NULL,
+    PRIMARY KEY (group_id, topic, partition)
+);
+CREATE TABLE IF NOT EXISTS producer_snapshots (
+    stream_id INTEGER PRIMARY KEY,
+    offset    INTEGER NOT NULL,
+    data      BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS kv (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
 CREATE INDEX IF NOT EXISTS objects_by_state ON objects(state, since_ms);
 ";
 
@@ -388,6 +421,350 @@ impl MetaStore for SqliteMetaStore {
         })
         .await
     }
+
+    async fn create_topic(
+        &self,
+        name: &str,
+        topic_id: [u8; 16],
+        partitions: u32,
+        configs: BTreeMap<String, String>,
+    ) -> Result<TopicMeta> {
+        let name = name.to_string();
+        self.with(move |c| {
+            let tx = c
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(backend("begin"))?;
+            if read_topic(&tx, &name)?.is_some() {
+                return Err(MetaError::TopicExists(name));
+            }
+            tx.execute(
+                "INSERT INTO topics (name, topic_id, configs) VALUES (?1, ?2, ?3)",
+                params![name, topic_id.to_vec(), encode_configs(&configs)],
+            )
+            .map_err(backend("creating a topic"))?;
+            add_partitions_tx(&tx, &name, 0, partitions)?;
+            let t = read_topic(&tx, &name)?.ok_or_else(|| MetaError::UnknownTopic(name.clone()))?;
+            tx.commit().map_err(backend("commit"))?;
+            Ok(t)
+        })
+        .await
+    }
+
+    async fn list_topics(&self) -> Result<Vec<TopicMeta>> {
+        self.with(move |c| {
+            let names: Vec<String> = {
+                let mut stmt = c
+                    .prepare_cached("SELECT name FROM topics ORDER BY name")
+                    .map_err(backend("listing topics"))?;
+                let rows = stmt
+                    .query_map([], |r| r.get(0))
+                    .map_err(backend("listing topics"))?;
+                rows.collect::<rusqlite::Result<_>>()
+                    .map_err(backend("listing topics"))?
+            };
+            let mut out = Vec::with_capacity(names.len());
+            for n in names {
+                if let Some(t) = read_topic(c, &n)? {
+                    out.push(t);
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn delete_topic(&self, name: &str) -> Result<TopicMeta> {
+        let name = name.to_string();
+        self.with(move |c| {
+            let tx = c
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(backend("begin"))?;
+            let t = read_topic(&tx, &name)?.ok_or_else(|| MetaError::UnknownTopic(name.clone()))?;
+            let now = now_ms();
+            for &stream_id in &t.streams {
+                // Moving the start past everything drops every range and frees the objects.
+                tx.execute(
+                    "UPDATE streams SET start_offset = 9223372036854775807 WHERE stream_id = ?1",
+                    params![i(stream_id)],
+                )
+                .map_err(backend("dropping a stream"))?;
+                drop_ranges_below_start(&tx, std::iter::once(stream_id), now)?;
+                tx.execute("DELETE FROM streams WHERE stream_id = ?1", params![i(stream_id)])
+                    .map_err(backend("dropping a stream"))?;
+                tx.execute(
+                    "DELETE FROM producer_snapshots WHERE stream_id = ?1",
+                    params![i(stream_id)],
+                )
+                .map_err(backend("dropping a snapshot"))?;
+            }
+            tx.execute("DELETE FROM partitions WHERE topic = ?1", params![name])
+                .map_err(backend("deleting partitions"))?;
+            tx.execute("DELETE FROM topics WHERE name = ?1", params![name])
+                .map_err(backend("deleting a topic"))?;
+            tx.execute("DELETE FROM group_offsets WHERE topic = ?1", params![name])
+                .map_err(backend("deleting offsets"))?;
+            tx.commit().map_err(backend("commit"))?;
+            Ok(t)
+        })
+        .await
+    }
+
+    async fn add_partitions(&self, name: &str, total: u32) -> Result<TopicMeta> {
+        let name = name.to_string();
+        self.with(move |c| {
+            let tx = c
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(backend("begin"))?;
+            let t = read_topic(&tx, &name)?.ok_or_else(|| MetaError::UnknownTopic(name.clone()))?;
+            let current = t.streams.len() as u32;
+            if total <= current {
+                return Err(MetaError::InvalidPartitions {
+                    topic: name,
+                    current,
+                    requested: total,
+                });
+            }
+            add_partitions_tx(&tx, &name, current, total)?;
+            let t = read_topic(&tx, &name)?.ok_or_else(|| MetaError::UnknownTopic(name.clone()))?;
+            tx.commit().map_err(backend("commit"))?;
+            Ok(t)
+        })
+        .await
+    }
+
+    async fn set_topic_configs(&self, name: &str, configs: BTreeMap<String, String>) -> Result<()> {
+        let name = name.to_string();
+        self.with(move |c| {
+            let n = c
+                .execute(
+                    "UPDATE topics SET configs = ?2 WHERE name = ?1",
+                    params![name, encode_configs(&configs)],
+                )
+                .map_err(backend("updating topic configs"))?;
+            if n == 0 {
+                return Err(MetaError::UnknownTopic(name));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn commit_offsets(&self, group: &str, offsets: Vec<GroupOffset>) -> Result<()> {
+        let group = group.to_string();
+        self.with(move |c| {
+            let tx = c.transaction().map_err(backend("begin"))?;
+            for o in offsets {
+                tx.execute(
+                    "INSERT INTO group_offsets (group_id, topic, partition, offset, leader_epoch, metadata, commit_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                     ON CONFLICT (group_id, topic, partition) DO UPDATE SET
+                       offset = excluded.offset, leader_epoch = excluded.leader_epoch,
+                       metadata = excluded.metadata, commit_ms = excluded.commit_ms",
+                    params![group, o.topic, o.partition, o.offset, o.leader_epoch, o.metadata, o.commit_ms],
+                )
+                .map_err(backend("committing an offset"))?;
+            }
+            tx.commit().map_err(backend("commit"))
+        })
+        .await
+    }
+
+    async fn fetch_offsets(&self, group: &str) -> Result<Vec<GroupOffset>> {
+        let group = group.to_string();
+        self.with(move |c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT topic, partition, offset, leader_epoch, metadata, commit_ms FROM group_offsets
+                     WHERE group_id = ?1 ORDER BY topic, partition",
+                )
+                .map_err(backend("fetching offsets"))?;
+            let rows = stmt
+                .query_map(params![group], |r| {
+                    Ok(GroupOffset {
+                        topic: r.get(0)?,
+                        partition: r.get(1)?,
+                        offset: r.get(2)?,
+                        leader_epoch: r.get(3)?,
+                        metadata: r.get(4)?,
+                        commit_ms: r.get(5)?,
+                    })
+                })
+                .map_err(backend("fetching offsets"))?;
+            rows.collect::<rusqlite::Result<_>>()
+                .map_err(backend("fetching offsets"))
+        })
+        .await
+    }
+
+    async fn delete_offsets(&self, group: &str, partitions: Option<Vec<(String, u32)>>) -> Result<()> {
+        let group = group.to_string();
+        self.with(move |c| {
+            let tx = c.transaction().map_err(backend("begin"))?;
+            match partitions {
+                None => {
+                    tx.execute("DELETE FROM group_offsets WHERE group_id = ?1", params![group])
+                        .map_err(backend("deleting offsets"))?;
+                }
+                Some(ps) => {
+                    for (topic, p) in ps {
+                        tx.execute(
+                            "DELETE FROM group_offsets WHERE group_id = ?1 AND topic = ?2 AND partition = ?3",
+                            params![group, topic, p],
+                        )
+                        .map_err(backend("deleting offsets"))?;
+                    }
+                }
+            }
+            tx.commit().map_err(backend("commit"))
+        })
+        .await
+    }
+
+    async fn offset_groups(&self) -> Result<Vec<String>> {
+        self.with(move |c| {
+            let mut stmt = c
+                .prepare_cached("SELECT DISTINCT group_id FROM group_offsets ORDER BY group_id")
+                .map_err(backend("listing groups"))?;
+            let rows = stmt
+                .query_map([], |r| r.get(0))
+                .map_err(backend("listing groups"))?;
+            rows.collect::<rusqlite::Result<_>>()
+                .map_err(backend("listing groups"))
+        })
+        .await
+    }
+
+    async fn save_producer_snapshot(&self, stream_id: u64, offset: u64, data: Vec<u8>) -> Result<()> {
+        self.with(move |c| {
+            c.execute(
+                "INSERT INTO producer_snapshots (stream_id, offset, data) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (stream_id) DO UPDATE SET offset = excluded.offset, data = excluded.data",
+                params![i(stream_id), i(offset), data],
+            )
+            .map_err(backend("saving a producer snapshot"))?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn load_producer_snapshot(&self, stream_id: u64) -> Result<Option<(u64, Vec<u8>)>> {
+        self.with(move |c| {
+            c.query_row(
+                "SELECT offset, data FROM producer_snapshots WHERE stream_id = ?1",
+                params![i(stream_id)],
+                |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)),
+            )
+            .optional()
+            .map_err(backend("loading a producer snapshot"))
+        })
+        .await
+    }
+
+    async fn allocate_ids(&self, counter: &str, count: u64) -> Result<u64> {
+        let key = format!("counter.{counter}");
+        self.with(move |c| {
+            let tx = c
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(backend("begin"))?;
+            let first = next_id(&tx, &key, count)?;
+            tx.commit().map_err(backend("commit"))?;
+            Ok(first)
+        })
+        .await
+    }
+
+    async fn get_or_init(&self, key: &str, default: &str) -> Result<String> {
+        let (key, default) = (key.to_string(), default.to_string());
+        self.with(move |c| {
+            c.execute(
+                "INSERT INTO kv (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO NOTHING",
+                params![key, default],
+            )
+            .map_err(backend("initialising a key"))?;
+            c.query_row("SELECT value FROM kv WHERE key = ?1", params![key], |r| r.get(0))
+                .map_err(backend("reading a key"))
+        })
+        .await
+    }
+}
+
+/// Takes `count` ids from the counter stored under `key`.
+fn next_id(tx: &rusqlite::Transaction<'_>, key: &str, count: u64) -> Result<u64> {
+    let current: Option<String> = tx
+        .query_row("SELECT value FROM kv WHERE key = ?1", params![key], |r| r.get(0))
+        .optional()
+        .map_err(backend("reading a counter"))?;
+    let first = current.and_then(|v| v.parse::<u64>().ok()).unwrap_or(1);
+    tx.execute(
+        "INSERT INTO kv (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        params![key, (first + count).to_string()],
+    )
+    .map_err(backend("advancing a counter"))?;
+    Ok(first)
+}
+
+fn add_partitions_tx(tx: &rusqlite::Transaction<'_>, topic: &str, from: u32, to: u32) -> Result<()> {
+    for p in from..to {
+        let stream_id = next_id(tx, "counter.stream", 1)?;
+        tx.execute(
+            "INSERT INTO streams (stream_id, epoch, start_offset, end_offset) VALUES (?1, 0, 0, 0)",
+            params![i(stream_id)],
+        )
+        .map_err(backend("creating a stream"))?;
+        tx.execute(
+            "INSERT INTO partitions (topic, partition, stream_id) VALUES (?1, ?2, ?3)",
+            params![topic, p, i(stream_id)],
+        )
+        .map_err(backend("creating a partition"))?;
+    }
+    Ok(())
+}
+
+fn read_topic(c: &Connection, name: &str) -> Result<Option<TopicMeta>> {
+    let row: Option<(Vec<u8>, String)> = c
+        .query_row(
+            "SELECT topic_id, configs FROM topics WHERE name = ?1",
+            params![name],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .map_err(backend("reading a topic"))?;
+    let Some((id, configs)) = row else {
+        return Ok(None);
+    };
+    let mut stmt = c
+        .prepare_cached("SELECT stream_id FROM partitions WHERE topic = ?1 ORDER BY partition")
+        .map_err(backend("reading partitions"))?;
+    let streams = stmt
+        .query_map(params![name], |r| Ok(r.get::<_, i64>(0)? as u64))
+        .map_err(backend("reading partitions"))?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(backend("reading partitions"))?;
+    let mut topic_id = [0u8; 16];
+    if id.len() == 16 {
+        topic_id.copy_from_slice(&id);
+    }
+    Ok(Some(TopicMeta {
+        name: name.to_string(),
+        topic_id,
+        streams,
+        configs: decode_configs(&configs),
+    }))
+}
+
+/// Configs as `key=value` lines: keys are Kafka config names, which hold no `=` or newline.
+fn encode_configs(configs: &BTreeMap<String, String>) -> String {
+    configs
+        .iter()
+        .map(|(k, v)| format!("{k}={}\n", v.replace('\\', "\\\\").replace('\n', "\\n")))
+        .collect()
+}
+
+fn decode_configs(s: &str) -> BTreeMap<String, String> {
+    s.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.replace("\\n", "\n").replace("\\\\", "\\")))
+        .collect()
 }
 
 /// Drops ranges wholly below their stream's start offset and marks objects left without ranges.
