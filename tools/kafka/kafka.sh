@@ -106,12 +106,20 @@ cmd_tool() {
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-# Alive and not a zombie (an unreaped zombie still passes `kill -0`).
+# True while any thread of the process is still around. A zombie thread-group
+# leader whose other threads are still exiting counts as running (the JVM looks
+# like that while it tears down, with sockets still open); a fully exited but
+# unreaped zombie does not.
 pid_alive() {
-  local pid=$1 state
-  [[ $pid =~ ^[0-9]+$ && -r /proc/$pid/stat ]] || return 1
+  local pid=$1 state tasks
+  [[ $pid =~ ^[0-9]+$ && -d /proc/$pid ]] || return 1
   state=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1) || return 1
-  [[ -n $state && $state != Z ]]
+  [[ -n $state ]] || return 1
+  if [[ $state == Z ]]; then
+    tasks=$(find "/proc/$pid/task" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
+    ((tasks > 1)) || return 1
+  fi
+  return 0
 }
 
 # Alive and really our broker (guards against pid reuse).
@@ -270,13 +278,13 @@ stop_pid() {
   local pid=$1 grace=$2 i
   kill -TERM "$pid" 2>/dev/null || true
   for ((i = 0; i < grace * 5; i++)); do
-    is_kafka_pid "$pid" || return 0
+    pid_alive "$pid" || return 0
     sleep 0.2
   done
   log "pid $pid still alive after ${grace}s; sending SIGKILL"
   kill -KILL "$pid" 2>/dev/null || true
   for ((i = 0; i < 50; i++)); do
-    is_kafka_pid "$pid" || return 0
+    pid_alive "$pid" || return 0
     sleep 0.2
   done
   return 1
