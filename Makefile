@@ -1,7 +1,8 @@
 # Weir: the two commands that always work on a fresh machine are `make run` and `make test`.
 CARGO ?= cargo
+WEIR_DEBUG_BIN := $(abspath target/debug/weir)
 
-.PHONY: run test build lint bench-storage fmt
+.PHONY: run test test-rust test-compat build lint bench-storage fmt
 
 run:
 	$(CARGO) run --release -p weir -- serve
@@ -9,9 +10,16 @@ run:
 build:
 	$(CARGO) build --release -p weir
 
-# Every test: unit and integration tests of every crate (the crash test included).
-test:
+# Every test: the Rust unit and integration tests (the storage crash test included), then the
+# client compatibility suites, each against a freshly started `weir serve`.
+test: test-rust test-compat
+
+test-rust:
 	$(CARGO) test --workspace --all-targets -- --test-threads=2
+
+test-compat:
+	$(CARGO) build -p weir
+	WEIR_BIN=$(WEIR_DEBUG_BIN) tests/compat/run-all.sh
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -1,1 +1,20 @@
-//! x
+//! Kafka partitions on Weir's storage engine.
+//!
+//! - [`batch`]: `RecordBatch` v2 headers: validation (magic, lengths, CRC, size), and the base
+//!   offset and leader epoch the leader writes into them.
+//! - [`producer`]: idempotent-producer state (epochs, the last five sequence ranges per producer).
+//! - [`partition`]: the leader of one partition: produce (validate, check sequences, append
+//!   through the engine in order, wait for durability), fetch, offsets by time, DeleteRecords.
+//! - [`topics`]: the topic catalog: topics, partitions (one stream each) and configs, kept in the
+//!   metadata store.
+//!
+//! The Kafka API layer above turns requests into calls here; the storage engine below knows
+//! nothing of Kafka.
+
+pub mod batch;
+pub mod partition;
+pub mod producer;
+pub mod topics;
+
+pub use partition::{kafka_error, FetchData, Partition, ProduceTicket, Produced};
+pub use topics::{AdminError, ConfigEntry, Topic, TopicDefaults, Topics};

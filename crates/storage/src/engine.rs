@@ -383,6 +383,49 @@ impl Engine {
         })
     }
 
+    /// The first batch at or after the start offset whose max timestamp is at least `timestamp`
+    /// (ListOffsets by time); `None` if every batch is older.
+    pub async fn find_by_timestamp(&self, stream_id: u64, timestamp: i64) -> Result<Option<Frame>> {
+        let inner = &self.inner;
+        let s = inner.stream(stream_id).ok_or(StorageError::NotOpen(stream_id))?;
+        let (start, committed) = {
+            let st = s.lock();
+            (st.start_offset, st.committed_end)
+        };
+        // Ranges carry their max timestamp, so whole ranges are skipped without reading them.
+        let mut from = start;
+        while from < committed {
+            let ranges = inner.meta.ranges(stream_id, from, 64).await?;
+            let Some(r) = ranges.iter().find(|r| r.max_timestamp >= timestamp) else {
+                match ranges.last() {
+                    Some(last) => {
+                        from = last.end_offset;
+                        continue;
+                    }
+                    None => break,
+                }
+            };
+            let mut next = from.max(r.start_offset);
+            while next < r.end_offset {
+                let frames = inner.reader.read(stream_id, next, r.end_offset, 1 << 20).await?;
+                let Some(last) = frames.last() else { break };
+                next = last.end_offset();
+                if let Some(f) = frames.into_iter().find(|f| f.max_timestamp >= timestamp && f.end_offset() > start) {
+                    return Ok(Some(f));
+                }
+            }
+            from = r.end_offset;
+        }
+        let st = s.lock();
+        let i = st.batches.partition_point(|b| b.end_offset() <= committed.max(st.start_offset));
+        Ok(st
+            .batches
+            .range(i..)
+            .take_while(|b| b.end_offset() <= st.durable_end)
+            .find(|b| b.frame.max_timestamp >= timestamp)
+            .map(|b| b.frame.clone()))
+    }
+
     /// The stream's offsets, if it is open here.
     pub fn stream_info(&self, stream_id: u64) -> Option<StreamInfo> {
         self.inner.stream(stream_id).map(|s| self.inner.info(&s))

@@ -1,0 +1,253 @@
+//! Weir's Kafka API layer: one handler per API key.
+//!
+//! [`Broker::handle`] takes a decoded request and returns a [`Reply`]: most handlers answer at
+//! once; Produce (waiting for durability) and Fetch (long polling) may answer later, so that the
+//! network layer can go on reading the connection's next request while they wait, and still
+//! send responses in order. Versions come from the `kafka-protocol` crate; [`supported_versions`]
+//! is the one table of what is implemented, and ApiVersions advertises exactly it.
+//!
+//! - `produce.rs`, `fetch.rs`, `offsets.rs`: the data path, on [`weir_partition`].
+//! - `admin.rs`: topics, partitions, configs, DeleteRecords.
+//! - `cluster.rs`: ApiVersions, Metadata, DescribeCluster, FindCoordinator, InitProducerId.
+//! - groups: delegated to [`weir_group::GroupCoordinator`].
+
+mod admin;
+mod cluster;
+mod fetch;
+mod offsets;
+mod produce;
+
+use std::sync::{Arc, Mutex};
+
+use bytes::BytesMut;
+use futures::future::BoxFuture;
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::{Encodable, StrBytes};
+use weir_group::GroupCoordinator;
+use weir_meta::MetaStore;
+use weir_metrics::{Counter, Histogram};
+use weir_partition::Topics;
+
+/// The API keys Weir implements, with the versions it accepts. ApiVersions advertises these.
+pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
+    use ApiKey::*;
+    let implemented = matches!(
+        key,
+        Produce
+            | Fetch
+            | ListOffsets
+            | Metadata
+            | OffsetCommit
+            | OffsetFetch
+            | FindCoordinator
+            | JoinGroup
+            | Heartbeat
+            | LeaveGroup
+            | SyncGroup
+            | DescribeGroups
+            | ListGroups
+            | ApiVersions
+            | CreateTopics
+            | DeleteTopics
+            | DeleteRecords
+            | InitProducerId
+            | OffsetForLeaderEpoch
+            | DescribeConfigs
+            | AlterConfigs
+            | CreatePartitions
+            | DeleteGroups
+            | IncrementalAlterConfigs
+            | OffsetDelete
+            | DescribeCluster
+    );
+    if !implemented {
+        return None;
+    }
+    let v = key.valid_versions();
+    Some((v.min, v.max))
+}
+
+/// The ApiVersions response: every implemented API and its versions.
+pub fn api_versions_response(error_code: i16) -> kafka_protocol::messages::ApiVersionsResponse {
+    cluster::api_versions(error_code)
+}
+
+/// A response now, or one that is still being worked out (durability, long polling).
+pub enum Reply {
+    Now(ResponseKind),
+    Later(BoxFuture<'static, ResponseKind>),
+    /// Produce with acks=0: nothing goes back.
+    Nothing,
+    /// An API Weir decodes but does not implement (nor advertise).
+    Unsupported,
+}
+
+/// Broker settings the API layer needs.
+#[derive(Debug, Clone)]
+pub struct BrokerIdentity {
+    pub node_id: i32,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+    pub cluster_id: String,
+}
+
+/// Requests, errors and latencies by API.
+#[derive(Debug)]
+pub struct ApiMeters {
+    /// Requests by API key.
+    pub requests: Vec<Counter>,
+    pub produce_latency: Histogram,
+    pub fetch_latency: Histogram,
+    pub produce_bytes: Counter,
+    pub fetch_bytes: Counter,
+    pub unsupported: Counter,
+}
+
+impl Default for ApiMeters {
+    fn default() -> Self {
+        ApiMeters {
+            requests: (0..100).map(|_| Counter::default()).collect(),
+            produce_latency: Histogram::default(),
+            fetch_latency: Histogram::default(),
+            produce_bytes: Counter::default(),
+            fetch_bytes: Counter::default(),
+            unsupported: Counter::default(),
+        }
+    }
+}
+
+pub struct Broker {
+    pub identity: BrokerIdentity,
+    pub topics: Arc<Topics>,
+    pub groups: Arc<GroupCoordinator>,
+    pub meta: Arc<dyn MetaStore>,
+    pub meters: ApiMeters,
+    /// Producer ids handed out in blocks from the metadata store: (next, end).
+    producer_ids: Mutex<(i64, i64)>,
+    /// Serialises refills of `producer_ids`.
+    producer_id_refill: tokio::sync::Mutex<()>,
+}
+
+pub(crate) fn str(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+impl Broker {
+    pub fn new(
+        identity: BrokerIdentity,
+        topics: Arc<Topics>,
+        groups: Arc<GroupCoordinator>,
+        meta: Arc<dyn MetaStore>,
+    ) -> Arc<Broker> {
+        Arc::new(Broker {
+            identity,
+            topics,
+            groups,
+            meta,
+            meters: ApiMeters::default(),
+            producer_ids: Mutex::new((0, 0)),
+            producer_id_refill: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// Handles one request. `client_host` is the peer's address, for group membership.
+    pub async fn handle(self: &Arc<Self>, header: &RequestHeader, request: RequestKind, client_host: &str) -> Reply {
+        let v = header.request_api_version;
+        if let Some(c) = usize::try_from(header.request_api_key)
+            .ok()
+            .and_then(|k| self.meters.requests.get(k))
+        {
+            c.inc();
+        }
+        let client_id = header.client_id.as_ref().map_or("", |c| c.as_str());
+        let now = |r: ResponseKind| Reply::Now(r);
+        match request {
+            RequestKind::ApiVersions(_) => now(ResponseKind::ApiVersions(cluster::api_versions(0))),
+            RequestKind::Metadata(r) => now(ResponseKind::Metadata(self.metadata(r, v).await)),
+            RequestKind::DescribeCluster(r) => now(ResponseKind::DescribeCluster(self.describe_cluster(r, v))),
+            RequestKind::FindCoordinator(r) => now(ResponseKind::FindCoordinator(self.find_coordinator(r, v))),
+            RequestKind::InitProducerId(r) => now(ResponseKind::InitProducerId(self.init_producer_id(r).await)),
+            RequestKind::Produce(r) => self.produce(r, v).await,
+            RequestKind::Fetch(r) => self.fetch(r, v).await,
+            RequestKind::ListOffsets(r) => now(ResponseKind::ListOffsets(self.list_offsets(r, v).await)),
+            RequestKind::OffsetForLeaderEpoch(r) => {
+                now(ResponseKind::OffsetForLeaderEpoch(self.offset_for_leader_epoch(r)))
+            }
+            RequestKind::CreateTopics(r) => now(ResponseKind::CreateTopics(self.create_topics(r, v).await)),
+            RequestKind::DeleteTopics(r) => now(ResponseKind::DeleteTopics(self.delete_topics(r, v).await)),
+            RequestKind::CreatePartitions(r) => {
+                now(ResponseKind::CreatePartitions(self.create_partitions(r).await))
+            }
+            RequestKind::DescribeConfigs(r) => now(ResponseKind::DescribeConfigs(self.describe_configs(r, v))),
+            RequestKind::AlterConfigs(r) => now(ResponseKind::AlterConfigs(self.alter_configs(r).await)),
+            RequestKind::IncrementalAlterConfigs(r) => {
+                now(ResponseKind::IncrementalAlterConfigs(self.incremental_alter_configs(r).await))
+            }
+            RequestKind::DeleteRecords(r) => now(ResponseKind::DeleteRecords(self.delete_records(r).await)),
+            RequestKind::JoinGroup(r) => {
+                // Joins wait for the rebalance; answer later so the connection keeps serving.
+                let groups = Arc::clone(&self.groups);
+                let (client_id, host) = (client_id.to_string(), client_host.to_string());
+                Reply::Later(Box::pin(async move {
+                    ResponseKind::JoinGroup(groups.join_group(r, v, &client_id, &host).await)
+                }))
+            }
+            RequestKind::SyncGroup(r) => {
+                let groups = Arc::clone(&self.groups);
+                Reply::Later(Box::pin(async move { ResponseKind::SyncGroup(groups.sync_group(r, v).await) }))
+            }
+            RequestKind::Heartbeat(r) => now(ResponseKind::Heartbeat(self.groups.heartbeat(r, v).await)),
+            RequestKind::LeaveGroup(r) => now(ResponseKind::LeaveGroup(self.groups.leave_group(r, v).await)),
+            RequestKind::OffsetCommit(r) => {
+                let topics = Arc::clone(&self.topics);
+                let exists = move |t: &str, p: i32| topics.partition(t, p).is_some();
+                now(ResponseKind::OffsetCommit(self.groups.offset_commit(r, v, &exists).await))
+            }
+            RequestKind::OffsetFetch(r) => now(ResponseKind::OffsetFetch(self.groups.offset_fetch(r, v).await)),
+            RequestKind::DescribeGroups(r) => {
+                now(ResponseKind::DescribeGroups(self.groups.describe_groups(r, v).await))
+            }
+            RequestKind::ListGroups(r) => now(ResponseKind::ListGroups(self.groups.list_groups(r, v).await)),
+            RequestKind::DeleteGroups(r) => now(ResponseKind::DeleteGroups(self.groups.delete_groups(r, v).await)),
+            RequestKind::OffsetDelete(r) => now(ResponseKind::OffsetDelete(self.groups.offset_delete(r, v).await)),
+            _ => {
+                self.meters.unsupported.inc();
+                Reply::Unsupported
+            }
+        }
+    }
+}
+
+/// Encodes a response with its header, for the request's API key and version.
+pub fn encode_response(header: &RequestHeader, response: &ResponseKind) -> anyhow_free::Result<BytesMut> {
+    let key = ApiKey::try_from(header.request_api_key).map_err(|_| anyhow_free::Error("unknown API key".into()))?;
+    let version = header.request_api_version;
+    let mut buf = BytesMut::with_capacity(256);
+    buf.extend_from_slice(&[0, 0, 0, 0]);
+    let rh = ResponseHeader::default().with_correlation_id(header.correlation_id);
+    rh.encode(&mut buf, key.response_header_version(version))
+        .map_err(|e| anyhow_free::Error(e.to_string()))?;
+    response
+        .encode(&mut buf, version)
+        .map_err(|e| anyhow_free::Error(e.to_string()))?;
+    let len = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+    Ok(buf)
+}
+
+/// Errors of encoding, without pulling `anyhow` into the library's signatures.
+pub mod anyhow_free {
+    #[derive(Debug)]
+    pub struct Error(pub String);
+
+    impl std::fmt::Display for Error {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    impl std::error::Error for Error {}
+
+    pub type Result<T> = std::result::Result<T, Error>;
+}

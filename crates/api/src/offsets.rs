@@ -1,0 +1,104 @@
+//! ListOffsets and OffsetForLeaderEpoch.
+
+use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
+use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
+use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
+
+use crate::Broker;
+
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
+const EARLIEST_LOCAL: i64 = -4;
+const LATEST_TIERED: i64 = -5;
+
+impl Broker {
+    pub(crate) async fn list_offsets(&self, r: ListOffsetsRequest, _version: i16) -> ListOffsetsResponse {
+        let mut topics = Vec::with_capacity(r.topics.len());
+        for t in r.topics {
+            let mut parts = Vec::with_capacity(t.partitions.len());
+            for p in t.partitions {
+                let resp = ListOffsetsPartitionResponse::default()
+                    .with_partition_index(p.partition_index)
+                    .with_timestamp(-1)
+                    .with_offset(-1)
+                    .with_leader_epoch(-1);
+                let Some(partition) = self.topics.partition(t.name.0.as_str(), p.partition_index) else {
+                    parts.push(resp.with_error_code(ResponseError::UnknownTopicOrPartition.code()));
+                    continue;
+                };
+                if p.current_leader_epoch >= 0 && p.current_leader_epoch != partition.leader_epoch {
+                    let e = if p.current_leader_epoch < partition.leader_epoch {
+                        ResponseError::FencedLeaderEpoch
+                    } else {
+                        ResponseError::UnknownLeaderEpoch
+                    };
+                    parts.push(resp.with_error_code(e.code()));
+                    continue;
+                }
+                let (start, hw) = partition.offsets();
+                let found = match p.timestamp {
+                    LATEST => Ok(Some((hw, -1))),
+                    EARLIEST | EARLIEST_LOCAL => Ok(Some((start, -1))),
+                    LATEST_TIERED => Ok(Some((hw, -1))),
+                    MAX_TIMESTAMP => partition.max_timestamp().await,
+                    ts if ts >= 0 => partition.offset_for_timestamp(ts).await,
+                    _ => Err(ResponseError::InvalidRequest),
+                };
+                parts.push(match found {
+                    Ok(Some((offset, ts))) => resp
+                        .with_offset(offset)
+                        .with_timestamp(ts)
+                        .with_leader_epoch(partition.leader_epoch),
+                    Ok(None) => resp,
+                    Err(e) => resp.with_error_code(e.code()),
+                });
+            }
+            topics.push(ListOffsetsTopicResponse::default().with_name(t.name).with_partitions(parts));
+        }
+        ListOffsetsResponse::default().with_topics(topics)
+    }
+
+    /// Weir never truncates acknowledged data, so every epoch a client knows ends at the high
+    /// watermark: answering so tells a client that validates its position after a leader change
+    /// that nothing it read was lost.
+    pub(crate) fn offset_for_leader_epoch(&self, r: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse {
+        let topics = r
+            .topics
+            .into_iter()
+            .map(|t| {
+                let parts = t
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        let e = EpochEndOffset::default().with_partition(p.partition);
+                        match self.topics.partition(t.topic.0.as_str(), p.partition) {
+                            None => e
+                                .with_error_code(ResponseError::UnknownTopicOrPartition.code())
+                                .with_leader_epoch(-1)
+                                .with_end_offset(-1),
+                            Some(part) if p.current_leader_epoch >= 0 && p.current_leader_epoch != part.leader_epoch => {
+                                let code = if p.current_leader_epoch < part.leader_epoch {
+                                    ResponseError::FencedLeaderEpoch
+                                } else {
+                                    ResponseError::UnknownLeaderEpoch
+                                };
+                                e.with_error_code(code.code()).with_leader_epoch(-1).with_end_offset(-1)
+                            }
+                            Some(part) if p.leader_epoch > part.leader_epoch => {
+                                e.with_leader_epoch(-1).with_end_offset(-1)
+                            }
+                            Some(part) => {
+                                let (_, hw) = part.offsets();
+                                e.with_leader_epoch(p.leader_epoch).with_end_offset(hw)
+                            }
+                        }
+                    })
+                    .collect();
+                OffsetForLeaderTopicResult::default().with_topic(t.topic).with_partitions(parts)
+            })
+            .collect();
+        OffsetForLeaderEpochResponse::default().with_topics(topics)
+    }
+}

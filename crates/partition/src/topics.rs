@@ -1,0 +1,437 @@
+//! The topic catalog: topics, their partitions (each a stream), and their configs, kept in the
+//! metadata store and mirrored in memory for the request path.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use kafka_protocol::ResponseError;
+use weir_meta::{MetaError, MetaStore, TopicMeta};
+use weir_storage::{Engine, Retention, StorageError};
+
+use crate::partition::Partition;
+
+/// Broker-wide topic defaults (Kafka's broker configs of the same names).
+#[derive(Debug, Clone)]
+pub struct TopicDefaults {
+    /// `num.partitions`
+    pub num_partitions: u32,
+    /// `auto.create.topics.enable`
+    pub auto_create: bool,
+    /// `message.max.bytes`
+    pub max_message_bytes: usize,
+    /// `log.retention.ms`
+    pub retention_ms: i64,
+    /// `log.retention.bytes`
+    pub retention_bytes: i64,
+    /// How long a produce waits for WAL space before failing.
+    pub wal_full_wait: Duration,
+}
+
+impl Default for TopicDefaults {
+    fn default() -> Self {
+        TopicDefaults {
+            num_partitions: 1,
+            auto_create: true,
+            max_message_bytes: 1_048_588,
+            retention_ms: 604_800_000,
+            retention_bytes: -1,
+            wal_full_wait: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A topic config as DescribeConfigs reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigEntry {
+    pub name: String,
+    pub value: String,
+    pub is_default: bool,
+}
+
+pub struct Topic {
+    pub name: String,
+    pub id: [u8; 16],
+    pub partitions: Vec<Arc<Partition>>,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// An error of an admin operation: the Kafka code and a message for the client.
+pub type AdminError = (ResponseError, String);
+
+fn meta_err(e: MetaError) -> AdminError {
+    match e {
+        MetaError::TopicExists(t) => (ResponseError::TopicAlreadyExists, format!("Topic '{t}' already exists.")),
+        MetaError::UnknownTopic(t) => (ResponseError::UnknownTopicOrPartition, format!("Topic '{t}' does not exist.")),
+        MetaError::InvalidPartitions { topic, current, requested } => (
+            ResponseError::InvalidPartitions,
+            format!("Topic {topic} has {current} partitions, which is higher than the requested {requested}."),
+        ),
+        e => (ResponseError::KafkaStorageError, e.to_string()),
+    }
+}
+
+fn storage_err(e: StorageError) -> AdminError {
+    (crate::partition::kafka_error(&e), e.to_string())
+}
+
+pub struct Topics {
+    engine: Engine,
+    meta: Arc<dyn MetaStore>,
+    defaults: TopicDefaults,
+    topics: RwLock<BTreeMap<String, Arc<Topic>>>,
+    /// Serialises changes to the catalog.
+    changes: tokio::sync::Mutex<()>,
+}
+
+/// Kafka's rule for topic names.
+pub fn validate_topic_name(name: &str) -> Result<(), AdminError> {
+    let bad = |m: &str| Err((ResponseError::InvalidTopicException, m.to_string()));
+    if name.is_empty() {
+        return bad("Topic name is illegal, it can't be empty");
+    }
+    if name == "." || name == ".." {
+        return bad("Topic name cannot be \".\" or \"..\"");
+    }
+    if name.len() > 249 {
+        return bad("Topic name is illegal, it can't be longer than 249 characters");
+    }
+    if !name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'_' || c == b'-') {
+        return bad(&format!(
+            "Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"
+        ));
+    }
+    Ok(())
+}
+
+impl Topics {
+    pub async fn open(engine: Engine, meta: Arc<dyn MetaStore>, defaults: TopicDefaults) -> Result<Arc<Topics>, StorageError> {
+        let topics = Arc::new(Topics {
+            engine,
+            meta,
+            defaults,
+            topics: RwLock::new(BTreeMap::new()),
+            changes: tokio::sync::Mutex::new(()),
+        });
+        for t in topics.meta.list_topics().await? {
+            let topic = topics.open_topic(t).await?;
+            topics.insert(topic);
+        }
+        Ok(topics)
+    }
+
+    async fn open_topic(&self, t: TopicMeta) -> Result<Arc<Topic>, StorageError> {
+        let max = self.max_message_bytes(&t.configs);
+        let mut partitions = Vec::with_capacity(t.streams.len());
+        for (i, &stream) in t.streams.iter().enumerate() {
+            let p = Partition::open(self.engine.clone(), &*self.meta, &t.name, i as i32, stream, max).await?;
+            p.set_retention(self.retention(&t.configs));
+            partitions.push(p);
+        }
+        Ok(Arc::new(Topic {
+            name: t.name,
+            id: t.topic_id,
+            partitions,
+            configs: t.configs,
+        }))
+    }
+
+    fn insert(&self, t: Arc<Topic>) {
+        self.topics
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(t.name.clone(), t);
+    }
+
+    pub fn defaults(&self) -> &TopicDefaults {
+        &self.defaults
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<Topic>> {
+        self.topics.read().unwrap_or_else(|e| e.into_inner()).get(name).cloned()
+    }
+
+    pub fn get_by_id(&self, id: &[u8; 16]) -> Option<Arc<Topic>> {
+        self.topics
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .find(|t| &t.id == id)
+            .cloned()
+    }
+
+    pub fn list(&self) -> Vec<Arc<Topic>> {
+        self.topics.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    }
+
+    pub fn partition(&self, topic: &str, index: i32) -> Option<Arc<Partition>> {
+        let t = self.get(topic)?;
+        usize::try_from(index).ok().and_then(|i| t.partitions.get(i).cloned())
+    }
+
+    /// The topic, created with the defaults if it does not exist and auto-creation is on.
+    pub async fn get_or_create(&self, name: &str) -> Option<Arc<Topic>> {
+        if let Some(t) = self.get(name) {
+            return Some(t);
+        }
+        if !self.defaults.auto_create || validate_topic_name(name).is_err() {
+            return None;
+        }
+        match self.create(name, -1, BTreeMap::new(), false).await {
+            Ok(t) => Some(t),
+            Err((ResponseError::TopicAlreadyExists, _)) => self.get(name),
+            Err((_, msg)) => {
+                tracing::warn!(topic = name, error = %msg, "auto-creating a topic failed");
+                None
+            }
+        }
+    }
+
+    pub async fn create(
+        &self,
+        name: &str,
+        partitions: i32,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    ) -> Result<Arc<Topic>, AdminError> {
+        validate_topic_name(name)?;
+        let count = match partitions {
+            -1 => self.defaults.num_partitions,
+            n if n > 0 && n <= 100_000 => n as u32,
+            n => return Err((ResponseError::InvalidPartitions, format!("Number of partitions must be larger than 0, got {n}."))),
+        };
+        for (k, v) in &configs {
+            validate_config(k, v)?;
+        }
+        let _change = self.changes.lock().await;
+        if self.get(name).is_some() {
+            return Err((ResponseError::TopicAlreadyExists, format!("Topic '{name}' already exists.")));
+        }
+        if validate_only {
+            return Ok(Arc::new(Topic {
+                name: name.to_string(),
+                id: [0; 16],
+                partitions: Vec::new(),
+                configs,
+            }));
+        }
+        let id = new_topic_id();
+        let meta = self.meta.create_topic(name, id, count, configs).await.map_err(meta_err)?;
+        let topic = self.open_topic(meta).await.map_err(storage_err)?;
+        self.insert(Arc::clone(&topic));
+        tracing::info!(topic = name, partitions = count, "topic created");
+        Ok(topic)
+    }
+
+    pub async fn delete(&self, name: &str) -> Result<[u8; 16], AdminError> {
+        let _change = self.changes.lock().await;
+        let t = self
+            .get(name)
+            .ok_or_else(|| (ResponseError::UnknownTopicOrPartition, format!("Topic '{name}' does not exist.")))?;
+        self.topics.write().unwrap_or_else(|e| e.into_inner()).remove(name);
+        for p in &t.partitions {
+            // The data is going away: stop the stream without caring for its upload.
+            let _ = self.engine.close_stream(p.stream_id).await;
+        }
+        self.meta.delete_topic(name).await.map_err(meta_err)?;
+        tracing::info!(topic = name, "topic deleted");
+        Ok(t.id)
+    }
+
+    pub async fn add_partitions(&self, name: &str, total: i32, validate_only: bool) -> Result<(), AdminError> {
+        let _change = self.changes.lock().await;
+        let t = self
+            .get(name)
+            .ok_or_else(|| (ResponseError::UnknownTopicOrPartition, format!("Topic '{name}' does not exist.")))?;
+        let current = t.partitions.len() as i32;
+        if total <= current {
+            return Err((
+                ResponseError::InvalidPartitions,
+                format!("Topic currently has {current} partitions, which is higher than the requested {total}."),
+            ));
+        }
+        if validate_only {
+            return Ok(());
+        }
+        let meta = self.meta.add_partitions(name, total as u32).await.map_err(meta_err)?;
+        let max = self.max_message_bytes(&meta.configs);
+        let mut partitions = t.partitions.clone();
+        for (i, &stream) in meta.streams.iter().enumerate().skip(partitions.len()) {
+            let p = Partition::open(self.engine.clone(), &*self.meta, name, i as i32, stream, max)
+                .await
+                .map_err(storage_err)?;
+            p.set_retention(self.retention(&meta.configs));
+            partitions.push(p);
+        }
+        self.insert(Arc::new(Topic {
+            name: t.name.clone(),
+            id: t.id,
+            partitions,
+            configs: t.configs.clone(),
+        }));
+        Ok(())
+    }
+
+    /// Replaces a topic's configs (the API layer works out incremental changes).
+    pub async fn set_configs(&self, name: &str, configs: BTreeMap<String, String>, validate_only: bool) -> Result<(), AdminError> {
+        for (k, v) in &configs {
+            validate_config(k, v)?;
+        }
+        let _change = self.changes.lock().await;
+        let t = self
+            .get(name)
+            .ok_or_else(|| (ResponseError::UnknownTopicOrPartition, format!("Topic '{name}' does not exist.")))?;
+        if validate_only {
+            return Ok(());
+        }
+        self.meta.set_topic_configs(name, configs.clone()).await.map_err(meta_err)?;
+        let retention = self.retention(&configs);
+        let max = self.max_message_bytes(&configs);
+        for p in &t.partitions {
+            p.set_retention(retention);
+            p.set_max_message_bytes(max);
+        }
+        self.insert(Arc::new(Topic {
+            name: t.name.clone(),
+            id: t.id,
+            partitions: t.partitions.clone(),
+            configs,
+        }));
+        Ok(())
+    }
+
+    /// Every topic config with its value, default or set.
+    pub fn describe_configs(&self, t: &Topic) -> Vec<ConfigEntry> {
+        let mut out: Vec<ConfigEntry> = self
+            .default_configs()
+            .into_iter()
+            .map(|(name, value)| match t.configs.get(&name) {
+                Some(v) => ConfigEntry { name, value: v.clone(), is_default: false },
+                None => ConfigEntry { name, value, is_default: true },
+            })
+            .collect();
+        for (k, v) in &t.configs {
+            if !out.iter().any(|e| &e.name == k) {
+                out.push(ConfigEntry { name: k.clone(), value: v.clone(), is_default: false });
+            }
+        }
+        out
+    }
+
+    fn default_configs(&self) -> BTreeMap<String, String> {
+        let d = &self.defaults;
+        [
+            ("cleanup.policy", "delete".to_string()),
+            ("compression.type", "producer".to_string()),
+            ("delete.retention.ms", "86400000".to_string()),
+            ("file.delete.delay.ms", "60000".to_string()),
+            ("flush.messages", i64::MAX.to_string()),
+            ("flush.ms", i64::MAX.to_string()),
+            ("max.compaction.lag.ms", i64::MAX.to_string()),
+            ("max.message.bytes", d.max_message_bytes.to_string()),
+            ("message.timestamp.type", "CreateTime".to_string()),
+            ("min.cleanable.dirty.ratio", "0.5".to_string()),
+            ("min.compaction.lag.ms", "0".to_string()),
+            ("min.insync.replicas", "1".to_string()),
+            ("retention.bytes", d.retention_bytes.to_string()),
+            ("retention.ms", d.retention_ms.to_string()),
+            ("segment.bytes", "1073741824".to_string()),
+            ("segment.ms", "604800000".to_string()),
+            ("unclean.leader.election.enable", "false".to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
+    fn max_message_bytes(&self, configs: &BTreeMap<String, String>) -> usize {
+        configs
+            .get("max.message.bytes")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(self.defaults.max_message_bytes)
+    }
+
+    fn retention(&self, configs: &BTreeMap<String, String>) -> Retention {
+        let policy = configs.get("cleanup.policy").map_or("delete", String::as_str);
+        if !policy.split(',').any(|p| p.trim() == "delete") {
+            return Retention::default();
+        }
+        let num = |k: &str, d: i64| configs.get(k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(d);
+        let ms = num("retention.ms", self.defaults.retention_ms);
+        let bytes = num("retention.bytes", self.defaults.retention_bytes);
+        Retention {
+            ms: u64::try_from(ms).ok(),
+            bytes: u64::try_from(bytes).ok(),
+        }
+    }
+
+    /// Saves every partition's idempotent-producer state.
+    pub async fn snapshot_producers(&self) {
+        for t in self.list() {
+            for p in &t.partitions {
+                if let Err(e) = p.snapshot_producers(&*self.meta).await {
+                    tracing::warn!(topic = %t.name, partition = p.index, error = %e, "producer snapshot failed");
+                }
+            }
+        }
+    }
+
+    /// Closes every partition: snapshots, uploads, gives up leadership.
+    pub async fn close(&self) {
+        for t in self.list() {
+            for p in &t.partitions {
+                if let Err(e) = p.close(&*self.meta).await {
+                    tracing::error!(topic = %t.name, partition = p.index, error = %e, "closing a partition failed");
+                }
+            }
+        }
+    }
+}
+
+fn new_topic_id() -> [u8; 16] {
+    *uuid::Uuid::new_v4().as_bytes()
+}
+
+/// Checks a topic config against the names and values Kafka accepts.
+pub fn validate_config(name: &str, value: &str) -> Result<(), AdminError> {
+    let invalid = |why: &str| Err((ResponseError::InvalidConfig, format!("Invalid value {value} for configuration {name}: {why}")));
+    let long_at_least = |min: i64| match value.parse::<i64>() {
+        Ok(v) if v >= min => Ok(()),
+        _ => invalid(&format!("must be a number at least {min}")),
+    };
+    match name {
+        "retention.ms" | "retention.bytes" | "local.retention.ms" | "local.retention.bytes" => long_at_least(-2),
+        "max.message.bytes" | "segment.bytes" | "min.insync.replicas" | "segment.index.bytes" | "index.interval.bytes" => long_at_least(0),
+        "segment.ms" | "segment.jitter.ms" | "delete.retention.ms" | "file.delete.delay.ms" | "flush.messages" | "flush.ms"
+        | "min.compaction.lag.ms" | "max.compaction.lag.ms" | "message.timestamp.difference.max.ms"
+        | "message.timestamp.before.max.ms" | "message.timestamp.after.max.ms" => long_at_least(0),
+        "cleanup.policy" => {
+            if value.split(',').all(|p| matches!(p.trim(), "delete" | "compact")) {
+                Ok(())
+            } else {
+                invalid("must be a list of delete and compact")
+            }
+        }
+        "compression.type" => match value {
+            "producer" | "uncompressed" | "none" | "gzip" | "snappy" | "lz4" | "zstd" => Ok(()),
+            _ => invalid("unknown compression type"),
+        },
+        "message.timestamp.type" => match value {
+            "CreateTime" => Ok(()),
+            "LogAppendTime" => invalid("LogAppendTime is not supported yet"),
+            _ => invalid("must be CreateTime or LogAppendTime"),
+        },
+        "min.cleanable.dirty.ratio" => match value.parse::<f64>() {
+            Ok(v) if (0.0..=1.0).contains(&v) => Ok(()),
+            _ => invalid("must be between 0 and 1"),
+        },
+        "unclean.leader.election.enable" | "preallocate" | "message.downconversion.enable" | "remote.storage.enable" => {
+            match value {
+                "true" | "false" => Ok(()),
+                _ => invalid("must be true or false"),
+            }
+        }
+        "follower.replication.throttled.replicas" | "leader.replication.throttled.replicas" => Ok(()),
+        _ => Err((ResponseError::InvalidConfig, format!("Unknown topic config name: {name}"))),
+    }
+}

@@ -1,0 +1,304 @@
+//! Configuration: one typed struct, read from a TOML file, then `WEIR_<SECTION>_<KEY>`
+//! environment variables, then command-line flags, each overriding the one before.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub broker: BrokerConfig,
+    pub wal: WalConfig,
+    pub storage: StorageSection,
+    pub metadata: MetadataConfig,
+    pub object_store: ObjectStoreConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BrokerConfig {
+    pub node_id: i32,
+    /// Kafka listener.
+    pub listen: String,
+    /// Address clients are told to connect to; defaults to `listen`.
+    pub advertised: String,
+    /// Admin HTTP: /metrics, /healthz, /readyz.
+    pub admin_listen: String,
+    pub data_dir: PathBuf,
+    pub zone: String,
+    /// `auto.create.topics.enable`
+    pub auto_create_topics: bool,
+    /// `num.partitions`
+    pub num_partitions: u32,
+    /// `socket.request.max.bytes`
+    pub max_request_bytes: usize,
+    /// `message.max.bytes`
+    pub message_max_bytes: usize,
+    /// `log.retention.ms`
+    pub log_retention_ms: i64,
+    /// `log.retention.bytes`
+    pub log_retention_bytes: i64,
+    /// `group.initial.rebalance.delay.ms` (Kafka's default is 3000; 0 suits a single node).
+    pub group_initial_rebalance_delay_ms: u64,
+    /// How often idempotent-producer state is snapshotted to the metadata store.
+    pub producer_snapshot_interval_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WalConfig {
+    /// `file` (a file or block device).
+    pub kind: String,
+    /// Defaults to `<data_dir>/wal`.
+    pub path: Option<PathBuf>,
+    pub capacity: u64,
+    pub direct_io: bool,
+    /// How long a produce waits for WAL space before failing with a retriable error.
+    pub full_wait_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StorageSection {
+    pub upload_bytes: u64,
+    pub upload_interval_ms: u64,
+    pub stream_object_bytes: u64,
+    pub block_bytes: u64,
+    pub log_cache_bytes: u64,
+    pub block_cache_bytes: u64,
+    pub readahead_max_bytes: u64,
+    pub delete_grace_ms: u64,
+    pub orphan_grace_ms: u64,
+    pub maintenance_interval_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetadataConfig {
+    /// `sqlite://path`; defaults to `sqlite://<data_dir>/meta.sqlite`.
+    pub url: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ObjectStoreConfig {
+    /// `file:///path` or `memory://`; defaults to `file://<data_dir>/objects`.
+    pub url: Option<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            broker: BrokerConfig::default(),
+            wal: WalConfig::default(),
+            storage: StorageSection::default(),
+            metadata: MetadataConfig { url: None },
+            object_store: ObjectStoreConfig { url: None },
+        }
+    }
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            node_id: 1,
+            listen: "127.0.0.1:9092".into(),
+            advertised: String::new(),
+            admin_listen: "127.0.0.1:9644".into(),
+            data_dir: PathBuf::from("./data"),
+            zone: String::new(),
+            auto_create_topics: true,
+            num_partitions: 1,
+            max_request_bytes: 100 << 20,
+            message_max_bytes: 1_048_588,
+            log_retention_ms: 604_800_000,
+            log_retention_bytes: -1,
+            group_initial_rebalance_delay_ms: 0,
+            producer_snapshot_interval_ms: 30_000,
+        }
+    }
+}
+
+impl Default for WalConfig {
+    fn default() -> Self {
+        WalConfig {
+            kind: "file".into(),
+            path: None,
+            capacity: 2 << 30,
+            direct_io: true,
+            full_wait_ms: 10_000,
+        }
+    }
+}
+
+impl Default for StorageSection {
+    fn default() -> Self {
+        let d = weir_storage::StorageConfig::default();
+        StorageSection {
+            upload_bytes: d.upload_bytes,
+            upload_interval_ms: d.upload_interval.as_millis() as u64,
+            stream_object_bytes: d.stream_object_bytes,
+            block_bytes: d.block_bytes,
+            log_cache_bytes: d.log_cache_bytes,
+            block_cache_bytes: d.block_cache_bytes,
+            readahead_max_bytes: d.readahead_max_bytes,
+            delete_grace_ms: d.delete_grace.as_millis() as u64,
+            orphan_grace_ms: d.orphan_grace.as_millis() as u64,
+            maintenance_interval_ms: d.maintenance_interval.as_millis() as u64,
+        }
+    }
+}
+
+const SECTIONS: [&str; 5] = ["object_store", "broker", "wal", "storage", "metadata"];
+
+/// A scalar from an environment variable or flag: number, boolean, else string.
+fn scalar(v: &str) -> toml::Value {
+    if let Ok(i) = v.parse::<i64>() {
+        toml::Value::Integer(i)
+    } else if let Ok(b) = v.parse::<bool>() {
+        toml::Value::Boolean(b)
+    } else {
+        toml::Value::String(v.to_string())
+    }
+}
+
+fn set(table: &mut toml::Table, section: &str, key: &str, value: toml::Value) {
+    let entry = table
+        .entry(section.to_string())
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    if let toml::Value::Table(t) = entry {
+        t.insert(key.to_string(), value);
+    }
+}
+
+impl Config {
+    /// Loads the file (if any), then applies `env` (`WEIR_<SECTION>_<KEY>`), then `overrides`
+    /// (section, key, value) from flags.
+    pub fn load(
+        file: Option<&std::path::Path>,
+        env: impl Iterator<Item = (String, String)>,
+        overrides: &[(&str, &str, String)],
+    ) -> anyhow::Result<Config> {
+        let mut table = match file {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).with_context(|| format!("reading config file {}", p.display()))?;
+                text.parse::<toml::Table>()
+                    .with_context(|| format!("parsing config file {}", p.display()))?
+            }
+            None => toml::Table::new(),
+        };
+        for (k, v) in env {
+            let Some(rest) = k.strip_prefix("WEIR_") else { continue };
+            let rest = rest.to_ascii_lowercase();
+            let Some(section) = SECTIONS.iter().find(|s| rest.starts_with(&format!("{s}_"))) else {
+                continue;
+            };
+            let key = &rest[section.len() + 1..];
+            set(&mut table, section, key, scalar(&v));
+        }
+        for (section, key, v) in overrides {
+            set(&mut table, section, key, scalar(v));
+        }
+        let config: Config = toml::Value::Table(table)
+            .try_into()
+            .context("invalid configuration")?;
+        if config.wal.kind != "file" {
+            bail!("wal.kind = {:?}: only \"file\" is implemented", config.wal.kind);
+        }
+        Ok(config)
+    }
+
+    pub fn advertised(&self) -> &str {
+        if self.broker.advertised.is_empty() {
+            &self.broker.listen
+        } else {
+            &self.broker.advertised
+        }
+    }
+
+    pub fn wal_path(&self) -> PathBuf {
+        self.wal.path.clone().unwrap_or_else(|| self.broker.data_dir.join("wal"))
+    }
+
+    pub fn metadata_url(&self) -> String {
+        self.metadata
+            .url
+            .clone()
+            .unwrap_or_else(|| format!("sqlite://{}", self.broker.data_dir.join("meta.sqlite").display()))
+    }
+
+    pub fn object_store_url(&self) -> anyhow::Result<String> {
+        match &self.object_store.url {
+            Some(u) => Ok(u.clone()),
+            None => {
+                let dir = self.broker.data_dir.join("objects");
+                std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+                let abs = dir.canonicalize().with_context(|| format!("resolving {}", dir.display()))?;
+                Ok(format!("file://{}", abs.display()))
+            }
+        }
+    }
+
+    pub fn storage(&self) -> weir_storage::StorageConfig {
+        use std::time::Duration;
+        let s = &self.storage;
+        weir_storage::StorageConfig {
+            upload_bytes: s.upload_bytes,
+            upload_interval: Duration::from_millis(s.upload_interval_ms),
+            stream_object_bytes: s.stream_object_bytes,
+            block_bytes: s.block_bytes,
+            log_cache_bytes: s.log_cache_bytes,
+            block_cache_bytes: s.block_cache_bytes,
+            readahead_max_bytes: s.readahead_max_bytes,
+            wal_full_wait: Duration::from_millis(self.wal.full_wait_ms),
+            delete_grace: Duration::from_millis(s.delete_grace_ms),
+            orphan_grace: Duration::from_millis(s.orphan_grace_ms),
+            maintenance_interval: Duration::from_millis(s.maintenance_interval_ms),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_then_env_then_flags() {
+        let dir = tempfile_dir();
+        let path = dir.join("weir.toml");
+        std::fs::write(&path, "[broker]\nlisten = \"127.0.0.1:1\"\nnode_id = 5\n[wal]\ncapacity = 1048576\n").unwrap();
+        let env = vec![
+            ("WEIR_BROKER_LISTEN".to_string(), "127.0.0.1:2".to_string()),
+            ("WEIR_OBJECT_STORE_URL".to_string(), "memory://".to_string()),
+            ("WEIR_WAL_DIRECT_IO".to_string(), "false".to_string()),
+            ("OTHER".to_string(), "x".to_string()),
+        ];
+        let c = Config::load(Some(&path), env.into_iter(), &[("broker", "node_id", "7".to_string())]).unwrap();
+        assert_eq!(c.broker.listen, "127.0.0.1:2");
+        assert_eq!(c.broker.node_id, 7);
+        assert_eq!(c.wal.capacity, 1 << 20);
+        assert!(!c.wal.direct_io);
+        assert_eq!(c.object_store.url.as_deref(), Some("memory://"));
+        assert_eq!(c.advertised(), "127.0.0.1:2");
+    }
+
+    #[test]
+    fn defaults_and_errors() {
+        let c = Config::load(None, std::iter::empty(), &[]).unwrap();
+        assert_eq!(c.broker.listen, "127.0.0.1:9092");
+        assert_eq!(c.broker.admin_listen, "127.0.0.1:9644");
+        assert_eq!(c.broker.data_dir, PathBuf::from("./data"));
+        let bad = Config::load(None, vec![("WEIR_BROKER_NOPE".to_string(), "1".to_string())].into_iter(), &[]);
+        assert!(bad.is_err(), "unknown keys are errors");
+        let bad = Config::load(None, vec![("WEIR_BROKER_NODE_ID".to_string(), "x".to_string())].into_iter(), &[]);
+        assert!(bad.is_err());
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!("weir-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+}

@@ -1,0 +1,227 @@
+//! `weir`: the broker binary. `weir serve` starts a broker; with no configuration it listens on
+//! 127.0.0.1:9092, keeps everything under ./data and serves admin HTTP on 127.0.0.1:9644.
+
+mod admin;
+mod config;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+
+#[derive(Parser)]
+#[command(name = "weir", version, about = "A Kafka-compatible broker that keeps its data in object storage")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start a broker.
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// TOML configuration file; every key can also be set as WEIR_<SECTION>_<KEY>.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[arg(long)]
+    data_dir: Option<String>,
+    /// Kafka listener, host:port.
+    #[arg(long)]
+    listen: Option<String>,
+    /// Admin HTTP listener (/metrics, /healthz, /readyz), host:port.
+    #[arg(long)]
+    admin_listen: Option<String>,
+    /// Address advertised to clients, host:port.
+    #[arg(long)]
+    advertised: Option<String>,
+    #[arg(long)]
+    node_id: Option<String>,
+    #[arg(long)]
+    zone: Option<String>,
+    #[arg(long)]
+    metadata_url: Option<String>,
+    #[arg(long)]
+    object_store_url: Option<String>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match cli.command {
+        Command::Serve(args) => {
+            let flags: Vec<(&str, &str, String)> = [
+                ("broker", "data_dir", args.data_dir),
+                ("broker", "listen", args.listen),
+                ("broker", "admin_listen", args.admin_listen),
+                ("broker", "advertised", args.advertised),
+                ("broker", "node_id", args.node_id),
+                ("broker", "zone", args.zone),
+                ("metadata", "url", args.metadata_url),
+                ("object_store", "url", args.object_store_url),
+            ]
+            .into_iter()
+            .filter_map(|(s, k, v)| v.map(|v| (s, k, v)))
+            .collect();
+            let config = Config::load(args.config.as_deref(), std::env::vars(), &flags)?;
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .thread_name("weir")
+                .build()
+                .context("starting the runtime")?;
+            rt.block_on(serve(config))
+        }
+    }
+}
+
+fn split_host_port(addr: &str) -> anyhow::Result<(String, i32)> {
+    let (host, port) = addr
+        .rsplit_once(':')
+        .with_context(|| format!("{addr:?} is not host:port"))?;
+    let port = port.parse().with_context(|| format!("bad port in {addr:?}"))?;
+    Ok((host.trim_matches(|c| c == '[' || c == ']').to_string(), port))
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let data_dir = &config.broker.data_dir;
+    std::fs::create_dir_all(data_dir).with_context(|| format!("creating data dir {}", data_dir.display()))?;
+
+    let wal = weir_wal::FileWal::open(weir_wal::FileWalConfig {
+        capacity: config.wal.capacity,
+        direct_io: config.wal.direct_io,
+        ..weir_wal::FileWalConfig::new(config.wal_path())
+    })
+    .context("opening the WAL")?;
+    let meta_url = config.metadata_url();
+    let Some(meta_path) = meta_url.strip_prefix("sqlite://") else {
+        bail!("metadata url {meta_url:?}: only sqlite:// is implemented");
+    };
+    let meta: Arc<dyn weir_meta::MetaStore> =
+        Arc::new(weir_meta::SqliteMetaStore::open(std::path::Path::new(meta_path)).context("opening the metadata store")?);
+    let store_url = config.object_store_url()?;
+    let store = weir_storage::objstore::from_url(&store_url).map_err(anyhow::Error::msg)?;
+    tracing::info!(wal = %config.wal_path().display(), metadata = %meta_url, objects = %store_url, "opening storage");
+    let engine = weir_storage::Engine::open(config.storage(), Arc::new(wal), Arc::clone(&meta), store)
+        .await
+        .context("opening the storage engine")?;
+
+    let cluster_id = meta
+        .get_or_init("cluster.id", &uuid::Uuid::new_v4().simple().to_string())
+        .await
+        .context("reading the cluster id")?;
+    let defaults = weir_partition::TopicDefaults {
+        num_partitions: config.broker.num_partitions.max(1),
+        auto_create: config.broker.auto_create_topics,
+        max_message_bytes: config.broker.message_max_bytes,
+        retention_ms: config.broker.log_retention_ms,
+        retention_bytes: config.broker.log_retention_bytes,
+        wal_full_wait: Duration::from_millis(config.wal.full_wait_ms),
+    };
+    let topics = weir_partition::Topics::open(engine.clone(), Arc::clone(&meta), defaults)
+        .await
+        .context("opening topics")?;
+    let groups = weir_group::GroupCoordinator::new(
+        Arc::clone(&meta),
+        weir_group::GroupConfig {
+            initial_rebalance_delay: Duration::from_millis(config.broker.group_initial_rebalance_delay_ms),
+            ..weir_group::GroupConfig::default()
+        },
+    );
+    let (host, port) = split_host_port(config.advertised())?;
+    let broker = weir_api::Broker::new(
+        weir_api::BrokerIdentity {
+            node_id: config.broker.node_id,
+            host,
+            port,
+            rack: (!config.broker.zone.is_empty()).then(|| config.broker.zone.clone()),
+            cluster_id,
+        },
+        Arc::clone(&topics),
+        Arc::clone(&groups),
+        Arc::clone(&meta),
+    );
+
+    let listener = TcpListener::bind(&config.broker.listen)
+        .await
+        .with_context(|| format!("binding the Kafka listener {}", config.broker.listen))?;
+    let admin_listener = TcpListener::bind(&config.broker.admin_listen)
+        .await
+        .with_context(|| format!("binding the admin listener {}", config.broker.admin_listen))?;
+    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+    let net_meters = Arc::new(weir_network::NetworkMeters::default());
+    let ready = Arc::new(AtomicBool::new(false));
+    let network = tokio::spawn(weir_network::serve(
+        listener,
+        Arc::clone(&broker),
+        weir_network::NetworkConfig {
+            max_request_bytes: config.broker.max_request_bytes,
+            ..Default::default()
+        },
+        Arc::clone(&net_meters),
+        shutdown_rx.clone(),
+    ));
+    let admin = tokio::spawn(admin::serve(
+        admin_listener,
+        admin::State {
+            ready: Arc::clone(&ready),
+            engine: engine.clone(),
+            broker: Arc::clone(&broker),
+            network: Arc::clone(&net_meters),
+        },
+        shutdown_rx.clone(),
+    ));
+    let snapshots = {
+        let topics = Arc::clone(&topics);
+        let every = Duration::from_millis(config.broker.producer_snapshot_interval_ms.max(100));
+        let mut shutdown = shutdown_rx.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => topics.snapshot_producers().await,
+                    _ = shutdown.changed() => return,
+                }
+            }
+        })
+    };
+    ready.store(true, Ordering::SeqCst);
+    tracing::info!(listen = %config.broker.listen, advertised = %config.advertised(), admin = %config.broker.admin_listen, "Weir is serving");
+
+    wait_for_signal().await?;
+    tracing::info!("shutting down: uploading what the WAL holds");
+    ready.store(false, Ordering::SeqCst);
+    shutdown_tx.send_replace(true);
+    let _ = network.await;
+    let _ = snapshots.await;
+    groups.shutdown();
+    topics.close().await;
+    engine.close().await.context("closing the storage engine")?;
+    let _ = admin.await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}
