@@ -3,10 +3,16 @@
 use std::collections::BTreeMap;
 
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
-use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
-use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
+use kafka_protocol::messages::delete_records_response::{
+    DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+};
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
-use kafka_protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult};
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult,
+};
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
@@ -26,7 +32,11 @@ fn err_parts(e: &AdminError) -> (i16, Option<kafka_protocol::protocol::StrBytes>
 }
 
 impl Broker {
-    pub(crate) async fn create_topics(&self, r: CreateTopicsRequest, version: i16) -> CreateTopicsResponse {
+    pub(crate) async fn create_topics(
+        &self,
+        r: CreateTopicsRequest,
+        version: i16,
+    ) -> CreateTopicsResponse {
         let mut results = Vec::with_capacity(r.topics.len());
         for t in r.topics {
             let name = t.name.0.to_string();
@@ -42,57 +52,78 @@ impl Broker {
                 }
             }
             let res = CreatableTopicResult::default().with_name(t.name.clone());
-            let replication = if t.replication_factor == -1 { 1 } else { t.replication_factor };
-            results.push(match self.topics.create(&name, partitions, configs, r.validate_only).await {
-                Ok(topic) => {
-                    let mut res = res
-                        .with_topic_id(Uuid::from_bytes(topic.id))
-                        .with_num_partitions(if r.validate_only {
-                            if partitions == -1 {
-                                self.topics.defaults().num_partitions as i32
+            let replication = if t.replication_factor == -1 {
+                1
+            } else {
+                t.replication_factor
+            };
+            results.push(
+                match self
+                    .topics
+                    .create(&name, partitions, configs, r.validate_only)
+                    .await
+                {
+                    Ok(topic) => {
+                        let mut res = res
+                            .with_topic_id(Uuid::from_bytes(topic.id))
+                            .with_num_partitions(if r.validate_only {
+                                if partitions == -1 {
+                                    self.topics.defaults().num_partitions as i32
+                                } else {
+                                    partitions
+                                }
                             } else {
-                                partitions
-                            }
-                        } else {
-                            topic.partitions.len() as i32
-                        })
-                        .with_replication_factor(replication);
-                    if version >= 5 {
-                        res = res.with_configs(Some(
-                            self.topics
-                                .describe_configs(&topic)
-                                .into_iter()
-                                .map(|e| {
-                                    CreatableTopicConfigs::default()
-                                        .with_name(str(&e.name))
-                                        .with_value(Some(str(&e.value)))
-                                        .with_config_source(if e.is_default { SOURCE_DEFAULT } else { SOURCE_DYNAMIC_TOPIC })
-                                })
-                                .collect(),
-                        ));
+                                topic.partitions.len() as i32
+                            })
+                            .with_replication_factor(replication);
+                        if version >= 5 {
+                            res = res.with_configs(Some(
+                                self.topics
+                                    .describe_configs(&topic)
+                                    .into_iter()
+                                    .map(|e| {
+                                        CreatableTopicConfigs::default()
+                                            .with_name(str(&e.name))
+                                            .with_value(Some(str(&e.value)))
+                                            .with_config_source(if e.is_default {
+                                                SOURCE_DEFAULT
+                                            } else {
+                                                SOURCE_DYNAMIC_TOPIC
+                                            })
+                                    })
+                                    .collect(),
+                            ));
+                        }
+                        res
                     }
-                    res
-                }
-                Err(e) => {
-                    let (code, msg) = err_parts(&e);
-                    res.with_error_code(code)
-                        .with_error_message(msg)
-                        .with_num_partitions(-1)
-                        .with_replication_factor(-1)
-                }
-            });
+                    Err(e) => {
+                        let (code, msg) = err_parts(&e);
+                        res.with_error_code(code)
+                            .with_error_message(msg)
+                            .with_num_partitions(-1)
+                            .with_replication_factor(-1)
+                    }
+                },
+            );
         }
         CreateTopicsResponse::default().with_topics(results)
     }
 
-    pub(crate) async fn delete_topics(&self, r: DeleteTopicsRequest, version: i16) -> DeleteTopicsResponse {
+    pub(crate) async fn delete_topics(
+        &self,
+        r: DeleteTopicsRequest,
+        version: i16,
+    ) -> DeleteTopicsResponse {
         let targets: Vec<(Option<String>, Uuid)> = if version >= 6 {
             r.topics
                 .into_iter()
                 .map(|t| (t.name.map(|n| n.0.to_string()), t.topic_id))
                 .collect()
         } else {
-            r.topic_names.into_iter().map(|n| (Some(n.0.to_string()), Uuid::nil())).collect()
+            r.topic_names
+                .into_iter()
+                .map(|n| (Some(n.0.to_string()), Uuid::nil()))
+                .collect()
         };
         let mut out = Vec::with_capacity(targets.len());
         for (name, id) in targets {
@@ -117,22 +148,35 @@ impl Broker {
         DeleteTopicsResponse::default().with_responses(out)
     }
 
-    pub(crate) async fn create_partitions(&self, r: CreatePartitionsRequest) -> CreatePartitionsResponse {
+    pub(crate) async fn create_partitions(
+        &self,
+        r: CreatePartitionsRequest,
+    ) -> CreatePartitionsResponse {
         let mut results = Vec::with_capacity(r.topics.len());
         for t in r.topics {
             let res = CreatePartitionsTopicResult::default().with_name(t.name.clone());
-            results.push(match self.topics.add_partitions(t.name.0.as_str(), t.count, r.validate_only).await {
-                Ok(()) => res,
-                Err(e) => {
-                    let (code, msg) = err_parts(&e);
-                    res.with_error_code(code).with_error_message(msg)
-                }
-            });
+            results.push(
+                match self
+                    .topics
+                    .add_partitions(t.name.0.as_str(), t.count, r.validate_only)
+                    .await
+                {
+                    Ok(()) => res,
+                    Err(e) => {
+                        let (code, msg) = err_parts(&e);
+                        res.with_error_code(code).with_error_message(msg)
+                    }
+                },
+            );
         }
         CreatePartitionsResponse::default().with_results(results)
     }
 
-    pub(crate) fn describe_configs(&self, r: DescribeConfigsRequest, _version: i16) -> DescribeConfigsResponse {
+    pub(crate) fn describe_configs(
+        &self,
+        r: DescribeConfigsRequest,
+        _version: i16,
+    ) -> DescribeConfigsResponse {
         let results = r
             .resources
             .into_iter()
@@ -149,7 +193,10 @@ impl Broker {
                     RESOURCE_TOPIC => match self.topics.get(res.resource_name.as_str()) {
                         None => out
                             .with_error_code(ResponseError::UnknownTopicOrPartition.code())
-                            .with_error_message(Some(str(&format!("Topic '{}' does not exist.", res.resource_name.as_str())))),
+                            .with_error_message(Some(str(&format!(
+                                "Topic '{}' does not exist.",
+                                res.resource_name.as_str()
+                            )))),
                         Some(t) => out.with_configs(
                             self.topics
                                 .describe_configs(&t)
@@ -159,7 +206,11 @@ impl Broker {
                                     DescribeConfigsResourceResult::default()
                                         .with_name(str(&e.name))
                                         .with_value(Some(str(&e.value)))
-                                        .with_config_source(if e.is_default { SOURCE_DEFAULT } else { SOURCE_DYNAMIC_TOPIC })
+                                        .with_config_source(if e.is_default {
+                                            SOURCE_DEFAULT
+                                        } else {
+                                            SOURCE_DYNAMIC_TOPIC
+                                        })
                                 })
                                 .collect(),
                         ),
@@ -190,7 +241,9 @@ impl Broker {
                     }
                     _ => out
                         .with_error_code(ResponseError::InvalidRequest.code())
-                        .with_error_message(Some(str("Weir describes topic and broker configs only"))),
+                        .with_error_message(Some(str(
+                            "Weir describes topic and broker configs only",
+                        ))),
                 }
             })
             .collect();
@@ -203,9 +256,20 @@ impl Broker {
             let configs: BTreeMap<String, String> = res
                 .configs
                 .iter()
-                .filter_map(|c| c.value.as_ref().map(|v| (c.name.to_string(), v.to_string())))
+                .filter_map(|c| {
+                    c.value
+                        .as_ref()
+                        .map(|v| (c.name.to_string(), v.to_string()))
+                })
                 .collect();
-            let result = self.set_topic_configs(res.resource_type, res.resource_name.as_str(), configs, r.validate_only).await;
+            let result = self
+                .set_topic_configs(
+                    res.resource_type,
+                    res.resource_name.as_str(),
+                    configs,
+                    r.validate_only,
+                )
+                .await;
             let resp = alter_configs_response::AlterConfigsResourceResponse::default()
                 .with_resource_type(res.resource_type)
                 .with_resource_name(res.resource_name);
@@ -220,7 +284,10 @@ impl Broker {
         AlterConfigsResponse::default().with_responses(out)
     }
 
-    pub(crate) async fn incremental_alter_configs(&self, r: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse {
+    pub(crate) async fn incremental_alter_configs(
+        &self,
+        r: IncrementalAlterConfigsRequest,
+    ) -> IncrementalAlterConfigsResponse {
         let mut out = Vec::with_capacity(r.resources.len());
         for res in r.resources {
             let name = res.resource_name.as_str();
@@ -229,7 +296,10 @@ impl Broker {
                     ResponseError::UnknownTopicOrPartition,
                     format!("Topic '{name}' does not exist."),
                 )),
-                None => Err((ResponseError::InvalidRequest, "Weir alters topic configs only".to_string())),
+                None => Err((
+                    ResponseError::InvalidRequest,
+                    "Weir alters topic configs only".to_string(),
+                )),
                 Some(t) => {
                     let mut configs = t.configs.clone();
                     let mut bad = None;
@@ -252,16 +322,30 @@ impl Broker {
                             }
                             (3, Some(v)) => {
                                 if let Some(old) = configs.get(&key) {
-                                    let kept: Vec<&str> = old.split(',').filter(|x| x.trim() != v).collect();
+                                    let kept: Vec<&str> =
+                                        old.split(',').filter(|x| x.trim() != v).collect();
                                     configs.insert(key, kept.join(","));
                                 }
                             }
-                            (op, _) => bad = Some((ResponseError::InvalidRequest, format!("invalid operation {op} for {key}"))),
+                            (op, _) => {
+                                bad = Some((
+                                    ResponseError::InvalidRequest,
+                                    format!("invalid operation {op} for {key}"),
+                                ))
+                            }
                         }
                     }
                     match bad {
                         Some(e) => Err(e),
-                        None => self.set_topic_configs(res.resource_type, name, configs, r.validate_only).await,
+                        None => {
+                            self.set_topic_configs(
+                                res.resource_type,
+                                name,
+                                configs,
+                                r.validate_only,
+                            )
+                            .await
+                        }
                     }
                 }
             };
@@ -287,7 +371,10 @@ impl Broker {
         validate_only: bool,
     ) -> Result<(), AdminError> {
         if resource_type != RESOURCE_TOPIC {
-            return Err((ResponseError::InvalidRequest, "Weir alters topic configs only".to_string()));
+            return Err((
+                ResponseError::InvalidRequest,
+                "Weir alters topic configs only".to_string(),
+            ));
         }
         self.topics.set_configs(name, configs, validate_only).await
     }
@@ -297,18 +384,25 @@ impl Broker {
         for t in r.topics {
             let mut parts = Vec::with_capacity(t.partitions.len());
             for p in t.partitions {
-                let res = DeleteRecordsPartitionResult::default().with_partition_index(p.partition_index);
-                parts.push(match self.topics.partition(t.name.0.as_str(), p.partition_index) {
-                    None => res
-                        .with_error_code(ResponseError::UnknownTopicOrPartition.code())
-                        .with_low_watermark(-1),
-                    Some(part) => match part.delete_records(p.offset).await {
-                        Ok(low) => res.with_low_watermark(low),
-                        Err(e) => res.with_error_code(e.code()).with_low_watermark(-1),
+                let res =
+                    DeleteRecordsPartitionResult::default().with_partition_index(p.partition_index);
+                parts.push(
+                    match self.topics.partition(t.name.0.as_str(), p.partition_index) {
+                        None => res
+                            .with_error_code(ResponseError::UnknownTopicOrPartition.code())
+                            .with_low_watermark(-1),
+                        Some(part) => match part.delete_records(p.offset).await {
+                            Ok(low) => res.with_low_watermark(low),
+                            Err(e) => res.with_error_code(e.code()).with_low_watermark(-1),
+                        },
                     },
-                });
+                );
             }
-            topics.push(DeleteRecordsTopicResult::default().with_name(t.name).with_partitions(parts));
+            topics.push(
+                DeleteRecordsTopicResult::default()
+                    .with_name(t.name)
+                    .with_partitions(parts),
+            );
         }
         DeleteRecordsResponse::default().with_topics(topics)
     }

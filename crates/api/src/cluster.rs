@@ -3,7 +3,9 @@
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
-use kafka_protocol::messages::metadata_response::{MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic};
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
@@ -13,8 +15,10 @@ use crate::{str, supported_versions, Broker};
 
 /// Bits of the operations a client may do on a topic, for `include_topic_authorized_operations`
 /// (no ACLs yet: everything is allowed).
-const TOPIC_OPERATIONS: i32 = (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
-const CLUSTER_OPERATIONS: i32 = (1 << 4) | (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12);
+const TOPIC_OPERATIONS: i32 =
+    (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
+const CLUSTER_OPERATIONS: i32 =
+    (1 << 4) | (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12);
 
 pub fn api_versions(error_code: i16) -> ApiVersionsResponse {
     let api_keys = ApiKey::iter()
@@ -51,7 +55,12 @@ impl Broker {
                 .collect()
         });
         let topics = match wanted {
-            None => self.topics.list().into_iter().map(|t| self.topic_metadata(&t)).collect(),
+            None => self
+                .topics
+                .list()
+                .into_iter()
+                .map(|t| self.topic_metadata(&t))
+                .collect(),
             Some(wanted) => {
                 let mut out = Vec::with_capacity(wanted.len());
                 for (name, id) in wanted {
@@ -123,7 +132,11 @@ impl Broker {
             )
     }
 
-    pub(crate) fn describe_cluster(&self, r: DescribeClusterRequest, _version: i16) -> DescribeClusterResponse {
+    pub(crate) fn describe_cluster(
+        &self,
+        r: DescribeClusterRequest,
+        _version: i16,
+    ) -> DescribeClusterResponse {
         DescribeClusterResponse::default()
             .with_endpoint_type(r.endpoint_type)
             .with_cluster_id(str(&self.identity.cluster_id))
@@ -140,7 +153,11 @@ impl Broker {
             })
     }
 
-    pub(crate) fn find_coordinator(&self, r: FindCoordinatorRequest, version: i16) -> FindCoordinatorResponse {
+    pub(crate) fn find_coordinator(
+        &self,
+        r: FindCoordinatorRequest,
+        version: i16,
+    ) -> FindCoordinatorResponse {
         // Group coordination lives on every broker of a single-node cluster; transactions are
         // not implemented yet.
         let answer = |key: StrBytesAlias| {
@@ -155,13 +172,18 @@ impl Broker {
             Coordinator::default()
                 .with_key(key)
                 .with_node_id(BrokerId(if code == 0 { self.identity.node_id } else { -1 }))
-                .with_host(if code == 0 { str(&self.identity.host) } else { str("") })
+                .with_host(if code == 0 {
+                    str(&self.identity.host)
+                } else {
+                    str("")
+                })
                 .with_port(if code == 0 { self.identity.port } else { -1 })
                 .with_error_code(code)
                 .with_error_message(msg)
         };
         if version >= 4 {
-            FindCoordinatorResponse::default().with_coordinators(r.coordinator_keys.into_iter().map(answer).collect())
+            FindCoordinatorResponse::default()
+                .with_coordinators(r.coordinator_keys.into_iter().map(answer).collect())
         } else {
             let c = answer(r.key);
             FindCoordinatorResponse::default()
@@ -173,7 +195,10 @@ impl Broker {
         }
     }
 
-    pub(crate) async fn init_producer_id(&self, r: InitProducerIdRequest) -> InitProducerIdResponse {
+    pub(crate) async fn init_producer_id(
+        &self,
+        r: InitProducerIdRequest,
+    ) -> InitProducerIdResponse {
         let fail = |e: ResponseError| {
             InitProducerIdResponse::default()
                 .with_error_code(e.code())
@@ -218,7 +243,8 @@ impl Broker {
             };
             if empty {
                 let first = self.meta.allocate_ids("producer", BLOCK).await? as i64;
-                *self.producer_ids.lock().unwrap_or_else(|e| e.into_inner()) = (first, first + BLOCK as i64);
+                *self.producer_ids.lock().unwrap_or_else(|e| e.into_inner()) =
+                    (first, first + BLOCK as i64);
             }
         }
     }

@@ -54,7 +54,11 @@ impl Broker {
                             partition_index: p.partition,
                             partition: topic
                                 .as_ref()
-                                .and_then(|t| usize::try_from(p.partition).ok().and_then(|i| t.partitions.get(i).cloned()))
+                                .and_then(|t| {
+                                    usize::try_from(p.partition)
+                                        .ok()
+                                        .and_then(|i| t.partitions.get(i).cloned())
+                                })
                                 .ok_or(missing),
                             offset: p.fetch_offset,
                             max_bytes: p.partition_max_bytes,
@@ -64,7 +68,11 @@ impl Broker {
                 }
             })
             .collect();
-        let max_bytes = if r.max_bytes <= 0 { i32::MAX } else { r.max_bytes } as usize;
+        let max_bytes = if r.max_bytes <= 0 {
+            i32::MAX
+        } else {
+            r.max_bytes
+        } as usize;
         let (response, bytes, errors) = fetch_once(&wanted, max_bytes).await;
         let waits = r.max_wait_ms > 0 && bytes < r.min_bytes.max(1) as usize && !errors;
         if !waits {
@@ -79,16 +87,28 @@ impl Broker {
             let mut receivers: Vec<_> = wanted
                 .iter()
                 .flat_map(|t| t.partitions.iter())
-                .filter_map(|w| w.partition.as_ref().ok().and_then(|p| p.watch_high_watermark()))
+                .filter_map(|w| {
+                    w.partition
+                        .as_ref()
+                        .ok()
+                        .and_then(|p| p.watch_high_watermark())
+                })
                 .collect();
             let (mut response, mut bytes) = (response, bytes);
             loop {
-                let changed = futures::future::select_all(receivers.iter_mut().map(|rx| rx.changed().boxed()));
-                let woke = !receivers.is_empty() && tokio::time::timeout_at(deadline.into(), changed).await.is_ok();
+                if receivers.is_empty() {
+                    tokio::time::sleep_until(deadline.into()).await;
+                    break;
+                }
+                let woke = {
+                    let changed = futures::future::select_all(
+                        receivers.iter_mut().map(|rx| rx.changed().boxed()),
+                    );
+                    tokio::time::timeout_at(deadline.into(), changed)
+                        .await
+                        .is_ok()
+                };
                 if !woke {
-                    if receivers.is_empty() {
-                        tokio::time::sleep_until(deadline.into()).await;
-                    }
                     break;
                 }
                 let (r2, b2, e2) = fetch_once(&wanted, max_bytes).await;
@@ -125,12 +145,20 @@ async fn fetch_once(wanted: &[WantedTopic], max_bytes: usize) -> (FetchResponse,
                 Ok(p) => p,
                 Err(e) => {
                     errors = true;
-                    parts.push(pd.with_error_code(e.code()).with_high_watermark(-1).with_last_stable_offset(-1).with_log_start_offset(-1));
+                    parts.push(
+                        pd.with_error_code(e.code())
+                            .with_high_watermark(-1)
+                            .with_last_stable_offset(-1)
+                            .with_log_start_offset(-1),
+                    );
                     continue;
                 }
             };
             let (start, hw) = p.offsets();
-            let pd = pd.with_high_watermark(hw).with_last_stable_offset(hw).with_log_start_offset(start);
+            let pd = pd
+                .with_high_watermark(hw)
+                .with_last_stable_offset(hw)
+                .with_log_start_offset(start);
             if w.current_leader_epoch >= 0 && w.current_leader_epoch != p.leader_epoch {
                 errors = true;
                 let e = if w.current_leader_epoch < p.leader_epoch {
@@ -171,5 +199,9 @@ async fn fetch_once(wanted: &[WantedTopic], max_bytes: usize) -> (FetchResponse,
                 .with_partitions(parts),
         );
     }
-    (FetchResponse::default().with_responses(topics), total, errors)
+    (
+        FetchResponse::default().with_responses(topics),
+        total,
+        errors,
+    )
 }

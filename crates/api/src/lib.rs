@@ -152,7 +152,12 @@ impl Broker {
     }
 
     /// Handles one request. `client_host` is the peer's address, for group membership.
-    pub async fn handle(self: &Arc<Self>, header: &RequestHeader, request: RequestKind, client_host: &str) -> Reply {
+    pub async fn handle(
+        self: &Arc<Self>,
+        header: &RequestHeader,
+        request: RequestKind,
+        client_host: &str,
+    ) -> Reply {
         let v = header.request_api_version;
         if let Some(c) = usize::try_from(header.request_api_key)
             .ok()
@@ -165,26 +170,44 @@ impl Broker {
         match request {
             RequestKind::ApiVersions(_) => now(ResponseKind::ApiVersions(cluster::api_versions(0))),
             RequestKind::Metadata(r) => now(ResponseKind::Metadata(self.metadata(r, v).await)),
-            RequestKind::DescribeCluster(r) => now(ResponseKind::DescribeCluster(self.describe_cluster(r, v))),
-            RequestKind::FindCoordinator(r) => now(ResponseKind::FindCoordinator(self.find_coordinator(r, v))),
-            RequestKind::InitProducerId(r) => now(ResponseKind::InitProducerId(self.init_producer_id(r).await)),
+            RequestKind::DescribeCluster(r) => {
+                now(ResponseKind::DescribeCluster(self.describe_cluster(r, v)))
+            }
+            RequestKind::FindCoordinator(r) => {
+                now(ResponseKind::FindCoordinator(self.find_coordinator(r, v)))
+            }
+            RequestKind::InitProducerId(r) => {
+                now(ResponseKind::InitProducerId(self.init_producer_id(r).await))
+            }
             RequestKind::Produce(r) => self.produce(r, v).await,
             RequestKind::Fetch(r) => self.fetch(r, v).await,
-            RequestKind::ListOffsets(r) => now(ResponseKind::ListOffsets(self.list_offsets(r, v).await)),
-            RequestKind::OffsetForLeaderEpoch(r) => {
-                now(ResponseKind::OffsetForLeaderEpoch(self.offset_for_leader_epoch(r)))
+            RequestKind::ListOffsets(r) => {
+                now(ResponseKind::ListOffsets(self.list_offsets(r, v).await))
             }
-            RequestKind::CreateTopics(r) => now(ResponseKind::CreateTopics(self.create_topics(r, v).await)),
-            RequestKind::DeleteTopics(r) => now(ResponseKind::DeleteTopics(self.delete_topics(r, v).await)),
-            RequestKind::CreatePartitions(r) => {
-                now(ResponseKind::CreatePartitions(self.create_partitions(r).await))
+            RequestKind::OffsetForLeaderEpoch(r) => now(ResponseKind::OffsetForLeaderEpoch(
+                self.offset_for_leader_epoch(r),
+            )),
+            RequestKind::CreateTopics(r) => {
+                now(ResponseKind::CreateTopics(self.create_topics(r, v).await))
             }
-            RequestKind::DescribeConfigs(r) => now(ResponseKind::DescribeConfigs(self.describe_configs(r, v))),
-            RequestKind::AlterConfigs(r) => now(ResponseKind::AlterConfigs(self.alter_configs(r).await)),
-            RequestKind::IncrementalAlterConfigs(r) => {
-                now(ResponseKind::IncrementalAlterConfigs(self.incremental_alter_configs(r).await))
+            RequestKind::DeleteTopics(r) => {
+                now(ResponseKind::DeleteTopics(self.delete_topics(r, v).await))
             }
-            RequestKind::DeleteRecords(r) => now(ResponseKind::DeleteRecords(self.delete_records(r).await)),
+            RequestKind::CreatePartitions(r) => now(ResponseKind::CreatePartitions(
+                self.create_partitions(r).await,
+            )),
+            RequestKind::DescribeConfigs(r) => {
+                now(ResponseKind::DescribeConfigs(self.describe_configs(r, v)))
+            }
+            RequestKind::AlterConfigs(r) => {
+                now(ResponseKind::AlterConfigs(self.alter_configs(r).await))
+            }
+            RequestKind::IncrementalAlterConfigs(r) => now(ResponseKind::IncrementalAlterConfigs(
+                self.incremental_alter_configs(r).await,
+            )),
+            RequestKind::DeleteRecords(r) => {
+                now(ResponseKind::DeleteRecords(self.delete_records(r).await))
+            }
             RequestKind::JoinGroup(r) => {
                 // Joins wait for the rebalance; answer later so the connection keeps serving.
                 let groups = Arc::clone(&self.groups);
@@ -195,22 +218,38 @@ impl Broker {
             }
             RequestKind::SyncGroup(r) => {
                 let groups = Arc::clone(&self.groups);
-                Reply::Later(Box::pin(async move { ResponseKind::SyncGroup(groups.sync_group(r, v).await) }))
+                Reply::Later(Box::pin(async move {
+                    ResponseKind::SyncGroup(groups.sync_group(r, v).await)
+                }))
             }
-            RequestKind::Heartbeat(r) => now(ResponseKind::Heartbeat(self.groups.heartbeat(r, v).await)),
-            RequestKind::LeaveGroup(r) => now(ResponseKind::LeaveGroup(self.groups.leave_group(r, v).await)),
+            RequestKind::Heartbeat(r) => {
+                now(ResponseKind::Heartbeat(self.groups.heartbeat(r, v).await))
+            }
+            RequestKind::LeaveGroup(r) => now(ResponseKind::LeaveGroup(
+                self.groups.leave_group(r, v).await,
+            )),
             RequestKind::OffsetCommit(r) => {
                 let topics = Arc::clone(&self.topics);
                 let exists = move |t: &str, p: i32| topics.partition(t, p).is_some();
-                now(ResponseKind::OffsetCommit(self.groups.offset_commit(r, v, &exists).await))
+                now(ResponseKind::OffsetCommit(
+                    self.groups.offset_commit(r, v, &exists).await,
+                ))
             }
-            RequestKind::OffsetFetch(r) => now(ResponseKind::OffsetFetch(self.groups.offset_fetch(r, v).await)),
-            RequestKind::DescribeGroups(r) => {
-                now(ResponseKind::DescribeGroups(self.groups.describe_groups(r, v).await))
-            }
-            RequestKind::ListGroups(r) => now(ResponseKind::ListGroups(self.groups.list_groups(r, v).await)),
-            RequestKind::DeleteGroups(r) => now(ResponseKind::DeleteGroups(self.groups.delete_groups(r, v).await)),
-            RequestKind::OffsetDelete(r) => now(ResponseKind::OffsetDelete(self.groups.offset_delete(r, v).await)),
+            RequestKind::OffsetFetch(r) => now(ResponseKind::OffsetFetch(
+                self.groups.offset_fetch(r, v).await,
+            )),
+            RequestKind::DescribeGroups(r) => now(ResponseKind::DescribeGroups(
+                self.groups.describe_groups(r, v).await,
+            )),
+            RequestKind::ListGroups(r) => now(ResponseKind::ListGroups(
+                self.groups.list_groups(r, v).await,
+            )),
+            RequestKind::DeleteGroups(r) => now(ResponseKind::DeleteGroups(
+                self.groups.delete_groups(r, v).await,
+            )),
+            RequestKind::OffsetDelete(r) => now(ResponseKind::OffsetDelete(
+                self.groups.offset_delete(r, v).await,
+            )),
             _ => {
                 self.meters.unsupported.inc();
                 Reply::Unsupported
@@ -220,8 +259,12 @@ impl Broker {
 }
 
 /// Encodes a response with its header, for the request's API key and version.
-pub fn encode_response(header: &RequestHeader, response: &ResponseKind) -> anyhow_free::Result<BytesMut> {
-    let key = ApiKey::try_from(header.request_api_key).map_err(|_| anyhow_free::Error("unknown API key".into()))?;
+pub fn encode_response(
+    header: &RequestHeader,
+    response: &ResponseKind,
+) -> anyhow_free::Result<BytesMut> {
+    let key = ApiKey::try_from(header.request_api_key)
+        .map_err(|_| anyhow_free::Error("unknown API key".into()))?;
     let version = header.request_api_version;
     let mut buf = BytesMut::with_capacity(256);
     buf.extend_from_slice(&[0, 0, 0, 0]);

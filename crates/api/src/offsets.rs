@@ -1,7 +1,11 @@
 //! ListOffsets and OffsetForLeaderEpoch.
 
-use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
-use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::offset_for_leader_epoch_response::{
+    EpochEndOffset, OffsetForLeaderTopicResult,
+};
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
 
@@ -14,7 +18,11 @@ const EARLIEST_LOCAL: i64 = -4;
 const LATEST_TIERED: i64 = -5;
 
 impl Broker {
-    pub(crate) async fn list_offsets(&self, r: ListOffsetsRequest, _version: i16) -> ListOffsetsResponse {
+    pub(crate) async fn list_offsets(
+        &self,
+        r: ListOffsetsRequest,
+        _version: i16,
+    ) -> ListOffsetsResponse {
         let mut topics = Vec::with_capacity(r.topics.len());
         for t in r.topics {
             let mut parts = Vec::with_capacity(t.partitions.len());
@@ -24,7 +32,8 @@ impl Broker {
                     .with_timestamp(-1)
                     .with_offset(-1)
                     .with_leader_epoch(-1);
-                let Some(partition) = self.topics.partition(t.name.0.as_str(), p.partition_index) else {
+                let Some(partition) = self.topics.partition(t.name.0.as_str(), p.partition_index)
+                else {
                     parts.push(resp.with_error_code(ResponseError::UnknownTopicOrPartition.code()));
                     continue;
                 };
@@ -55,7 +64,11 @@ impl Broker {
                     Err(e) => resp.with_error_code(e.code()),
                 });
             }
-            topics.push(ListOffsetsTopicResponse::default().with_name(t.name).with_partitions(parts));
+            topics.push(
+                ListOffsetsTopicResponse::default()
+                    .with_name(t.name)
+                    .with_partitions(parts),
+            );
         }
         ListOffsetsResponse::default().with_topics(topics)
     }
@@ -63,7 +76,10 @@ impl Broker {
     /// Weir never truncates acknowledged data, so every epoch a client knows ends at the high
     /// watermark: answering so tells a client that validates its position after a leader change
     /// that nothing it read was lost.
-    pub(crate) fn offset_for_leader_epoch(&self, r: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse {
+    pub(crate) fn offset_for_leader_epoch(
+        &self,
+        r: OffsetForLeaderEpochRequest,
+    ) -> OffsetForLeaderEpochResponse {
         let topics = r
             .topics
             .into_iter()
@@ -78,13 +94,18 @@ impl Broker {
                                 .with_error_code(ResponseError::UnknownTopicOrPartition.code())
                                 .with_leader_epoch(-1)
                                 .with_end_offset(-1),
-                            Some(part) if p.current_leader_epoch >= 0 && p.current_leader_epoch != part.leader_epoch => {
+                            Some(part)
+                                if p.current_leader_epoch >= 0
+                                    && p.current_leader_epoch != part.leader_epoch =>
+                            {
                                 let code = if p.current_leader_epoch < part.leader_epoch {
                                     ResponseError::FencedLeaderEpoch
                                 } else {
                                     ResponseError::UnknownLeaderEpoch
                                 };
-                                e.with_error_code(code.code()).with_leader_epoch(-1).with_end_offset(-1)
+                                e.with_error_code(code.code())
+                                    .with_leader_epoch(-1)
+                                    .with_end_offset(-1)
                             }
                             Some(part) if p.leader_epoch > part.leader_epoch => {
                                 e.with_leader_epoch(-1).with_end_offset(-1)
@@ -96,7 +117,9 @@ impl Broker {
                         }
                     })
                     .collect();
-                OffsetForLeaderTopicResult::default().with_topic(t.topic).with_partitions(parts)
+                OffsetForLeaderTopicResult::default()
+                    .with_topic(t.topic)
+                    .with_partitions(parts)
             })
             .collect();
         OffsetForLeaderEpochResponse::default().with_topics(topics)

@@ -14,7 +14,10 @@ impl Broker {
         let started = Instant::now();
         if r.transactional_id.is_some() {
             // Transactions are not implemented yet; say so per partition rather than hang up.
-            return Reply::Now(ResponseKind::Produce(error_for_all(&r, ResponseError::TransactionalIdAuthorizationFailed)));
+            return Reply::Now(ResponseKind::Produce(error_for_all(
+                &r,
+                ResponseError::TransactionalIdAuthorizationFailed,
+            )));
         }
         let acks = r.acks;
         let wal_wait = self.topics.defaults().wal_full_wait;
@@ -29,9 +32,11 @@ impl Broker {
             };
             let mut ps = Vec::with_capacity(t.partition_data.len());
             for p in t.partition_data {
-                let partition = topic
-                    .as_ref()
-                    .and_then(|t| usize::try_from(p.index).ok().and_then(|i| t.partitions.get(i).cloned()));
+                let partition = topic.as_ref().and_then(|t| {
+                    usize::try_from(p.index)
+                        .ok()
+                        .and_then(|i| t.partitions.get(i).cloned())
+                });
                 let records = p.records.unwrap_or_default();
                 self.meters.produce_bytes.add(records.len() as u64);
                 let ticket = match partition {
@@ -53,9 +58,13 @@ impl Broker {
                         Ok(t) => t.wait().await,
                         Err(e) => Err(e),
                     };
-                    let pr = PartitionProduceResponse::default().with_index(index).with_log_append_time_ms(-1);
+                    let pr = PartitionProduceResponse::default()
+                        .with_index(index)
+                        .with_log_append_time_ms(-1);
                     prs.push(match result {
-                        Ok(ok) => pr.with_base_offset(ok.base_offset).with_log_start_offset(ok.log_start_offset),
+                        Ok(ok) => pr
+                            .with_base_offset(ok.base_offset)
+                            .with_log_start_offset(ok.log_start_offset),
                         Err(e) => pr
                             .with_error_code(e.code())
                             .with_base_offset(-1)
@@ -63,7 +72,12 @@ impl Broker {
                             .with_error_message(Some(str(&e.to_string()))),
                     });
                 }
-                responses.push(TopicProduceResponse::default().with_name(name).with_topic_id(id).with_partition_responses(prs));
+                responses.push(
+                    TopicProduceResponse::default()
+                        .with_name(name)
+                        .with_topic_id(id)
+                        .with_partition_responses(prs),
+                );
             }
             this.meters.produce_latency.record(started.elapsed());
             ResponseKind::Produce(ProduceResponse::default().with_responses(responses))

@@ -45,15 +45,22 @@ pub async fn run_all(open: impl Fn() -> Box<dyn MetaStore>) {
 
 pub async fn topics_have_streams_and_configs(m: &dyn MetaStore) {
     use std::collections::BTreeMap;
-    let configs: BTreeMap<String, String> = [("retention.ms".to_string(), "1000".to_string())].into();
-    let a = m.create_topic("a", [1; 16], 3, configs.clone()).await.expect("create");
+    let configs: BTreeMap<String, String> =
+        [("retention.ms".to_string(), "1000".to_string())].into();
+    let a = m
+        .create_topic("a", [1; 16], 3, configs.clone())
+        .await
+        .expect("create");
     assert_eq!(a.streams.len(), 3);
     assert_eq!(a.configs, configs);
     assert!(matches!(
         m.create_topic("a", [2; 16], 1, BTreeMap::new()).await,
         Err(MetaError::TopicExists(_))
     ));
-    let b = m.create_topic("b", [2; 16], 1, BTreeMap::new()).await.expect("create");
+    let b = m
+        .create_topic("b", [2; 16], 1, BTreeMap::new())
+        .await
+        .expect("create");
     let all: Vec<u64> = a.streams.iter().chain(&b.streams).copied().collect();
     let unique: std::collections::HashSet<u64> = all.iter().copied().collect();
     assert_eq!(unique.len(), 4, "every partition has its own stream");
@@ -64,9 +71,14 @@ pub async fn topics_have_streams_and_configs(m: &dyn MetaStore) {
         m.add_partitions("a", 2).await,
         Err(MetaError::InvalidPartitions { current: 5, .. })
     ));
-    m.set_topic_configs("b", configs.clone()).await.expect("configs");
+    m.set_topic_configs("b", configs.clone())
+        .await
+        .expect("configs");
     let topics = m.list_topics().await.expect("list");
-    assert_eq!(topics.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), vec!["a", "b"]);
+    assert_eq!(
+        topics.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+        vec!["a", "b"]
+    );
     assert_eq!(topics[1].configs, configs);
     assert_eq!(topics[1].topic_id, [2; 16]);
 
@@ -75,9 +87,21 @@ pub async fn topics_have_streams_and_configs(m: &dyn MetaStore) {
     m.open_stream(s, 1).await.expect("open");
     commit(m, vec![range(s, 1, 0, 10)]).await.expect("commit");
     m.delete_topic("a").await.expect("delete");
-    assert!(matches!(m.delete_topic("a").await, Err(MetaError::UnknownTopic(_))));
-    assert_eq!(m.deletable_objects(Duration::ZERO, Duration::from_secs(3600)).await.expect("deletable").len(), 1);
-    let c = m.create_topic("a", [3; 16], 1, BTreeMap::new()).await.expect("recreate");
+    assert!(matches!(
+        m.delete_topic("a").await,
+        Err(MetaError::UnknownTopic(_))
+    ));
+    assert_eq!(
+        m.deletable_objects(Duration::ZERO, Duration::from_secs(3600))
+            .await
+            .expect("deletable")
+            .len(),
+        1
+    );
+    let c = m
+        .create_topic("a", [3; 16], 1, BTreeMap::new())
+        .await
+        .expect("recreate");
     assert!(!a2.streams.contains(&c.streams[0]));
     assert_eq!(m.list_topics().await.expect("list").len(), 2);
 }
@@ -92,20 +116,44 @@ pub async fn group_offsets_and_snapshots(m: &dyn MetaStore) {
         metadata: Some("m".into()),
         commit_ms: 5,
     };
-    m.commit_offsets("g", vec![o("t", 0, 10), o("t", 1, 20)]).await.expect("commit");
-    m.commit_offsets("g", vec![o("t", 0, 15)]).await.expect("commit");
-    m.commit_offsets("h", vec![o("u", 0, 1)]).await.expect("commit");
-    assert_eq!(m.fetch_offsets("g").await.expect("fetch"), vec![o("t", 0, 15), o("t", 1, 20)]);
-    assert_eq!(m.offset_groups().await.expect("groups"), vec!["g".to_string(), "h".to_string()]);
-    m.delete_offsets("g", Some(vec![("t".into(), 1)])).await.expect("delete");
-    assert_eq!(m.fetch_offsets("g").await.expect("fetch"), vec![o("t", 0, 15)]);
+    m.commit_offsets("g", vec![o("t", 0, 10), o("t", 1, 20)])
+        .await
+        .expect("commit");
+    m.commit_offsets("g", vec![o("t", 0, 15)])
+        .await
+        .expect("commit");
+    m.commit_offsets("h", vec![o("u", 0, 1)])
+        .await
+        .expect("commit");
+    assert_eq!(
+        m.fetch_offsets("g").await.expect("fetch"),
+        vec![o("t", 0, 15), o("t", 1, 20)]
+    );
+    assert_eq!(
+        m.offset_groups().await.expect("groups"),
+        vec!["g".to_string(), "h".to_string()]
+    );
+    m.delete_offsets("g", Some(vec![("t".into(), 1)]))
+        .await
+        .expect("delete");
+    assert_eq!(
+        m.fetch_offsets("g").await.expect("fetch"),
+        vec![o("t", 0, 15)]
+    );
     m.delete_offsets("g", None).await.expect("delete all");
     assert!(m.fetch_offsets("g").await.expect("fetch").is_empty());
 
     assert_eq!(m.load_producer_snapshot(1).await.expect("load"), None);
-    m.save_producer_snapshot(1, 100, vec![1, 2, 3]).await.expect("save");
-    m.save_producer_snapshot(1, 200, vec![4]).await.expect("save");
-    assert_eq!(m.load_producer_snapshot(1).await.expect("load"), Some((200, vec![4])));
+    m.save_producer_snapshot(1, 100, vec![1, 2, 3])
+        .await
+        .expect("save");
+    m.save_producer_snapshot(1, 200, vec![4])
+        .await
+        .expect("save");
+    assert_eq!(
+        m.load_producer_snapshot(1).await.expect("load"),
+        Some((200, vec![4]))
+    );
 
     let a = m.allocate_ids("producer", 1000).await.expect("ids");
     let b = m.allocate_ids("producer", 1000).await.expect("ids");

@@ -208,13 +208,22 @@ pub trait MetaStore: Send + Sync + 'static {
     async fn fetch_offsets(&self, group: &str) -> Result<Vec<GroupOffset>>;
 
     /// Deletes a group's offsets: those of the given partitions, or all of them.
-    async fn delete_offsets(&self, group: &str, partitions: Option<Vec<(String, u32)>>) -> Result<()>;
+    async fn delete_offsets(
+        &self,
+        group: &str,
+        partitions: Option<Vec<(String, u32)>>,
+    ) -> Result<()>;
 
     /// Groups that have committed offsets.
     async fn offset_groups(&self) -> Result<Vec<String>>;
 
     /// Stores the idempotent-producer state of a stream, valid up to `offset`.
-    async fn save_producer_snapshot(&self, stream_id: u64, offset: u64, data: Vec<u8>) -> Result<()>;
+    async fn save_producer_snapshot(
+        &self,
+        stream_id: u64,
+        offset: u64,
+        data: Vec<u8>,
+    ) -> Result<()>;
 
     async fn load_producer_snapshot(&self, stream_id: u64) -> Result<Option<(u64, Vec<u8>)>>;
 

@@ -13,8 +13,8 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use std::collections::BTreeMap;
 
 use crate::{
-    GroupOffset, KeyFn, MetaError, MetaStore, ObjectCommit, ObjectId, ObjectInfo, RangeInfo, Result,
-    StreamMeta, TopicMeta,
+    GroupOffset, KeyFn, MetaError, MetaStore, ObjectCommit, ObjectId, ObjectInfo, RangeInfo,
+    Result, StreamMeta, TopicMeta,
 };
 
 const SCHEMA: &str = "
@@ -489,8 +489,11 @@ impl MetaStore for SqliteMetaStore {
                 )
                 .map_err(backend("dropping a stream"))?;
                 drop_ranges_below_start(&tx, std::iter::once(stream_id), now)?;
-                tx.execute("DELETE FROM streams WHERE stream_id = ?1", params![i(stream_id)])
-                    .map_err(backend("dropping a stream"))?;
+                tx.execute(
+                    "DELETE FROM streams WHERE stream_id = ?1",
+                    params![i(stream_id)],
+                )
+                .map_err(backend("dropping a stream"))?;
                 tx.execute(
                     "DELETE FROM producer_snapshots WHERE stream_id = ?1",
                     params![i(stream_id)],
@@ -596,7 +599,11 @@ impl MetaStore for SqliteMetaStore {
         .await
     }
 
-    async fn delete_offsets(&self, group: &str, partitions: Option<Vec<(String, u32)>>) -> Result<()> {
+    async fn delete_offsets(
+        &self,
+        group: &str,
+        partitions: Option<Vec<(String, u32)>>,
+    ) -> Result<()> {
         let group = group.to_string();
         self.with(move |c| {
             let tx = c.transaction().map_err(backend("begin"))?;
@@ -634,7 +641,12 @@ impl MetaStore for SqliteMetaStore {
         .await
     }
 
-    async fn save_producer_snapshot(&self, stream_id: u64, offset: u64, data: Vec<u8>) -> Result<()> {
+    async fn save_producer_snapshot(
+        &self,
+        stream_id: u64,
+        offset: u64,
+        data: Vec<u8>,
+    ) -> Result<()> {
         self.with(move |c| {
             c.execute(
                 "INSERT INTO producer_snapshots (stream_id, offset, data) VALUES (?1, ?2, ?3)
@@ -681,8 +693,10 @@ impl MetaStore for SqliteMetaStore {
                 params![key, default],
             )
             .map_err(backend("initialising a key"))?;
-            c.query_row("SELECT value FROM kv WHERE key = ?1", params![key], |r| r.get(0))
-                .map_err(backend("reading a key"))
+            c.query_row("SELECT value FROM kv WHERE key = ?1", params![key], |r| {
+                r.get(0)
+            })
+            .map_err(backend("reading a key"))
         })
         .await
     }
@@ -691,7 +705,9 @@ impl MetaStore for SqliteMetaStore {
 /// Takes `count` ids from the counter stored under `key`.
 fn next_id(tx: &rusqlite::Transaction<'_>, key: &str, count: u64) -> Result<u64> {
     let current: Option<String> = tx
-        .query_row("SELECT value FROM kv WHERE key = ?1", params![key], |r| r.get(0))
+        .query_row("SELECT value FROM kv WHERE key = ?1", params![key], |r| {
+            r.get(0)
+        })
         .optional()
         .map_err(backend("reading a counter"))?;
     let first = current.and_then(|v| v.parse::<u64>().ok()).unwrap_or(1);
@@ -703,7 +719,12 @@ fn next_id(tx: &rusqlite::Transaction<'_>, key: &str, count: u64) -> Result<u64>
     Ok(first)
 }
 
-fn add_partitions_tx(tx: &rusqlite::Transaction<'_>, topic: &str, from: u32, to: u32) -> Result<()> {
+fn add_partitions_tx(
+    tx: &rusqlite::Transaction<'_>,
+    topic: &str,
+    from: u32,
+    to: u32,
+) -> Result<()> {
     for p in from..to {
         let stream_id = next_id(tx, "counter.stream", 1)?;
         tx.execute(

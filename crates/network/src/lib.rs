@@ -148,7 +148,12 @@ async fn connection(
 ) -> Result<(), Close> {
     let (rd, mut wr) = stream.into_split();
     let (tx, mut rx) = mpsc::channel(config.max_in_flight.max(1));
-    let reader = tokio::spawn(read_frames(rd, tx, config.max_request_bytes, Arc::clone(meters)));
+    let reader = tokio::spawn(read_frames(
+        rd,
+        tx,
+        config.max_request_bytes,
+        Arc::clone(meters),
+    ));
     let _stop_reader = AbortOnDrop(reader);
     let host = peer.ip().to_string();
     let mut pending: FuturesOrdered<Pending> = FuturesOrdered::new();
@@ -201,13 +206,18 @@ impl Drop for AbortOnDrop {
 /// Decodes and dispatches one request; the returned future yields its encoded response.
 async fn request(broker: &Arc<Broker>, frame: Bytes, host: &str) -> Result<Option<Pending>, Close> {
     if frame.len() < 8 {
-        return Err(Close::Protocol(format!("request of {} bytes is too short for a header; closing", frame.len())));
+        return Err(Close::Protocol(format!(
+            "request of {} bytes is too short for a header; closing",
+            frame.len()
+        )));
     }
     let api_key = i16::from_be_bytes([frame[0], frame[1]]);
     let version = i16::from_be_bytes([frame[2], frame[3]]);
     let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
     let Ok(key) = ApiKey::try_from(api_key) else {
-        return Err(Close::Protocol(format!("unknown API key {api_key}; closing the connection")));
+        return Err(Close::Protocol(format!(
+            "unknown API key {api_key}; closing the connection"
+        )));
     };
     let supported = supported_versions(key).filter(|(min, max)| (*min..=*max).contains(&version));
     if supported.is_none() {
@@ -218,8 +228,11 @@ async fn request(broker: &Arc<Broker>, frame: Bytes, host: &str) -> Result<Optio
                 .with_request_api_key(api_key)
                 .with_request_api_version(0)
                 .with_correlation_id(correlation_id);
-            let response = ResponseKind::ApiVersions(weir_api_versions(ResponseError::UnsupportedVersion.code()));
-            let bytes = encode_response(&header, &response).map_err(|e| Close::Protocol(e.to_string()))?;
+            let response = ResponseKind::ApiVersions(weir_api_versions(
+                ResponseError::UnsupportedVersion.code(),
+            ));
+            let bytes =
+                encode_response(&header, &response).map_err(|e| Close::Protocol(e.to_string()))?;
             return Ok(Some(futures::future::ready(Some(Ok(bytes))).boxed()));
         }
         return Err(Close::Protocol(format!(
@@ -227,14 +240,28 @@ async fn request(broker: &Arc<Broker>, frame: Bytes, host: &str) -> Result<Optio
         )));
     }
     let mut buf = frame;
-    let header = RequestHeader::decode(&mut buf, key.request_header_version(version))
-        .map_err(|e| Close::Protocol(format!("malformed {key:?} v{version} request header: {e}; closing")))?;
-    let body = RequestKind::decode(key, &mut buf, version)
-        .map_err(|e| Close::Protocol(format!("malformed {key:?} v{version} request: {e}; closing")))?;
+    let header =
+        RequestHeader::decode(&mut buf, key.request_header_version(version)).map_err(|e| {
+            Close::Protocol(format!(
+                "malformed {key:?} v{version} request header: {e}; closing"
+            ))
+        })?;
+    let body = RequestKind::decode(key, &mut buf, version).map_err(|e| {
+        Close::Protocol(format!(
+            "malformed {key:?} v{version} request: {e}; closing"
+        ))
+    })?;
     if buf.has_remaining() {
-        tracing::debug!(?key, version, extra = buf.remaining(), "request has trailing bytes");
+        tracing::debug!(
+            ?key,
+            version,
+            extra = buf.remaining(),
+            "request has trailing bytes"
+        );
     }
-    let encode = move |header: RequestHeader, r: ResponseKind| -> Option<Result<BytesMut, String>> {
+    let encode = move |header: RequestHeader,
+                       r: ResponseKind|
+          -> Option<Result<BytesMut, String>> {
         Some(encode_response(&header, &r).map_err(|e| format!("encoding a {key:?} response: {e}")))
     };
     Ok(match broker.handle(&header, body, host).await {
@@ -242,7 +269,9 @@ async fn request(broker: &Arc<Broker>, frame: Bytes, host: &str) -> Result<Optio
         Reply::Later(f) => Some(f.map(move |r| encode(header, r)).boxed()),
         Reply::Nothing => None,
         Reply::Unsupported => {
-            return Err(Close::Protocol(format!("{key:?} is not implemented by Weir; closing the connection")))
+            return Err(Close::Protocol(format!(
+                "{key:?} is not implemented by Weir; closing the connection"
+            )))
         }
     })
 }

@@ -53,7 +53,8 @@ impl BatchHeader {
             return self.base_sequence;
         }
         // Sequences wrap at i32::MAX, as Kafka's do.
-        ((i64::from(self.base_sequence) + i64::from(self.last_offset_delta)) % (i64::from(i32::MAX) + 1)) as i32
+        ((i64::from(self.base_sequence) + i64::from(self.last_offset_delta))
+            % (i64::from(i32::MAX) + 1)) as i32
     }
 
     /// The timestamp the storage layer indexes.
@@ -95,7 +96,10 @@ pub struct ProducedBatch {
 
 /// Splits a produce request's records into batches and validates each: magic v2, lengths, CRC,
 /// record count, size limit. Errors are the codes Kafka answers with.
-pub fn split_and_validate(records: &Bytes, max_batch_bytes: usize) -> Result<Vec<ProducedBatch>, ResponseError> {
+pub fn split_and_validate(
+    records: &Bytes,
+    max_batch_bytes: usize,
+) -> Result<Vec<ProducedBatch>, ResponseError> {
     let mut out = Vec::new();
     let mut at = 0usize;
     if records.is_empty() {
@@ -128,7 +132,10 @@ pub fn split_and_validate(records: &Bytes, max_batch_bytes: usize) -> Result<Vec
             return Err(ResponseError::CorruptMessage);
         }
         let header = BatchHeader::parse(&bytes).ok_or(ResponseError::CorruptMessage)?;
-        if header.record_count <= 0 || header.last_offset_delta < 0 || header.record_count > header.last_offset_delta + 1 {
+        if header.record_count <= 0
+            || header.last_offset_delta < 0
+            || header.record_count > header.last_offset_delta + 1
+        {
             return Err(ResponseError::InvalidRecord);
         }
         if header.is_control() {
@@ -251,7 +258,13 @@ pub(crate) mod tests {
         let batches = split_and_validate(&both, 1 << 20).unwrap();
         assert_eq!(batches.len(), 2);
         assert_eq!(batches[0].header.offset_count(), 3);
-        assert_eq!((batches[1].header.base_sequence, batches[1].header.last_sequence()), (8, 9));
+        assert_eq!(
+            (
+                batches[1].header.base_sequence,
+                batches[1].header.last_sequence()
+            ),
+            (8, 9)
+        );
         let a = assign(&batches[0].bytes, 42, 3);
         let h = BatchHeader::parse(&a).unwrap();
         assert_eq!(h.base_offset, 42);
@@ -267,8 +280,14 @@ pub(crate) mod tests {
         let good = make_batch(3, 1000, -1, -1, -1);
         let mut bad = BytesMut::from(&good[..]);
         bad[70] ^= 1;
-        assert_eq!(split_and_validate(&bad.freeze(), 1 << 20).unwrap_err(), ResponseError::CorruptMessage);
-        assert_eq!(split_and_validate(&good, 10).unwrap_err(), ResponseError::MessageTooLarge);
+        assert_eq!(
+            split_and_validate(&bad.freeze(), 1 << 20).unwrap_err(),
+            ResponseError::CorruptMessage
+        );
+        assert_eq!(
+            split_and_validate(&good, 10).unwrap_err(),
+            ResponseError::MessageTooLarge
+        );
         let mut v1 = BytesMut::from(&good[..]);
         v1[16] = 1;
         assert_eq!(
@@ -279,7 +298,10 @@ pub(crate) mod tests {
             split_and_validate(&good.slice(0..good.len() - 1), 1 << 20).unwrap_err(),
             ResponseError::CorruptMessage
         );
-        assert_eq!(split_and_validate(&Bytes::new(), 1 << 20).unwrap_err(), ResponseError::InvalidRecord);
+        assert_eq!(
+            split_and_validate(&Bytes::new(), 1 << 20).unwrap_err(),
+            ResponseError::InvalidRecord
+        );
     }
 
     #[test]

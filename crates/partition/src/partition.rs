@@ -76,10 +76,16 @@ impl ProduceTicket {
                     );
                     match appended {
                         Ok(a) => {
-                            producers.record(&b.header, a.appended.base_offset, a.appended.end_offset);
+                            producers.record(
+                                &b.header,
+                                a.appended.base_offset,
+                                a.appended.end_offset,
+                            );
                             self.pending.push(a);
                         }
-                        Err(StorageError::Wal(weir_wal::WalError::Full { .. })) if Instant::now() < self.deadline => {
+                        Err(StorageError::Wal(weir_wal::WalError::Full { .. }))
+                            if Instant::now() < self.deadline =>
+                        {
                             return true;
                         }
                         Err(e) => {
@@ -101,7 +107,10 @@ impl ProduceTicket {
     pub async fn wait(mut self) -> Result<Produced, ResponseError> {
         while !self.remaining.is_empty() && self.error.is_none() {
             // Backpressure: wait for the uploader to free WAL space, then go on.
-            self.partition.engine.wait_for_wal_space(self.deadline).await;
+            self.partition
+                .engine
+                .wait_for_wal_space(self.deadline)
+                .await;
             if Instant::now() >= self.deadline {
                 self.error = Some(ResponseError::KafkaStorageError);
                 break;
@@ -206,15 +215,24 @@ impl Partition {
     }
 
     /// Appends a produce request's records for this partition; returns once they are durable.
-    pub async fn produce(self: &Arc<Self>, records: &Bytes, wal_wait: Duration) -> Result<Produced, ResponseError> {
+    pub async fn produce(
+        self: &Arc<Self>,
+        records: &Bytes,
+        wal_wait: Duration,
+    ) -> Result<Produced, ResponseError> {
         self.start_produce(records, wal_wait)?.wait().await
     }
 
     /// Validates the batches, checks their producer sequences and assigns their offsets, all
     /// before it returns, so that requests are appended in the order this is called. The ticket
     /// resolves once they are durable.
-    pub fn start_produce(self: &Arc<Self>, records: &Bytes, wal_wait: Duration) -> Result<ProduceTicket, ResponseError> {
-        let batches = batch::split_and_validate(records, self.max_message_bytes.load(Ordering::Relaxed))?;
+    pub fn start_produce(
+        self: &Arc<Self>,
+        records: &Bytes,
+        wal_wait: Duration,
+    ) -> Result<ProduceTicket, ResponseError> {
+        let batches =
+            batch::split_and_validate(records, self.max_message_bytes.load(Ordering::Relaxed))?;
         let mut ticket = ProduceTicket {
             partition: Arc::clone(self),
             pending: Vec::with_capacity(batches.len()),
@@ -239,7 +257,8 @@ impl Partition {
             .engine
             .watch_high_watermark(self.stream_id)
             .ok_or(ResponseError::NotLeaderOrFollower)?;
-        let result = tokio::time::timeout(Duration::from_secs(30), rx.wait_for(|hw| *hw >= end)).await;
+        let result =
+            tokio::time::timeout(Duration::from_secs(30), rx.wait_for(|hw| *hw >= end)).await;
         match result {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(_)) => Err(ResponseError::NotLeaderOrFollower),
@@ -261,7 +280,8 @@ impl Partition {
             0 => Bytes::new(),
             1 => r.batches[0].payload.clone(),
             _ => {
-                let mut b = BytesMut::with_capacity(r.batches.iter().map(|f| f.payload.len()).sum());
+                let mut b =
+                    BytesMut::with_capacity(r.batches.iter().map(|f| f.payload.len()).sum());
                 for f in &r.batches {
                     b.extend_from_slice(&f.payload);
                 }
@@ -329,7 +349,8 @@ impl Partition {
     pub async fn snapshot_producers(&self, meta: &dyn MetaStore) -> Result<(), StorageError> {
         let (_, hw) = self.offsets();
         let data = self.producers().encode_until(hw as u64);
-        meta.save_producer_snapshot(self.stream_id, hw as u64, data).await?;
+        meta.save_producer_snapshot(self.stream_id, hw as u64, data)
+            .await?;
         Ok(())
     }
 

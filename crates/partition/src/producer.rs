@@ -122,7 +122,11 @@ impl ProducerStates {
         out.put_u8(1);
         out.put_u32(self.producers.len() as u32);
         for (pid, e) in &self.producers {
-            let kept: Vec<&BatchMeta> = e.batches.iter().filter(|b| b.end_offset <= offset).collect();
+            let kept: Vec<&BatchMeta> = e
+                .batches
+                .iter()
+                .filter(|b| b.end_offset <= offset)
+                .collect();
             out.put_i64(*pid);
             out.put_i16(e.epoch);
             out.put_u8(kept.len() as u8);
@@ -195,14 +199,31 @@ mod tests {
         s.record(&h(1, 0, 10, 2), 3, 5);
         assert_eq!(
             s.check(&h(1, 0, 7, 3)),
-            Ok(Check::Duplicate(BatchMeta { first_seq: 7, last_seq: 9, base_offset: 0, end_offset: 3 }))
+            Ok(Check::Duplicate(BatchMeta {
+                first_seq: 7,
+                last_seq: 9,
+                base_offset: 0,
+                end_offset: 3
+            }))
         );
-        assert_eq!(s.check(&h(1, 0, 13, 1)), Err(ResponseError::OutOfOrderSequenceNumber));
-        assert_eq!(s.check(&h(1, 0, 11, 1)), Err(ResponseError::OutOfOrderSequenceNumber));
-        assert_eq!(s.check(&h(1, 1, 5, 1)), Err(ResponseError::OutOfOrderSequenceNumber));
+        assert_eq!(
+            s.check(&h(1, 0, 13, 1)),
+            Err(ResponseError::OutOfOrderSequenceNumber)
+        );
+        assert_eq!(
+            s.check(&h(1, 0, 11, 1)),
+            Err(ResponseError::OutOfOrderSequenceNumber)
+        );
+        assert_eq!(
+            s.check(&h(1, 1, 5, 1)),
+            Err(ResponseError::OutOfOrderSequenceNumber)
+        );
         assert_eq!(s.check(&h(1, 1, 0, 1)), Ok(Check::New));
         s.record(&h(1, 1, 0, 1), 5, 6);
-        assert_eq!(s.check(&h(1, 0, 12, 1)), Err(ResponseError::InvalidProducerEpoch));
+        assert_eq!(
+            s.check(&h(1, 0, 12, 1)),
+            Err(ResponseError::InvalidProducerEpoch)
+        );
         // Non-idempotent batches are never checked.
         assert_eq!(s.check(&h(-1, -1, -1, 1)), Ok(Check::New));
     }
@@ -213,7 +234,10 @@ mod tests {
         for i in 0..8 {
             s.record(&h(1, 0, i, 1), i as u64, i as u64 + 1);
         }
-        assert_eq!(s.check(&h(1, 0, 2, 1)), Err(ResponseError::OutOfOrderSequenceNumber));
+        assert_eq!(
+            s.check(&h(1, 0, 2, 1)),
+            Err(ResponseError::OutOfOrderSequenceNumber)
+        );
         assert!(matches!(s.check(&h(1, 0, 3, 1)), Ok(Check::Duplicate(_))));
         s.rewind(6);
         assert_eq!(s.check(&h(1, 0, 6, 1)), Ok(Check::New));

@@ -96,7 +96,10 @@ pub fn validate_topic_name(name: &str) -> Result<(), AdminError> {
     if name.len() > 249 {
         return bad("Topic name is illegal, it can't be longer than 249 characters");
     }
-    if !name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'_' || c == b'-') {
+    if !name
+        .bytes()
+        .all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'_' || c == b'-')
+    {
         return bad(&format!(
             "Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"
         ));
@@ -105,7 +108,11 @@ pub fn validate_topic_name(name: &str) -> Result<(), AdminError> {
 }
 
 impl Topics {
-    pub async fn open(engine: Engine, meta: Arc<dyn MetaStore>, defaults: TopicDefaults) -> Result<Arc<Topics>, StorageError> {
+    pub async fn open(
+        engine: Engine,
+        meta: Arc<dyn MetaStore>,
+        defaults: TopicDefaults,
+    ) -> Result<Arc<Topics>, StorageError> {
         let topics = Arc::new(Topics {
             engine,
             meta,
@@ -124,7 +131,15 @@ impl Topics {
         let max = self.max_message_bytes(&t.configs);
         let mut partitions = Vec::with_capacity(t.streams.len());
         for (i, &stream) in t.streams.iter().enumerate() {
-            let p = Partition::open(self.engine.clone(), &*self.meta, &t.name, i as i32, stream, max).await?;
+            let p = Partition::open(
+                self.engine.clone(),
+                &*self.meta,
+                &t.name,
+                i as i32,
+                stream,
+                max,
+            )
+            .await?;
             p.set_retention(self.retention(&t.configs));
             partitions.push(p);
         }
@@ -148,7 +163,11 @@ impl Topics {
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<Topic>> {
-        self.topics.read().unwrap_or_else(|e| e.into_inner()).get(name).cloned()
+        self.topics
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
     }
 
     pub fn get_by_id(&self, id: &[u8; 16]) -> Option<Arc<Topic>> {
@@ -161,12 +180,19 @@ impl Topics {
     }
 
     pub fn list(&self) -> Vec<Arc<Topic>> {
-        self.topics.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+        self.topics
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
     }
 
     pub fn partition(&self, topic: &str, index: i32) -> Option<Arc<Partition>> {
         let t = self.get(topic)?;
-        usize::try_from(index).ok().and_then(|i| t.partitions.get(i).cloned())
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| t.partitions.get(i).cloned())
     }
 
     /// The topic, created with the defaults if it does not exist and auto-creation is on.
@@ -198,14 +224,22 @@ impl Topics {
         let count = match partitions {
             -1 => self.defaults.num_partitions,
             n if n > 0 && n <= 100_000 => n as u32,
-            n => return Err((ResponseError::InvalidPartitions, format!("Number of partitions must be larger than 0, got {n}."))),
+            n => {
+                return Err((
+                    ResponseError::InvalidPartitions,
+                    format!("Number of partitions must be larger than 0, got {n}."),
+                ))
+            }
         };
         for (k, v) in &configs {
             validate_config(k, v)?;
         }
         let _change = self.changes.lock().await;
         if self.get(name).is_some() {
-            return Err((ResponseError::TopicAlreadyExists, format!("Topic '{name}' already exists.")));
+            return Err((
+                ResponseError::TopicAlreadyExists,
+                format!("Topic '{name}' already exists."),
+            ));
         }
         if validate_only {
             return Ok(Arc::new(Topic {
@@ -216,7 +250,11 @@ impl Topics {
             }));
         }
         let id = new_topic_id();
-        let meta = self.meta.create_topic(name, id, count, configs).await.map_err(meta_err)?;
+        let meta = self
+            .meta
+            .create_topic(name, id, count, configs)
+            .await
+            .map_err(meta_err)?;
         let topic = self.open_topic(meta).await.map_err(storage_err)?;
         self.insert(Arc::clone(&topic));
         tracing::info!(topic = name, partitions = count, "topic created");
@@ -225,10 +263,16 @@ impl Topics {
 
     pub async fn delete(&self, name: &str) -> Result<[u8; 16], AdminError> {
         let _change = self.changes.lock().await;
-        let t = self
-            .get(name)
-            .ok_or_else(|| (ResponseError::UnknownTopicOrPartition, format!("Topic '{name}' does not exist.")))?;
-        self.topics.write().unwrap_or_else(|e| e.into_inner()).remove(name);
+        let t = self.get(name).ok_or_else(|| {
+            (
+                ResponseError::UnknownTopicOrPartition,
+                format!("Topic '{name}' does not exist."),
+            )
+        })?;
+        self.topics
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
         for p in &t.partitions {
             // The data is going away: stop the stream without caring for its upload.
             let _ = self.engine.close_stream(p.stream_id).await;
@@ -238,11 +282,19 @@ impl Topics {
         Ok(t.id)
     }
 
-    pub async fn add_partitions(&self, name: &str, total: i32, validate_only: bool) -> Result<(), AdminError> {
+    pub async fn add_partitions(
+        &self,
+        name: &str,
+        total: i32,
+        validate_only: bool,
+    ) -> Result<(), AdminError> {
         let _change = self.changes.lock().await;
-        let t = self
-            .get(name)
-            .ok_or_else(|| (ResponseError::UnknownTopicOrPartition, format!("Topic '{name}' does not exist.")))?;
+        let t = self.get(name).ok_or_else(|| {
+            (
+                ResponseError::UnknownTopicOrPartition,
+                format!("Topic '{name}' does not exist."),
+            )
+        })?;
         let current = t.partitions.len() as i32;
         if total <= current {
             return Err((
@@ -253,13 +305,24 @@ impl Topics {
         if validate_only {
             return Ok(());
         }
-        let meta = self.meta.add_partitions(name, total as u32).await.map_err(meta_err)?;
+        let meta = self
+            .meta
+            .add_partitions(name, total as u32)
+            .await
+            .map_err(meta_err)?;
         let max = self.max_message_bytes(&meta.configs);
         let mut partitions = t.partitions.clone();
         for (i, &stream) in meta.streams.iter().enumerate().skip(partitions.len()) {
-            let p = Partition::open(self.engine.clone(), &*self.meta, name, i as i32, stream, max)
-                .await
-                .map_err(storage_err)?;
+            let p = Partition::open(
+                self.engine.clone(),
+                &*self.meta,
+                name,
+                i as i32,
+                stream,
+                max,
+            )
+            .await
+            .map_err(storage_err)?;
             p.set_retention(self.retention(&meta.configs));
             partitions.push(p);
         }
@@ -273,18 +336,29 @@ impl Topics {
     }
 
     /// Replaces a topic's configs (the API layer works out incremental changes).
-    pub async fn set_configs(&self, name: &str, configs: BTreeMap<String, String>, validate_only: bool) -> Result<(), AdminError> {
+    pub async fn set_configs(
+        &self,
+        name: &str,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    ) -> Result<(), AdminError> {
         for (k, v) in &configs {
             validate_config(k, v)?;
         }
         let _change = self.changes.lock().await;
-        let t = self
-            .get(name)
-            .ok_or_else(|| (ResponseError::UnknownTopicOrPartition, format!("Topic '{name}' does not exist.")))?;
+        let t = self.get(name).ok_or_else(|| {
+            (
+                ResponseError::UnknownTopicOrPartition,
+                format!("Topic '{name}' does not exist."),
+            )
+        })?;
         if validate_only {
             return Ok(());
         }
-        self.meta.set_topic_configs(name, configs.clone()).await.map_err(meta_err)?;
+        self.meta
+            .set_topic_configs(name, configs.clone())
+            .await
+            .map_err(meta_err)?;
         let retention = self.retention(&configs);
         let max = self.max_message_bytes(&configs);
         for p in &t.partitions {
@@ -306,13 +380,25 @@ impl Topics {
             .default_configs()
             .into_iter()
             .map(|(name, value)| match t.configs.get(&name) {
-                Some(v) => ConfigEntry { name, value: v.clone(), is_default: false },
-                None => ConfigEntry { name, value, is_default: true },
+                Some(v) => ConfigEntry {
+                    name,
+                    value: v.clone(),
+                    is_default: false,
+                },
+                None => ConfigEntry {
+                    name,
+                    value,
+                    is_default: true,
+                },
             })
             .collect();
         for (k, v) in &t.configs {
             if !out.iter().any(|e| &e.name == k) {
-                out.push(ConfigEntry { name: k.clone(), value: v.clone(), is_default: false });
+                out.push(ConfigEntry {
+                    name: k.clone(),
+                    value: v.clone(),
+                    is_default: false,
+                });
             }
         }
         out
@@ -352,11 +438,18 @@ impl Topics {
     }
 
     fn retention(&self, configs: &BTreeMap<String, String>) -> Retention {
-        let policy = configs.get("cleanup.policy").map_or("delete", String::as_str);
+        let policy = configs
+            .get("cleanup.policy")
+            .map_or("delete", String::as_str);
         if !policy.split(',').any(|p| p.trim() == "delete") {
             return Retention::default();
         }
-        let num = |k: &str, d: i64| configs.get(k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(d);
+        let num = |k: &str, d: i64| {
+            configs
+                .get(k)
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(d)
+        };
         let ms = num("retention.ms", self.defaults.retention_ms);
         let bytes = num("retention.bytes", self.defaults.retention_bytes);
         Retention {
@@ -394,19 +487,41 @@ fn new_topic_id() -> [u8; 16] {
 
 /// Checks a topic config against the names and values Kafka accepts.
 pub fn validate_config(name: &str, value: &str) -> Result<(), AdminError> {
-    let invalid = |why: &str| Err((ResponseError::InvalidConfig, format!("Invalid value {value} for configuration {name}: {why}")));
+    let invalid = |why: &str| {
+        Err((
+            ResponseError::InvalidConfig,
+            format!("Invalid value {value} for configuration {name}: {why}"),
+        ))
+    };
     let long_at_least = |min: i64| match value.parse::<i64>() {
         Ok(v) if v >= min => Ok(()),
         _ => invalid(&format!("must be a number at least {min}")),
     };
     match name {
-        "retention.ms" | "retention.bytes" | "local.retention.ms" | "local.retention.bytes" => long_at_least(-2),
-        "max.message.bytes" | "segment.bytes" | "min.insync.replicas" | "segment.index.bytes" | "index.interval.bytes" => long_at_least(0),
-        "segment.ms" | "segment.jitter.ms" | "delete.retention.ms" | "file.delete.delay.ms" | "flush.messages" | "flush.ms"
-        | "min.compaction.lag.ms" | "max.compaction.lag.ms" | "message.timestamp.difference.max.ms"
-        | "message.timestamp.before.max.ms" | "message.timestamp.after.max.ms" => long_at_least(0),
+        "retention.ms" | "retention.bytes" | "local.retention.ms" | "local.retention.bytes" => {
+            long_at_least(-2)
+        }
+        "max.message.bytes"
+        | "segment.bytes"
+        | "min.insync.replicas"
+        | "segment.index.bytes"
+        | "index.interval.bytes" => long_at_least(0),
+        "segment.ms"
+        | "segment.jitter.ms"
+        | "delete.retention.ms"
+        | "file.delete.delay.ms"
+        | "flush.messages"
+        | "flush.ms"
+        | "min.compaction.lag.ms"
+        | "max.compaction.lag.ms"
+        | "message.timestamp.difference.max.ms"
+        | "message.timestamp.before.max.ms"
+        | "message.timestamp.after.max.ms" => long_at_least(0),
         "cleanup.policy" => {
-            if value.split(',').all(|p| matches!(p.trim(), "delete" | "compact")) {
+            if value
+                .split(',')
+                .all(|p| matches!(p.trim(), "delete" | "compact"))
+            {
                 Ok(())
             } else {
                 invalid("must be a list of delete and compact")
@@ -425,13 +540,19 @@ pub fn validate_config(name: &str, value: &str) -> Result<(), AdminError> {
             Ok(v) if (0.0..=1.0).contains(&v) => Ok(()),
             _ => invalid("must be between 0 and 1"),
         },
-        "unclean.leader.election.enable" | "preallocate" | "message.downconversion.enable" | "remote.storage.enable" => {
-            match value {
-                "true" | "false" => Ok(()),
-                _ => invalid("must be true or false"),
-            }
+        "unclean.leader.election.enable"
+        | "preallocate"
+        | "message.downconversion.enable"
+        | "remote.storage.enable" => match value {
+            "true" | "false" => Ok(()),
+            _ => invalid("must be true or false"),
+        },
+        "follower.replication.throttled.replicas" | "leader.replication.throttled.replicas" => {
+            Ok(())
         }
-        "follower.replication.throttled.replicas" | "leader.replication.throttled.replicas" => Ok(()),
-        _ => Err((ResponseError::InvalidConfig, format!("Unknown topic config name: {name}"))),
+        _ => Err((
+            ResponseError::InvalidConfig,
+            format!("Unknown topic config name: {name}"),
+        )),
     }
 }

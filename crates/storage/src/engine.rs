@@ -262,7 +262,9 @@ impl Engine {
         let inner = &self.inner;
         inner.check_open()?;
         debug_assert!(record_count > 0, "empty batch");
-        let s = inner.stream(stream_id).ok_or(StorageError::NotOpen(stream_id))?;
+        let s = inner
+            .stream(stream_id)
+            .ok_or(StorageError::NotOpen(stream_id))?;
         let mut st = s.lock();
         if let Some(current) = st.fenced_by {
             return Err(StorageError::Fenced {
@@ -306,7 +308,10 @@ impl Engine {
         drop(st);
         inner.cached_bytes.fetch_add(len, Ordering::Relaxed);
         if inner.uncommitted_bytes.fetch_add(len, Ordering::Relaxed) == 0 {
-            let mut oldest = inner.oldest_uncommitted.lock().unwrap_or_else(|e| e.into_inner());
+            let mut oldest = inner
+                .oldest_uncommitted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             oldest.get_or_insert_with(Instant::now);
         }
         inner.maybe_wake_uploader();
@@ -387,7 +392,9 @@ impl Engine {
     /// (ListOffsets by time); `None` if every batch is older.
     pub async fn find_by_timestamp(&self, stream_id: u64, timestamp: i64) -> Result<Option<Frame>> {
         let inner = &self.inner;
-        let s = inner.stream(stream_id).ok_or(StorageError::NotOpen(stream_id))?;
+        let s = inner
+            .stream(stream_id)
+            .ok_or(StorageError::NotOpen(stream_id))?;
         let (start, committed) = {
             let st = s.lock();
             (st.start_offset, st.committed_end)
@@ -407,17 +414,25 @@ impl Engine {
             };
             let mut next = from.max(r.start_offset);
             while next < r.end_offset {
-                let frames = inner.reader.read(stream_id, next, r.end_offset, 1 << 20).await?;
+                let frames = inner
+                    .reader
+                    .read(stream_id, next, r.end_offset, 1 << 20)
+                    .await?;
                 let Some(last) = frames.last() else { break };
                 next = last.end_offset();
-                if let Some(f) = frames.into_iter().find(|f| f.max_timestamp >= timestamp && f.end_offset() > start) {
+                if let Some(f) = frames
+                    .into_iter()
+                    .find(|f| f.max_timestamp >= timestamp && f.end_offset() > start)
+                {
                     return Ok(Some(f));
                 }
             }
             from = r.end_offset;
         }
         let st = s.lock();
-        let i = st.batches.partition_point(|b| b.end_offset() <= committed.max(st.start_offset));
+        let i = st
+            .batches
+            .partition_point(|b| b.end_offset() <= committed.max(st.start_offset));
         Ok(st
             .batches
             .range(i..)

@@ -466,14 +466,23 @@ async fn finds_batches_by_timestamp_in_objects_and_cache() {
     let engine = open_engine(dir.path(), small_config(), WAL).await;
     engine.open_stream(1, 1).await.unwrap();
     for i in 0..100u64 {
-        engine.append(1, 1, 2, 1000 + 10 * i as i64, |b| payload(1, b, i, 500)).await.unwrap();
+        engine
+            .append(1, 1, 2, 1000 + 10 * i as i64, |b| payload(1, b, i, 500))
+            .await
+            .unwrap();
         if i == 59 {
             engine.flush().await.unwrap();
         }
     }
     let at = |ts| {
         let engine = engine.clone();
-        async move { engine.find_by_timestamp(1, ts).await.unwrap().map(|f| f.base_offset) }
+        async move {
+            engine
+                .find_by_timestamp(1, ts)
+                .await
+                .unwrap()
+                .map(|f| f.base_offset)
+        }
     };
     assert_eq!(at(0).await, Some(0));
     assert_eq!(at(1000).await, Some(0));

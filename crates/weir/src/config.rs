@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use serde::Deserialize;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub broker: BrokerConfig,
@@ -74,30 +74,18 @@ pub struct StorageSection {
     pub maintenance_interval_ms: u64,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetadataConfig {
     /// `sqlite://path`; defaults to `sqlite://<data_dir>/meta.sqlite`.
     pub url: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ObjectStoreConfig {
     /// `file:///path` or `memory://`; defaults to `file://<data_dir>/objects`.
     pub url: Option<String>,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            broker: BrokerConfig::default(),
-            wal: WalConfig::default(),
-            storage: StorageSection::default(),
-            metadata: MetadataConfig { url: None },
-            object_store: ObjectStoreConfig { url: None },
-        }
-    }
 }
 
 impl Default for BrokerConfig {
@@ -183,14 +171,17 @@ impl Config {
     ) -> anyhow::Result<Config> {
         let mut table = match file {
             Some(p) => {
-                let text = std::fs::read_to_string(p).with_context(|| format!("reading config file {}", p.display()))?;
+                let text = std::fs::read_to_string(p)
+                    .with_context(|| format!("reading config file {}", p.display()))?;
                 text.parse::<toml::Table>()
                     .with_context(|| format!("parsing config file {}", p.display()))?
             }
             None => toml::Table::new(),
         };
         for (k, v) in env {
-            let Some(rest) = k.strip_prefix("WEIR_") else { continue };
+            let Some(rest) = k.strip_prefix("WEIR_") else {
+                continue;
+            };
             let rest = rest.to_ascii_lowercase();
             let Some(section) = SECTIONS.iter().find(|s| rest.starts_with(&format!("{s}_"))) else {
                 continue;
@@ -205,7 +196,10 @@ impl Config {
             .try_into()
             .context("invalid configuration")?;
         if config.wal.kind != "file" {
-            bail!("wal.kind = {:?}: only \"file\" is implemented", config.wal.kind);
+            bail!(
+                "wal.kind = {:?}: only \"file\" is implemented",
+                config.wal.kind
+            );
         }
         Ok(config)
     }
@@ -219,14 +213,19 @@ impl Config {
     }
 
     pub fn wal_path(&self) -> PathBuf {
-        self.wal.path.clone().unwrap_or_else(|| self.broker.data_dir.join("wal"))
+        self.wal
+            .path
+            .clone()
+            .unwrap_or_else(|| self.broker.data_dir.join("wal"))
     }
 
     pub fn metadata_url(&self) -> String {
-        self.metadata
-            .url
-            .clone()
-            .unwrap_or_else(|| format!("sqlite://{}", self.broker.data_dir.join("meta.sqlite").display()))
+        self.metadata.url.clone().unwrap_or_else(|| {
+            format!(
+                "sqlite://{}",
+                self.broker.data_dir.join("meta.sqlite").display()
+            )
+        })
     }
 
     pub fn object_store_url(&self) -> anyhow::Result<String> {
@@ -234,8 +233,11 @@ impl Config {
             Some(u) => Ok(u.clone()),
             None => {
                 let dir = self.broker.data_dir.join("objects");
-                std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-                let abs = dir.canonicalize().with_context(|| format!("resolving {}", dir.display()))?;
+                std::fs::create_dir_all(&dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+                let abs = dir
+                    .canonicalize()
+                    .with_context(|| format!("resolving {}", dir.display()))?;
                 Ok(format!("file://{}", abs.display()))
             }
         }
@@ -268,14 +270,23 @@ mod tests {
     fn file_then_env_then_flags() {
         let dir = tempfile_dir();
         let path = dir.join("weir.toml");
-        std::fs::write(&path, "[broker]\nlisten = \"127.0.0.1:1\"\nnode_id = 5\n[wal]\ncapacity = 1048576\n").unwrap();
+        std::fs::write(
+            &path,
+            "[broker]\nlisten = \"127.0.0.1:1\"\nnode_id = 5\n[wal]\ncapacity = 1048576\n",
+        )
+        .unwrap();
         let env = vec![
             ("WEIR_BROKER_LISTEN".to_string(), "127.0.0.1:2".to_string()),
             ("WEIR_OBJECT_STORE_URL".to_string(), "memory://".to_string()),
             ("WEIR_WAL_DIRECT_IO".to_string(), "false".to_string()),
             ("OTHER".to_string(), "x".to_string()),
         ];
-        let c = Config::load(Some(&path), env.into_iter(), &[("broker", "node_id", "7".to_string())]).unwrap();
+        let c = Config::load(
+            Some(&path),
+            env.into_iter(),
+            &[("broker", "node_id", "7".to_string())],
+        )
+        .unwrap();
         assert_eq!(c.broker.listen, "127.0.0.1:2");
         assert_eq!(c.broker.node_id, 7);
         assert_eq!(c.wal.capacity, 1 << 20);
@@ -290,9 +301,17 @@ mod tests {
         assert_eq!(c.broker.listen, "127.0.0.1:9092");
         assert_eq!(c.broker.admin_listen, "127.0.0.1:9644");
         assert_eq!(c.broker.data_dir, PathBuf::from("./data"));
-        let bad = Config::load(None, vec![("WEIR_BROKER_NOPE".to_string(), "1".to_string())].into_iter(), &[]);
+        let bad = Config::load(
+            None,
+            vec![("WEIR_BROKER_NOPE".to_string(), "1".to_string())].into_iter(),
+            &[],
+        );
         assert!(bad.is_err(), "unknown keys are errors");
-        let bad = Config::load(None, vec![("WEIR_BROKER_NODE_ID".to_string(), "x".to_string())].into_iter(), &[]);
+        let bad = Config::load(
+            None,
+            vec![("WEIR_BROKER_NODE_ID".to_string(), "x".to_string())].into_iter(),
+            &[],
+        );
         assert!(bad.is_err());
     }
 

@@ -16,7 +16,11 @@ use tokio::net::TcpListener;
 use crate::config::Config;
 
 #[derive(Parser)]
-#[command(name = "weir", version, about = "A Kafka-compatible broker that keeps its data in object storage")]
+#[command(
+    name = "weir",
+    version,
+    about = "A Kafka-compatible broker that keeps its data in object storage"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -93,13 +97,19 @@ fn split_host_port(addr: &str) -> anyhow::Result<(String, i32)> {
     let (host, port) = addr
         .rsplit_once(':')
         .with_context(|| format!("{addr:?} is not host:port"))?;
-    let port = port.parse().with_context(|| format!("bad port in {addr:?}"))?;
-    Ok((host.trim_matches(|c| c == '[' || c == ']').to_string(), port))
+    let port = port
+        .parse()
+        .with_context(|| format!("bad port in {addr:?}"))?;
+    Ok((
+        host.trim_matches(|c| c == '[' || c == ']').to_string(),
+        port,
+    ))
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
     let data_dir = &config.broker.data_dir;
-    std::fs::create_dir_all(data_dir).with_context(|| format!("creating data dir {}", data_dir.display()))?;
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("creating data dir {}", data_dir.display()))?;
 
     let wal = weir_wal::FileWal::open(weir_wal::FileWalConfig {
         capacity: config.wal.capacity,
@@ -111,14 +121,17 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let Some(meta_path) = meta_url.strip_prefix("sqlite://") else {
         bail!("metadata url {meta_url:?}: only sqlite:// is implemented");
     };
-    let meta: Arc<dyn weir_meta::MetaStore> =
-        Arc::new(weir_meta::SqliteMetaStore::open(std::path::Path::new(meta_path)).context("opening the metadata store")?);
+    let meta: Arc<dyn weir_meta::MetaStore> = Arc::new(
+        weir_meta::SqliteMetaStore::open(std::path::Path::new(meta_path))
+            .context("opening the metadata store")?,
+    );
     let store_url = config.object_store_url()?;
     let store = weir_storage::objstore::from_url(&store_url).map_err(anyhow::Error::msg)?;
     tracing::info!(wal = %config.wal_path().display(), metadata = %meta_url, objects = %store_url, "opening storage");
-    let engine = weir_storage::Engine::open(config.storage(), Arc::new(wal), Arc::clone(&meta), store)
-        .await
-        .context("opening the storage engine")?;
+    let engine =
+        weir_storage::Engine::open(config.storage(), Arc::new(wal), Arc::clone(&meta), store)
+            .await
+            .context("opening the storage engine")?;
 
     let cluster_id = meta
         .get_or_init("cluster.id", &uuid::Uuid::new_v4().simple().to_string())
@@ -138,7 +151,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let groups = weir_group::GroupCoordinator::new(
         Arc::clone(&meta),
         weir_group::GroupConfig {
-            initial_rebalance_delay: Duration::from_millis(config.broker.group_initial_rebalance_delay_ms),
+            initial_rebalance_delay: Duration::from_millis(
+                config.broker.group_initial_rebalance_delay_ms,
+            ),
             ..weir_group::GroupConfig::default()
         },
     );
