@@ -78,7 +78,7 @@ impl Broker {
         if !waits {
             self.meters.fetch_bytes.add(bytes as u64);
             self.meters.fetch_latency.record(started.elapsed());
-            return Reply::Now(ResponseKind::Fetch(response));
+            return Reply::Now(Box::new(ResponseKind::Fetch(response)));
         }
         let deadline = started + Duration::from_millis(r.max_wait_ms as u64);
         let min_bytes = r.min_bytes.max(1) as usize;

@@ -74,7 +74,7 @@ pub fn api_versions_response(error_code: i16) -> kafka_protocol::messages::ApiVe
 
 /// A response now, or one that is still being worked out (durability, long polling).
 pub enum Reply {
-    Now(ResponseKind),
+    Now(Box<ResponseKind>),
     Later(BoxFuture<'static, ResponseKind>),
     /// Produce with acks=0: nothing goes back.
     Nothing,
@@ -166,7 +166,7 @@ impl Broker {
             c.inc();
         }
         let client_id = header.client_id.as_ref().map_or("", |c| c.as_str());
-        let now = |r: ResponseKind| Reply::Now(r);
+        let now = |r: ResponseKind| Reply::Now(Box::new(r));
         match request {
             RequestKind::ApiVersions(_) => now(ResponseKind::ApiVersions(cluster::api_versions(0))),
             RequestKind::Metadata(r) => now(ResponseKind::Metadata(self.metadata(r, v).await)),

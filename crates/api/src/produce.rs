@@ -14,10 +14,8 @@ impl Broker {
         let started = Instant::now();
         if r.transactional_id.is_some() {
             // Transactions are not implemented yet; say so per partition rather than hang up.
-            return Reply::Now(ResponseKind::Produce(error_for_all(
-                &r,
-                ResponseError::TransactionalIdAuthorizationFailed,
-            )));
+            let response = error_for_all(&r, ResponseError::TransactionalIdAuthorizationFailed);
+            return Reply::Now(Box::new(ResponseKind::Produce(response)));
         }
         let acks = r.acks;
         let wal_wait = self.topics.defaults().wal_full_wait;

@@ -9,11 +9,12 @@
 //! States and transitions follow Kafka's classic group:
 //!
 //! ```text
-//!            join                 all joined / timeout           leader's sync
-//!   Empty ----------> PreparingRebalance ----------> CompletingRebalance ----------> Stable
-//!     ^                 ^   |  (no member left)            |                           |
-//!     |                 |   +--------> Empty               | join/leave/expiry         |
-//!     |                 +-----------------------------------+---------------------------+
+//!   Empty --first join--> PreparingRebalance --all rejoined, or rebalance timeout--> CompletingRebalance
+//!                           ^      |                                                     |
+//!                           |      +--nobody left--> Empty        leader's SyncGroup --> Stable
+//!                           |                                                            |
+//!                           +-- a member joins, changes its metadata, leaves or expires -+
+//!                               (from CompletingRebalance or Stable)
 //! ```
 
 use std::collections::{HashMap, HashSet};
@@ -279,6 +280,16 @@ impl Group {
 
     pub(crate) fn is_active(&self) -> bool {
         self.state != GroupState::Empty
+    }
+
+    /// A group that holds nothing a request could observe: never had a generation, no members,
+    /// nobody pending. The coordinator forgets such groups (a JoinGroup that failed, a pending
+    /// member that never came back); offsets, if any, are in the store.
+    pub(crate) fn is_unused(&self) -> bool {
+        self.state == GroupState::Empty
+            && self.generation == 0
+            && self.members.is_empty()
+            && self.pending_join.is_empty()
     }
 
     pub(crate) fn uses_consumer_protocol(&self) -> bool {

@@ -174,6 +174,9 @@ impl Inner {
         group.poll(&cx);
         let out = op(group, &cx);
         group.poll(&cx);
+        if group.is_unused() {
+            state.groups.remove(group_id);
+        }
         self.rearm(&mut state, group_id);
         Some(out)
     }
@@ -191,6 +194,7 @@ async fn run_timer(inner: Arc<Inner>) {
             for group in state.groups.values_mut() {
                 group.poll(&cx);
             }
+            state.groups.retain(|_, g| !g.is_unused());
             let next = state.groups.values().filter_map(Group::next_deadline).min();
             state.timer_at = next;
             next
@@ -415,13 +419,9 @@ impl GroupCoordinator {
                     )
                     .err()
                 }
-                None if generation < 0 => {
-                    // A consumer without group management, or an admin tool: a "simple" group.
-                    state
-                        .groups
-                        .insert(group_id.clone(), Group::new(group_id.clone()));
-                    None
-                }
+                // A consumer without group management, or an admin tool: a "simple" group,
+                // which exists through its offsets only.
+                None if generation < 0 => None,
                 // Kafka: GROUP_ID_NOT_FOUND from v9, ILLEGAL_GENERATION before.
                 None if version >= 9 => Some(GROUP_ID_NOT_FOUND),
                 None => Some(ILLEGAL_GENERATION),
@@ -721,11 +721,14 @@ impl GroupCoordinator {
         let mut listed: BTreeMap<String, (String, &'static str)> = {
             let cx = self.inner.cx();
             let mut state = self.inner.lock();
+            for g in state.groups.values_mut() {
+                g.poll(&cx);
+            }
+            state.groups.retain(|_, g| !g.is_unused());
             state
                 .groups
-                .values_mut()
+                .values()
                 .map(|g| {
-                    g.poll(&cx);
                     (
                         g.id.clone(),
                         (

@@ -517,7 +517,7 @@ async fn member_id_required_only_from_v4() {
     let first = co.join_group(join_req("", &p), 4, "new", "/h").await;
     assert_eq!(first.error_code, MEMBER_ID_REQUIRED);
     assert_eq!(first.generation_id, -1);
-    // The group does not wait for a pending member forever: it has its session timeout.
+    // The client rejoins with the id it was given.
     let j = rejoin(&co, &first.member_id, &p).await;
     assert_eq!(j.generation, 1);
     let resp = co
@@ -1228,4 +1228,31 @@ fn futures_are_send(co: &GroupCoordinator) {
     send(co.list_groups(ListGroupsRequest::default(), 5));
     send(co.delete_groups(DeleteGroupsRequest::default(), 2));
     send(co.offset_delete(OffsetDeleteRequest::default(), 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_joins_and_pending_members_that_never_return_leave_no_group_behind() {
+    let co = coordinator(Duration::ZERO);
+    let names = |co: Arc<GroupCoordinator>| async move {
+        let resp = co.list_groups(ListGroupsRequest::default(), 5).await;
+        resp.groups
+            .iter()
+            .map(|g| g.group_id.to_string())
+            .collect::<Vec<_>>()
+    };
+    let resp = co.join_group(join_req("", &[]), 9, "c", "/h").await;
+    assert_eq!(resp.error_code, INCONSISTENT_GROUP_PROTOCOL);
+    assert!(names(Arc::clone(&co)).await.is_empty());
+
+    let p = protocols(&["range"], &["t1"]);
+    let first = co.join_group(join_req("", &p), 9, "c", "/h").await;
+    assert_eq!(first.error_code, MEMBER_ID_REQUIRED);
+    assert_eq!(names(Arc::clone(&co)).await, vec![GROUP.to_string()]);
+    // The pending member id lives as long as a session.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert!(names(Arc::clone(&co)).await.is_empty());
+    let resp = co
+        .join_group(join_req(&first.member_id, &p), 9, "c", "/h")
+        .await;
+    assert_eq!(resp.error_code, UNKNOWN_MEMBER_ID);
 }

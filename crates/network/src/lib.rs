@@ -265,7 +265,7 @@ async fn request(broker: &Arc<Broker>, frame: Bytes, host: &str) -> Result<Optio
         Some(encode_response(&header, &r).map_err(|e| format!("encoding a {key:?} response: {e}")))
     };
     Ok(match broker.handle(&header, body, host).await {
-        Reply::Now(r) => Some(futures::future::ready(encode(header, r)).boxed()),
+        Reply::Now(r) => Some(futures::future::ready(encode(header, *r)).boxed()),
         Reply::Later(f) => Some(f.map(move |r| encode(header, r)).boxed()),
         Reply::Nothing => None,
         Reply::Unsupported => {
