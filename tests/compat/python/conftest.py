@@ -1,0 +1,421 @@
+"""Broker fixtures for the Python client-compatibility suite.
+
+The suite runs against Weir (default) or, to validate the tests themselves,
+against Apache Kafka:
+
+    WEIR_TEST_BROKER=weir   (default) start `$WEIR_BIN serve ...`
+    WEIR_TEST_BROKER=kafka  start Kafka through tools/kafka/kafka.sh
+
+Every broker is started on free loopback ports with a fresh temporary data
+directory, and every broker that a test starts is stopped when its fixture is
+finalized (and, as a last resort, at interpreter exit), even on failure.
+
+Set WEIR_TEST_KEEP=1 to keep the data directories and broker logs.
+"""
+
+import atexit
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+KIND = os.environ.get("WEIR_TEST_BROKER", "weir").strip().lower() or "weir"
+KAFKA_SH = os.environ.get("WEIR_KAFKA_SH", os.path.join(REPO, "tools", "kafka", "kafka.sh"))
+READY_TIMEOUT = float(os.environ.get("WEIR_TEST_READY_TIMEOUT", "90"))
+
+# Kafka only: after a SIGKILL, the restarted node cannot register again until
+# the controller expires the old incarnation's session (broker.session.timeout.ms,
+# 9 s by default), which would make every restart of the kill test take 10+ s.
+KAFKA_PROPS = ["broker.session.timeout.ms=3000", "broker.heartbeat.interval.ms=500"]
+
+if KIND not in ("weir", "kafka"):
+    raise RuntimeError(f"WEIR_TEST_BROKER must be 'weir' or 'kafka', not {KIND!r}")
+
+
+def free_port():
+    """A free TCP port on 127.0.0.1 (bound and released; the OS will not
+    hand it out again soon)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tail(path, n=60):
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return "(no log)"
+    lines = data.decode("utf-8", "replace").splitlines()
+    return "\n".join(lines[-n:])
+
+
+def _wait_port(host, port, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=1):
+                return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+_LIVE = set()
+
+
+class Broker:
+    """One single-node broker (Weir or Kafka) with a fixed data dir and ports.
+
+    start() / stop() (SIGTERM, clean) / kill() (SIGKILL) / restart().
+    The ports and the data directory stay the same across restarts, so
+    clients can reconnect to the same bootstrap address.
+    """
+
+    def __init__(self, name, root):
+        self.kind = KIND
+        self.name = name
+        self.root = root
+        self.data_dir = os.path.join(root, "data")
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.log_path = os.path.join(root, "broker.log")
+        self.port = free_port()
+        self.aux_port = free_port()  # Weir: admin HTTP port; Kafka: controller port
+        self.proc = None  # Weir only
+        self.kafka_pid = None  # Kafka only
+        self.starts = 0
+
+    @property
+    def host(self):
+        return "127.0.0.1"
+
+    @property
+    def bootstrap(self):
+        return f"127.0.0.1:{self.port}"
+
+    def __repr__(self):
+        return f"Broker({self.kind}, {self.bootstrap}, {self.data_dir})"
+
+    # ---------------------------------------------------------------- start
+    def start(self):
+        self.starts += 1
+        t0 = time.monotonic()
+        if self.kind == "weir":
+            self._start_weir()
+        else:
+            self._start_kafka()
+        _LIVE.add(self)
+        print(f"[broker {self.name}] started ({self.kind}, start #{self.starts}) "
+              f"on {self.bootstrap} in {time.monotonic() - t0:.1f}s")
+
+    def _start_weir(self):
+        binary = os.environ.get("WEIR_BIN")
+        if not binary:
+            pytest.fail("WEIR_BIN is not set (path to the weir binary); "
+                        "set WEIR_TEST_BROKER=kafka to run against Apache Kafka")
+        if not os.access(binary, os.X_OK):
+            pytest.fail(f"WEIR_BIN={binary} is not an executable file")
+        cmd = [binary, "serve",
+               "--data-dir", self.data_dir,
+               "--listen", self.bootstrap,
+               "--admin-listen", f"127.0.0.1:{self.aux_port}"]
+        log = open(self.log_path, "ab")
+        log.write(f"\n===== start #{self.starts}: {' '.join(cmd)}\n".encode())
+        log.flush()
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+        url = f"http://127.0.0.1:{self.aux_port}/readyz"
+        deadline = time.monotonic() + READY_TIMEOUT
+        while True:
+            if self.proc.poll() is not None:
+                code = self.proc.returncode
+                self.proc = None
+                raise RuntimeError(f"weir exited with {code} before it was ready:\n"
+                                   + _tail(self.log_path))
+            try:
+                with urllib.request.urlopen(url, timeout=1) as resp:
+                    if resp.status == 200:
+                        break
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                self._kill_weir()
+                raise RuntimeError(f"weir not ready after {READY_TIMEOUT}s:\n"
+                                   + _tail(self.log_path))
+            time.sleep(0.05)
+        # readyz says ready; the Kafka listener must accept connections too.
+        if not _wait_port(self.host, self.port, 10):
+            raise RuntimeError("weir /readyz is 200 but the Kafka listener does not accept:\n"
+                               + _tail(self.log_path))
+
+    def _kafka_cmd(self, *args):
+        if not os.path.exists(KAFKA_SH):
+            pytest.fail(f"{KAFKA_SH} does not exist (needed for WEIR_TEST_BROKER=kafka)")
+        return ["bash", KAFKA_SH, *args]
+
+    def _start_kafka(self):
+        cmd = self._kafka_cmd("start", "--data-dir", self.data_dir,
+                              "--port", str(self.port), "--controller-port", str(self.aux_port))
+        for prop in KAFKA_PROPS:
+            cmd += ["--prop", prop]
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n===== start #{self.starts}: {' '.join(cmd)}\n".encode())
+            log.flush()
+            r = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT,
+                               stdin=subprocess.DEVNULL, timeout=READY_TIMEOUT + 60)
+        self.kafka_pid = self._find_kafka_pid()
+        if r.returncode != 0:
+            self._kill_kafka()
+            raise RuntimeError(f"kafka.sh start failed ({r.returncode}):\n" + _tail(self.log_path))
+        if self.kafka_pid is None:
+            raise RuntimeError("kafka.sh start returned but no Kafka process was found for "
+                               + self.data_dir)
+        if not _wait_port(self.host, self.port, 30):
+            raise RuntimeError("Kafka started but does not accept connections:\n"
+                               + _tail(self.log_path))
+
+    def _find_kafka_pid(self):
+        """The pid of the Kafka JVM that serves self.data_dir: from a pid file
+        kafka.sh leaves in the data dir, else the one process whose command
+        line names this (unique, temporary) data dir."""
+        for name in ("kafka.pid", "pid", "broker.pid", "server.pid", ".pid"):
+            p = os.path.join(self.data_dir, name)
+            try:
+                with open(p) as f:
+                    pid = int(f.read().strip())
+                if _alive(pid):
+                    return pid
+            except (OSError, ValueError):
+                pass
+        needle = self.data_dir.encode()
+        found = []
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    cmdline = f.read()
+            except OSError:
+                continue
+            if needle in cmdline and b"java" in cmdline.split(b"\0")[0]:
+                found.append(int(d))
+        return found[0] if len(found) == 1 else None
+
+    # ----------------------------------------------------------------- stop
+    def stop(self, timeout=60):
+        """Clean stop (SIGTERM for Weir, kafka.sh stop for Kafka)."""
+        if self.kind == "weir":
+            if self.proc is None:
+                return
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self._kill_weir()
+                raise RuntimeError(f"weir did not stop within {timeout}s of SIGTERM")
+            self.proc = None
+        else:
+            if self.kafka_pid is None:
+                return
+            try:
+                subprocess.run(self._kafka_cmd("stop", "--data-dir", self.data_dir),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               stdin=subprocess.DEVNULL, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
+            if _wait_dead(self.kafka_pid, 30):
+                self.kafka_pid = None
+            else:
+                self._kill_kafka()
+        _LIVE.discard(self)
+
+    def kill(self):
+        """Crash the broker: SIGKILL, and wait until the process is gone."""
+        if self.kind == "weir":
+            self._kill_weir()
+        else:
+            self._kill_kafka()
+        _LIVE.discard(self)
+
+    def _kill_weir(self):
+        if self.proc is None:
+            return
+        try:
+            self.proc.kill()
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)
+        self.proc = None
+
+    def _kill_kafka(self):
+        pid = self.kafka_pid
+        if pid is None:
+            return
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        _wait_dead(pid, 30)
+        self.kafka_pid = None
+
+    def restart(self):
+        self.stop()
+        self.start()
+
+    def alive(self):
+        if self.kind == "weir":
+            return self.proc is not None and self.proc.poll() is None
+        return self.kafka_pid is not None and _alive(self.kafka_pid)
+
+    def log_tail(self, n=60):
+        return _tail(self.log_path, n)
+
+    def cleanup(self):
+        """Stop whatever still runs (clean stop first, SIGKILL if that fails)."""
+        try:
+            if self.alive():
+                self.stop(timeout=30)
+        except Exception as e:  # noqa: BLE001 - last resort below
+            print(f"[broker {self.name}] clean stop failed: {e}; killing")
+        finally:
+            self.kill()
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child counts as dead.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_dead(pid, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
+@atexit.register
+def _stop_leftovers():
+    for b in list(_LIVE):
+        try:
+            b.kill()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class BrokerFactory:
+    def __init__(self, base):
+        self.base = base
+        self.brokers = []
+
+    def new(self, name, start=True):
+        root = tempfile.mkdtemp(prefix=f"{name}-", dir=self.base)
+        b = Broker(name, root)
+        self.brokers.append(b)
+        if start:
+            b.start()
+        return b
+
+    def close(self, broker, failed=False):
+        broker.cleanup()
+        if failed:
+            print(f"[broker {broker.name}] log tail ({broker.log_path}):\n{broker.log_tail()}")
+
+
+@pytest.fixture(scope="session")
+def broker_factory():
+    base = tempfile.mkdtemp(prefix="weir-compat-py-")
+    factory = BrokerFactory(base)
+    try:
+        yield factory
+    finally:
+        for b in factory.brokers:
+            try:
+                b.cleanup()
+            except Exception as e:  # noqa: BLE001
+                print(f"cleanup of {b} failed: {e}")
+        if os.environ.get("WEIR_TEST_KEEP") == "1":
+            print(f"kept broker data and logs in {base}")
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.failed:
+        # Attach the broker log tail to a failed test's report.
+        for name in ("broker", "kill_broker", "bad_broker"):
+            b = item.funcargs.get(name) if hasattr(item, "funcargs") else None
+            if isinstance(b, Broker):
+                rep.sections.append((f"broker log tail ({b.log_path})", b.log_tail(80)))
+
+
+def _module_broker(factory, name):
+    b = factory.new(name)
+    try:
+        yield b
+    finally:
+        factory.close(b)
+
+
+@pytest.fixture(scope="session")
+def broker(broker_factory):
+    """The broker shared by the client tests (each test uses its own topics and
+    groups). test_bad_input.py and test_kill.py start brokers of their own."""
+    yield from _module_broker(broker_factory, "clients")
+
+
+class Clients:
+    """Registry of client objects a test opened; all are closed at teardown so
+    a failed test leaves no client reconnecting in the background."""
+
+    def __init__(self):
+        self.objs = []
+
+    def add(self, obj):
+        self.objs.append(obj)
+        return obj
+
+    def close_all(self):
+        for obj in reversed(self.objs):
+            try:
+                purge = getattr(obj, "purge", None)
+                if purge is not None:  # confluent_kafka.Producer
+                    purge()
+                    obj.flush(0)
+                obj.close()
+            except Exception:  # noqa: BLE001 - already closed, broker gone, ...
+                pass
+        self.objs.clear()
+
+
+@pytest.fixture
+def clients():
+    reg = Clients()
+    try:
+        yield reg
+    finally:
+        reg.close_all()

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Python client-compatibility suite: confluent-kafka (librdkafka) and kafka-python
+# against a broker the tests start themselves.
+#
+#   WEIR_BIN=/path/to/weir tests/compat/python/run.sh        # against Weir (default)
+#   WEIR_TEST_BROKER=kafka tests/compat/python/run.sh        # against Apache Kafka 4.1
+#
+# Extra arguments go to pytest (e.g. -k kill, -x). Exit code = pytest's.
+set -uo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PYTHON=${PYTHON:-python3}
+
+if ! "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore -r "$HERE/requirements.txt"; then
+  echo "run.sh: pip install of $HERE/requirements.txt failed" >&2
+  exit 2
+fi
+if [[ ${WEIR_TEST_BROKER:-weir} == kafka ]]; then
+  bash "$HERE/../../../tools/kafka/kafka.sh" install || { echo "run.sh: kafka.sh install failed" >&2; exit 2; }
+elif [[ -z ${WEIR_BIN:-} ]]; then
+  echo "run.sh: set WEIR_BIN to the weir binary (or WEIR_TEST_BROKER=kafka)" >&2
+  exit 2
+fi
+
+cd "$HERE"
+export PYTHONDONTWRITEBYTECODE=1
+"$PYTHON" -m pytest -p no:cacheprovider "$@"
+exit $?
