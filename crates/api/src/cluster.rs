@@ -64,6 +64,9 @@ impl Broker {
             Some(wanted) => {
                 let mut out = Vec::with_capacity(wanted.len());
                 for (name, id) in wanted {
+                    // A topic asked for by id (Java sends an empty name beside it) is looked up by
+                    // id and never created.
+                    let name = if id.is_nil() { name } else { None };
                     let found = match &name {
                         Some(n) if allow_create => self.topics.get_or_create(n).await,
                         Some(n) => self.topics.get(n),

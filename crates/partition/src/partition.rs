@@ -310,22 +310,18 @@ impl Partition {
         Ok(f.and_then(|f| batch::first_record_at_or_after(&f.payload, ts)))
     }
 
-    /// The largest timestamp and its offset (ListOffsets with MAX_TIMESTAMP).
+    /// The largest timestamp and the offset of the first record that has it (ListOffsets with
+    /// MAX_TIMESTAMP).
     pub async fn max_timestamp(&self) -> Result<Option<(i64, i64)>, ResponseError> {
-        let (start, hw) = self.offsets();
-        if start >= hw {
-            return Ok(None);
-        }
-        // The last batch holds the newest data; good enough for the usual monotonic timestamps.
-        let r = self
+        let max = self
             .engine
-            .read(self.stream_id, (hw - 1) as u64, 1)
+            .max_timestamp(self.stream_id)
             .await
             .map_err(|e| kafka_error(&e))?;
-        Ok(r.batches.last().and_then(|f| {
-            let h = BatchHeader::parse(&f.payload)?;
-            Some((f.end_offset() as i64 - 1, h.index_timestamp()))
-        }))
+        match max {
+            Some(ts) => self.offset_for_timestamp(ts).await,
+            None => Ok(None),
+        }
     }
 
     /// DeleteRecords: moves the log start offset; returns the new low watermark.

@@ -441,6 +441,41 @@ impl Engine {
             .map(|b| b.frame.clone()))
     }
 
+    /// The largest max timestamp of any batch from the start offset on (ListOffsets
+    /// MAX_TIMESTAMP); the batch holding it is then found with [`Engine::find_by_timestamp`].
+    pub async fn max_timestamp(&self, stream_id: u64) -> Result<Option<i64>> {
+        let inner = &self.inner;
+        let s = inner
+            .stream(stream_id)
+            .ok_or(StorageError::NotOpen(stream_id))?;
+        let (start, committed) = {
+            let st = s.lock();
+            (st.start_offset, st.committed_end)
+        };
+        let mut max: Option<i64> = None;
+        let mut from = start;
+        while from < committed {
+            let ranges = inner.meta.ranges(stream_id, from, 1024).await?;
+            let Some(last) = ranges.last() else { break };
+            from = last.end_offset;
+            for r in &ranges {
+                max = Some(max.map_or(r.max_timestamp, |m| m.max(r.max_timestamp)));
+            }
+        }
+        let st = s.lock();
+        let i = st
+            .batches
+            .partition_point(|b| b.end_offset() <= committed.max(st.start_offset));
+        for b in st
+            .batches
+            .range(i..)
+            .take_while(|b| b.end_offset() <= st.durable_end)
+        {
+            max = Some(max.map_or(b.frame.max_timestamp, |m| m.max(b.frame.max_timestamp)));
+        }
+        Ok(max)
+    }
+
     /// The stream's offsets, if it is open here.
     pub fn stream_info(&self, stream_id: u64) -> Option<StreamInfo> {
         self.inner.stream(stream_id).map(|s| self.inner.info(&s))

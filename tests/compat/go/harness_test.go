@@ -1,0 +1,305 @@
+package compat
+
+// Broker harness: one single-node broker per caller, Weir ($WEIR_BIN serve ...) by default,
+// Apache Kafka (tools/kafka/kafka.sh) when WEIR_TEST_BROKER=kafka. Ports are picked free on
+// 127.0.0.1, data lives in a temp dir, and every broker started is stopped at the end, also
+// when a test fails or the run is interrupted (SIGINT/SIGTERM).
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const (
+	startTimeout = 90 * time.Second
+	stopTimeout  = 30 * time.Second
+)
+
+type Broker struct {
+	Kind  string // "weir" or "kafka"
+	Name  string
+	Port  int // Kafka protocol listener
+	Port2 int // Weir: admin HTTP; Kafka: controller
+
+	root    string
+	dataDir string
+	logPath string
+
+	mu      sync.Mutex
+	running bool
+	cmd     *exec.Cmd     // Weir only
+	exited  chan struct{} // Weir only: closed when cmd has exited
+	waitErr error         // Weir only: valid once exited is closed
+}
+
+var (
+	liveMu sync.Mutex
+	live   = map[*Broker]bool{}
+)
+
+func init() {
+	// Stop brokers on an interrupted run; a panic-ing test timeout cannot be caught, but
+	// Weir children also get SIGTERM from Pdeathsig.
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		s := <-ch
+		liveMu.Lock()
+		bs := make([]*Broker, 0, len(live))
+		for b := range live {
+			bs = append(bs, b)
+		}
+		liveMu.Unlock()
+		for _, b := range bs {
+			_ = b.Close()
+		}
+		fmt.Fprintf(os.Stderr, "compat: stopped %d broker(s) on %v\n", len(bs), s)
+		os.Exit(2)
+	}()
+}
+
+func brokerKind() (string, error) {
+	switch k := strings.ToLower(strings.TrimSpace(os.Getenv("WEIR_TEST_BROKER"))); k {
+	case "", "weir":
+		return "weir", nil
+	case "kafka":
+		return "kafka", nil
+	default:
+		return "", fmt.Errorf("WEIR_TEST_BROKER must be weir or kafka, not %q", k)
+	}
+}
+
+func repoRoot() string {
+	p, _ := filepath.Abs(filepath.Join("..", "..", ".."))
+	return p
+}
+
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// StartBroker starts a fresh broker; the caller must Close it.
+func StartBroker(name string) (*Broker, error) {
+	kind, err := brokerKind()
+	if err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	root, err := os.MkdirTemp("", "weir-compat-go-"+name+"-")
+	if err != nil {
+		return nil, err
+	}
+	b := &Broker{Kind: kind, Name: name, Port: ports[0], Port2: ports[1], root: root, dataDir: filepath.Join(root, "data")}
+	if kind == "weir" {
+		b.logPath = filepath.Join(root, "weir.log")
+	} else {
+		b.logPath = filepath.Join(b.dataDir, "kafka.log")
+	}
+	liveMu.Lock()
+	live[b] = true
+	liveMu.Unlock()
+	if err := b.Start(); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// startBroker starts a broker for one test and stops it when the test ends.
+func startBroker(t *testing.T, name string) *Broker {
+	t.Helper()
+	b, err := StartBroker(name)
+	if err != nil {
+		t.Fatalf("start %s broker: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("broker log tail:\n%s", b.LogTail(60))
+		}
+		if err := b.Close(); err != nil {
+			t.Errorf("stop broker: %v", err)
+		}
+	})
+	return b
+}
+
+func (b *Broker) Addr() string { return "127.0.0.1:" + strconv.Itoa(b.Port) }
+
+// Start starts the broker process on the broker's data dir and ports and waits until ready.
+func (b *Broker) Start() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.running {
+		return errors.New("broker already running")
+	}
+	if err := os.MkdirAll(b.dataDir, 0o755); err != nil {
+		return err
+	}
+	if b.Kind == "kafka" {
+		b.running = true // kafka.sh may leave a broker behind even when it fails
+		return b.kafkaSh(startTimeout+60*time.Second, "start", "--data-dir", b.dataDir,
+			"--port", strconv.Itoa(b.Port), "--controller-port", strconv.Itoa(b.Port2))
+	}
+	bin := os.Getenv("WEIR_BIN")
+	if bin == "" {
+		return errors.New("WEIR_BIN is not set (path to the weir binary); set WEIR_TEST_BROKER=kafka to run against Apache Kafka")
+	}
+	logf, err := os.OpenFile(b.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(bin, "serve",
+		"--data-dir", b.dataDir,
+		"--listen", b.Addr(),
+		"--admin-listen", "127.0.0.1:"+strconv.Itoa(b.Port2))
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start %s: %w", bin, err)
+	}
+	logf.Close() // the child has its own copy
+	b.cmd = cmd
+	b.exited = make(chan struct{})
+	b.running = true
+	go func(exited chan struct{}) {
+		b.waitErr = cmd.Wait()
+		close(exited)
+	}(b.exited)
+
+	client := &http.Client{Timeout: 2 * time.Second}
+	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", b.Port2)
+	deadline := time.Now().Add(startTimeout)
+	last := "no answer"
+	for time.Now().Before(deadline) {
+		select {
+		case <-b.exited:
+			b.running = false
+			return fmt.Errorf("weir exited during startup (%v)\n%s", b.waitErr, b.LogTail(60))
+		default:
+		}
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+			last = resp.Status
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("weir not ready within %v (last /readyz: %s)\n%s", startTimeout, last, b.LogTail(60))
+}
+
+// Stop stops the broker. Weir gets SIGTERM and must exit with status 0 within 30 s.
+func (b *Broker) Stop() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.running {
+		return nil
+	}
+	b.running = false
+	if b.Kind == "kafka" {
+		return b.kafkaSh(stopTimeout+30*time.Second, "stop", "--data-dir", b.dataDir)
+	}
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-b.exited:
+	case <-time.After(stopTimeout):
+		_ = b.cmd.Process.Kill()
+		<-b.exited
+		return fmt.Errorf("weir did not exit within %v of SIGTERM (killed)\n%s", stopTimeout, b.LogTail(60))
+	}
+	if b.waitErr != nil {
+		return fmt.Errorf("weir did not exit cleanly after SIGTERM: %v (expected exit status 0)\n%s", b.waitErr, b.LogTail(60))
+	}
+	return nil
+}
+
+// Restart stops the broker and starts it again on the same data dir and ports.
+func (b *Broker) Restart() error {
+	if err := b.Stop(); err != nil {
+		return fmt.Errorf("stop: %w", err)
+	}
+	return b.Start()
+}
+
+// Close stops the broker and removes its temp dir (kept if WEIR_TEST_KEEP_DATA is set).
+func (b *Broker) Close() error {
+	err := b.Stop()
+	liveMu.Lock()
+	delete(live, b)
+	liveMu.Unlock()
+	if os.Getenv("WEIR_TEST_KEEP_DATA") == "" {
+		os.RemoveAll(b.root)
+	} else {
+		fmt.Fprintf(os.Stderr, "keeping broker data in %s\n", b.root)
+	}
+	return err
+}
+
+func (b *Broker) kafkaSh(timeout time.Duration, args ...string) error {
+	script := filepath.Join(repoRoot(), "tools", "kafka", "kafka.sh")
+	if _, err := os.Stat(script); err != nil {
+		return fmt.Errorf("WEIR_TEST_BROKER=kafka but %s is missing: %w", script, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "bash", append([]string{script}, args...)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("kafka.sh %s: %v\n%s", args[0], err, out)
+	}
+	return nil
+}
+
+// LogTail returns the last n lines of the broker's log.
+func (b *Broker) LogTail(n int) string {
+	f, err := os.Open(b.logPath)
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	return "---- " + b.logPath + " ----\n" + strings.Join(lines, "\n")
+}

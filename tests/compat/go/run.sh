@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Compatibility tests with franz-go (github.com/twmb/franz-go: kgo and kadm).
+#
+#   tests/compat/go/run.sh                        # against Weir: needs WEIR_BIN=/path/to/weir
+#   WEIR_TEST_BROKER=kafka tests/compat/go/run.sh # against Apache Kafka (tools/kafka/kafka.sh)
+#
+# Extra arguments go to `go test`, e.g. -run TestBrokerRestart or -v.
+# The tests share one broker (TestBrokerRestart has its own), on free loopback ports in a temp dir.
+set -euo pipefail
+
+if [[ -n ${WEIR_BIN:-} && ${WEIR_BIN} != /* ]]; then
+  WEIR_BIN="$(pwd)/${WEIR_BIN}"
+  export WEIR_BIN
+fi
+cd "$(dirname "${BASH_SOURCE[0]}")"
+ROOT=$(cd ../../.. && pwd)
+
+case "${WEIR_TEST_BROKER:-weir}" in
+  kafka) bash "$ROOT/tools/kafka/kafka.sh" install ;;
+  weir)
+    [[ -n ${WEIR_BIN:-} ]] || { echo "run.sh: set WEIR_BIN to the weir binary (or WEIR_TEST_BROKER=kafka)" >&2; exit 2; }
+    [[ -x $WEIR_BIN ]] || { echo "run.sh: WEIR_BIN=$WEIR_BIN is not an executable" >&2; exit 2; }
+    ;;
+  *) echo "run.sh: WEIR_TEST_BROKER must be weir or kafka" >&2; exit 2 ;;
+esac
+
+go mod download
+go test -p 1 -count=1 -timeout 6m -v "$@" ./...

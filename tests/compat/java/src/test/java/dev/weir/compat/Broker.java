@@ -1,0 +1,267 @@
+package dev.weir.compat;
+
+import java.io.IOException;
+import java.net.InetAddress;
+import java.net.ServerSocket;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.nio.file.StandardCopyOption;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+import java.util.stream.Stream;
+
+/**
+ * One single-node broker for one test class: Weir ({@code $WEIR_BIN serve ...}) by default,
+ * Apache Kafka ({@code tools/kafka/kafka.sh}) when {@code WEIR_TEST_BROKER=kafka}.
+ *
+ * <p>Ports are picked free on 127.0.0.1, data lives in a fresh temp dir, and the broker is
+ * stopped by {@link #close()} (and by a JVM shutdown hook if a run is aborted). The broker's
+ * log is copied to {@code target/broker-logs/NAME.log} when it is closed.
+ */
+public final class Broker implements AutoCloseable {
+    public enum Kind { WEIR, KAFKA }
+
+    private static final Duration START_TIMEOUT = Duration.ofSeconds(90);
+    private static final Duration STOP_TIMEOUT = Duration.ofSeconds(30);
+
+    public final Kind kind;
+    public final String name;
+    public final int port;
+    /** Weir: the admin HTTP port; Kafka: the controller port. */
+    public final int secondPort;
+    private final Path root;
+    private final Path dataDir;
+    private final Path logFile;
+    private Process weir; // Weir only
+    private boolean running;
+    private final Thread shutdownHook;
+
+    private Broker(String name) throws IOException {
+        String sel = System.getenv().getOrDefault("WEIR_TEST_BROKER", "weir").trim().toLowerCase();
+        this.kind = switch (sel) {
+            case "", "weir" -> Kind.WEIR;
+            case "kafka" -> Kind.KAFKA;
+            default -> throw new IllegalArgumentException("WEIR_TEST_BROKER must be weir or kafka, not " + sel);
+        };
+        this.name = name;
+        int[] ports = freePorts(2);
+        this.port = ports[0];
+        this.secondPort = ports[1];
+        this.root = Files.createTempDirectory("weir-compat-java-" + name + "-");
+        this.dataDir = root.resolve("data");
+        this.logFile = kind == Kind.WEIR ? root.resolve("weir.log") : dataDir.resolve("kafka.log");
+        this.shutdownHook = new Thread(() -> {
+            try {
+                stop();
+            } catch (Exception ignored) {
+                // best effort on an aborted run
+            }
+        }, "stop-broker-" + name);
+        Runtime.getRuntime().addShutdownHook(shutdownHook);
+    }
+
+    /** Starts a fresh broker; the caller closes it. */
+    public static Broker start(String name) throws Exception {
+        Broker b = new Broker(name);
+        try {
+            b.startProcess();
+        } catch (Exception | Error e) {
+            b.close();
+            throw e;
+        }
+        return b;
+    }
+
+    public String bootstrap() {
+        return "127.0.0.1:" + port;
+    }
+
+    /** Stops the broker (SIGTERM) and starts it again on the same data dir and ports. */
+    public void restart() throws Exception {
+        stop();
+        startProcess();
+    }
+
+    private void startProcess() throws Exception {
+        Files.createDirectories(dataDir);
+        if (kind == Kind.WEIR) {
+            String bin = System.getenv("WEIR_BIN");
+            if (bin == null || bin.isBlank()) {
+                throw new IllegalStateException("WEIR_BIN is not set (path to the weir binary); "
+                        + "set WEIR_TEST_BROKER=kafka to run against Apache Kafka instead");
+            }
+            ProcessBuilder pb = new ProcessBuilder(bin, "serve",
+                    "--data-dir", dataDir.toString(),
+                    "--listen", "127.0.0.1:" + port,
+                    "--admin-listen", "127.0.0.1:" + secondPort)
+                    .redirectErrorStream(true)
+                    .redirectOutput(ProcessBuilder.Redirect.appendTo(logFile.toFile()));
+            weir = pb.start();
+            running = true;
+            waitWeirReady();
+        } else {
+            running = true; // kafka.sh may have spawned a broker even if it then fails
+            runKafkaSh(START_TIMEOUT.plusSeconds(60), "start", "--data-dir", dataDir.toString(),
+                    "--port", String.valueOf(port), "--controller-port", String.valueOf(secondPort));
+        }
+    }
+
+    private void waitWeirReady() throws Exception {
+        HttpClient http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(2)).build();
+        HttpRequest req = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + secondPort + "/readyz"))
+                .timeout(Duration.ofSeconds(2)).GET().build();
+        long deadline = System.nanoTime() + START_TIMEOUT.toNanos();
+        int lastStatus = -1;
+        while (System.nanoTime() < deadline) {
+            if (!weir.isAlive()) {
+                running = false;
+                throw new IllegalStateException("weir exited with code " + weir.exitValue()
+                        + " during startup\n" + logTail());
+            }
+            try {
+                HttpResponse<Void> resp = http.send(req, HttpResponse.BodyHandlers.discarding());
+                lastStatus = resp.statusCode();
+                if (lastStatus == 200) {
+                    return;
+                }
+            } catch (IOException e) {
+                // not listening yet
+            }
+            Thread.sleep(100);
+        }
+        throw new IllegalStateException("weir not ready within " + START_TIMEOUT.toSeconds()
+                + "s (last /readyz status " + lastStatus + ")\n" + logTail());
+    }
+
+    /** Stops the broker if it runs. Weir: SIGTERM, and it must exit 0 within 30 s. */
+    public void stop() throws Exception {
+        if (!running) {
+            return;
+        }
+        running = false;
+        if (kind == Kind.WEIR) {
+            Process p = weir;
+            p.destroy(); // SIGTERM
+            if (!p.waitFor(STOP_TIMEOUT.toSeconds(), TimeUnit.SECONDS)) {
+                p.destroyForcibly();
+                p.waitFor(10, TimeUnit.SECONDS);
+                throw new IllegalStateException("weir did not exit within " + STOP_TIMEOUT.toSeconds()
+                        + "s of SIGTERM (killed)\n" + logTail());
+            }
+            if (p.exitValue() != 0) {
+                throw new IllegalStateException("weir exited with code " + p.exitValue()
+                        + " after SIGTERM (expected a clean exit, 0)\n" + logTail());
+            }
+        } else {
+            runKafkaSh(STOP_TIMEOUT.plusSeconds(30), "stop", "--data-dir", dataDir.toString());
+        }
+    }
+
+    @Override
+    public void close() throws Exception {
+        try {
+            stop();
+        } finally {
+            try {
+                Runtime.getRuntime().removeShutdownHook(shutdownHook);
+            } catch (IllegalStateException ignored) {
+                // JVM already shutting down
+            }
+            saveLog();
+            if (System.getenv("WEIR_TEST_KEEP_DATA") == null) {
+                deleteTree(root);
+            } else {
+                System.err.println("keeping broker data in " + root);
+            }
+        }
+    }
+
+    private void runKafkaSh(Duration timeout, String... args) throws Exception {
+        Path script = repoRoot().resolve("tools/kafka/kafka.sh");
+        if (!Files.isRegularFile(script)) {
+            throw new IllegalStateException("WEIR_TEST_BROKER=kafka but " + script + " does not exist");
+        }
+        List<String> cmd = new ArrayList<>(List.of("bash", script.toString()));
+        cmd.addAll(List.of(args));
+        Path out = root.resolve("kafka.sh." + args[0] + ".out");
+        Process p = new ProcessBuilder(cmd).redirectErrorStream(true)
+                .redirectOutput(ProcessBuilder.Redirect.appendTo(out.toFile())).start();
+        if (!p.waitFor(timeout.toSeconds(), TimeUnit.SECONDS)) {
+            p.destroyForcibly();
+            throw new IllegalStateException("kafka.sh " + args[0] + " timed out\n" + Files.readString(out));
+        }
+        if (p.exitValue() != 0) {
+            throw new IllegalStateException("kafka.sh " + args[0] + " exited " + p.exitValue() + "\n"
+                    + Files.readString(out));
+        }
+    }
+
+    private static Path repoRoot() {
+        String prop = System.getProperty("weir.repo.root");
+        Path p = prop != null ? Paths.get(prop) : Paths.get("../../..");
+        return p.toAbsolutePath().normalize();
+    }
+
+    private String logTail() {
+        try {
+            if (!Files.exists(logFile)) {
+                return "(no log at " + logFile + ")";
+            }
+            List<String> lines = Files.readAllLines(logFile, StandardCharsets.UTF_8);
+            int from = Math.max(0, lines.size() - 60);
+            return "---- last lines of " + logFile + " ----\n" + String.join("\n", lines.subList(from, lines.size()));
+        } catch (IOException e) {
+            return "(could not read " + logFile + ": " + e + ")";
+        }
+    }
+
+    private void saveLog() {
+        try {
+            if (Files.exists(logFile)) {
+                Path dir = Paths.get("target", "broker-logs");
+                Files.createDirectories(dir);
+                Files.copy(logFile, dir.resolve(name + "-" + kind.name().toLowerCase() + ".log"),
+                        StandardCopyOption.REPLACE_EXISTING);
+            }
+        } catch (IOException ignored) {
+            // logs are a convenience
+        }
+    }
+
+    private static int[] freePorts(int n) throws IOException {
+        List<ServerSocket> sockets = new ArrayList<>();
+        try {
+            int[] ports = new int[n];
+            for (int i = 0; i < n; i++) {
+                ServerSocket s = new ServerSocket(0, 1, InetAddress.getByName("127.0.0.1"));
+                sockets.add(s);
+                ports[i] = s.getLocalPort();
+            }
+            return ports;
+        } finally {
+            for (ServerSocket s : sockets) {
+                s.close();
+            }
+        }
+    }
+
+    private static void deleteTree(Path p) throws IOException {
+        if (!Files.exists(p)) {
+            return;
+        }
+        try (Stream<Path> walk = Files.walk(p)) {
+            for (Path q : walk.sorted(Comparator.reverseOrder()).toList()) {
+                Files.deleteIfExists(q);
+            }
+        }
+    }
+}
