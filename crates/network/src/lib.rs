@@ -203,29 +203,67 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Decodes and dispatches one request; the returned future yields its encoded response.
-async fn request(broker: &Arc<Broker>, frame: Bytes, host: &str) -> Result<Option<Pending>, Close> {
+/// A frame, decoded.
+#[derive(Debug)]
+pub enum Decoded {
+    /// A request Weir implements, at a version it supports.
+    Request(Box<RequestHeader>, Box<RequestKind>),
+    /// An ApiVersions request of a version Weir does not know: answered with v0 and
+    /// UNSUPPORTED_VERSION, as Kafka does, so that the client can pick a version.
+    UnknownApiVersions { correlation_id: i32 },
+}
+
+/// Decodes one frame (without its length prefix). Anything that cannot be decoded, or that Weir
+/// does not implement at that version, is an error: the connection is closed, as Kafka does.
+/// Never panics and never allocates more than the frame's size allows, whatever the bytes:
+/// the `decoder` fuzz target and `tests/decode_fuzz.rs` hold it to that.
+pub fn decode_request(frame: Bytes) -> Result<Decoded, String> {
     if frame.len() < 8 {
-        return Err(Close::Protocol(format!(
-            "request of {} bytes is too short for a header; closing",
+        return Err(format!(
+            "request of {} bytes is too short for a header",
             frame.len()
-        )));
+        ));
     }
     let api_key = i16::from_be_bytes([frame[0], frame[1]]);
     let version = i16::from_be_bytes([frame[2], frame[3]]);
     let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
     let Ok(key) = ApiKey::try_from(api_key) else {
-        return Err(Close::Protocol(format!(
-            "unknown API key {api_key}; closing the connection"
-        )));
+        return Err(format!("unknown API key {api_key}"));
     };
     let supported = supported_versions(key).filter(|(min, max)| (*min..=*max).contains(&version));
     if supported.is_none() {
         if key == ApiKey::ApiVersions {
-            // Kafka's rule: an ApiVersions request of a version the broker does not know is
-            // answered with version 0 and UNSUPPORTED_VERSION, so the client can pick one.
+            return Ok(Decoded::UnknownApiVersions { correlation_id });
+        }
+        return Err(format!(
+            "{key:?} version {version} is not supported (see ApiVersions)"
+        ));
+    }
+    let mut buf = frame;
+    let header = RequestHeader::decode(&mut buf, key.request_header_version(version))
+        .map_err(|e| format!("malformed {key:?} v{version} request header: {e}"))?;
+    let body = RequestKind::decode(key, &mut buf, version)
+        .map_err(|e| format!("malformed {key:?} v{version} request: {e}"))?;
+    if buf.has_remaining() {
+        tracing::debug!(
+            ?key,
+            version,
+            extra = buf.remaining(),
+            "request has trailing bytes"
+        );
+    }
+    Ok(Decoded::Request(Box::new(header), Box::new(body)))
+}
+
+/// Decodes and dispatches one request; the returned future yields its encoded response.
+async fn request(broker: &Arc<Broker>, frame: Bytes, host: &str) -> Result<Option<Pending>, Close> {
+    let (header, body) = match decode_request(frame)
+        .map_err(|e| Close::Protocol(format!("{e}; closing the connection")))?
+    {
+        Decoded::Request(header, body) => (*header, *body),
+        Decoded::UnknownApiVersions { correlation_id } => {
             let header = RequestHeader::default()
-                .with_request_api_key(api_key)
+                .with_request_api_key(ApiKey::ApiVersions as i16)
                 .with_request_api_version(0)
                 .with_correlation_id(correlation_id);
             let response = ResponseKind::ApiVersions(weir_api_versions(
@@ -235,30 +273,9 @@ async fn request(broker: &Arc<Broker>, frame: Bytes, host: &str) -> Result<Optio
                 encode_response(&header, &response).map_err(|e| Close::Protocol(e.to_string()))?;
             return Ok(Some(futures::future::ready(Some(Ok(bytes))).boxed()));
         }
-        return Err(Close::Protocol(format!(
-            "{key:?} version {version} is not supported (see ApiVersions); closing the connection"
-        )));
-    }
-    let mut buf = frame;
-    let header =
-        RequestHeader::decode(&mut buf, key.request_header_version(version)).map_err(|e| {
-            Close::Protocol(format!(
-                "malformed {key:?} v{version} request header: {e}; closing"
-            ))
-        })?;
-    let body = RequestKind::decode(key, &mut buf, version).map_err(|e| {
-        Close::Protocol(format!(
-            "malformed {key:?} v{version} request: {e}; closing"
-        ))
-    })?;
-    if buf.has_remaining() {
-        tracing::debug!(
-            ?key,
-            version,
-            extra = buf.remaining(),
-            "request has trailing bytes"
-        );
-    }
+    };
+    let key = ApiKey::try_from(header.request_api_key)
+        .map_err(|_| Close::Protocol("unknown API key".into()))?;
     let encode = move |header: RequestHeader,
                        r: ResponseKind|
           -> Option<Result<BytesMut, String>> {
