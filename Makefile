@@ -15,7 +15,7 @@ build:
 test: test-rust test-compat
 
 test-rust:
-	$(CARGO) test --workspace --all-targets -- --test-threads=2
+	$(CARGO) test --workspace -- --test-threads=2
 
 test-compat:
 	$(CARGO) build -p weir

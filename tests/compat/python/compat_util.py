@@ -111,3 +111,17 @@ def retry(fn, timeout=30):
             if time.monotonic() > deadline or not (err.retriable() or err.code() in _RETRIABLE):
                 raise
             time.sleep(0.2)
+
+
+def eventually(check, timeout=15, interval=0.1):
+    """Call check() until it stops raising AssertionError (Kafka applies some
+    admin changes, e.g. topic configs, asynchronously: a describe right after
+    an alter can still show the old value)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return check()
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(interval)

@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -134,6 +135,8 @@ class Broker:
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
+        with open(os.path.join(self.root, "weir.pid"), "w") as f:  # for the watchdog
+            f.write(str(self.proc.pid))
         url = f"http://127.0.0.1:{self.aux_port}/readyz"
         deadline = time.monotonic() + READY_TIMEOUT
         while True:
@@ -324,6 +327,18 @@ def _stop_leftovers():
             pass
 
 
+def pytest_configure(config):
+    # If the run itself is terminated (CI time limit, kill), brokers must not
+    # outlive it: SIGKILL them, then die of the signal as usual.
+    def on_term(signum, _frame):
+        _stop_leftovers()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_term)
+
+
 class BrokerFactory:
     def __init__(self, base):
         self.base = base
@@ -343,9 +358,45 @@ class BrokerFactory:
             print(f"[broker {broker.name}] log tail ({broker.log_path}):\n{broker.log_tail()}")
 
 
+# Runs as a separate process: if the test process dies without running its
+# finalizers (a segfault in a client library, SIGKILL), SIGKILL every broker
+# started under BASE (pid files: BASE/*/weir.pid, BASE/*/data/kafka.pid; the
+# process's command line must name BASE). Exits when BASE/.done appears or BASE
+# is gone.
+_WATCHDOG = r"""
+import glob, os, signal, sys, time
+parent, base = int(sys.argv[1]), sys.argv[2]
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
+while alive(parent):
+    if not os.path.isdir(base) or os.path.exists(os.path.join(base, ".done")):
+        sys.exit(0)
+    time.sleep(1)
+for f in glob.glob(os.path.join(base, "*", "weir.pid")) + glob.glob(os.path.join(base, "*", "data", "kafka.pid")):
+    try:
+        pid = int(open(f).read().strip())
+        if base.encode() in open("/proc/%d/cmdline" % pid, "rb").read():
+            os.kill(pid, signal.SIGKILL)
+            print("compat watchdog: killed orphaned broker pid %d (%s)" % (pid, f), file=sys.stderr)
+    except (OSError, ValueError):
+        pass
+if sys.argv[3] != "1":
+    time.sleep(1)
+    import shutil
+    shutil.rmtree(base, ignore_errors=True)
+"""
+
+
 @pytest.fixture(scope="session")
 def broker_factory():
     base = tempfile.mkdtemp(prefix="weir-compat-py-")
+    subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()), base,
+                      os.environ.get("WEIR_TEST_KEEP", "0")],
+                     stdin=subprocess.DEVNULL, start_new_session=True)
     factory = BrokerFactory(base)
     try:
         yield factory
@@ -356,6 +407,7 @@ def broker_factory():
             except Exception as e:  # noqa: BLE001
                 print(f"cleanup of {b} failed: {e}")
         if os.environ.get("WEIR_TEST_KEEP") == "1":
+            open(os.path.join(base, ".done"), "w").close()
             print(f"kept broker data and logs in {base}")
         else:
             shutil.rmtree(base, ignore_errors=True)

@@ -19,7 +19,7 @@ try:  # confluent-kafka >= 2.0
 except ImportError:  # pragma: no cover
     from confluent_kafka.admin import ConsumerGroupState, ConsumerGroupTopicPartitions
 
-from compat_util import admin, create_topic, unique, wait_for_partitions
+from compat_util import admin, create_topic, eventually, unique, wait_for_partitions
 
 PARTITIONS = 4
 KEYS = 40
@@ -155,14 +155,20 @@ def test_alter_and_describe_topic_config(broker):
     res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
         ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])
     a.incremental_alter_configs([res])[res].result(timeout=30)
-    cfg = _topic_configs(a, topic)
-    assert cfg["retention.ms"].value == "3600000"
-    assert not cfg["retention.ms"].is_default
-    assert cfg["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+
+    def altered():
+        cfg = _topic_configs(a, topic)
+        assert cfg["retention.ms"].value == "3600000"
+        assert not cfg["retention.ms"].is_default
+        assert cfg["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    eventually(altered)
 
     # A topic created with a config shows it.
     topic2 = create_topic(broker.bootstrap, unique("config2"), 1, config={"retention.ms": "7200000"})
-    assert _topic_configs(a, topic2)["retention.ms"].value == "7200000"
+
+    def created():
+        assert _topic_configs(a, topic2)["retention.ms"].value == "7200000"
+    eventually(created)
 
     # A value that is not a number is rejected with INVALID_CONFIG.
     res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
@@ -176,8 +182,11 @@ def test_alter_and_describe_topic_config(broker):
     res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
         ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)])
     a.incremental_alter_configs([res])[res].result(timeout=30)
-    cfg = _topic_configs(a, topic)
-    assert cfg["retention.ms"].value == "604800000" and cfg["retention.ms"].is_default
+
+    def deleted():
+        cfg = _topic_configs(a, topic)
+        assert cfg["retention.ms"].value == "604800000" and cfg["retention.ms"].is_default
+    eventually(deleted)
 
 
 # ---------------------------------------------------- producer + consumer group

@@ -20,7 +20,7 @@ from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 import kafka.errors as Errors
 
-from compat_util import unique
+from compat_util import eventually, unique
 
 PARTITIONS = 4
 KEYS = 40
@@ -105,19 +105,24 @@ def test_alter_and_describe_topic_config(kadmin):
                                                configs={"retention.ms": "3600000"})],
                                incremental=True)
     assert res == {"topic": {topic: "OK"}}
-    r = _retention(kadmin, topic)
-    assert (r["value"], r["config_source"]) == ("3600000", "DYNAMIC_TOPIC_CONFIG")
+
+    def altered():
+        r = _retention(kadmin, topic)
+        assert (r["value"], r["config_source"]) == ("3600000", "DYNAMIC_TOPIC_CONFIG")
+    eventually(altered)
 
     # The legacy AlterConfigs API (older clients, Sarama, librdkafka's alter_configs).
     res = kadmin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
                                                configs={"retention.ms": "7200000"})],
                                incremental=False)
     assert res == {"topic": {topic: "OK"}}
-    assert _retention(kadmin, topic)["value"] == "7200000"
 
-    # Only modified configs by default.
-    res = kadmin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
-    assert set(res["topic"][topic]) == {"retention.ms"}
+    def legacy():
+        assert _retention(kadmin, topic)["value"] == "7200000"
+        # Only modified configs by default.
+        res = kadmin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+        assert set(res["topic"][topic]) == {"retention.ms"}
+    eventually(legacy)
 
 
 # ---------------------------------------------------- producer + consumer group
