@@ -258,12 +258,57 @@ impl Broker {
             RequestKind::OffsetDelete(r) => now(ResponseKind::OffsetDelete(
                 self.groups.offset_delete(r, v).await,
             )),
-            _ => {
+            other => {
                 self.meters.unsupported.inc();
-                Reply::Unsupported
+                tracing::debug!(
+                    api_key = header.request_api_key,
+                    version = v,
+                    "API not implemented"
+                );
+                match refusal(&other) {
+                    Some(r) => now(r),
+                    None => Reply::Unsupported,
+                }
             }
         }
     }
+}
+
+/// An error response for an API Weir knows but does not implement (and does not advertise), for
+/// the APIs whose response has a top-level error code. Others close the connection.
+fn refusal(request: &RequestKind) -> Option<ResponseKind> {
+    use kafka_protocol::messages::*;
+    use kafka_protocol::ResponseError::{UnsupportedSaslMechanism, UnsupportedVersion};
+    let code = UnsupportedVersion.code();
+    macro_rules! refuse {
+        ($($kind:ident => $resp:ident),* $(,)?) => {
+            match request {
+                RequestKind::SaslHandshake(_) => Some(ResponseKind::SaslHandshake(
+                    SaslHandshakeResponse::default().with_error_code(UnsupportedSaslMechanism.code()),
+                )),
+                $(RequestKind::$kind(_) => Some(ResponseKind::$kind($resp::default().with_error_code(code))),)*
+                _ => None,
+            }
+        };
+    }
+    refuse!(
+        SaslAuthenticate => SaslAuthenticateResponse,
+        AddOffsetsToTxn => AddOffsetsToTxnResponse,
+        EndTxn => EndTxnResponse,
+        DescribeAcls => DescribeAclsResponse,
+        AlterPartitionReassignments => AlterPartitionReassignmentsResponse,
+        ListPartitionReassignments => ListPartitionReassignmentsResponse,
+        DescribeClientQuotas => DescribeClientQuotasResponse,
+        DescribeUserScramCredentials => DescribeUserScramCredentialsResponse,
+        ListTransactions => ListTransactionsResponse,
+        ConsumerGroupHeartbeat => ConsumerGroupHeartbeatResponse,
+        GetTelemetrySubscriptions => GetTelemetrySubscriptionsResponse,
+        PushTelemetry => PushTelemetryResponse,
+        CreateDelegationToken => CreateDelegationTokenResponse,
+        RenewDelegationToken => RenewDelegationTokenResponse,
+        ExpireDelegationToken => ExpireDelegationTokenResponse,
+        DescribeDelegationToken => DescribeDelegationTokenResponse,
+    )
 }
 
 /// Encodes a response with its header, for the request's API key and version.
