@@ -1,6 +1,6 @@
 # Weir: the two commands that always work on a fresh machine are `make run` and `make test`.
 CARGO ?= cargo
-WEIR_DEBUG_BIN := $(abspath target/debug/weir)
+WEIR_DEBUG_BIN := $(abspath $(or $(CARGO_TARGET_DIR),target)/debug/weir)
 
 .PHONY: run test test-rust test-compat build lint bench-storage fmt
 

@@ -28,6 +28,9 @@ pub struct StorageConfig {
     pub orphan_grace: Duration,
     /// How often retention and deletion run.
     pub maintenance_interval: Duration,
+    /// Part size of multipart uploads; objects of more than two parts are uploaded in parts
+    /// (S3 wants at least 5 MiB a part).
+    pub multipart_part_bytes: u64,
 }
 
 impl Default for StorageConfig {
@@ -44,6 +47,7 @@ impl Default for StorageConfig {
             delete_grace: Duration::from_secs(60),
             orphan_grace: Duration::from_secs(3600),
             maintenance_interval: Duration::from_secs(10),
+            multipart_part_bytes: 16 << 20,
         }
     }
 }

@@ -26,6 +26,9 @@ pub struct Appended {
     pub end_offset: u64,
 }
 
+/// How long closing a stream keeps retrying failed uploads.
+const CLOSE_UPLOAD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// An append that has its offsets and is on its way to the WAL.
 pub struct PendingAppend {
     pub appended: Appended,
@@ -195,6 +198,8 @@ impl Engine {
             return Ok(());
         };
         s.lock().closing = true;
+        let started = Instant::now();
+        let mut backoff = std::time::Duration::from_millis(100);
         // Pending appends complete (or fail) on the WAL thread; wait until none is left.
         loop {
             let (pending, uncommitted) = {
@@ -209,8 +214,15 @@ impl Engine {
             }
             if pending {
                 tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-            } else {
-                inner.upload().await?;
+            } else if let Err(e) = inner.upload().await {
+                // The data is safe in the WAL; keep trying for a while before giving up, as
+                // an object store that fails now and then should not fail a clean shutdown.
+                if !e.is_retriable() || started.elapsed() > CLOSE_UPLOAD_PATIENCE {
+                    return Err(e);
+                }
+                tracing::warn!(stream_id, error = %e, "upload while closing failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(std::time::Duration::from_secs(5));
             }
         }
         inner.streams_write().remove(&stream_id);

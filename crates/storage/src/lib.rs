@@ -19,6 +19,7 @@
 //! `debug_assert!` wherever its offsets move.
 
 mod config;
+pub mod conformance;
 mod engine;
 mod error;
 pub mod format;

@@ -18,20 +18,122 @@ use object_store::{
 };
 use weir_metrics::{Counter, Histogram};
 
-/// Builds a store from a URL: `file:///path`, `memory://`.
-pub fn from_url(url: &str) -> Result<Arc<dyn ObjectStore>, String> {
-    if let Some(path) = url.strip_prefix("file://") {
+/// How a store is built and wrapped.
+#[derive(Debug, Clone, Default)]
+pub struct StoreOptions {
+    /// Settings for the cloud builders, as `object_store` names them (`aws_endpoint`,
+    /// `aws_allow_http`, `google_service_account`, `azure_storage_account_name`, ...). They
+    /// override the environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`), which is read first.
+    pub settings: Vec<(String, String)>,
+    /// Requests in flight at most (`LimitStore`); 0 for no bound.
+    pub max_concurrent_requests: usize,
+    /// Injected faults; off by default.
+    pub faults: FaultConfig,
+}
+
+fn split_bucket(rest: &str) -> (&str, &str) {
+    match rest.split_once('/') {
+        Some((bucket, prefix)) => (bucket, prefix.trim_matches('/')),
+        None => (rest, ""),
+    }
+}
+
+fn with_prefix<T: ObjectStore>(store: T, prefix: &str) -> Arc<dyn ObjectStore> {
+    if prefix.is_empty() {
+        Arc::new(store)
+    } else {
+        Arc::new(object_store::prefix::PrefixStore::new(store, prefix))
+    }
+}
+
+/// Builds a store from a URL: `file:///path`, `memory://`, `s3://bucket/prefix` (credentials,
+/// region and endpoint from the usual `AWS_*` variables), `gs://bucket/prefix`,
+/// `az://container/prefix`; then wraps it with fault injection (if configured) and a bound on
+/// concurrent requests. Retries with backoff on 5xx, throttling and timeouts are the cloud
+/// clients' own (`object_store`'s `RetryConfig`).
+pub fn from_url_with(url: &str, options: &StoreOptions) -> Result<Arc<dyn ObjectStore>, String> {
+    let err = |e: object_store::Error| format!("object store {url}: {e}");
+    let base: Arc<dyn ObjectStore> = if let Some(path) = url.strip_prefix("file://") {
         std::fs::create_dir_all(path).map_err(|e| format!("creating {path}: {e}"))?;
-        let fs = object_store::local::LocalFileSystem::new_with_prefix(path)
-            .map_err(|e| format!("object store {url}: {e}"))?;
-        return Ok(Arc::new(fs));
+        Arc::new(object_store::local::LocalFileSystem::new_with_prefix(path).map_err(err)?)
+    } else if url == "memory://" || url == "memory:///" {
+        Arc::new(object_store::memory::InMemory::new())
+    } else if let Some(rest) = url
+        .strip_prefix("s3://")
+        .or_else(|| url.strip_prefix("s3a://"))
+    {
+        let (bucket, prefix) = split_bucket(rest);
+        let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+        for (k, v) in &options.settings {
+            let key = k
+                .to_ascii_lowercase()
+                .parse()
+                .map_err(|_| format!("unknown S3 setting {k}"))?;
+            b = b.with_config(key, v);
+        }
+        with_prefix(b.build().map_err(err)?, prefix)
+    } else if let Some(rest) = url.strip_prefix("gs://") {
+        let (bucket, prefix) = split_bucket(rest);
+        let mut b =
+            object_store::gcp::GoogleCloudStorageBuilder::from_env().with_bucket_name(bucket);
+        for (k, v) in &options.settings {
+            let key = k
+                .to_ascii_lowercase()
+                .parse()
+                .map_err(|_| format!("unknown GCS setting {k}"))?;
+            b = b.with_config(key, v);
+        }
+        with_prefix(b.build().map_err(err)?, prefix)
+    } else if let Some(rest) = url.strip_prefix("az://") {
+        let (container, prefix) = split_bucket(rest);
+        let mut b =
+            object_store::azure::MicrosoftAzureBuilder::from_env().with_container_name(container);
+        for (k, v) in &options.settings {
+            let key = k
+                .to_ascii_lowercase()
+                .parse()
+                .map_err(|_| format!("unknown Azure setting {k}"))?;
+            b = b.with_config(key, v);
+        }
+        with_prefix(b.build().map_err(err)?, prefix)
+    } else {
+        return Err(format!(
+            "unsupported object store URL {url:?}: expected file:///path, memory://, s3://bucket/prefix, gs://bucket/prefix or az://container/prefix"
+        ));
+    };
+    let mut store = base;
+    let f = &options.faults;
+    if !f.latency.is_zero() {
+        let latency = object_store::throttle::ThrottleConfig {
+            wait_put_per_call: f.latency,
+            wait_get_per_call: f.latency,
+            wait_delete_per_call: f.latency,
+            wait_list_per_call: f.latency,
+            ..Default::default()
+        };
+        store = Arc::new(object_store::throttle::ThrottledStore::new(store, latency));
     }
-    if url == "memory://" || url == "memory:///" {
-        return Ok(Arc::new(object_store::memory::InMemory::new()));
+    if f.put_error_rate > 0.0 || f.get_error_rate > 0.0 {
+        store = Arc::new(FaultyStore::new(
+            store,
+            FaultConfig {
+                latency: std::time::Duration::ZERO,
+                ..f.clone()
+            },
+        ));
     }
-    Err(format!(
-        "unsupported object store URL {url:?}: expected file:///path or memory://"
-    ))
+    if options.max_concurrent_requests > 0 {
+        store = Arc::new(object_store::limit::LimitStore::new(
+            store,
+            options.max_concurrent_requests,
+        ));
+    }
+    Ok(store)
+}
+
+/// [`from_url_with`] with default options.
+pub fn from_url(url: &str) -> Result<Arc<dyn ObjectStore>, String> {
+    from_url_with(url, &StoreOptions::default())
 }
 
 /// The key of object `id`: a hash first, so that keys spread over prefixes (S3's request limits

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
 use weir_meta::{MetaError, ObjectCommit, RangeCommit};
@@ -136,8 +137,7 @@ impl EngineInner {
         let puts = builders.into_iter().map(|b| async {
             let id = self.meta.prepare_object(object_key).await?;
             let (data, size, placements) = b.finish();
-            self.put_with_retry(&object_key(id), data.into_iter().collect())
-                .await?;
+            self.put_with_retry(&object_key(id), data, size).await?;
             Ok::<_, StorageError>(ObjectCommit {
                 object_id: id,
                 size,
@@ -165,13 +165,13 @@ impl EngineInner {
         Ok(())
     }
 
-    async fn put_with_retry(&self, key: &str, payload: PutPayload) -> Result<()> {
+    async fn put_with_retry(&self, key: &str, data: Vec<Bytes>, size: u64) -> Result<()> {
         let path = Path::from(key);
         let mut backoff = Duration::from_millis(50);
         let mut attempt = 1;
         loop {
-            match self.store.put(&path, payload.clone()).await {
-                Ok(_) => return Ok(()),
+            match self.put_object(&path, &data, size).await {
+                Ok(()) => return Ok(()),
                 Err(e) if attempt < PUT_ATTEMPTS => {
                     self.meters.upload_errors.inc();
                     tracing::warn!(key, attempt, error = %e, "object upload failed; retrying");
@@ -183,6 +183,44 @@ impl EngineInner {
                     self.meters.upload_errors.inc();
                     return Err(e.into());
                 }
+            }
+        }
+    }
+
+    /// One PUT, or a multipart upload for objects of more than two parts. Payloads are sliced,
+    /// not copied, into parts.
+    async fn put_object(&self, path: &Path, data: &[Bytes], size: u64) -> object_store::Result<()> {
+        let part_bytes = self.config.multipart_part_bytes.max(5 << 20) as usize;
+        if size <= 2 * part_bytes as u64 {
+            self.store
+                .put(path, data.iter().cloned().collect::<PutPayload>())
+                .await?;
+            return Ok(());
+        }
+        let mut upload = self.store.put_multipart(path).await?;
+        let mut parts = Vec::new();
+        let mut chunk: Vec<Bytes> = Vec::new();
+        let mut filled = 0usize;
+        for b in data {
+            let mut b = b.clone();
+            while !b.is_empty() {
+                let take = (part_bytes - filled).min(b.len());
+                chunk.push(b.split_to(take));
+                filled += take;
+                if filled == part_bytes {
+                    parts.push(upload.put_part(std::mem::take(&mut chunk).into_iter().collect()));
+                    filled = 0;
+                }
+            }
+        }
+        if !chunk.is_empty() {
+            parts.push(upload.put_part(chunk.into_iter().collect()));
+        }
+        match futures::future::try_join_all(parts).await {
+            Ok(_) => upload.complete().await.map(|_| ()),
+            Err(e) => {
+                let _ = upload.abort().await;
+                Err(e)
             }
         }
     }

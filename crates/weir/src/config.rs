@@ -72,6 +72,7 @@ pub struct StorageSection {
     pub delete_grace_ms: u64,
     pub orphan_grace_ms: u64,
     pub maintenance_interval_ms: u64,
+    pub multipart_part_bytes: u64,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -81,11 +82,33 @@ pub struct MetadataConfig {
     pub url: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ObjectStoreConfig {
-    /// `file:///path` or `memory://`; defaults to `file://<data_dir>/objects`.
+    /// `file:///path`, `memory://`, `s3://bucket/prefix`, `gs://bucket/prefix`,
+    /// `az://container/prefix`; defaults to `file://<data_dir>/objects`. Cloud credentials,
+    /// region and endpoint come from the usual `AWS_*`, `GOOGLE_*`, `AZURE_*` variables.
     pub url: Option<String>,
+    /// Requests in flight at most.
+    pub max_concurrent_requests: usize,
+    /// Fault injection, for tests and chaos drills: share of PUTs that fail (0.0-1.0).
+    pub fault_put_error_rate: f64,
+    /// Fault injection: share of GETs that fail.
+    pub fault_get_error_rate: f64,
+    /// Fault injection: latency added to every request.
+    pub fault_latency_ms: u64,
+}
+
+impl Default for ObjectStoreConfig {
+    fn default() -> Self {
+        ObjectStoreConfig {
+            url: None,
+            max_concurrent_requests: 64,
+            fault_put_error_rate: 0.0,
+            fault_get_error_rate: 0.0,
+            fault_latency_ms: 0,
+        }
+    }
 }
 
 impl Default for BrokerConfig {
@@ -135,6 +158,7 @@ impl Default for StorageSection {
             delete_grace_ms: d.delete_grace.as_millis() as u64,
             orphan_grace_ms: d.orphan_grace.as_millis() as u64,
             maintenance_interval_ms: d.maintenance_interval.as_millis() as u64,
+            multipart_part_bytes: d.multipart_part_bytes,
         }
     }
 }
@@ -145,6 +169,8 @@ const SECTIONS: [&str; 5] = ["object_store", "broker", "wal", "storage", "metada
 fn scalar(v: &str) -> toml::Value {
     if let Ok(i) = v.parse::<i64>() {
         toml::Value::Integer(i)
+    } else if let Ok(f) = v.parse::<f64>() {
+        toml::Value::Float(f)
     } else if let Ok(b) = v.parse::<bool>() {
         toml::Value::Boolean(b)
     } else {
@@ -243,6 +269,19 @@ impl Config {
         }
     }
 
+    pub fn store_options(&self) -> weir_storage::objstore::StoreOptions {
+        let o = &self.object_store;
+        weir_storage::objstore::StoreOptions {
+            settings: Vec::new(),
+            max_concurrent_requests: o.max_concurrent_requests,
+            faults: weir_storage::objstore::FaultConfig {
+                put_error_rate: o.fault_put_error_rate,
+                get_error_rate: o.fault_get_error_rate,
+                latency: std::time::Duration::from_millis(o.fault_latency_ms),
+            },
+        }
+    }
+
     pub fn storage(&self) -> weir_storage::StorageConfig {
         use std::time::Duration;
         let s = &self.storage;
@@ -258,6 +297,7 @@ impl Config {
             delete_grace: Duration::from_millis(s.delete_grace_ms),
             orphan_grace: Duration::from_millis(s.orphan_grace_ms),
             maintenance_interval: Duration::from_millis(s.maintenance_interval_ms),
+            multipart_part_bytes: s.multipart_part_bytes,
         }
     }
 }
@@ -279,6 +319,10 @@ mod tests {
             ("WEIR_BROKER_LISTEN".to_string(), "127.0.0.1:2".to_string()),
             ("WEIR_OBJECT_STORE_URL".to_string(), "memory://".to_string()),
             ("WEIR_WAL_DIRECT_IO".to_string(), "false".to_string()),
+            (
+                "WEIR_OBJECT_STORE_FAULT_PUT_ERROR_RATE".to_string(),
+                "0.25".to_string(),
+            ),
             ("OTHER".to_string(), "x".to_string()),
         ];
         let c = Config::load(
@@ -291,6 +335,7 @@ mod tests {
         assert_eq!(c.broker.node_id, 7);
         assert_eq!(c.wal.capacity, 1 << 20);
         assert!(!c.wal.direct_io);
+        assert_eq!(c.object_store.fault_put_error_rate, 0.25);
         assert_eq!(c.object_store.url.as_deref(), Some("memory://"));
         assert_eq!(c.advertised(), "127.0.0.1:2");
     }

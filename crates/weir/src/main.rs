@@ -30,6 +30,9 @@ struct Cli {
 enum Command {
     /// Start a broker.
     Serve(ServeArgs),
+    /// Estimate the monthly cloud bill of a broker's workload (from its /metrics) or of a
+    /// described workload, beside Apache Kafka's for the same.
+    Cost(weir_cost::CostArgs),
 }
 
 #[derive(clap::Args)]
@@ -68,6 +71,7 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match cli.command {
+        Command::Cost(args) => weir_cost::run(args),
         Command::Serve(args) => {
             let flags: Vec<(&str, &str, String)> = [
                 ("broker", "data_dir", args.data_dir),
@@ -126,7 +130,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             .context("opening the metadata store")?,
     );
     let store_url = config.object_store_url()?;
-    let store = weir_storage::objstore::from_url(&store_url).map_err(anyhow::Error::msg)?;
+    let store_options = config.store_options();
+    if store_options.faults != weir_storage::objstore::FaultConfig::default() {
+        tracing::warn!(faults = ?store_options.faults, "object-store fault injection is ON");
+    }
+    let store = weir_storage::objstore::from_url_with(&store_url, &store_options)
+        .map_err(anyhow::Error::msg)?;
     tracing::info!(wal = %config.wal_path().display(), metadata = %meta_url, objects = %store_url, "opening storage");
     let engine =
         weir_storage::Engine::open(config.storage(), Arc::new(wal), Arc::clone(&meta), store)

@@ -24,6 +24,7 @@ pub fn small_config() -> StorageConfig {
         delete_grace: Duration::ZERO,
         orphan_grace: Duration::from_secs(3600),
         maintenance_interval: Duration::from_secs(3600),
+        multipart_part_bytes: 5 << 20,
     }
 }
 

@@ -1,0 +1,389 @@
+//! `weir cost`: what a workload costs per month on Weir, line by line (object storage, PUTs,
+//! GETs, cross-zone traffic, compute), beside the same workload on Apache Kafka with three
+//! replicas on block storage, with every price and assumption on the command line.
+//!
+//! Two sources of the workload:
+//! - a broker's `/metrics` (scraped twice, `--window` apart): rates of bytes written, PUTs and
+//!   GETs as the broker really made them, extrapolated to a month;
+//! - a described workload (`--write-mib-s`, `--read-mib-s`, `--retention-days`, ...): the model
+//!   below, which is how the request counts arise in Weir.
+//!
+//! The model: data reaches object storage once, in parts of `--part-mib` (each part is one PUT);
+//! compaction rewrites each byte `--compaction-rewrites` times (a GET and a PUT per part);
+//! reads of recent data come from the log cache (no GET) and catch-up reads (`--catchup-share`
+//! of reads) cost one GET per `--readahead-mib`. With zone-aware clients (`weir_az=` in
+//! `client.id`) no data crosses zones: object storage is regional.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+
+const MONTH_SECS: f64 = 30.0 * 86_400.0;
+const GIB: f64 = (1u64 << 30) as f64;
+const MIB: f64 = (1u64 << 20) as f64;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct CostArgs {
+    /// Scrape a broker's meters: http://HOST:PORT/metrics (the admin port).
+    #[arg(long)]
+    pub metrics_url: Option<String>,
+    /// Time between the two scrapes.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub window: Duration,
+    /// Workload: MiB/s produced (all brokers).
+    #[arg(long)]
+    pub write_mib_s: Option<f64>,
+    /// Workload: MiB/s consumed (all consumers).
+    #[arg(long, default_value_t = 0.0)]
+    pub read_mib_s: f64,
+    /// Days data is kept.
+    #[arg(long, default_value_t = 7.0)]
+    pub retention_days: f64,
+    /// Share of reads that are catch-up reads of data no longer in the log cache.
+    #[arg(long, default_value_t = 0.0)]
+    pub catchup_share: f64,
+    /// Object part size, MiB (one PUT each).
+    #[arg(long, default_value_t = 16.0)]
+    pub part_mib: f64,
+    /// Read-ahead of catch-up readers, MiB (one GET each).
+    #[arg(long, default_value_t = 16.0)]
+    pub readahead_mib: f64,
+    /// Times compaction rewrites each byte.
+    #[arg(long, default_value_t = 1.0)]
+    pub compaction_rewrites: f64,
+    /// Clients are not zone-aware: 2/3 of produce and consume traffic crosses zones (3 zones).
+    #[arg(long)]
+    pub not_zone_aware: bool,
+    /// Brokers, for compute.
+    #[arg(long, default_value_t = 0)]
+    pub brokers: u32,
+    /// Price of one broker instance, $/hour.
+    #[arg(long, default_value_t = 0.0)]
+    pub instance_hourly: f64,
+    /// Object storage, $/GB-month.
+    #[arg(long, default_value_t = 0.023)]
+    pub storage_price: f64,
+    /// $ per 1000 PUTs.
+    #[arg(long, default_value_t = 0.005)]
+    pub put_price: f64,
+    /// $ per 1000 GETs.
+    #[arg(long, default_value_t = 0.0004)]
+    pub get_price: f64,
+    /// Cross-zone traffic, $/GB (both directions together).
+    #[arg(long, default_value_t = 0.02)]
+    pub cross_zone_price: f64,
+    /// Kafka comparison: block storage, $/GB-month (gp3).
+    #[arg(long, default_value_t = 0.08)]
+    pub kafka_disk_price: f64,
+    /// Kafka comparison: disk kept free, as a share of the disk.
+    #[arg(long, default_value_t = 0.0)]
+    pub kafka_disk_headroom: f64,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (n, unit) = s.split_at(
+        s.find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(s.len()),
+    );
+    let n: f64 = n.parse().map_err(|_| format!("bad duration {s:?}"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "ms" => n / 1000.0,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("bad duration unit in {s:?}")),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Rates of a workload, per second.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rates {
+    pub write_bytes: f64,
+    pub read_bytes: f64,
+    pub puts: f64,
+    pub gets: f64,
+}
+
+/// One line of the bill.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Line {
+    pub item: &'static str,
+    pub quantity: String,
+    pub dollars: f64,
+}
+
+/// The modelled rates of a described workload.
+pub fn model(a: &CostArgs, write_bytes: f64) -> Rates {
+    let part = a.part_mib * MIB;
+    let catchup = a.read_mib_s * MIB * a.catchup_share;
+    Rates {
+        write_bytes,
+        read_bytes: a.read_mib_s * MIB,
+        puts: write_bytes / part * (1.0 + a.compaction_rewrites),
+        gets: write_bytes / part * a.compaction_rewrites + catchup / (a.readahead_mib * MIB),
+    }
+}
+
+pub fn weir_bill(a: &CostArgs, r: &Rates) -> Vec<Line> {
+    let stored_gib = r.write_bytes * a.retention_days * 86_400.0 / GIB;
+    let puts = r.puts * MONTH_SECS;
+    let gets = r.gets * MONTH_SECS;
+    let cross_gib = if a.not_zone_aware {
+        (r.write_bytes + r.read_bytes) * 2.0 / 3.0 * MONTH_SECS / GIB
+    } else {
+        0.0
+    };
+    let mut lines = vec![
+        Line {
+            item: "object storage",
+            quantity: format!("{stored_gib:.0} GiB stored"),
+            dollars: stored_gib * a.storage_price,
+        },
+        Line {
+            item: "PUT requests",
+            quantity: format!("{:.1} M", puts / 1e6),
+            dollars: puts / 1000.0 * a.put_price,
+        },
+        Line {
+            item: "GET requests",
+            quantity: format!("{:.1} M", gets / 1e6),
+            dollars: gets / 1000.0 * a.get_price,
+        },
+        Line {
+            item: "cross-zone traffic",
+            quantity: format!("{cross_gib:.0} GiB"),
+            dollars: cross_gib * a.cross_zone_price,
+        },
+    ];
+    lines.push(compute(a));
+    lines
+}
+
+fn compute(a: &CostArgs) -> Line {
+    Line {
+        item: "compute",
+        quantity: format!("{} brokers at ${}/h", a.brokers, a.instance_hourly),
+        dollars: f64::from(a.brokers) * a.instance_hourly * 24.0 * 30.0,
+    }
+}
+
+/// Apache Kafka for the same workload: three replicas on block storage, replication across
+/// three zones, and clients that are not zone-aware (2/3 of their traffic crosses zones).
+pub fn kafka_bill(a: &CostArgs, r: &Rates) -> Vec<Line> {
+    let disk_gib = r.write_bytes * a.retention_days * 86_400.0 * 3.0
+        / GIB
+        / (1.0 - a.kafka_disk_headroom).max(0.01);
+    let cross_gib =
+        (2.0 * r.write_bytes + (r.write_bytes + r.read_bytes) * 2.0 / 3.0) * MONTH_SECS / GIB;
+    vec![
+        Line {
+            item: "block storage (3 replicas)",
+            quantity: format!("{disk_gib:.0} GiB"),
+            dollars: disk_gib * a.kafka_disk_price,
+        },
+        Line {
+            item: "cross-zone traffic",
+            quantity: format!("{cross_gib:.0} GiB"),
+            dollars: cross_gib * a.cross_zone_price,
+        },
+        compute(a),
+    ]
+}
+
+pub fn total(lines: &[Line]) -> f64 {
+    lines.iter().map(|l| l.dollars).sum()
+}
+
+/// Reads counters from Prometheus text: `name{labels}` -> value.
+pub fn parse_metrics(text: &str) -> HashMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+fn scrape(url: &str) -> anyhow::Result<HashMap<String, f64>> {
+    let rest = url
+        .strip_prefix("http://")
+        .context("only http:// metrics URLs")?;
+    let (host, path) = rest
+        .split_once('/')
+        .map_or((rest, "/metrics".to_string()), |(h, p)| {
+            (h, format!("/{p}"))
+        });
+    let mut s = TcpStream::connect(host).with_context(|| format!("connecting to {host}"))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut body = String::new();
+    s.read_to_string(&mut body)?;
+    let Some((_, text)) = body.split_once("\r\n\r\n") else {
+        bail!("no HTTP body from {url}")
+    };
+    Ok(parse_metrics(text))
+}
+
+/// Rates from two scrapes `secs` apart.
+pub fn rates_between(
+    before: &HashMap<String, f64>,
+    after: &HashMap<String, f64>,
+    secs: f64,
+) -> Rates {
+    let d = |k: &str| {
+        (after.get(k).copied().unwrap_or(0.0) - before.get(k).copied().unwrap_or(0.0)).max(0.0)
+            / secs
+    };
+    Rates {
+        write_bytes: d("weir_produce_bytes_total"),
+        read_bytes: d("weir_fetch_bytes_total"),
+        puts: d("weir_object_requests_total{kind=\"put\"}")
+            + d("weir_object_requests_total{kind=\"multipart_part\"}"),
+        gets: d("weir_object_requests_total{kind=\"get\"}"),
+    }
+}
+
+fn print_bill(out: &mut impl Write, title: &str, lines: &[Line]) -> std::io::Result<()> {
+    writeln!(out, "{title}")?;
+    for l in lines {
+        writeln!(
+            out,
+            "  {:<28} {:>24} {:>14}",
+            l.item,
+            l.quantity,
+            format!("${:.0}", l.dollars)
+        )?;
+    }
+    writeln!(
+        out,
+        "  {:<28} {:>24} {:>14}",
+        "total per month",
+        "",
+        format!("${:.0}", total(lines))
+    )
+}
+
+pub fn run(a: CostArgs) -> anyhow::Result<()> {
+    let rates = if let Some(url) = &a.metrics_url {
+        let before = scrape(url)?;
+        std::thread::sleep(a.window);
+        let after = scrape(url)?;
+        let r = rates_between(&before, &after, a.window.as_secs_f64());
+        if r.write_bytes == 0.0 {
+            bail!(
+                "no bytes were produced during the {:?} window: nothing to extrapolate",
+                a.window
+            );
+        }
+        r
+    } else if let Some(w) = a.write_mib_s {
+        model(&a, w * MIB)
+    } else {
+        bail!("give --metrics-url (a broker's /metrics) or --write-mib-s (a workload)");
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "workload: {:.1} MiB/s in, {:.1} MiB/s out, {} days retention; {:.1} PUT/s, {:.1} GET/s",
+        rates.write_bytes / MIB,
+        rates.read_bytes / MIB,
+        a.retention_days,
+        rates.puts,
+        rates.gets
+    )?;
+    let weir = weir_bill(&a, &rates);
+    let kafka = kafka_bill(&a, &rates);
+    print_bill(
+        &mut out,
+        "Weir (object storage, zone-aware clients):",
+        &weir,
+    )?;
+    print_bill(
+        &mut out,
+        "Apache Kafka (3 replicas on block storage, 3 zones):",
+        &kafka,
+    )?;
+    let (w, k) = (total(&weir), total(&kafka));
+    if k > 0.0 {
+        writeln!(
+            out,
+            "Weir costs {:.1}% of Kafka's bill ({:.1}x less)",
+            w / k * 100.0,
+            k / w.max(1e-9)
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: CostArgs,
+    }
+
+    fn args(extra: &[&str]) -> CostArgs {
+        Cli::parse_from(std::iter::once("cost").chain(extra.iter().copied())).a
+    }
+
+    /// AutoMQ's FSx comparison workload: 1 GiB/s in and out, 3 days.
+    #[test]
+    fn one_gib_per_second_three_days() {
+        let a = args(&[
+            "--write-mib-s",
+            "1024",
+            "--read-mib-s",
+            "1024",
+            "--retention-days",
+            "3",
+        ]);
+        let r = model(&a, 1024.0 * MIB);
+        let weir = weir_bill(&a, &r);
+        // 1 GiB/s for 3 days: 259,200 GiB at $0.023.
+        assert!((weir[0].dollars - 259_200.0 * 0.023).abs() < 1.0);
+        // 64 parts/s written, and again by compaction: 128 PUT/s over 30 days.
+        assert!((weir[1].dollars - 128.0 * MONTH_SECS / 1000.0 * 0.005).abs() < 1.0);
+        assert_eq!(weir[3].dollars, 0.0, "zone-aware: nothing crosses zones");
+        let kafka = kafka_bill(&a, &r);
+        // Replication (2 GiB/s) and 2/3 of 2 GiB/s of client traffic cross zones.
+        let cross = (2.0 + 4.0 / 3.0) * MONTH_SECS * 0.02;
+        assert!((kafka[1].dollars - cross).abs() < 1.0);
+        assert!(total(&kafka) > 10.0 * total(&weir));
+    }
+
+    #[test]
+    fn rates_from_two_scrapes() {
+        let before = parse_metrics(
+            "# HELP x\nweir_produce_bytes_total 1000\nweir_object_requests_total{kind=\"put\"} 1\n",
+        );
+        let after = parse_metrics("weir_produce_bytes_total 3000\nweir_object_requests_total{kind=\"put\"} 5\nweir_object_requests_total{kind=\"get\"} 2\n");
+        let r = rates_between(&before, &after, 2.0);
+        assert_eq!(
+            r,
+            Rates {
+                write_bytes: 1000.0,
+                read_bytes: 0.0,
+                puts: 2.0,
+                gets: 1.0
+            }
+        );
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("60s").unwrap(), Duration::from_secs(60));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert!(parse_duration("5x").is_err());
+    }
+}

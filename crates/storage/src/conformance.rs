@@ -1,0 +1,204 @@
+//! What every object-store backend must do for Weir, as one suite each backend's tests run:
+//! the requests the engine makes (PUT, multipart PUT, ranged GET, HEAD, DELETE, LIST) and an
+//! engine round trip over the store (append, upload, restart, read back from objects only).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
+
+use crate::{Engine, StorageConfig};
+
+fn data(n: usize, seed: u8) -> Bytes {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+/// Runs every check against `store`. Keys are made under a fresh prefix, so a shared bucket is
+/// fine.
+pub async fn run_all(store: Arc<dyn ObjectStore>) {
+    let prefix = format!("conformance-{}", std::process::id());
+    requests(&*store, &prefix).await;
+    multipart(&*store, &prefix).await;
+    engine_round_trip(store).await;
+}
+
+pub async fn requests(store: &dyn ObjectStore, prefix: &str) {
+    let p = Path::from(format!("{prefix}/a/object"));
+    let body = data(100_000, 1);
+    store.put(&p, body.clone().into()).await.expect("PUT");
+    assert_eq!(
+        store
+            .get(&p)
+            .await
+            .expect("GET")
+            .bytes()
+            .await
+            .expect("body"),
+        body
+    );
+    assert_eq!(
+        store.get_range(&p, 10..20).await.expect("ranged GET"),
+        body.slice(10..20)
+    );
+    assert_eq!(
+        store
+            .get_range(&p, 99_990..100_000)
+            .await
+            .expect("tail GET"),
+        body.slice(99_990..)
+    );
+    let ranges = store
+        .get_ranges(&p, &[0..5, 50_000..50_010])
+        .await
+        .expect("GET ranges");
+    assert_eq!(ranges, vec![body.slice(0..5), body.slice(50_000..50_010)]);
+    assert_eq!(store.head(&p).await.expect("HEAD").size, 100_000);
+
+    let other = data(10, 2);
+    store
+        .put(&p, other.clone().into())
+        .await
+        .expect("overwrite");
+    assert_eq!(
+        store
+            .get(&p)
+            .await
+            .expect("GET")
+            .bytes()
+            .await
+            .expect("body"),
+        other
+    );
+
+    let q = Path::from(format!("{prefix}/b/other"));
+    store.put(&q, data(1, 3).into()).await.expect("PUT");
+    let mut listed: Vec<String> =
+        futures::TryStreamExt::try_collect::<Vec<_>>(store.list(Some(&Path::from(prefix))))
+            .await
+            .expect("LIST")
+            .into_iter()
+            .map(|m| m.location.to_string())
+            .collect();
+    listed.sort();
+    assert_eq!(listed, vec![p.to_string(), q.to_string()]);
+
+    store.delete(&p).await.expect("DELETE");
+    store.delete(&q).await.expect("DELETE");
+    match store.get(&p).await {
+        Err(object_store::Error::NotFound { .. }) => {}
+        other => panic!("GET of a deleted object: {:?}", other.map(|_| ())),
+    }
+}
+
+pub async fn multipart(store: &dyn ObjectStore, prefix: &str) {
+    let p = Path::from(format!("{prefix}/multipart"));
+    let part = 5 << 20;
+    let body = data(2 * part + 12_345, 7);
+    let mut upload = store.put_multipart(&p).await.expect("start multipart");
+    let parts = vec![
+        upload.put_part(body.slice(0..part).into()),
+        upload.put_part(body.slice(part..2 * part).into()),
+        upload.put_part(body.slice(2 * part..).into()),
+    ];
+    futures::future::try_join_all(parts).await.expect("parts");
+    upload.complete().await.expect("complete");
+    assert_eq!(store.head(&p).await.expect("HEAD").size, body.len() as u64);
+    // A range across a part boundary.
+    let r = (part - 100) as u64..(part + 100) as u64;
+    assert_eq!(
+        store.get_range(&p, r).await.expect("GET"),
+        body.slice(part - 100..part + 100)
+    );
+    store.delete(&p).await.expect("DELETE");
+}
+
+/// Appends through an engine on `store`, uploads (with objects large enough for multipart),
+/// restarts the engine with an empty cache and reads everything back through ranged GETs.
+pub async fn engine_round_trip(store: Arc<dyn ObjectStore>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = StorageConfig {
+        upload_bytes: u64::MAX,
+        upload_interval: std::time::Duration::from_secs(3600),
+        stream_object_bytes: 8 << 20,
+        block_bytes: 256 << 10,
+        multipart_part_bytes: 5 << 20,
+        ..StorageConfig::default()
+    };
+    let open = |store: Arc<dyn ObjectStore>| {
+        let dir = dir.path().to_path_buf();
+        let config = config.clone();
+        async move {
+            let wal = weir_wal::FileWal::open(weir_wal::FileWalConfig {
+                capacity: 64 << 20,
+                ..weir_wal::FileWalConfig::new(dir.join("wal"))
+            })
+            .expect("WAL");
+            let meta = weir_meta::SqliteMetaStore::open(&dir.join("meta.sqlite")).expect("meta");
+            Engine::open(config, Arc::new(wal), Arc::new(meta), store)
+                .await
+                .expect("engine")
+        }
+    };
+    let engine = open(Arc::clone(&store)).await;
+    engine.open_stream(1, 1).await.expect("open");
+    engine.open_stream(2, 1).await.expect("open");
+    // Stream 1: 16 MiB, a stream object uploaded in parts; stream 2: small, a stream-set object.
+    for i in 0..256u64 {
+        engine
+            .append(1, 1, 1, i as i64, |_| data(64 << 10, i as u8))
+            .await
+            .expect("append");
+    }
+    for i in 0..10u64 {
+        engine
+            .append(2, 1, 1, i as i64, |_| data(1000, i as u8))
+            .await
+            .expect("append");
+    }
+    engine.close().await.expect("close");
+    let engine = open(store).await;
+    engine.open_stream(1, 2).await.expect("reopen");
+    engine.open_stream(2, 2).await.expect("reopen");
+    let gets = engine.object_meters().gets.get();
+    for (stream, n, size) in [(1u64, 256u64, 64usize << 10), (2, 10, 1000)] {
+        let mut next = 0;
+        while next < n {
+            let r = engine.read(stream, next, 1 << 20).await.expect("read");
+            assert!(!r.batches.is_empty(), "stream {stream} stops at {next}");
+            for b in r.batches {
+                assert_eq!(b.base_offset, next);
+                assert_eq!(
+                    b.payload,
+                    data(size, next as u8),
+                    "stream {stream} offset {next}"
+                );
+                next = b.end_offset();
+            }
+        }
+    }
+    assert!(
+        engine.object_meters().gets.get() > gets,
+        "reads came from GETs"
+    );
+    engine.close().await.expect("close");
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn memory() {
+        super::run_all(crate::objstore::from_url("memory://").expect("store")).await;
+    }
+
+    #[tokio::test]
+    async fn local_filesystem() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store =
+            crate::objstore::from_url(&format!("file://{}", dir.path().display())).expect("store");
+        super::run_all(store).await;
+    }
+}
