@@ -41,6 +41,65 @@ pub async fn run_all(open: impl Fn() -> Box<dyn MetaStore>) {
     orphans_are_found(&*open()).await;
     topics_have_streams_and_configs(&*open()).await;
     group_offsets_and_snapshots(&*open()).await;
+    compaction_replaces_ranges(&*open()).await;
+}
+
+pub async fn compaction_replaces_ranges(m: &dyn MetaStore) {
+    m.open_stream(1, 1).await.expect("open");
+    m.open_stream(2, 1).await.expect("open");
+    let shared = commit(m, vec![range(1, 1, 0, 10), range(2, 1, 0, 10)])
+        .await
+        .expect("a");
+    let own = commit(m, vec![range(1, 1, 10, 20)]).await.expect("b");
+    commit(m, vec![range(1, 1, 20, 30)]).await.expect("c");
+    let compacted = |start, end| async move {
+        let id = m.prepare_object(key).await.expect("prepare");
+        let r = ObjectCommit {
+            object_id: id,
+            size: 500,
+            ranges: vec![RangeCommit {
+                position: 0,
+                ..range(1, 1, start, end)
+            }],
+        };
+        (id, m.replace_ranges(r).await)
+    };
+    // Not a tiling of existing ranges: refused.
+    assert!(matches!(
+        compacted(5, 20).await.1,
+        Err(MetaError::Discontinuity { .. })
+    ));
+    assert!(matches!(
+        compacted(0, 25).await.1,
+        Err(MetaError::Discontinuity { .. })
+    ));
+    let (id, r) = compacted(0, 20).await;
+    r.expect("compaction");
+    let ranges = m.ranges(1, 0, 10).await.expect("ranges");
+    assert_eq!(
+        ranges
+            .iter()
+            .map(|r| (r.start_offset, r.end_offset))
+            .collect::<Vec<_>>(),
+        vec![(0, 20), (20, 30)]
+    );
+    assert_eq!(ranges[0].object_id, id);
+    // `own` is unreferenced now; `shared` still holds stream 2's data.
+    let gone: Vec<u64> = m
+        .deletable_objects(Duration::ZERO, Duration::from_secs(3600))
+        .await
+        .expect("deletable")
+        .iter()
+        .map(|o| o.object_id)
+        .collect();
+    assert_eq!(gone, vec![own]);
+    assert!(!gone.contains(&shared));
+    // A stale leader cannot compact.
+    m.open_stream(1, 2).await.expect("new epoch");
+    assert!(matches!(
+        compacted(20, 30).await.1,
+        Err(MetaError::Fenced { .. })
+    ));
 }
 
 pub async fn topics_have_streams_and_configs(m: &dyn MetaStore) {

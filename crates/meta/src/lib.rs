@@ -179,6 +179,13 @@ pub trait MetaStore: Send + Sync + 'static {
     /// Forgets objects deleted from object storage.
     async fn forget_objects(&self, ids: &[ObjectId]) -> Result<()>;
 
+    /// Compaction: replaces the stream's ranges that exactly cover `[start, end)` with the one
+    /// range of the prepared object `object` (committing it), in one transaction. Objects left
+    /// without ranges become unreferenced. Fails with [`MetaError::Fenced`] for a stale epoch and
+    /// [`MetaError::Discontinuity`] if the ranges no longer cover exactly `[start, end)` (retention
+    /// or another compaction got there first).
+    async fn replace_ranges(&self, object: ObjectCommit) -> Result<()>;
+
     /// Number of committed, referenced objects that hold data of `stream_id`.
     async fn object_count(&self, stream_id: u64) -> Result<u64>;
 

@@ -409,6 +409,97 @@ impl MetaStore for SqliteMetaStore {
         .await
     }
 
+    async fn replace_ranges(&self, object: ObjectCommit) -> Result<()> {
+        self.with(move |c| {
+            let tx = c
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(backend("begin"))?;
+            let [r] = object.ranges.as_slice() else {
+                return Err(MetaError::Backend {
+                    context: "replacing ranges",
+                    source: "a compacted object holds exactly one range".into(),
+                });
+            };
+            let s = read_stream(&tx, r.stream_id)?.ok_or(MetaError::UnknownStream(r.stream_id))?;
+            if s.epoch != r.epoch {
+                return Err(MetaError::Fenced {
+                    stream_id: r.stream_id,
+                    epoch: r.epoch,
+                    current: s.epoch,
+                });
+            }
+            // The old ranges must tile [start, end) exactly.
+            let old: Vec<(i64, i64, i64)> = {
+                let mut stmt = tx
+                    .prepare_cached(
+                        "SELECT start_offset, end_offset, object_id FROM ranges
+                         WHERE stream_id = ?1 AND start_offset >= ?2 AND start_offset < ?3 ORDER BY start_offset",
+                    )
+                    .map_err(backend("reading ranges"))?;
+                let rows = stmt
+                    .query_map(params![i(r.stream_id), i(r.start_offset), i(r.end_offset)], |row| {
+                        Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+                    })
+                    .map_err(backend("reading ranges"))?;
+                rows.collect::<rusqlite::Result<_>>().map_err(backend("reading ranges"))?
+            };
+            let mut expected = r.start_offset as i64;
+            for (start, end, _) in &old {
+                if *start != expected {
+                    break;
+                }
+                expected = *end;
+            }
+            if old.is_empty() || old[0].0 != r.start_offset as i64 || expected != r.end_offset as i64 {
+                return Err(MetaError::Discontinuity {
+                    stream_id: r.stream_id,
+                    expected: r.start_offset,
+                    got: old.first().map_or(0, |o| o.0 as u64),
+                });
+            }
+            let n = tx
+                .execute(
+                    "UPDATE objects SET state = 'live', size = ?2, since_ms = ?3 WHERE object_id = ?1 AND state = 'prepared'",
+                    params![i(object.object_id), i(object.size), now_ms()],
+                )
+                .map_err(backend("committing an object"))?;
+            if n != 1 {
+                return Err(MetaError::UnknownObject(object.object_id));
+            }
+            tx.execute(
+                "DELETE FROM ranges WHERE stream_id = ?1 AND start_offset >= ?2 AND start_offset < ?3",
+                params![i(r.stream_id), i(r.start_offset), i(r.end_offset)],
+            )
+            .map_err(backend("dropping replaced ranges"))?;
+            tx.execute(
+                "INSERT INTO ranges (stream_id, start_offset, end_offset, object_id, position, size, max_timestamp)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![
+                    i(r.stream_id),
+                    i(r.start_offset),
+                    i(r.end_offset),
+                    i(object.object_id),
+                    i(r.position),
+                    i(r.size),
+                    r.max_timestamp
+                ],
+            )
+            .map_err(backend("inserting the compacted range"))?;
+            let now = now_ms();
+            for (_, _, id) in old {
+                tx.execute(
+                    "UPDATE objects SET state = 'unreferenced', since_ms = ?2
+                     WHERE object_id = ?1 AND state = 'live'
+                     AND NOT EXISTS (SELECT 1 FROM ranges r WHERE r.object_id = objects.object_id)",
+                    params![id, now],
+                )
+                .map_err(backend("marking replaced objects"))?;
+            }
+            tx.commit().map_err(backend("commit"))
+        })
+        .await
+    }
+
     async fn object_count(&self, stream_id: u64) -> Result<u64> {
         self.with(move |c| {
             c.query_row(

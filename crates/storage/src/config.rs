@@ -31,6 +31,14 @@ pub struct StorageConfig {
     /// Part size of multipart uploads; objects of more than two parts are uploaded in parts
     /// (S3 wants at least 5 MiB a part).
     pub multipart_part_bytes: u64,
+    /// Compaction writes stream objects of up to this size.
+    pub compaction_target_bytes: u64,
+    /// A stream is compacted once it has this many ranges smaller than half the target.
+    pub compaction_min_ranges: usize,
+    /// Bytes per second compaction may read and write (0: unlimited).
+    pub background_bytes_per_sec: u64,
+    /// Bytes per second catch-up reads may fetch from object storage (0: unlimited).
+    pub catchup_bytes_per_sec: u64,
 }
 
 impl Default for StorageConfig {
@@ -48,6 +56,10 @@ impl Default for StorageConfig {
             orphan_grace: Duration::from_secs(3600),
             maintenance_interval: Duration::from_secs(10),
             multipart_part_bytes: 16 << 20,
+            compaction_target_bytes: 256 << 20,
+            compaction_min_ranges: 8,
+            background_bytes_per_sec: 64 << 20,
+            catchup_bytes_per_sec: 0,
         }
     }
 }

@@ -92,6 +92,8 @@ pub(crate) struct EngineInner {
     /// Serialises uploads, so that each stream's ranges are committed in order.
     pub upload_lock: tokio::sync::Mutex<()>,
     pub upload_wanted: Notify,
+    /// Bandwidth budget of compaction.
+    pub background: crate::budget::Budget,
     pub shutdown: watch::Sender<bool>,
     pub closed: AtomicBool,
 }
@@ -123,7 +125,9 @@ impl Engine {
             config.block_bytes,
             config.block_cache_bytes,
             config.readahead_max_bytes,
+            crate::budget::Budget::new(config.catchup_bytes_per_sec),
         );
+        let background = crate::budget::Budget::new(config.background_bytes_per_sec);
         let inner = Arc::new(EngineInner {
             config,
             wal,
@@ -139,6 +143,7 @@ impl Engine {
             evictable: Mutex::new(VecDeque::new()),
             upload_lock: tokio::sync::Mutex::new(()),
             upload_wanted: Notify::new(),
+            background,
             shutdown: watch::channel(false).0,
             closed: AtomicBool::new(false),
         });
@@ -530,6 +535,12 @@ impl Engine {
     /// Uploads everything durable now, and trims the WAL.
     pub async fn flush(&self) -> Result<()> {
         self.inner.upload().await
+    }
+
+    /// Compacts every open stream that needs it now, as the maintenance task does; returns the
+    /// number of objects written.
+    pub async fn compact(&self) -> Result<usize> {
+        self.inner.compact().await
     }
 
     /// Runs retention and deletes what has become deletable now, as the maintenance task does.

@@ -12,12 +12,17 @@
 //!   transaction, and only then trims the WAL.
 //! - [`Engine::read`] serves from the log cache, or from objects through the block cache and
 //!   ranged GETs with read-ahead (`reader.rs`).
+//! - Compaction (`compaction.rs`) rewrites a stream's many small ranges into stream objects,
+//!   under a bandwidth budget (`budget.rs`) shared with no one but itself; catch-up reads have a
+//!   budget of their own.
 //! - On open, whatever the WAL holds that the metadata store does not is uploaded before any
 //!   stream opens (recovery); retention and object deletion run in the background.
 //!
 //! The invariants each stream keeps are stated in `stream.rs` and checked with
 //! `debug_assert!` wherever its offsets move.
 
+mod budget;
+mod compaction;
 mod config;
 pub mod conformance;
 mod engine;
@@ -53,4 +58,6 @@ pub struct StorageMeters {
     pub wal_full_failures: Counter,
     pub objects_deleted: Counter,
     pub recovered_batches: Counter,
+    pub compactions: Counter,
+    pub compacted_bytes: Counter,
 }

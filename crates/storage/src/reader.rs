@@ -81,6 +81,8 @@ pub(crate) struct ObjectReader {
     /// Indexes of objects recently read. Small (52 bytes an entry) and bounded by count.
     indexes: Mutex<HashMap<ObjectId, Arc<Vec<IndexEntry>>>>,
     readahead: Mutex<HashMap<u64, ReadAhead>>,
+    /// Bandwidth budget of reads from object storage.
+    budget: crate::budget::Budget,
 }
 
 const MAX_CACHED_INDEXES: usize = 4096;
@@ -93,6 +95,7 @@ impl ObjectReader {
         block_bytes: u64,
         block_cache_bytes: u64,
         readahead_max: u64,
+        budget: crate::budget::Budget,
     ) -> Self {
         ObjectReader {
             store,
@@ -109,6 +112,7 @@ impl ObjectReader {
             }),
             indexes: Mutex::new(HashMap::new()),
             readahead: Mutex::new(HashMap::new()),
+            budget,
         }
     }
 
@@ -253,6 +257,7 @@ impl ObjectReader {
             j += 1;
         }
         let start = index[i].position;
+        self.budget.take(len).await;
         let data = self
             .store
             .get_range(&Path::from(r.object_key.as_str()), start..start + len)

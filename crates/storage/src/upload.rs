@@ -165,7 +165,12 @@ impl EngineInner {
         Ok(())
     }
 
-    async fn put_with_retry(&self, key: &str, data: Vec<Bytes>, size: u64) -> Result<()> {
+    pub(crate) async fn put_with_retry(
+        &self,
+        key: &str,
+        data: Vec<Bytes>,
+        size: u64,
+    ) -> Result<()> {
         let path = Path::from(key);
         let mut backoff = Duration::from_millis(50);
         let mut attempt = 1;
@@ -411,6 +416,8 @@ impl EngineInner {
                 self.trim_stream(&s, new_start).await?;
             }
         }
+
+        self.compact().await?;
 
         let deletable = self
             .meta

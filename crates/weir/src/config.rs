@@ -73,6 +73,12 @@ pub struct StorageSection {
     pub orphan_grace_ms: u64,
     pub maintenance_interval_ms: u64,
     pub multipart_part_bytes: u64,
+    pub compaction_target_bytes: u64,
+    pub compaction_min_ranges: usize,
+    /// Bandwidth budget of compaction, bytes/s (0: unlimited).
+    pub background_bytes_per_sec: u64,
+    /// Bandwidth budget of catch-up reads from object storage, bytes/s (0: unlimited).
+    pub catchup_bytes_per_sec: u64,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -159,6 +165,10 @@ impl Default for StorageSection {
             orphan_grace_ms: d.orphan_grace.as_millis() as u64,
             maintenance_interval_ms: d.maintenance_interval.as_millis() as u64,
             multipart_part_bytes: d.multipart_part_bytes,
+            compaction_target_bytes: d.compaction_target_bytes,
+            compaction_min_ranges: d.compaction_min_ranges,
+            background_bytes_per_sec: d.background_bytes_per_sec,
+            catchup_bytes_per_sec: d.catchup_bytes_per_sec,
         }
     }
 }
@@ -298,6 +308,10 @@ impl Config {
             orphan_grace: Duration::from_millis(s.orphan_grace_ms),
             maintenance_interval: Duration::from_millis(s.maintenance_interval_ms),
             multipart_part_bytes: s.multipart_part_bytes,
+            compaction_target_bytes: s.compaction_target_bytes,
+            compaction_min_ranges: s.compaction_min_ranges,
+            background_bytes_per_sec: s.background_bytes_per_sec,
+            catchup_bytes_per_sec: s.catchup_bytes_per_sec,
         }
     }
 }

@@ -25,6 +25,7 @@ pub fn small_config() -> StorageConfig {
         orphan_grace: Duration::from_secs(3600),
         maintenance_interval: Duration::from_secs(3600),
         multipart_part_bytes: 5 << 20,
+        ..StorageConfig::default()
     }
 }
 

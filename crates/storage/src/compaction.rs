@@ -1,0 +1,144 @@
+//! Compaction: a stream's data scattered over many small objects (its slices of stream-set
+//! objects, small stream objects) is rewritten into stream objects of up to
+//! `compaction_target_bytes`, each step one metadata transaction
+//! ([`weir_meta::MetaStore::replace_ranges`]). A stream-set object is deleted (after the grace
+//! period) once every stream has moved its slice out; so a catch-up reader of one partition
+//! reads few, large objects, and the number of objects per partition stays bounded.
+
+use std::sync::atomic::Ordering;
+
+use weir_meta::{MetaError, ObjectCommit, RangeCommit, RangeInfo};
+
+use crate::engine::EngineInner;
+use crate::error::{Result, StorageError};
+use crate::format::{Frame, ObjectBuilder};
+use crate::objstore::object_key;
+use crate::stream::Stream;
+
+impl EngineInner {
+    /// Compacts every open stream that has enough small ranges; returns the number of objects
+    /// written.
+    pub async fn compact(&self) -> Result<usize> {
+        let mut written = 0;
+        for s in self.all_streams() {
+            if self.closed.load(Ordering::SeqCst) {
+                break;
+            }
+            written += self.compact_stream(&s).await?;
+        }
+        Ok(written)
+    }
+
+    async fn compact_stream(&self, s: &Stream) -> Result<usize> {
+        let (epoch, start, fenced) = {
+            let st = s.lock();
+            (st.epoch, st.start_offset, st.fenced_by.is_some())
+        };
+        if fenced {
+            return Ok(0);
+        }
+        let target = self.config.compaction_target_bytes;
+        let ranges = self.meta.ranges(s.id, start, usize::MAX >> 1).await?;
+        let small = |r: &RangeInfo| r.size < target / 2;
+        if ranges.iter().filter(|r| small(r)).count() < self.config.compaction_min_ranges {
+            return Ok(0);
+        }
+        // Runs of consecutive small ranges, each up to the target size.
+        let mut runs: Vec<Vec<&RangeInfo>> = Vec::new();
+        let mut run: Vec<&RangeInfo> = Vec::new();
+        let mut bytes = 0;
+        for r in &ranges {
+            if small(r) && bytes + r.size <= target {
+                run.push(r);
+                bytes += r.size;
+                continue;
+            }
+            if run.len() >= 2 {
+                runs.push(std::mem::take(&mut run));
+            }
+            run.clear();
+            bytes = 0;
+            if small(r) {
+                run.push(r);
+                bytes = r.size;
+            }
+        }
+        if run.len() >= 2 {
+            runs.push(run);
+        }
+        let mut written = 0;
+        for run in runs {
+            if self.compact_run(s, epoch, &run).await? {
+                written += 1;
+            }
+        }
+        Ok(written)
+    }
+
+    /// Rewrites the ranges of `run` (consecutive, of one stream) into one stream object.
+    async fn compact_run(&self, s: &Stream, epoch: u64, run: &[&RangeInfo]) -> Result<bool> {
+        let (start, end) = (run[0].start_offset, run[run.len() - 1].end_offset);
+        let mut frames: Vec<Frame> = Vec::new();
+        let mut next = start;
+        while next < end {
+            let got = self.reader.read(s.id, next, end, 4 << 20).await?;
+            let Some(last) = got.last() else { break };
+            next = last.end_offset();
+            self.background
+                .take(got.iter().map(|f| f.payload.len() as u64).sum())
+                .await;
+            frames.extend(got);
+        }
+        let contiguous = frames.first().is_some_and(|f| f.base_offset == start)
+            && frames
+                .windows(2)
+                .all(|w| w[0].end_offset() == w[1].base_offset)
+            && next == end;
+        if !contiguous {
+            // Retention moved the start meanwhile, or the ranges changed: try again later.
+            return Ok(false);
+        }
+        let mut b = ObjectBuilder::new(self.config.block_bytes as usize);
+        b.add_stream(s.id, &frames);
+        let (data, size, placements) = b.finish();
+        let p = placements[0];
+        debug_assert_eq!((p.start_offset, p.end_offset), (start, end));
+        let id = self.meta.prepare_object(object_key).await?;
+        self.background.take(size).await;
+        self.put_with_retry(&object_key(id), data, size).await?;
+        let commit = ObjectCommit {
+            object_id: id,
+            size,
+            ranges: vec![RangeCommit {
+                stream_id: s.id,
+                epoch,
+                start_offset: start,
+                end_offset: end,
+                position: p.position,
+                size: p.size,
+                max_timestamp: p.max_timestamp,
+            }],
+        };
+        match self.meta.replace_ranges(commit).await {
+            Ok(()) => {
+                self.meters.compactions.inc();
+                self.meters.compacted_bytes.add(size);
+                tracing::debug!(
+                    stream_id = s.id,
+                    start,
+                    end,
+                    replaced = run.len(),
+                    "compacted"
+                );
+                Ok(true)
+            }
+            // Another writer (retention, a newer leader) changed the ranges: the new object is an
+            // orphan now and is cleaned up as one.
+            Err(e @ (MetaError::Discontinuity { .. } | MetaError::Fenced { .. })) => {
+                tracing::debug!(stream_id = s.id, error = %e, "compaction lost a race; skipped");
+                Ok(false)
+            }
+            Err(e) => Err(StorageError::Meta(e)),
+        }
+    }
+}
