@@ -31,3 +31,9 @@ fmt:
 # Storage engine append throughput and latency beside raw pwrite+fdatasync.
 bench-storage:
 	$(CARGO) bench -p weir-storage --bench append
+
+# Weir against Apache Kafka 4.1 on this machine with `weir perf` (about 10-15 minutes):
+# prints a table and writes bench/results/YYYY-MM-DD-HHMM.md. Durations: see bench/run.sh.
+.PHONY: bench
+bench:
+	bench/run.sh

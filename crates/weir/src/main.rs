@@ -33,6 +33,8 @@ enum Command {
     /// Estimate the monthly cloud bill of a broker's workload (from its /metrics) or of a
     /// described workload, beside Apache Kafka's for the same.
     Cost(weir_cost::CostArgs),
+    /// Load generator: produce and consume, report rates and latency percentiles.
+    Perf(weir_perf::PerfArgs),
 }
 
 #[derive(clap::Args)]
@@ -94,6 +96,7 @@ fn main() -> anyhow::Result<()> {
                 .context("starting the runtime")?;
             rt.block_on(serve(config))
         }
+        Command::Perf(args) => weir_perf::run(args),
     }
 }
 
