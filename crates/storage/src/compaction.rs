@@ -24,7 +24,13 @@ impl EngineInner {
             if self.closed.load(Ordering::SeqCst) {
                 break;
             }
-            written += self.compact_stream(&s).await?;
+            // One stream's trouble (e.g. its topic was just deleted) must not stop the others.
+            match self.compact_stream(&s).await {
+                Ok(n) => written += n,
+                Err(e) => {
+                    tracing::warn!(stream_id = s.id, error = %e, "compaction of a stream failed; will retry")
+                }
+            }
         }
         Ok(written)
     }

@@ -386,7 +386,13 @@ impl EngineInner {
             if retention.ms.is_none() && retention.bytes.is_none() {
                 continue;
             }
-            let ranges = self.meta.ranges(s.id, start, usize::MAX >> 1).await?;
+            let ranges = match self.meta.ranges(s.id, start, usize::MAX >> 1).await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(stream_id = s.id, error = %e, "retention could not read ranges; will retry");
+                    continue;
+                }
+            };
             let mut new_start = start;
             if let Some(ms) = retention.ms {
                 let cutoff = now_ms.saturating_sub(ms as i64);
@@ -413,7 +419,10 @@ impl EngineInner {
                     to = new_start,
                     "retention moves the start offset"
                 );
-                self.trim_stream(&s, new_start).await?;
+                if let Err(e) = self.trim_stream(&s, new_start).await {
+                    // The stream may be gone (its topic deleted) since the list was taken.
+                    tracing::warn!(stream_id = s.id, error = %e, "retention could not move the start offset; will retry");
+                }
             }
         }
 
