@@ -53,6 +53,21 @@ fn with_prefix<T: ObjectStore>(store: T, prefix: &str) -> Arc<dyn ObjectStore> {
 /// clients' own (`object_store`'s `RetryConfig`).
 pub fn from_url_with(url: &str, options: &StoreOptions) -> Result<Arc<dyn ObjectStore>, String> {
     let err = |e: object_store::Error| format!("object store {url}: {e}");
+    // The three cloud builders share no trait; their use is the same: bucket, settings, build.
+    macro_rules! cloud {
+        ($named:expr, $rest:expr, $what:literal) => {{
+            let (bucket, prefix) = split_bucket($rest);
+            let mut b = ($named)(bucket);
+            for (k, v) in &options.settings {
+                let key = k
+                    .to_ascii_lowercase()
+                    .parse()
+                    .map_err(|_| format!("unknown {} setting {k}", $what))?;
+                b = b.with_config(key, v);
+            }
+            with_prefix(b.build().map_err(err)?, prefix)
+        }};
+    }
     let base: Arc<dyn ObjectStore> = if let Some(path) = url.strip_prefix("file://") {
         std::fs::create_dir_all(path).map_err(|e| format!("creating {path}: {e}"))?;
         Arc::new(object_store::local::LocalFileSystem::new_with_prefix(path).map_err(err)?)
@@ -62,40 +77,25 @@ pub fn from_url_with(url: &str, options: &StoreOptions) -> Result<Arc<dyn Object
         .strip_prefix("s3://")
         .or_else(|| url.strip_prefix("s3a://"))
     {
-        let (bucket, prefix) = split_bucket(rest);
-        let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
-        for (k, v) in &options.settings {
-            let key = k
-                .to_ascii_lowercase()
-                .parse()
-                .map_err(|_| format!("unknown S3 setting {k}"))?;
-            b = b.with_config(key, v);
-        }
-        with_prefix(b.build().map_err(err)?, prefix)
+        cloud!(
+            |bucket: &str| object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket),
+            rest,
+            "S3"
+        )
     } else if let Some(rest) = url.strip_prefix("gs://") {
-        let (bucket, prefix) = split_bucket(rest);
-        let mut b =
-            object_store::gcp::GoogleCloudStorageBuilder::from_env().with_bucket_name(bucket);
-        for (k, v) in &options.settings {
-            let key = k
-                .to_ascii_lowercase()
-                .parse()
-                .map_err(|_| format!("unknown GCS setting {k}"))?;
-            b = b.with_config(key, v);
-        }
-        with_prefix(b.build().map_err(err)?, prefix)
+        cloud!(
+            |bucket: &str| object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                .with_bucket_name(bucket),
+            rest,
+            "GCS"
+        )
     } else if let Some(rest) = url.strip_prefix("az://") {
-        let (container, prefix) = split_bucket(rest);
-        let mut b =
-            object_store::azure::MicrosoftAzureBuilder::from_env().with_container_name(container);
-        for (k, v) in &options.settings {
-            let key = k
-                .to_ascii_lowercase()
-                .parse()
-                .map_err(|_| format!("unknown Azure setting {k}"))?;
-            b = b.with_config(key, v);
-        }
-        with_prefix(b.build().map_err(err)?, prefix)
+        cloud!(
+            |bucket: &str| object_store::azure::MicrosoftAzureBuilder::from_env()
+                .with_container_name(bucket),
+            rest,
+            "Azure"
+        )
     } else {
         return Err(format!(
             "unsupported object store URL {url:?}: expected file:///path, memory://, s3://bucket/prefix, gs://bucket/prefix or az://container/prefix"
@@ -216,6 +216,7 @@ impl ObjectStore for MeteredStore {
         Ok(Box::new(MeteredUpload {
             inner: upload,
             meters: Arc::clone(&self.meters),
+            started: Instant::now(),
         }))
     }
 
@@ -445,6 +446,7 @@ impl ObjectStore for FaultyStore {
 struct MeteredUpload {
     inner: Box<dyn MultipartUpload>,
     meters: Arc<ObjectMeters>,
+    started: Instant,
 }
 
 #[async_trait]
@@ -457,7 +459,10 @@ impl MultipartUpload for MeteredUpload {
 
     async fn complete(&mut self) -> object_store::Result<PutResult> {
         self.meters.puts.inc();
-        self.inner.complete().await
+        let r = self.inner.complete().await;
+        // From the start of the upload to its completion: the time the whole object took.
+        self.meters.put_latency.record(self.started.elapsed());
+        r
     }
 
     async fn abort(&mut self) -> object_store::Result<()> {
