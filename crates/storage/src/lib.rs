@@ -28,6 +28,7 @@ pub mod conformance;
 mod engine;
 mod error;
 pub mod format;
+pub mod local;
 pub mod objstore;
 mod reader;
 mod stream;

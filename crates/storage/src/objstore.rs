@@ -70,7 +70,7 @@ pub fn from_url_with(url: &str, options: &StoreOptions) -> Result<Arc<dyn Object
     }
     let base: Arc<dyn ObjectStore> = if let Some(path) = url.strip_prefix("file://") {
         std::fs::create_dir_all(path).map_err(|e| format!("creating {path}: {e}"))?;
-        Arc::new(object_store::local::LocalFileSystem::new_with_prefix(path).map_err(err)?)
+        Arc::new(crate::local::LocalStore::new(path).map_err(err)?)
     } else if url == "memory://" || url == "memory:///" {
         Arc::new(object_store::memory::InMemory::new())
     } else if let Some(rest) = url

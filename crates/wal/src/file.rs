@@ -9,6 +9,12 @@
 //! if it ends up alone in a group with a full block of padding, so the writer never finds the
 //! ring full. Trimming writes the superblock (alternating between two slots, so a torn write
 //! leaves the other one intact) before the freed space can be reused.
+//!
+//! A new file is formatted (written over with zeros) before first use. Preallocated space is
+//! "unwritten" to the filesystem: the first write to each extent converts it, and that metadata
+//! change makes the writer's `fdatasync` wait for a journal commit, which on ext4
+//! (`data=ordered`) also waits for every other dirty file on the disk, such as objects being
+//! written. A formatted ring takes plain overwrites, and a sync is a device flush.
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -47,6 +53,8 @@ pub struct FileWalConfig {
     /// Upper bound of one group write. A single larger record still gets written, alone.
     pub max_write_bytes: u64,
     pub sync: SyncMode,
+    /// Write zeros over a newly created file before use (see the module doc).
+    pub format: bool,
 }
 
 impl FileWalConfig {
@@ -57,6 +65,7 @@ impl FileWalConfig {
             direct_io: true,
             max_write_bytes: 4 << 20,
             sync: SyncMode::Fdatasync,
+            format: true,
         }
     }
 }
@@ -223,6 +232,10 @@ impl FileWal {
                 if !is_device {
                     preallocate(&file, RING_START + capacity)
                         .map_err(io_err(p, "preallocating"))?;
+                    // Without O_DIRECT (tmpfs) there is no disk behind the file.
+                    if config.format && direct {
+                        format(&file, capacity, p)?;
+                    }
                 }
                 Superblock {
                     capacity,
@@ -285,6 +298,28 @@ fn preallocate(file: &File, len: u64) -> std::io::Result<()> {
         tracing::warn!(error = %std::io::Error::last_os_error(), "fallocate failed; the WAL file stays sparse");
     }
     file.sync_all()
+}
+
+/// Writes zeros over the whole ring, once, when the file is created.
+fn format(file: &File, capacity: u64, path: &str) -> Result<(), WalError> {
+    const CHUNK: u64 = 8 << 20;
+    let started = Instant::now();
+    tracing::info!(path, bytes = capacity, "formatting the new WAL (once)");
+    let zeros = AlignedBuf::zeroed(CHUNK.min(capacity) as usize);
+    let mut at = 0;
+    while at < capacity {
+        let n = CHUNK.min(capacity - at);
+        file.write_all_at(&zeros[..n as usize], RING_START + at)
+            .map_err(io_err(path, "formatting"))?;
+        at += n;
+    }
+    file.sync_data().map_err(io_err(path, "formatting"))?;
+    tracing::info!(
+        path,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "WAL formatted"
+    );
+    Ok(())
 }
 
 /// A window of the ring read in large chunks, so that recovery does not issue one read per

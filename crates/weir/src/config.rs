@@ -55,6 +55,9 @@ pub struct WalConfig {
     pub path: Option<PathBuf>,
     pub capacity: u64,
     pub direct_io: bool,
+    /// Zero-fill a new WAL file in the background, ahead of the writer, so that first-lap syncs
+    /// do not wait for filesystem journal commits.
+    pub format: bool,
     /// How long a produce waits for WAL space before failing with a retriable error.
     pub full_wait_ms: u64,
 }
@@ -145,6 +148,7 @@ impl Default for WalConfig {
             path: None,
             capacity: 2 << 30,
             direct_io: true,
+            format: true,
             full_wait_ms: 10_000,
         }
     }

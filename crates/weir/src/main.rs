@@ -121,6 +121,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let wal = weir_wal::FileWal::open(weir_wal::FileWalConfig {
         capacity: config.wal.capacity,
         direct_io: config.wal.direct_io,
+        format: config.wal.format,
         ..weir_wal::FileWalConfig::new(config.wal_path())
     })
     .context("opening the WAL")?;
