@@ -3,15 +3,23 @@
 
     report.py RUN_DIR OUT.md
 
-RUN_DIR holds {kafka,weir}-{a,b,c,d}.json, machine.txt, commands.txt and maybe failures.txt.
-Prints the table and writes it, with the machine description, to OUT.md.
+RUN_DIR holds {kafka,weir,weir-s3}-{a,b,c,d}.json, machine.txt, commands.txt and maybe
+failures.txt; for Weir, {weir,weir-s3}-W.metrics (its /metrics at the end of the workload); and
+maybe weir-s3-a.cost.txt and cost-automq.txt (`weir cost` outputs). Prints the tables and writes
+them, with the machine description, to OUT.md.
 """
 
 import json
 import os
+import re
 import sys
 
-BROKERS = ("kafka", "weir")
+BROKERS = ("kafka", "weir", "weir-s3")
+WEIRS = ("weir", "weir-s3")
+NAMES = {"kafka": "Kafka", "weir": "Weir", "weir-s3": "Weir (S3)"}
+# AutoMQ's published monthly bills for its comparison workload (1 GiB/s in and out, 3 days).
+AUTOMQ_S3_WAL = 12_900
+AUTOMQ_KAFKA = 226_700
 
 
 def load(run_dir, broker, w):
@@ -51,6 +59,69 @@ def ratio(k, w):
     return f"{w / k:.2f}x"
 
 
+def read_text(run_dir, name):
+    try:
+        with open(os.path.join(run_dir, name)) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def parse_metrics(text):
+    """Prometheus text -> {name or name{labels}: value}."""
+    m = {}
+    for line in (text or "").splitlines():
+        if not line or line.startswith("#"):
+            continue
+        parts = line.rsplit(maxsplit=1)
+        if len(parts) != 2:
+            continue
+        try:
+            m[parts[0]] = float(parts[1])
+        except ValueError:
+            pass
+    return m
+
+
+def object_row(broker, w, m):
+    """The "Object storage requests" row of one run, from its end-of-run /metrics."""
+    gib = 2**30
+    c = lambda k: m.get(k)  # noqa: E731
+    produced, fetched = c("weir_produce_bytes_total"), c("weir_fetch_bytes_total")
+    put, parts = c('weir_object_requests_total{kind="put"}'), c(
+        'weir_object_requests_total{kind="multipart_part"}')
+    gets = c('weir_object_requests_total{kind="get"}')
+    obj_put, obj_get = c('weir_object_bytes_total{kind="put"}'), c(
+        'weir_object_bytes_total{kind="get"}')
+    errors = c("weir_object_errors_total")
+    puts = put + parts if put is not None and parts is not None else None
+    count = lambda n: None if n is None else f"{int(n):,}"  # noqa: E731
+
+    def per(n, b):
+        if n is None or not b:
+            return None
+        return n / (b / gib)
+
+    def div(a, b):
+        return a / b if a is not None and b else None
+
+    return [
+        NAMES[broker], w,
+        fmt(div(produced, gib)), fmt(count(puts)), fmt(per(puts, produced)),
+        fmt(div(fetched, gib)), fmt(count(gets)), fmt(per(gets, fetched)),
+        fmt(div(obj_get, gib)), fmt(per(gets, obj_get)),
+        fmt(div(obj_put, produced)), fmt(count(errors)),
+    ]
+
+
+def cost_totals(text):
+    """The two "total per month" figures of `weir cost` (Weir's, then Kafka's), or None."""
+    totals = re.findall(r"total per month\s+\$([0-9,.]+)", text or "")
+    if len(totals) != 2:
+        return None
+    return [float(t.replace(",", "")) for t in totals]
+
+
 def main():
     run_dir, out_md = sys.argv[1], sys.argv[2]
     data = {(b, w): load(run_dir, b, w) for b in BROKERS for w in "abcd"}
@@ -61,10 +132,10 @@ def main():
         for b in BROKERS:
             v = get(data[(b, w)], *path)
             vals.append(v * scale if isinstance(v, (int, float)) else v)
-        rows.append((w, label, vals[0], vals[1]))
+        rows.append((w, label, *vals))
 
     def rate_desc(w):
-        d = data[("kafka", w)] or data[("weir", w)]
+        d = data[("kafka", w)] or data[("weir", w)] or data[("weir-s3", w)]
         if d is None:
             return ""
         args = d["args"]
@@ -98,7 +169,7 @@ def main():
     for label, key in pcts:
         add("c", f"end-to-end latency {label} ms", "summary", "e2e_latency_ms", key)
 
-    d_any = data[("kafka", "d")] or data[("weir", "d")]
+    d_any = data[("kafka", "d")] or data[("weir", "d")] or data[("weir-s3", "d")]
     backlog_desc = ""
     if d_any:
         a = d_any["args"]
@@ -125,15 +196,41 @@ def main():
     add("d", "produce latency p99 ms, before (no consumer)", "catch_up",
         "produce_latency_before_ms", "p99")
 
-    lines = ["| workload | figure | Kafka | Weir | Weir/Kafka |", "|---|---|---:|---:|---:|"]
+    # Weir (S3)'s columns only when it ran (earlier runs' tables stay as they were).
+    s3 = any(data[("weir-s3", w)] is not None for w in "abcd")
+    if s3:
+        lines = ["| workload | figure | Kafka | Weir | Weir/Kafka | Weir (S3) | Weir (S3)/Kafka |",
+                 "|---|---|---:|---:|---:|---:|---:|"]
+    else:
+        lines = ["| workload | figure | Kafka | Weir | Weir/Kafka |", "|---|---|---:|---:|---:|"]
     last = None
-    for w, label, k, wv in rows:
+    for w, label, k, wv, sv in rows:
         if all(data[(b, w)] is None for b in BROKERS):
             continue
         head = titles[w] if w != last else ""
         last = w
-        lines.append(f"| {head} | {label} | {fmt(k)} | {fmt(wv)} | {ratio(k, wv)} |")
+        line = f"| {head} | {label} | {fmt(k)} | {fmt(wv)} | {ratio(k, wv)} |"
+        if s3:
+            line += f" {fmt(sv)} | {ratio(k, sv)} |"
+        lines.append(line)
     table = "\n".join(lines)
+
+    obj_lines = []
+    for b in WEIRS:
+        for w in "bacd":
+            text = read_text(run_dir, f"{b}-{w}.metrics")
+            if text is None:
+                continue
+            if not obj_lines:
+                obj_lines = [
+                    "| broker | workload | GiB produced | PUTs | PUTs per GiB produced "
+                    "| GiB fetched | GETs | GETs per GiB fetched | GiB read from objects "
+                    "| GETs per GiB read from objects | object bytes written / produced "
+                    "| request errors |",
+                    "|---|---|" + "---:|" * 10,
+                ]
+            obj_lines.append("| " + " | ".join(object_row(b, w, parse_metrics(text))) + " |")
+    obj_table = "\n".join(obj_lines)
 
     notes = [
         "Kafka acknowledges before its data reaches the disk: by default it does not fsync "
@@ -176,9 +273,96 @@ def main():
     except OSError:
         pass
 
+    s3_line = next((m for m in machine if m.startswith("- s3: ")), "")
+    root = re.search(r"root (\S+) \((\w+)\)", s3_line)
+    if s3:
+        where = "its root "
+        if root and root.group(2) == "tmpfs":
+            where += (f"was {root.group(1)}, in memory (tmpfs): in production S3 is across the "
+                      "network and does not share the broker's disk, so here it does not share "
+                      "the WAL's disk either")
+        elif root:
+            where += (f"was {root.group(1)} ({root.group(2)}), on a disk the WAL may share "
+                      "(/dev/shm had less than 16 GiB free, or BENCH_S3_DIR said so); in "
+                      "production S3 is across the network and does not share the broker's disk")
+        else:
+            where += "is listed under Machine"
+        notes.append(
+            "Weir (S3): `weir serve --object-store-url s3://...` on s3s-fs, a real S3-protocol "
+            f"server on this machine, sharing its cores; {where}. Its requests are loopback "
+            "HTTP, without the round-trip time of a network. It runs the workloads of "
+            "BENCH_S3_WORKLOADS only (\"-\" for the others)."
+        )
+
+    obj_notes = [
+        "From Weir's /metrics at the end of each workload: counters since the broker started "
+        "(warm-up, backlog and measured period), read before the shutdown, so data still only "
+        "in the WAL (up to one upload's worth: by default 128 MiB or 30 s) is not yet in \"object bytes "
+        "written\".",
+        "PUTs = `weir_object_requests_total` of kind put (whole objects and completed multipart "
+        "uploads) + multipart_part (S3 also bills the CreateMultipartUpload that starts a "
+        "multipart object, which the meter does not count: one more per multipart object); GETs = kind get (ranged GETs); GiB produced / fetched = "
+        "`weir_produce_bytes_total` / `weir_fetch_bytes_total` (fetches of all consumers, from "
+        "the log cache or from objects); GiB read from objects = `weir_object_bytes_total"
+        "{kind=\"get\"}`; object bytes written / produced = `weir_object_bytes_total"
+        "{kind=\"put\"}` / `weir_produce_bytes_total` (uploads and compaction's rewrites).",
+        "Weir writes its objects to a local directory (file://), Weir (S3) to s3s-fs; the "
+        "requests are the same kinds.",
+    ]
+
+    cost_md = []
+    live = read_text(run_dir, "weir-s3-a.cost.txt")
+    automq = read_text(run_dir, "cost-automq.txt")
+    if live is not None or automq is not None:
+        cost_md = ["", "## Cost", ""]
+    if live is not None:
+        cmd = "weir cost --metrics-url http://127.0.0.1:ADMIN/metrics --window ..."
+        if live.startswith("$ "):
+            first, _, live = live.partition("\n")
+            cmd = first[2:].strip()
+        cost_md += [
+            f"`{cmd.split('   #')[0].strip()}` during the measured period of Weir (S3)'s (a): "
+            "the monthly bill at the rates of produce, consume and object requests it measured "
+            "between two scrapes of /metrics, on AWS list prices.",
+            "",
+            "```",
+            live.rstrip("\n"),
+            "```",
+            "",
+        ]
+    if automq is not None:
+        cost_md += [
+            "`weir cost --write-mib-s 1024 --read-mib-s 1024 --retention-days 3`: AutoMQ's "
+            "comparison workload (1 GiB/s in, 1 GiB/s out, 3 days retention), from its "
+            "article comparing AutoMQ on FSx and S3 with Apache Kafka.",
+            "",
+            "```",
+            automq.rstrip("\n"),
+            "```",
+            "",
+        ]
+        totals = cost_totals(automq)
+        cost_md += [
+            "| per month | `weir cost` | AutoMQ's published figure |",
+            "|---|---:|---:|",
+            f"| Weir / AutoMQ with an S3 WAL | "
+            f"{'$' + format(totals[0], ',.0f') if totals else '-'} | ${AUTOMQ_S3_WAL:,} |",
+            f"| Apache Kafka, 3 replicas in 3 zones | "
+            f"{'$' + format(totals[1], ',.0f') if totals else '-'} | ${AUTOMQ_KAFKA:,} |",
+            "",
+            "- `weir cost` counts compute only when given `--brokers` and `--instance-hourly` "
+            "(here: none, $0 for both Weir and Kafka), so its totals are storage, requests and "
+            "cross-zone traffic; AutoMQ's figures are its own estimates of whole deployments, "
+            "quoted as published, not recomputed here.",
+        ]
+
     name = os.path.basename(os.path.normpath(run_dir))
     md = [f"# Weir vs Apache Kafka 4.1: {name}", "", table, ""]
     md += [f"- {n}" for n in notes]
+    if obj_table:
+        md += ["", "## Object storage requests", "", obj_table, ""]
+        md += [f"- {n}" for n in obj_notes]
+    md += cost_md
     if failures:
         md += ["", "## Failures", ""] + failures
     md += ["", "## Machine", ""] + machine
@@ -189,6 +373,9 @@ def main():
     print()
     print(table)
     print()
+    if obj_table:
+        print(obj_table)
+        print()
     for n in notes[:1]:
         print(n)
     if failures:

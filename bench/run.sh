@@ -4,8 +4,18 @@
 #   bench/run.sh            (or: make bench)
 #
 # Starts a single-node Kafka (tools/kafka/kafka.sh), runs the workloads, stops it; then the same
-# for `weir serve`. Each workload gets a freshly started broker on an empty data dir; both
-# brokers' data dirs are on the same disk (under BENCH_DIR).
+# for each of the other broker kinds:
+#
+#   kafka     Apache Kafka 4.1, single node
+#   weir      `weir serve` with its objects in a local directory (file://, the default)
+#   weir-s3   `weir serve` with its objects on a real S3-protocol server: s3s-fs
+#             (cargo install s3s-fs@0.14.1 --features binary --locked), started on 127.0.0.1:19294
+#             with its root under /dev/shm when that has 16 GiB free (S3 is across the network in
+#             production and does not share the broker's disk), else under BENCH_DIR; it runs
+#             the workloads of BENCH_S3_WORKLOADS only
+#
+# Each workload gets a freshly started broker on an empty data dir (and for weir-s3 an empty
+# s3s-fs root); the brokers' data dirs are on the same disk (under BENCH_DIR).
 #
 #   (b) maximum throughput, 1 KiB records, acks=all          (first: it sets the rates of a, c)
 #   (a) 1 KiB records at half of Kafka's (b) rate, acks=all, linger.ms=1
@@ -13,8 +23,11 @@
 #   (d) catch-up: produce BENCH_D_MIB MiB/s for BENCH_BACKLOG with no consumer, then read
 #       from the earliest offset while producing goes on
 #
-# Writes bench/results/YYYY-MM-DD-HHMM.md (table + machine description) and the JSON of every
-# run in bench/results/YYYY-MM-DD-HHMM/, and prints the table.
+# Writes bench/results/YYYY-MM-DD-HHMM.md (tables + machine description) and the JSON of every
+# run in bench/results/YYYY-MM-DD-HHMM/, and prints the table. Next to the JSON: Weir's /metrics
+# at the end of each workload (BROKER-W.metrics; the "Object storage requests" table comes from
+# them), `weir cost` over 20 s of weir-s3's (a) (weir-s3-a.cost.txt), and `weir cost` of AutoMQ's
+# comparison workload, 1 GiB/s in and out, 3 days retention (cost-automq.txt).
 #
 # Environment (defaults in brackets):
 #   BENCH_WARMUP [10s]  BENCH_DURATION [45s]       warm-up and measurement of a, b, c (and d)
@@ -22,12 +35,17 @@
 #   BENCH_D_DURATION [60s]                         (d): measured time after consumers start
 #   BENCH_PARTITIONS [16]                          partitions of the one topic
 #   BENCH_A_RATE, BENCH_C_RATE                     records/s of (a), (c): skip the derivation
-#   BENCH_BROKERS ["kafka weir"]  BENCH_WORKLOADS ["b a c d"]
+#   BENCH_BROKERS ["kafka weir weir-s3"]  BENCH_WORKLOADS ["b a c d"]
+#   BENCH_S3_WORKLOADS ["a d"]                     the workloads weir-s3 runs (of BENCH_WORKLOADS)
+#   BENCH_S3_DIR [/dev/shm/weir-bench-s3 if /dev/shm has 16 GiB free, else BENCH_DIR/s3]
+#                                                  root of s3s-fs; emptied for every workload
+#   S3S_FS [~/.cargo/bin/s3s-fs, else s3s-fs on PATH]
 #   BENCH_DIR [target/bench-run]                   data dirs and logs
 #   BENCH_RESULTS [bench/results]                  where the table and JSON go
 #   BENCH_CHARTS [0]                               1: an SVG chart per run next to the JSON
 #   BENCH_NO_BUILD [0]                             1: use target/release/weir as it is
 #   BENCH_KEEP_DATA [0]                            1: keep the last data dir of each broker
+#                                                  (and the s3s-fs root)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -37,13 +55,15 @@ BACKLOG=${BENCH_BACKLOG:-60s}
 D_MIB=${BENCH_D_MIB:-40}
 D_DURATION=${BENCH_D_DURATION:-60s}
 PARTITIONS=${BENCH_PARTITIONS:-16}
-BROKERS=${BENCH_BROKERS:-kafka weir}
+BROKERS=${BENCH_BROKERS:-kafka weir weir-s3}
 WORKLOADS=${BENCH_WORKLOADS:-b a c d}
+S3_WORKLOADS=${BENCH_S3_WORKLOADS:-a d}
 WORK=${BENCH_DIR:-$ROOT/target/bench-run}
 CHARTS=${BENCH_CHARTS:-0}
 # Fallback rates when Kafka's (b) is not run (BENCH_BROKERS=weir) or failed.
 FALLBACK_A_RATE=50000
 FALLBACK_C_RATE=800
+COST_WINDOW=20 # s: `weir cost --window` during weir-s3's (a)
 
 KAFKA=$ROOT/tools/kafka/kafka.sh
 WEIR=$ROOT/target/release/weir
@@ -51,6 +71,26 @@ KAFKA_PORT=19192
 KAFKA_CONTROLLER_PORT=19193
 WEIR_PORT=19292
 WEIR_ADMIN_PORT=19293
+S3_PORT=19294
+S3_BUCKET=weir-bench
+S3_PREFIX=weir
+S3_ACCESS_KEY=weir-bench
+S3_SECRET_KEY=weir-bench-secret
+S3_MARK=.weir-bench-s3 # in the s3s-fs root: the bench made it and may empty it
+if [[ -n ${S3S_FS:-} ]]; then
+  S3FS=$S3S_FS
+elif [[ -x $HOME/.cargo/bin/s3s-fs ]]; then
+  S3FS=$HOME/.cargo/bin/s3s-fs
+else
+  S3FS=s3s-fs
+fi
+if [[ -n ${BENCH_S3_DIR:-} ]]; then
+  S3_DIR=$BENCH_S3_DIR
+elif [[ -d /dev/shm ]] && (($(df -B1G --output=avail /dev/shm 2>/dev/null | tail -1 || echo 0) >= 16)); then
+  S3_DIR=/dev/shm/weir-bench-s3
+else
+  S3_DIR=$WORK/s3
+fi
 
 STAMP=$(date +%Y-%m-%d-%H%M)
 RESULTS=${BENCH_RESULTS:-$ROOT/bench/results}
@@ -63,7 +103,30 @@ die() { log "error: $*"; exit 1; }
 # ---------------------------------------------------------------- brokers
 
 WEIR_PID=
+WEIR_LOG=
+S3_PID=
+COST_PID=
 KAFKA_UP=
+stop_s3() {
+  [[ -n $S3_PID ]] || return 0
+  kill -TERM "$S3_PID" 2>/dev/null || true
+  wait "$S3_PID" 2>/dev/null || true
+  S3_PID=
+}
+# Empties the s3s-fs root (refusing a non-empty directory the bench did not make) and creates
+# the bucket, a directory under it.
+fresh_s3_dir() {
+  if [[ -d $S3_DIR && ! -e $S3_DIR/$S3_MARK ]] && [[ -n $(ls -A "$S3_DIR") ]]; then
+    die "BENCH_S3_DIR $S3_DIR is not empty and was not made by the bench; not emptying it"
+  fi
+  rm -rf "$S3_DIR"
+  mkdir -p "$S3_DIR/$S3_BUCKET"
+  touch "$S3_DIR/$S3_MARK"
+}
+remove_s3_dir() {
+  [[ -e $S3_DIR/$S3_MARK ]] && rm -rf "$S3_DIR"
+  return 0
+}
 stop_weir() {
   [[ -n $WEIR_PID ]] || return 0
   kill -TERM "$WEIR_PID" 2>/dev/null || true
@@ -83,9 +146,32 @@ stop_kafka() {
   "$KAFKA" stop --data-dir "$WORK/kafka" >/dev/null || true
   KAFKA_UP=
 }
-cleanup() { stop_weir; stop_kafka; }
+cleanup() {
+  [[ -z $COST_PID ]] || kill "$COST_PID" 2>/dev/null || true
+  stop_weir
+  stop_s3
+  stop_kafka
+  # s3s-fs's root may be in /dev/shm, that is in memory.
+  [[ ${BENCH_KEEP_DATA:-0} == 1 ]] || remove_s3_dir
+}
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+s3_listens() { (exec 3<>"/dev/tcp/127.0.0.1/$S3_PORT") 2>/dev/null; }
+start_s3() { # s3s-fs on an empty root, with the bucket
+  fresh_s3_dir
+  if s3_listens; then die "port $S3_PORT is in use (another s3s-fs?)"; fi
+  "$S3FS" --host 127.0.0.1 --port "$S3_PORT" --access-key "$S3_ACCESS_KEY" \
+    --secret-key "$S3_SECRET_KEY" "$S3_DIR" >"$WORK/s3s-fs.log" 2>&1 &
+  S3_PID=$!
+  local ok=
+  for _ in $(seq 1 100); do
+    if s3_listens; then ok=1; break; fi
+    kill -0 "$S3_PID" 2>/dev/null || break
+    sleep 0.2
+  done
+  [[ -n $ok ]] || { tail -n 30 "$WORK/s3s-fs.log" >&2; die "s3s-fs did not start"; }
+}
 
 BOOTSTRAP=
 start_broker() { # broker; sets BOOTSTRAP (not in a subshell: it records pids)
@@ -98,11 +184,22 @@ start_broker() { # broker; sets BOOTSTRAP (not in a subshell: it records pids)
       KAFKA_UP=1
       BOOTSTRAP=127.0.0.1:$KAFKA_PORT
       ;;
-    weir)
-      rm -rf "$WORK/weir"
-      mkdir -p "$WORK/weir"
-      "$WEIR" serve --data-dir "$WORK/weir" --listen "127.0.0.1:$WEIR_PORT" \
-        --admin-listen "127.0.0.1:$WEIR_ADMIN_PORT" >"$WORK/weir.log" 2>&1 &
+    weir | weir-s3)
+      rm -rf "${WORK:?}/$broker"
+      mkdir -p "$WORK/$broker"
+      WEIR_LOG=$WORK/$broker.log
+      local store=() envs=()
+      if [[ $broker == weir-s3 ]]; then
+        start_s3
+        store=(--object-store-url "s3://$S3_BUCKET/$S3_PREFIX")
+        # What the S3 client (object_store's AmazonS3Builder::from_env) reads.
+        envs=(-u AWS_SESSION_TOKEN -u AWS_ENDPOINT_URL_S3 -u AWS_PROFILE
+          AWS_ENDPOINT_URL="http://127.0.0.1:$S3_PORT" AWS_ALLOW_HTTP=true
+          AWS_ACCESS_KEY_ID="$S3_ACCESS_KEY" AWS_SECRET_ACCESS_KEY="$S3_SECRET_KEY"
+          AWS_REGION=us-east-1 AWS_VIRTUAL_HOSTED_STYLE_REQUEST=false)
+      fi
+      env "${envs[@]}" "$WEIR" serve --data-dir "$WORK/$broker" --listen "127.0.0.1:$WEIR_PORT" \
+        --admin-listen "127.0.0.1:$WEIR_ADMIN_PORT" "${store[@]}" >"$WEIR_LOG" 2>&1 &
       WEIR_PID=$!
       local ok=
       for _ in $(seq 1 120); do
@@ -110,7 +207,7 @@ start_broker() { # broker; sets BOOTSTRAP (not in a subshell: it records pids)
         kill -0 "$WEIR_PID" 2>/dev/null || break
         sleep 0.5
       done
-      [[ -n $ok ]] || { tail -n 30 "$WORK/weir.log" >&2; die "weir did not become ready"; }
+      [[ -n $ok ]] || { tail -n 30 "$WEIR_LOG" >&2; die "$broker did not become ready"; }
       BOOTSTRAP=127.0.0.1:$WEIR_PORT
       ;;
     *) die "unknown broker $broker" ;;
@@ -123,10 +220,19 @@ stop_broker() { # broker workload
       stop_kafka
       cp "$WORK/kafka/kafka.log" "$WORK/kafka-$2.broker.log" 2>/dev/null || true
       ;;
-    weir)
-      curl -fs "http://127.0.0.1:$WEIR_ADMIN_PORT/metrics" >"$WORK/weir-$2.metrics" || true
+    weir | weir-s3)
+      # Counters since the broker started (warm-up, backlog and measured period), before the
+      # shutdown's last upload.
+      if curl -fs "http://127.0.0.1:$WEIR_ADMIN_PORT/metrics" >"$WORK/$1-$2.metrics"; then
+        cp "$WORK/$1-$2.metrics" "$OUT/$1-$2.metrics"
+      fi
       stop_weir
-      cp "$WORK/weir.log" "$WORK/weir-$2.broker.log" 2>/dev/null || true
+      cp "$WEIR_LOG" "$WORK/$1-$2.broker.log" 2>/dev/null || true
+      if [[ $1 == weir-s3 ]]; then
+        stop_s3
+        cp "$WORK/s3s-fs.log" "$WORK/$1-$2.s3s-fs.log" 2>/dev/null || true
+        [[ ${BENCH_KEEP_DATA:-0} == 1 ]] || remove_s3_dir
+      fi
       ;;
   esac
   [[ ${BENCH_KEEP_DATA:-0} == 1 ]] || rm -rf "${WORK:?}/$1"
@@ -136,6 +242,16 @@ stop_broker() { # broker workload
 
 json_field() { # file python-expression-on-d
   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null
+}
+
+secs() { # a duration as weir perf takes it (500ms, 10s, 2m, 1h) -> whole seconds
+  python3 -c "
+import re, sys
+m = re.fullmatch(r'([0-9.]+)(ms|s|m|h)?', sys.argv[1].strip())
+if not m:
+    sys.exit('bad duration: ' + sys.argv[1])
+print(int(float(m.group(1)) * {'ms': 0.001, 's': 1, None: 1, 'm': 60, 'h': 3600}[m.group(2)]))
+" "$1"
 }
 
 A_RATE=${BENCH_A_RATE:-}
@@ -160,12 +276,38 @@ run_workload() { # broker workload
   [[ $CHARTS == 1 ]] && chart=(--chart "$OUT/$broker-$w.svg")
   log "$broker ($w): weir perf --bootstrap-servers $BOOTSTRAP $args"
   local t0=$SECONDS rc=0
+  if [[ $broker == weir-s3 && $w == a ]]; then
+    # The bill of the measured period: two scrapes of /metrics, the first 1 s after the
+    # warm-up, COST_WINDOW apart (less if the measured period is shorter).
+    local warm dur win
+    warm=$(secs "$WARMUP")
+    dur=$(secs "$DURATION")
+    win=$((dur - 2 < COST_WINDOW ? dur - 2 : COST_WINDOW))
+    ((win >= 1)) || win=1
+    local cost=(cost --metrics-url "http://127.0.0.1:$WEIR_ADMIN_PORT/metrics" --window "${win}s")
+    (
+      echo "\$ weir ${cost[*]}   # from $((warm + 1)) s after weir perf started"
+      sleep $((warm + 1))
+      "$WEIR" "${cost[@]}"
+    ) >"$OUT/$broker-$w.cost.txt" 2>&1 &
+    COST_PID=$!
+    log "$broker ($w): weir cost over $win s of the measured period, in the background"
+  fi
   # shellcheck disable=SC2086
   "$WEIR" perf --bootstrap-servers "$BOOTSTRAP" $args --output "$json" "${chart[@]}" \
     2>&1 | tee "$WORK/$broker-$w.log" || rc=$?
-  if [[ $broker == weir ]] && ! kill -0 "$WEIR_PID" 2>/dev/null; then
-    log "weir is not running any more after ($w); end of its log:"
-    tail -n 30 "$WORK/weir.log" >&2
+  if [[ -n $COST_PID ]]; then
+    wait "$COST_PID" || log "$broker ($w): weir cost failed: $(tail -n 1 "$OUT/$broker-$w.cost.txt")"
+    COST_PID=
+  fi
+  if [[ $broker == weir* ]] && ! kill -0 "$WEIR_PID" 2>/dev/null; then
+    log "$broker is not running any more after ($w); end of its log:"
+    tail -n 30 "$WEIR_LOG" >&2
+    rc=1
+  fi
+  if [[ $broker == weir-s3 ]] && ! kill -0 "$S3_PID" 2>/dev/null; then
+    log "s3s-fs is not running any more after ($w); end of its log:"
+    tail -n 30 "$WORK/s3s-fs.log" >&2
     rc=1
   fi
   stop_broker "$broker" "$w"
@@ -184,10 +326,21 @@ if [[ ${BENCH_NO_BUILD:-0} != 1 ]]; then
 fi
 [[ -x $WEIR ]] || die "$WEIR not found"
 [[ $BROKERS == *kafka* ]] && "$KAFKA" install
+if [[ " $BROKERS " == *" weir-s3 "* ]]; then
+  command -v "$S3FS" >/dev/null ||
+    die "s3s-fs not found ($S3FS); install it: cargo install s3s-fs@0.14.1 --features binary --locked"
+  log "weir-s3: s3s-fs root $S3_DIR"
+fi
 : >"$OUT/commands.txt"
+
+# AutoMQ's comparison workload (their FSx article): 1 GiB/s in and out, 3 days retention.
+if ! "$WEIR" cost --write-mib-s 1024 --read-mib-s 1024 --retention-days 3 >"$OUT/cost-automq.txt" 2>&1; then
+  log "weir cost (AutoMQ's workload) failed: $(tail -n 1 "$OUT/cost-automq.txt")"
+fi
 
 for broker in $BROKERS; do
   for w in $WORKLOADS; do
+    if [[ $broker == weir-s3 && " $S3_WORKLOADS " != *" $w "* ]]; then continue; fi
     run_workload "$broker" "$w"
     if [[ $broker == kafka && $w == b && -f $OUT/kafka-b.json ]]; then
       rps=$(json_field "$OUT/kafka-b.json" "d['summary']['produce']['records_per_sec']" || true)
@@ -219,6 +372,9 @@ weir=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null)$(cd "$ROOT" && git 
 kafka=4.1.2 ($(java -version 2>&1 | head -1), heap 1 GiB, G1)
 rustc=$(rustc --version)
 librdkafka=$(json_field "$(ls "$OUT"/*.json | head -1)" "d['librdkafka']" || echo "?")
+$(if [[ " $BROKERS " == *" weir-s3 "* ]]; then
+  echo "s3=$("$S3FS" --version 2>/dev/null | head -1) on 127.0.0.1:$S3_PORT, root $S3_DIR ($(df --output=fstype "$(dirname "$S3_DIR")" | tail -1)); weir-s3's WAL and metadata under $WORK"
+fi)
 load=$LOAD_BEFORE before, $LOAD_AFTER after (1/5/15 min load averages)
 elapsed=$ELAPSED s
 EOF

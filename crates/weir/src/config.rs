@@ -55,8 +55,8 @@ pub struct WalConfig {
     pub path: Option<PathBuf>,
     pub capacity: u64,
     pub direct_io: bool,
-    /// Zero-fill a new WAL file in the background, ahead of the writer, so that first-lap syncs
-    /// do not wait for filesystem journal commits.
+    /// Zero-fill a new WAL file once, before use, so that syncs do not wait for filesystem
+    /// journal commits.
     pub format: bool,
     /// How long a produce waits for WAL space before failing with a retriable error.
     pub full_wait_ms: u64,
