@@ -132,66 +132,35 @@ impl Broker {
 /// Reads every wanted partition once. Returns the response, its record bytes, and whether any
 /// partition had an error (which answers at once, as Kafka does).
 async fn fetch_once(wanted: &[WantedTopic], max_bytes: usize) -> (FetchResponse, usize, bool) {
-    let mut total = 0usize;
-    let mut errors = false;
-    let mut topics = Vec::with_capacity(wanted.len());
+    // Partitions are read concurrently, so a catch-up read of many partitions waits for one
+    // round of object GETs rather than one per partition. Each partition gets its share of the
+    // total up front (its own limit, while the total lasts), so the response stays within
+    // `max_bytes`.
+    let mut reserved = 0usize;
+    let mut first = true;
+    let mut reads = Vec::with_capacity(wanted.len());
     for t in wanted {
         let mut parts = Vec::with_capacity(t.partitions.len());
         for w in &t.partitions {
-            let pd = PartitionData::default()
-                .with_partition_index(w.partition_index)
-                .with_preferred_read_replica(BrokerId(-1));
-            let p = match &w.partition {
-                Ok(p) => p,
-                Err(e) => {
-                    errors = true;
-                    parts.push(
-                        pd.with_error_code(e.code())
-                            .with_high_watermark(-1)
-                            .with_last_stable_offset(-1)
-                            .with_log_start_offset(-1),
-                    );
-                    continue;
-                }
-            };
-            let (start, hw) = p.offsets();
-            let pd = pd
-                .with_high_watermark(hw)
-                .with_last_stable_offset(hw)
-                .with_log_start_offset(start);
-            if w.current_leader_epoch >= 0 && w.current_leader_epoch != p.leader_epoch {
-                errors = true;
-                let e = if w.current_leader_epoch < p.leader_epoch {
-                    ResponseError::FencedLeaderEpoch
-                } else {
-                    ResponseError::UnknownLeaderEpoch
-                };
-                parts.push(pd.with_error_code(e.code()));
-                continue;
-            }
-            // The first partition always gets at least one batch, so that a consumer makes
-            // progress past a batch larger than its limits; later ones stay within the total.
-            let budget = (w.max_bytes.max(0) as usize).min(max_bytes.saturating_sub(total));
-            if budget == 0 && total > 0 {
-                parts.push(pd.with_records(Some(Default::default())));
-                continue;
-            }
-            match p.fetch(w.offset, budget.max(1)).await {
-                Ok(data) => {
-                    total += data.records.len();
-                    parts.push(
-                        pd.with_high_watermark(data.high_watermark)
-                            .with_last_stable_offset(data.high_watermark)
-                            .with_log_start_offset(data.log_start_offset)
-                            .with_records(Some(data.records)),
-                    );
-                }
-                Err(e) => {
-                    errors = true;
-                    parts.push(pd.with_error_code(e.code()));
-                }
-            }
+            let budget = (w.max_bytes.max(0) as usize).min(max_bytes.saturating_sub(reserved));
+            reserved += budget;
+            parts.push(fetch_partition(w, budget, first));
+            first = false;
         }
+        reads.push(futures::future::join_all(parts));
+    }
+    let mut total = 0usize;
+    let mut errors = false;
+    let mut topics = Vec::with_capacity(wanted.len());
+    for (t, parts) in wanted.iter().zip(futures::future::join_all(reads).await) {
+        let parts = parts
+            .into_iter()
+            .map(|(pd, bytes, error)| {
+                total += bytes;
+                errors |= error;
+                pd
+            })
+            .collect();
         topics.push(
             FetchableTopicResponse::default()
                 .with_topic(t.name.clone())
@@ -204,4 +173,52 @@ async fn fetch_once(wanted: &[WantedTopic], max_bytes: usize) -> (FetchResponse,
         total,
         errors,
     )
+}
+
+/// One partition's part of a fetch: its data, the bytes of it, and whether it is an error.
+async fn fetch_partition(w: &Wanted, budget: usize, first: bool) -> (PartitionData, usize, bool) {
+    let pd = PartitionData::default()
+        .with_partition_index(w.partition_index)
+        .with_preferred_read_replica(BrokerId(-1));
+    let p = match &w.partition {
+        Ok(p) => p,
+        Err(e) => {
+            let pd = pd
+                .with_error_code(e.code())
+                .with_high_watermark(-1)
+                .with_last_stable_offset(-1)
+                .with_log_start_offset(-1);
+            return (pd, 0, true);
+        }
+    };
+    let (start, hw) = p.offsets();
+    let pd = pd
+        .with_high_watermark(hw)
+        .with_last_stable_offset(hw)
+        .with_log_start_offset(start);
+    if w.current_leader_epoch >= 0 && w.current_leader_epoch != p.leader_epoch {
+        let e = if w.current_leader_epoch < p.leader_epoch {
+            ResponseError::FencedLeaderEpoch
+        } else {
+            ResponseError::UnknownLeaderEpoch
+        };
+        return (pd.with_error_code(e.code()), 0, true);
+    }
+    // The first partition always gets at least one batch, so that a consumer makes progress
+    // past a batch larger than its limits.
+    if budget == 0 && !first {
+        return (pd.with_records(Some(Default::default())), 0, false);
+    }
+    match p.fetch(w.offset, budget.max(1)).await {
+        Ok(data) => {
+            let bytes = data.records.len();
+            let pd = pd
+                .with_high_watermark(data.high_watermark)
+                .with_last_stable_offset(data.high_watermark)
+                .with_log_start_offset(data.log_start_offset)
+                .with_records(Some(data.records));
+            (pd, bytes, false)
+        }
+        Err(e) => (pd.with_error_code(e.code()), 0, true),
+    }
 }
