@@ -32,7 +32,7 @@ fmt:
 bench-storage:
 	$(CARGO) bench -p weir-storage --bench append
 
-# Weir against Apache Kafka 4.1 on this machine with `weir perf` (about 10-15 minutes):
+# Weir against Apache Kafka 4.1 on this machine with `weir perf` (about 20 minutes):
 # prints a table and writes bench/results/YYYY-MM-DD-HHMM.md. Durations: see bench/run.sh.
 .PHONY: bench
 bench:
