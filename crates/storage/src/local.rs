@@ -35,49 +35,54 @@ const STEP: usize = 1 << 20;
 #[derive(Debug)]
 pub struct LocalStore {
     inner: Arc<LocalFileSystem>,
-    /// Makes staging names unique within the process; the pid makes them unique across restarts
-    /// sharing the directory.
-    staging: AtomicU64,
 }
+
+/// Makes staging names unique within the process; the pid makes them unique across restarts
+/// sharing the directory.
+static STAGING: AtomicU64 = AtomicU64::new(0);
 
 impl LocalStore {
     pub fn new(root: &str) -> object_store::Result<LocalStore> {
         Ok(LocalStore {
             inner: Arc::new(LocalFileSystem::new_with_prefix(root)?.with_fsync(true)),
-            staging: AtomicU64::new(0),
         })
     }
+}
 
-    /// A staging path next to `dest`. `LocalFileSystem` hides names ending in `#` and digits from
-    /// listings, so a write cut short by a crash is not seen as an object; its own multipart
-    /// uploads use the same convention.
-    fn staging_path(&self, dest: &std::path::Path) -> PathBuf {
-        let n = self.staging.fetch_add(1, Ordering::Relaxed);
-        let mut name = dest.file_name().unwrap_or_default().to_os_string();
-        name.push(format!("#{}{n:06}", std::process::id()));
-        dest.with_file_name(name)
-    }
+/// A staging path next to `dest`. `LocalFileSystem` hides names ending in `#` and digits from
+/// listings, so a write cut short by a crash is not seen as an object; its own multipart uploads
+/// use the same convention.
+fn staging_path(dest: &std::path::Path) -> PathBuf {
+    let n = STAGING.fetch_add(1, Ordering::Relaxed);
+    let mut name = dest.file_name().unwrap_or_default().to_os_string();
+    name.push(format!("#{}{n:06}", std::process::id()));
+    dest.with_file_name(name)
+}
 
-    async fn write(&self, location: &Path, payload: Vec<Bytes>) -> object_store::Result<PutResult> {
-        let dest = self.inner.path_to_filesystem(location)?;
-        let staging = self.staging_path(&dest);
-        let location = location.to_string();
-        tokio::task::spawn_blocking(move || {
-            let r = write_paced(&dest, &staging, &payload);
-            if r.is_err() {
-                let _ = std::fs::remove_file(&staging);
-            }
-            r
-        })
-        .await
-        .map_err(|e| generic(&location, e.to_string()))?
-        .map_err(|e| generic(&location, e.to_string()))?;
-        Ok(PutResult {
-            e_tag: None,
-            version: None,
-            extensions: Default::default(),
-        })
-    }
+/// Writes `payload` as the object at `location`, paced and synced (see the module doc).
+async fn write(
+    inner: &LocalFileSystem,
+    location: &Path,
+    payload: Vec<Bytes>,
+) -> object_store::Result<PutResult> {
+    let dest = inner.path_to_filesystem(location)?;
+    let staging = staging_path(&dest);
+    let location = location.to_string();
+    tokio::task::spawn_blocking(move || {
+        let r = write_paced(&dest, &staging, &payload);
+        if r.is_err() {
+            let _ = std::fs::remove_file(&staging);
+        }
+        r
+    })
+    .await
+    .map_err(|e| generic(&location, e.to_string()))?
+    .map_err(|e| generic(&location, e.to_string()))?;
+    Ok(PutResult {
+        e_tag: None,
+        version: None,
+        extensions: Default::default(),
+    })
 }
 
 fn generic(location: &str, msg: String) -> object_store::Error {
@@ -184,7 +189,7 @@ impl ObjectStore for LocalStore {
         if !matches!(opts.mode, PutMode::Overwrite) || !opts.attributes.is_empty() {
             return self.inner.put_opts(location, payload, opts).await;
         }
-        self.write(location, payload.into_iter().collect()).await
+        write(&self.inner, location, payload.into_iter().collect()).await
     }
 
     async fn put_multipart_opts(
@@ -196,10 +201,7 @@ impl ObjectStore for LocalStore {
             return self.inner.put_multipart_opts(location, opts).await;
         }
         Ok(Box::new(LocalUpload {
-            store: LocalStore {
-                inner: Arc::clone(&self.inner),
-                staging: AtomicU64::new(self.staging.fetch_add(1 << 32, Ordering::Relaxed)),
-            },
+            inner: Arc::clone(&self.inner),
             location: location.clone(),
             parts: Vec::new(),
         }))
@@ -242,7 +244,7 @@ impl ObjectStore for LocalStore {
 /// on completion.
 #[derive(Debug)]
 struct LocalUpload {
-    store: LocalStore,
+    inner: Arc<LocalFileSystem>,
     location: Path,
     parts: Vec<Bytes>,
 }
@@ -256,7 +258,7 @@ impl MultipartUpload for LocalUpload {
 
     async fn complete(&mut self) -> object_store::Result<PutResult> {
         let parts = std::mem::take(&mut self.parts);
-        self.store.write(&self.location, parts).await
+        write(&self.inner, &self.location, parts).await
     }
 
     async fn abort(&mut self) -> object_store::Result<()> {
