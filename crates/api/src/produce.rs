@@ -18,7 +18,6 @@ impl Broker {
             return Reply::Now(Box::new(ResponseKind::Produce(response)));
         }
         let acks = r.acks;
-        let wal_wait = self.topics.defaults().wal_full_wait;
         // Offsets are assigned here, in request order, before the next request on this
         // connection is read; durability is awaited in the reply.
         let mut started_parts = Vec::new();
@@ -38,7 +37,7 @@ impl Broker {
                 let records = p.records.unwrap_or_default();
                 self.meters.produce_bytes.add(records.len() as u64);
                 let ticket = match partition {
-                    Some(partition) => partition.start_produce(&records, wal_wait),
+                    Some(partition) => partition.start_produce(&records),
                     None if version >= 13 => Err(ResponseError::UnknownTopicId),
                     None => Err(ResponseError::UnknownTopicOrPartition),
                 };

@@ -132,9 +132,10 @@ pub fn split_and_validate(
             return Err(ResponseError::CorruptMessage);
         }
         let header = BatchHeader::parse(&bytes).ok_or(ResponseError::CorruptMessage)?;
+        // As Kafka's LogValidator: the count and the offset range must agree exactly.
         if header.record_count <= 0
             || header.last_offset_delta < 0
-            || header.record_count > header.last_offset_delta + 1
+            || i64::from(header.record_count) != i64::from(header.last_offset_delta) + 1
         {
             return Err(ResponseError::InvalidRecord);
         }
@@ -153,6 +154,37 @@ pub fn assign(batch: &Bytes, base_offset: u64, leader_epoch: i32) -> Bytes {
     (&mut b[0..8]).put_i64(base_offset as i64);
     (&mut b[12..16]).put_i32(leader_epoch);
     b.freeze()
+}
+
+/// A request's batches for one partition as one payload, each batch with its base offset
+/// (following on from `base_offset`) and the leader epoch written in.
+pub fn assign_all(batches: &[ProducedBatch], base_offset: u64, leader_epoch: i32) -> Bytes {
+    if let [one] = batches {
+        return assign(&one.bytes, base_offset, leader_epoch);
+    }
+    let mut out = BytesMut::with_capacity(batches.iter().map(|b| b.bytes.len()).sum());
+    let mut base = base_offset;
+    for b in batches {
+        let at = out.len();
+        out.extend_from_slice(&b.bytes);
+        (&mut out[at..at + 8]).put_i64(base as i64);
+        (&mut out[at + 12..at + 16]).put_i32(leader_epoch);
+        base += u64::from(b.header.offset_count());
+    }
+    out.freeze()
+}
+
+/// The headers of the batches stored in one payload, with the offsets each takes.
+pub fn headers(payload: &[u8]) -> impl Iterator<Item = (BatchHeader, u64, u64)> + '_ {
+    let mut rest = payload;
+    std::iter::from_fn(move || {
+        let h = BatchHeader::parse(rest)?;
+        let len = i32::from_be_bytes([rest[8], rest[9], rest[10], rest[11]]);
+        let total = LOG_OVERHEAD + usize::try_from(len).ok()?;
+        rest = rest.get(total..).unwrap_or(&[]);
+        let base = u64::try_from(h.base_offset).ok()?;
+        Some((h, base, base + u64::from(h.offset_count())))
+    })
 }
 
 /// The offset and timestamp of the first record of an uncompressed batch with a timestamp of
@@ -301,6 +333,40 @@ pub(crate) mod tests {
         assert_eq!(
             split_and_validate(&Bytes::new(), 1 << 20).unwrap_err(),
             ResponseError::InvalidRecord
+        );
+    }
+
+    #[test]
+    fn record_count_must_match_the_offset_range() {
+        // Kafka's LogValidator: "Inconsistent batch offset range ... and count of records".
+        for (count, delta) in [(1, 4), (3, 1)] {
+            let mut b = BytesMut::from(&make_batch(3, 1000, -1, -1, -1)[..]);
+            (&mut b[23..27]).put_i32(delta);
+            (&mut b[57..61]).put_i32(count);
+            let crc = crc32c::crc32c(&b[21..]);
+            (&mut b[17..21]).put_u32(crc);
+            assert_eq!(
+                split_and_validate(&b.freeze(), 1 << 20).unwrap_err(),
+                ResponseError::InvalidRecord,
+                "record count {count} with last offset delta {delta}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_requests_batches_become_one_payload_with_consecutive_offsets() {
+        let one = make_batch(3, 1000, 7, 0, 5);
+        let two = make_batch(2, 2000, 7, 0, 8);
+        let both = Bytes::from([&one[..], &two[..]].concat());
+        let batches = split_and_validate(&both, 1 << 20).unwrap();
+        let payload = assign_all(&batches, 40, 2);
+        let hs: Vec<_> = headers(&payload)
+            .map(|(h, b, e)| (h.base_offset, b, e))
+            .collect();
+        assert_eq!(hs, vec![(40, 40, 43), (43, 43, 45)]);
+        assert!(
+            split_and_validate(&payload, 1 << 20).is_ok(),
+            "CRCs still hold"
         );
     }
 

@@ -3,14 +3,13 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::ResponseError;
 use weir_meta::MetaStore;
-use weir_storage::{Engine, StorageError};
+use weir_storage::{AppendOutcome, Engine, NewBatch, RewindHook, StorageError};
 
-use crate::batch::{self, BatchHeader};
+use crate::batch;
 use crate::producer::{Check, ProducerStates};
 
 /// The Kafka error a storage error stands for.
@@ -24,7 +23,9 @@ pub fn kafka_error(e: &StorageError) -> ResponseError {
         StorageError::Wal(_) | StorageError::Object(_) | StorageError::Corrupt { .. } => {
             ResponseError::KafkaStorageError
         }
-        StorageError::Meta(_) => ResponseError::KafkaStorageError,
+        StorageError::Meta(_) | StorageError::RecoveryGap { .. } => {
+            ResponseError::KafkaStorageError
+        }
     }
 }
 
@@ -41,107 +42,38 @@ pub struct FetchData {
     pub log_start_offset: i64,
 }
 
-/// A produce whose offsets are assigned, on its way to durability.
+/// A produce whose offsets are assigned (or that retries a batch already appended), on its
+/// way to durability.
 pub struct ProduceTicket {
     partition: Arc<Partition>,
-    pending: Vec<weir_storage::PendingAppend>,
-    duplicates: Vec<crate::producer::BatchMeta>,
-    /// Batches not appended yet because the WAL was full.
-    remaining: std::collections::VecDeque<batch::ProducedBatch>,
-    deadline: Instant,
-    error: Option<ResponseError>,
+    kind: TicketKind,
+}
+
+enum TicketKind {
+    Appended(weir_storage::PendingAppend),
+    /// A retry of a batch appended at `base`: answers with its offset once the original append
+    /// is durable (`None`: it already is), and fails if that append failed.
+    Duplicate {
+        base: u64,
+        original: Option<AppendOutcome>,
+    },
 }
 
 impl ProduceTicket {
-    /// Appends what it can of `remaining`, in order, under the producer-state lock.
-    fn append_some(&mut self) -> bool {
-        let p = &self.partition;
-        let mut producers = p.producers();
-        while let Some(b) = self.remaining.front() {
-            match producers.check(&b.header) {
-                Err(e) => {
-                    self.error = Some(e);
-                    self.remaining.clear();
-                    return false;
+    /// Waits until the partition's records are durable. Returns the first batch's offset.
+    pub async fn wait(self) -> Result<Produced, ResponseError> {
+        let base = match self.kind {
+            TicketKind::Appended(p) => p.wait().await.map_err(|e| kafka_error(&e))?.base_offset,
+            TicketKind::Duplicate { base, original } => {
+                if let Some(o) = original {
+                    o.wait().await.map_err(|e| kafka_error(&e))?;
                 }
-                Ok(Check::Duplicate(meta)) => self.duplicates.push(meta),
-                Ok(Check::New) => {
-                    let epoch = p.leader_epoch;
-                    let appended = p.engine.try_append(
-                        p.stream_id,
-                        epoch as u64,
-                        b.header.offset_count(),
-                        b.header.index_timestamp(),
-                        |base| batch::assign(&b.bytes, base, epoch),
-                    );
-                    match appended {
-                        Ok(a) => {
-                            producers.record(
-                                &b.header,
-                                a.appended.base_offset,
-                                a.appended.end_offset,
-                            );
-                            self.pending.push(a);
-                        }
-                        Err(StorageError::Wal(weir_wal::WalError::Full { .. }))
-                            if Instant::now() < self.deadline =>
-                        {
-                            return true;
-                        }
-                        Err(e) => {
-                            tracing::debug!(topic = %p.topic, partition = p.index, error = %e, "append failed");
-                            self.error = Some(kafka_error(&e));
-                            self.remaining.clear();
-                            return false;
-                        }
-                    }
-                }
+                base
             }
-            self.remaining.pop_front();
-        }
-        false
-    }
-
-    /// Waits until every batch is durable (appending those the WAL had no room for, once it
-    /// has). Returns the first batch's offset.
-    pub async fn wait(mut self) -> Result<Produced, ResponseError> {
-        while !self.remaining.is_empty() && self.error.is_none() {
-            // Backpressure: wait for the uploader to free WAL space, then go on.
-            self.partition
-                .engine
-                .wait_for_wal_space(self.deadline)
-                .await;
-            if Instant::now() >= self.deadline {
-                self.error = Some(ResponseError::KafkaStorageError);
-                break;
-            }
-            self.append_some();
-        }
-        let mut base: Option<u64> = None;
-        let mut failure = self.error;
-        for p in std::mem::take(&mut self.pending) {
-            let this = p.appended.base_offset;
-            match p.wait().await {
-                Ok(a) => {
-                    base.get_or_insert(a.base_offset);
-                }
-                Err(e) => {
-                    // The stream rewound to `this`; so does the producer state.
-                    self.partition.producers().rewind(this);
-                    failure.get_or_insert(kafka_error(&e));
-                }
-            }
-        }
-        if let Some(e) = failure {
-            return Err(e);
-        }
-        for d in &self.duplicates {
-            self.partition.wait_durable(d.end_offset).await?;
-            base.get_or_insert(d.base_offset);
-        }
+        };
         let (log_start, _) = self.partition.offsets();
         Ok(Produced {
-            base_offset: base.map_or(-1, |b| b as i64),
+            base_offset: base as i64,
             log_start_offset: log_start,
         })
     }
@@ -153,8 +85,20 @@ pub struct Partition {
     pub stream_id: u64,
     pub leader_epoch: i32,
     engine: Engine,
-    producers: Mutex<ProducerStates>,
+    /// Changed under the stream's lock only (the engine calls the admission and the rewind
+    /// hook with it held), so it always agrees with the stream's offsets.
+    producers: Arc<Mutex<ProducerStates>>,
     max_message_bytes: AtomicUsize,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn lock(p: &Mutex<ProducerStates>) -> MutexGuard<'_, ProducerStates> {
+    p.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Partition {
@@ -169,9 +113,15 @@ impl Partition {
         max_message_bytes: usize,
     ) -> Result<Arc<Partition>, StorageError> {
         let epoch = meta.get_stream(stream_id).await?.map_or(1, |s| s.epoch + 1);
-        let info = engine.open_stream(stream_id, epoch).await?;
-        let (mut from, mut producers) = match meta.load_producer_snapshot(stream_id).await? {
-            Some((offset, data)) => match ProducerStates::decode(&data) {
+        let producers = Arc::new(Mutex::new(ProducerStates::default()));
+        let hook_state = Arc::clone(&producers);
+        let hook: RewindHook = Arc::new(move |offset| lock(&hook_state).rewind(offset));
+        let info = engine
+            .open_stream_with(stream_id, epoch, Some(hook))
+            .await?;
+        let now = now_ms();
+        let (mut from, mut state) = match meta.load_producer_snapshot(stream_id).await? {
+            Some((offset, data)) => match ProducerStates::decode(&data, now) {
                 Some(p) => (offset, p),
                 None => (0, ProducerStates::default()),
             },
@@ -183,24 +133,26 @@ impl Partition {
             let Some(last) = r.batches.last() else { break };
             from = last.end_offset();
             for f in &r.batches {
-                if let Some(h) = BatchHeader::parse(&f.payload) {
-                    producers.record(&h, f.base_offset, f.end_offset());
+                // A stored frame holds one produce request's batches for the partition.
+                for (h, base, end) in batch::headers(&f.payload) {
+                    state.record(&h, base, end, None, now);
                 }
             }
         }
+        *lock(&producers) = state;
         Ok(Arc::new(Partition {
             topic: topic.to_string(),
             index,
             stream_id,
             leader_epoch: epoch as i32,
             engine,
-            producers: Mutex::new(producers),
+            producers,
             max_message_bytes: AtomicUsize::new(max_message_bytes),
         }))
     }
 
     fn producers(&self) -> MutexGuard<'_, ProducerStates> {
-        self.producers.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.producers)
     }
 
     pub fn set_max_message_bytes(&self, n: usize) {
@@ -215,55 +167,84 @@ impl Partition {
     }
 
     /// Appends a produce request's records for this partition; returns once they are durable.
-    pub async fn produce(
-        self: &Arc<Self>,
-        records: &Bytes,
-        wal_wait: Duration,
-    ) -> Result<Produced, ResponseError> {
-        self.start_produce(records, wal_wait)?.wait().await
+    pub async fn produce(self: &Arc<Self>, records: &Bytes) -> Result<Produced, ResponseError> {
+        self.start_produce(records)?.wait().await
     }
 
     /// Validates the batches, checks their producer sequences and assigns their offsets, all
-    /// before it returns, so that requests are appended in the order this is called. The ticket
-    /// resolves once they are durable.
+    /// before it returns, so that requests are appended in the order this is called, whatever
+    /// waits (a full WAL included). The ticket resolves once they are durable.
+    ///
+    /// A request's batches for the partition are one append: durable together or failed
+    /// together, as a Kafka log append is, so that a failure never leaves part of a request
+    /// behind for a retry to duplicate.
     pub fn start_produce(
         self: &Arc<Self>,
         records: &Bytes,
-        wal_wait: Duration,
     ) -> Result<ProduceTicket, ResponseError> {
         let batches =
             batch::split_and_validate(records, self.max_message_bytes.load(Ordering::Relaxed))?;
-        let mut ticket = ProduceTicket {
-            partition: Arc::clone(self),
-            pending: Vec::with_capacity(batches.len()),
-            duplicates: Vec::new(),
-            remaining: batches.into(),
-            deadline: Instant::now() + wal_wait,
-            error: None,
-        };
-        ticket.append_some();
-        if let Some(e) = ticket.error.take() {
-            if ticket.pending.is_empty() {
-                return Err(e);
-            }
-            ticket.error = Some(e);
-        }
-        Ok(ticket)
-    }
-
-    /// Waits until `end` is durable: a retried batch may still be on its way to the WAL.
-    async fn wait_durable(&self, end: u64) -> Result<(), ResponseError> {
-        let mut rx = self
+        let epoch = self.leader_epoch;
+        let mut verdict: Result<Option<TicketKind>, ResponseError> = Ok(None);
+        let appended = self
             .engine
-            .watch_high_watermark(self.stream_id)
-            .ok_or(ResponseError::NotLeaderOrFollower)?;
-        let result =
-            tokio::time::timeout(Duration::from_secs(30), rx.wait_for(|hw| *hw >= end)).await;
-        match result {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(_)) => Err(ResponseError::NotLeaderOrFollower),
-            Err(_) => Err(ResponseError::RequestTimedOut),
-        }
+            .append_with(self.stream_id, epoch as u64, |base, outcome| {
+                // Under the stream's lock: the producer state and the stream's offsets change
+                // together.
+                let mut producers = self.producers();
+                let now = now_ms();
+                let mut next = base;
+                for b in &batches {
+                    let check = producers.check(&b.header);
+                    match check {
+                        Ok(Check::New) => {
+                            let end = next + u64::from(b.header.offset_count());
+                            producers.record(&b.header, next, end, Some(outcome.clone()), now);
+                            next = end;
+                        }
+                        Ok(Check::Duplicate(meta, original)) => {
+                            // As Kafka: the first duplicate answers for the request.
+                            producers.rewind(base);
+                            verdict = Ok(Some(TicketKind::Duplicate {
+                                base: meta.base_offset,
+                                original,
+                            }));
+                            return None;
+                        }
+                        Err(e) => {
+                            producers.rewind(base);
+                            verdict = Err(e);
+                            return None;
+                        }
+                    }
+                }
+                let Ok(record_count) = u32::try_from(next - base) else {
+                    producers.rewind(base);
+                    verdict = Err(ResponseError::InvalidRecord);
+                    return None;
+                };
+                Some(NewBatch {
+                    record_count,
+                    max_timestamp: batches
+                        .iter()
+                        .map(|b| b.header.index_timestamp())
+                        .max()
+                        .unwrap_or(-1),
+                    payload: batch::assign_all(&batches, base, epoch),
+                })
+            });
+        let kind = match appended {
+            Ok(Some(pending)) => TicketKind::Appended(pending),
+            Ok(None) => verdict?.ok_or(ResponseError::UnknownServerError)?,
+            Err(e) => {
+                tracing::debug!(topic = %self.topic, partition = self.index, error = %e, "append failed");
+                return Err(kafka_error(&e));
+            }
+        };
+        Ok(ProduceTicket {
+            partition: Arc::clone(self),
+            kind,
+        })
     }
 
     /// Batches from `offset`, up to about `max_bytes` (at least one whole batch if any).
@@ -339,6 +320,20 @@ impl Partition {
             .await
             .map(|s| s as i64)
             .map_err(|e| kafka_error(&e))
+    }
+
+    /// Forgets producers idle for `expiration_ms` (`producer.id.expiration.ms`); returns how
+    /// many were forgotten.
+    pub fn expire_producers(&self, expiration_ms: i64) -> usize {
+        let (_, hw) = self.offsets();
+        let mut producers = self.producers();
+        producers.settle(hw as u64);
+        producers.expire(now_ms(), expiration_ms)
+    }
+
+    /// Producers this partition remembers.
+    pub fn producer_count(&self) -> usize {
+        self.producers().len()
     }
 
     /// Saves the idempotent-producer state as of the high watermark.

@@ -4,11 +4,21 @@
 //! A batch is a duplicate if it matches one of those five (the producer retried it); it is out
 //! of order if its first sequence does not follow the last one. A producer the partition does
 //! not know (new, or its state expired) may start at any sequence, as in Kafka.
+//!
+//! The state runs ahead of durability: a batch is recorded when it gets its offsets, with the
+//! outcome of its append. A retry that matches a batch still on its way answers only once that
+//! append is durable, and fails if it failed. When an append fails, the stream rewinds and
+//! tells [`ProducerStates::rewind`] in the same critical section, so no check ever sees a batch
+//! that is no longer in the stream.
+//!
+//! Producers that have not written for `producer.id.expiration.ms` are forgotten
+//! ([`ProducerStates::expire`]), as Kafka forgets them, so the state stays bounded.
 
 use std::collections::{HashMap, VecDeque};
 
 use bytes::{Buf, BufMut};
 use kafka_protocol::ResponseError;
+use weir_storage::AppendOutcome;
 
 use crate::batch::BatchHeader;
 
@@ -23,22 +33,31 @@ pub struct BatchMeta {
     pub end_offset: u64,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// A recorded batch and, while it is on its way to durability, its append's outcome.
+#[derive(Clone)]
+struct Recorded {
+    meta: BatchMeta,
+    outcome: Option<AppendOutcome>,
+}
+
+#[derive(Clone, Default)]
 struct ProducerEntry {
     epoch: i16,
-    batches: VecDeque<BatchMeta>,
+    batches: VecDeque<Recorded>,
+    /// Wall-clock time of the producer's last write, for expiration.
+    last_write_ms: i64,
 }
 
 /// What a batch is, as far as its producer's state says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone)]
 pub enum Check {
     /// Append it.
     New,
-    /// Already appended at these offsets: answer with them.
-    Duplicate(BatchMeta),
+    /// Already appended at these offsets: answer with them once `outcome` (if any) is durable.
+    Duplicate(BatchMeta, Option<AppendOutcome>),
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default)]
 pub struct ProducerStates {
     producers: HashMap<i64, ProducerEntry>,
 }
@@ -69,20 +88,28 @@ impl ProducerStates {
         if let Some(b) = e
             .batches
             .iter()
-            .find(|b| b.first_seq == h.base_sequence && b.last_seq == h.last_sequence())
+            .find(|b| b.meta.first_seq == h.base_sequence && b.meta.last_seq == h.last_sequence())
         {
-            return Ok(Check::Duplicate(*b));
+            return Ok(Check::Duplicate(b.meta, b.outcome.clone()));
         }
         match e.batches.back() {
-            Some(last) if !in_sequence(last.last_seq, h.base_sequence) => {
+            Some(last) if !in_sequence(last.meta.last_seq, h.base_sequence) => {
                 Err(ResponseError::OutOfOrderSequenceNumber)
             }
             _ => Ok(Check::New),
         }
     }
 
-    /// Records an appended batch.
-    pub fn record(&mut self, h: &BatchHeader, base_offset: u64, end_offset: u64) {
+    /// Records a batch that got the offsets `[base_offset, end_offset)`; `outcome` is its
+    /// append's, `None` for batches already durable (replayed from the log).
+    pub fn record(
+        &mut self,
+        h: &BatchHeader,
+        base_offset: u64,
+        end_offset: u64,
+        outcome: Option<AppendOutcome>,
+        now_ms: i64,
+    ) {
         if h.producer_id < 0 {
             return;
         }
@@ -92,14 +119,20 @@ impl ProducerStates {
             e.batches.clear();
         }
         debug_assert!(
-            e.batches.back().is_none_or(|b| b.end_offset <= base_offset),
+            e.batches
+                .back()
+                .is_none_or(|b| b.meta.end_offset <= base_offset),
             "producer batches must be recorded in offset order"
         );
-        e.batches.push_back(BatchMeta {
-            first_seq: h.base_sequence,
-            last_seq: h.last_sequence(),
-            base_offset,
-            end_offset,
+        e.last_write_ms = e.last_write_ms.max(now_ms);
+        e.batches.push_back(Recorded {
+            meta: BatchMeta {
+                first_seq: h.base_sequence,
+                last_seq: h.last_sequence(),
+                base_offset,
+                end_offset,
+            },
+            outcome,
         });
         while e.batches.len() > KEPT_BATCHES {
             e.batches.pop_front();
@@ -109,8 +142,44 @@ impl ProducerStates {
     /// Forgets batches at or after `offset`: their append failed and the partition rewound.
     pub fn rewind(&mut self, offset: u64) {
         for e in self.producers.values_mut() {
-            while e.batches.back().is_some_and(|b| b.base_offset >= offset) {
+            while e
+                .batches
+                .back()
+                .is_some_and(|b| b.meta.base_offset >= offset)
+            {
                 e.batches.pop_back();
+            }
+        }
+    }
+
+    /// Forgets producers that have not written since `now_ms - expiration_ms` and have no
+    /// batch on its way; returns how many were forgotten.
+    pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
+        let before = self.producers.len();
+        self.producers.retain(|_, e| {
+            now_ms.saturating_sub(e.last_write_ms) < expiration_ms
+                || e.batches.iter().any(|b| b.outcome.is_some())
+        });
+        before - self.producers.len()
+    }
+
+    /// Producers known.
+    pub fn len(&self) -> usize {
+        self.producers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.producers.is_empty()
+    }
+
+    /// Marks the batches that end at or below `offset` as durable: their outcomes are no longer
+    /// needed.
+    pub fn settle(&mut self, offset: u64) {
+        for e in self.producers.values_mut() {
+            for b in e.batches.iter_mut() {
+                if b.meta.end_offset <= offset {
+                    b.outcome = None;
+                }
             }
         }
     }
@@ -119,16 +188,18 @@ impl ProducerStates {
     /// the log when a snapshot is loaded).
     pub fn encode_until(&self, offset: u64) -> Vec<u8> {
         let mut out = Vec::new();
-        out.put_u8(1);
+        out.put_u8(2);
         out.put_u32(self.producers.len() as u32);
         for (pid, e) in &self.producers {
             let kept: Vec<&BatchMeta> = e
                 .batches
                 .iter()
+                .map(|b| &b.meta)
                 .filter(|b| b.end_offset <= offset)
                 .collect();
             out.put_i64(*pid);
             out.put_i16(e.epoch);
+            out.put_i64(e.last_write_ms);
             out.put_u8(kept.len() as u8);
             for b in kept {
                 out.put_i32(b.first_seq);
@@ -140,32 +211,49 @@ impl ProducerStates {
         out
     }
 
-    pub fn decode(mut b: &[u8]) -> Option<ProducerStates> {
-        if b.remaining() < 5 || b.get_u8() != 1 {
+    /// Decodes a snapshot. Version 1 snapshots have no write times; their producers count as
+    /// written at `now_ms`.
+    pub fn decode(mut b: &[u8], now_ms: i64) -> Option<ProducerStates> {
+        if b.remaining() < 5 {
+            return None;
+        }
+        let version = b.get_u8();
+        if version != 1 && version != 2 {
             return None;
         }
         let n = b.get_u32();
         let mut producers = HashMap::new();
         for _ in 0..n {
-            if b.remaining() < 11 {
+            if b.remaining() < 11 + if version == 2 { 8 } else { 0 } {
                 return None;
             }
             let pid = b.get_i64();
             let epoch = b.get_i16();
+            let last_write_ms = if version == 2 { b.get_i64() } else { now_ms };
             let count = b.get_u8();
             let mut batches = VecDeque::new();
             for _ in 0..count {
                 if b.remaining() < 24 {
                     return None;
                 }
-                batches.push_back(BatchMeta {
-                    first_seq: b.get_i32(),
-                    last_seq: b.get_i32(),
-                    base_offset: b.get_u64(),
-                    end_offset: b.get_u64(),
+                batches.push_back(Recorded {
+                    meta: BatchMeta {
+                        first_seq: b.get_i32(),
+                        last_seq: b.get_i32(),
+                        base_offset: b.get_u64(),
+                        end_offset: b.get_u64(),
+                    },
+                    outcome: None,
                 });
             }
-            producers.insert(pid, ProducerEntry { epoch, batches });
+            producers.insert(
+                pid,
+                ProducerEntry {
+                    epoch,
+                    batches,
+                    last_write_ms,
+                },
+            );
         }
         Some(ProducerStates { producers })
     }
@@ -189,69 +277,101 @@ mod tests {
         }
     }
 
+    fn is_new(c: Result<Check, ResponseError>) -> bool {
+        matches!(c, Ok(Check::New))
+    }
+
+    fn duplicate(c: Result<Check, ResponseError>) -> Option<BatchMeta> {
+        match c {
+            Ok(Check::Duplicate(m, _)) => Some(m),
+            _ => None,
+        }
+    }
+
+    fn error(c: Result<Check, ResponseError>) -> Option<ResponseError> {
+        c.err()
+    }
+
     #[test]
     fn sequences_duplicates_and_epochs() {
         let mut s = ProducerStates::default();
         // Unknown producers may start anywhere.
-        assert_eq!(s.check(&h(1, 0, 7, 3)), Ok(Check::New));
-        s.record(&h(1, 0, 7, 3), 0, 3);
-        assert_eq!(s.check(&h(1, 0, 10, 2)), Ok(Check::New));
-        s.record(&h(1, 0, 10, 2), 3, 5);
+        assert!(is_new(s.check(&h(1, 0, 7, 3))));
+        s.record(&h(1, 0, 7, 3), 0, 3, None, 0);
+        assert!(is_new(s.check(&h(1, 0, 10, 2))));
+        s.record(&h(1, 0, 10, 2), 3, 5, None, 0);
         assert_eq!(
-            s.check(&h(1, 0, 7, 3)),
-            Ok(Check::Duplicate(BatchMeta {
+            duplicate(s.check(&h(1, 0, 7, 3))),
+            Some(BatchMeta {
                 first_seq: 7,
                 last_seq: 9,
                 base_offset: 0,
                 end_offset: 3
-            }))
+            })
         );
         assert_eq!(
-            s.check(&h(1, 0, 13, 1)),
-            Err(ResponseError::OutOfOrderSequenceNumber)
+            error(s.check(&h(1, 0, 13, 1))),
+            Some(ResponseError::OutOfOrderSequenceNumber)
         );
         assert_eq!(
-            s.check(&h(1, 0, 11, 1)),
-            Err(ResponseError::OutOfOrderSequenceNumber)
+            error(s.check(&h(1, 0, 11, 1))),
+            Some(ResponseError::OutOfOrderSequenceNumber)
         );
         assert_eq!(
-            s.check(&h(1, 1, 5, 1)),
-            Err(ResponseError::OutOfOrderSequenceNumber)
+            error(s.check(&h(1, 1, 5, 1))),
+            Some(ResponseError::OutOfOrderSequenceNumber)
         );
-        assert_eq!(s.check(&h(1, 1, 0, 1)), Ok(Check::New));
-        s.record(&h(1, 1, 0, 1), 5, 6);
+        assert!(is_new(s.check(&h(1, 1, 0, 1))));
+        s.record(&h(1, 1, 0, 1), 5, 6, None, 0);
         assert_eq!(
-            s.check(&h(1, 0, 12, 1)),
-            Err(ResponseError::InvalidProducerEpoch)
+            error(s.check(&h(1, 0, 12, 1))),
+            Some(ResponseError::InvalidProducerEpoch)
         );
         // Non-idempotent batches are never checked.
-        assert_eq!(s.check(&h(-1, -1, -1, 1)), Ok(Check::New));
+        assert!(is_new(s.check(&h(-1, -1, -1, 1))));
     }
 
     #[test]
     fn keeps_five_batches_and_rewinds() {
         let mut s = ProducerStates::default();
         for i in 0..8 {
-            s.record(&h(1, 0, i, 1), i as u64, i as u64 + 1);
+            s.record(&h(1, 0, i, 1), i as u64, i as u64 + 1, None, 0);
         }
         assert_eq!(
-            s.check(&h(1, 0, 2, 1)),
-            Err(ResponseError::OutOfOrderSequenceNumber)
+            error(s.check(&h(1, 0, 2, 1))),
+            Some(ResponseError::OutOfOrderSequenceNumber)
         );
-        assert!(matches!(s.check(&h(1, 0, 3, 1)), Ok(Check::Duplicate(_))));
+        assert!(duplicate(s.check(&h(1, 0, 3, 1))).is_some());
         s.rewind(6);
-        assert_eq!(s.check(&h(1, 0, 6, 1)), Ok(Check::New));
+        assert!(is_new(s.check(&h(1, 0, 6, 1))));
     }
 
     #[test]
     fn snapshot_roundtrip_leaves_out_later_batches() {
         let mut s = ProducerStates::default();
-        s.record(&h(1, 2, 0, 2), 0, 2);
-        s.record(&h(1, 2, 2, 2), 2, 4);
-        s.record(&h(9, 0, 0, 1), 4, 5);
-        let d = ProducerStates::decode(&s.encode_until(4)).unwrap();
-        assert!(matches!(d.check(&h(1, 2, 2, 2)), Ok(Check::Duplicate(_))));
-        assert_eq!(d.check(&h(9, 0, 0, 1)), Ok(Check::New));
-        assert_eq!(ProducerStates::decode(&[2]), None);
+        s.record(&h(1, 2, 0, 2), 0, 2, None, 100);
+        s.record(&h(1, 2, 2, 2), 2, 4, None, 100);
+        s.record(&h(9, 0, 0, 1), 4, 5, None, 100);
+        let d = ProducerStates::decode(&s.encode_until(4), 0).unwrap();
+        assert!(duplicate(d.check(&h(1, 2, 2, 2))).is_some());
+        assert!(is_new(d.check(&h(9, 0, 0, 1))));
+        assert!(ProducerStates::decode(&[3], 0).is_none());
+        // Write times survive the snapshot: nothing expires before its time.
+        let mut d = d;
+        assert_eq!(d.expire(150, 100), 0);
+    }
+
+    #[test]
+    fn idle_producers_expire_and_busy_ones_stay() {
+        let mut s = ProducerStates::default();
+        s.record(&h(1, 0, 0, 1), 0, 1, None, 1_000);
+        s.record(&h(2, 0, 0, 1), 1, 2, None, 5_000);
+        assert_eq!(s.expire(6_000, 4_500), 1, "producer 1 idle for 5 s expires");
+        assert_eq!(s.len(), 1);
+        // An expired producer is unknown again: it may start at any sequence, as in Kafka.
+        assert!(is_new(s.check(&h(1, 0, 77, 1))));
+        assert!(duplicate(s.check(&h(2, 0, 0, 1))).is_some());
+        assert_eq!(s.expire(100_000, 4_500), 1);
+        assert!(s.is_empty());
     }
 }

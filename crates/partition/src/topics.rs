@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use kafka_protocol::ResponseError;
 use weir_meta::{MetaError, MetaStore, TopicMeta};
@@ -24,8 +23,8 @@ pub struct TopicDefaults {
     pub retention_ms: i64,
     /// `log.retention.bytes`
     pub retention_bytes: i64,
-    /// How long a produce waits for WAL space before failing.
-    pub wal_full_wait: Duration,
+    /// `producer.id.expiration.ms`: idempotent producers idle this long are forgotten.
+    pub producer_id_expiration_ms: i64,
 }
 
 impl Default for TopicDefaults {
@@ -36,7 +35,7 @@ impl Default for TopicDefaults {
             max_message_bytes: 1_048_588,
             retention_ms: 604_800_000,
             retention_bytes: -1,
-            wal_full_wait: Duration::from_secs(10),
+            producer_id_expiration_ms: 86_400_000,
         }
     }
 }
@@ -269,15 +268,17 @@ impl Topics {
                 format!("Topic '{name}' does not exist."),
             )
         })?;
+        // The metadata store first: if it refuses, nothing has changed. Then the streams leave
+        // the engine at once, uploading nothing; an upload that meets them before that drops
+        // them itself, so a deleted topic never holds back the other streams' commits.
+        self.meta.delete_topic(name).await.map_err(meta_err)?;
         self.topics
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(name);
         for p in &t.partitions {
-            // The data is going away: stop the stream without caring for its upload.
-            let _ = self.engine.close_stream(p.stream_id).await;
+            self.engine.drop_stream(p.stream_id);
         }
-        self.meta.delete_topic(name).await.map_err(meta_err)?;
         tracing::info!(topic = name, "topic deleted");
         Ok(t.id)
     }
@@ -458,10 +459,15 @@ impl Topics {
         }
     }
 
-    /// Saves every partition's idempotent-producer state.
+    /// Forgets idle idempotent producers, then saves every partition's producer state.
     pub async fn snapshot_producers(&self) {
+        let expiration = self.defaults().producer_id_expiration_ms;
         for t in self.list() {
             for p in &t.partitions {
+                let expired = p.expire_producers(expiration);
+                if expired > 0 {
+                    tracing::debug!(topic = %t.name, partition = p.index, expired, "idle producers expired");
+                }
                 if let Err(e) = p.snapshot_producers(&*self.meta).await {
                     tracing::warn!(topic = %t.name, partition = p.index, error = %e, "producer snapshot failed");
                 }

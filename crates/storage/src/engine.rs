@@ -1,11 +1,12 @@
 //! The engine: streams on a WAL, a log cache and object storage.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use bytes::Bytes;
+use futures::future::{FutureExt, Shared};
 use object_store::ObjectStore;
 use tokio::sync::{oneshot, watch, Notify};
 use weir_meta::MetaStore;
@@ -16,7 +17,7 @@ use crate::error::{Result, StorageError};
 use crate::format::Frame;
 use crate::objstore::{MeteredStore, ObjectMeters};
 use crate::reader::ObjectReader;
-use crate::stream::{frame, CachedBatch, Stream};
+use crate::stream::{frame, Failure, Outcome, RewindHook, Stream, StreamState, Totals};
 use crate::StorageMeters;
 
 /// What an append got.
@@ -26,30 +27,62 @@ pub struct Appended {
     pub end_offset: u64,
 }
 
+/// What a caller appends, decided under the stream's lock once it knows the base offset.
+#[derive(Debug, Clone)]
+pub struct NewBatch {
+    /// Offsets the batch takes, from the base offset on.
+    pub record_count: u32,
+    pub max_timestamp: i64,
+    pub payload: Bytes,
+}
+
 /// How long closing a stream keeps retrying failed uploads.
 const CLOSE_UPLOAD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(120);
 
-/// An append that has its offsets and is on its way to the WAL.
+/// The outcome of one append, which any number of waiters can share: the request that made it,
+/// and retries of it that arrive before it is durable (they must not answer before it does,
+/// nor succeed if it fails).
+#[derive(Clone)]
+pub struct AppendOutcome {
+    stream_id: u64,
+    epoch: u64,
+    rx: Shared<oneshot::Receiver<Outcome>>,
+}
+
+impl AppendOutcome {
+    /// Resolves once the append is durable, or fails if it failed (the stream then rewound to
+    /// it: nothing of it, and nothing after it, was kept).
+    pub async fn wait(self) -> Result<()> {
+        match self.rx.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(Failure::Wal(e))) => Err(e.into()),
+            Ok(Err(Failure::Fenced { current })) => Err(StorageError::Fenced {
+                stream_id: self.stream_id,
+                epoch: self.epoch,
+                current,
+            }),
+            Ok(Err(Failure::Dropped)) => Err(StorageError::NotOpen(self.stream_id)),
+            Err(_) => Err(StorageError::Closed),
+        }
+    }
+}
+
+/// An append that has its offsets and is on its way to the WAL (or waiting for room in it).
 pub struct PendingAppend {
     pub appended: Appended,
+    outcome: AppendOutcome,
     started: Instant,
-    rx: oneshot::Receiver<Result<(), WalError>>,
     meters: Arc<StorageMeters>,
 }
 
 impl PendingAppend {
-    /// Resolves once the batch is durable, or fails if its WAL write failed (the stream then
-    /// rewinds to its last durable offset).
+    /// Resolves once the batch is durable, or fails if its WAL write failed or it waited for WAL
+    /// room longer than `wal_full_wait` (the stream then rewinds to it).
     pub async fn wait(self) -> Result<Appended> {
-        match self.rx.await {
-            Ok(Ok(())) => {
-                self.meters.appends.inc();
-                self.meters.append_latency.record(self.started.elapsed());
-                Ok(self.appended)
-            }
-            Ok(Err(e)) => Err(e.into()),
-            Err(_) => Err(StorageError::Closed),
-        }
+        self.outcome.wait().await?;
+        self.meters.appends.inc();
+        self.meters.append_latency.record(self.started.elapsed());
+        Ok(self.appended)
     }
 }
 
@@ -81,10 +114,8 @@ pub(crate) struct EngineInner {
     pub streams: RwLock<HashMap<u64, Arc<Stream>>>,
     pub meters: Arc<StorageMeters>,
     pub object_meters: Arc<ObjectMeters>,
-    /// Bytes of payload in the log cache, all streams.
-    pub cached_bytes: AtomicU64,
-    /// Durable or pending bytes not yet in object storage, all streams.
-    pub uncommitted_bytes: AtomicU64,
+    /// Bytes in the log cache and not yet in object storage, all streams; kept by the streams.
+    pub totals: Arc<Totals>,
     /// When the oldest data not yet uploaded arrived (`None` when there is none).
     pub oldest_uncommitted: Mutex<Option<Instant>>,
     /// Committed batches in commit order, oldest first: what the log cache evicts.
@@ -137,8 +168,7 @@ impl Engine {
             streams: RwLock::new(HashMap::new()),
             meters,
             object_meters,
-            cached_bytes: AtomicU64::new(0),
-            uncommitted_bytes: AtomicU64::new(0),
+            totals: Arc::new(Totals::default()),
             oldest_uncommitted: Mutex::new(None),
             evictable: Mutex::new(VecDeque::new()),
             upload_lock: tokio::sync::Mutex::new(()),
@@ -161,6 +191,18 @@ impl Engine {
     /// Opens a stream as its leader at `epoch`. A stream already open here at a lower epoch is
     /// flushed to object storage first.
     pub async fn open_stream(&self, stream_id: u64, epoch: u64) -> Result<StreamInfo> {
+        self.open_stream_with(stream_id, epoch, None).await
+    }
+
+    /// [`Engine::open_stream`], with a hook told whenever the stream rewinds (an append failed
+    /// and every append from its offset on is gone), under the stream's lock: the partition
+    /// layer keeps its producer state in step with the stream through it.
+    pub async fn open_stream_with(
+        &self,
+        stream_id: u64,
+        epoch: u64,
+        rewind_hook: Option<RewindHook>,
+    ) -> Result<StreamInfo> {
         let inner = &self.inner;
         inner.check_open()?;
         if let Some(s) = inner.stream(stream_id) {
@@ -183,6 +225,8 @@ impl Engine {
             m.epoch,
             m.start_offset,
             m.end_offset,
+            Arc::clone(&inner.totals),
+            rewind_hook,
         ));
         let info = inner.info(&s);
         inner.streams_write().insert(stream_id, s);
@@ -231,54 +275,38 @@ impl Engine {
             }
         }
         inner.streams_write().remove(&stream_id);
-        let freed = s.lock().cached_bytes;
-        inner.cached_bytes.fetch_sub(freed, Ordering::Relaxed);
+        s.lock().release(Failure::Dropped);
         Ok(())
     }
 
-    /// Appends one batch of `record_count` records. `build` makes the payload for the base offset
-    /// the batch gets (the Kafka layer writes it into the batch header); it may be called again
-    /// if the append has to wait for WAL space. Returns once the batch is durable.
-    pub async fn append(
-        &self,
-        stream_id: u64,
-        epoch: u64,
-        record_count: u32,
-        max_timestamp: i64,
-        mut build: impl FnMut(u64) -> Bytes,
-    ) -> Result<Appended> {
-        let deadline = Instant::now() + self.inner.config.wal_full_wait;
-        loop {
-            match self.try_append(stream_id, epoch, record_count, max_timestamp, &mut build) {
-                Ok(pending) => return pending.wait().await,
-                Err(StorageError::Wal(WalError::Full { .. })) if Instant::now() < deadline => {
-                    self.wait_for_wal_space(deadline).await;
-                }
-                Err(e) => {
-                    if matches!(e, StorageError::Wal(WalError::Full { .. })) {
-                        self.inner.meters.wal_full_failures.inc();
-                    }
-                    return Err(e);
-                }
-            }
+    /// Forgets a stream at once, without uploading what it holds: its topic is being deleted.
+    /// Appends in flight fail; the WAL is trimmed past its records at the next upload.
+    pub fn drop_stream(&self, stream_id: u64) {
+        if let Some(s) = self.inner.streams_write().remove(&stream_id) {
+            let mut st = s.lock();
+            st.closing = true;
+            st.release(Failure::Dropped);
+            tracing::debug!(stream_id, "stream dropped");
         }
     }
 
-    /// Assigns the batch its offsets and hands it to the WAL, without waiting: appends to one
-    /// stream are ordered by the calls to this function. The returned [`PendingAppend`] resolves
-    /// once the batch is durable. Fails at once with [`WalError::Full`] when the WAL has no
-    /// room; see [`Engine::wait_for_wal_space`].
-    pub fn try_append(
+    /// The one append path. Under the stream's lock, `admit` is given the base offset the batch
+    /// will get and the outcome it will have, and returns what to append, or `None` to append
+    /// nothing. Batches of a stream reach the WAL in the order of these calls: when the WAL has
+    /// no room, the batch waits in the stream (and every later batch behind it) until an upload
+    /// frees some, or fails after `wal_full_wait`. Returns at once; the [`PendingAppend`]
+    /// resolves once the batch is durable.
+    ///
+    /// `admit` runs under the stream's lock and must not call the engine. The stream's rewind
+    /// hook may run inside this call (a synchronous failure) and on the WAL's thread.
+    pub fn append_with(
         &self,
         stream_id: u64,
         epoch: u64,
-        record_count: u32,
-        max_timestamp: i64,
-        build: impl FnOnce(u64) -> Bytes,
-    ) -> Result<PendingAppend> {
+        admit: impl FnOnce(u64, &AppendOutcome) -> Option<NewBatch>,
+    ) -> Result<Option<PendingAppend>> {
         let inner = &self.inner;
         inner.check_open()?;
-        debug_assert!(record_count > 0, "empty batch");
         let s = inner
             .stream(stream_id)
             .ok_or(StorageError::NotOpen(stream_id))?;
@@ -301,30 +329,32 @@ impl Engine {
             return Err(StorageError::NotOpen(stream_id));
         }
         let base = st.next_offset;
-        let end = base + u64::from(record_count);
-        let payload = build(base);
-        let record = WalRecord {
+        let (tx, rx) = oneshot::channel();
+        let outcome = AppendOutcome {
             stream_id,
             epoch,
-            base_offset: base,
-            record_count,
-            max_timestamp,
-            payload: payload.clone(),
+            rx: rx.shared(),
         };
-        let (tx, rx) = oneshot::channel();
-        let done = completion(Arc::clone(inner), Arc::clone(&s), base, end, tx);
-        let seq = inner.wal.append(record, done)?;
-        let len = payload.len() as u64;
-        st.next_offset = end;
-        st.cached_bytes += len;
-        st.batches.push_back(CachedBatch {
-            frame: frame(base, record_count, max_timestamp, payload),
-            seq,
-        });
+        let Some(batch) = admit(base, &outcome) else {
+            return Ok(None);
+        };
+        let end = base + u64::from(batch.record_count);
+        let deadline = Instant::now() + inner.config.wal_full_wait;
+        let was_idle = inner.totals.uncommitted.load(Ordering::Relaxed) == 0;
+        let id = st.push(
+            frame(base, batch.record_count, batch.max_timestamp, batch.payload),
+            tx,
+            deadline,
+        );
+        let submitted = inner.submit_waiting(&s, &mut st);
         st.check_invariants();
+        let kept = st.holds(base, id);
         drop(st);
-        inner.cached_bytes.fetch_add(len, Ordering::Relaxed);
-        if inner.uncommitted_bytes.fetch_add(len, Ordering::Relaxed) == 0 {
+        if !kept {
+            // Failed at once (the WAL refused it): the caller hears it now.
+            return Err(submitted.err().unwrap_or(StorageError::NotOpen(stream_id)));
+        }
+        if was_idle {
             let mut oldest = inner
                 .oldest_uncommitted
                 .lock()
@@ -332,24 +362,39 @@ impl Engine {
             oldest.get_or_insert_with(Instant::now);
         }
         inner.maybe_wake_uploader();
-        Ok(PendingAppend {
+        Ok(Some(PendingAppend {
             appended: Appended {
                 base_offset: base,
                 end_offset: end,
             },
+            outcome,
             started: Instant::now(),
-            rx,
             meters: Arc::clone(&inner.meters),
-        })
+        }))
     }
 
-    /// Waits (until `deadline` at most) for the WAL to have room, asking the uploader to hurry.
-    pub async fn wait_for_wal_space(&self, deadline: Instant) {
-        self.inner.upload_wanted.notify_one();
-        self.inner
-            .wal
-            .wait_for_space(deadline.saturating_duration_since(Instant::now()))
-            .await;
+    /// Appends one batch of `record_count` offsets, whose payload `build` makes for the base
+    /// offset it gets, and waits until it is durable: [`Engine::append_with`] for callers that
+    /// have nothing to decide under the stream's lock.
+    pub async fn append(
+        &self,
+        stream_id: u64,
+        epoch: u64,
+        record_count: u32,
+        max_timestamp: i64,
+        build: impl FnOnce(u64) -> Bytes,
+    ) -> Result<Appended> {
+        let pending = self.append_with(stream_id, epoch, |base, _| {
+            Some(NewBatch {
+                record_count,
+                max_timestamp,
+                payload: build(base),
+            })
+        })?;
+        match pending {
+            Some(p) => p.wait().await,
+            None => Err(StorageError::NotOpen(stream_id)),
+        }
     }
 
     /// Reads whole batches from `from`, up to about `max_bytes` (at least one batch if any).
@@ -447,15 +492,12 @@ impl Engine {
             from = r.end_offset;
         }
         let st = s.lock();
-        let i = st
-            .batches
-            .partition_point(|b| b.end_offset() <= committed.max(st.start_offset));
-        Ok(st
-            .batches
-            .range(i..)
-            .take_while(|b| b.end_offset() <= st.durable_end)
-            .find(|b| b.frame.max_timestamp >= timestamp)
-            .map(|b| b.frame.clone()))
+        let from = committed.max(st.start_offset);
+        let found = st
+            .durable_from(from)
+            .find(|f| f.max_timestamp >= timestamp && f.end_offset() > from)
+            .cloned();
+        Ok(found)
     }
 
     /// The largest max timestamp of any batch from the start offset on (ListOffsets
@@ -480,15 +522,8 @@ impl Engine {
             }
         }
         let st = s.lock();
-        let i = st
-            .batches
-            .partition_point(|b| b.end_offset() <= committed.max(st.start_offset));
-        for b in st
-            .batches
-            .range(i..)
-            .take_while(|b| b.end_offset() <= st.durable_end)
-        {
-            max = Some(max.map_or(b.frame.max_timestamp, |m| m.max(b.frame.max_timestamp)));
+        for f in st.durable_from(committed.max(st.start_offset)) {
+            max = Some(max.map_or(f.max_timestamp, |m| m.max(f.max_timestamp)));
         }
         Ok(max)
     }
@@ -583,46 +618,32 @@ impl Engine {
 
     /// Bytes of payload in the log cache.
     pub fn log_cache_bytes(&self) -> u64 {
-        self.inner.cached_bytes.load(Ordering::Relaxed)
+        self.inner.totals.cached.load(Ordering::Relaxed)
     }
 }
 
-/// What the WAL thread runs when a batch is durable or failed: advance the stream in WAL order.
-fn completion(
-    inner: Arc<EngineInner>,
-    s: Arc<Stream>,
-    base: u64,
-    end: u64,
-    tx: oneshot::Sender<Result<(), WalError>>,
-) -> weir_wal::Completion {
+/// What the WAL thread runs when a batch is durable or failed: advance the stream in WAL order,
+/// or rewind it to the failed batch.
+fn completion(s: Arc<Stream>, base: u64, id: u64) -> weir_wal::Completion {
     Box::new(move |res| {
-        let res = res.map(|_| ());
-        {
-            let mut st = s.lock();
-            match &res {
-                Ok(()) => {
-                    debug_assert_eq!(
-                        st.durable_end, base,
-                        "stream {} completes out of order",
-                        s.id
-                    );
-                    st.durable_end = end;
-                    s.end_tx.send_replace(end);
-                }
-                Err(e) => {
-                    // Later pending batches of this stream fail too (the WAL fails everything
-                    // queued behind a failed write); the first failure rewinds the stream.
-                    if st.next_offset > base {
-                        tracing::warn!(stream_id = s.id, offset = base, error = %e, "append failed; stream rewinds to its last durable offset");
-                        let freed = st.truncate_pending(base);
-                        inner.cached_bytes.fetch_sub(freed, Ordering::Relaxed);
-                        inner.uncommitted_bytes.fetch_sub(freed, Ordering::Relaxed);
-                    }
+        let mut st = s.lock();
+        match res {
+            Ok(_) => {
+                if st.durable(base, id) {
+                    s.end_tx.send_replace(st.durable_end);
                 }
             }
-            st.check_invariants();
+            Err(e) => {
+                // Later batches of this stream fail too (the WAL fails everything queued behind
+                // a failed write); the first failure rewinds the stream and the rest find
+                // nothing left to fail.
+                if st.holds(base, id) {
+                    tracing::warn!(stream_id = s.id, offset = base, error = %e, "append failed; stream rewinds to its last durable offset");
+                    st.rewind(base, Failure::Wal(e));
+                }
+            }
         }
-        let _ = tx.send(res);
+        st.check_invariants();
     })
 }
 
@@ -663,9 +684,71 @@ impl EngineInner {
         }
     }
 
+    /// Hands a stream's waiting batches to the WAL, in order, while it has room. A batch that
+    /// waited past its deadline, or that the WAL refuses, fails and rewinds the stream to it.
+    /// Returns the WAL's error if it refused one.
+    pub(crate) fn submit_waiting(&self, s: &Arc<Stream>, st: &mut StreamState) -> Result<()> {
+        while let Some(b) = st.first_unsubmitted() {
+            let (base, id) = (b.frame.base_offset, b.id);
+            if b.deadline.is_some_and(|d| Instant::now() >= d) {
+                self.meters.wal_full_failures.inc();
+                let usage = self.wal.usage();
+                tracing::warn!(
+                    stream_id = s.id,
+                    offset = base,
+                    "append waited too long for WAL space; failing it and the appends behind it"
+                );
+                st.rewind(
+                    base,
+                    Failure::Wal(WalError::Full {
+                        needed: b.frame.payload.len() as u64,
+                        free: usage.capacity.saturating_sub(usage.used),
+                        capacity: usage.capacity,
+                    }),
+                );
+                return Ok(());
+            }
+            let record = WalRecord {
+                stream_id: s.id,
+                epoch: st.epoch,
+                base_offset: base,
+                record_count: b.frame.record_count,
+                max_timestamp: b.frame.max_timestamp,
+                payload: b.frame.payload.clone(),
+            };
+            match self.wal.append(record, completion(Arc::clone(s), base, id)) {
+                Ok(seq) => st.submitted(seq),
+                Err(WalError::Full { .. }) => {
+                    // Waits in the stream; the uploader frees room and hands it on.
+                    self.upload_wanted.notify_one();
+                    return Ok(());
+                }
+                Err(e) => {
+                    st.rewind(base, Failure::Wal(e.clone()));
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands every stream's waiting batches to the WAL while it has room, and fails those that
+    /// waited too long.
+    pub(crate) fn submit_all_waiting(&self) {
+        for s in self.all_streams() {
+            let mut st = s.lock();
+            if st.first_unsubmitted().is_some() {
+                if let Err(e) = self.submit_waiting(&s, &mut st) {
+                    tracing::warn!(stream_id = s.id, error = %e, "a waiting append failed");
+                }
+                st.check_invariants();
+            }
+        }
+    }
+
     fn maybe_wake_uploader(&self) {
         let wal = self.wal.usage();
-        if self.uncommitted_bytes.load(Ordering::Relaxed) >= self.config.upload_bytes
+        if self.totals.uncommitted.load(Ordering::Relaxed) >= self.config.upload_bytes
             || wal.used * 2 >= wal.capacity
         {
             self.upload_wanted.notify_one();
@@ -674,8 +757,8 @@ impl EngineInner {
 
     /// Evicts the oldest committed batches while the log cache is over its budget.
     pub fn evict(&self) {
-        let budget = self.config.log_cache_bytes + self.uncommitted_bytes.load(Ordering::Relaxed);
-        while self.cached_bytes.load(Ordering::Relaxed) > budget {
+        let budget = self.config.log_cache_bytes + self.totals.uncommitted.load(Ordering::Relaxed);
+        while self.totals.cached.load(Ordering::Relaxed) > budget {
             let next = self
                 .evictable
                 .lock()
@@ -684,7 +767,6 @@ impl EngineInner {
             let Some((stream_id, upto)) = next else { break };
             if let Some(s) = self.stream(stream_id) {
                 let freed = s.lock().evict_until(upto);
-                self.cached_bytes.fetch_sub(freed, Ordering::Relaxed);
                 self.meters.log_cache_evicted_bytes.add(freed);
             }
         }

@@ -28,6 +28,16 @@ pub enum StorageError {
     Corrupt { key: String, reason: String },
     #[error("storage engine is closed")]
     Closed,
+    #[error(
+        "WAL recovery found a gap in stream {stream_id}: expected offset {expected}, found {got}; \
+         the WAL is left untouched (nothing was dropped) and the broker cannot open until it is \
+         repaired"
+    )]
+    RecoveryGap {
+        stream_id: u64,
+        expected: u64,
+        got: u64,
+    },
 }
 
 impl StorageError {

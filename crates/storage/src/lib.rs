@@ -21,6 +21,8 @@
 //! The invariants each stream keeps are stated in `stream.rs` and checked with
 //! `debug_assert!` wherever its offsets move.
 
+#[macro_use]
+pub mod invariant;
 mod budget;
 mod compaction;
 mod config;
@@ -35,9 +37,12 @@ mod stream;
 mod upload;
 
 pub use config::{Retention, StorageConfig};
-pub use engine::{Appended, Engine, PendingAppend, ReadResult, StreamInfo};
+pub use engine::{
+    AppendOutcome, Appended, Engine, NewBatch, PendingAppend, ReadResult, StreamInfo,
+};
 pub use error::{Result, StorageError};
 pub use format::Frame;
+pub use stream::RewindHook;
 
 use weir_metrics::{Counter, Histogram};
 

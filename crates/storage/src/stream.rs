@@ -1,31 +1,67 @@
-//! One stream's in-memory state: its offsets and its part of the log cache.
+//! One stream's in-memory state: its offsets, its part of the log cache, and the appends that
+//! wait for the WAL. The state changes only through the methods here, which keep the byte
+//! accounting (the stream's and the engine's totals) and the invariants together.
 //!
 //! Offsets of a stream, in order:
 //!
 //! ```text
-//! start <= [ committed: in object storage ) [ durable: in the WAL ) [ pending: being written )
-//!          ^start_offset                    ^committed_end          ^durable_end            ^next_offset
+//! start <= [ committed ) [ durable: in the WAL ) [ in flight to the WAL ) [ waiting for room )
+//!          ^committed_end ^                     ^durable_end              ^submitted_end     ^next_offset
 //! ```
 //!
 //! `durable_end` is the high watermark: readers never see beyond it. The cached batches are one
 //! contiguous run ending at `next_offset` that always holds everything from `committed_end` on;
 //! committed batches at its front may be evicted.
+//!
+//! Appends are ordered by offset, and offsets by the order of the calls that assigned them:
+//! a batch reaches the WAL only after every batch before it in the stream did, so a batch that
+//! waits for WAL room holds back every later one (Kafka never reorders the requests of one
+//! connection, and neither does a partition here). When a write fails, or a waiting batch runs
+//! out of time, the stream rewinds to that batch's offset: it and every later batch fail, at
+//! once and under the stream's lock, and the rewind hook (the partition's producer state) is
+//! told in the same critical section.
 
 use std::collections::VecDeque;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use bytes::Bytes;
-use tokio::sync::watch;
-use weir_wal::Seq;
+use tokio::sync::{oneshot, watch};
+use weir_wal::{Seq, WalError};
 
 use crate::config::Retention;
 use crate::format::Frame;
 
+/// Why an append failed after it was given its offsets.
 #[derive(Debug, Clone)]
+pub(crate) enum Failure {
+    Wal(WalError),
+    Fenced { current: u64 },
+    Dropped,
+}
+
+pub(crate) type Outcome = Result<(), Failure>;
+
+/// Told when a stream rewinds to an offset: everything from it on is gone. Runs under the
+/// stream's lock, so it must not call back into the engine.
+pub type RewindHook = Arc<dyn Fn(u64) + Send + Sync>;
+
+/// `seq` of a batch not handed to the WAL yet.
+const UNSUBMITTED: Seq = Seq::MAX;
+
+#[derive(Debug)]
 pub(crate) struct CachedBatch {
     pub frame: Frame,
-    /// The WAL record holding this batch, until it is committed.
+    /// The WAL record holding this batch, until it is committed; [`UNSUBMITTED`] while it waits
+    /// for WAL room.
     pub seq: Seq,
+    /// Which append this is, so that a late WAL completion finds its own batch or none.
+    pub id: u64,
+    /// Told once the batch is durable or has failed.
+    pub done: Option<oneshot::Sender<Outcome>>,
+    /// While waiting for WAL room: when the append gives up.
+    pub deadline: Option<Instant>,
 }
 
 impl CachedBatch {
@@ -34,46 +70,202 @@ impl CachedBatch {
     }
 }
 
+/// Byte totals over all streams, kept by the streams as their batches come and go.
+#[derive(Debug, Default)]
+pub(crate) struct Totals {
+    /// Payload bytes in the log cache.
+    pub cached: AtomicU64,
+    /// Payload bytes appended and not yet in object storage.
+    pub uncommitted: AtomicU64,
+}
+
 pub(crate) struct StreamState {
     pub epoch: u64,
     pub start_offset: u64,
     pub committed_end: u64,
     pub durable_end: u64,
+    /// One past the last batch handed to the WAL.
+    pub submitted_end: u64,
     pub next_offset: u64,
-    pub batches: VecDeque<CachedBatch>,
-    pub cached_bytes: u64,
+    batches: VecDeque<CachedBatch>,
+    cached_bytes: u64,
+    next_id: u64,
     /// Set when a newer leader took over: no more appends, uncommitted data dropped.
     pub fenced_by: Option<u64>,
     /// Set while the stream is being closed: no more appends.
     pub closing: bool,
     pub retention: Retention,
+    rewind_hook: Option<RewindHook>,
+    totals: Arc<Totals>,
 }
 
 impl StreamState {
+    /// The offsets' order, checked in release builds too: a stream whose offsets disagree would
+    /// acknowledge or upload the wrong data, so the broker stops instead (the WAL and the
+    /// metadata store then recover it from durable state).
     pub fn check_invariants(&self) {
-        debug_assert!(
-            self.committed_end <= self.durable_end,
-            "committed beyond durable"
+        invariant!(
+            self.committed_end <= self.durable_end
+                && self.durable_end <= self.submitted_end
+                && self.submitted_end <= self.next_offset,
+            "stream offsets out of order: committed {} durable {} submitted {} next {}",
+            self.committed_end,
+            self.durable_end,
+            self.submitted_end,
+            self.next_offset
         );
-        debug_assert!(
-            self.durable_end <= self.next_offset,
-            "durable beyond assigned"
-        );
-        debug_assert!(
+        invariant!(
             self.batches
                 .front()
                 .map_or(self.committed_end == self.next_offset, |b| b
                     .frame
                     .base_offset
                     <= self.committed_end),
-            "uncommitted data missing from the cache"
+            "uncommitted data missing from the cache (committed {}, next {})",
+            self.committed_end,
+            self.next_offset
         );
-        debug_assert!(
+        invariant!(
             self.batches
                 .back()
                 .is_none_or(|b| b.end_offset() == self.next_offset),
-            "cache does not end at the next offset"
+            "cache does not end at the next offset {}",
+            self.next_offset
         );
+    }
+
+    /// Adds a batch at `next_offset`, not yet handed to the WAL; returns its id.
+    pub fn push(&mut self, frame: Frame, done: oneshot::Sender<Outcome>, deadline: Instant) -> u64 {
+        invariant!(
+            frame.base_offset == self.next_offset && frame.record_count > 0,
+            "append at {} ({} records) but the next offset is {}",
+            frame.base_offset,
+            frame.record_count,
+            self.next_offset
+        );
+        let len = frame.payload.len() as u64;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.next_offset = frame.end_offset();
+        self.cached_bytes += len;
+        self.totals.cached.fetch_add(len, Ordering::Relaxed);
+        self.totals.uncommitted.fetch_add(len, Ordering::Relaxed);
+        self.batches.push_back(CachedBatch {
+            frame,
+            seq: UNSUBMITTED,
+            id,
+            done: Some(done),
+            deadline: Some(deadline),
+        });
+        id
+    }
+
+    /// The first batch waiting to be handed to the WAL.
+    pub fn first_unsubmitted(&self) -> Option<&CachedBatch> {
+        let i = self
+            .batches
+            .partition_point(|b| b.end_offset() <= self.submitted_end);
+        self.batches.get(i)
+    }
+
+    /// Records that the first waiting batch went to the WAL as record `seq`.
+    pub fn submitted(&mut self, seq: Seq) {
+        let i = self
+            .batches
+            .partition_point(|b| b.end_offset() <= self.submitted_end);
+        let Some(b) = self.batches.get_mut(i) else {
+            invariant!(false, "submitted a batch the stream does not have");
+            return;
+        };
+        b.seq = seq;
+        b.deadline = None;
+        self.submitted_end = b.end_offset();
+    }
+
+    /// A WAL write of the batch `(base, id)` is durable. `false` if that batch is gone (a rewind
+    /// failed it already), in which case nothing changes.
+    pub fn durable(&mut self, base: u64, id: u64) -> bool {
+        let Some(b) = self.find_mut(base, id) else {
+            return false;
+        };
+        let end = b.end_offset();
+        let done = b.done.take();
+        invariant!(
+            self.durable_end == base && end <= self.submitted_end,
+            "WAL completed offset {base} but the stream is durable up to {} (WAL order broken)",
+            self.durable_end
+        );
+        self.durable_end = end;
+        if let Some(done) = done {
+            let _ = done.send(Ok(()));
+        }
+        true
+    }
+
+    fn find_mut(&mut self, base: u64, id: u64) -> Option<&mut CachedBatch> {
+        let i = self.batches.partition_point(|b| b.frame.base_offset < base);
+        self.batches
+            .get_mut(i)
+            .filter(|b| b.frame.base_offset == base && b.id == id)
+    }
+
+    /// Whether the batch `(base, id)` is still in the stream.
+    pub fn holds(&self, base: u64, id: u64) -> bool {
+        let i = self.batches.partition_point(|b| b.frame.base_offset < base);
+        self.batches
+            .get(i)
+            .is_some_and(|b| b.frame.base_offset == base && b.id == id)
+    }
+
+    /// Fails every batch from `offset` on, which must not be durable yet, and goes back to it:
+    /// the next append gets `offset` again. The rewind hook is told.
+    pub fn rewind(&mut self, offset: u64, why: Failure) {
+        invariant!(
+            offset >= self.durable_end && offset <= self.next_offset,
+            "rewind to {offset} outside the pending range [{}, {}]",
+            self.durable_end,
+            self.next_offset
+        );
+        if offset == self.next_offset {
+            return;
+        }
+        self.drop_from(offset, &why);
+        self.submitted_end = self.submitted_end.min(offset);
+        self.next_offset = offset;
+        if let Some(hook) = &self.rewind_hook {
+            hook(offset);
+        }
+    }
+
+    /// A newer leader owns the stream: everything not yet in object storage is dropped, and
+    /// nothing more is appended.
+    pub fn fence(&mut self, current: u64) {
+        self.fenced_by = Some(current);
+        let committed = self.committed_end;
+        self.drop_from(committed, &Failure::Fenced { current });
+        self.durable_end = committed;
+        self.submitted_end = committed;
+        self.next_offset = committed;
+        if let Some(hook) = &self.rewind_hook {
+            hook(committed);
+        }
+    }
+
+    fn drop_from(&mut self, offset: u64, why: &Failure) {
+        let mut freed = 0;
+        while let Some(b) = self.batches.back() {
+            if b.frame.base_offset < offset {
+                break;
+            }
+            let mut b = self.batches.pop_back().expect("checked above");
+            freed += b.frame.payload.len() as u64;
+            if let Some(done) = b.done.take() {
+                let _ = done.send(Err(why.clone()));
+            }
+        }
+        self.cached_bytes -= freed;
+        self.totals.cached.fetch_sub(freed, Ordering::Relaxed);
+        self.totals.uncommitted.fetch_sub(freed, Ordering::Relaxed);
     }
 
     /// Batches from `from` on, below the high watermark, up to about `max_bytes` (at least one).
@@ -98,24 +290,47 @@ impl StreamState {
         Some(out)
     }
 
-    /// Durable batches not yet committed, for an upload.
-    pub fn uncommitted_durable(&self) -> Vec<Frame> {
-        let i = self
-            .batches
-            .partition_point(|b| b.end_offset() <= self.committed_end);
+    /// Durable batches from `from` on (at or above the committed end), oldest first.
+    pub fn durable_from(&self, from: u64) -> impl Iterator<Item = &Frame> {
+        let from = from.max(self.committed_end.min(self.durable_end));
+        let i = self.batches.partition_point(|b| b.end_offset() <= from);
         self.batches
             .range(i..)
             .take_while(|b| b.end_offset() <= self.durable_end)
-            .map(|b| b.frame.clone())
-            .collect()
+            .map(|b| &b.frame)
     }
 
-    /// WAL sequence number of the first batch not yet committed.
+    /// Durable batches not yet committed, for an upload.
+    pub fn uncommitted_durable(&self) -> Vec<Frame> {
+        self.durable_from(self.committed_end).cloned().collect()
+    }
+
+    /// WAL sequence number of the first batch not yet committed ([`Seq::MAX`] if it has not
+    /// reached the WAL yet: the WAL may be trimmed past everything it holds of this stream).
     pub fn first_uncommitted_seq(&self) -> Option<Seq> {
         let i = self
             .batches
             .partition_point(|b| b.end_offset() <= self.committed_end);
         self.batches.get(i).map(|b| b.seq)
+    }
+
+    /// Records that everything below `end` is in object storage.
+    pub fn committed(&mut self, from: u64, end: u64) {
+        invariant!(
+            self.committed_end == from && end <= self.durable_end,
+            "commit of [{from}, {end}) but the stream is committed up to {} and durable up to {}",
+            self.committed_end,
+            self.durable_end
+        );
+        let bytes: u64 = self
+            .batches
+            .iter()
+            .skip_while(|b| b.end_offset() <= from)
+            .take_while(|b| b.end_offset() <= end)
+            .map(|b| b.frame.payload.len() as u64)
+            .sum();
+        self.committed_end = end;
+        self.totals.uncommitted.fetch_sub(bytes, Ordering::Relaxed);
     }
 
     /// Drops committed batches that end at or below `upto`; returns the bytes freed.
@@ -130,23 +345,32 @@ impl StreamState {
             self.batches.pop_front();
         }
         self.cached_bytes -= freed;
+        self.totals.cached.fetch_sub(freed, Ordering::Relaxed);
         freed
     }
 
-    /// Drops pending batches from `offset` on after a failed WAL write; returns their bytes.
-    pub fn truncate_pending(&mut self, offset: u64) -> u64 {
-        debug_assert!(offset >= self.durable_end, "truncating durable data");
-        let mut freed = 0;
-        while let Some(b) = self.batches.back() {
-            if b.frame.base_offset < offset {
-                break;
-            }
-            freed += b.frame.payload.len() as u64;
-            self.batches.pop_back();
-        }
-        self.cached_bytes -= freed;
-        self.next_offset = offset;
-        freed
+    /// Forgets everything the stream holds (it is closed or dropped): the engine's totals no
+    /// longer count it. Batches still pending fail with `why`.
+    pub fn release(&mut self, why: Failure) {
+        let pending_from = self.durable_end;
+        self.drop_from(pending_from, &why);
+        self.next_offset = self.durable_end;
+        self.submitted_end = self.durable_end;
+        let uncommitted: u64 = self
+            .batches
+            .iter()
+            .skip_while(|b| b.end_offset() <= self.committed_end)
+            .map(|b| b.frame.payload.len() as u64)
+            .sum();
+        self.totals
+            .uncommitted
+            .fetch_sub(uncommitted, Ordering::Relaxed);
+        self.totals
+            .cached
+            .fetch_sub(self.cached_bytes, Ordering::Relaxed);
+        self.cached_bytes = 0;
+        self.batches.clear();
+        self.committed_end = self.durable_end;
     }
 }
 
@@ -158,7 +382,14 @@ pub(crate) struct Stream {
 }
 
 impl Stream {
-    pub fn new(id: u64, epoch: u64, start_offset: u64, end_offset: u64) -> Stream {
+    pub fn new(
+        id: u64,
+        epoch: u64,
+        start_offset: u64,
+        end_offset: u64,
+        totals: Arc<Totals>,
+        rewind_hook: Option<RewindHook>,
+    ) -> Stream {
         Stream {
             id,
             state: Mutex::new(StreamState {
@@ -166,12 +397,16 @@ impl Stream {
                 start_offset,
                 committed_end: end_offset,
                 durable_end: end_offset,
+                submitted_end: end_offset,
                 next_offset: end_offset,
                 batches: VecDeque::new(),
                 cached_bytes: 0,
+                next_id: 0,
                 fenced_by: None,
                 closing: false,
                 retention: Retention::default(),
+                rewind_hook,
+                totals,
             }),
             end_tx: watch::channel(end_offset).0,
         }

@@ -15,7 +15,7 @@ use crate::engine::EngineInner;
 use crate::error::{Result, StorageError};
 use crate::format::{Frame, ObjectBuilder};
 use crate::objstore::object_key;
-use crate::stream::{frame, payload_bytes, Stream};
+use crate::stream::{frame, payload_bytes, Failure, Stream};
 
 /// One stream's data in an upload.
 pub(crate) struct Part {
@@ -27,7 +27,10 @@ pub(crate) struct Part {
 const PUT_ATTEMPTS: u32 = 8;
 
 impl EngineInner {
-    /// Uploads every stream's durable, uncommitted data, commits it, then trims the WAL.
+    /// Uploads every stream's durable, uncommitted data, commits it, then trims the WAL and
+    /// hands waiting appends to it. A commit refused because of one stream (a newer leader
+    /// fenced it, or its topic was deleted meanwhile) is retried without that stream, so that
+    /// one stream can never hold back the others.
     pub async fn upload(&self) -> Result<()> {
         let _turn = self.upload_lock.lock().await;
         let snapshot_time = Instant::now();
@@ -40,7 +43,6 @@ impl EngineInner {
             }
             let frames = st.uncommitted_durable();
             if !frames.is_empty() {
-                debug_assert_eq!(frames[0].base_offset, st.committed_end);
                 parts.push(Part {
                     stream_id: s.id,
                     epoch: st.epoch,
@@ -49,66 +51,83 @@ impl EngineInner {
                 streams.insert(s.id, Arc::clone(&s));
             }
         }
-        if !parts.is_empty() {
-            match self.commit_parts(&parts).await {
-                Ok(()) => {}
+        while !parts.is_empty() {
+            let culprit = match self.commit_parts(&parts).await {
+                Ok(()) => break,
                 Err(StorageError::Meta(MetaError::Fenced {
                     stream_id, current, ..
                 })) => {
                     // A newer leader owns this stream: its uncommitted data is not ours to keep.
-                    if let Some(s) = streams.get(&stream_id) {
-                        let mut st = s.lock();
-                        tracing::warn!(
-                            stream_id,
-                            current,
-                            "stream fenced by a newer leader; dropping its uncommitted data"
-                        );
-                        st.fenced_by = Some(current);
-                        let committed = st.committed_end;
-                        let freed = st.truncate_pending(committed);
-                        st.durable_end = committed;
-                        self.cached_bytes.fetch_sub(freed, Ordering::Relaxed);
-                        self.uncommitted_bytes.fetch_sub(freed, Ordering::Relaxed);
-                    }
-                    return Err(MetaError::Fenced {
+                    tracing::warn!(
                         stream_id,
-                        epoch: 0,
                         current,
+                        "stream fenced by a newer leader; dropping its uncommitted data"
+                    );
+                    if let Some(s) = streams.get(&stream_id) {
+                        s.lock().fence(current);
                     }
-                    .into());
+                    stream_id
+                }
+                Err(StorageError::Meta(MetaError::Discontinuity {
+                    stream_id,
+                    expected,
+                    got,
+                })) => {
+                    // Someone else committed to this stream: only a newer leader can have.
+                    tracing::error!(
+                        stream_id,
+                        expected,
+                        got,
+                        "the metadata store's end offset moved under this leader; fencing the stream"
+                    );
+                    if let Some(s) = streams.get(&stream_id) {
+                        let current = s.lock().epoch + 1;
+                        s.lock().fence(current);
+                    }
+                    stream_id
+                }
+                Err(StorageError::Meta(MetaError::UnknownStream(stream_id))) => {
+                    // Its topic was deleted; nothing of it is to be kept.
+                    tracing::warn!(
+                        stream_id,
+                        "stream no longer exists in the metadata store; dropping it"
+                    );
+                    if let Some(s) = self.streams_write().remove(&stream_id) {
+                        s.lock().release(Failure::Dropped);
+                    }
+                    stream_id
                 }
                 Err(e) => return Err(e),
+            };
+            parts.retain(|p| p.stream_id != culprit);
+            streams.remove(&culprit);
+        }
+        for p in &parts {
+            let Some(s) = streams.get(&p.stream_id) else {
+                continue;
+            };
+            let end = p.frames[p.frames.len() - 1].end_offset();
+            let mut st = s.lock();
+            if st.fenced_by.is_some() {
+                continue;
             }
-            let mut uploaded = 0;
-            for p in &parts {
-                let Some(s) = streams.get(&p.stream_id) else {
-                    continue;
-                };
-                let end = p.frames[p.frames.len() - 1].end_offset();
-                let mut st = s.lock();
-                debug_assert_eq!(
-                    st.committed_end, p.frames[0].base_offset,
-                    "commits of a stream out of order"
-                );
-                st.committed_end = end;
-                st.check_invariants();
-                drop(st);
-                self.evictable
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push_back((p.stream_id, end));
-                uploaded += payload_bytes(&p.frames);
-            }
-            let left = self
-                .uncommitted_bytes
-                .fetch_sub(uploaded, Ordering::Relaxed)
-                - uploaded;
+            st.committed(p.frames[0].base_offset, end);
+            st.check_invariants();
+            drop(st);
+            self.evictable
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_back((p.stream_id, end));
+        }
+        if !parts.is_empty() {
+            let left = self.totals.uncommitted.load(Ordering::Relaxed);
             *self
                 .oldest_uncommitted
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()) = (left > 0).then_some(snapshot_time);
         }
         self.trim_wal().await?;
+        self.submit_all_waiting();
         self.evict();
         Ok(())
     }
@@ -290,13 +309,20 @@ impl EngineInner {
                 }
                 let expected = frames.last().map_or(m.end_offset, Frame::end_offset);
                 if r.base_offset != expected {
+                    // Records after a gap were acknowledged, but cannot be placed without
+                    // inventing the missing offsets. Nothing is dropped or trimmed: the broker
+                    // stops, and the WAL stays as it is for an operator (or a fixed broker).
                     tracing::error!(
                         stream_id,
                         expected,
                         got = r.base_offset,
-                        "gap in recovered WAL data; dropping the rest of this stream"
+                        "gap in recovered WAL data; refusing to open"
                     );
-                    break;
+                    return Err(StorageError::RecoveryGap {
+                        stream_id,
+                        expected,
+                        got: r.base_offset,
+                    });
                 }
                 frames.push(frame(
                     r.base_offset,
@@ -329,6 +355,8 @@ impl EngineInner {
     }
 
     pub async fn upload_loop(self: Arc<Self>) {
+        // Appends that wait for WAL room are handed on after every upload; this loop's tick
+        // also fails those that waited too long while nothing could be uploaded.
         let mut shutdown = self.shutdown.subscribe();
         let tick = Duration::from_millis(100).min(self.config.upload_interval);
         let mut backoff = Duration::from_millis(100);
@@ -343,7 +371,8 @@ impl EngineInner {
                 .oldest_uncommitted
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            let due = self.uncommitted_bytes.load(Ordering::Relaxed) >= self.config.upload_bytes
+            self.submit_all_waiting();
+            let due = self.totals.uncommitted.load(Ordering::Relaxed) >= self.config.upload_bytes
                 || oldest.is_some_and(|t| t.elapsed() >= self.config.upload_interval)
                 || wal.used * 2 >= wal.capacity;
             if !due {
@@ -456,8 +485,7 @@ impl EngineInner {
         let mut st = s.lock();
         st.start_offset = st.start_offset.max(m.start_offset).max(start_offset);
         let start = st.start_offset;
-        let freed = st.evict_until(start);
-        self.cached_bytes.fetch_sub(freed, Ordering::Relaxed);
+        st.evict_until(start);
         Ok(start)
     }
 }

@@ -42,8 +42,12 @@ pub struct BrokerConfig {
     pub log_retention_bytes: i64,
     /// `group.initial.rebalance.delay.ms` (Kafka's default is 3000; 0 suits a single node).
     pub group_initial_rebalance_delay_ms: u64,
-    /// How often idempotent-producer state is snapshotted to the metadata store.
+    /// How often idempotent-producer state is snapshotted to the metadata store (idle
+    /// producers are expired at the same time).
     pub producer_snapshot_interval_ms: u64,
+    /// `producer.id.expiration.ms`: an idempotent producer that has not written for this long
+    /// is forgotten, as in Kafka (its next batch may start at any sequence).
+    pub producer_id_expiration_ms: i64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -137,6 +141,7 @@ impl Default for BrokerConfig {
             log_retention_bytes: -1,
             group_initial_rebalance_delay_ms: 0,
             producer_snapshot_interval_ms: 30_000,
+            producer_id_expiration_ms: 86_400_000,
         }
     }
 }

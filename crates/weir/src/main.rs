@@ -156,7 +156,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         max_message_bytes: config.broker.message_max_bytes,
         retention_ms: config.broker.log_retention_ms,
         retention_bytes: config.broker.log_retention_bytes,
-        wal_full_wait: Duration::from_millis(config.wal.full_wait_ms),
+        producer_id_expiration_ms: config.broker.producer_id_expiration_ms,
     };
     let topics = weir_partition::Topics::open(engine.clone(), Arc::clone(&meta), defaults)
         .await
