@@ -16,5 +16,8 @@ pub mod partition;
 pub mod producer;
 pub mod topics;
 
+#[cfg(test)]
+mod rewind_tests;
+
 pub use partition::{kafka_error, FetchData, Partition, ProduceTicket, Produced};
 pub use topics::{AdminError, ConfigEntry, Topic, TopicDefaults, Topics};

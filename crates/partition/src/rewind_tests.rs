@@ -1,0 +1,240 @@
+//! The produce path when WAL writes fail, on a scripted WAL that holds, completes or fails
+//! writes on command: idempotent retries never answer with another batch's offsets, the
+//! producer state rewinds with the stream even when the client has gone, and a request's
+//! batches for a partition are durable or failed together.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+use weir_meta::SqliteMetaStore;
+use weir_storage::{Engine, StorageConfig};
+use weir_wal::{Completion, RecoveredRecord, Seq, Wal, WalError, WalMeters, WalRecord, WalUsage};
+
+use crate::batch::tests::make_batch;
+use crate::batch::{headers, BatchHeader};
+use crate::Partition;
+
+type Rule = Box<dyn Fn(&WalRecord) -> bool + Send>;
+
+enum Cmd {
+    Append(Seq, WalRecord, Completion),
+    Hold(bool),
+    /// Completes the oldest held write: Ok, or failed (with every write queued behind it).
+    Release(bool),
+    FailIf(Option<Rule>),
+}
+
+/// A WAL whose writes complete on a thread of their own, in order, as a real one's do; held
+/// while told to, and failed by command or by rule.
+struct ScriptedWal {
+    tx: std::sync::Mutex<mpsc::Sender<Cmd>>,
+    next: AtomicU64,
+    meters: WalMeters,
+}
+
+fn failed() -> WalError {
+    WalError::WriteFailed(Arc::new(std::io::Error::other("injected write failure")))
+}
+
+impl ScriptedWal {
+    fn new() -> Arc<ScriptedWal> {
+        let (tx, rx) = mpsc::channel::<Cmd>();
+        std::thread::spawn(move || {
+            let mut held: VecDeque<(Seq, WalRecord, Completion)> = VecDeque::new();
+            let mut hold = false;
+            let mut rule: Option<Rule> = None;
+            let fail_all = |held: &mut VecDeque<(Seq, WalRecord, Completion)>| {
+                for (_, _, done) in held.drain(..) {
+                    done(Err(failed()));
+                }
+            };
+            while let Ok(cmd) = rx.recv() {
+                match cmd {
+                    Cmd::Append(seq, r, done) => held.push_back((seq, r, done)),
+                    Cmd::Hold(h) => hold = h,
+                    Cmd::FailIf(r) => rule = r,
+                    Cmd::Release(ok) => {
+                        if let Some((seq, _, done)) = held.pop_front() {
+                            if ok {
+                                done(Ok(seq));
+                            } else {
+                                done(Err(failed()));
+                                fail_all(&mut held);
+                            }
+                        }
+                    }
+                }
+                while !hold {
+                    let Some((seq, r, done)) = held.pop_front() else {
+                        break;
+                    };
+                    if rule.as_ref().is_some_and(|f| f(&r)) {
+                        done(Err(failed()));
+                        fail_all(&mut held);
+                    } else {
+                        done(Ok(seq));
+                    }
+                }
+            }
+        });
+        Arc::new(ScriptedWal {
+            tx: std::sync::Mutex::new(tx),
+            next: AtomicU64::new(0),
+            meters: WalMeters::default(),
+        })
+    }
+
+    fn send(&self, cmd: Cmd) {
+        let _ = self.tx.lock().unwrap().send(cmd);
+    }
+}
+
+#[async_trait::async_trait]
+impl Wal for ScriptedWal {
+    fn append(&self, record: WalRecord, done: Completion) -> Result<Seq, WalError> {
+        let seq = self.next.fetch_add(1, Ordering::SeqCst);
+        self.send(Cmd::Append(seq, record, done));
+        Ok(seq)
+    }
+    fn next_seq(&self) -> Seq {
+        self.next.load(Ordering::SeqCst)
+    }
+    async fn trim(&self, _seq: Seq) -> Result<(), WalError> {
+        Ok(())
+    }
+    async fn wait_for_space(&self, timeout: Duration) {
+        tokio::time::sleep(timeout.min(Duration::from_millis(10))).await;
+    }
+    fn take_recovered(&self) -> Vec<RecoveredRecord> {
+        Vec::new()
+    }
+    fn usage(&self) -> WalUsage {
+        WalUsage {
+            capacity: 1 << 30,
+            used: 0,
+        }
+    }
+    fn meters(&self) -> &WalMeters {
+        &self.meters
+    }
+    async fn close(&self) {}
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    wal: Arc<ScriptedWal>,
+    partition: Arc<Partition>,
+}
+
+async fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = ScriptedWal::new();
+    let meta = Arc::new(SqliteMetaStore::open(&dir.path().join("meta.sqlite")).unwrap());
+    let store = weir_storage::objstore::from_url("memory://").unwrap();
+    let engine = Engine::open(StorageConfig::default(), wal.clone(), meta.clone(), store)
+        .await
+        .unwrap();
+    let partition = Partition::open(engine, &*meta, "t", 0, 1, 1 << 20)
+        .await
+        .unwrap();
+    Setup {
+        _dir: dir,
+        wal,
+        partition,
+    }
+}
+
+/// (producer id, base timestamp, base offset) of every batch in the partition.
+async fn contents(p: &Partition) -> Vec<(i64, i64, i64)> {
+    let data = p.fetch(0, 1 << 20).await.unwrap();
+    headers(&data.records)
+        .map(|(h, _, _): (BatchHeader, u64, u64)| (h.producer_id, h.base_timestamp, h.base_offset))
+        .collect()
+}
+
+async fn within<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(5), f)
+        .await
+        .expect("did not finish within 5 s")
+}
+
+#[tokio::test]
+async fn a_retry_waits_for_its_original_and_fails_with_it() {
+    let s = setup().await;
+    let p = &s.partition;
+    let a = make_batch(1, 1000, 7, 0, 0);
+    s.wal.send(Cmd::Hold(true));
+    let original = tokio::spawn(p.start_produce(&a).unwrap().wait());
+    let retry = tokio::spawn(p.start_produce(&a).unwrap().wait());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !retry.is_finished(),
+        "a retry must not answer before its original is durable"
+    );
+    s.wal.send(Cmd::Release(false));
+    assert_eq!(
+        within(original).await.unwrap(),
+        Err(ResponseError::KafkaStorageError)
+    );
+    // Another producer's batch now takes offset 0, where the failed batch was.
+    s.wal.send(Cmd::Hold(false));
+    let other = within(p.produce(&make_batch(1, 2000, 8, 0, 0))).await.unwrap();
+    assert_eq!(other.base_offset, 0);
+    let retried = within(retry).await.unwrap();
+    assert!(
+        retried.is_err(),
+        "the retry of a failed batch was acknowledged with offset {:?}, which holds another producer's batch",
+        retried.map(|r| r.base_offset)
+    );
+    // The next retry is appended anew, once.
+    let again = within(p.produce(&a)).await.unwrap();
+    assert_eq!(again.base_offset, 1);
+    assert_eq!(contents(p).await, vec![(8, 2000, 0), (7, 1000, 1)]);
+}
+
+#[tokio::test]
+async fn a_failed_append_rolls_back_even_when_its_client_is_gone() {
+    let s = setup().await;
+    let p = &s.partition;
+    let a = make_batch(1, 1000, 7, 0, 0);
+    s.wal.send(Cmd::Hold(true));
+    drop(p.start_produce(&a).unwrap()); // the client disconnected: nobody waits for it
+    s.wal.send(Cmd::Release(false));
+    s.wal.send(Cmd::Hold(false));
+    let retried = within(p.produce(&a))
+        .await
+        .expect("the retry must be appended, not taken for a duplicate of the failed batch");
+    assert_eq!(retried.base_offset, 0);
+    assert_eq!(contents(p).await, vec![(7, 1000, 0)]);
+}
+
+#[tokio::test]
+async fn a_requests_batches_are_durable_or_failed_together() {
+    let s = setup().await;
+    let p = &s.partition;
+    let first = make_batch(2, 1000, -1, -1, -1);
+    let second = make_batch(3, 777_777, -1, -1, -1);
+    let request = Bytes::from([&first[..], &second[..]].concat());
+    // Every write that holds the second batch fails.
+    s.wal.send(Cmd::FailIf(Some(Box::new(|r: &WalRecord| {
+        headers(&r.payload).any(|(h, _, _)| h.base_timestamp == 777_777)
+    }))));
+    assert_eq!(
+        within(p.produce(&request)).await,
+        Err(ResponseError::KafkaStorageError)
+    );
+    assert_eq!(
+        p.offsets().1,
+        0,
+        "a failed request must leave none of its batches behind"
+    );
+    s.wal.send(Cmd::FailIf(None));
+    // A non-idempotent producer retries the whole request: each batch must be there once.
+    let retried = within(p.produce(&request)).await.unwrap();
+    assert_eq!(retried.base_offset, 0);
+    assert_eq!(contents(p).await, vec![(-1, 1000, 0), (-1, 777_777, 2)]);
+}
