@@ -82,10 +82,13 @@ class Broker:
     clients can reconnect to the same bootstrap address.
     """
 
-    def __init__(self, name, root):
+    def __init__(self, name, root, env=None):
         self.kind = KIND
         self.name = name
         self.root = root
+        # Weir only: extra environment (WEIR_<SECTION>_<KEY> settings). Test brokers get a
+        # small WAL, not the 2 GiB default.
+        self.env = {"WEIR_WAL_CAPACITY": str(64 << 20), **(env or {})}
         self.data_dir = os.path.join(root, "data")
         os.makedirs(self.data_dir, exist_ok=True)
         self.log_path = os.path.join(root, "broker.log")
@@ -133,7 +136,8 @@ class Broker:
         log.write(f"\n===== start #{self.starts}: {' '.join(cmd)}\n".encode())
         log.flush()
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+                                     stdin=subprocess.DEVNULL, start_new_session=True,
+                                     env={**os.environ, **self.env})
         log.close()
         with open(os.path.join(self.root, "weir.pid"), "w") as f:  # for the watchdog
             f.write(str(self.proc.pid))
@@ -344,9 +348,9 @@ class BrokerFactory:
         self.base = base
         self.brokers = []
 
-    def new(self, name, start=True):
+    def new(self, name, start=True, env=None):
         root = tempfile.mkdtemp(prefix=f"{name}-", dir=self.base)
-        b = Broker(name, root)
+        b = Broker(name, root, env)
         self.brokers.append(b)
         if start:
             b.start()
