@@ -184,6 +184,8 @@ func (b *Broker) Start() error {
 		"--data-dir", b.dataDir,
 		"--listen", b.Addr(),
 		"--admin-listen", "127.0.0.1:"+strconv.Itoa(b.Port2))
+	// Test brokers get a small WAL, not the 2 GiB default.
+	cmd.Env = append(os.Environ(), "WEIR_WAL_CAPACITY="+strconv.Itoa(64<<20))
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}

@@ -105,6 +105,8 @@ public final class Broker implements AutoCloseable {
                     "--admin-listen", "127.0.0.1:" + secondPort)
                     .redirectErrorStream(true)
                     .redirectOutput(ProcessBuilder.Redirect.appendTo(logFile.toFile()));
+            // Test brokers get a small WAL, not the 2 GiB default.
+            pb.environment().put("WEIR_WAL_CAPACITY", Long.toString(64L << 20));
             weir = pb.start();
             running = true;
             waitWeirReady();
