@@ -26,6 +26,8 @@ enum Cmd {
     /// Completes the oldest held write: Ok, or failed (with every write queued behind it).
     Release(bool),
     FailIf(Option<Rule>),
+    /// Answers once every earlier command has been carried out.
+    Sync(mpsc::Sender<()>),
 }
 
 /// A WAL whose writes complete on a thread of their own, in order, as a real one's do; held
@@ -57,6 +59,9 @@ impl ScriptedWal {
                     Cmd::Append(seq, r, done) => held.push_back((seq, r, done)),
                     Cmd::Hold(h) => hold = h,
                     Cmd::FailIf(r) => rule = r,
+                    Cmd::Sync(ack) => {
+                        let _ = ack.send(());
+                    }
                     Cmd::Release(ok) => {
                         if let Some((seq, _, done)) = held.pop_front() {
                             if ok {
@@ -68,10 +73,10 @@ impl ScriptedWal {
                         }
                     }
                 }
-                while !hold {
-                    let Some((seq, r, done)) = held.pop_front() else {
-                        break;
-                    };
+                if hold {
+                    continue;
+                }
+                while let Some((seq, r, done)) = held.pop_front() {
                     if rule.as_ref().is_some_and(|f| f(&r)) {
                         done(Err(failed()));
                         fail_all(&mut held);
@@ -90,6 +95,14 @@ impl ScriptedWal {
 
     fn send(&self, cmd: Cmd) {
         let _ = self.tx.lock().unwrap().send(cmd);
+    }
+
+    /// Carries out `cmd` and waits until it is done (completions included).
+    fn now(&self, cmd: Cmd) {
+        self.send(cmd);
+        let (tx, rx) = mpsc::channel();
+        self.send(Cmd::Sync(tx));
+        let _ = rx.recv_timeout(Duration::from_secs(5));
     }
 }
 
@@ -175,14 +188,16 @@ async fn a_retry_waits_for_its_original_and_fails_with_it() {
         !retry.is_finished(),
         "a retry must not answer before its original is durable"
     );
-    s.wal.send(Cmd::Release(false));
+    s.wal.now(Cmd::Release(false));
     assert_eq!(
         within(original).await.unwrap(),
         Err(ResponseError::KafkaStorageError)
     );
     // Another producer's batch now takes offset 0, where the failed batch was.
-    s.wal.send(Cmd::Hold(false));
-    let other = within(p.produce(&make_batch(1, 2000, 8, 0, 0))).await.unwrap();
+    s.wal.now(Cmd::Hold(false));
+    let other = within(p.produce(&make_batch(1, 2000, 8, 0, 0)))
+        .await
+        .unwrap();
     assert_eq!(other.base_offset, 0);
     let retried = within(retry).await.unwrap();
     assert!(
@@ -203,8 +218,8 @@ async fn a_failed_append_rolls_back_even_when_its_client_is_gone() {
     let a = make_batch(1, 1000, 7, 0, 0);
     s.wal.send(Cmd::Hold(true));
     drop(p.start_produce(&a).unwrap()); // the client disconnected: nobody waits for it
-    s.wal.send(Cmd::Release(false));
-    s.wal.send(Cmd::Hold(false));
+    s.wal.now(Cmd::Release(false));
+    s.wal.now(Cmd::Hold(false));
     let retried = within(p.produce(&a))
         .await
         .expect("the retry must be appended, not taken for a duplicate of the failed batch");

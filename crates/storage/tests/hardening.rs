@@ -49,7 +49,10 @@ async fn a_waiting_append_is_not_overtaken_by_a_smaller_one() {
     }
     let big = {
         let e = engine.clone();
-        tokio::spawn(async move { e.append(1, 1, 1, 0, |b| payload(1, b, 1000, 300 << 10)).await })
+        tokio::spawn(async move {
+            e.append(1, 1, 1, 0, |b| payload(1, b, 1000, 300 << 10))
+                .await
+        })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!big.is_finished(), "the large append must wait for room");
@@ -103,7 +106,10 @@ async fn waiting_appends_time_out_together_and_leave_no_hole() {
         .map(|k| {
             let e = engine.clone();
             let size = if k == 0 { 300 << 10 } else { 1000 };
-            tokio::spawn(async move { e.append(1, 1, 1, 0, |b| payload(1, b, 2000 + k, size)).await })
+            tokio::spawn(async move {
+                e.append(1, 1, 1, 0, |b| payload(1, b, 2000 + k, size))
+                    .await
+            })
         })
         .collect();
     for w in waiting {
@@ -116,7 +122,10 @@ async fn waiting_appends_time_out_together_and_leave_no_hole() {
         .append(1, 1, 1, 0, |b| payload(1, b, 3000, 1000))
         .await
         .unwrap();
-    assert_eq!(next.base_offset, before, "the stream rewound to the first failed append");
+    assert_eq!(
+        next.base_offset, before,
+        "the stream rewound to the first failed append"
+    );
     engine.close().await.unwrap();
 }
 
@@ -126,7 +135,9 @@ async fn waiting_appends_time_out_together_and_leave_no_hole() {
 async fn recovery_refuses_a_gap_and_keeps_the_wal() {
     let dir = tempfile::tempdir().unwrap();
     let meta = SqliteMetaStore::open(&dir.path().join("meta.sqlite")).unwrap();
-    weir_meta::MetaStore::open_stream(&meta, 1, 1).await.unwrap();
+    weir_meta::MetaStore::open_stream(&meta, 1, 1)
+        .await
+        .unwrap();
     let wal_config = || FileWalConfig {
         capacity: 4 << 20,
         ..FileWalConfig::new(dir.path().join("wal"))
@@ -205,7 +216,9 @@ async fn a_vanished_stream_does_not_block_the_others() {
             .await
             .unwrap();
     }
-    weir_meta::MetaStore::delete_topic(&*meta, "a").await.unwrap();
+    weir_meta::MetaStore::delete_topic(&*meta, "a")
+        .await
+        .unwrap();
     engine
         .append(b, 1, 1, 0, |o| payload(b, o, 1, 1000))
         .await
