@@ -31,9 +31,10 @@
 //! An object's row goes through these states, each change in one transaction:
 //!
 //! ```text
-//! prepared ──commit──> live ──no ranges left──> unreferenced ──grace──┐
-//!     │                                                               v
-//!     └──────────────never committed, orphan grace──────────────> deleting ──bytes gone──> (forgotten)
+//! prepared ──commit──> live ──last range gone──> unreferenced
+//!     │                                               │ grace
+//!     │ orphan grace (never committed)                v
+//!     └────────────────────────────────────────────> deleting ──bytes deleted, forget──> (gone)
 //! ```
 //!
 //! [`ObjectIndex::deletable_objects`] moves rows to `deleting` in the transaction that selects
@@ -167,7 +168,11 @@ pub enum MetaError {
     #[error("object {0} is not prepared: already committed, or claimed for deletion")]
     UnknownObject(ObjectId),
     #[error("stream {stream_id}: range [{start}, {end}) is empty or out of bounds")]
-    InvalidRange { stream_id: u64, start: u64, end: u64 },
+    InvalidRange {
+        stream_id: u64,
+        start: u64,
+        end: u64,
+    },
     #[error("metadata store: {context}: {source}")]
     Backend {
         context: &'static str,

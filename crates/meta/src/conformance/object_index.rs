@@ -45,7 +45,10 @@ pub async fn objects_being_deleted_cannot_be_committed(m: &dyn ObjectIndex) {
         m.commit_objects(vec![obj(orphan, 0, 10)]).await,
         Err(MetaError::UnknownObject(id)) if id == orphan
     ));
-    assert_eq!(m.get_stream(1).await.expect("get").map(|s| s.end_offset), Some(0));
+    assert_eq!(
+        m.get_stream(1).await.expect("get").map(|s| s.end_offset),
+        Some(0)
+    );
     assert!(m.ranges(1, 0, 10).await.expect("ranges").is_empty());
     // Nor may compaction commit it.
     commit(m, vec![range(1, 1, 0, 10)]).await.expect("commit");
@@ -68,7 +71,10 @@ pub async fn objects_being_deleted_cannot_be_committed(m: &dyn ObjectIndex) {
         .expect("deletable");
     assert!(listed.iter().all(|o| o.object_id != committed));
     m.forget_objects(&[committed]).await.expect("forget");
-    assert_eq!(m.ranges(1, 10, 10).await.expect("ranges")[0].object_id, committed);
+    assert_eq!(
+        m.ranges(1, 10, 10).await.expect("ranges")[0].object_id,
+        committed
+    );
 }
 
 pub async fn compaction_replaces_ranges(m: &dyn ObjectIndex) {
@@ -334,7 +340,10 @@ pub async fn epochs_never_go_back(m: &dyn ObjectIndex) {
             })
         ));
     }
-    assert_eq!(m.get_stream(1).await.expect("get").map(|s| s.epoch), Some(5));
+    assert_eq!(
+        m.get_stream(1).await.expect("get").map(|s| s.epoch),
+        Some(5)
+    );
     // Committed data stays across a new epoch.
     commit(m, vec![range(1, 5, 0, 10)]).await.expect("commit");
     let s = m.open_stream(1, 9).await.expect("newer epoch");

@@ -80,7 +80,10 @@ pub async fn deleting_a_topic_reaches_every_part(m: &dyn MetaStore) {
         .map(|o| o.object_id)
         .collect();
     assert_eq!(gone, vec![own]);
-    assert_eq!(m.ranges(sb, 0, 10).await.expect("ranges")[0].object_id, shared);
+    assert_eq!(
+        m.ranges(sb, 0, 10).await.expect("ranges")[0].object_id,
+        shared
+    );
     assert_eq!(m.load_producer_snapshot(sa).await.expect("load"), None);
     assert_eq!(
         m.load_producer_snapshot(sb).await.expect("load"),
