@@ -15,7 +15,7 @@
 //!   await.
 //! - A background task sleeps until the earliest deadline of any group (a session timeout, the
 //!   end of a join phase, a sync timeout, a pending member id) and lets the groups act on it.
-//! - Committed offsets live in the metadata store ([`weir_meta::MetaStore`]), which is the truth
+//! - Committed offsets live in the metadata store ([`weir_meta::GroupOffsets`]), which is the truth
 //!   across restarts. Membership is not persisted: after a restart, members rejoin (their
 //!   heartbeats get UNKNOWN_MEMBER_ID) and groups known only by their offsets show as Empty.
 
@@ -53,7 +53,7 @@ use kafka_protocol::protocol::StrBytes;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use weir_meta::{GroupOffset, MetaStore};
+use weir_meta::{GroupOffset, GroupOffsets};
 
 use crate::codes::*;
 use crate::group::{
@@ -117,7 +117,7 @@ pub struct GroupCoordinator {
 }
 
 struct Inner {
-    meta: Arc<dyn MetaStore>,
+    meta: Arc<dyn GroupOffsets>,
     config: GroupConfig,
     state: Mutex<State>,
     /// Wakes the timer task when a deadline earlier than the one it sleeps to appears.
@@ -214,7 +214,7 @@ async fn run_timer(inner: Arc<Inner>) {
 impl GroupCoordinator {
     /// Spawns the background task that expires members whose session timed out and ends
     /// rebalances whose rebalance timeout passed. Needs a tokio runtime.
-    pub fn new(meta: Arc<dyn MetaStore>, config: GroupConfig) -> Arc<Self> {
+    pub fn new(meta: Arc<dyn GroupOffsets>, config: GroupConfig) -> Arc<Self> {
         let inner = Arc::new(Inner {
             meta,
             config,

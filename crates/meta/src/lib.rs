@@ -1,21 +1,59 @@
 //! Weir's metadata store.
 //!
-//! The one component that holds durable cluster state: which objects exist and which ranges of
-//! which streams each holds, each stream's start offset, committed end offset and leader epoch.
-//! It is off the per-record path: the storage engine calls it when it opens a stream, commits
-//! uploaded objects, moves a start offset and deletes objects.
+//! The one component that holds durable cluster state. It is off the per-record path: the storage
+//! engine calls it when it opens a stream, commits uploaded objects, moves a start offset and
+//! deletes objects; the Kafka layer when topics, group offsets or producer ids change.
 //!
-//! Every backend implements [`MetaStore`] and passes the [`conformance`] suite:
+//! It has four parts, one trait each, so that a backend can be built and tested part by part,
+//! and a caller that needs one part takes only that trait:
+//!
+//! - [`ObjectIndex`]: streams (leader epoch, start offset, committed end offset), the objects in
+//!   object storage and the ranges of streams each holds; commits, retention's trims,
+//!   compaction's swaps, and the life of an object until its bytes are deleted. The storage
+//!   engine's part.
+//! - [`Catalog`]: topics, their partitions (a stream each) and configs, id counters and
+//!   write-once keys (the cluster id).
+//! - [`GroupOffsets`]: consumer groups' committed offsets.
+//! - [`ProducerSnapshots`]: each stream's idempotent-producer state, valid up to an offset.
+//!
+//! [`MetaStore`] is all four together, implemented for every type that implements them, so a
+//! broker holds one `Arc<dyn MetaStore>` and hands each component the part it uses. The parts
+//! share one database: deleting a topic (a [`Catalog`] call) drops its streams, frees their
+//! objects, and drops their producer snapshots and group offsets in the same transaction.
+//!
+//! Every backend passes the [`conformance`] suites, one per part plus one for the effects that
+//! cross parts:
 //!
 //! - [`sqlite`]: a file in the data directory, the embedded single-node default.
 //!
-//! The invariants a backend enforces, in one transaction per call:
+//! # Objects
 //!
-//! - a commit's ranges continue exactly at each stream's committed end offset, and carry the
-//!   stream's current leader epoch (a stale leader cannot commit);
-//! - an epoch never goes backwards;
+//! An object's row goes through these states, each change in one transaction:
+//!
+//! ```text
+//! prepared ──commit──> live ──last range gone──> unreferenced
+//!     │                                               │ grace
+//!     │ orphan grace (never committed)                v
+//!     └────────────────────────────────────────────> deleting ──bytes deleted, forget──> (gone)
+//! ```
+//!
+//! [`ObjectIndex::deletable_objects`] moves rows to `deleting` in the transaction that selects
+//! them, and a commit accepts only `prepared` objects: so orphan collection and a late commit of
+//! the same object cannot both win, and a committed object never loses its bytes.
+//!
+//! # Invariants
+//!
+//! A backend enforces these in every build, in one transaction per call, and fails the call
+//! otherwise:
+//!
+//! - a commit's ranges are non-empty, continue exactly at each stream's committed end offset, and
+//!   carry the stream's current leader epoch (a stale leader cannot commit); so the committed end
+//!   offset only grows;
+//! - an epoch never goes backwards, and a deleted stream cannot be opened again (it would come
+//!   back at a lower epoch);
 //! - a start offset never goes backwards, and ranges wholly below it are dropped; an object
-//!   without ranges left is marked for deletion, and deleted only after a grace period.
+//!   without ranges left becomes unreferenced, and is deleted only after a grace period;
+//! - only a `prepared` object can be committed, and only a `deleting` one forgotten.
 
 pub mod conformance;
 pub mod sqlite;
@@ -127,8 +165,14 @@ pub enum MetaError {
     },
     #[error("stream {0} does not exist")]
     UnknownStream(u64),
-    #[error("object {0} was not prepared, or is already committed")]
+    #[error("object {0} is not prepared: already committed, or claimed for deletion")]
     UnknownObject(ObjectId),
+    #[error("stream {stream_id}: range [{start}, {end}) is empty or out of bounds")]
+    InvalidRange {
+        stream_id: u64,
+        start: u64,
+        end: u64,
+    },
     #[error("metadata store: {context}: {source}")]
     Backend {
         context: &'static str,
@@ -139,10 +183,12 @@ pub enum MetaError {
 
 pub type Result<T, E = MetaError> = std::result::Result<T, E>;
 
+/// Streams, objects and ranges: what the storage engine reads and writes.
 #[async_trait::async_trait]
-pub trait MetaStore: Send + Sync + 'static {
-    /// Opens a stream as its leader at `epoch`, creating it (empty, at offset 0) if it does not
-    /// exist. Fails with [`MetaError::Fenced`] if the stream is already at a higher epoch.
+pub trait ObjectIndex: Send + Sync + 'static {
+    /// Opens a stream as its leader at `epoch`, creating it (empty, at offset 0) if it never
+    /// existed. Fails with [`MetaError::Fenced`] if the stream is already at a higher epoch, and
+    /// with [`MetaError::UnknownStream`] if it was deleted.
     async fn open_stream(&self, stream_id: u64, epoch: u64) -> Result<StreamMeta>;
 
     async fn get_stream(&self, stream_id: u64) -> Result<Option<StreamMeta>>;
@@ -151,7 +197,11 @@ pub trait MetaStore: Send + Sync + 'static {
     /// object whose commit never happens is found and deleted.
     async fn prepare_object(&self, key: KeyFn) -> Result<ObjectId>;
 
-    /// Commits prepared objects and their ranges, all or nothing.
+    /// Commits prepared objects and their ranges, all or nothing. Fails with
+    /// [`MetaError::UnknownObject`] for an object that is not prepared (already committed, or
+    /// claimed for deletion as an orphan), [`MetaError::Fenced`] for a range of another epoch,
+    /// [`MetaError::Discontinuity`] for a range that does not start at its stream's committed end
+    /// offset and [`MetaError::InvalidRange`] for an empty one.
     async fn commit_objects(&self, objects: Vec<ObjectCommit>) -> Result<()>;
 
     /// Committed ranges of a stream that end after `from_offset`, in offset order, at most
@@ -167,29 +217,38 @@ pub trait MetaStore: Send + Sync + 'static {
     /// stream as it now is.
     async fn trim_stream(&self, stream_id: u64, start_offset: u64) -> Result<StreamMeta>;
 
-    /// Objects that can be deleted from object storage now: unreferenced for longer than `grace`,
-    /// or prepared and never committed for longer than `orphan_grace` (which must outlast the
-    /// slowest upload).
+    /// Claims the objects to delete from object storage now, and returns them: those unreferenced
+    /// for longer than `grace`, and those prepared and never committed for longer than
+    /// `orphan_grace` (which must outlast the slowest upload). Claimed objects are `deleting`:
+    /// no commit can take them any more, and this returns them again, whatever the graces, until
+    /// they are forgotten (so a failed deletion is retried).
     async fn deletable_objects(
         &self,
         grace: Duration,
         orphan_grace: Duration,
     ) -> Result<Vec<ObjectInfo>>;
 
-    /// Forgets objects deleted from object storage.
+    /// Forgets objects whose bytes are gone from object storage. Only claimed (`deleting`)
+    /// objects are forgotten; other ids are ignored.
     async fn forget_objects(&self, ids: &[ObjectId]) -> Result<()>;
 
     /// Compaction: replaces the stream's ranges that exactly cover `[start, end)` with the one
     /// range of the prepared object `object` (committing it), in one transaction. Objects left
-    /// without ranges become unreferenced. Fails with [`MetaError::Fenced`] for a stale epoch and
+    /// without ranges become unreferenced. Fails with [`MetaError::Fenced`] for a stale epoch,
     /// [`MetaError::Discontinuity`] if the ranges no longer cover exactly `[start, end)` (retention
-    /// or another compaction got there first).
+    /// or another compaction got there first) and [`MetaError::UnknownObject`] as
+    /// [`ObjectIndex::commit_objects`] does.
     async fn replace_ranges(&self, object: ObjectCommit) -> Result<()>;
 
     /// Number of committed, referenced objects that hold data of `stream_id`.
     async fn object_count(&self, stream_id: u64) -> Result<u64>;
+}
 
-    /// Creates a topic with `partitions` new streams.
+/// Topics and the streams of their partitions, id counters, write-once keys.
+#[async_trait::async_trait]
+pub trait Catalog: Send + Sync + 'static {
+    /// Creates a topic with `partitions` new streams (at epoch 0, empty). Stream ids are never
+    /// reused.
     async fn create_topic(
         &self,
         name: &str,
@@ -200,7 +259,9 @@ pub trait MetaStore: Send + Sync + 'static {
 
     async fn list_topics(&self) -> Result<Vec<TopicMeta>>;
 
-    /// Deletes a topic and its streams; their objects become unreferenced.
+    /// Deletes a topic and its streams: their objects become unreferenced, their producer
+    /// snapshots and the groups' offsets of the topic are dropped, and the streams cannot be
+    /// opened again.
     async fn delete_topic(&self, name: &str) -> Result<TopicMeta>;
 
     /// Grows a topic to `total` partitions.
@@ -209,9 +270,20 @@ pub trait MetaStore: Send + Sync + 'static {
     /// Replaces a topic's configs.
     async fn set_topic_configs(&self, name: &str, configs: BTreeMap<String, String>) -> Result<()>;
 
+    /// Allocates `count` consecutive ids from the named counter; returns the first.
+    async fn allocate_ids(&self, counter: &str, count: u64) -> Result<u64>;
+
+    /// Returns the value stored under `key`, storing `default` first if there is none.
+    async fn get_or_init(&self, key: &str, default: &str) -> Result<String>;
+}
+
+/// Consumer groups' committed offsets.
+#[async_trait::async_trait]
+pub trait GroupOffsets: Send + Sync + 'static {
     /// Commits offsets of a group; a later commit of a partition replaces an earlier one.
     async fn commit_offsets(&self, group: &str, offsets: Vec<GroupOffset>) -> Result<()>;
 
+    /// A group's offsets, by topic and partition.
     async fn fetch_offsets(&self, group: &str) -> Result<Vec<GroupOffset>>;
 
     /// Deletes a group's offsets: those of the given partitions, or all of them.
@@ -223,8 +295,13 @@ pub trait MetaStore: Send + Sync + 'static {
 
     /// Groups that have committed offsets.
     async fn offset_groups(&self) -> Result<Vec<String>>;
+}
 
-    /// Stores the idempotent-producer state of a stream, valid up to `offset`.
+/// Each stream's idempotent-producer state.
+#[async_trait::async_trait]
+pub trait ProducerSnapshots: Send + Sync + 'static {
+    /// Stores the idempotent-producer state of a stream, valid up to `offset`, replacing the
+    /// previous one.
     async fn save_producer_snapshot(
         &self,
         stream_id: u64,
@@ -233,10 +310,9 @@ pub trait MetaStore: Send + Sync + 'static {
     ) -> Result<()>;
 
     async fn load_producer_snapshot(&self, stream_id: u64) -> Result<Option<(u64, Vec<u8>)>>;
-
-    /// Allocates `count` consecutive ids from the named counter; returns the first.
-    async fn allocate_ids(&self, counter: &str, count: u64) -> Result<u64>;
-
-    /// Returns the value stored under `key`, storing `default` first if there is none.
-    async fn get_or_init(&self, key: &str, default: &str) -> Result<String>;
 }
+
+/// The whole metadata store: every part, over one database.
+pub trait MetaStore: ObjectIndex + Catalog + GroupOffsets + ProducerSnapshots {}
+
+impl<T: ObjectIndex + Catalog + GroupOffsets + ProducerSnapshots> MetaStore for T {}

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{check_payload, payload, read_all, small_config};
-use weir_meta::{MetaStore, SqliteMetaStore};
+use weir_meta::{ObjectIndex, SqliteMetaStore};
 use weir_storage::{Engine, StorageConfig};
 use weir_wal::{FileWal, FileWalConfig};
 

@@ -162,7 +162,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .await
         .context("opening topics")?;
     let groups = weir_group::GroupCoordinator::new(
-        Arc::clone(&meta),
+        meta.clone(),
         weir_group::GroupConfig {
             initial_rebalance_delay: Duration::from_millis(
                 config.broker.group_initial_rebalance_delay_ms,

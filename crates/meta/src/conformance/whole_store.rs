@@ -1,0 +1,116 @@
+//! What crosses the parts: the streams a topic creates are the object index's, and deleting a
+//! topic reaches into every part.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::{commit, range};
+use crate::{GroupOffset, MetaError, MetaStore};
+
+/// Runs every check, each against a fresh, empty store from `open`.
+pub async fn run(open: impl Fn() -> Box<dyn MetaStore>) {
+    topic_streams_are_streams(&*open()).await;
+    deleting_a_topic_reaches_every_part(&*open()).await;
+}
+
+pub async fn topic_streams_are_streams(m: &dyn MetaStore) {
+    let t = m
+        .create_topic("a", [1; 16], 2, BTreeMap::new())
+        .await
+        .expect("create");
+    for &s in &t.streams {
+        let meta = m.get_stream(s).await.expect("get").expect("stream exists");
+        assert_eq!((meta.epoch, meta.start_offset, meta.end_offset), (0, 0, 0));
+    }
+    let s = t.streams[0];
+    m.open_stream(s, 1).await.expect("open");
+    commit(m, vec![range(s, 1, 0, 10)]).await.expect("commit");
+    // Growing the topic leaves existing streams as they are.
+    let t = m.add_partitions("a", 3).await.expect("grow");
+    assert_eq!(t.streams[0], s);
+    assert_eq!(
+        m.get_stream(s).await.expect("get").map(|m| m.end_offset),
+        Some(10)
+    );
+}
+
+pub async fn deleting_a_topic_reaches_every_part(m: &dyn MetaStore) {
+    let a = m
+        .create_topic("a", [1; 16], 1, BTreeMap::new())
+        .await
+        .expect("create");
+    let b = m
+        .create_topic("b", [2; 16], 1, BTreeMap::new())
+        .await
+        .expect("create");
+    let (sa, sb) = (a.streams[0], b.streams[0]);
+    m.open_stream(sa, 5).await.expect("open");
+    m.open_stream(sb, 1).await.expect("open");
+    let own = commit(m, vec![range(sa, 5, 0, 10)]).await.expect("commit");
+    let shared = commit(m, vec![range(sa, 5, 10, 20), range(sb, 1, 0, 10)])
+        .await
+        .expect("commit");
+    m.save_producer_snapshot(sa, 20, vec![1])
+        .await
+        .expect("save");
+    m.save_producer_snapshot(sb, 10, vec![2])
+        .await
+        .expect("save");
+    let o = |topic: &str| GroupOffset {
+        topic: topic.to_string(),
+        partition: 0,
+        offset: 3,
+        leader_epoch: -1,
+        metadata: None,
+        commit_ms: 1,
+    };
+    m.commit_offsets("g", vec![o("a"), o("b")])
+        .await
+        .expect("commit offsets");
+
+    m.delete_topic("a").await.expect("delete");
+    assert_eq!(m.get_stream(sa).await.expect("get"), None);
+    assert!(m.ranges(sa, 0, 10).await.expect("ranges").is_empty());
+    // Its own object is unreferenced; the shared one still holds b's data.
+    let gone: Vec<u64> = m
+        .deletable_objects(Duration::ZERO, Duration::from_secs(3600))
+        .await
+        .expect("deletable")
+        .iter()
+        .map(|o| o.object_id)
+        .collect();
+    assert_eq!(gone, vec![own]);
+    assert_eq!(
+        m.ranges(sb, 0, 10).await.expect("ranges")[0].object_id,
+        shared
+    );
+    assert_eq!(m.load_producer_snapshot(sa).await.expect("load"), None);
+    assert_eq!(
+        m.load_producer_snapshot(sb).await.expect("load"),
+        Some((10, vec![2]))
+    );
+    assert_eq!(m.fetch_offsets("g").await.expect("fetch"), vec![o("b")]);
+    // The deleted stream cannot come back, at its old epoch or a lower one, nor take commits.
+    for epoch in [1, 5, 6] {
+        assert!(matches!(
+            m.open_stream(sa, epoch).await,
+            Err(MetaError::UnknownStream(s)) if s == sa
+        ));
+    }
+    assert_eq!(m.get_stream(sa).await.expect("get"), None);
+    assert!(matches!(
+        commit(m, vec![range(sa, 5, 20, 30)]).await,
+        Err(MetaError::UnknownStream(_))
+    ));
+    // Deleting the other topic frees the shared object too.
+    m.delete_topic("b").await.expect("delete");
+    let mut gone: Vec<u64> = m
+        .deletable_objects(Duration::ZERO, Duration::from_secs(3600))
+        .await
+        .expect("deletable")
+        .iter()
+        .map(|o| o.object_id)
+        .collect();
+    gone.sort();
+    assert_eq!(gone, vec![own, shared]);
+}

@@ -1,0 +1,273 @@
+//! The SQLite metadata store: one file in the data directory, for a single node.
+//!
+//! One connection behind a mutex, used from blocking threads; every call is one transaction.
+//! `synchronous=FULL` in WAL journal mode: a commit is durable when it returns, which the storage
+//! engine relies on before it trims its WAL.
+//!
+//! One [`SqliteMetaStore`] implements every part of the store, one module each, all on the same
+//! connection and schema; this module holds what they share.
+
+mod catalog;
+mod group_offsets;
+mod object_index;
+mod producer_snapshots;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use crate::{MetaError, Result, StreamMeta};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS streams (
+    stream_id    INTEGER PRIMARY KEY,
+    epoch        INTEGER NOT NULL,
+    start_offset INTEGER NOT NULL,
+    end_offset   INTEGER NOT NULL
+);
+-- state: 'prepared' (id taken, upload under way), 'live' (committed, referenced by ranges),
+-- 'unreferenced' (no ranges left, waiting out the grace period), 'deleting' (claimed for
+-- deletion: never committed again; the row goes once the bytes are gone). since_ms: when it
+-- entered that state.
+CREATE TABLE IF NOT EXISTS objects (
+    object_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    key       TEXT NOT NULL,
+    size      INTEGER NOT NULL DEFAULT 0,
+    state     TEXT NOT NULL,
+    since_ms  INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ranges (
+    stream_id     INTEGER NOT NULL,
+    start_offset  INTEGER NOT NULL,
+    end_offset    INTEGER NOT NULL,
+    object_id     INTEGER NOT NULL REFERENCES objects(object_id),
+    position      INTEGER NOT NULL,
+    size          INTEGER NOT NULL,
+    max_timestamp INTEGER NOT NULL,
+    PRIMARY KEY (stream_id, start_offset)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS ranges_by_object ON ranges(object_id);
+CREATE TABLE IF NOT EXISTS topics (
+    name     TEXT PRIMARY KEY,
+    topic_id BLOB NOT NULL UNIQUE,
+    configs  TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS partitions (
+    topic     TEXT NOT NULL REFERENCES topics(name),
+    partition INTEGER NOT NULL,
+    stream_id INTEGER NOT NULL UNIQUE,
+    PRIMARY KEY (topic, partition)
+);
+CREATE TABLE IF NOT EXISTS group_offsets (
+    group_id     TEXT NOT NULL,
+    topic        TEXT NOT NULL,
+    partition    INTEGER NOT NULL,
+    offset       INTEGER NOT NULL,
+    leader_epoch INTEGER NOT NULL,
+    metadata     TEXT,
+    commit_ms    INTEGER NOT NULL,
+    PRIMARY KEY (group_id, topic, partition)
+);
+CREATE TABLE IF NOT EXISTS producer_snapshots (
+    stream_id INTEGER PRIMARY KEY,
+    offset    INTEGER NOT NULL,
+    data      BLOB NOT NULL
+);
+-- Streams of deleted topics, so that they are never opened again (at a lower epoch).
+CREATE TABLE IF NOT EXISTS deleted_streams (
+    stream_id INTEGER PRIMARY KEY
+);
+CREATE TABLE IF NOT EXISTS kv (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS objects_by_state ON objects(state, since_ms);
+";
+
+pub struct SqliteMetaStore {
+    conn: Arc<Mutex<Connection>>,
+}
+
+fn backend(context: &'static str) -> impl FnOnce(rusqlite::Error) -> MetaError {
+    move |e| MetaError::Backend {
+        context,
+        source: Box::new(e),
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// SQLite integers are signed 64-bit. Ids, epochs and offsets stay far below 2^63, but a value
+/// above saturates rather than wraps, so that SQL comparisons keep their order (a start offset
+/// past every offset stays past every offset). Commits check their offsets exactly.
+fn i(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn stream_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StreamMeta> {
+    Ok(StreamMeta {
+        stream_id: row.get::<_, i64>(0)? as u64,
+        epoch: row.get::<_, i64>(1)? as u64,
+        start_offset: row.get::<_, i64>(2)? as u64,
+        end_offset: row.get::<_, i64>(3)? as u64,
+    })
+}
+
+fn read_stream(conn: &Connection, stream_id: u64) -> Result<Option<StreamMeta>> {
+    conn.query_row(
+        "SELECT stream_id, epoch, start_offset, end_offset FROM streams WHERE stream_id = ?1",
+        params![i(stream_id)],
+        stream_row,
+    )
+    .optional()
+    .map_err(backend("reading a stream"))
+}
+
+impl SqliteMetaStore {
+    pub fn open(path: &Path) -> Result<SqliteMetaStore> {
+        if let Some(dir) = path.parent() {
+            if !dir.as_os_str().is_empty() {
+                std::fs::create_dir_all(dir).map_err(|e| MetaError::Backend {
+                    context: "creating the metadata directory",
+                    source: Box::new(e),
+                })?;
+            }
+        }
+        let conn = Connection::open(path).map_err(backend("opening the SQLite file"))?;
+        Self::init(conn)
+    }
+
+    /// A private in-memory database, for unit tests.
+    pub fn in_memory() -> Result<SqliteMetaStore> {
+        Self::init(Connection::open_in_memory().map_err(backend("opening SQLite"))?)
+    }
+
+    fn init(conn: Connection) -> Result<SqliteMetaStore> {
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(backend("setting journal_mode"))?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(backend("setting synchronous"))?;
+        conn.busy_timeout(Duration::from_secs(10))
+            .map_err(backend("setting busy_timeout"))?;
+        conn.execute_batch(SCHEMA)
+            .map_err(backend("creating the schema"))?;
+        Ok(SqliteMetaStore {
+            conn: Arc::new(Mutex::new(conn)),
+        })
+    }
+
+    /// Runs `f` on the connection on a blocking thread.
+    async fn with<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let conn = Arc::clone(&self.conn);
+        tokio::task::spawn_blocking(move || {
+            let mut c = conn.lock().unwrap_or_else(|e| e.into_inner());
+            f(&mut c)
+        })
+        .await
+        .map_err(|e| MetaError::Backend {
+            context: "metadata task",
+            source: Box::new(e),
+        })?
+    }
+}
+
+/// Drops ranges wholly below their stream's start offset and marks objects left without ranges.
+fn drop_ranges_below_start(
+    tx: &rusqlite::Transaction<'_>,
+    streams: impl Iterator<Item = u64>,
+    now: i64,
+) -> Result<()> {
+    for stream_id in streams {
+        tx.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS touched (object_id INTEGER PRIMARY KEY)",
+            [],
+        )
+        .map_err(backend("temp table"))?;
+        tx.execute(
+            "INSERT OR IGNORE INTO touched SELECT object_id FROM ranges
+             WHERE stream_id = ?1 AND end_offset <= (SELECT start_offset FROM streams WHERE stream_id = ?1)",
+            params![i(stream_id)],
+        )
+        .map_err(backend("finding ranges below the start"))?;
+        tx.execute(
+            "DELETE FROM ranges WHERE stream_id = ?1
+             AND end_offset <= (SELECT start_offset FROM streams WHERE stream_id = ?1)",
+            params![i(stream_id)],
+        )
+        .map_err(backend("dropping ranges below the start"))?;
+        tx.execute(
+            "UPDATE objects SET state = 'unreferenced', since_ms = ?1
+             WHERE state = 'live' AND object_id IN (SELECT object_id FROM touched)
+             AND NOT EXISTS (SELECT 1 FROM ranges r WHERE r.object_id = objects.object_id)",
+            params![now],
+        )
+        .map_err(backend("marking unreferenced objects"))?;
+        tx.execute("DELETE FROM touched", [])
+            .map_err(backend("temp table"))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance;
+    use crate::ObjectIndex;
+
+    fn store() -> SqliteMetaStore {
+        SqliteMetaStore::in_memory().expect("open")
+    }
+
+    // Each part alone, through its own trait, then the whole.
+    #[tokio::test]
+    async fn conformance_object_index() {
+        conformance::object_index::run(|| Box::new(store())).await;
+    }
+
+    #[tokio::test]
+    async fn conformance_catalog() {
+        conformance::catalog::run(|| Box::new(store())).await;
+    }
+
+    #[tokio::test]
+    async fn conformance_group_offsets() {
+        conformance::group_offsets::run(|| Box::new(store())).await;
+    }
+
+    #[tokio::test]
+    async fn conformance_producer_snapshots() {
+        conformance::producer_snapshots::run(|| Box::new(store())).await;
+    }
+
+    #[tokio::test]
+    async fn conformance_whole_store() {
+        conformance::whole_store::run(|| Box::new(store())).await;
+    }
+
+    #[tokio::test]
+    async fn conformance_all_through_the_umbrella_trait() {
+        conformance::run_all(|| Box::new(store())).await;
+    }
+
+    #[tokio::test]
+    async fn survives_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("meta.sqlite");
+        {
+            let m = SqliteMetaStore::open(&path).expect("open");
+            m.open_stream(1, 3).await.expect("open stream");
+        }
+        let m = SqliteMetaStore::open(&path).expect("reopen");
+        let s = m.get_stream(1).await.expect("get").expect("exists");
+        assert_eq!(s.epoch, 3);
+    }
+}

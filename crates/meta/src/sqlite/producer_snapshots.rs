@@ -1,0 +1,40 @@
+//! [`ProducerSnapshots`] on SQLite.
+
+use rusqlite::{params, OptionalExtension};
+
+use super::{backend, i, SqliteMetaStore};
+use crate::{ProducerSnapshots, Result};
+
+#[async_trait::async_trait]
+impl ProducerSnapshots for SqliteMetaStore {
+    async fn save_producer_snapshot(
+        &self,
+        stream_id: u64,
+        offset: u64,
+        data: Vec<u8>,
+    ) -> Result<()> {
+        self.with(move |c| {
+            c.execute(
+                "INSERT INTO producer_snapshots (stream_id, offset, data) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (stream_id) DO UPDATE SET offset = excluded.offset, data = excluded.data",
+                params![i(stream_id), i(offset), data],
+            )
+            .map_err(backend("saving a producer snapshot"))?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn load_producer_snapshot(&self, stream_id: u64) -> Result<Option<(u64, Vec<u8>)>> {
+        self.with(move |c| {
+            c.query_row(
+                "SELECT offset, data FROM producer_snapshots WHERE stream_id = ?1",
+                params![i(stream_id)],
+                |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)),
+            )
+            .optional()
+            .map_err(backend("loading a producer snapshot"))
+        })
+        .await
+    }
+}
