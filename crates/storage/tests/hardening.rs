@@ -135,7 +135,7 @@ async fn waiting_appends_time_out_together_and_leave_no_hole() {
 async fn recovery_refuses_a_gap_and_keeps_the_wal() {
     let dir = tempfile::tempdir().unwrap();
     let meta = SqliteMetaStore::open(&dir.path().join("meta.sqlite")).unwrap();
-    weir_meta::MetaStore::open_stream(&meta, 1, 1)
+    weir_meta::ObjectIndex::open_stream(&meta, 1, 1)
         .await
         .unwrap();
     let wal_config = || FileWalConfig {
@@ -193,7 +193,7 @@ async fn a_vanished_stream_does_not_block_the_others() {
     let topic = |name: &'static str, id: u8| {
         let meta = Arc::clone(&meta);
         async move {
-            weir_meta::MetaStore::create_topic(&*meta, name, [id; 16], 1, BTreeMap::new())
+            weir_meta::Catalog::create_topic(&*meta, name, [id; 16], 1, BTreeMap::new())
                 .await
                 .unwrap()
                 .streams[0]
@@ -216,7 +216,7 @@ async fn a_vanished_stream_does_not_block_the_others() {
             .await
             .unwrap();
     }
-    weir_meta::MetaStore::delete_topic(&*meta, "a")
+    weir_meta::Catalog::delete_topic(&*meta, "a")
         .await
         .unwrap();
     engine
