@@ -138,9 +138,15 @@ impl EngineInner {
                 );
                 Ok(true)
             }
-            // Another writer (retention, a newer leader) changed the ranges: the new object is an
-            // orphan now and is cleaned up as one.
-            Err(e @ (MetaError::Discontinuity { .. } | MetaError::Fenced { .. })) => {
+            // Another writer (retention, a newer leader) changed the ranges, or the new object
+            // took so long that orphan collection claimed it: it is an orphan now and is cleaned
+            // up as one.
+            Err(
+                e @ (MetaError::Discontinuity { .. }
+                | MetaError::Fenced { .. }
+                | MetaError::UnknownObject(_)
+                | MetaError::UnknownStream(_)),
+            ) => {
                 tracing::debug!(stream_id = s.id, error = %e, "compaction lost a race; skipped");
                 Ok(false)
             }
