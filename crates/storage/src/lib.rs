@@ -3,23 +3,27 @@
 //!
 //! How the parts fit:
 //!
-//! - [`Engine::append`] assigns offsets under the stream's lock, puts the batch in the log cache
-//!   as pending and hands it to the WAL ([`weir_wal`]). The WAL calls back, in order, when the
-//!   batch is durable; the stream's high watermark advances and the caller is answered.
+//! - [`Engine::append_with`] is the one way data enters a stream. Under the stream's lock it
+//!   assigns the base offset, lets the caller decide what to append (the Kafka layer checks
+//!   producer sequences there), puts the batch in the log cache and hands it to the WAL
+//!   ([`weir_wal`]), or keeps it waiting in the stream, behind every earlier batch, while the
+//!   WAL has no room. The WAL calls back, in order, when the batch is durable; the stream's high
+//!   watermark advances and the caller is answered. A failed write rewinds the stream
+//!   (`stream.rs`, which owns a stream's offsets, cache and byte accounting).
 //! - The uploader (`upload.rs`) takes durable batches not yet in object storage, builds
 //!   objects in the [`format`] (a stream-set object for small streams, stream objects for
 //!   large ones), PUTs them, commits them to the metadata store ([`weir_meta`]) in one
-//!   transaction, and only then trims the WAL.
+//!   transaction, trims the WAL, and hands waiting batches on.
 //! - [`Engine::read`] serves from the log cache, or from objects through the block cache and
 //!   ranged GETs with read-ahead (`reader.rs`).
-//! - Compaction (`compaction.rs`) rewrites a stream's many small ranges into stream objects,
-//!   under a bandwidth budget (`budget.rs`) shared with no one but itself; catch-up reads have a
-//!   budget of their own.
 //! - On open, whatever the WAL holds that the metadata store does not is uploaded before any
-//!   stream opens (recovery); retention and object deletion run in the background.
+//!   stream opens (`recovery.rs`).
+//! - In the background (`maintenance.rs`): retention moves start offsets, compaction
+//!   (`compaction.rs`) rewrites a stream's many small ranges into stream objects under a
+//!   bandwidth budget (`budget.rs`), and unreferenced and orphaned objects are deleted.
 //!
-//! The invariants each stream keeps are stated in `stream.rs` and checked with
-//! `debug_assert!` wherever its offsets move.
+//! The invariants each stream keeps are stated in `stream.rs` and checked, in release builds
+//! too, wherever its offsets move (`invariant.rs`).
 
 #[macro_use]
 pub mod invariant;
@@ -31,8 +35,10 @@ mod engine;
 mod error;
 pub mod format;
 pub mod local;
+mod maintenance;
 pub mod objstore;
 mod reader;
+mod recovery;
 mod stream;
 mod upload;
 

@@ -1,10 +1,11 @@
-//! The uploader (log cache -> objects -> metadata -> WAL trim), recovery, and maintenance
-//! (retention, deletion of unreferenced and orphaned objects).
+//! The uploader: log cache -> objects -> metadata -> WAL trim, and then the hand-off of appends
+//! that waited for WAL room. Recovery is in `recovery.rs`, retention and garbage collection in
+//! `maintenance.rs`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use object_store::path::Path;
@@ -15,7 +16,7 @@ use crate::engine::EngineInner;
 use crate::error::{Result, StorageError};
 use crate::format::{Frame, ObjectBuilder};
 use crate::objstore::object_key;
-use crate::stream::{frame, payload_bytes, Failure, Stream};
+use crate::stream::{payload_bytes, Failure, Stream};
 
 /// One stream's data in an upload.
 pub(crate) struct Part {
@@ -263,97 +264,6 @@ impl EngineInner {
         Ok(())
     }
 
-    /// Brings back what the WAL holds and the metadata store does not, and uploads it.
-    pub async fn recover(&self) -> Result<()> {
-        let records = self.wal.take_recovered();
-        if records.is_empty() {
-            return Ok(());
-        }
-        let count = records.len();
-        let mut by_stream: BTreeMap<u64, Vec<weir_wal::WalRecord>> = BTreeMap::new();
-        for r in records {
-            by_stream
-                .entry(r.record.stream_id)
-                .or_default()
-                .push(r.record);
-        }
-        let mut parts = Vec::new();
-        for (stream_id, records) in by_stream {
-            let Some(m) = self.meta.get_stream(stream_id).await? else {
-                tracing::warn!(
-                    stream_id,
-                    "WAL holds data of a stream the metadata store does not know; dropping it"
-                );
-                continue;
-            };
-            let mut frames: Vec<Frame> = Vec::new();
-            for r in records {
-                if r.end_offset() <= m.end_offset {
-                    continue; // already in object storage
-                }
-                if r.epoch != m.epoch {
-                    tracing::warn!(
-                        stream_id,
-                        epoch = r.epoch,
-                        current = m.epoch,
-                        "dropping WAL data of a stale epoch"
-                    );
-                    continue;
-                }
-                // A batch rewritten after a failed write replaces what followed the failure.
-                while frames
-                    .last()
-                    .is_some_and(|f| f.base_offset >= r.base_offset)
-                {
-                    frames.pop();
-                }
-                let expected = frames.last().map_or(m.end_offset, Frame::end_offset);
-                if r.base_offset != expected {
-                    // Records after a gap were acknowledged, but cannot be placed without
-                    // inventing the missing offsets. Nothing is dropped or trimmed: the broker
-                    // stops, and the WAL stays as it is for an operator (or a fixed broker).
-                    tracing::error!(
-                        stream_id,
-                        expected,
-                        got = r.base_offset,
-                        "gap in recovered WAL data; refusing to open"
-                    );
-                    return Err(StorageError::RecoveryGap {
-                        stream_id,
-                        expected,
-                        got: r.base_offset,
-                    });
-                }
-                frames.push(frame(
-                    r.base_offset,
-                    r.record_count,
-                    r.max_timestamp,
-                    r.payload,
-                ));
-            }
-            if !frames.is_empty() {
-                parts.push(Part {
-                    stream_id,
-                    epoch: m.epoch,
-                    frames,
-                });
-            }
-        }
-        let uploaded: usize = parts.iter().map(|p| p.frames.len()).sum();
-        if !parts.is_empty() {
-            self.commit_parts(&parts).await?;
-        }
-        self.wal.trim(self.wal.next_seq()).await?;
-        self.meters.recovered_batches.add(uploaded as u64);
-        tracing::info!(
-            records = count,
-            uploaded,
-            streams = parts.len(),
-            "WAL recovery uploaded"
-        );
-        Ok(())
-    }
-
     pub async fn upload_loop(self: Arc<Self>) {
         // Appends that wait for WAL room are handed on after every upload; this loop's tick
         // also fails those that waited too long while nothing could be uploaded.
@@ -387,105 +297,5 @@ impl EngineInner {
                 }
             }
         }
-    }
-
-    pub async fn maintenance_loop(self: Arc<Self>) {
-        let mut shutdown = self.shutdown.subscribe();
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(self.config.maintenance_interval) => {}
-                _ = shutdown.changed() => return,
-            }
-            if let Err(e) = self.maintain().await {
-                tracing::warn!(error = %e, "maintenance failed; will retry");
-            }
-        }
-    }
-
-    /// Applies retention, then deletes objects that are unreferenced or orphaned.
-    pub async fn maintain(&self) -> Result<()> {
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
-        for s in self.all_streams() {
-            let (retention, start) = {
-                let st = s.lock();
-                (st.retention, st.start_offset)
-            };
-            if retention.ms.is_none() && retention.bytes.is_none() {
-                continue;
-            }
-            let ranges = match self.meta.ranges(s.id, start, usize::MAX >> 1).await {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::warn!(stream_id = s.id, error = %e, "retention could not read ranges; will retry");
-                    continue;
-                }
-            };
-            let mut new_start = start;
-            if let Some(ms) = retention.ms {
-                let cutoff = now_ms.saturating_sub(ms as i64);
-                for r in ranges.iter().take_while(|r| r.max_timestamp < cutoff) {
-                    new_start = new_start.max(r.end_offset);
-                }
-            }
-            if let Some(limit) = retention.bytes {
-                // As Kafka does with segments: drop the oldest range while what remains is still
-                // at least the limit.
-                let mut total: u64 = ranges.iter().map(|r| r.size).sum();
-                for r in &ranges {
-                    if total - r.size < limit {
-                        break;
-                    }
-                    total -= r.size;
-                    new_start = new_start.max(r.end_offset);
-                }
-            }
-            if new_start > start {
-                tracing::debug!(
-                    stream_id = s.id,
-                    from = start,
-                    to = new_start,
-                    "retention moves the start offset"
-                );
-                if let Err(e) = self.trim_stream(&s, new_start).await {
-                    // The stream may be gone (its topic deleted) since the list was taken.
-                    tracing::warn!(stream_id = s.id, error = %e, "retention could not move the start offset; will retry");
-                }
-            }
-        }
-
-        self.compact().await?;
-
-        let deletable = self
-            .meta
-            .deletable_objects(self.config.delete_grace, self.config.orphan_grace)
-            .await?;
-        let mut deleted = Vec::new();
-        for o in deletable {
-            match self.store.delete(&Path::from(o.key.as_str())).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {
-                    self.reader.forget(o.object_id);
-                    deleted.push(o.object_id);
-                }
-                Err(e) => {
-                    tracing::warn!(key = %o.key, error = %e, "could not delete an object; will retry")
-                }
-            }
-        }
-        if !deleted.is_empty() {
-            self.meta.forget_objects(&deleted).await?;
-            self.meters.objects_deleted.add(deleted.len() as u64);
-        }
-        Ok(())
-    }
-
-    pub async fn trim_stream(&self, s: &Stream, start_offset: u64) -> Result<u64> {
-        let m = self.meta.trim_stream(s.id, start_offset).await?;
-        let mut st = s.lock();
-        st.start_offset = st.start_offset.max(m.start_offset).max(start_offset);
-        let start = st.start_offset;
-        st.evict_until(start);
-        Ok(start)
     }
 }

@@ -216,9 +216,7 @@ async fn a_vanished_stream_does_not_block_the_others() {
             .await
             .unwrap();
     }
-    weir_meta::Catalog::delete_topic(&*meta, "a")
-        .await
-        .unwrap();
+    weir_meta::Catalog::delete_topic(&*meta, "a").await.unwrap();
     engine
         .append(b, 1, 1, 0, |o| payload(b, o, 1, 1000))
         .await

@@ -1,0 +1,115 @@
+//! Maintenance, in the background: retention moves start offsets, compaction rewrites small
+//! ranges, and garbage collection deletes objects that no range refers to any more (after a grace
+//! period, so that reads in flight finish) and orphans of uploads that were never committed.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use object_store::path::Path;
+use object_store::ObjectStoreExt;
+
+use crate::engine::EngineInner;
+use crate::error::Result;
+use crate::stream::Stream;
+
+impl EngineInner {
+    pub async fn maintenance_loop(self: Arc<Self>) {
+        let mut shutdown = self.shutdown.subscribe();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(self.config.maintenance_interval) => {}
+                _ = shutdown.changed() => return,
+            }
+            if let Err(e) = self.maintain().await {
+                tracing::warn!(error = %e, "maintenance failed; will retry");
+            }
+        }
+    }
+
+    /// Applies retention, then deletes objects that are unreferenced or orphaned.
+    pub async fn maintain(&self) -> Result<()> {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        for s in self.all_streams() {
+            let (retention, start) = {
+                let st = s.lock();
+                (st.retention, st.start_offset)
+            };
+            if retention.ms.is_none() && retention.bytes.is_none() {
+                continue;
+            }
+            let ranges = match self.meta.ranges(s.id, start, usize::MAX >> 1).await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(stream_id = s.id, error = %e, "retention could not read ranges; will retry");
+                    continue;
+                }
+            };
+            let mut new_start = start;
+            if let Some(ms) = retention.ms {
+                let cutoff = now_ms.saturating_sub(ms as i64);
+                for r in ranges.iter().take_while(|r| r.max_timestamp < cutoff) {
+                    new_start = new_start.max(r.end_offset);
+                }
+            }
+            if let Some(limit) = retention.bytes {
+                // As Kafka does with segments: drop the oldest range while what remains is still
+                // at least the limit.
+                let mut total: u64 = ranges.iter().map(|r| r.size).sum();
+                for r in &ranges {
+                    if total - r.size < limit {
+                        break;
+                    }
+                    total -= r.size;
+                    new_start = new_start.max(r.end_offset);
+                }
+            }
+            if new_start > start {
+                tracing::debug!(
+                    stream_id = s.id,
+                    from = start,
+                    to = new_start,
+                    "retention moves the start offset"
+                );
+                if let Err(e) = self.trim_stream(&s, new_start).await {
+                    // The stream may be gone (its topic deleted) since the list was taken.
+                    tracing::warn!(stream_id = s.id, error = %e, "retention could not move the start offset; will retry");
+                }
+            }
+        }
+
+        self.compact().await?;
+
+        let deletable = self
+            .meta
+            .deletable_objects(self.config.delete_grace, self.config.orphan_grace)
+            .await?;
+        let mut deleted = Vec::new();
+        for o in deletable {
+            match self.store.delete(&Path::from(o.key.as_str())).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {
+                    self.reader.forget(o.object_id);
+                    deleted.push(o.object_id);
+                }
+                Err(e) => {
+                    tracing::warn!(key = %o.key, error = %e, "could not delete an object; will retry")
+                }
+            }
+        }
+        if !deleted.is_empty() {
+            self.meta.forget_objects(&deleted).await?;
+            self.meters.objects_deleted.add(deleted.len() as u64);
+        }
+        Ok(())
+    }
+
+    pub async fn trim_stream(&self, s: &Stream, start_offset: u64) -> Result<u64> {
+        let m = self.meta.trim_stream(s.id, start_offset).await?;
+        let mut st = s.lock();
+        st.start_offset = st.start_offset.max(m.start_offset).max(start_offset);
+        let start = st.start_offset;
+        st.evict_until(start);
+        Ok(start)
+    }
+}
