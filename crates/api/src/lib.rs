@@ -13,6 +13,7 @@
 
 mod admin;
 mod cluster;
+mod errors;
 mod fetch;
 mod offsets;
 mod produce;
@@ -78,6 +79,19 @@ pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
 /// The ApiVersions response: every implemented API and its versions.
 pub fn api_versions_response(error_code: i16) -> kafka_protocol::messages::ApiVersionsResponse {
     cluster::api_versions(error_code)
+}
+
+pub use errors::error_response_for;
+
+/// The answer to `request` when its handler failed or its response would not encode: the API's
+/// response with UNKNOWN_SERVER_ERROR wherever it carries an error code, at the request's version.
+/// `None` for APIs Weir does not implement.
+pub fn error_response(header: &RequestHeader, request: &RequestKind) -> Option<ResponseKind> {
+    error_response_for(
+        request,
+        header.request_api_version,
+        kafka_protocol::ResponseError::UnknownServerError,
+    )
 }
 
 /// A response now, or one that is still being worked out (durability, long polling).
