@@ -114,6 +114,23 @@ pub struct BrokerIdentity {
     pub cluster_id: String,
 }
 
+/// Bounds the API layer puts on what clients ask for.
+#[derive(Debug, Clone)]
+pub struct ApiLimits {
+    /// `fetch.max.bytes`: record bytes of one Fetch response at most, whatever the request
+    /// asks (the first partition with data still returns one whole batch, KIP-74).
+    pub fetch_max_bytes: usize,
+}
+
+impl Default for ApiLimits {
+    fn default() -> Self {
+        // Kafka's default: 55 MiB.
+        ApiLimits {
+            fetch_max_bytes: 55 << 20,
+        }
+    }
+}
+
 /// Requests, errors and latencies by API.
 #[derive(Debug)]
 pub struct ApiMeters {
@@ -144,6 +161,7 @@ pub struct Broker {
     pub topics: Arc<Topics>,
     pub groups: Arc<GroupCoordinator>,
     pub meta: Arc<dyn MetaStore>,
+    pub limits: ApiLimits,
     pub meters: ApiMeters,
     /// Producer ids handed out in blocks from the metadata store: (next, end).
     producer_ids: Mutex<(i64, i64)>,
@@ -161,12 +179,14 @@ impl Broker {
         topics: Arc<Topics>,
         groups: Arc<GroupCoordinator>,
         meta: Arc<dyn MetaStore>,
+        limits: ApiLimits,
     ) -> Arc<Broker> {
         Arc::new(Broker {
             identity,
             topics,
             groups,
             meta,
+            limits,
             meters: ApiMeters::default(),
             producer_ids: Mutex::new((0, 0)),
             producer_id_refill: tokio::sync::Mutex::new(()),
