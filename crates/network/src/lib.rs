@@ -135,10 +135,11 @@ pub async fn serve<H: Handler>(
                             Err(_) => {
                                 // Closing at once, rather than leaving the connection in the
                                 // backlog, gives the client an immediate error to back off on.
-                                let n = meters.connections_refused.get();
                                 meters.connections_refused.inc();
-                                if n % 1000 == 0 {
-                                    tracing::warn!(%peer, max = config.max_connections, refused = n + 1, "max.connections reached: closing new connections");
+                                // Logged at the 1st, 2nd, 4th, 8th... refusal: seen, not a flood.
+                                let refused = meters.connections_refused.get();
+                                if refused.is_power_of_two() {
+                                    tracing::warn!(%peer, max = config.max_connections, refused, "max.connections reached: closing new connections");
                                 }
                                 drop(stream);
                                 continue;

@@ -29,41 +29,39 @@ struct Stub {
 }
 
 impl Handler for Stub {
-    fn handle<'a>(
-        self: &'a Arc<Self>,
-        _header: &'a RequestHeader,
+    async fn handle(
+        self: &Arc<Self>,
+        _header: &RequestHeader,
         request: RequestKind,
-        _client_host: &'a str,
-    ) -> impl std::future::Future<Output = Reply> + Send + 'a {
-        async move {
-            match request {
-                RequestKind::ApiVersions(_) => Reply::Now(Box::new(ResponseKind::ApiVersions(
-                    weir_api::api_versions_response(0),
-                ))),
-                RequestKind::Metadata(_) => panic!("injected panic in a handler"),
-                RequestKind::Heartbeat(_) => Reply::Later(Box::pin(async {
-                    tokio::task::yield_now().await;
-                    panic!("injected panic in a later answer")
-                })),
-                RequestKind::ListOffsets(_) => Reply::Now(Box::new(ResponseKind::ListOffsets(
-                    ListOffsetsResponse::default().with_topics(vec![
-                        ListOffsetsTopicResponse::default()
-                            .with_name(TopicName(s("t")))
-                            .with_partitions(vec![ListOffsetsPartitionResponse::default()
-                                .with_offset(3)
-                                .with_leader_epoch(5)]),
-                    ]),
-                ))),
-                RequestKind::Produce(_) => {
-                    self.produces.fetch_add(1, Ordering::SeqCst);
-                    let mut release = self.release.clone();
-                    Reply::Later(Box::pin(async move {
-                        let _ = release.wait_for(|r| *r).await;
-                        ResponseKind::Produce(ProduceResponse::default())
-                    }))
-                }
-                _ => Reply::Unsupported,
+        _client_host: &str,
+    ) -> Reply {
+        match request {
+            RequestKind::ApiVersions(_) => Reply::Now(Box::new(ResponseKind::ApiVersions(
+                weir_api::api_versions_response(0),
+            ))),
+            RequestKind::Metadata(_) => panic!("injected panic in a handler"),
+            RequestKind::Heartbeat(_) => Reply::Later(Box::pin(async {
+                tokio::task::yield_now().await;
+                panic!("injected panic in a later answer")
+            })),
+            RequestKind::ListOffsets(_) => Reply::Now(Box::new(ResponseKind::ListOffsets(
+                ListOffsetsResponse::default().with_topics(vec![
+                    ListOffsetsTopicResponse::default()
+                        .with_name(TopicName(s("t")))
+                        .with_partitions(vec![ListOffsetsPartitionResponse::default()
+                            .with_offset(3)
+                            .with_leader_epoch(5)]),
+                ]),
+            ))),
+            RequestKind::Produce(_) => {
+                self.produces.fetch_add(1, Ordering::SeqCst);
+                let mut release = self.release.clone();
+                Reply::Later(Box::pin(async move {
+                    let _ = release.wait_for(|r| *r).await;
+                    ResponseKind::Produce(ProduceResponse::default())
+                }))
             }
+            _ => Reply::Unsupported,
         }
     }
 }
@@ -321,7 +319,7 @@ async fn a_connection_stops_reading_at_its_queued_bytes_bound() {
         .into_split();
     let f = flood(wr, 20, 64 << 10) - 4;
     let fit = cap / f;
-    assert!(fit >= 2 && fit < 20);
+    assert!((2..20).contains(&fit));
 
     // Requests are held unanswered: the connection reads what fits, then stops.
     let m = Arc::clone(&srv.meters);

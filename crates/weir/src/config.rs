@@ -391,6 +391,11 @@ mod tests {
         assert_eq!(c.broker.listen, "127.0.0.1:9092");
         assert_eq!(c.broker.admin_listen, "127.0.0.1:9644");
         assert_eq!(c.broker.data_dir, PathBuf::from("./data"));
+        // Kafka's default fetch.max.bytes; Weir's own bounds (see their doc comments).
+        assert_eq!(c.broker.fetch_max_bytes, 57_671_680);
+        assert_eq!(c.broker.max_connections, 10_000);
+        assert_eq!(c.broker.queued_max_request_bytes, 256 << 20);
+        assert_eq!(c.broker.queued_max_request_bytes_per_connection, 64 << 20);
         let bad = Config::load(
             None,
             vec![("WEIR_BROKER_NOPE".to_string(), "1".to_string())].into_iter(),
