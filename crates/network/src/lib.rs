@@ -5,7 +5,14 @@
 //! hands it to the API layer ([`weir_api::Broker::handle`]) in arrival order, and writes the
 //! responses in that same order, while responses that wait (produce durability, fetch long
 //! polls, group joins) let later requests proceed. What cannot be decoded closes the
-//! connection with a log line, as Kafka does; the broker goes on serving everyone else.
+//! connection with a log line, as Kafka does; the broker goes on serving everyone else. A
+//! handler that panics, or whose response does not encode at the request's version, is answered
+//! with the API's error response (`UNKNOWN_SERVER_ERROR`), logged and counted.
+//!
+//! Bounds on what clients control: `max.connections` (more are closed at accept), and the bytes
+//! of requests read but not yet answered, per connection and in total: a reader takes a
+//! request's size from both budgets before reading its body and the budget comes back once the
+//! response is written, so at a bound the connection stops reading and TCP pushes back.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -154,8 +161,9 @@ pub async fn serve<H: Handler>(
                         if let Err(e) = connection(stream, peer, handler, config, budgets, &meters, shutdown).await {
                             tracing::debug!(%peer, error = %e, "connection ended");
                         }
-                        meters.connections_closed.inc();
+                        // The slot first: a client that sees the close counted may connect again.
                         drop(slot);
+                        meters.connections_closed.inc();
                     });
                 }
                 Err(e) => {
