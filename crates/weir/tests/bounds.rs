@@ -211,7 +211,7 @@ fn list_offsets_is_answered_at_every_advertised_version() {
         produce_request("lo", batch(3, 10)),
     );
     assert!(matches!(r, Some(ResponseKind::Produce(_))), "{r:?}");
-    let (min, max) = (1, 10);
+    let (min, max) = weir_api::supported_versions(ApiKey::ListOffsets).expect("advertised");
     for v in min..=max {
         for ts in [-1, -2] {
             let r = call(
@@ -355,7 +355,6 @@ fn a_connection_flooding_produce_into_a_full_wal_stops_being_read() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(metric(&b, "weir_wal_full_rejections_total") > 0);
     let held = metric(&b, "weir_queued_request_bytes") as usize;
     assert!(held <= cap, "{held} bytes held, over the bound of {cap}");
     assert!(held > cap / 2, "{held} bytes held: requests are waiting");
