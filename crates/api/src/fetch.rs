@@ -1,8 +1,14 @@
 //! Fetch: whole batches as stored, with long polling on `fetch.min.bytes`/`fetch.max.wait.ms`.
+//!
+//! The record bytes of a response are capped at the request's `max_bytes` and the broker's
+//! `fetch.max.bytes`, whichever is smaller, with KIP-74's exception: the first partition that
+//! has data returns at least one whole batch, so that a consumer makes progress past a batch
+//! larger than its limits.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use futures::FutureExt;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::*;
@@ -68,20 +74,23 @@ impl Broker {
                 }
             })
             .collect();
-        let max_bytes = if r.max_bytes <= 0 {
+        let asked = if r.max_bytes <= 0 {
             i32::MAX
         } else {
             r.max_bytes
         } as usize;
+        // As Kafka does: the broker's cap wins, and a minimum above the maximum is the maximum
+        // (or the long poll could never be satisfied).
+        let max_bytes = asked.min(self.limits.fetch_max_bytes.max(1));
+        let min_bytes = (r.min_bytes.max(1) as usize).min(max_bytes);
         let (response, bytes, errors) = fetch_once(&wanted, max_bytes).await;
-        let waits = r.max_wait_ms > 0 && bytes < r.min_bytes.max(1) as usize && !errors;
+        let waits = r.max_wait_ms > 0 && bytes < min_bytes && !errors;
         if !waits {
             self.meters.fetch_bytes.add(bytes as u64);
             self.meters.fetch_latency.record(started.elapsed());
             return Reply::Now(Box::new(ResponseKind::Fetch(response)));
         }
         let deadline = started + Duration::from_millis(r.max_wait_ms as u64);
-        let min_bytes = r.min_bytes.max(1) as usize;
         let this = Arc::clone(self);
         Reply::Later(Box::pin(async move {
             let mut receivers: Vec<_> = wanted
@@ -133,19 +142,49 @@ impl Broker {
 /// partition had an error (which answers at once, as Kafka does).
 async fn fetch_once(wanted: &[WantedTopic], max_bytes: usize) -> (FetchResponse, usize, bool) {
     // Partitions are read concurrently, so a catch-up read of many partitions waits for one
-    // round of object GETs rather than one per partition. Each partition gets its share of the
-    // total up front (its own limit, while the total lasts), so the response stays within
-    // `max_bytes`.
+    // round of object GETs rather than one per partition. Each partition that has data gets its
+    // share of the total up front, in request order (its own limit, while the total lasts), so
+    // what is read stays within `max_bytes`; partitions with nothing to read take no share, so
+    // that caught-up partitions early in the request do not starve later ones.
     let mut reserved = 0usize;
     let mut first = true;
     let mut reads = Vec::with_capacity(wanted.len());
     for t in wanted {
         let mut parts = Vec::with_capacity(t.partitions.len());
         for w in &t.partitions {
-            let budget = (w.max_bytes.max(0) as usize).min(max_bytes.saturating_sub(reserved));
+            let (has_data, in_range) = match &w.partition {
+                Ok(p) => {
+                    let (start, hw) = p.offsets();
+                    (
+                        w.offset >= start && w.offset < hw,
+                        (start..=hw).contains(&w.offset),
+                    )
+                }
+                Err(_) => (false, true),
+            };
+            let budget = if has_data {
+                (w.max_bytes.max(0) as usize).min(max_bytes.saturating_sub(reserved))
+            } else {
+                0
+            };
             reserved += budget;
-            parts.push(fetch_partition(w, budget, first));
-            first = false;
+            let at_least_one = has_data && first;
+            first &= !has_data;
+            // Nothing to read at the end of the log or once the total is spent; an offset out
+            // of range is still read, for its error.
+            let read = (budget > 0 || at_least_one || !in_range).then_some(budget.max(1));
+            parts.push(async move {
+                let (pd, bytes, error) = fetch_partition(w, read).await;
+                // A partition's first batch may be larger than its share; only the first
+                // partition with data may send one whole (KIP-74), the others cut to their
+                // share, so that the response stays within `max_bytes`.
+                if at_least_one || bytes <= budget {
+                    return (pd, bytes, error);
+                }
+                let records = pd.records.as_ref().map(|r| whole_batches(r, budget));
+                let bytes = records.as_ref().map_or(0, |r| r.len());
+                (pd.with_records(records), bytes, error)
+            });
         }
         reads.push(futures::future::join_all(parts));
     }
@@ -175,8 +214,24 @@ async fn fetch_once(wanted: &[WantedTopic], max_bytes: usize) -> (FetchResponse,
     )
 }
 
-/// One partition's part of a fetch: its data, the bytes of it, and whether it is an error.
-async fn fetch_partition(w: &Wanted, budget: usize, first: bool) -> (PartitionData, usize, bool) {
+/// The longest prefix of `records` (record batches: base offset, length, then `length` bytes)
+/// that is whole batches within `limit` bytes.
+fn whole_batches(records: &Bytes, limit: usize) -> Bytes {
+    let mut end = 0usize;
+    while let Some(header) = records.get(end..end + 12) {
+        let len = i32::from_be_bytes([header[8], header[9], header[10], header[11]]);
+        let next = end + 12 + len.max(0) as usize;
+        if next > limit || next > records.len() {
+            break;
+        }
+        end = next;
+    }
+    records.slice(..end)
+}
+
+/// One partition's part of a fetch: its data (up to about `read` bytes, at least one batch;
+/// none if `None`), the bytes of it, and whether it is an error.
+async fn fetch_partition(w: &Wanted, read: Option<usize>) -> (PartitionData, usize, bool) {
     let pd = PartitionData::default()
         .with_partition_index(w.partition_index)
         .with_preferred_read_replica(BrokerId(-1));
@@ -204,12 +259,10 @@ async fn fetch_partition(w: &Wanted, budget: usize, first: bool) -> (PartitionDa
         };
         return (pd.with_error_code(e.code()), 0, true);
     }
-    // The first partition always gets at least one batch, so that a consumer makes progress
-    // past a batch larger than its limits.
-    if budget == 0 && !first {
+    let Some(budget) = read else {
         return (pd.with_records(Some(Default::default())), 0, false);
-    }
-    match p.fetch(w.offset, budget.max(1)).await {
+    };
+    match p.fetch(w.offset, budget).await {
         Ok(data) => {
             let bytes = data.records.len();
             let pd = pd

@@ -13,6 +13,7 @@
 
 mod admin;
 mod cluster;
+mod errors;
 mod fetch;
 mod offsets;
 mod produce;
@@ -80,6 +81,19 @@ pub fn api_versions_response(error_code: i16) -> kafka_protocol::messages::ApiVe
     cluster::api_versions(error_code)
 }
 
+pub use errors::error_response_for;
+
+/// The answer to `request` when its handler failed or its response would not encode: the API's
+/// response with UNKNOWN_SERVER_ERROR wherever it carries an error code, at the request's version.
+/// `None` for APIs Weir does not implement.
+pub fn error_response(header: &RequestHeader, request: &RequestKind) -> Option<ResponseKind> {
+    error_response_for(
+        request,
+        header.request_api_version,
+        kafka_protocol::ResponseError::UnknownServerError,
+    )
+}
+
 /// A response now, or one that is still being worked out (durability, long polling).
 pub enum Reply {
     Now(Box<ResponseKind>),
@@ -98,6 +112,23 @@ pub struct BrokerIdentity {
     pub port: i32,
     pub rack: Option<String>,
     pub cluster_id: String,
+}
+
+/// Bounds the API layer puts on what clients ask for.
+#[derive(Debug, Clone)]
+pub struct ApiLimits {
+    /// `fetch.max.bytes`: record bytes of one Fetch response at most, whatever the request
+    /// asks (the first partition with data still returns one whole batch, KIP-74).
+    pub fetch_max_bytes: usize,
+}
+
+impl Default for ApiLimits {
+    fn default() -> Self {
+        // Kafka's default: 55 MiB.
+        ApiLimits {
+            fetch_max_bytes: 55 << 20,
+        }
+    }
 }
 
 /// Requests, errors and latencies by API.
@@ -130,6 +161,7 @@ pub struct Broker {
     pub topics: Arc<Topics>,
     pub groups: Arc<GroupCoordinator>,
     pub meta: Arc<dyn MetaStore>,
+    pub limits: ApiLimits,
     pub meters: ApiMeters,
     /// Producer ids handed out in blocks from the metadata store: (next, end).
     producer_ids: Mutex<(i64, i64)>,
@@ -147,12 +179,14 @@ impl Broker {
         topics: Arc<Topics>,
         groups: Arc<GroupCoordinator>,
         meta: Arc<dyn MetaStore>,
+        limits: ApiLimits,
     ) -> Arc<Broker> {
         Arc::new(Broker {
             identity,
             topics,
             groups,
             meta,
+            limits,
             meters: ApiMeters::default(),
             producer_ids: Mutex::new((0, 0)),
             producer_id_refill: tokio::sync::Mutex::new(()),

@@ -21,8 +21,10 @@ impl Broker {
     pub(crate) async fn list_offsets(
         &self,
         r: ListOffsetsRequest,
-        _version: i16,
+        version: i16,
     ) -> ListOffsetsResponse {
+        // The leader epoch of an answer exists from v4 on; older clients must not be sent one.
+        let epoch_of = |epoch: i32| if version >= 4 { epoch } else { -1 };
         let mut topics = Vec::with_capacity(r.topics.len());
         for t in r.topics {
             let mut parts = Vec::with_capacity(t.partitions.len());
@@ -59,7 +61,7 @@ impl Broker {
                     Ok(Some((offset, ts))) => resp
                         .with_offset(offset)
                         .with_timestamp(ts)
-                        .with_leader_epoch(partition.leader_epoch),
+                        .with_leader_epoch(epoch_of(partition.leader_epoch)),
                     Ok(None) => resp,
                     Err(e) => resp.with_error_code(e.code()),
                 });

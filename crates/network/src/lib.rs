@@ -5,9 +5,19 @@
 //! hands it to the API layer ([`weir_api::Broker::handle`]) in arrival order, and writes the
 //! responses in that same order, while responses that wait (produce durability, fetch long
 //! polls, group joins) let later requests proceed. What cannot be decoded closes the
-//! connection with a log line, as Kafka does; the broker goes on serving everyone else.
+//! connection with a log line, as Kafka does; the broker goes on serving everyone else. A
+//! handler that panics, or whose response does not encode at the request's version, is answered
+//! with the API's error response (`UNKNOWN_SERVER_ERROR`), logged and counted.
+//!
+//! Bounds on what clients control: `max.connections` (more are closed at accept), and the bytes
+//! of requests read but not yet answered, per connection and in total: a reader takes a
+//! request's size from both budgets before reading its body and the budget comes back once the
+//! response is written, so at a bound the connection stops reading and TCP pushes back.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -19,8 +29,8 @@ use kafka_protocol::protocol::Decodable;
 use kafka_protocol::ResponseError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
-use weir_api::{encode_response, supported_versions, Broker, Reply};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore, TryAcquireError};
+use weir_api::{encode_response, error_response, supported_versions, Broker, Reply};
 use weir_metrics::Counter;
 
 #[derive(Debug, Clone)]
@@ -29,6 +39,16 @@ pub struct NetworkConfig {
     pub max_request_bytes: usize,
     /// Responses a connection may have outstanding before it stops reading.
     pub max_in_flight: usize,
+    /// `max.connections`: connections accepted beyond this many are closed at once (0: no
+    /// limit).
+    pub max_connections: usize,
+    /// `queued.max.request.bytes`: request bytes read but not yet answered, all connections
+    /// together; a connection that would go over stops reading until answers free room (0: no
+    /// limit).
+    pub queued_max_request_bytes: usize,
+    /// The same bound for one connection, so that one pipelining client cannot take the whole
+    /// budget (0: no limit).
+    pub queued_max_request_bytes_per_connection: usize,
 }
 
 impl Default for NetworkConfig {
@@ -36,6 +56,9 @@ impl Default for NetworkConfig {
         NetworkConfig {
             max_request_bytes: 100 << 20,
             max_in_flight: 64,
+            max_connections: 10_000,
+            queued_max_request_bytes: 256 << 20,
+            queued_max_request_bytes_per_connection: 64 << 20,
         }
     }
 }
@@ -44,31 +67,102 @@ impl Default for NetworkConfig {
 pub struct NetworkMeters {
     pub connections_opened: Counter,
     pub connections_closed: Counter,
+    /// Connections closed at accept because `max.connections` were open.
+    pub connections_refused: Counter,
     pub bytes_in: Counter,
     pub bytes_out: Counter,
     pub rejected_frames: Counter,
+    /// Responses that did not encode at their request's version (answered with the API's error
+    /// response instead).
+    pub response_encode_errors: Counter,
+    /// Request handlers that panicked (answered with the API's error response).
+    pub handler_panics: Counter,
+    /// Times a connection stopped reading because its own or the total queued-bytes bound was
+    /// reached.
+    pub read_pauses: Counter,
+    /// Request bytes read and not yet answered, now (a gauge).
+    pub queued_request_bytes: AtomicU64,
+}
+
+/// What requests are dispatched to: [`Broker`], or a stand-in in tests.
+pub trait Handler: Send + Sync + 'static {
+    /// Handles one decoded request; see [`Broker::handle`].
+    fn handle<'a>(
+        self: &'a Arc<Self>,
+        header: &'a RequestHeader,
+        request: RequestKind,
+        client_host: &'a str,
+    ) -> impl Future<Output = Reply> + Send + 'a;
+}
+
+impl Handler for Broker {
+    fn handle<'a>(
+        self: &'a Arc<Self>,
+        header: &'a RequestHeader,
+        request: RequestKind,
+        client_host: &'a str,
+    ) -> impl Future<Output = Reply> + Send + 'a {
+        Broker::handle(self, header, request, client_host)
+    }
+}
+
+/// Byte budgets for queued requests: one per connection, one shared by all.
+struct Budgets {
+    total: Option<Arc<Semaphore>>,
+    total_cap: usize,
+    per_connection_cap: usize,
+}
+
+fn semaphore(cap: usize) -> Option<Arc<Semaphore>> {
+    (cap > 0).then(|| Arc::new(Semaphore::new(cap.min(u32::MAX as usize))))
 }
 
 /// Accepts connections until `shutdown` turns true.
-pub async fn serve(
+pub async fn serve<H: Handler>(
     listener: TcpListener,
-    broker: Arc<Broker>,
+    handler: Arc<H>,
     config: NetworkConfig,
     meters: Arc<NetworkMeters>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let connections = semaphore(config.max_connections);
+    let budgets = Arc::new(Budgets {
+        total: semaphore(config.queued_max_request_bytes),
+        total_cap: config.queued_max_request_bytes,
+        per_connection_cap: config.queued_max_request_bytes_per_connection,
+    });
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    let slot = match &connections {
+                        None => None,
+                        Some(s) => match Arc::clone(s).try_acquire_owned() {
+                            Ok(slot) => Some(slot),
+                            Err(_) => {
+                                // Closing at once, rather than leaving the connection in the
+                                // backlog, gives the client an immediate error to back off on.
+                                meters.connections_refused.inc();
+                                // Logged at the 1st, 2nd, 4th, 8th... refusal: seen, not a flood.
+                                let refused = meters.connections_refused.get();
+                                if refused.is_power_of_two() {
+                                    tracing::warn!(%peer, max = config.max_connections, refused, "max.connections reached: closing new connections");
+                                }
+                                drop(stream);
+                                continue;
+                            }
+                        },
+                    };
                     let _ = stream.set_nodelay(true);
                     meters.connections_opened.inc();
-                    let (broker, config, meters) = (Arc::clone(&broker), config.clone(), Arc::clone(&meters));
+                    let (handler, config, meters, budgets) = (Arc::clone(&handler), config.clone(), Arc::clone(&meters), Arc::clone(&budgets));
                     let shutdown = shutdown.clone();
                     tokio::spawn(async move {
-                        if let Err(e) = connection(stream, peer, broker, config, &meters, shutdown).await {
+                        if let Err(e) = connection(stream, peer, handler, config, budgets, &meters, shutdown).await {
                             tracing::debug!(%peer, error = %e, "connection ended");
                         }
+                        // The slot first: a client that sees the close counted may connect again.
+                        drop(slot);
                         meters.connections_closed.inc();
                     });
                 }
@@ -104,12 +198,55 @@ impl From<std::io::Error> for Close {
     }
 }
 
+/// The bytes of one request, held from before it is read until its response is written: its
+/// share of the connection's and of the total budget, and the gauge of queued bytes.
+struct Held {
+    bytes: u64,
+    meters: Arc<NetworkMeters>,
+    _permits: [Option<OwnedSemaphorePermit>; 2],
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.meters
+            .queued_request_bytes
+            .fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+/// Takes `want` permits of `sem`, counting a pause if they are not there at once. `None` if
+/// the semaphore is closed (never, in practice).
+async fn take(
+    sem: &Option<Arc<Semaphore>>,
+    want: usize,
+    meters: &NetworkMeters,
+) -> Option<Option<OwnedSemaphorePermit>> {
+    let Some(sem) = sem else {
+        return Some(None);
+    };
+    let want = want.min(u32::MAX as usize) as u32;
+    match Arc::clone(sem).try_acquire_many_owned(want) {
+        Ok(p) => Some(Some(p)),
+        Err(TryAcquireError::Closed) => None,
+        Err(TryAcquireError::NoPermits) => {
+            meters.read_pauses.inc();
+            Arc::clone(sem)
+                .acquire_many_owned(want)
+                .await
+                .ok()
+                .map(Some)
+        }
+    }
+}
+
 async fn read_frames(
     mut rd: tokio::net::tcp::OwnedReadHalf,
-    tx: mpsc::Sender<Result<Bytes, String>>,
+    tx: mpsc::Sender<Result<(Bytes, Held), String>>,
     max: usize,
+    budgets: Arc<Budgets>,
     meters: Arc<NetworkMeters>,
 ) {
+    let own = semaphore(budgets.per_connection_cap);
     loop {
         let mut len = [0u8; 4];
         if rd.read_exact(&mut len).await.is_err() {
@@ -125,24 +262,45 @@ async fn read_frames(
                 .await;
             return;
         }
-        let mut buf = BytesMut::zeroed(n as usize);
+        let n = n as usize;
+        // Room for the request before it is read: a connection over its budget, or all of them
+        // over theirs, stop reading (TCP pushes back on the client) until answers free room. A
+        // request larger than a budget takes all of it rather than waiting forever.
+        let Some(mine) = take(&own, n.min(budgets.per_connection_cap), &meters).await else {
+            return;
+        };
+        let Some(shared) = take(&budgets.total, n.min(budgets.total_cap), &meters).await else {
+            return;
+        };
+        meters
+            .queued_request_bytes
+            .fetch_add(n as u64, Ordering::Relaxed);
+        let held = Held {
+            bytes: n as u64,
+            meters: Arc::clone(&meters),
+            _permits: [mine, shared],
+        };
+        let mut buf = BytesMut::zeroed(n);
         if rd.read_exact(&mut buf).await.is_err() {
             return;
         }
         meters.bytes_in.add(4 + n as u64);
-        if tx.send(Ok(buf.freeze())).await.is_err() {
+        if tx.send(Ok((buf.freeze(), held))).await.is_err() {
             return;
         }
     }
 }
 
-type Pending = BoxFuture<'static, Option<Result<BytesMut, String>>>;
+/// An encoded response on its way (or `None`: nothing to send), with the request's bytes held
+/// until it is written.
+type Pending = BoxFuture<'static, (Option<Result<BytesMut, String>>, Held)>;
 
-async fn connection(
+async fn connection<H: Handler>(
     stream: TcpStream,
     peer: SocketAddr,
-    broker: Arc<Broker>,
+    handler: Arc<H>,
     config: NetworkConfig,
+    budgets: Arc<Budgets>,
     meters: &Arc<NetworkMeters>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), Close> {
@@ -152,6 +310,7 @@ async fn connection(
         rd,
         tx,
         config.max_request_bytes,
+        budgets,
         Arc::clone(meters),
     ));
     let _stop_reader = AbortOnDrop(reader);
@@ -161,16 +320,19 @@ async fn connection(
     loop {
         tokio::select! {
             biased;
-            Some(out) = pending.next(), if !pending.is_empty() => match out {
-                Some(Ok(bytes)) => {
-                    meters.bytes_out.add(bytes.len() as u64);
-                    wr.write_all(&bytes).await?;
+            Some((out, held)) = pending.next(), if !pending.is_empty() => {
+                match out {
+                    Some(Ok(bytes)) => {
+                        meters.bytes_out.add(bytes.len() as u64);
+                        wr.write_all(&bytes).await?;
+                    }
+                    Some(Err(e)) => return Err(Close::Protocol(e)),
+                    None => {}
                 }
-                Some(Err(e)) => return Err(Close::Protocol(e)),
-                None => {}
-            },
+                drop(held);
+            }
             frame = rx.recv(), if reading && pending.len() < config.max_in_flight => match frame {
-                Some(Ok(frame)) => match request(&broker, frame, &host).await {
+                Some(Ok((frame, held))) => match request(&handler, frame, &host, held, meters).await {
                     Ok(Some(p)) => pending.push_back(p),
                     Ok(None) => {}
                     Err(Close::Protocol(msg)) => {
@@ -263,7 +425,18 @@ pub fn decode_request(frame: Bytes) -> Result<Decoded, String> {
 }
 
 /// Decodes and dispatches one request; the returned future yields its encoded response.
-async fn request(broker: &Arc<Broker>, frame: Bytes, host: &str) -> Result<Option<Pending>, Close> {
+/// A handler that panics (now or in its later answer), or whose response does not encode at
+/// the request's version, is answered with the API's error response, not a closed connection.
+async fn request<H: Handler>(
+    handler: &Arc<H>,
+    frame: Bytes,
+    host: &str,
+    held: Held,
+    meters: &Arc<NetworkMeters>,
+) -> Result<Option<Pending>, Close> {
+    // The handler consumes the request; a failure answer is built from the frame again (a
+    // reference, not a copy).
+    let original = frame.clone();
     let (header, body) = match decode_request(frame)
         .map_err(|e| Close::Protocol(format!("{e}; closing the connection")))?
     {
@@ -278,25 +451,82 @@ async fn request(broker: &Arc<Broker>, frame: Bytes, host: &str) -> Result<Optio
             ));
             let bytes =
                 encode_response(&header, &response).map_err(|e| Close::Protocol(e.to_string()))?;
-            return Ok(Some(futures::future::ready(Some(Ok(bytes))).boxed()));
+            return Ok(Some(
+                futures::future::ready((Some(Ok(bytes)), held)).boxed(),
+            ));
         }
     };
     let key = ApiKey::try_from(header.request_api_key)
         .map_err(|_| Close::Protocol("unknown API key".into()))?;
-    let encode = move |header: RequestHeader,
-                       r: ResponseKind|
-          -> Option<Result<BytesMut, String>> {
-        Some(encode_response(&header, &r).map_err(|e| format!("encoding a {key:?} response: {e}")))
+    let reply = AssertUnwindSafe(handler.handle(&header, body, host))
+        .catch_unwind()
+        .await;
+    let meters = Arc::clone(meters);
+    let finish = move |outcome: Result<ResponseKind, String>| {
+        (Some(answer(&header, key, outcome, original, &meters)), held)
     };
-    Ok(match broker.handle(&header, body, host).await {
-        Reply::Now(r) => Some(futures::future::ready(encode(header, *r)).boxed()),
-        Reply::Later(f) => Some(f.map(move |r| encode(header, r)).boxed()),
-        Reply::Nothing => None,
-        Reply::Unsupported => {
+    Ok(match reply {
+        Ok(Reply::Now(r)) => Some(futures::future::ready(finish(Ok(*r))).boxed()),
+        Ok(Reply::Later(f)) => Some(
+            AssertUnwindSafe(f)
+                .catch_unwind()
+                .map(move |r| finish(r.map_err(panic_message)))
+                .boxed(),
+        ),
+        Ok(Reply::Nothing) => None,
+        Ok(Reply::Unsupported) => {
             return Err(Close::Protocol(format!(
                 "{key:?} is not implemented by Weir; closing the connection"
             )))
         }
+        Err(panic) => Some(futures::future::ready(finish(Err(panic_message(panic)))).boxed()),
+    })
+}
+
+fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string())
+}
+
+/// The encoded answer to a request: its response, or if the handler panicked (`Err`) or the
+/// response does not encode, the API's error response (UNKNOWN_SERVER_ERROR). `Err` only if
+/// even that cannot be encoded, which closes the connection.
+fn answer(
+    header: &RequestHeader,
+    key: ApiKey,
+    outcome: Result<ResponseKind, String>,
+    frame: Bytes,
+    meters: &NetworkMeters,
+) -> Result<BytesMut, String> {
+    let version = header.request_api_version;
+    match outcome {
+        Ok(response) => match encode_response(header, &response) {
+            Ok(bytes) => return Ok(bytes),
+            Err(e) => {
+                meters.response_encode_errors.inc();
+                tracing::error!(api = ?key, api_key = key as i16, version, error = %e,
+                    "a response does not encode at its request's version; answering UNKNOWN_SERVER_ERROR");
+            }
+        },
+        Err(panic) => {
+            meters.handler_panics.inc();
+            tracing::error!(api = ?key, api_key = key as i16, version, panic = %panic,
+                "a request handler panicked; answering UNKNOWN_SERVER_ERROR");
+        }
+    }
+    let fallback = match decode_request(frame) {
+        Ok(Decoded::Request(_, request)) => error_response(header, &request),
+        _ => None,
+    };
+    let fallback = fallback.ok_or_else(|| {
+        format!("{key:?} v{version} has no error response; closing the connection")
+    })?;
+    encode_response(header, &fallback).map_err(|e| {
+        tracing::error!(api = ?key, version, error = %e, "the error response does not encode either; closing the connection");
+        format!("encoding a {key:?} v{version} error response: {e}; closing the connection")
     })
 }
 

@@ -396,5 +396,40 @@ fn render(state: &State) -> String {
         "",
         &n.rejected_frames,
     );
+    counter(
+        &mut o,
+        "connections_refused",
+        "Connections closed at accept because max.connections were open.",
+        "",
+        &n.connections_refused,
+    );
+    counter(
+        &mut o,
+        "response_encode_errors",
+        "Responses that did not encode at their request's version (answered UNKNOWN_SERVER_ERROR).",
+        "",
+        &n.response_encode_errors,
+    );
+    counter(
+        &mut o,
+        "request_handler_panics",
+        "Request handlers that panicked (answered UNKNOWN_SERVER_ERROR).",
+        "",
+        &n.handler_panics,
+    );
+    counter(
+        &mut o,
+        "connection_read_pauses",
+        "Times a connection stopped reading at the queued request bytes bound.",
+        "",
+        &n.read_pauses,
+    );
+    gauge(
+        &mut o,
+        "queued_request_bytes",
+        "Request bytes read and not yet answered.",
+        n.queued_request_bytes
+            .load(std::sync::atomic::Ordering::Relaxed),
+    );
     o
 }

@@ -34,6 +34,29 @@ pub struct BrokerConfig {
     pub num_partitions: u32,
     /// `socket.request.max.bytes`
     pub max_request_bytes: usize,
+    /// `fetch.max.bytes` (Kafka's default, 55 MiB): record bytes of one Fetch response at most,
+    /// whatever the request asks; the first partition with data still returns one whole batch
+    /// (KIP-74), so a consumer is never stuck behind a batch larger than the limits.
+    pub fetch_max_bytes: usize,
+    /// `max.connections`: Kafka connections open at once; more are closed at accept and counted
+    /// (`weir_connections_refused_total`). Kafka's default is unlimited; 10000 is above what
+    /// one broker is expected to serve (Kafka's guidance is a few thousand per broker), and
+    /// keeps a connection storm (a misconfigured client fleet reconnecting in a loop) from
+    /// taking every file descriptor and the memory of two tasks and buffers per connection
+    /// before the process limit is met. 0: no limit.
+    pub max_connections: usize,
+    /// `queued.max.request.bytes`: request bytes read but not yet answered (produce payloads
+    /// waiting for durability included), all connections together. At the bound, connections
+    /// stop reading and TCP pushes back on clients. Kafka's default is unbounded; 256 MiB holds
+    /// about a second and a half of this broker's measured peak produce rate in flight, far more
+    /// than a healthy WAL needs, so it binds only when the WAL or storage stalls. 0: no limit.
+    pub queued_max_request_bytes: usize,
+    /// The same bound for one connection (Weir pipelines a connection's requests; Kafka reads
+    /// one request at a time per connection), so that one client cannot take the whole budget.
+    /// 64 MiB: far above a producer's usual in-flight bytes (`max.in.flight` x batch size), and
+    /// a quarter of the total. A single request larger than the bound is still read, alone.
+    /// 0: no limit.
+    pub queued_max_request_bytes_per_connection: usize,
     /// `message.max.bytes`
     pub message_max_bytes: usize,
     /// `log.retention.ms`
@@ -136,6 +159,10 @@ impl Default for BrokerConfig {
             auto_create_topics: true,
             num_partitions: 1,
             max_request_bytes: 100 << 20,
+            fetch_max_bytes: 55 << 20,
+            max_connections: 10_000,
+            queued_max_request_bytes: 256 << 20,
+            queued_max_request_bytes_per_connection: 64 << 20,
             message_max_bytes: 1_048_588,
             log_retention_ms: 604_800_000,
             log_retention_bytes: -1,
@@ -369,6 +396,11 @@ mod tests {
         assert_eq!(c.broker.listen, "127.0.0.1:9092");
         assert_eq!(c.broker.admin_listen, "127.0.0.1:9644");
         assert_eq!(c.broker.data_dir, PathBuf::from("./data"));
+        // Kafka's default fetch.max.bytes; Weir's own bounds (see their doc comments).
+        assert_eq!(c.broker.fetch_max_bytes, 57_671_680);
+        assert_eq!(c.broker.max_connections, 10_000);
+        assert_eq!(c.broker.queued_max_request_bytes, 256 << 20);
+        assert_eq!(c.broker.queued_max_request_bytes_per_connection, 64 << 20);
         let bad = Config::load(
             None,
             vec![("WEIR_BROKER_NOPE".to_string(), "1".to_string())].into_iter(),

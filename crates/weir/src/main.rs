@@ -182,6 +182,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         Arc::clone(&topics),
         Arc::clone(&groups),
         Arc::clone(&meta),
+        weir_api::ApiLimits {
+            fetch_max_bytes: config.broker.fetch_max_bytes,
+        },
     );
 
     let listener = TcpListener::bind(&config.broker.listen)
@@ -198,6 +201,11 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         Arc::clone(&broker),
         weir_network::NetworkConfig {
             max_request_bytes: config.broker.max_request_bytes,
+            max_connections: config.broker.max_connections,
+            queued_max_request_bytes: config.broker.queued_max_request_bytes,
+            queued_max_request_bytes_per_connection: config
+                .broker
+                .queued_max_request_bytes_per_connection,
             ..Default::default()
         },
         Arc::clone(&net_meters),

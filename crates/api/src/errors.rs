@@ -1,0 +1,454 @@
+//! The error response of each API: what a client gets when Weir cannot give it the real answer
+//! (a handler panicked, or its response would not encode at the request's version), instead of
+//! a closed connection. Kafka's `AbstractRequest.getErrorResponse` does the same: the API's own
+//! response, with the error in its top-level error code, or in the error code of every topic,
+//! partition, group or resource the request named where the response has no top-level code.
+//! Only fields that exist at every version the request's fields exist in are set, so the result
+//! encodes at the request's version (the `versions` test walks every advertised version).
+
+use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
+
+/// The error response to `request` at `version` with `error` in every error code it has, or
+/// `None` for an API Weir does not implement.
+pub fn error_response_for(
+    request: &RequestKind,
+    version: i16,
+    error: ResponseError,
+) -> Option<ResponseKind> {
+    let code = error.code();
+    Some(match request {
+        RequestKind::Produce(r) => {
+            use produce_response::{PartitionProduceResponse, TopicProduceResponse};
+            ResponseKind::Produce(
+                ProduceResponse::default().with_responses(
+                    r.topic_data
+                        .iter()
+                        .map(|t| {
+                            TopicProduceResponse::default()
+                                .with_name(t.name.clone())
+                                .with_topic_id(t.topic_id)
+                                .with_partition_responses(
+                                    t.partition_data
+                                        .iter()
+                                        .map(|p| {
+                                            PartitionProduceResponse::default()
+                                                .with_index(p.index)
+                                                .with_error_code(code)
+                                                .with_base_offset(-1)
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                ),
+            )
+        }
+        RequestKind::Fetch(r) => {
+            use fetch_response::{FetchableTopicResponse, PartitionData};
+            let response = FetchResponse::default().with_responses(
+                r.topics
+                    .iter()
+                    .map(|t| {
+                        FetchableTopicResponse::default()
+                            .with_topic(t.topic.clone())
+                            .with_topic_id(t.topic_id)
+                            .with_partitions(
+                                t.partitions
+                                    .iter()
+                                    .map(|p| {
+                                        PartitionData::default()
+                                            .with_partition_index(p.partition)
+                                            .with_error_code(code)
+                                            .with_high_watermark(-1)
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            );
+            ResponseKind::Fetch(if version >= 7 {
+                response.with_error_code(code)
+            } else {
+                response
+            })
+        }
+        RequestKind::ListOffsets(r) => {
+            use list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
+            ResponseKind::ListOffsets(
+                ListOffsetsResponse::default().with_topics(
+                    r.topics
+                        .iter()
+                        .map(|t| {
+                            ListOffsetsTopicResponse::default()
+                                .with_name(t.name.clone())
+                                .with_partitions(
+                                    t.partitions
+                                        .iter()
+                                        .map(|p| {
+                                            ListOffsetsPartitionResponse::default()
+                                                .with_partition_index(p.partition_index)
+                                                .with_error_code(code)
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                ),
+            )
+        }
+        RequestKind::Metadata(r) => {
+            use metadata_response::MetadataResponseTopic;
+            ResponseKind::Metadata(
+                MetadataResponse::default().with_topics(
+                    r.topics
+                        .iter()
+                        .flatten()
+                        .map(|t| {
+                            MetadataResponseTopic::default()
+                                .with_name(t.name.clone())
+                                .with_topic_id(t.topic_id)
+                                .with_error_code(code)
+                        })
+                        .collect(),
+                ),
+            )
+        }
+        RequestKind::OffsetCommit(r) => {
+            use offset_commit_response::{
+                OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+            };
+            ResponseKind::OffsetCommit(
+                OffsetCommitResponse::default().with_topics(
+                    r.topics
+                        .iter()
+                        .map(|t| {
+                            OffsetCommitResponseTopic::default()
+                                .with_name(t.name.clone())
+                                .with_topic_id(t.topic_id)
+                                .with_partitions(
+                                    t.partitions
+                                        .iter()
+                                        .map(|p| {
+                                            OffsetCommitResponsePartition::default()
+                                                .with_partition_index(p.partition_index)
+                                                .with_error_code(code)
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                ),
+            )
+        }
+        RequestKind::OffsetFetch(r) => {
+            use offset_fetch_response::{
+                OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponseTopic,
+            };
+            if version >= 8 {
+                ResponseKind::OffsetFetch(
+                    OffsetFetchResponse::default().with_groups(
+                        r.groups
+                            .iter()
+                            .map(|g| {
+                                OffsetFetchResponseGroup::default()
+                                    .with_group_id(g.group_id.clone())
+                                    .with_error_code(code)
+                            })
+                            .collect(),
+                    ),
+                )
+            } else {
+                let response = OffsetFetchResponse::default().with_topics(
+                    r.topics
+                        .iter()
+                        .flatten()
+                        .map(|t| {
+                            OffsetFetchResponseTopic::default()
+                                .with_name(t.name.clone())
+                                .with_partitions(
+                                    t.partition_indexes
+                                        .iter()
+                                        .map(|&p| {
+                                            OffsetFetchResponsePartition::default()
+                                                .with_partition_index(p)
+                                                .with_committed_offset(-1)
+                                                .with_error_code(code)
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                );
+                ResponseKind::OffsetFetch(if version >= 2 {
+                    response.with_error_code(code)
+                } else {
+                    response
+                })
+            }
+        }
+        RequestKind::FindCoordinator(r) => {
+            use find_coordinator_response::Coordinator;
+            ResponseKind::FindCoordinator(if version >= 4 {
+                FindCoordinatorResponse::default().with_coordinators(
+                    r.coordinator_keys
+                        .iter()
+                        .map(|k| {
+                            Coordinator::default()
+                                .with_key(k.clone())
+                                .with_node_id(BrokerId(-1))
+                                .with_port(-1)
+                                .with_error_code(code)
+                        })
+                        .collect(),
+                )
+            } else {
+                FindCoordinatorResponse::default()
+                    .with_error_code(code)
+                    .with_node_id(BrokerId(-1))
+                    .with_port(-1)
+            })
+        }
+        RequestKind::JoinGroup(_) => ResponseKind::JoinGroup(
+            JoinGroupResponse::default()
+                .with_error_code(code)
+                .with_generation_id(-1),
+        ),
+        RequestKind::Heartbeat(_) => {
+            ResponseKind::Heartbeat(HeartbeatResponse::default().with_error_code(code))
+        }
+        RequestKind::LeaveGroup(_) => {
+            ResponseKind::LeaveGroup(LeaveGroupResponse::default().with_error_code(code))
+        }
+        RequestKind::SyncGroup(_) => {
+            ResponseKind::SyncGroup(SyncGroupResponse::default().with_error_code(code))
+        }
+        RequestKind::DescribeGroups(r) => {
+            use describe_groups_response::DescribedGroup;
+            ResponseKind::DescribeGroups(
+                DescribeGroupsResponse::default().with_groups(
+                    r.groups
+                        .iter()
+                        .map(|g| {
+                            DescribedGroup::default()
+                                .with_group_id(g.clone())
+                                .with_error_code(code)
+                        })
+                        .collect(),
+                ),
+            )
+        }
+        RequestKind::ListGroups(_) => {
+            ResponseKind::ListGroups(ListGroupsResponse::default().with_error_code(code))
+        }
+        RequestKind::ApiVersions(_) => {
+            ResponseKind::ApiVersions(crate::cluster::api_versions(code))
+        }
+        RequestKind::CreateTopics(r) => {
+            use create_topics_response::CreatableTopicResult;
+            ResponseKind::CreateTopics(
+                CreateTopicsResponse::default().with_topics(
+                    r.topics
+                        .iter()
+                        .map(|t| {
+                            CreatableTopicResult::default()
+                                .with_name(t.name.clone())
+                                .with_error_code(code)
+                        })
+                        .collect(),
+                ),
+            )
+        }
+        RequestKind::DeleteTopics(r) => {
+            use delete_topics_response::DeletableTopicResult;
+            let results = if version >= 6 {
+                r.topics
+                    .iter()
+                    .map(|t| {
+                        DeletableTopicResult::default()
+                            .with_name(t.name.clone())
+                            .with_topic_id(t.topic_id)
+                            .with_error_code(code)
+                    })
+                    .collect()
+            } else {
+                r.topic_names
+                    .iter()
+                    .map(|n| {
+                        DeletableTopicResult::default()
+                            .with_name(Some(n.clone()))
+                            .with_error_code(code)
+                    })
+                    .collect()
+            };
+            ResponseKind::DeleteTopics(DeleteTopicsResponse::default().with_responses(results))
+        }
+        RequestKind::DeleteRecords(r) => {
+            use delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
+            ResponseKind::DeleteRecords(
+                DeleteRecordsResponse::default().with_topics(
+                    r.topics
+                        .iter()
+                        .map(|t| {
+                            DeleteRecordsTopicResult::default()
+                                .with_name(t.name.clone())
+                                .with_partitions(
+                                    t.partitions
+                                        .iter()
+                                        .map(|p| {
+                                            DeleteRecordsPartitionResult::default()
+                                                .with_partition_index(p.partition_index)
+                                                .with_low_watermark(-1)
+                                                .with_error_code(code)
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                ),
+            )
+        }
+        RequestKind::InitProducerId(_) => ResponseKind::InitProducerId(
+            InitProducerIdResponse::default()
+                .with_error_code(code)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+        ),
+        RequestKind::OffsetForLeaderEpoch(r) => {
+            use offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
+            ResponseKind::OffsetForLeaderEpoch(
+                OffsetForLeaderEpochResponse::default().with_topics(
+                    r.topics
+                        .iter()
+                        .map(|t| {
+                            OffsetForLeaderTopicResult::default()
+                                .with_topic(t.topic.clone())
+                                .with_partitions(
+                                    t.partitions
+                                        .iter()
+                                        .map(|p| {
+                                            EpochEndOffset::default()
+                                                .with_partition(p.partition)
+                                                .with_error_code(code)
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                ),
+            )
+        }
+        RequestKind::DescribeConfigs(r) => {
+            use describe_configs_response::DescribeConfigsResult;
+            ResponseKind::DescribeConfigs(
+                DescribeConfigsResponse::default().with_results(
+                    r.resources
+                        .iter()
+                        .map(|res| {
+                            DescribeConfigsResult::default()
+                                .with_resource_type(res.resource_type)
+                                .with_resource_name(res.resource_name.clone())
+                                .with_error_code(code)
+                        })
+                        .collect(),
+                ),
+            )
+        }
+        RequestKind::AlterConfigs(r) => {
+            use alter_configs_response::AlterConfigsResourceResponse;
+            ResponseKind::AlterConfigs(
+                AlterConfigsResponse::default().with_responses(
+                    r.resources
+                        .iter()
+                        .map(|res| {
+                            AlterConfigsResourceResponse::default()
+                                .with_resource_type(res.resource_type)
+                                .with_resource_name(res.resource_name.clone())
+                                .with_error_code(code)
+                        })
+                        .collect(),
+                ),
+            )
+        }
+        RequestKind::IncrementalAlterConfigs(r) => {
+            use incremental_alter_configs_response::AlterConfigsResourceResponse;
+            ResponseKind::IncrementalAlterConfigs(
+                IncrementalAlterConfigsResponse::default().with_responses(
+                    r.resources
+                        .iter()
+                        .map(|res| {
+                            AlterConfigsResourceResponse::default()
+                                .with_resource_type(res.resource_type)
+                                .with_resource_name(res.resource_name.clone())
+                                .with_error_code(code)
+                        })
+                        .collect(),
+                ),
+            )
+        }
+        RequestKind::CreatePartitions(r) => {
+            use create_partitions_response::CreatePartitionsTopicResult;
+            ResponseKind::CreatePartitions(
+                CreatePartitionsResponse::default().with_results(
+                    r.topics
+                        .iter()
+                        .map(|t| {
+                            CreatePartitionsTopicResult::default()
+                                .with_name(t.name.clone())
+                                .with_error_code(code)
+                        })
+                        .collect(),
+                ),
+            )
+        }
+        RequestKind::DeleteGroups(r) => {
+            use delete_groups_response::DeletableGroupResult;
+            ResponseKind::DeleteGroups(
+                DeleteGroupsResponse::default().with_results(
+                    r.groups_names
+                        .iter()
+                        .map(|g| {
+                            DeletableGroupResult::default()
+                                .with_group_id(g.clone())
+                                .with_error_code(code)
+                        })
+                        .collect(),
+                ),
+            )
+        }
+        RequestKind::OffsetDelete(r) => {
+            use offset_delete_response::{
+                OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+            };
+            ResponseKind::OffsetDelete(
+                OffsetDeleteResponse::default()
+                    .with_error_code(code)
+                    .with_topics(
+                        r.topics
+                            .iter()
+                            .map(|t| {
+                                OffsetDeleteResponseTopic::default()
+                                    .with_name(t.name.clone())
+                                    .with_partitions(
+                                        t.partitions
+                                            .iter()
+                                            .map(|p| {
+                                                OffsetDeleteResponsePartition::default()
+                                                    .with_partition_index(p.partition_index)
+                                                    .with_error_code(code)
+                                            })
+                                            .collect(),
+                                    )
+                            })
+                            .collect(),
+                    ),
+            )
+        }
+        RequestKind::DescribeCluster(r) => ResponseKind::DescribeCluster(
+            DescribeClusterResponse::default()
+                .with_error_code(code)
+                .with_endpoint_type(r.endpoint_type),
+        ),
+        _ => return None,
+    })
+}

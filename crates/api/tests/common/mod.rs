@@ -1,0 +1,141 @@
+//! A broker on a real engine (file WAL in a temp dir, memory object store) for the API tests,
+//! and record batches to produce.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use uuid::Uuid;
+use weir_api::Broker;
+
+pub const TOPIC: &str = "t";
+pub const MISSING: &str = "no-such-topic";
+pub const GROUP: &str = "g1";
+
+pub fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+pub fn topic(v: &str) -> TopicName {
+    TopicName(s(v))
+}
+
+/// One real record batch (magic 2) of `n` records of 100 bytes.
+pub fn batch(n: usize) -> Bytes {
+    batch_of(n, 100)
+}
+
+/// One real record batch (magic 2) of `n` records of `size` bytes.
+pub fn batch_of(n: usize, size: usize) -> Bytes {
+    let records: Vec<Record> = (0..n)
+        .map(|i| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // offset - sequence is what keeps records in one batch; the base sequence is -1.
+            sequence: i as i32 - 1,
+            timestamp: 1_700_000_000_000 + i as i64,
+            key: Some(Bytes::from(format!("k{i}"))),
+            value: Some(Bytes::from(vec![b'v'; size])),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .expect("encode a batch");
+    buf.freeze()
+}
+
+pub struct Env {
+    pub broker: Arc<Broker>,
+    pub topics: Arc<weir_partition::Topics>,
+    pub engine: weir_storage::Engine,
+    pub topic_id: Uuid,
+    _dir: tempfile::TempDir,
+}
+
+pub async fn env() -> Env {
+    env_with(weir_api::ApiLimits::default()).await
+}
+
+pub async fn env_with(limits: weir_api::ApiLimits) -> Env {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let wal = weir_wal::FileWal::open(weir_wal::FileWalConfig {
+        capacity: 16 << 20,
+        direct_io: false,
+        format: false,
+        ..weir_wal::FileWalConfig::new(dir.path().join("wal"))
+    })
+    .expect("open WAL");
+    let meta: Arc<dyn weir_meta::MetaStore> = Arc::new(
+        weir_meta::SqliteMetaStore::open(&dir.path().join("meta.sqlite")).expect("open meta"),
+    );
+    let store = weir_storage::objstore::from_url("memory://").expect("memory store");
+    let engine = weir_storage::Engine::open(
+        weir_storage::StorageConfig::default(),
+        Arc::new(wal),
+        Arc::clone(&meta),
+        store,
+    )
+    .await
+    .expect("open engine");
+    let topics = weir_partition::Topics::open(
+        engine.clone(),
+        Arc::clone(&meta),
+        weir_partition::TopicDefaults {
+            wal_full_wait: Duration::from_secs(1),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("open topics");
+    let groups =
+        weir_group::GroupCoordinator::new(Arc::clone(&meta), weir_group::GroupConfig::default());
+    let broker = Broker::new(
+        weir_api::BrokerIdentity {
+            node_id: 1,
+            host: "127.0.0.1".into(),
+            port: 9092,
+            rack: Some("zone-a".into()),
+            cluster_id: "versions-test".into(),
+        },
+        Arc::clone(&topics),
+        groups,
+        meta,
+        limits,
+    );
+    let t = topics
+        .create(TOPIC, 2, Default::default(), false)
+        .await
+        .expect("create the test topic");
+    // Data to read back, and a committed offset to fetch.
+    let p = topics.partition(TOPIC, 0).expect("partition 0");
+    p.produce(&batch(3), Duration::from_secs(5))
+        .await
+        .expect("produce a batch");
+    Env {
+        broker,
+        topics,
+        engine,
+        topic_id: Uuid::from_bytes(t.id),
+        _dir: dir,
+    }
+}

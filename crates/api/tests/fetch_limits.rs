@@ -1,0 +1,133 @@
+//! Fetch responses stay within `fetch.max.bytes` and the request's `max_bytes`, whatever a
+//! client asks for, with KIP-74's exception (the first partition with data sends at least one
+//! whole batch); partitions with nothing to read take no share of the limit.
+
+mod common;
+
+use std::time::Duration;
+
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::*;
+use weir_api::{ApiLimits, Reply};
+
+use common::{batch_of, env_with, topic, Env, TOPIC};
+
+/// Each batch: 4 records of 50,000 bytes, about 200 KB.
+const RECORD: usize = 50_000;
+
+/// Appends `batches` batches to `partition`; returns the size of one and the offset of the
+/// first.
+async fn fill(e: &Env, partition: i32, batches: usize) -> (usize, i64) {
+    let p = e.topics.partition(TOPIC, partition).expect("partition");
+    let (_, first) = p.offsets();
+    let mut bytes = 0;
+    for _ in 0..batches {
+        let b = batch_of(4, RECORD);
+        bytes = b.len();
+        p.produce(&b, Duration::from_secs(5))
+            .await
+            .expect("produce");
+    }
+    (bytes, first)
+}
+
+/// Fetches (partition, offset) pairs of TOPIC with the given limits; returns the record bytes
+/// of each partition, in order.
+async fn fetch(e: &Env, parts: &[(i32, i64)], max_bytes: i32, partition_max: i32) -> Vec<usize> {
+    let r = FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_max_bytes(max_bytes)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(topic(TOPIC))
+            .with_partitions(
+                parts
+                    .iter()
+                    .map(|&(p, offset)| {
+                        FetchPartition::default()
+                            .with_partition(p)
+                            .with_fetch_offset(offset)
+                            .with_partition_max_bytes(partition_max)
+                    })
+                    .collect(),
+            )]);
+    let header = RequestHeader::default()
+        .with_request_api_key(ApiKey::Fetch as i16)
+        .with_request_api_version(12);
+    let response = match e.broker.handle(&header, RequestKind::Fetch(r), "h").await {
+        Reply::Now(r) => *r,
+        Reply::Later(f) => f.await,
+        _ => panic!("no fetch response"),
+    };
+    let ResponseKind::Fetch(f) = response else {
+        panic!("not a fetch response");
+    };
+    f.responses
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| {
+            assert_eq!(p.error_code, 0, "partition {}", p.partition_index);
+            p.records.as_ref().map_or(0, |r| r.len())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_is_capped_by_fetch_max_bytes() {
+    let e = env_with(ApiLimits {
+        fetch_max_bytes: 1 << 20,
+    })
+    .await;
+    let (batch, a) = fill(&e, 0, 8).await;
+    let (_, b) = fill(&e, 1, 8).await;
+    assert!(batch > 190_000 && batch < 1 << 20, "batch of {batch} bytes");
+
+    // A client asking for 1 GiB gets at most fetch.max.bytes, in whole batches.
+    let got = fetch(&e, &[(0, a), (1, b)], 1 << 30, 1 << 30).await;
+    let total: usize = got.iter().sum();
+    assert!(total <= 1 << 20, "{got:?}: over fetch.max.bytes");
+    assert_eq!(total % batch, 0, "{got:?}: whole batches");
+    assert_eq!(
+        got[0],
+        (1 << 20) / batch * batch,
+        "{got:?}: as much as fits"
+    );
+
+    // Per-partition limits still apply under the cap, and the second partition gets what the
+    // first leaves.
+    let got = fetch(&e, &[(0, a), (1, b)], 1 << 30, 3 * batch as i32).await;
+    assert_eq!(got, vec![3 * batch, (1 << 20) / batch * batch - 3 * batch]);
+
+    // The request's own max_bytes, when smaller, is the limit.
+    let got = fetch(&e, &[(0, a), (1, b)], 2 * batch as i32, 1 << 30).await;
+    assert_eq!(got, vec![2 * batch, 0]);
+
+    e.topics.close().await;
+    e.engine.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_partition_with_data_returns_a_batch_larger_than_the_limits() {
+    let e = env_with(ApiLimits {
+        fetch_max_bytes: 100_000,
+    })
+    .await;
+    let (batch, a) = fill(&e, 0, 3).await;
+    let (_, b) = fill(&e, 1, 3).await;
+    assert!(batch > 100_000);
+
+    // KIP-74: one whole batch of the first partition, though it is over every limit; nothing
+    // from the second, which would take the response further over.
+    let got = fetch(&e, &[(0, a), (1, b)], 1 << 30, 1 << 30).await;
+    assert_eq!(got, vec![batch, 0]);
+    let got = fetch(&e, &[(0, a), (1, b)], 10, 10).await;
+    assert_eq!(got, vec![batch, 0]);
+
+    // A partition at its end has nothing to send and takes no share: the next one with data
+    // is the "first" and gets its batch.
+    let (_, end) = e.topics.partition(TOPIC, 0).expect("p0").offsets();
+    let got = fetch(&e, &[(0, end), (1, b)], 1 << 30, 1 << 30).await;
+    assert_eq!(got, vec![0, batch]);
+
+    e.topics.close().await;
+    e.engine.close().await.expect("close");
+}
