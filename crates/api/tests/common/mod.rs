@@ -3,7 +3,6 @@
 #![allow(dead_code)]
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::*;
@@ -100,15 +99,12 @@ pub async fn env_with(limits: weir_api::ApiLimits) -> Env {
     let topics = weir_partition::Topics::open(
         engine.clone(),
         Arc::clone(&meta),
-        weir_partition::TopicDefaults {
-            wal_full_wait: Duration::from_secs(1),
-            ..Default::default()
-        },
+        weir_partition::TopicDefaults::default(),
     )
     .await
     .expect("open topics");
     let groups =
-        weir_group::GroupCoordinator::new(Arc::clone(&meta), weir_group::GroupConfig::default());
+        weir_group::GroupCoordinator::new(meta.clone(), weir_group::GroupConfig::default());
     let broker = Broker::new(
         weir_api::BrokerIdentity {
             node_id: 1,
@@ -128,7 +124,7 @@ pub async fn env_with(limits: weir_api::ApiLimits) -> Env {
         .expect("create the test topic");
     // Data to read back, and a committed offset to fetch.
     let p = topics.partition(TOPIC, 0).expect("partition 0");
-    p.produce(&batch(3), Duration::from_secs(5))
+    p.produce(&batch(3))
         .await
         .expect("produce a batch");
     Env {
