@@ -98,8 +98,9 @@ pub fn error_response(header: &RequestHeader, request: &RequestKind) -> Option<R
 pub enum Reply {
     Now(Box<ResponseKind>),
     Later(BoxFuture<'static, ResponseKind>),
-    /// Produce with acks=0: nothing goes back.
-    Nothing,
+    /// Produce with acks=0: nothing goes back, but the connection holds the request (its bytes
+    /// and its place) until the future is done, so acks=0 produce is bounded like any other.
+    Silent(BoxFuture<'static, ()>),
     /// An API Weir decodes but does not implement (nor advertise).
     Unsupported,
 }

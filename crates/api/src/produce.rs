@@ -80,8 +80,9 @@ impl Broker {
             ResponseKind::Produce(ProduceResponse::default().with_responses(responses))
         };
         if acks == 0 {
-            tokio::spawn(reply);
-            return Reply::Nothing;
+            return Reply::Silent(Box::pin(async move {
+                let _ = reply.await;
+            }));
         }
         Reply::Later(Box::pin(reply))
     }

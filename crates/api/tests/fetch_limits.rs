@@ -4,7 +4,6 @@
 
 mod common;
 
-
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::*;
 use weir_api::{ApiLimits, Reply};
@@ -23,9 +22,7 @@ async fn fill(e: &Env, partition: i32, batches: usize) -> (usize, i64) {
     for _ in 0..batches {
         let b = batch_of(4, RECORD);
         bytes = b.len();
-        p.produce(&b)
-            .await
-            .expect("produce");
+        p.produce(&b).await.expect("produce");
     }
     (bytes, first)
 }

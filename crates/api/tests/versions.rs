@@ -762,7 +762,7 @@ async fn every_api_answers_at_every_advertised_version() {
                             continue;
                         }
                     },
-                    Reply::Nothing => {
+                    Reply::Silent(_) => {
                         failures.push(format!("{what}: no response"));
                         continue;
                     }

@@ -462,6 +462,24 @@ async fn request<H: Handler>(
         .catch_unwind()
         .await;
     let meters = Arc::clone(meters);
+    let reply = match reply {
+        Ok(Reply::Silent(f)) => {
+            return Ok(Some(
+                AssertUnwindSafe(f)
+                    .catch_unwind()
+                    .map(move |r| {
+                        if let Err(panic) = r {
+                            meters.handler_panics.inc();
+                            tracing::error!(api = ?key, panic = %panic_message(panic),
+                                "a request handler without a response panicked");
+                        }
+                        (None, held)
+                    })
+                    .boxed(),
+            ))
+        }
+        other => other,
+    };
     let finish = move |outcome: Result<ResponseKind, String>| {
         (Some(answer(&header, key, outcome, original, &meters)), held)
     };
@@ -473,7 +491,7 @@ async fn request<H: Handler>(
                 .map(move |r| finish(r.map_err(panic_message)))
                 .boxed(),
         ),
-        Ok(Reply::Nothing) => None,
+        Ok(Reply::Silent(_)) => None,
         Ok(Reply::Unsupported) => {
             return Err(Close::Protocol(format!(
                 "{key:?} is not implemented by Weir; closing the connection"

@@ -186,10 +186,14 @@ fn create_topic(c: &mut TcpStream, name: &str, partitions: i32) {
 }
 
 fn produce_request(topic: &str, records: Bytes) -> RequestKind {
+    produce_request_acks(topic, records, -1)
+}
+
+fn produce_request_acks(topic: &str, records: Bytes, acks: i16) -> RequestKind {
     use produce_request::{PartitionProduceData, TopicProduceData};
     RequestKind::Produce(
         ProduceRequest::default()
-            .with_acks(-1)
+            .with_acks(acks)
             .with_timeout_ms(30_000)
             .with_topic_data(vec![TopicProduceData::default()
                 .with_name(TopicName(s(topic)))
@@ -315,6 +319,17 @@ fn connections_over_max_connections_are_refused() {
 
 #[test]
 fn a_connection_flooding_produce_into_a_full_wal_stops_being_read() {
+    flood(-1);
+}
+
+/// acks=0 produce used to be spawned off and forgotten: its bytes were released at once, so a
+/// client flooding acks=0 requests into a full WAL was never slowed down.
+#[test]
+fn a_connection_flooding_acks_0_produce_into_a_full_wal_stops_being_read() {
+    flood(0);
+}
+
+fn flood(acks: i16) {
     // Uploads hang (latency on a memory store), so the small WAL fills and produce requests
     // wait for space, holding their bytes.
     let cap = 4usize << 20;
@@ -334,7 +349,7 @@ fn a_connection_flooding_produce_into_a_full_wal_stops_being_read() {
         ApiKey::Produce,
         9,
         2,
-        &produce_request("flood", batch(1, 500_000)),
+        &produce_request_acks("flood", batch(1, 500_000), acks),
     );
     // 64 requests, 32 MB, written from a thread: once the broker stops reading, the writes
     // block on full socket buffers.

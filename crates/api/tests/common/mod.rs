@@ -124,9 +124,7 @@ pub async fn env_with(limits: weir_api::ApiLimits) -> Env {
         .expect("create the test topic");
     // Data to read back, and a committed offset to fetch.
     let p = topics.partition(TOPIC, 0).expect("partition 0");
-    p.produce(&batch(3))
-        .await
-        .expect("produce a batch");
+    p.produce(&batch(3)).await.expect("produce a batch");
     Env {
         broker,
         topics,
