@@ -345,7 +345,7 @@ pub async fn failed_writes_leave_no_trace(open: &impl Fn(&Path) -> Arc<dyn Wal>)
         let cut = {
             let st = stream.lock().expect("lock");
             let n = st.durable.len();
-            (n > 20 && waves % 7 == 0).then(|| st.durable[n - 20].0)
+            (n > 20 && waves.is_multiple_of(7)).then(|| st.durable[n - 20].0)
         };
         if let Some(cut) = cut {
             // Trim all but the last 20 durable appends.
