@@ -31,6 +31,7 @@ fn free_port() -> u16 {
 struct Broker {
     child: Child,
     port: u16,
+    admin: u16,
     log: PathBuf,
 }
 
@@ -61,7 +62,12 @@ impl Broker {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        let mut b = Broker { child, port, log };
+        let mut b = Broker {
+            child,
+            port,
+            admin,
+            log,
+        };
         let t = Instant::now();
         while !ready(admin) {
             if let Some(status) = b.child.try_wait().unwrap() {
@@ -116,16 +122,25 @@ impl Broker {
     }
 }
 
-fn ready(admin: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", admin)) else {
-        return false;
-    };
-    if write!(s, "GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n").is_err() {
-        return false;
-    }
+fn http_get(admin: u16, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", admin)).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
     let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out.starts_with("HTTP/1.1 200")
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+fn ready(admin: u16) -> bool {
+    http_get(admin, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+}
+
+/// The value of an unlabelled metric.
+fn metric(admin: u16, name: &str) -> u64 {
+    let body = http_get(admin, "/metrics").expect("metrics");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no metric {name}"))
 }
 
 fn value(i: u64) -> String {
@@ -308,5 +323,49 @@ fn failed_object_reads_answer_fetch_with_kafka_storage_error() {
     produce(&b.bootstrap(), 10);
     let (error, bytes) = fetch_v4(b.port, 200);
     assert_eq!((error, bytes > 0), (0, true));
+    b.stop();
+}
+
+/// The WAL fault switch from the environment: with every sync failing, a produce is not
+/// acknowledged, the WAL counts its failed writes, and the broker keeps serving; restarted
+/// without the switch, it takes the same records.
+#[test]
+fn wal_fault_switch_from_the_environment_fails_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Broker::start(
+        dir.path(),
+        "failing",
+        &[("WEIR_WAL_FAULT_SYNC_ERROR_RATE", "1.0")],
+    );
+    let producer: rdkafka::producer::BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", b.bootstrap())
+        .set("acks", "all")
+        .set("message.timeout.ms", "3000")
+        .create()
+        .expect("producer");
+    let v = value(0);
+    producer
+        .send(BaseRecord::<(), String>::to(TOPIC).partition(0).payload(&v))
+        .map_err(|(e, _)| e)
+        .expect("queued");
+    let _ = producer.flush(Duration::from_secs(10));
+    assert_eq!(producer.in_flight_count(), 0);
+    assert!(
+        metric(b.admin, "weir_wal_write_errors_total") > 0,
+        "the switch failed no WAL write"
+    );
+    assert_eq!(
+        metric(b.admin, "weir_wal_syncs_total"),
+        0,
+        "no write succeeded"
+    );
+    b.assert_no_panic();
+    b.stop();
+
+    let b = Broker::start(dir.path(), "healthy", &[]);
+    produce(&b.bootstrap(), 20);
+    // Nothing of the failed produce is in the partition: it starts with the new records.
+    let want: Vec<String> = (0..20).map(value).collect();
+    assert_eq!(consume(&b.bootstrap(), 20), want);
     b.stop();
 }
