@@ -17,6 +17,8 @@ pub struct StorageConfig {
     pub log_cache_bytes: u64,
     /// Memory for blocks read from objects.
     pub block_cache_bytes: u64,
+    /// Memory for the indexes of objects read (about 56 bytes per block of an object).
+    pub index_cache_bytes: u64,
     /// Largest read-ahead of a reader going on sequentially.
     pub readahead_max_bytes: u64,
     /// How long an append waits for WAL space before it fails.
@@ -50,6 +52,7 @@ impl Default for StorageConfig {
             block_bytes: 1 << 20,
             log_cache_bytes: 512 << 20,
             block_cache_bytes: 256 << 20,
+            index_cache_bytes: 32 << 20,
             readahead_max_bytes: 16 << 20,
             wal_full_wait: Duration::from_secs(5),
             delete_grace: Duration::from_secs(60),

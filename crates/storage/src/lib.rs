@@ -63,6 +63,9 @@ pub struct StorageMeters {
     pub block_cache_hits: Counter,
     pub block_cache_misses: Counter,
     pub block_cache_fill_bytes: Counter,
+    /// Bytes held by the cache of object indexes (a gauge; bounded by
+    /// `StorageConfig::index_cache_bytes`).
+    pub object_index_cache_bytes: std::sync::atomic::AtomicU64,
     pub uploads: Counter,
     pub objects_uploaded: Counter,
     pub upload_bytes: Counter,

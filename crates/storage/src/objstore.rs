@@ -1,6 +1,6 @@
 //! Object stores as the engine uses them: chosen by URL, and wrapped so that every request is
-//! counted, the way the `object_store` crate composes its own wrappers (`LimitStore`,
-//! `ThrottledStore`).
+//! counted, the way the `object_store` crate composes its own wrappers (`LimitStore`); faults
+//! (latency, errors) are injected by a wrapper of our own that works on every kind of store.
 
 use std::fmt;
 use std::ops::Range;
@@ -48,7 +48,8 @@ fn with_prefix<T: ObjectStore>(store: T, prefix: &str) -> Arc<dyn ObjectStore> {
 
 /// Builds a store from a URL: `file:///path`, `memory://`, `s3://bucket/prefix` (credentials,
 /// region and endpoint from the usual `AWS_*` variables), `gs://bucket/prefix`,
-/// `az://container/prefix`; then wraps it with fault injection (if configured) and a bound on
+/// `az://container/prefix`; then wraps it with fault injection (if configured, see
+/// [`FaultyStore`]) and a bound on
 /// concurrent requests. Retries with backoff on 5xx, throttling and timeouts are the cloud
 /// clients' own (`object_store`'s `RetryConfig`).
 pub fn from_url_with(url: &str, options: &StoreOptions) -> Result<Arc<dyn ObjectStore>, String> {
@@ -102,25 +103,11 @@ pub fn from_url_with(url: &str, options: &StoreOptions) -> Result<Arc<dyn Object
         ));
     };
     let mut store = base;
-    let f = &options.faults;
-    if !f.latency.is_zero() {
-        let latency = object_store::throttle::ThrottleConfig {
-            wait_put_per_call: f.latency,
-            wait_get_per_call: f.latency,
-            wait_delete_per_call: f.latency,
-            wait_list_per_call: f.latency,
-            ..Default::default()
-        };
-        store = Arc::new(object_store::throttle::ThrottledStore::new(store, latency));
-    }
-    if f.put_error_rate > 0.0 || f.get_error_rate > 0.0 {
-        store = Arc::new(FaultyStore::new(
-            store,
-            FaultConfig {
-                latency: std::time::Duration::ZERO,
-                ..f.clone()
-            },
-        ));
+    // Latency and errors are both injected by our own wrapper, which delegates every request
+    // unchanged: `object_store`'s `ThrottledStore` rebuilds GET payloads and panics on a local
+    // file's (`unimplemented!`), so it could not be used on `file://`.
+    if options.faults.is_on() {
+        store = Arc::new(FaultyStore::new(store, options.faults.clone()));
     }
     if options.max_concurrent_requests > 0 {
         store = Arc::new(object_store::limit::LimitStore::new(
@@ -313,34 +300,51 @@ impl ObjectStore for MeteredStore {
 pub struct FaultConfig {
     /// Share of PUTs (and multipart uploads) that fail, 0.0 to 1.0.
     pub put_error_rate: f64,
-    /// Share of GETs that fail.
+    /// Share of GETs (and HEADs) that fail.
     pub get_error_rate: f64,
-    /// Added to every request.
+    /// Added to every request: PUT, each multipart part and completion, GET, HEAD, LIST, each
+    /// DELETE, COPY.
     pub latency: std::time::Duration,
 }
 
-/// Injects [`FaultConfig`]'s errors and latency into requests to `inner`. The faults can be
-/// changed while it runs.
+impl FaultConfig {
+    /// Whether any fault is switched on.
+    pub fn is_on(&self) -> bool {
+        self.put_error_rate > 0.0 || self.get_error_rate > 0.0 || !self.latency.is_zero()
+    }
+
+    /// Checks that the rates are shares (0.0 to 1.0).
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, rate) in [
+            ("put_error_rate", self.put_error_rate),
+            ("get_error_rate", self.get_error_rate),
+        ] {
+            if !(0.0..=1.0).contains(&rate) {
+                return Err(format!(
+                    "fault {name} = {rate}: must be between 0.0 and 1.0"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Injects [`FaultConfig`]'s latency and errors into requests to `inner`, then hands each
+/// request on unchanged (GET payloads of every kind, local files included, pass through). The
+/// faults can be changed while it runs.
 #[derive(Debug)]
 pub struct FaultyStore {
     inner: Arc<dyn ObjectStore>,
+    shared: Arc<FaultState>,
+}
+
+#[derive(Debug)]
+struct FaultState {
     faults: std::sync::RwLock<FaultConfig>,
     rng: std::sync::atomic::AtomicU64,
 }
 
-impl FaultyStore {
-    pub fn new(inner: Arc<dyn ObjectStore>, faults: FaultConfig) -> Self {
-        FaultyStore {
-            inner,
-            faults: std::sync::RwLock::new(faults),
-            rng: std::sync::atomic::AtomicU64::new(0x2545_F491_4F6C_DD1D),
-        }
-    }
-
-    pub fn set_faults(&self, faults: FaultConfig) {
-        *self.faults.write().unwrap_or_else(|e| e.into_inner()) = faults;
-    }
-
+impl FaultState {
     fn faults(&self) -> FaultConfig {
         self.faults
             .read()
@@ -350,17 +354,25 @@ impl FaultyStore {
 
     /// A draw in [0, 1) from a xorshift generator: cheap, and good enough to spread faults.
     fn draw(&self) -> f64 {
-        let mut x = self.rng.load(std::sync::atomic::Ordering::Relaxed);
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.rng.store(x, std::sync::atomic::Ordering::Relaxed);
-        (x >> 11) as f64 / (1u64 << 53) as f64
+        use std::sync::atomic::Ordering::Relaxed;
+        let step = |mut x: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        // One atomic update per draw, so that concurrent requests never share a draw.
+        let prev = self
+            .rng
+            .fetch_update(Relaxed, Relaxed, |x| Some(step(x)))
+            .unwrap_or_else(|x| x);
+        (step(prev) >> 11) as f64 / (1u64 << 53) as f64
     }
 
+    /// Waits the configured latency, then fails at the error rate `rate` picks from the faults.
     async fn before(
         &self,
-        error_rate: f64,
+        rate: fn(&FaultConfig) -> f64,
         what: &'static str,
         location: &Path,
     ) -> object_store::Result<()> {
@@ -368,6 +380,7 @@ impl FaultyStore {
         if !f.latency.is_zero() {
             tokio::time::sleep(f.latency).await;
         }
+        let error_rate = rate(&f);
         if error_rate > 0.0 && self.draw() < error_rate {
             return Err(object_store::Error::Generic {
                 store: "faults",
@@ -375,6 +388,50 @@ impl FaultyStore {
             });
         }
         Ok(())
+    }
+
+    async fn delay(&self) {
+        let latency = self.faults().latency;
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+    }
+}
+
+fn put_errors(f: &FaultConfig) -> f64 {
+    f.put_error_rate
+}
+
+fn get_errors(f: &FaultConfig) -> f64 {
+    f.get_error_rate
+}
+
+impl FaultyStore {
+    pub fn new(inner: Arc<dyn ObjectStore>, faults: FaultConfig) -> Self {
+        FaultyStore {
+            inner,
+            shared: Arc::new(FaultState {
+                faults: std::sync::RwLock::new(faults),
+                rng: std::sync::atomic::AtomicU64::new(0x2545_F491_4F6C_DD1D),
+            }),
+        }
+    }
+
+    pub fn set_faults(&self, faults: FaultConfig) {
+        *self
+            .shared
+            .faults
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = faults;
+    }
+
+    /// `stream`, started after the configured latency.
+    fn delayed<T: Send + 'static>(&self, stream: BoxStream<'static, T>) -> BoxStream<'static, T> {
+        let shared = Arc::clone(&self.shared);
+        futures::stream::once(async move { shared.delay().await })
+            .filter_map(|()| futures::future::ready(None))
+            .chain(stream)
+            .boxed()
     }
 }
 
@@ -392,8 +449,7 @@ impl ObjectStore for FaultyStore {
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
-        self.before(self.faults().put_error_rate, "PUT", location)
-            .await?;
+        self.shared.before(put_errors, "PUT", location).await?;
         self.inner.put_opts(location, payload, opts).await
     }
 
@@ -402,9 +458,14 @@ impl ObjectStore for FaultyStore {
         location: &Path,
         opts: PutMultipartOptions,
     ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.before(self.faults().put_error_rate, "multipart PUT", location)
+        self.shared
+            .before(put_errors, "multipart PUT", location)
             .await?;
-        self.inner.put_multipart_opts(location, opts).await
+        let inner = self.inner.put_multipart_opts(location, opts).await?;
+        Ok(Box::new(FaultyUpload {
+            inner,
+            shared: Arc::clone(&self.shared),
+        }))
     }
 
     async fn get_opts(
@@ -412,8 +473,8 @@ impl ObjectStore for FaultyStore {
         location: &Path,
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
-        self.before(self.faults().get_error_rate, "GET", location)
-            .await?;
+        let what = if options.head { "HEAD" } else { "GET" };
+        self.shared.before(get_errors, what, location).await?;
         self.inner.get_opts(location, options).await
     }
 
@@ -421,14 +482,33 @@ impl ObjectStore for FaultyStore {
         &self,
         locations: BoxStream<'static, object_store::Result<Path>>,
     ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
+        let shared = Arc::clone(&self.shared);
+        let delayed = locations
+            .then(move |p| {
+                let shared = Arc::clone(&shared);
+                async move {
+                    shared.delay().await;
+                    p
+                }
+            })
+            .boxed();
+        self.inner.delete_stream(delayed)
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
+        self.delayed(self.inner.list(prefix))
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.delayed(self.inner.list_with_offset(prefix, offset))
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.shared.delay().await;
         self.inner.list_with_delimiter(prefix).await
     }
 
@@ -438,7 +518,48 @@ impl ObjectStore for FaultyStore {
         to: &Path,
         options: CopyOptions,
     ) -> object_store::Result<()> {
+        self.shared.delay().await;
         self.inner.copy_opts(from, to, options).await
+    }
+
+    async fn rename_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: RenameOptions,
+    ) -> object_store::Result<()> {
+        self.shared.delay().await;
+        self.inner.rename_opts(from, to, options).await
+    }
+}
+
+/// A multipart upload through [`FaultyStore`]: each part, the completion and an abort wait the
+/// latency. (PUT errors are injected when the upload starts, before anything is sent.)
+#[derive(Debug)]
+struct FaultyUpload {
+    inner: Box<dyn MultipartUpload>,
+    shared: Arc<FaultState>,
+}
+
+#[async_trait]
+impl MultipartUpload for FaultyUpload {
+    fn put_part(&mut self, data: PutPayload) -> object_store::UploadPart {
+        let part = self.inner.put_part(data);
+        let shared = Arc::clone(&self.shared);
+        Box::pin(async move {
+            shared.delay().await;
+            part.await
+        })
+    }
+
+    async fn complete(&mut self) -> object_store::Result<PutResult> {
+        self.shared.delay().await;
+        self.inner.complete().await
+    }
+
+    async fn abort(&mut self) -> object_store::Result<()> {
+        self.shared.delay().await;
+        self.inner.abort().await
     }
 }
 
@@ -494,6 +615,79 @@ mod tests {
         assert_eq!(m.deletes.get(), 1);
         assert!(store.get_range(&p, 0..5).await.is_err());
         assert_eq!(m.errors.get(), 1);
+    }
+
+    #[tokio::test]
+    async fn faulty_store_passes_local_files_through_and_injects_errors() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let local = Arc::new(
+            crate::local::LocalStore::new(&dir.path().display().to_string()).expect("local store"),
+        );
+        let store = FaultyStore::new(
+            local,
+            FaultConfig {
+                latency: std::time::Duration::from_millis(1),
+                ..Default::default()
+            },
+        );
+        let p = Path::from(object_key(9));
+        store
+            .put(&p, Bytes::from_static(b"hello world").into())
+            .await
+            .expect("PUT");
+        // A local GET's payload is a file: it must come through whole.
+        let body = store
+            .get(&p)
+            .await
+            .expect("GET")
+            .bytes()
+            .await
+            .expect("body");
+        assert_eq!(body, Bytes::from_static(b"hello world"));
+        assert_eq!(store.head(&p).await.expect("HEAD").size, 11);
+
+        store.set_faults(FaultConfig {
+            get_error_rate: 1.0,
+            ..Default::default()
+        });
+        assert!(store.get_range(&p, 0..5).await.is_err());
+        assert!(
+            store.put(&p, Bytes::new().into()).await.is_ok(),
+            "PUTs unaffected"
+        );
+        store.set_faults(FaultConfig {
+            put_error_rate: 0.5,
+            ..Default::default()
+        });
+        let mut failed = 0;
+        for _ in 0..200 {
+            if store
+                .put(&p, Bytes::from_static(b"x").into())
+                .await
+                .is_err()
+            {
+                failed += 1;
+            }
+        }
+        assert!(
+            (50..150).contains(&failed),
+            "{failed} of 200 PUTs failed at rate 0.5"
+        );
+        assert!(store.get(&p).await.is_ok(), "GETs unaffected");
+    }
+
+    #[test]
+    fn fault_rates_are_shares() {
+        let f = |r: f64| FaultConfig {
+            get_error_rate: r,
+            ..Default::default()
+        };
+        assert!(f(0.0).validate().is_ok() && f(1.0).validate().is_ok());
+        assert!(f(1.5).validate().is_err());
+        assert!(f(-0.1).validate().is_err());
+        assert!(f(f64::NAN).validate().is_err());
+        assert!(!FaultConfig::default().is_on());
+        assert!(f(0.1).is_on());
     }
 
     #[test]

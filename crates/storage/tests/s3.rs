@@ -94,3 +94,19 @@ async fn conformance_against_s3s_fs() {
     let store = from_url_with(&format!("s3://{BUCKET}/weir"), &options(server.port)).unwrap();
     weir_storage::conformance::run_all(store).await;
 }
+
+/// The fault-latency switch (`object_store.fault_latency_ms`) slows every request without
+/// breaking any, on S3 as on the other stores (see `tests/fault_switches.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_against_s3s_fs_with_fault_latency() {
+    let server = start();
+    let options = StoreOptions {
+        faults: weir_storage::objstore::FaultConfig {
+            latency: Duration::from_millis(2),
+            ..Default::default()
+        },
+        ..options(server.port)
+    };
+    let store = from_url_with(&format!("s3://{BUCKET}/weir"), &options).unwrap();
+    weir_storage::conformance::run_all(store).await;
+}

@@ -36,7 +36,8 @@ pub async fn append_and_wait(wal: &dyn Wal, r: WalRecord) -> Result<Seq, WalErro
     rx.await.unwrap_or(Err(WalError::Closed))
 }
 
-/// Runs every check, each in a fresh directory.
+/// Runs every check, each in a fresh directory. (Kinds that can inject write failures also run
+/// [`failed_writes_leave_no_trace`].)
 pub async fn run_all(open: impl Fn(&Path) -> Arc<dyn Wal>) {
     recovers_in_order(&open).await;
     completions_run_in_order(&open).await;
@@ -248,5 +249,127 @@ pub async fn rejects_oversized_records(open: &impl Fn(&Path) -> Arc<dyn Wal>) {
     append_and_wait(&*wal, record(1, 0, 10))
         .await
         .expect("still serving");
+    wal.close().await;
+}
+
+/// One stream written the way the storage engine writes it, for
+/// [`failed_writes_leave_no_trace`]: offsets are assigned under its lock as records are
+/// appended, and a failed completion rewinds it to its last durable offset.
+#[derive(Default)]
+struct Stream {
+    next: u64,
+    /// Durable appends in offset order, with their sequence numbers.
+    durable: Vec<(Seq, WalRecord)>,
+    failures: u64,
+    attempts: u64,
+}
+
+/// The contract of failed writes, for a WAL that `open` makes fail some of its writes (write
+/// and sync errors). One stream is written in waves of pipelined appends, rewinding when a write
+/// fails (see [`Stream`]); each attempt's payload is distinct, so recovery can tell a durable
+/// append from a failed attempt at the same offset.
+///
+/// Every durable completion continues the stream exactly where the last durable one ended (a
+/// failure fails every record queued behind it). After reopening, recovery returns exactly the
+/// appends whose completion said Ok, in order, with no hole: a failed append is absent, or
+/// replaced by the later append at its offset. Trims along the way keep the check to what was
+/// not trimmed.
+pub async fn failed_writes_leave_no_trace(open: &impl Fn(&Path) -> Arc<dyn Wal>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wal = open(dir.path());
+    let stream = Arc::new(Mutex::new(Stream::default()));
+    let mut waves = 0u64;
+    loop {
+        if stream.lock().expect("lock").durable.len() >= 400 {
+            break;
+        }
+        waves += 1;
+        assert!(waves < 10_000, "no progress: every write fails");
+        let mut waiting = Vec::new();
+        for _ in 0..8 {
+            let mut st = stream.lock().expect("lock");
+            st.attempts += 1;
+            let attempt = st.attempts;
+            let mut payload = attempt.to_le_bytes().to_vec();
+            payload.resize(
+                100 + (attempt as usize * 7919) % 6000,
+                (attempt % 251) as u8,
+            );
+            let r = WalRecord {
+                stream_id: 1,
+                epoch: 1,
+                base_offset: st.next,
+                record_count: 1,
+                max_timestamp: attempt as i64,
+                payload: Bytes::from(payload),
+            };
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let completed = Arc::clone(&stream);
+            let record = r.clone();
+            let appended = wal.append(
+                r,
+                Box::new(move |res| {
+                    let mut st = completed.lock().expect("lock");
+                    match &res {
+                        Ok(seq) => {
+                            assert_eq!(
+                                record.base_offset,
+                                st.durable.len() as u64,
+                                "a durable append must continue the stream where the last one ended"
+                            );
+                            st.durable.push((*seq, record));
+                        }
+                        Err(WalError::WriteFailed(_)) => {
+                            st.failures += 1;
+                            st.next = st.durable.len() as u64;
+                        }
+                        Err(e) => panic!("unexpected completion error {e}"),
+                    }
+                    let _ = tx.send(());
+                }),
+            );
+            match appended {
+                Ok(_) => {
+                    st.next += 1;
+                    waiting.push(rx);
+                }
+                // Refused while the WAL delivers an earlier failure: the stream will rewind; the
+                // rest of the wave is not sent.
+                Err(WalError::Resetting) => break,
+                Err(e) => panic!("append refused: {e}"),
+            }
+        }
+        for rx in waiting {
+            rx.await.expect("completion ran");
+        }
+        let cut = {
+            let st = stream.lock().expect("lock");
+            let n = st.durable.len();
+            (n > 20 && waves.is_multiple_of(7)).then(|| st.durable[n - 20].0)
+        };
+        if let Some(cut) = cut {
+            // Trim all but the last 20 durable appends.
+            wal.trim(cut).await.expect("trim");
+        }
+    }
+    let (want, failures) = {
+        let st = stream.lock().expect("lock");
+        assert!(
+            st.durable.windows(2).all(|w| w[0].0 < w[1].0),
+            "durable appends have increasing sequence numbers"
+        );
+        let want: Vec<WalRecord> = st.durable.iter().map(|(_, r)| r.clone()).collect();
+        (want, st.failures)
+    };
+    assert!(failures > 0, "the WAL under test never failed a write");
+    let wal = reopen(wal, open, dir.path()).await;
+    let recovered: Vec<WalRecord> = wal.take_recovered().into_iter().map(|r| r.record).collect();
+    assert!(
+        recovered.len() >= 20 && want.ends_with(&recovered),
+        "recovered {} records, not a suffix of the {} durable ones (first recovered offset {:?})",
+        recovered.len(),
+        want.len(),
+        recovered.first().map(|r| r.base_offset)
+    );
     wal.close().await;
 }

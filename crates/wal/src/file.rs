@@ -55,6 +55,110 @@ pub struct FileWalConfig {
     pub sync: SyncMode,
     /// Write zeros over a newly created file before use (see the module doc).
     pub format: bool,
+    /// Injected faults: a test and chaos switch, off by default.
+    pub faults: WalFaults,
+}
+
+/// Faults injected into the writer's group writes, at the real `pwrite` and `fdatasync` call
+/// sites, so that the WAL's own failure handling runs as it would for a failing disk: a failed
+/// write fails its records and everything queued behind them, and the next group goes where the
+/// failed one began. Superblock writes (trims) are not affected.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WalFaults {
+    /// Share of group writes whose `pwrite` fails (0.0 to 1.0), after writing part of the group,
+    /// as a failing device may.
+    pub write_error_rate: f64,
+    /// Share of group writes whose `pwrite` succeeds and whose `fdatasync` then fails.
+    pub sync_error_rate: f64,
+    /// Added before every group write.
+    pub latency: Duration,
+    /// Seed of the draws: the same seed fails the same group writes (counted from the open).
+    pub seed: u64,
+}
+
+impl WalFaults {
+    pub fn is_on(&self) -> bool {
+        self.write_error_rate > 0.0 || self.sync_error_rate > 0.0 || !self.latency.is_zero()
+    }
+
+    /// Checks that the rates are shares (0.0 to 1.0).
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, rate) in [
+            ("write_error_rate", self.write_error_rate),
+            ("sync_error_rate", self.sync_error_rate),
+        ] {
+            if !(0.0..=1.0).contains(&rate) {
+                return Err(format!(
+                    "WAL fault {name} = {rate}: must be between 0.0 and 1.0"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How one group write is made to fail; see [`FileWal::inject`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalFault {
+    /// The `pwrite` fails after writing part of the group.
+    Write,
+    /// The `pwrite` succeeds, the `fdatasync` fails.
+    Sync,
+}
+
+/// The fault switch's state: the rates, their generator, and faults scheduled by tests.
+struct Faults {
+    config: WalFaults,
+    rng: u64,
+    /// Group writes attempted since the open.
+    writes: u64,
+    /// Faults for given group writes (by their number since the open).
+    scheduled: std::collections::BTreeMap<u64, WalFault>,
+}
+
+impl Faults {
+    fn new(config: WalFaults) -> Faults {
+        Faults {
+            // xorshift must not start at zero.
+            rng: config.seed ^ 0x2545_F491_4F6C_DD1D,
+            config,
+            writes: 0,
+            scheduled: Default::default(),
+        }
+    }
+
+    fn draw(&mut self) -> f64 {
+        let mut x = self.rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng = x;
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// The fault (if any) and latency of the next group write.
+    fn next_write(&mut self) -> (Option<WalFault>, Duration) {
+        let n = self.writes;
+        self.writes += 1;
+        let latency = self.config.latency;
+        if let Some(f) = self.scheduled.remove(&n) {
+            return (Some(f), latency);
+        }
+        let (write, sync) = (self.config.write_error_rate, self.config.sync_error_rate);
+        if write <= 0.0 && sync <= 0.0 {
+            return (None, latency);
+        }
+        // One draw per write whatever the rates, so that a seed fails the same writes.
+        let d = self.draw();
+        let fault = if d < write {
+            Some(WalFault::Write)
+        } else if d < write + sync {
+            Some(WalFault::Sync)
+        } else {
+            None
+        };
+        (fault, latency)
+    }
 }
 
 impl FileWalConfig {
@@ -66,6 +170,7 @@ impl FileWalConfig {
             max_write_bytes: 4 << 20,
             sync: SyncMode::Fdatasync,
             format: true,
+            faults: WalFaults::default(),
         }
     }
 }
@@ -113,6 +218,7 @@ struct Inner {
     /// Serialises superblock writes; holds the last generation written.
     superblock: Mutex<u64>,
     meters: WalMeters,
+    faults: Mutex<Faults>,
 }
 
 pub struct FileWal {
@@ -267,6 +373,7 @@ impl FileWal {
             space: tokio::sync::Notify::new(),
             superblock: Mutex::new(sb.generation),
             meters: WalMeters::default(),
+            faults: Mutex::new(Faults::new(config.faults.clone())),
         };
         if existing.is_none() {
             inner.write_superblock(sb)?;
@@ -284,6 +391,22 @@ impl FileWal {
             inner,
             writer: Mutex::new(Some(writer)),
         })
+    }
+
+    /// Makes the group write `nth` from now (0: the next one) fail with `fault`, whatever the
+    /// configured rates: the deterministic form of the fault switch, for tests. A test that
+    /// appends one record at a time and waits for it knows which record that write holds.
+    pub fn inject(&self, nth: u64, fault: WalFault) {
+        let mut f = self.inner.faults.lock().unwrap_or_else(|e| e.into_inner());
+        let at = f.writes + nth;
+        f.scheduled.insert(at, fault);
+    }
+
+    /// Changes the fault rates and latency while the WAL runs.
+    pub fn set_faults(&self, faults: WalFaults) {
+        let mut f = self.inner.faults.lock().unwrap_or_else(|e| e.into_inner());
+        f.rng = faults.seed ^ 0x2545_F491_4F6C_DD1D;
+        f.config = faults;
     }
 }
 
@@ -382,6 +505,34 @@ impl Inner {
             self.file.write_all_at(&buf[first..], RING_START)?;
         }
         Ok(())
+    }
+
+    /// Writes one group and makes it durable; the fault switch acts here, at the real calls.
+    fn write_group(&self, pos: u64, buf: &[u8]) -> std::io::Result<()> {
+        let (fault, latency) = self
+            .faults
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .next_write();
+        if !latency.is_zero() {
+            std::thread::sleep(latency);
+        }
+        if fault == Some(WalFault::Write) {
+            // A failing device may have written part of the group: write its first half (whole
+            // blocks, as O_DIRECT wants), then report the error.
+            let torn = (buf.len() / 2) / BLOCK as usize * BLOCK as usize;
+            self.write_ring(pos, &buf[..torn])?;
+            return Err(std::io::Error::other(format!(
+                "injected WAL write failure at position {pos} (fault switch)"
+            )));
+        }
+        self.write_ring(pos, buf)?;
+        if fault == Some(WalFault::Sync) {
+            return Err(std::io::Error::other(format!(
+                "injected WAL sync failure at position {pos} (fault switch)"
+            )));
+        }
+        self.sync()
     }
 
     fn sync(&self) -> std::io::Result<()> {
@@ -523,9 +674,7 @@ impl Inner {
             buf[at..len].fill(0);
 
             let started = Instant::now();
-            let result = self
-                .write_ring(header.pos, &buf[..len])
-                .and_then(|_| self.sync());
+            let result = self.write_group(header.pos, &buf[..len]);
             match result {
                 Ok(()) => {
                     self.meters.sync_latency.record(started.elapsed());
@@ -553,6 +702,16 @@ impl Inner {
     fn fail_write(&self, header: GroupHeader, taken: Vec<Pending>, e: std::io::Error) {
         tracing::error!(path = %self.path, pos = header.pos, error = %e, "WAL write failed; failing queued appends");
         self.meters.write_errors.inc();
+        // The failed group may be whole on the disk (a failed sync says nothing about what was
+        // written). If no later group overwrote it, recovery would bring back records whose
+        // appends were told they failed: erase its header, as well as the device lets us.
+        let blank = AlignedBuf::zeroed(BLOCK as usize);
+        if let Err(e) = self
+            .write_ring(header.pos, &blank)
+            .and_then(|_| self.sync())
+        {
+            tracing::error!(path = %self.path, pos = header.pos, error = %e, "erasing the failed WAL group failed too");
+        }
         let err = WalError::WriteFailed(Arc::new(e));
         let drained: Vec<Pending> = {
             let mut st = lock(&self.state);
@@ -722,6 +881,140 @@ mod tests {
     #[tokio::test]
     async fn conformance_suite() {
         conformance::run_all(opener(1 << 20)).await;
+    }
+
+    /// The conformance suite's failure check, with a fifth of the group writes failing at the
+    /// `pwrite` and another fifth at the `fdatasync` (seeded: the same writes fail every run).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn failed_writes_leave_no_trace_with_the_fault_switch() {
+        let faults = WalFaults {
+            write_error_rate: 0.2,
+            sync_error_rate: 0.2,
+            seed: 42,
+            ..Default::default()
+        };
+        let open = move |dir: &Path| -> Arc<dyn Wal> {
+            match FileWal::open(FileWalConfig {
+                faults: faults.clone(),
+                ..config(dir, 1 << 20)
+            }) {
+                Ok(w) => Arc::new(w),
+                Err(e) => panic!("open failed: {e}"),
+            }
+        };
+        conformance::failed_writes_leave_no_trace(&open).await;
+    }
+
+    /// Appends and waits; an append refused while the WAL is still delivering an earlier
+    /// failure (`Resetting`, retriable) is tried again, as the engine's caller would.
+    async fn append_with_payload(
+        wal: &FileWal,
+        offset: u64,
+        fill: u8,
+        size: usize,
+    ) -> Result<Seq, WalError> {
+        let mut r = conformance::record(1, offset, size);
+        r.payload = bytes::Bytes::from(vec![fill; size]);
+        loop {
+            match conformance::append_and_wait(wal, r.clone()).await {
+                Err(WalError::Resetting) => tokio::task::yield_now().await,
+                other => return other,
+            }
+        }
+    }
+
+    fn recovered(dir: &Path) -> Vec<(u64, u8)> {
+        let wal = FileWal::open(config(dir, 1 << 20)).expect("reopen");
+        wal.take_recovered()
+            .iter()
+            .map(|r| (r.record.base_offset, r.record.payload[0]))
+            .collect()
+    }
+
+    /// Injected faults, one write at a time: a failed `pwrite` (torn) and a failed `fdatasync`
+    /// (the whole group on disk) each fail their append with a retriable error; the append
+    /// rewritten at the same offset replaces it; and a failed group that nothing overwrote does
+    /// not come back after a reopen.
+    #[tokio::test]
+    async fn injected_write_and_sync_failures_fail_their_appends_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = FileWal::open(config(dir.path(), 1 << 20)).unwrap();
+        append_with_payload(&wal, 0, 1, 20_000)
+            .await
+            .expect("first append");
+        wal.inject(0, WalFault::Write);
+        match append_with_payload(&wal, 1, 2, 20_000).await {
+            Err(e @ WalError::WriteFailed(_)) => assert!(e.is_retriable()),
+            other => panic!("expected an injected write failure, got {other:?}"),
+        }
+        append_with_payload(&wal, 1, 3, 20_000)
+            .await
+            .expect("rewrite");
+        wal.inject(1, WalFault::Sync);
+        append_with_payload(&wal, 2, 4, 20_000)
+            .await
+            .expect("before the fault");
+        match append_with_payload(&wal, 3, 5, 20_000).await {
+            Err(WalError::WriteFailed(e)) => assert!(e.to_string().contains("sync"), "{e}"),
+            other => panic!("expected an injected sync failure, got {other:?}"),
+        }
+        assert_eq!(wal.meters().write_errors.get(), 2);
+        wal.close().await;
+        drop(wal);
+        // The sync-failed group was written whole and nothing overwrote it; it must not be
+        // recovered, and the rewritten record replaced the torn one.
+        assert_eq!(recovered(dir.path()), vec![(0, 1), (1, 3), (2, 4)]);
+    }
+
+    /// A failure fails every append queued behind the failed one, and appends after the
+    /// failure has been delivered succeed: in sequence order, the outcomes are failures, then
+    /// successes, never a success between two failures.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_write_fails_what_is_queued_behind_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = FileWal::open(FileWalConfig {
+            faults: WalFaults {
+                // Slow writes, so that appends queue up behind the failing one.
+                latency: Duration::from_millis(20),
+                ..Default::default()
+            },
+            ..config(dir.path(), 1 << 20)
+        })
+        .unwrap();
+        conformance::append_and_wait(&wal, conformance::record(1, 0, 100))
+            .await
+            .expect("before the fault");
+        wal.inject(0, WalFault::Write);
+        let mut rxs = Vec::new();
+        for i in 1..21u64 {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            match wal.append(
+                conformance::record(1, i, 3000),
+                Box::new(move |r| {
+                    let _ = tx.send(r.is_ok());
+                }),
+            ) {
+                Ok(_) => rxs.push(rx),
+                Err(WalError::Resetting) => {}
+                Err(e) => panic!("append refused: {e}"),
+            }
+        }
+        let mut outcomes = Vec::new();
+        for rx in rxs {
+            outcomes.push(rx.await.unwrap());
+        }
+        assert_eq!(
+            outcomes.first(),
+            Some(&false),
+            "the first append's write failed"
+        );
+        let failed = outcomes.iter().take_while(|ok| !**ok).count();
+        assert!(
+            outcomes[failed..].iter().all(|ok| *ok),
+            "a success between failures: {outcomes:?}"
+        );
+        assert_eq!(wal.meters().write_errors.get(), 1);
+        wal.close().await;
     }
 
     #[tokio::test]

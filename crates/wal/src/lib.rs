@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-pub use file::{FileWal, FileWalConfig};
+pub use file::{FileWal, FileWalConfig, WalFault, WalFaults};
 
 /// Sequence number of a record in a WAL: increasing, not necessarily contiguous.
 pub type Seq = u64;

@@ -241,6 +241,13 @@ fn render(state: &State) -> String {
         "",
         &s.block_cache_fill_bytes,
     );
+    gauge(
+        &mut o,
+        "object_index_cache_bytes",
+        "Bytes held by the cache of object indexes.",
+        s.object_index_cache_bytes
+            .load(std::sync::atomic::Ordering::Relaxed),
+    );
     counter(
         &mut o,
         "uploads",

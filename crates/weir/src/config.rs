@@ -87,6 +87,15 @@ pub struct WalConfig {
     pub format: bool,
     /// How long a produce waits for WAL space before failing with a retriable error.
     pub full_wait_ms: u64,
+    /// Fault injection, for tests and chaos drills: share of group writes whose `pwrite` fails
+    /// (0.0-1.0), failing their appends and every append queued behind them.
+    pub fault_write_error_rate: f64,
+    /// Fault injection: share of group writes whose `fdatasync` fails.
+    pub fault_sync_error_rate: f64,
+    /// Fault injection: latency added to every group write.
+    pub fault_latency_ms: u64,
+    /// Fault injection: seed of the draws (the same seed fails the same writes).
+    pub fault_seed: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -98,6 +107,8 @@ pub struct StorageSection {
     pub block_bytes: u64,
     pub log_cache_bytes: u64,
     pub block_cache_bytes: u64,
+    /// Memory for the indexes of objects read (LRU, bounded in bytes).
+    pub index_cache_bytes: u64,
     pub readahead_max_bytes: u64,
     pub delete_grace_ms: u64,
     pub orphan_grace_ms: u64,
@@ -182,6 +193,10 @@ impl Default for WalConfig {
             direct_io: true,
             format: true,
             full_wait_ms: 10_000,
+            fault_write_error_rate: 0.0,
+            fault_sync_error_rate: 0.0,
+            fault_latency_ms: 0,
+            fault_seed: 0,
         }
     }
 }
@@ -196,6 +211,7 @@ impl Default for StorageSection {
             block_bytes: d.block_bytes,
             log_cache_bytes: d.log_cache_bytes,
             block_cache_bytes: d.block_cache_bytes,
+            index_cache_bytes: d.index_cache_bytes,
             readahead_max_bytes: d.readahead_max_bytes,
             delete_grace_ms: d.delete_grace.as_millis() as u64,
             orphan_grace_ms: d.orphan_grace.as_millis() as u64,
@@ -273,6 +289,15 @@ impl Config {
                 config.wal.kind
             );
         }
+        config
+            .store_options()
+            .faults
+            .validate()
+            .map_err(|e| anyhow::anyhow!("object_store: {e}"))?;
+        config
+            .wal_faults()
+            .validate()
+            .map_err(|e| anyhow::anyhow!("wal: {e}"))?;
         Ok(config)
     }
 
@@ -328,6 +353,16 @@ impl Config {
         }
     }
 
+    pub fn wal_faults(&self) -> weir_wal::WalFaults {
+        let w = &self.wal;
+        weir_wal::WalFaults {
+            write_error_rate: w.fault_write_error_rate,
+            sync_error_rate: w.fault_sync_error_rate,
+            latency: std::time::Duration::from_millis(w.fault_latency_ms),
+            seed: w.fault_seed,
+        }
+    }
+
     pub fn storage(&self) -> weir_storage::StorageConfig {
         use std::time::Duration;
         let s = &self.storage;
@@ -338,6 +373,7 @@ impl Config {
             block_bytes: s.block_bytes,
             log_cache_bytes: s.log_cache_bytes,
             block_cache_bytes: s.block_cache_bytes,
+            index_cache_bytes: s.index_cache_bytes,
             readahead_max_bytes: s.readahead_max_bytes,
             wal_full_wait: Duration::from_millis(self.wal.full_wait_ms),
             delete_grace: Duration::from_millis(s.delete_grace_ms),
@@ -413,6 +449,46 @@ mod tests {
             &[],
         );
         assert!(bad.is_err());
+    }
+
+    #[test]
+    fn fault_switches_and_index_cache() {
+        let env = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<Vec<_>>()
+                .into_iter()
+        };
+        let c = Config::load(None, std::iter::empty(), &[]).unwrap();
+        assert!(!c.wal_faults().is_on(), "WAL faults are off by default");
+        assert!(!c.store_options().faults.is_on());
+        let c = Config::load(
+            None,
+            env(&[
+                ("WEIR_WAL_FAULT_WRITE_ERROR_RATE", "0.1"),
+                ("WEIR_WAL_FAULT_SYNC_ERROR_RATE", "1"),
+                ("WEIR_WAL_FAULT_LATENCY_MS", "7"),
+                ("WEIR_WAL_FAULT_SEED", "3"),
+                ("WEIR_STORAGE_INDEX_CACHE_BYTES", "1000"),
+            ]),
+            &[],
+        )
+        .unwrap();
+        let f = c.wal_faults();
+        assert_eq!(
+            (f.write_error_rate, f.sync_error_rate, f.seed),
+            (0.1, 1.0, 3)
+        );
+        assert_eq!(f.latency, std::time::Duration::from_millis(7));
+        assert_eq!(c.storage().index_cache_bytes, 1000);
+        for bad in [
+            ("WEIR_WAL_FAULT_SYNC_ERROR_RATE", "1.5"),
+            ("WEIR_OBJECT_STORE_FAULT_GET_ERROR_RATE", "-1"),
+        ] {
+            let e = Config::load(None, env(&[bad]), &[]).expect_err("a rate above 1 or below 0");
+            assert!(format!("{e:#}").contains("between 0.0 and 1.0"), "{e:#}");
+        }
     }
 
     fn tempfile_dir() -> PathBuf {

@@ -118,10 +118,15 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
 
+    let wal_faults = config.wal_faults();
+    if wal_faults.is_on() {
+        tracing::warn!(faults = ?wal_faults, "WAL fault injection is ON");
+    }
     let wal = weir_wal::FileWal::open(weir_wal::FileWalConfig {
         capacity: config.wal.capacity,
         direct_io: config.wal.direct_io,
         format: config.wal.format,
+        faults: wal_faults,
         ..weir_wal::FileWalConfig::new(config.wal_path())
     })
     .context("opening the WAL")?;
@@ -135,7 +140,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     );
     let store_url = config.object_store_url()?;
     let store_options = config.store_options();
-    if store_options.faults != weir_storage::objstore::FaultConfig::default() {
+    if store_options.faults.is_on() {
         tracing::warn!(faults = ?store_options.faults, "object-store fault injection is ON");
     }
     let store = weir_storage::objstore::from_url_with(&store_url, &store_options)
