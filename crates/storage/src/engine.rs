@@ -149,7 +149,7 @@ impl Engine {
         let object_meters = metered.meters();
         let store: Arc<dyn ObjectStore> = Arc::new(metered);
         let meters = Arc::new(StorageMeters::default());
-        let reader = ObjectReader::new(
+        let reader = ObjectReader::with_index_cache(
             Arc::clone(&store),
             Arc::clone(&meta),
             Arc::clone(&meters),
@@ -157,6 +157,7 @@ impl Engine {
             config.block_cache_bytes,
             config.readahead_max_bytes,
             crate::budget::Budget::new(config.catchup_bytes_per_sec),
+            config.index_cache_bytes,
         );
         let background = crate::budget::Budget::new(config.background_bytes_per_sec);
         let inner = Arc::new(EngineInner {

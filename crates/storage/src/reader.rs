@@ -117,29 +117,6 @@ pub(crate) struct ObjectReader {
 }
 
 impl ObjectReader {
-    /// A reader whose index cache has the default budget
-    /// (`StorageConfig::default().index_cache_bytes`).
-    pub fn new(
-        store: Arc<dyn ObjectStore>,
-        meta: Arc<dyn MetaStore>,
-        meters: Arc<StorageMeters>,
-        block_bytes: u64,
-        block_cache_bytes: u64,
-        readahead_max: u64,
-        budget: crate::budget::Budget,
-    ) -> Self {
-        Self::with_index_cache(
-            store,
-            meta,
-            meters,
-            block_bytes,
-            block_cache_bytes,
-            readahead_max,
-            budget,
-            crate::StorageConfig::default().index_cache_bytes,
-        )
-    }
-
     #[allow(clippy::too_many_arguments)]
     pub fn with_index_cache(
         store: Arc<dyn ObjectStore>,

@@ -290,11 +290,17 @@ def test_kill_restart_under_idempotent_load(kill_broker):
             except Exception:  # noqa: BLE001
                 pass
 
+    _verify(broker, topic, producers)
+
+
+def _verify(broker, topic, producers, partitions=PARTITIONS):
+    """Every acknowledged record is in the log exactly once, at its acknowledged offset; per
+    partition each producer's records are in sequence order; offsets are dense."""
     for p in producers:
         fatal = [e for f, e in p.errors if f]
         assert not fatal, f"producer {p.pid} hit fatal errors: {fatal}"
 
-    log, ends = _read_everything(broker.bootstrap, topic, PARTITIONS)
+    log, ends = _read_everything(broker.bootstrap, topic, partitions)
 
     total_acked = sum(len(p.acked) for p in producers)
     total_failed = sum(len(p.failed) for p in producers)
@@ -332,3 +338,68 @@ def test_kill_restart_under_idempotent_load(kill_broker):
         # Nothing the producer never sent shows up.
         extra = [s for (pid, s) in where if pid == p.pid and s >= p.sent]
         assert not extra, f"producer {p.pid}: unknown seqs in the log {extra[:5]}"
+
+
+WAL_FAULT_SECONDS = float(os.environ.get("WEIR_WAL_FAULT_SECONDS", "8"))
+
+
+@pytest.fixture
+def faulty_wal_broker(broker_factory):
+    if os.environ.get("WEIR_TEST_BROKER", "weir") != "weir":
+        pytest.skip("the WAL fault switch is Weir's")
+    b = broker_factory.new("walfaults", env={
+        "WEIR_WAL_FAULT_WRITE_ERROR_RATE": "0.03",
+        "WEIR_WAL_FAULT_SYNC_ERROR_RATE": "0.03",
+    })
+    try:
+        yield b
+    finally:
+        broker_factory.close(b)
+
+
+def test_idempotent_producers_through_wal_write_and_sync_errors(faulty_wal_broker):
+    """WAL writes and syncs fail now and then (the fault switch, in the real file WAL): each
+    failure fails the appends in and behind it, rewinds their partitions and the producer
+    state, and the producers retry. One producer is cut off mid-run (its connection and
+    queue gone, as a crashed client). Every acknowledged record ends up exactly once, in order,
+    at its acknowledged offset."""
+    broker = faulty_wal_broker
+    topic = create_topic(broker.bootstrap, unique("walfaults"), PARTITIONS)
+    producers = [NumberedProducer(i, broker.bootstrap, topic) for i in range(PRODUCERS + 1)]
+    cut = producers[-1]
+    try:
+        for p in producers:
+            p.start()
+        time.sleep(WAL_FAULT_SECONDS / 2)
+        # A client that goes away mid-failure: no flush, its queue purged.
+        cut.halt.set()
+        cut.join(timeout=10)
+        cut.producer.purge()
+        cut.producer.flush(0)
+        time.sleep(WAL_FAULT_SECONDS / 2)
+        for p in producers[:-1]:
+            remaining = p.finish(timeout=90)
+            assert remaining == 0, f"producer {p.pid}: {remaining} records without a delivery report"
+    finally:
+        for p in producers:
+            p.halt.set()
+        for p in producers:
+            try:
+                p.producer.purge()
+                p.producer.flush(0)
+            except Exception:  # noqa: BLE001
+                pass
+    errors = _metric(broker, "weir_wal_write_errors_total")
+    print(f"WAL write errors: {errors}")
+    assert errors > 0, "the fault switch injected no WAL error"
+    assert all(p.acked_count() > 0 for p in producers), "a producer got nothing acknowledged"
+    _verify(broker, topic, producers)
+
+
+def _metric(broker, name):
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{broker.aux_port}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"metric {name} not found")
