@@ -239,3 +239,118 @@ async fn a_vanished_stream_does_not_block_the_others() {
     assert_eq!(engine.stream_info(b).unwrap().committed_end, 3);
     engine.close().await.unwrap();
 }
+
+/// A failed WAL write fails the appends in it and behind it; each stream with such an append
+/// rewinds exactly once (its rewind hook, the partition's producer state, is told once), the
+/// next append takes the rewound offset, and only what was acknowledged is there, before and
+/// after a restart.
+#[tokio::test]
+async fn a_failed_write_rewinds_each_affected_stream_once() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use weir_wal::{WalFault, WalFaults};
+
+    let dir = tempfile::tempdir().unwrap();
+    let wal_config = |latency| FileWalConfig {
+        capacity: 8 << 20,
+        faults: WalFaults {
+            latency,
+            ..WalFaults::default()
+        },
+        ..FileWalConfig::new(dir.path().join("wal"))
+    };
+    let open = |wal: Arc<FileWal>| {
+        let meta = SqliteMetaStore::open(&dir.path().join("meta.sqlite")).unwrap();
+        let store = weir_storage::objstore::from_url(&format!(
+            "file://{}",
+            dir.path().join("objects").display()
+        ))
+        .unwrap();
+        Engine::open(small_config(), wal, Arc::new(meta), store)
+    };
+    // Latency before each group write, so that every append below is queued before the
+    // failure is delivered.
+    let wal = Arc::new(FileWal::open(wal_config(Duration::from_millis(30))).unwrap());
+    let engine = open(wal.clone()).await.unwrap();
+    let streams = [1u64, 2, 3, 4];
+    let rewinds: Vec<Arc<AtomicUsize>> = streams.iter().map(|_| Arc::default()).collect();
+    for (s, count) in streams.iter().zip(&rewinds) {
+        let count = Arc::clone(count);
+        let hook: weir_storage::RewindHook = Arc::new(move |_| {
+            count.fetch_add(1, Ordering::SeqCst);
+        });
+        engine.open_stream_with(*s, 1, Some(hook)).await.unwrap();
+        engine
+            .append(*s, 1, 1, 0, |b| payload(*s, b, 0, 500))
+            .await
+            .unwrap();
+    }
+    wal.inject(0, WalFault::Write);
+    let mut pending = Vec::new();
+    for msg in 1..=3u64 {
+        for &s in &streams {
+            let p = engine
+                .append_with(s, 1, |base, _| {
+                    Some(weir_storage::NewBatch {
+                        record_count: 1,
+                        max_timestamp: 0,
+                        payload: payload(s, base, msg, 500),
+                    })
+                })
+                .unwrap()
+                .unwrap();
+            pending.push((s, msg, p));
+        }
+    }
+    let mut acked: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new(); // stream -> (offset, msg)
+    let mut failed: BTreeMap<u64, usize> = BTreeMap::new();
+    for s in streams {
+        acked.entry(s).or_default().push((0, 0));
+    }
+    for (s, msg, p) in pending {
+        match p.wait().await {
+            Ok(a) => acked.entry(s).or_default().push((a.base_offset, msg)),
+            Err(_) => *failed.entry(s).or_default() += 1,
+        }
+    }
+    assert!(!failed.is_empty(), "the injected failure failed no append");
+    for (i, s) in streams.iter().enumerate() {
+        let expected = usize::from(failed.contains_key(s));
+        assert_eq!(
+            rewinds[i].load(Ordering::SeqCst),
+            expected,
+            "stream {s}: {} failed appends",
+            failed.get(s).copied().unwrap_or(0)
+        );
+        // No hole: the next append follows what was acknowledged.
+        let hw = engine.stream_info(*s).unwrap().high_watermark;
+        assert_eq!(hw, acked[s].len() as u64);
+        let a = engine
+            .append(*s, 1, 1, 0, |b| payload(*s, b, 9, 500))
+            .await
+            .unwrap();
+        assert_eq!(a.base_offset, hw);
+        acked.get_mut(s).unwrap().push((a.base_offset, 9));
+    }
+    let check = |engine: Engine, acked: BTreeMap<u64, Vec<(u64, u64)>>| async move {
+        for (s, want) in acked {
+            let got: Vec<(u64, u64)> = common::read_all(&engine, s, 0)
+                .await
+                .into_iter()
+                .map(|f| (f.base_offset, common::check_payload(&f.payload).2))
+                .collect();
+            assert_eq!(got, want, "stream {s}");
+        }
+    };
+    check(engine.clone(), acked.clone()).await;
+    engine.close().await.unwrap();
+    drop(engine);
+    drop(wal);
+    let engine = open(Arc::new(FileWal::open(wal_config(Duration::ZERO)).unwrap()))
+        .await
+        .unwrap();
+    for s in streams {
+        engine.open_stream(s, 2).await.unwrap();
+    }
+    check(engine.clone(), acked).await;
+    engine.close().await.unwrap();
+}
