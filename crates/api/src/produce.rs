@@ -14,8 +14,11 @@ impl Broker {
         let started = Instant::now();
         if r.transactional_id.is_some() {
             // Transactions are not implemented yet; say so per partition rather than hang up.
-            let response = error_for_all(&r, ResponseError::TransactionalIdAuthorizationFailed);
-            return Reply::Now(Box::new(ResponseKind::Produce(response)));
+            let e = ResponseError::TransactionalIdAuthorizationFailed;
+            return crate::errors::error_response_for(&RequestKind::Produce(r), version, e)
+                .map_or(Reply::Unsupported, |response| {
+                    Reply::Now(Box::new(response))
+                });
         }
         let acks = r.acks;
         // Offsets are assigned here, in request order, before the next request on this
@@ -86,30 +89,4 @@ impl Broker {
         }
         Reply::Later(Box::pin(reply))
     }
-}
-
-fn error_for_all(r: &ProduceRequest, e: ResponseError) -> ProduceResponse {
-    ProduceResponse::default().with_responses(
-        r.topic_data
-            .iter()
-            .map(|t| {
-                TopicProduceResponse::default()
-                    .with_name(t.name.clone())
-                    .with_topic_id(t.topic_id)
-                    .with_partition_responses(
-                        t.partition_data
-                            .iter()
-                            .map(|p| {
-                                PartitionProduceResponse::default()
-                                    .with_index(p.index)
-                                    .with_error_code(e.code())
-                                    .with_base_offset(-1)
-                                    .with_log_append_time_ms(-1)
-                                    .with_log_start_offset(-1)
-                            })
-                            .collect(),
-                    )
-            })
-            .collect(),
-    )
 }

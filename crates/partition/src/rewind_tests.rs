@@ -370,7 +370,10 @@ async fn idempotent_producers_retrying_through_wal_errors_land_exactly_once_in_o
             .enumerate()
             .map(|(seq, o)| (seq as i32, o.expect("every batch acknowledged in the end")))
             .collect();
-        assert_eq!(mine, want, "producer {pid}: exactly once, in order, at the acked offsets");
+        assert_eq!(
+            mine, want,
+            "producer {pid}: exactly once, in order, at the acked offsets"
+        );
     }
     assert!(errors > 0, "no producer saw an error");
 }

@@ -23,22 +23,20 @@ fn no_puts() -> FaultConfig {
     }
 }
 
-/// A batch that must wait for WAL room is not overtaken by a later, smaller one that would fit:
-/// Kafka never reorders the requests of one connection, and a partition appends in call order.
-#[tokio::test]
-async fn a_waiting_append_is_not_overtaken_by_a_smaller_one() {
+/// An engine whose WAL is nearly full (less than 300 KiB free) while every upload fails, so
+/// nothing frees room until the test lifts the fault.
+async fn nearly_full(wal_full_wait: Duration) -> (tempfile::TempDir, Engine, Arc<FaultyStore>) {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(FaultyStore::new(
         Arc::new(object_store::memory::InMemory::new()),
         no_puts(),
     ));
     let config = StorageConfig {
-        wal_full_wait: Duration::from_secs(60),
+        wal_full_wait,
         ..small_config()
     };
     let engine = open_engine_with_store(dir.path(), config, WAL, store.clone()).await;
     engine.open_stream(1, 1).await.unwrap();
-    // Fill the WAL while uploads fail, so nothing frees room.
     let mut i = 0;
     while engine.wal().usage().used + (300 << 10) < WAL {
         engine
@@ -47,6 +45,14 @@ async fn a_waiting_append_is_not_overtaken_by_a_smaller_one() {
             .unwrap();
         i += 1;
     }
+    (dir, engine, store)
+}
+
+/// A batch that must wait for WAL room is not overtaken by a later, smaller one that would fit:
+/// Kafka never reorders the requests of one connection, and a partition appends in call order.
+#[tokio::test]
+async fn a_waiting_append_is_not_overtaken_by_a_smaller_one() {
+    let (_dir, engine, store) = nearly_full(Duration::from_secs(60)).await;
     let big = {
         let e = engine.clone();
         tokio::spawn(async move {
@@ -82,25 +88,7 @@ async fn a_waiting_append_is_not_overtaken_by_a_smaller_one() {
 /// goes back to the first of them: no hole, and the next append takes that offset.
 #[tokio::test]
 async fn waiting_appends_time_out_together_and_leave_no_hole() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(FaultyStore::new(
-        Arc::new(object_store::memory::InMemory::new()),
-        no_puts(),
-    ));
-    let config = StorageConfig {
-        wal_full_wait: Duration::from_millis(400),
-        ..small_config()
-    };
-    let engine = open_engine_with_store(dir.path(), config, WAL, store.clone()).await;
-    engine.open_stream(1, 1).await.unwrap();
-    let mut i = 0;
-    while engine.wal().usage().used + (300 << 10) < WAL {
-        engine
-            .append(1, 1, 1, 0, |b| payload(1, b, i, 60 << 10))
-            .await
-            .unwrap();
-        i += 1;
-    }
+    let (_dir, engine, store) = nearly_full(Duration::from_millis(400)).await;
     let before = engine.stream_info(1).unwrap().high_watermark;
     let waiting: Vec<_> = (0..3)
         .map(|k| {

@@ -3,10 +3,13 @@
 //! of a connection flooding produce requests while the WAL is full, and ListOffsets at every
 //! version it advertises.
 
+mod common;
+
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
+
+use common::Broker;
 
 use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::messages::*;
@@ -15,80 +18,13 @@ use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("address")
-        .port()
-}
-
-struct Broker {
-    child: Child,
-    port: u16,
-    admin: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    let code = out.get(9..12)?.parse().ok()?;
-    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
-    Some((code, body))
-}
-
-/// A metric's value from /metrics.
-fn metric(b: &Broker, name: &str) -> u64 {
-    let (_, body) = http_get(b.admin, "/metrics").expect("/metrics");
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no metric {name}"))
-}
-
 fn start(env: &[(&str, String)]) -> Broker {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (port, admin) = (free_port(), free_port());
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
-    cmd.args(["serve", "--data-dir"])
-        .arg(dir.path().join("data"))
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--admin-listen",
-            &format!("127.0.0.1:{admin}"),
-        ])
-        .env("WEIR_WAL_CAPACITY", (64u64 << 20).to_string())
-        .env("WEIR_WAL_FORMAT", "false")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let b = Broker {
-        child: cmd.spawn().expect("start weir"),
-        port,
-        admin,
-        _dir: dir,
-    };
-    let t = Instant::now();
-    while http_get(admin, "/readyz").map(|r| r.0) != Some(200) {
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "broker did not become ready"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    b
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    Broker::start(&env)
+}
+
+fn metric(b: &Broker, name: &str) -> u64 {
+    b.metric(name)
 }
 
 fn s(v: &str) -> StrBytes {

@@ -4,11 +4,13 @@
 //! `file://` store); and with every GET failing, a Fetch is answered with KAFKA_STORAGE_ERROR,
 //! not with an empty success, while the broker goes on serving.
 
+mod common;
+
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
+
+use common::Broker;
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -18,130 +20,6 @@ use rdkafka::{Offset, TopicPartitionList};
 
 const TOPIC: &str = "faults";
 const KAFKA_STORAGE_ERROR: i16 = 56;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A broker process on a data directory that outlives it (the test restarts brokers on it).
-struct Broker {
-    child: Child,
-    port: u16,
-    admin: u16,
-    log: PathBuf,
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Broker {
-    fn start(dir: &Path, run: &str, env: &[(&str, &str)]) -> Broker {
-        let (port, admin) = (free_port(), free_port());
-        let log = dir.join(format!("{run}.log"));
-        let child = Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args(["serve", "--data-dir"])
-            .arg(dir.join("data"))
-            .args([
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--admin-listen",
-                &format!("127.0.0.1:{admin}"),
-            ])
-            .env("WEIR_WAL_CAPACITY", (64u64 << 20).to_string())
-            .env("WEIR_WAL_FORMAT", "false")
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let mut b = Broker {
-            child,
-            port,
-            admin,
-            log,
-        };
-        let t = Instant::now();
-        while !ready(admin) {
-            if let Some(status) = b.child.try_wait().unwrap() {
-                panic!(
-                    "broker exited with {status} while starting: {}",
-                    b.log_text()
-                );
-            }
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "broker did not become ready: {}",
-                b.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        b
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGTERM: the broker uploads what the WAL holds and exits 0.
-    fn stop(mut self) {
-        // SAFETY: signalling our own child process.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let t = Instant::now();
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "no exit after SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        assert!(
-            status.success(),
-            "exit status {status}: {}",
-            self.log_text()
-        );
-    }
-
-    fn bootstrap(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    fn assert_no_panic(&self) {
-        let log = self.log_text();
-        assert!(!log.contains("panicked"), "the broker panicked: {log}");
-    }
-}
-
-fn http_get(admin: u16, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", admin)).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    Some(out)
-}
-
-fn ready(admin: u16) -> bool {
-    http_get(admin, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200"))
-}
-
-/// The value of an unlabelled metric.
-fn metric(admin: u16, name: &str) -> u64 {
-    let body = http_get(admin, "/metrics").expect("metrics");
-    body.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no metric {name}"))
-}
 
 fn value(i: u64) -> String {
     format!("record-{i:06}-{}", "x".repeat((i % 97) as usize))
@@ -212,11 +90,11 @@ fn consume(bootstrap: &str, n: u64) -> Vec<String> {
 fn object_store_latency_switch_serves_reads_from_objects_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     const N: u64 = 5000;
-    let b = Broker::start(dir.path(), "produce", &[]);
+    let b = Broker::start_in(dir.path(), "produce", &[]);
     produce(&b.bootstrap(), N);
     b.stop();
 
-    let b = Broker::start(
+    let b = Broker::start_in(
         dir.path(),
         "read",
         &[("WEIR_OBJECT_STORE_FAULT_LATENCY_MS", "20")],
@@ -234,7 +112,7 @@ fn object_store_latency_switch_serves_reads_from_objects_after_a_restart() {
     // The switch applies to writes too: more records, uploaded through it at shutdown.
     produce(&b.bootstrap(), 10);
     b.stop();
-    let b = Broker::start(dir.path(), "read-again", &[]);
+    let b = Broker::start_in(dir.path(), "read-again", &[]);
     assert_eq!(consume(&b.bootstrap(), N + 10).len() as u64, N + 10);
     b.assert_no_panic();
 }
@@ -298,14 +176,14 @@ fn fetch_v4(port: u16, offset: i64) -> (i16, usize) {
 #[test]
 fn failed_object_reads_answer_fetch_with_kafka_storage_error() {
     let dir = tempfile::tempdir().unwrap();
-    let b = Broker::start(dir.path(), "produce", &[]);
+    let b = Broker::start_in(dir.path(), "produce", &[]);
     produce(&b.bootstrap(), 200);
     let (error, bytes) = fetch_v4(b.port, 0);
     assert_eq!(error, 0);
     assert!(bytes > 0, "data before the restart");
     b.stop();
 
-    let b = Broker::start(
+    let b = Broker::start_in(
         dir.path(),
         "read",
         &[("WEIR_OBJECT_STORE_FAULT_GET_ERROR_RATE", "1.0")],
@@ -332,7 +210,7 @@ fn failed_object_reads_answer_fetch_with_kafka_storage_error() {
 #[test]
 fn wal_fault_switch_from_the_environment_fails_writes() {
     let dir = tempfile::tempdir().unwrap();
-    let b = Broker::start(
+    let b = Broker::start_in(
         dir.path(),
         "failing",
         &[("WEIR_WAL_FAULT_SYNC_ERROR_RATE", "1.0")],
@@ -351,18 +229,14 @@ fn wal_fault_switch_from_the_environment_fails_writes() {
     let _ = producer.flush(Duration::from_secs(10));
     assert_eq!(producer.in_flight_count(), 0);
     assert!(
-        metric(b.admin, "weir_wal_write_errors_total") > 0,
+        b.metric("weir_wal_write_errors_total") > 0,
         "the switch failed no WAL write"
     );
-    assert_eq!(
-        metric(b.admin, "weir_wal_syncs_total"),
-        0,
-        "no write succeeded"
-    );
+    assert_eq!(b.metric("weir_wal_syncs_total"), 0, "no write succeeded");
     b.assert_no_panic();
     b.stop();
 
-    let b = Broker::start(dir.path(), "healthy", &[]);
+    let b = Broker::start_in(dir.path(), "healthy", &[]);
     produce(&b.bootstrap(), 20);
     // Nothing of the failed produce is in the partition: it starts with the new records.
     let want: Vec<String> = (0..20).map(value).collect();
