@@ -391,3 +391,26 @@ async fn within_long<T>(f: impl std::future::Future<Output = T>) -> T {
         .await
         .expect("did not finish within 60 s")
 }
+
+/// Idle idempotent producers are forgotten (`producer.id.expiration.ms`), so the state a
+/// partition keeps is bounded by the producers active within that time, not by every producer
+/// that ever wrote.
+#[tokio::test]
+async fn idle_producers_expire_from_the_partition() {
+    let s = setup().await;
+    let p = &s.partition;
+    for pid in 0..50 {
+        within(p.produce(&make_batch(1, 1000, 100 + pid, 0, 0)))
+            .await
+            .unwrap();
+    }
+    assert_eq!(p.producer_count(), 50);
+    assert_eq!(p.expire_producers(86_400_000), 0, "none idle for a day");
+    assert_eq!(p.expire_producers(0), 50, "all idle for 0 ms");
+    assert_eq!(p.producer_count(), 0);
+    // A forgotten producer is unknown again: its next batch is accepted at any sequence.
+    let r = within(p.produce(&make_batch(1, 1000, 100, 0, 7)))
+        .await
+        .unwrap();
+    assert_eq!(r.base_offset, 50);
+}
