@@ -174,6 +174,23 @@ pub fn assign_all(batches: &[ProducedBatch], base_offset: u64, leader_epoch: i32
     out.freeze()
 }
 
+/// The batches stored in one payload (one produce request's batches for a partition).
+pub fn split(payload: &Bytes) -> impl Iterator<Item = Bytes> + '_ {
+    let mut at = 0usize;
+    std::iter::from_fn(move || {
+        let rest = payload.get(at..)?;
+        if rest.len() < HEADER_LEN {
+            return None;
+        }
+        let len =
+            usize::try_from(i32::from_be_bytes([rest[8], rest[9], rest[10], rest[11]])).ok()?;
+        let end = (at + LOG_OVERHEAD + len).min(payload.len());
+        let b = payload.slice(at..end);
+        at = end;
+        Some(b)
+    })
+}
+
 /// The headers of the batches stored in one payload, with the offsets each takes.
 pub fn headers(payload: &[u8]) -> impl Iterator<Item = (BatchHeader, u64, u64)> + '_ {
     let mut rest = payload;
@@ -368,6 +385,9 @@ pub(crate) mod tests {
             split_and_validate(&payload, 1 << 20).is_ok(),
             "CRCs still hold"
         );
+        // ListOffsets by time looks into every batch of a stored payload.
+        let found = split(&payload).find_map(|b| first_record_at_or_after(&b, 2001));
+        assert_eq!(found, Some((44, 2001)));
     }
 
     #[test]

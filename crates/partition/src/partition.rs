@@ -288,7 +288,11 @@ impl Partition {
             .find_by_timestamp(self.stream_id, ts)
             .await
             .map_err(|e| kafka_error(&e))?;
-        Ok(f.and_then(|f| batch::first_record_at_or_after(&f.payload, ts)))
+        // A stored frame holds one request's batches: the first of them with a record at or
+        // after `ts`.
+        Ok(f.and_then(|f| {
+            batch::split(&f.payload).find_map(|b| batch::first_record_at_or_after(&b, ts))
+        }))
     }
 
     /// The largest timestamp and the offset of the first record that has it (ListOffsets with
