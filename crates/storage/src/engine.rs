@@ -6,9 +6,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use bytes::Bytes;
-use futures::future::{FutureExt, Shared};
 use object_store::ObjectStore;
-use tokio::sync::{oneshot, watch, Notify};
+use tokio::sync::{watch, Notify};
 use weir_meta::MetaStore;
 use weir_wal::{Wal, WalError, WalRecord};
 
@@ -17,7 +16,7 @@ use crate::error::{Result, StorageError};
 use crate::format::Frame;
 use crate::objstore::{MeteredStore, ObjectMeters};
 use crate::reader::ObjectReader;
-use crate::stream::{frame, Failure, Outcome, RewindHook, Stream, StreamState, Totals};
+use crate::stream::{frame, Failure, OutcomeCell, RewindHook, Stream, StreamState, Totals};
 use crate::StorageMeters;
 
 /// What an append got.
@@ -46,23 +45,22 @@ const CLOSE_UPLOAD_PATIENCE: std::time::Duration = std::time::Duration::from_sec
 pub struct AppendOutcome {
     stream_id: u64,
     epoch: u64,
-    rx: Shared<oneshot::Receiver<Outcome>>,
+    cell: Arc<OutcomeCell>,
 }
 
 impl AppendOutcome {
     /// Resolves once the append is durable, or fails if it failed (the stream then rewound to
     /// it: nothing of it, and nothing after it, was kept).
     pub async fn wait(self) -> Result<()> {
-        match self.rx.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(Failure::Wal(e))) => Err(e.into()),
-            Ok(Err(Failure::Fenced { current })) => Err(StorageError::Fenced {
+        match self.cell.wait().await {
+            Ok(()) => Ok(()),
+            Err(Failure::Wal(e)) => Err(e.into()),
+            Err(Failure::Fenced { current }) => Err(StorageError::Fenced {
                 stream_id: self.stream_id,
                 epoch: self.epoch,
                 current,
             }),
-            Ok(Err(Failure::Dropped)) => Err(StorageError::NotOpen(self.stream_id)),
-            Err(_) => Err(StorageError::Closed),
+            Err(Failure::Dropped) => Err(StorageError::NotOpen(self.stream_id)),
         }
     }
 }
@@ -330,11 +328,11 @@ impl Engine {
             return Err(StorageError::NotOpen(stream_id));
         }
         let base = st.next_offset;
-        let (tx, rx) = oneshot::channel();
+        let cell = Arc::new(OutcomeCell::default());
         let outcome = AppendOutcome {
             stream_id,
             epoch,
-            rx: rx.shared(),
+            cell: Arc::clone(&cell),
         };
         let Some(batch) = admit(base, &outcome) else {
             return Ok(None);
@@ -344,7 +342,7 @@ impl Engine {
         let was_idle = inner.totals.uncommitted.load(Ordering::Relaxed) == 0;
         let id = st.push(
             frame(base, batch.record_count, batch.max_timestamp, batch.payload),
-            tx,
+            cell,
             deadline,
         );
         let submitted = inner.submit_waiting(&s, &mut st);

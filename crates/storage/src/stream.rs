@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use bytes::Bytes;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{watch, Notify};
 use weir_wal::{Seq, WalError};
 
 use crate::config::Retention;
@@ -42,6 +42,35 @@ pub(crate) enum Failure {
 }
 
 pub(crate) type Outcome = Result<(), Failure>;
+
+/// Where an append's outcome lands, once: awaited by the request that made it and by retries of
+/// it. One allocation per append, and no lock on the way unless someone waits.
+#[derive(Debug, Default)]
+pub(crate) struct OutcomeCell {
+    result: std::sync::OnceLock<Outcome>,
+    notify: Notify,
+}
+
+impl OutcomeCell {
+    pub fn set(&self, outcome: Outcome) {
+        if self.result.set(outcome).is_ok() {
+            self.notify.notify_waiters();
+        }
+    }
+
+    pub async fn wait(&self) -> Outcome {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so a `set` in between still wakes this waiter.
+            notified.as_mut().enable();
+            if let Some(r) = self.result.get() {
+                return r.clone();
+            }
+            notified.await;
+        }
+    }
+}
 
 /// Told when a stream rewinds to an offset: everything from it on is gone. Runs under the
 /// stream's lock, so it must not call back into the engine.
@@ -59,7 +88,7 @@ pub(crate) struct CachedBatch {
     /// Which append this is, so that a late WAL completion finds its own batch or none.
     pub id: u64,
     /// Told once the batch is durable or has failed.
-    pub done: Option<oneshot::Sender<Outcome>>,
+    pub done: Option<Arc<OutcomeCell>>,
     /// While waiting for WAL room: when the append gives up.
     pub deadline: Option<Instant>,
 }
@@ -67,6 +96,15 @@ pub(crate) struct CachedBatch {
 impl CachedBatch {
     pub fn end_offset(&self) -> u64 {
         self.frame.end_offset()
+    }
+}
+
+impl Drop for CachedBatch {
+    /// A batch that leaves the stream undecided failed: its waiters must not wait forever.
+    fn drop(&mut self) {
+        if let Some(done) = self.done.take() {
+            done.set(Err(Failure::Dropped));
+        }
     }
 }
 
@@ -135,7 +173,7 @@ impl StreamState {
     }
 
     /// Adds a batch at `next_offset`, not yet handed to the WAL; returns its id.
-    pub fn push(&mut self, frame: Frame, done: oneshot::Sender<Outcome>, deadline: Instant) -> u64 {
+    pub fn push(&mut self, frame: Frame, done: Arc<OutcomeCell>, deadline: Instant) -> u64 {
         invariant!(
             frame.base_offset == self.next_offset && frame.record_count > 0,
             "append at {} ({} records) but the next offset is {}",
@@ -197,7 +235,7 @@ impl StreamState {
         );
         self.durable_end = end;
         if let Some(done) = done {
-            let _ = done.send(Ok(()));
+            done.set(Ok(()));
         }
         true
     }
@@ -260,7 +298,7 @@ impl StreamState {
             let mut b = self.batches.pop_back().expect("checked above");
             freed += b.frame.payload.len() as u64;
             if let Some(done) = b.done.take() {
-                let _ = done.send(Err(why.clone()));
+                done.set(Err(why.clone()));
             }
         }
         self.cached_bytes -= freed;
