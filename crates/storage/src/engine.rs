@@ -347,7 +347,7 @@ impl Engine {
         );
         let submitted = inner.submit_waiting(&s, &mut st);
         st.check_invariants();
-        let kept = st.holds(base, id);
+        let kept = st.holds_last(base, id);
         drop(st);
         if !kept {
             // Failed at once (the WAL refused it): the caller hears it now.
@@ -636,7 +636,7 @@ fn completion(s: Arc<Stream>, base: u64, id: u64) -> weir_wal::Completion {
                 // Later batches of this stream fail too (the WAL fails everything queued behind
                 // a failed write); the first failure rewinds the stream and the rest find
                 // nothing left to fail.
-                if st.holds(base, id) {
+                if st.in_flight_first(base, id) {
                     tracing::warn!(stream_id = s.id, offset = base, error = %e, "append failed; stream rewinds to its last durable offset");
                     st.rewind(base, Failure::Wal(e));
                 }

@@ -126,6 +126,10 @@ pub(crate) struct StreamState {
     pub submitted_end: u64,
     pub next_offset: u64,
     batches: VecDeque<CachedBatch>,
+    /// Batches at the end of `batches` waiting for WAL room.
+    waiting: usize,
+    /// Batches before those, in flight to the WAL.
+    in_flight: usize,
     cached_bytes: u64,
     next_id: u64,
     /// Set when a newer leader took over: no more appends, uncommitted data dropped.
@@ -170,6 +174,17 @@ impl StreamState {
             "cache does not end at the next offset {}",
             self.next_offset
         );
+        invariant!(
+            self.waiting + self.in_flight <= self.batches.len()
+                && (self.waiting == 0) == (self.submitted_end == self.next_offset)
+                && (self.in_flight == 0) == (self.durable_end == self.submitted_end),
+            "{} waiting and {} in flight disagree with offsets durable {} submitted {} next {}",
+            self.waiting,
+            self.in_flight,
+            self.durable_end,
+            self.submitted_end,
+            self.next_offset
+        );
     }
 
     /// Adds a batch at `next_offset`, not yet handed to the WAL; returns its id.
@@ -188,6 +203,7 @@ impl StreamState {
         self.cached_bytes += len;
         self.totals.cached.fetch_add(len, Ordering::Relaxed);
         self.totals.uncommitted.fetch_add(len, Ordering::Relaxed);
+        self.waiting += 1;
         self.batches.push_back(CachedBatch {
             frame,
             seq: UNSUBMITTED,
@@ -198,32 +214,52 @@ impl StreamState {
         id
     }
 
-    /// The first batch waiting to be handed to the WAL.
+    /// The first batch waiting to be handed to the WAL. The waiting batches are the last
+    /// `waiting` of the cache, the ones in flight the `in_flight` before them: every lookup on
+    /// the append path is O(1), however many batches the cache holds.
     pub fn first_unsubmitted(&self) -> Option<&CachedBatch> {
-        let i = self
-            .batches
-            .partition_point(|b| b.end_offset() <= self.submitted_end);
-        self.batches.get(i)
+        if self.waiting == 0 {
+            return None;
+        }
+        self.batches.get(self.batches.len() - self.waiting)
     }
 
     /// Records that the first waiting batch went to the WAL as record `seq`.
     pub fn submitted(&mut self, seq: Seq) {
-        let i = self
-            .batches
-            .partition_point(|b| b.end_offset() <= self.submitted_end);
+        let i = self.batches.len() - self.waiting;
         let Some(b) = self.batches.get_mut(i) else {
             invariant!(false, "submitted a batch the stream does not have");
             return;
         };
+        invariant!(
+            b.frame.base_offset == self.submitted_end,
+            "submitting offset {} but the WAL has the stream up to {}",
+            b.frame.base_offset,
+            self.submitted_end
+        );
         b.seq = seq;
         b.deadline = None;
         self.submitted_end = b.end_offset();
+        self.waiting -= 1;
+        self.in_flight += 1;
+    }
+
+    /// The first batch in flight to the WAL, if it is `(base, id)`: WAL completions come in
+    /// order, so a completion's batch is that one or gone (a rewind failed it already).
+    fn first_in_flight(&mut self, base: u64, id: u64) -> Option<&mut CachedBatch> {
+        if self.in_flight == 0 {
+            return None;
+        }
+        let i = self.batches.len() - self.waiting - self.in_flight;
+        self.batches
+            .get_mut(i)
+            .filter(|b| b.frame.base_offset == base && b.id == id)
     }
 
     /// A WAL write of the batch `(base, id)` is durable. `false` if that batch is gone (a rewind
     /// failed it already), in which case nothing changes.
     pub fn durable(&mut self, base: u64, id: u64) -> bool {
-        let Some(b) = self.find_mut(base, id) else {
+        let Some(b) = self.first_in_flight(base, id) else {
             return false;
         };
         let end = b.end_offset();
@@ -234,24 +270,23 @@ impl StreamState {
             self.durable_end
         );
         self.durable_end = end;
+        self.in_flight -= 1;
         if let Some(done) = done {
             done.set(Ok(()));
         }
         true
     }
 
-    fn find_mut(&mut self, base: u64, id: u64) -> Option<&mut CachedBatch> {
-        let i = self.batches.partition_point(|b| b.frame.base_offset < base);
-        self.batches
-            .get_mut(i)
-            .filter(|b| b.frame.base_offset == base && b.id == id)
+    /// Whether the batch `(base, id)` is the first in flight to the WAL (its write failed: is it
+    /// still there to fail?).
+    pub fn in_flight_first(&mut self, base: u64, id: u64) -> bool {
+        self.first_in_flight(base, id).is_some()
     }
 
-    /// Whether the batch `(base, id)` is still in the stream.
-    pub fn holds(&self, base: u64, id: u64) -> bool {
-        let i = self.batches.partition_point(|b| b.frame.base_offset < base);
+    /// Whether the batch `(base, id)` is the last the stream holds (the one just appended).
+    pub fn holds_last(&self, base: u64, id: u64) -> bool {
         self.batches
-            .get(i)
+            .back()
             .is_some_and(|b| b.frame.base_offset == base && b.id == id)
     }
 
@@ -296,6 +331,11 @@ impl StreamState {
                 break;
             }
             let mut b = self.batches.pop_back().expect("checked above");
+            if b.seq == UNSUBMITTED {
+                self.waiting -= 1;
+            } else if b.end_offset() > self.durable_end {
+                self.in_flight -= 1;
+            }
             freed += b.frame.payload.len() as u64;
             if let Some(done) = b.done.take() {
                 done.set(Err(why.clone()));
@@ -360,10 +400,10 @@ impl StreamState {
             self.committed_end,
             self.durable_end
         );
+        let i = self.batches.partition_point(|b| b.end_offset() <= from);
         let bytes: u64 = self
             .batches
-            .iter()
-            .skip_while(|b| b.end_offset() <= from)
+            .range(i..)
             .take_while(|b| b.end_offset() <= end)
             .map(|b| b.frame.payload.len() as u64)
             .sum();
@@ -438,6 +478,8 @@ impl Stream {
                 submitted_end: end_offset,
                 next_offset: end_offset,
                 batches: VecDeque::new(),
+                waiting: 0,
+                in_flight: 0,
                 cached_bytes: 0,
                 next_id: 0,
                 fenced_by: None,
