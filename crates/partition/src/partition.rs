@@ -19,6 +19,7 @@ pub fn kafka_error(e: &StorageError) -> ResponseError {
             ResponseError::NotLeaderOrFollower
         }
         StorageError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+        StorageError::EmptyBatch { .. } => ResponseError::InvalidRecord,
         StorageError::Wal(weir_wal::WalError::TooLarge { .. }) => ResponseError::MessageTooLarge,
         StorageError::Wal(_) | StorageError::Object(_) | StorageError::Corrupt { .. } => {
             ResponseError::KafkaStorageError

@@ -337,6 +337,10 @@ impl Engine {
         let Some(batch) = admit(base, &outcome) else {
             return Ok(None);
         };
+        if batch.record_count == 0 {
+            // Offsets are what a batch takes; one that takes none cannot be placed.
+            return Err(StorageError::EmptyBatch { stream_id });
+        }
         let end = base + u64::from(batch.record_count);
         let deadline = Instant::now() + inner.config.wal_full_wait;
         let was_idle = inner.totals.uncommitted.load(Ordering::Relaxed) == 0;

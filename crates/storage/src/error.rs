@@ -28,6 +28,8 @@ pub enum StorageError {
     Corrupt { key: String, reason: String },
     #[error("storage engine is closed")]
     Closed,
+    #[error("stream {stream_id}: an append must take at least one offset")]
+    EmptyBatch { stream_id: u64 },
     #[error(
         "WAL recovery found a gap in stream {stream_id}: expected offset {expected}, found {got}; \
          the WAL is left untouched (nothing was dropped) and the broker cannot open until it is \
