@@ -38,7 +38,7 @@ impl EngineInner {
     async fn compact_stream(&self, s: &Stream) -> Result<usize> {
         let (epoch, start, fenced) = {
             let st = s.lock();
-            (st.epoch, st.start_offset, st.fenced_by.is_some())
+            (st.epoch(), st.start_offset(), st.fenced_by().is_some())
         };
         if fenced {
             return Ok(0);

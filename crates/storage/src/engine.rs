@@ -205,7 +205,7 @@ impl Engine {
         let inner = &self.inner;
         inner.check_open()?;
         if let Some(s) = inner.stream(stream_id) {
-            let current = s.lock().epoch;
+            let current = s.lock().epoch();
             if current == epoch {
                 return Ok(inner.info(&s));
             }
@@ -245,7 +245,7 @@ impl Engine {
         let Some(s) = inner.stream(stream_id) else {
             return Ok(());
         };
-        s.lock().closing = true;
+        s.lock().close();
         let started = Instant::now();
         let mut backoff = std::time::Duration::from_millis(100);
         // Pending appends complete (or fail) on the WAL thread; wait until none is left.
@@ -253,8 +253,8 @@ impl Engine {
             let (pending, uncommitted) = {
                 let st = s.lock();
                 (
-                    st.next_offset > st.durable_end,
-                    st.committed_end < st.durable_end && st.fenced_by.is_none(),
+                    st.next_offset() > st.durable_end(),
+                    st.committed_end() < st.durable_end() && st.fenced_by().is_none(),
                 )
             };
             if !pending && !uncommitted {
@@ -283,7 +283,7 @@ impl Engine {
     pub fn drop_stream(&self, stream_id: u64) {
         if let Some(s) = self.inner.streams_write().remove(&stream_id) {
             let mut st = s.lock();
-            st.closing = true;
+            st.close();
             st.release(Failure::Dropped);
             tracing::debug!(stream_id, "stream dropped");
         }
@@ -310,24 +310,24 @@ impl Engine {
             .stream(stream_id)
             .ok_or(StorageError::NotOpen(stream_id))?;
         let mut st = s.lock();
-        if let Some(current) = st.fenced_by {
+        if let Some(current) = st.fenced_by() {
             return Err(StorageError::Fenced {
                 stream_id,
                 epoch,
                 current,
             });
         }
-        if st.epoch != epoch {
+        if st.epoch() != epoch {
             return Err(StorageError::Fenced {
                 stream_id,
                 epoch,
-                current: st.epoch,
+                current: st.epoch(),
             });
         }
-        if st.closing {
+        if st.closing() {
             return Err(StorageError::NotOpen(stream_id));
         }
-        let base = st.next_offset;
+        let base = st.next_offset();
         let cell = Arc::new(OutcomeCell::default());
         let outcome = AppendOutcome {
             stream_id,
@@ -408,23 +408,23 @@ impl Engine {
             .ok_or(StorageError::NotOpen(stream_id))?;
         let (start, hw, committed) = {
             let st = s.lock();
-            if from < st.start_offset || from > st.durable_end {
+            if from < st.start_offset() || from > st.durable_end() {
                 return Err(StorageError::OffsetOutOfRange {
                     stream_id,
                     offset: from,
-                    start: st.start_offset,
-                    end: st.durable_end,
+                    start: st.start_offset(),
+                    end: st.durable_end(),
                 });
             }
             if let Some(batches) = st.read_cached(from, max_bytes) {
                 inner.meters.log_cache_hits.inc();
                 return Ok(ReadResult {
                     batches,
-                    start_offset: st.start_offset,
-                    high_watermark: st.durable_end,
+                    start_offset: st.start_offset(),
+                    high_watermark: st.durable_end(),
                 });
             }
-            (st.start_offset, st.durable_end, st.committed_end)
+            (st.start_offset(), st.durable_end(), st.committed_end())
         };
         inner.meters.log_cache_misses.inc();
         let mut batches = inner
@@ -462,7 +462,7 @@ impl Engine {
             .ok_or(StorageError::NotOpen(stream_id))?;
         let (start, committed) = {
             let st = s.lock();
-            (st.start_offset, st.committed_end)
+            (st.start_offset(), st.committed_end())
         };
         // Ranges carry their max timestamp, so whole ranges are skipped without reading them.
         let mut from = start;
@@ -495,7 +495,7 @@ impl Engine {
             from = r.end_offset;
         }
         let st = s.lock();
-        let from = committed.max(st.start_offset);
+        let from = committed.max(st.start_offset());
         let found = st
             .durable_from(from)
             .find(|f| f.max_timestamp >= timestamp && f.end_offset() > from)
@@ -512,7 +512,7 @@ impl Engine {
             .ok_or(StorageError::NotOpen(stream_id))?;
         let (start, committed) = {
             let st = s.lock();
-            (st.start_offset, st.committed_end)
+            (st.start_offset(), st.committed_end())
         };
         let mut max: Option<i64> = None;
         let mut from = start;
@@ -525,7 +525,7 @@ impl Engine {
             }
         }
         let st = s.lock();
-        for f in st.durable_from(committed.max(st.start_offset)) {
+        for f in st.durable_from(committed.max(st.start_offset())) {
             max = Some(max.map_or(f.max_timestamp, |m| m.max(f.max_timestamp)));
         }
         Ok(max)
@@ -549,12 +549,12 @@ impl Engine {
             .ok_or(StorageError::NotOpen(stream_id))?;
         {
             let st = s.lock();
-            if start_offset > st.durable_end {
+            if start_offset > st.durable_end() {
                 return Err(StorageError::OffsetOutOfRange {
                     stream_id,
                     offset: start_offset,
-                    start: st.start_offset,
-                    end: st.durable_end,
+                    start: st.start_offset(),
+                    end: st.durable_end(),
                 });
             }
         }
@@ -566,7 +566,7 @@ impl Engine {
             .inner
             .stream(stream_id)
             .ok_or(StorageError::NotOpen(stream_id))?;
-        s.lock().retention = retention;
+        s.lock().set_retention(retention);
         Ok(())
     }
 
@@ -633,7 +633,7 @@ fn completion(s: Arc<Stream>, base: u64, id: u64) -> weir_wal::Completion {
         match res {
             Ok(_) => {
                 if st.durable(base, id) {
-                    s.end_tx.send_replace(st.durable_end);
+                    s.end_tx.send_replace(st.durable_end());
                 }
             }
             Err(e) => {
@@ -680,10 +680,10 @@ impl EngineInner {
     fn info(&self, s: &Stream) -> StreamInfo {
         let st = s.lock();
         StreamInfo {
-            epoch: st.epoch,
-            start_offset: st.start_offset,
-            high_watermark: st.durable_end,
-            committed_end: st.committed_end,
+            epoch: st.epoch(),
+            start_offset: st.start_offset(),
+            high_watermark: st.durable_end(),
+            committed_end: st.committed_end(),
         }
     }
 
@@ -713,7 +713,7 @@ impl EngineInner {
             }
             let record = WalRecord {
                 stream_id: s.id,
-                epoch: st.epoch,
+                epoch: st.epoch(),
                 base_offset: base,
                 record_count: b.frame.record_count,
                 max_timestamp: b.frame.max_timestamp,

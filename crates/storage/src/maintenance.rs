@@ -34,7 +34,7 @@ impl EngineInner {
         for s in self.all_streams() {
             let (retention, start) = {
                 let st = s.lock();
-                (st.retention, st.start_offset)
+                (st.retention(), st.start_offset())
             };
             if retention.ms.is_none() && retention.bytes.is_none() {
                 continue;
@@ -107,8 +107,8 @@ impl EngineInner {
     pub async fn trim_stream(&self, s: &Stream, start_offset: u64) -> Result<u64> {
         let m = self.meta.trim_stream(s.id, start_offset).await?;
         let mut st = s.lock();
-        st.start_offset = st.start_offset.max(m.start_offset).max(start_offset);
-        let start = st.start_offset;
+        st.move_start(m.start_offset.max(start_offset));
+        let start = st.start_offset();
         st.evict_until(start);
         Ok(start)
     }

@@ -118,13 +118,13 @@ pub(crate) struct Totals {
 }
 
 pub(crate) struct StreamState {
-    pub epoch: u64,
-    pub start_offset: u64,
-    pub committed_end: u64,
-    pub durable_end: u64,
+    epoch: u64,
+    start_offset: u64,
+    committed_end: u64,
+    durable_end: u64,
     /// One past the last batch handed to the WAL.
-    pub submitted_end: u64,
-    pub next_offset: u64,
+    submitted_end: u64,
+    next_offset: u64,
     batches: VecDeque<CachedBatch>,
     /// Batches at the end of `batches` waiting for WAL room.
     waiting: usize,
@@ -133,15 +133,63 @@ pub(crate) struct StreamState {
     cached_bytes: u64,
     next_id: u64,
     /// Set when a newer leader took over: no more appends, uncommitted data dropped.
-    pub fenced_by: Option<u64>,
+    fenced_by: Option<u64>,
     /// Set while the stream is being closed: no more appends.
-    pub closing: bool,
-    pub retention: Retention,
+    closing: bool,
+    retention: Retention,
     rewind_hook: Option<RewindHook>,
     totals: Arc<Totals>,
 }
 
 impl StreamState {
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    pub fn start_offset(&self) -> u64 {
+        self.start_offset
+    }
+
+    /// One past the last offset in object storage.
+    pub fn committed_end(&self) -> u64 {
+        self.committed_end
+    }
+
+    /// The high watermark.
+    pub fn durable_end(&self) -> u64 {
+        self.durable_end
+    }
+
+    pub fn next_offset(&self) -> u64 {
+        self.next_offset
+    }
+
+    pub fn fenced_by(&self) -> Option<u64> {
+        self.fenced_by
+    }
+
+    pub fn closing(&self) -> bool {
+        self.closing
+    }
+
+    pub fn retention(&self) -> Retention {
+        self.retention
+    }
+
+    /// No more appends: the stream is being closed.
+    pub fn close(&mut self) {
+        self.closing = true;
+    }
+
+    pub fn set_retention(&mut self, retention: Retention) {
+        self.retention = retention;
+    }
+
+    /// Moves the start offset forward (retention, DeleteRecords); never back.
+    pub fn move_start(&mut self, offset: u64) {
+        self.start_offset = self.start_offset.max(offset);
+    }
+
     /// The offsets' order, checked in release builds too: a stream whose offsets disagree would
     /// acknowledge or upload the wrong data, so the broker stops instead (the WAL and the
     /// metadata store then recover it from durable state).

@@ -39,14 +39,14 @@ impl EngineInner {
         let mut streams: HashMap<u64, Arc<Stream>> = HashMap::new();
         for s in self.all_streams() {
             let st = s.lock();
-            if st.fenced_by.is_some() {
+            if st.fenced_by().is_some() {
                 continue;
             }
             let frames = st.uncommitted_durable();
             if !frames.is_empty() {
                 parts.push(Part {
                     stream_id: s.id,
-                    epoch: st.epoch,
+                    epoch: st.epoch(),
                     frames,
                 });
                 streams.insert(s.id, Arc::clone(&s));
@@ -82,7 +82,7 @@ impl EngineInner {
                         "the metadata store's end offset moved under this leader; fencing the stream"
                     );
                     if let Some(s) = streams.get(&stream_id) {
-                        let current = s.lock().epoch + 1;
+                        let current = s.lock().epoch() + 1;
                         s.lock().fence(current);
                     }
                     stream_id
@@ -109,7 +109,7 @@ impl EngineInner {
             };
             let end = p.frames[p.frames.len() - 1].end_offset();
             let mut st = s.lock();
-            if st.fenced_by.is_some() {
+            if st.fenced_by().is_some() {
                 continue;
             }
             st.committed(p.frames[0].base_offset, end);
