@@ -25,6 +25,9 @@
 //! cross parts:
 //!
 //! - [`sqlite`]: a file in the data directory, the embedded single-node default.
+//! - [`postgres`]: a PostgreSQL database, shared by the brokers of a cluster.
+//!
+//! [`testing`] (feature `testing`) starts a private PostgreSQL for tests.
 //!
 //! # Objects
 //!
@@ -56,11 +59,15 @@
 //! - only a `prepared` object can be committed, and only a `deleting` one forgotten.
 
 pub mod conformance;
+pub mod postgres;
 pub mod sqlite;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+pub use postgres::PostgresMetaStore;
 pub use sqlite::SqliteMetaStore;
 
 pub type ObjectId = u64;

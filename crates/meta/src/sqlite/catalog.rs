@@ -246,14 +246,14 @@ fn read_topic(c: &Connection, name: &str) -> Result<Option<TopicMeta>> {
 }
 
 /// Configs as `key=value` lines: keys are Kafka config names, which hold no `=` or newline.
-fn encode_configs(configs: &BTreeMap<String, String>) -> String {
+pub(crate) fn encode_configs(configs: &BTreeMap<String, String>) -> String {
     configs
         .iter()
         .map(|(k, v)| format!("{k}={}\n", v.replace('\\', "\\\\").replace('\n', "\\n")))
         .collect()
 }
 
-fn decode_configs(s: &str) -> BTreeMap<String, String> {
+pub(crate) fn decode_configs(s: &str) -> BTreeMap<String, String> {
     s.lines()
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| (k.to_string(), v.replace("\\n", "\n").replace("\\\\", "\\")))

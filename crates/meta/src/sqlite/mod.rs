@@ -7,7 +7,7 @@
 //! One [`SqliteMetaStore`] implements every part of the store, one module each, all on the same
 //! connection and schema; this module holds what they share.
 
-mod catalog;
+pub(crate) mod catalog;
 mod group_offsets;
 mod object_index;
 mod producer_snapshots;
