@@ -125,7 +125,8 @@ pub struct StorageSection {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetadataConfig {
-    /// `sqlite://path`; defaults to `sqlite://<data_dir>/meta.sqlite`.
+    /// `sqlite://path` or `postgres://user:password@host:port/db`; defaults to
+    /// `sqlite://<data_dir>/meta.sqlite`.
     pub url: Option<String>,
 }
 

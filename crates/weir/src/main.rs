@@ -131,13 +131,26 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     })
     .context("opening the WAL")?;
     let meta_url = config.metadata_url();
-    let Some(meta_path) = meta_url.strip_prefix("sqlite://") else {
-        bail!("metadata url {meta_url:?}: only sqlite:// is implemented");
-    };
-    let meta: Arc<dyn weir_meta::MetaStore> = Arc::new(
-        weir_meta::SqliteMetaStore::open(std::path::Path::new(meta_path))
-            .context("opening the metadata store")?,
-    );
+    // What logs and errors show: never the password.
+    let meta_shown = weir_meta::postgres::redact_password(&meta_url);
+    let meta: Arc<dyn weir_meta::MetaStore> =
+        if let Some(meta_path) = meta_url.strip_prefix("sqlite://") {
+            Arc::new(
+                weir_meta::SqliteMetaStore::open(std::path::Path::new(meta_path))
+                    .context("opening the metadata store")?,
+            )
+        } else if meta_url.starts_with("postgres://") || meta_url.starts_with("postgresql://") {
+            Arc::new(
+                weir_meta::PostgresMetaStore::connect(&meta_url)
+                    .await
+                    .with_context(|| format!("opening the metadata store {meta_shown}"))?,
+            )
+        } else {
+            bail!(
+                "metadata url {meta_shown:?}: expected sqlite://PATH or \
+                 postgres://USER:PASSWORD@HOST:PORT/DB"
+            );
+        };
     let store_url = config.object_store_url()?;
     let store_options = config.store_options();
     if store_options.faults.is_on() {
@@ -145,7 +158,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     }
     let store = weir_storage::objstore::from_url_with(&store_url, &store_options)
         .map_err(anyhow::Error::msg)?;
-    tracing::info!(wal = %config.wal_path().display(), metadata = %meta_url, objects = %store_url, "opening storage");
+    tracing::info!(wal = %config.wal_path().display(), metadata = %meta_shown, objects = %store_url, "opening storage");
     let engine =
         weir_storage::Engine::open(config.storage(), Arc::new(wal), Arc::clone(&meta), store)
             .await

@@ -138,6 +138,22 @@ fn retryable(e: &MetaError) -> bool {
         })
 }
 
+/// `url` with its password, if any, replaced by `***`: for logs and error messages.
+pub fn redact_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    // The userinfo ends at the authority's last '@' (a password may hold '@' unescaped).
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_string();
+    };
+    match rest[..at].split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***{}", &rest[at..]),
+        None => url.to_string(),
+    }
+}
+
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -604,6 +620,23 @@ mod tests {
             .map(|r| r.get(0))
             .collect();
         assert_eq!(versions, (1..=MIGRATIONS.len() as i32).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact_password("postgres://weir:s3cr@t@db:5432/meta"),
+            "postgres://weir:***@db:5432/meta"
+        );
+        assert_eq!(
+            redact_password("postgres://weir@db/meta"),
+            "postgres://weir@db/meta"
+        );
+        assert_eq!(redact_password("postgres://db/a@b"), "postgres://db/a@b");
+        assert_eq!(
+            redact_password("sqlite:///x/meta.sqlite"),
+            "sqlite:///x/meta.sqlite"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
