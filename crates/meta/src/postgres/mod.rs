@@ -27,6 +27,7 @@ mod producer_snapshots;
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config, GenericClient, NoTls};
 
@@ -110,12 +111,17 @@ const MIGRATION_LOCK: i64 = 0x7765_6972_6d65_7461;
 /// How many times a transaction PostgreSQL aborted (deadlock, serialization failure) is retried.
 const RETRIES: u32 = 20;
 
-/// Idle connections kept for reuse; more are opened when needed and closed when returned.
-const MAX_IDLE: usize = 4;
+/// Connections a store holds at most; calls beyond wait for one. The metadata store is off the
+/// per-record path, so a few suffice, and a cluster of brokers stays far below PostgreSQL's
+/// `max_connections`.
+const MAX_CONNECTIONS: usize = 8;
 
 pub struct PostgresMetaStore {
     config: Config,
+    /// Open connections not in use.
     idle: Mutex<Vec<Client>>,
+    /// One permit per connection in use.
+    slots: Semaphore,
 }
 
 fn backend(context: &'static str) -> impl FnOnce(tokio_postgres::Error) -> MetaError {
@@ -297,6 +303,7 @@ use in_tx;
 struct Pooled<'a> {
     store: &'a PostgresMetaStore,
     client: Option<Client>,
+    _slot: SemaphorePermit<'a>,
 }
 
 impl std::ops::Deref for Pooled<'_> {
@@ -317,9 +324,7 @@ impl Drop for Pooled<'_> {
         if let Some(c) = self.client.take() {
             if !c.is_closed() {
                 let mut idle = self.store.idle.lock().unwrap_or_else(|e| e.into_inner());
-                if idle.len() < MAX_IDLE {
-                    idle.push(c);
-                }
+                idle.push(c);
             }
         }
     }
@@ -333,12 +338,17 @@ impl PostgresMetaStore {
         let store = PostgresMetaStore {
             config,
             idle: Mutex::new(Vec::new()),
+            slots: Semaphore::new(MAX_CONNECTIONS),
         };
         store.migrate().await?;
         Ok(store)
     }
 
     async fn client(&self) -> Result<Pooled<'_>> {
+        let slot = self.slots.acquire().await.map_err(|e| MetaError::Backend {
+            context: "waiting for a connection",
+            source: Box::new(e),
+        })?;
         loop {
             let c = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
             match c {
@@ -347,6 +357,7 @@ impl PostgresMetaStore {
                     return Ok(Pooled {
                         store: self,
                         client: Some(c),
+                        _slot: slot,
                     })
                 }
                 None => break,
@@ -365,6 +376,7 @@ impl PostgresMetaStore {
         Ok(Pooled {
             store: self,
             client: Some(client),
+            _slot: slot,
         })
     }
 
@@ -620,6 +632,35 @@ mod tests {
             .map(|r| r.get(0))
             .collect();
         assert_eq!(versions, (1..=MIGRATIONS.len() as i32).collect::<Vec<_>>());
+    }
+
+    /// However many calls run at once, a store holds at most `MAX_CONNECTIONS` connections.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connections_are_capped() {
+        let s = server();
+        let m = Arc::new(store(&s));
+        let calls: Vec<_> = (0..64u64)
+            .map(|n| {
+                let m = Arc::clone(&m);
+                tokio::spawn(async move { m.open_stream(n, 1).await })
+            })
+            .collect();
+        for c in calls {
+            c.await.expect("join").expect("open");
+        }
+        let c = m.client().await.expect("client");
+        let open: i64 = c
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()",
+                &[],
+            )
+            .await
+            .expect("count")
+            .get(0);
+        assert!(
+            (1..=MAX_CONNECTIONS as i64).contains(&open),
+            "{open} connections"
+        );
     }
 
     #[test]
