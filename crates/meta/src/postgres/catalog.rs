@@ -143,19 +143,19 @@ impl Catalog for PostgresMetaStore {
 
     async fn get_or_init(&self, key: &str, default: &str) -> Result<String> {
         let c = self.client().await?;
-        // One statement: the row is either inserted by it or read as it is (the CTE's insert is
-        // invisible to the outer query, hence the UNION).
+        // Two statements, not one: a statement's snapshot does not see a row that a concurrent
+        // first call committed while this one's insert waited on it, but the next statement's
+        // (READ COMMITTED) does. The value never changes once written.
+        c.execute(
+            "INSERT INTO kv (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+            &[&key, &default],
+        )
+        .await
+        .map_err(backend("initialising a key"))?;
         let row = c
-            .query_one(
-                "WITH ins AS (
-                     INSERT INTO kv (key, value) VALUES ($1, $2)
-                     ON CONFLICT (key) DO NOTHING RETURNING value
-                 )
-                 SELECT value FROM ins UNION ALL SELECT value FROM kv WHERE key = $1 LIMIT 1",
-                &[&key, &default],
-            )
+            .query_one("SELECT value FROM kv WHERE key = $1", &[&key])
             .await
-            .map_err(backend("initialising a key"))?;
+            .map_err(backend("reading a key"))?;
         Ok(row.get(0))
     }
 }

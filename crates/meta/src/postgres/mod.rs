@@ -441,7 +441,7 @@ mod tests {
     use super::*;
     use crate::conformance;
     use crate::testing::PgServer;
-    use crate::{ObjectCommit, ObjectIndex, RangeCommit};
+    use crate::{Catalog, ObjectCommit, ObjectIndex, RangeCommit};
 
     /// Opens a store on a new database of the shared test server, from synchronous code inside
     /// a multi-threaded runtime (the suites' factories are synchronous).
@@ -632,6 +632,83 @@ mod tests {
             .map(|r| r.get(0))
             .collect();
         assert_eq!(versions, (1..=MIGRATIONS.len() as i32).collect::<Vec<_>>());
+    }
+
+    /// Brokers starting together agree on write-once keys (the cluster id) and never share ids.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_keys_and_counters_agree() {
+        let s = server();
+        for round in 0..10 {
+            let m = two_stores(&s).await;
+            let inits: Vec<_> = (0..8usize)
+                .map(|n| {
+                    let m = Arc::clone(&m);
+                    tokio::spawn(async move {
+                        let id = m[n % 2].allocate_ids("producer", 10).await;
+                        let key = m[n % 2].get_or_init("cluster.id", &format!("v{n}")).await;
+                        (id, key)
+                    })
+                })
+                .collect();
+            let mut keys = Vec::new();
+            let mut firsts = Vec::new();
+            for t in inits {
+                let (id, key) = t.await.expect("join");
+                firsts.push(id.expect("allocate"));
+                keys.push(key.expect("get_or_init"));
+            }
+            assert!(
+                keys.iter().all(|k| *k == keys[0]),
+                "round {round}: {keys:?}"
+            );
+            firsts.sort_unstable();
+            assert_eq!(
+                firsts,
+                (0..8).map(|n| 1 + 10 * n).collect::<Vec<u64>>(),
+                "round {round}"
+            );
+        }
+    }
+
+    /// Brokers creating the same topic at once: one creates it, the others are told it exists;
+    /// concurrent growths of it never give two partitions one number.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_topic_changes_serialise() {
+        let s = server();
+        let m = two_stores(&s).await;
+        let creates: Vec<_> = (0..6usize)
+            .map(|n| {
+                let m = Arc::clone(&m);
+                tokio::spawn(async move {
+                    m[n % 2]
+                        .create_topic("t", [n as u8; 16], 2, Default::default())
+                        .await
+                })
+            })
+            .collect();
+        let mut created = 0;
+        for c in creates {
+            match c.await.expect("join") {
+                Ok(_) => created += 1,
+                Err(MetaError::TopicExists(_)) => {}
+                Err(e) => panic!("unexpected error: {e}"),
+            }
+        }
+        assert_eq!(created, 1);
+        let grows: Vec<_> = (3..9u32)
+            .map(|total| {
+                let m = Arc::clone(&m);
+                tokio::spawn(async move { m[total as usize % 2].add_partitions("t", total).await })
+            })
+            .collect();
+        for g in grows {
+            match g.await.expect("join") {
+                Ok(_) | Err(MetaError::InvalidPartitions { .. }) => {}
+                Err(e) => panic!("unexpected error: {e}"),
+            }
+        }
+        let topics = m[0].list_topics().await.expect("list");
+        assert_eq!(topics[0].streams.len(), 8);
     }
 
     /// However many calls run at once, a store holds at most `MAX_CONNECTIONS` connections.
