@@ -8,90 +8,22 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::Broker;
+use common::{consume, produce, value, Broker};
 
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
-use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::producer::{BaseRecord, Producer};
 
 const TOPIC: &str = "faults";
 const KAFKA_STORAGE_ERROR: i16 = 56;
-
-fn value(i: u64) -> String {
-    format!("record-{i:06}-{}", "x".repeat((i % 97) as usize))
-}
-
-/// Produces `n` records to partition 0 and waits until every one is acknowledged.
-fn produce(bootstrap: &str, n: u64) {
-    let producer: ThreadedProducer<_> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("acks", "all")
-        .set("enable.idempotence", "true")
-        .set("linger.ms", "5")
-        .create()
-        .expect("producer");
-    for i in 0..n {
-        let v = value(i);
-        let mut record = BaseRecord::<(), String>::to(TOPIC).partition(0).payload(&v);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((e, r)) => {
-                    // Queue full: let deliveries drain.
-                    assert!(
-                        matches!(
-                            e,
-                            rdkafka::error::KafkaError::MessageProduction(
-                                rdkafka::types::RDKafkaErrorCode::QueueFull
-                            )
-                        ),
-                        "send failed: {e}"
-                    );
-                    record = r;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            }
-        }
-    }
-    producer
-        .flush(Duration::from_secs(60))
-        .expect("every record acknowledged");
-}
-
-/// Reads partition 0 from the beginning until `n` records came, or gives up after a minute.
-fn consume(bootstrap: &str, n: u64) -> Vec<String> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "faults-test")
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("consumer");
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(TOPIC, 0, Offset::Beginning)
-        .expect("partition");
-    consumer.assign(&tpl).expect("assign");
-    let mut got = Vec::new();
-    let t = Instant::now();
-    while (got.len() as u64) < n && t.elapsed() < Duration::from_secs(60) {
-        match consumer.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => got.push(String::from_utf8_lossy(m.payload().unwrap_or(&[])).into()),
-            Some(Err(e)) => eprintln!("consumer: {e}"),
-            None => {}
-        }
-    }
-    got
-}
 
 #[test]
 fn object_store_latency_switch_serves_reads_from_objects_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     const N: u64 = 5000;
     let b = Broker::start_in(dir.path(), "produce", &[]);
-    produce(&b.bootstrap(), N);
+    produce(&b.bootstrap(), TOPIC, N);
     b.stop();
 
     let b = Broker::start_in(
@@ -99,7 +31,7 @@ fn object_store_latency_switch_serves_reads_from_objects_after_a_restart() {
         "read",
         &[("WEIR_OBJECT_STORE_FAULT_LATENCY_MS", "20")],
     );
-    let got = consume(&b.bootstrap(), N);
+    let got = consume(&b.bootstrap(), TOPIC, N);
     b.assert_no_panic();
     assert_eq!(
         got.len() as u64,
@@ -110,10 +42,10 @@ fn object_store_latency_switch_serves_reads_from_objects_after_a_restart() {
         assert_eq!(v, &value(i as u64), "record {i}");
     }
     // The switch applies to writes too: more records, uploaded through it at shutdown.
-    produce(&b.bootstrap(), 10);
+    produce(&b.bootstrap(), TOPIC, 10);
     b.stop();
     let b = Broker::start_in(dir.path(), "read-again", &[]);
-    assert_eq!(consume(&b.bootstrap(), N + 10).len() as u64, N + 10);
+    assert_eq!(consume(&b.bootstrap(), TOPIC, N + 10).len() as u64, N + 10);
     b.assert_no_panic();
 }
 
@@ -177,7 +109,7 @@ fn fetch_v4(port: u16, offset: i64) -> (i16, usize) {
 fn failed_object_reads_answer_fetch_with_kafka_storage_error() {
     let dir = tempfile::tempdir().unwrap();
     let b = Broker::start_in(dir.path(), "produce", &[]);
-    produce(&b.bootstrap(), 200);
+    produce(&b.bootstrap(), TOPIC, 200);
     let (error, bytes) = fetch_v4(b.port, 0);
     assert_eq!(error, 0);
     assert!(bytes > 0, "data before the restart");
@@ -198,7 +130,7 @@ fn failed_object_reads_answer_fetch_with_kafka_storage_error() {
     }
     b.assert_no_panic();
     // The broker goes on serving what needs no GET: new records, from the log cache.
-    produce(&b.bootstrap(), 10);
+    produce(&b.bootstrap(), TOPIC, 10);
     let (error, bytes) = fetch_v4(b.port, 200);
     assert_eq!((error, bytes > 0), (0, true));
     b.stop();
@@ -237,9 +169,9 @@ fn wal_fault_switch_from_the_environment_fails_writes() {
     b.stop();
 
     let b = Broker::start_in(dir.path(), "healthy", &[]);
-    produce(&b.bootstrap(), 20);
+    produce(&b.bootstrap(), TOPIC, 20);
     // Nothing of the failed produce is in the partition: it starts with the new records.
     let want: Vec<String> = (0..20).map(value).collect();
-    assert_eq!(consume(&b.bootstrap(), 20), want);
+    assert_eq!(consume(&b.bootstrap(), TOPIC, 20), want);
     b.stop();
 }

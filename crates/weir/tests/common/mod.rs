@@ -9,6 +9,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .expect("bind")
@@ -146,4 +152,70 @@ impl Broker {
             self.log_text()
         );
     }
+}
+
+/// The value of record `i` in the tests' topics.
+pub fn value(i: u64) -> String {
+    format!("record-{i:06}-{}", "x".repeat((i % 97) as usize))
+}
+
+/// Produces `n` records (values [`value`]) to partition 0 and waits until every one is acknowledged.
+pub fn produce(bootstrap: &str, topic: &str, n: u64) {
+    let producer: ThreadedProducer<_> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    for i in 0..n {
+        let v = value(i);
+        let mut record = BaseRecord::<(), String>::to(topic).partition(0).payload(&v);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((e, r)) => {
+                    // Queue full: let deliveries drain.
+                    assert!(
+                        matches!(
+                            e,
+                            rdkafka::error::KafkaError::MessageProduction(
+                                rdkafka::types::RDKafkaErrorCode::QueueFull
+                            )
+                        ),
+                        "send failed: {e}"
+                    );
+                    record = r;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+    producer
+        .flush(Duration::from_secs(60))
+        .expect("every record acknowledged");
+}
+
+/// Reads partition 0 from the beginning until `n` records came, or gives up after a minute.
+pub fn consume(bootstrap: &str, topic: &str, n: u64) -> Vec<String> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "weir-test")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .expect("partition");
+    consumer.assign(&tpl).expect("assign");
+    let mut got = Vec::new();
+    let t = Instant::now();
+    while (got.len() as u64) < n && t.elapsed() < Duration::from_secs(60) {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => got.push(String::from_utf8_lossy(m.payload().unwrap_or(&[])).into()),
+            Some(Err(e)) => eprintln!("consumer: {e}"),
+            None => {}
+        }
+    }
+    got
 }
