@@ -16,6 +16,10 @@ impl EngineInner {
     pub async fn maintenance_loop(self: Arc<Self>) {
         let mut shutdown = self.shutdown.subscribe();
         loop {
+            // A task first polled after close() sent the signal would never see it change.
+            if *shutdown.borrow_and_update() {
+                return;
+            }
             tokio::select! {
                 _ = tokio::time::sleep(self.config.maintenance_interval) => {}
                 _ = shutdown.changed() => return,

@@ -271,6 +271,10 @@ impl EngineInner {
         let tick = Duration::from_millis(100).min(self.config.upload_interval);
         let mut backoff = Duration::from_millis(100);
         loop {
+            // A task first polled after close() sent the signal would never see it change.
+            if *shutdown.borrow_and_update() {
+                return;
+            }
             tokio::select! {
                 _ = self.upload_wanted.notified() => {}
                 _ = tokio::time::sleep(tick) => {}
