@@ -195,35 +195,37 @@ impl Partition {
                 let mut producers = self.producers();
                 let now = now_ms();
                 let mut next = base;
-                for b in &batches {
-                    let check = producers.check(&b.header);
-                    match check {
+                // Each batch is checked after the ones before it are recorded, as Kafka does.
+                let refusal = batches
+                    .iter()
+                    .find_map(|b| match producers.check(&b.header) {
                         Ok(Check::New) => {
                             let end = next + u64::from(b.header.offset_count());
                             producers.record(&b.header, next, end, Some(outcome.clone()), now);
                             next = end;
+                            None
                         }
+                        // As Kafka: the first duplicate answers for the request.
                         Ok(Check::Duplicate(meta, original)) => {
-                            // As Kafka: the first duplicate answers for the request.
-                            producers.rewind(base);
-                            verdict = Ok(Some(TicketKind::Duplicate {
+                            Some(Ok(Some(TicketKind::Duplicate {
                                 base: meta.base_offset,
                                 original,
-                            }));
-                            return None;
+                            })))
                         }
-                        Err(e) => {
-                            producers.rewind(base);
-                            verdict = Err(e);
-                            return None;
-                        }
-                    }
-                }
-                let Ok(record_count) = u32::try_from(next - base) else {
+                        Err(e) => Some(Err(e)),
+                    })
+                    .or_else(|| {
+                        u32::try_from(next - base)
+                            .is_err()
+                            .then_some(Err(ResponseError::InvalidRecord))
+                    });
+                if let Some(refusal) = refusal {
+                    // Nothing is appended: forget what this request recorded.
                     producers.rewind(base);
-                    verdict = Err(ResponseError::InvalidRecord);
+                    verdict = refusal;
                     return None;
-                };
+                }
+                let record_count = (next - base) as u32;
                 Some(NewBatch {
                     record_count,
                     max_timestamp: batches

@@ -170,9 +170,13 @@ async fn contents(p: &Partition) -> Vec<(i64, i64, i64)> {
 }
 
 async fn within<T>(f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(5), f)
+    within_secs(5, f).await
+}
+
+async fn within_secs<T>(secs: u64, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(secs), f)
         .await
-        .expect("did not finish within 5 s")
+        .unwrap_or_else(|_| panic!("did not finish within {secs} s"))
 }
 
 #[tokio::test]
@@ -335,7 +339,11 @@ async fn idempotent_producers_retrying_through_wal_errors_land_exactly_once_in_o
             (pid, acked, errors)
         })
     };
-    let results = within_long(futures_join(vec![producer(1), producer(2), producer(3)])).await;
+    let results = within_secs(
+        60,
+        futures_join(vec![producer(1), producer(2), producer(3)]),
+    )
+    .await;
     assert!(
         wal.meters().write_errors.get() > 0,
         "the fault switch injected no WAL error"
@@ -384,12 +392,6 @@ async fn futures_join<T>(hs: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
         out.push(h.await.unwrap());
     }
     out
-}
-
-async fn within_long<T>(f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(60), f)
-        .await
-        .expect("did not finish within 60 s")
 }
 
 /// Idle idempotent producers are forgotten (`producer.id.expiration.ms`), so the state a

@@ -82,8 +82,9 @@ impl EngineInner {
                         "the metadata store's end offset moved under this leader; fencing the stream"
                     );
                     if let Some(s) = streams.get(&stream_id) {
-                        let current = s.lock().epoch() + 1;
-                        s.lock().fence(current);
+                        let mut st = s.lock();
+                        let current = st.epoch() + 1;
+                        st.fence(current);
                     }
                     stream_id
                 }
