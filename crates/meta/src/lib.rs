@@ -15,8 +15,10 @@
 //!   write-once keys (the cluster id).
 //! - [`GroupOffsets`]: consumer groups' committed offsets.
 //! - [`ProducerSnapshots`]: each stream's idempotent-producer state, valid up to an offset.
+//! - [`Coordination`]: the cluster: brokers and their sessions, the controller lease, which
+//!   broker leads each partition, and change notifications.
 //!
-//! [`MetaStore`] is all four together, implemented for every type that implements them, so a
+//! [`MetaStore`] is all of them together, implemented for every type that implements them, so a
 //! broker holds one `Arc<dyn MetaStore>` and hands each component the part it uses. The parts
 //! share one database: deleting a topic (a [`Catalog`] call) drops its streams, frees their
 //! objects, and drops their producer snapshots and group offsets in the same transaction.
@@ -66,6 +68,8 @@ pub mod testing;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+use tokio::sync::watch;
 
 pub use postgres::PostgresMetaStore;
 pub use sqlite::SqliteMetaStore;
@@ -180,6 +184,12 @@ pub enum MetaError {
         start: u64,
         end: u64,
     },
+    #[error("broker {node_id} incarnation {incarnation} is fenced: its session expired or a newer incarnation registered")]
+    BrokerFenced { node_id: i32, incarnation: u64 },
+    #[error("the controller lease (epoch {epoch}) is no longer held")]
+    NotController { epoch: u64 },
+    #[error("broker {0} is not registered")]
+    UnknownBroker(i32),
     #[error("metadata store: {context}: {source}")]
     Backend {
         context: &'static str,
@@ -319,7 +329,183 @@ pub trait ProducerSnapshots: Send + Sync + 'static {
     async fn load_producer_snapshot(&self, stream_id: u64) -> Result<Option<(u64, Vec<u8>)>>;
 }
 
-/// The whole metadata store: every part, over one database.
-pub trait MetaStore: ObjectIndex + Catalog + GroupOffsets + ProducerSnapshots {}
+/// Where a broker is in its life, as the cluster sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrokerState {
+    /// Serving; takes partitions.
+    Running,
+    /// Stopping (controlled shutdown): its partitions are moved away, it takes no new ones.
+    ShuttingDown,
+    /// Its session expired and the controller fenced it; it must register again.
+    Fenced,
+}
 
-impl<T: ObjectIndex + Catalog + GroupOffsets + ProducerSnapshots> MetaStore for T {}
+impl BrokerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BrokerState::Running => "running",
+            BrokerState::ShuttingDown => "shutting_down",
+            BrokerState::Fenced => "fenced",
+        }
+    }
+
+    pub fn parse(s: &str) -> BrokerState {
+        match s {
+            "running" => BrokerState::Running,
+            "shutting_down" => BrokerState::ShuttingDown,
+            _ => BrokerState::Fenced,
+        }
+    }
+}
+
+/// What a broker says about itself when it joins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerRegistration {
+    /// `None`: the store allocates one (above 1000, as Kafka's generated broker ids are).
+    pub node_id: Option<i32>,
+    pub zone: String,
+    /// Advertised Kafka address.
+    pub host: String,
+    pub port: i32,
+    /// Internal listener, `host:port`, for broker-to-broker calls.
+    pub internal_addr: String,
+}
+
+/// A registered broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerInfo {
+    pub node_id: i32,
+    /// Grows with every registration of the node id: a process that registered earlier under
+    /// the same id is a zombie, and its session renewals fail.
+    pub incarnation: u64,
+    pub zone: String,
+    pub host: String,
+    pub port: i32,
+    pub internal_addr: String,
+    pub state: BrokerState,
+    /// Its session has not expired, by the store's clock.
+    pub alive: bool,
+}
+
+impl BrokerInfo {
+    /// Serving and within its session: may lead partitions and coordinate groups.
+    pub fn is_live(&self) -> bool {
+        self.alive && self.state == BrokerState::Running
+    }
+}
+
+/// The controller lease as one broker holds it. `epoch` grows each time the lease changes hands:
+/// the store refuses changes made under an older one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControllerLease {
+    pub node_id: i32,
+    pub epoch: u64,
+}
+
+/// Which broker leads a partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    pub topic: String,
+    pub partition: u32,
+    pub stream_id: u64,
+    /// The broker that leads (or is to lead) the partition; `None` until the controller places it.
+    pub leader: Option<i32>,
+    /// A move under way: the leader hands the partition to this broker.
+    pub target: Option<i32>,
+    /// The stream's epoch: the partition's leader epoch.
+    pub epoch: u64,
+}
+
+/// A controller's change to who leads a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AssignmentChange {
+    /// Gives a partition that has no leader its first one. Ignored if it has one by then.
+    Place { stream_id: u64, leader: i32 },
+    /// Asks the partition's leader to hand it over to `target` (`None` cancels a move).
+    Move { stream_id: u64, target: Option<i32> },
+}
+
+/// The cluster's coordination: membership with sessions, the controller lease, partition
+/// leadership, and notifications of changes. Every change is one transaction; times are the
+/// store's clock, so brokers' clocks need not agree.
+#[async_trait::async_trait]
+pub trait Coordination: Send + Sync + 'static {
+    /// Registers a broker under a new incarnation, `Running`, with a session of `session`.
+    /// A registration of a node id that is already registered replaces it (a restarted broker).
+    async fn register_broker(
+        &self,
+        reg: &BrokerRegistration,
+        session: Duration,
+    ) -> Result<BrokerInfo>;
+
+    /// Extends the session of `node_id` at `incarnation` to `session` from now. Fails with
+    /// [`MetaError::BrokerFenced`] if that incarnation was replaced or fenced.
+    async fn renew_session(&self, node_id: i32, incarnation: u64, session: Duration) -> Result<()>;
+
+    /// Changes the state of `node_id` at `incarnation` (e.g. to `ShuttingDown`). Fails as
+    /// [`Coordination::renew_session`] does.
+    async fn set_broker_state(
+        &self,
+        node_id: i32,
+        incarnation: u64,
+        state: BrokerState,
+    ) -> Result<()>;
+
+    /// Every registered broker, in node id order.
+    async fn brokers(&self) -> Result<Vec<BrokerInfo>>;
+
+    /// Takes or renews the controller lease for `ttl`. Returns the lease if `node_id` holds it
+    /// after the call; `None` if another broker holds an unexpired one.
+    async fn acquire_controller(
+        &self,
+        node_id: i32,
+        ttl: Duration,
+    ) -> Result<Option<ControllerLease>>;
+
+    /// The holder of the unexpired controller lease, if any.
+    async fn controller(&self) -> Result<Option<ControllerLease>>;
+
+    /// Gives up the lease now (a controller that stops), if it is still this one.
+    async fn resign_controller(&self, lease: ControllerLease) -> Result<()>;
+
+    /// Fences the brokers whose session expired; returns their node ids. Controller only.
+    async fn fence_expired_brokers(&self, lease: ControllerLease) -> Result<Vec<i32>>;
+
+    /// Every partition of every topic and who leads it, by topic and partition.
+    async fn assignments(&self) -> Result<Vec<Assignment>>;
+
+    /// Applies a controller's changes in one transaction. Fails with
+    /// [`MetaError::NotController`] if `lease` is no longer the current one.
+    async fn change_assignments(
+        &self,
+        lease: ControllerLease,
+        changes: &[AssignmentChange],
+    ) -> Result<()>;
+
+    /// The leader's half of a move: if `node_id` at `incarnation` leads the stream and a move
+    /// target is set, the target becomes the leader. Returns the new leader, or `None` when
+    /// there was nothing to hand over (no move, or not the leader). Fails with
+    /// [`MetaError::BrokerFenced`] for a replaced incarnation.
+    async fn hand_over(
+        &self,
+        stream_id: u64,
+        node_id: i32,
+        incarnation: u64,
+    ) -> Result<Option<i32>>;
+
+    /// Tells every broker that something in the cluster changed (the store's own changes do
+    /// this already; topic changes call it).
+    async fn notify_cluster(&self) -> Result<()>;
+
+    /// A counter that moves whenever the store learns of a change, from this process or
+    /// another; a broker re-reads the cluster when it does.
+    fn cluster_changes(&self) -> watch::Receiver<u64>;
+}
+
+/// The whole metadata store: every part, over one database.
+pub trait MetaStore:
+    ObjectIndex + Catalog + GroupOffsets + ProducerSnapshots + Coordination
+{
+}
+
+impl<T: ObjectIndex + Catalog + GroupOffsets + ProducerSnapshots + Coordination> MetaStore for T {}

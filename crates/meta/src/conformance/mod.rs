@@ -5,6 +5,7 @@
 //! parts. [`run_all`] runs them all against a whole store.
 
 pub mod catalog;
+pub mod coordination;
 pub mod group_offsets;
 pub mod object_index;
 pub mod producer_snapshots;
@@ -18,6 +19,7 @@ pub async fn run_all(open: impl Fn() -> Box<dyn MetaStore>) {
     catalog::run(|| open()).await;
     group_offsets::run(|| open()).await;
     producer_snapshots::run(|| open()).await;
+    coordination::run(|| open()).await;
     whole_store::run(open).await;
 }
 

@@ -20,6 +20,7 @@
 //! brokers starting together do not race.
 
 mod catalog;
+mod coordination;
 mod group_offsets;
 mod object_index;
 mod producer_snapshots;
@@ -35,7 +36,8 @@ use crate::{MetaError, Result, StreamMeta};
 
 /// Migrations, in order; the version of each is its index + 1. Never edit one that shipped: add
 /// another.
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
 CREATE TABLE streams (
     stream_id    BIGINT PRIMARY KEY,
     epoch        BIGINT NOT NULL,
@@ -103,7 +105,31 @@ CREATE TABLE kv (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
-"];
+",
+    "
+CREATE TABLE brokers (
+    node_id       INTEGER PRIMARY KEY,
+    incarnation   BIGINT NOT NULL,
+    zone          TEXT NOT NULL,
+    host          TEXT NOT NULL,
+    port          INTEGER NOT NULL,
+    internal_addr TEXT NOT NULL,
+    state         TEXT NOT NULL,
+    expires_ms    BIGINT NOT NULL
+);
+CREATE TABLE controller (
+    id         INTEGER PRIMARY KEY CHECK (id = 1),
+    node_id    INTEGER NOT NULL,
+    epoch      BIGINT NOT NULL,
+    expires_ms BIGINT NOT NULL
+);
+CREATE TABLE assignments (
+    stream_id BIGINT PRIMARY KEY,
+    leader    INTEGER,
+    target    INTEGER
+);
+",
+];
 
 /// Key of the advisory lock held while migrating ("weirmeta" in ASCII).
 const MIGRATION_LOCK: i64 = 0x7765_6972_6d65_7461;
@@ -118,6 +144,10 @@ const MAX_CONNECTIONS: usize = 8;
 
 pub struct PostgresMetaStore {
     config: Config,
+    /// Moves on every cluster change this process makes or hears of (LISTEN); the listening
+    /// connection starts with the first subscriber.
+    changes: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
+    listening: std::sync::Once,
     /// Open connections not in use.
     idle: Mutex<Vec<Client>>,
     /// One permit per connection in use.
@@ -337,6 +367,8 @@ impl PostgresMetaStore {
         let config: Config = url.parse().map_err(backend("parsing the PostgreSQL URL"))?;
         let store = PostgresMetaStore {
             config,
+            changes: std::sync::Arc::new(tokio::sync::watch::Sender::new(0)),
+            listening: std::sync::Once::new(),
             idle: Mutex::new(Vec::new()),
             slots: Semaphore::new(MAX_CONNECTIONS),
         };
@@ -600,6 +632,35 @@ mod tests {
             );
             m[1].forget_objects(&[shared]).await.expect("forget");
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn conformance_coordination() {
+        let s = server();
+        conformance::coordination::run(|| Box::new(store(&s))).await;
+    }
+
+    /// A change made through one store reaches another store's subscribers (LISTEN/NOTIFY), as
+    /// it does between brokers.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn changes_reach_other_stores() {
+        use crate::Coordination;
+        let s = server();
+        let url = s.create_database().await.expect("create database");
+        let a = PostgresMetaStore::connect(&url).await.expect("connect");
+        let b = PostgresMetaStore::connect(&url).await.expect("connect");
+        let mut rx = b.cluster_changes();
+        // The listener is up once it has bumped the counter for its (re)connection.
+        tokio::time::timeout(Duration::from_secs(10), rx.changed())
+            .await
+            .expect("listening")
+            .expect("open");
+        rx.borrow_and_update();
+        a.notify_cluster().await.expect("notify");
+        tokio::time::timeout(Duration::from_secs(10), rx.changed())
+            .await
+            .expect("notified")
+            .expect("open");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

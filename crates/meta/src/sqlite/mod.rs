@@ -8,6 +8,7 @@
 //! connection and schema; this module holds what they share.
 
 pub(crate) mod catalog;
+mod coordination;
 mod group_offsets;
 mod object_index;
 mod producer_snapshots;
@@ -84,10 +85,34 @@ CREATE TABLE IF NOT EXISTS kv (
     value TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS objects_by_state ON objects(state, since_ms);
+-- The cluster (a single broker on SQLite, but the same rows as on PostgreSQL).
+CREATE TABLE IF NOT EXISTS brokers (
+    node_id       INTEGER PRIMARY KEY,
+    incarnation   INTEGER NOT NULL,
+    zone          TEXT NOT NULL,
+    host          TEXT NOT NULL,
+    port          INTEGER NOT NULL,
+    internal_addr TEXT NOT NULL,
+    state         TEXT NOT NULL,
+    expires_ms    INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS controller (
+    id         INTEGER PRIMARY KEY CHECK (id = 1),
+    node_id    INTEGER NOT NULL,
+    epoch      INTEGER NOT NULL,
+    expires_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS assignments (
+    stream_id INTEGER PRIMARY KEY,
+    leader    INTEGER,
+    target    INTEGER
+);
 ";
 
 pub struct SqliteMetaStore {
     conn: Arc<Mutex<Connection>>,
+    /// Moves on every cluster change: one process uses a SQLite store, so no one else changes it.
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 fn backend(context: &'static str) -> impl FnOnce(rusqlite::Error) -> MetaError {
@@ -159,6 +184,7 @@ impl SqliteMetaStore {
             .map_err(backend("creating the schema"))?;
         Ok(SqliteMetaStore {
             conn: Arc::new(Mutex::new(conn)),
+            changes: tokio::sync::watch::Sender::new(0),
         })
     }
 
@@ -246,6 +272,11 @@ mod tests {
     #[tokio::test]
     async fn conformance_producer_snapshots() {
         conformance::producer_snapshots::run(|| Box::new(store())).await;
+    }
+
+    #[tokio::test]
+    async fn conformance_coordination() {
+        conformance::coordination::run(|| Box::new(store())).await;
     }
 
     #[tokio::test]

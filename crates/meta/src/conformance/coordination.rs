@@ -1,0 +1,291 @@
+//! [`Coordination`]: membership and sessions, the controller lease, partition leadership.
+//! Leadership rows follow topics, so these checks need the catalog too: they run on a whole store.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::{
+    AssignmentChange, BrokerRegistration, BrokerState, Coordination, MetaError, MetaStore,
+};
+
+/// Runs every check of the part, each against a fresh, empty store from `open`.
+pub async fn run(open: impl Fn() -> Box<dyn MetaStore>) {
+    registration_incarnations_and_sessions(&*open()).await;
+    expired_brokers_are_fenced(&*open()).await;
+    one_controller_at_a_time(&*open()).await;
+    placement_and_hand_over(&*open()).await;
+    changes_are_announced(&*open()).await;
+}
+
+fn reg(node_id: Option<i32>) -> BrokerRegistration {
+    BrokerRegistration {
+        node_id,
+        zone: "z1".into(),
+        host: "127.0.0.1".into(),
+        port: 9092,
+        internal_addr: "127.0.0.1:19092".into(),
+    }
+}
+
+const LONG: Duration = Duration::from_secs(60);
+
+pub async fn registration_incarnations_and_sessions(m: &dyn Coordination) {
+    let a = m
+        .register_broker(&reg(Some(1)), LONG)
+        .await
+        .expect("register");
+    assert_eq!(
+        (a.node_id, a.incarnation, a.state),
+        (1, 1, BrokerState::Running)
+    );
+    m.renew_session(1, 1, LONG).await.expect("renew");
+    // The same node id registers again (a restart): a new incarnation, the old one is a zombie.
+    let a2 = m
+        .register_broker(&reg(Some(1)), LONG)
+        .await
+        .expect("register");
+    assert_eq!(a2.incarnation, 2);
+    assert!(matches!(
+        m.renew_session(1, 1, LONG).await,
+        Err(MetaError::BrokerFenced {
+            node_id: 1,
+            incarnation: 1
+        })
+    ));
+    m.renew_session(1, 2, LONG)
+        .await
+        .expect("renew the new incarnation");
+    assert!(matches!(
+        m.set_broker_state(1, 1, BrokerState::ShuttingDown).await,
+        Err(MetaError::BrokerFenced { .. })
+    ));
+    assert!(matches!(
+        m.renew_session(7, 1, LONG).await,
+        Err(MetaError::BrokerFenced { .. }) | Err(MetaError::UnknownBroker(7))
+    ));
+    // Allocated ids stay clear of configured ones and never repeat.
+    let x = m.register_broker(&reg(None), LONG).await.expect("register");
+    let y = m.register_broker(&reg(None), LONG).await.expect("register");
+    assert!(x.node_id > 1000 && y.node_id > x.node_id, "{x:?} {y:?}");
+    m.set_broker_state(1, 2, BrokerState::ShuttingDown)
+        .await
+        .expect("state");
+    let all = m.brokers().await.expect("brokers");
+    assert_eq!(
+        all.iter().map(|b| b.node_id).collect::<Vec<_>>(),
+        vec![1, x.node_id, y.node_id]
+    );
+    assert!(all.iter().all(|b| b.alive));
+    assert_eq!(all[0].state, BrokerState::ShuttingDown);
+    assert!(
+        !all[0].is_live(),
+        "a broker shutting down takes no partitions"
+    );
+    assert_eq!(all[0].internal_addr, "127.0.0.1:19092");
+}
+
+pub async fn expired_brokers_are_fenced(m: &dyn Coordination) {
+    m.register_broker(&reg(Some(1)), LONG)
+        .await
+        .expect("register");
+    m.register_broker(&reg(Some(2)), Duration::from_millis(1))
+        .await
+        .expect("register");
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let all = m.brokers().await.expect("brokers");
+    assert!(all[0].alive && !all[1].alive, "{all:?}");
+    let lease = m
+        .acquire_controller(1, LONG)
+        .await
+        .expect("acquire")
+        .expect("free lease");
+    assert_eq!(
+        m.fence_expired_brokers(lease).await.expect("fence"),
+        vec![2]
+    );
+    assert_eq!(
+        m.fence_expired_brokers(lease).await.expect("fence"),
+        Vec::<i32>::new()
+    );
+    assert_eq!(
+        m.brokers().await.expect("brokers")[1].state,
+        BrokerState::Fenced
+    );
+    assert!(matches!(
+        m.renew_session(2, 1, LONG).await,
+        Err(MetaError::BrokerFenced { .. })
+    ));
+    // A fenced broker comes back by registering again.
+    let back = m
+        .register_broker(&reg(Some(2)), LONG)
+        .await
+        .expect("register");
+    assert_eq!(back.incarnation, 2);
+    assert!(m.brokers().await.expect("brokers")[1].is_live());
+}
+
+pub async fn one_controller_at_a_time(m: &dyn Coordination) {
+    assert_eq!(m.controller().await.expect("controller"), None);
+    let l1 = m
+        .acquire_controller(1, LONG)
+        .await
+        .expect("acquire")
+        .expect("free lease");
+    assert_eq!(l1.node_id, 1);
+    assert_eq!(m.acquire_controller(2, LONG).await.expect("acquire"), None);
+    // Renewing keeps the epoch.
+    assert_eq!(
+        m.acquire_controller(1, LONG).await.expect("renew"),
+        Some(l1)
+    );
+    assert_eq!(m.controller().await.expect("controller"), Some(l1));
+    m.resign_controller(l1).await.expect("resign");
+    assert_eq!(m.controller().await.expect("controller"), None);
+    let l2 = m
+        .acquire_controller(2, Duration::from_millis(1))
+        .await
+        .expect("acquire")
+        .expect("free lease");
+    assert!(l2.epoch > l1.epoch);
+    // The old controller's decisions are refused.
+    assert!(matches!(
+        m.change_assignments(l1, &[]).await,
+        Err(MetaError::NotController { .. })
+    ));
+    // An expired lease is free for another, at a higher epoch, and refused to its old holder.
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert!(matches!(
+        m.change_assignments(l2, &[]).await,
+        Err(MetaError::NotController { .. })
+    ));
+    let l3 = m
+        .acquire_controller(3, LONG)
+        .await
+        .expect("acquire")
+        .expect("expired lease");
+    assert!(l3.epoch > l2.epoch);
+    m.change_assignments(l3, &[]).await.expect("current lease");
+}
+
+pub async fn placement_and_hand_over(m: &dyn MetaStore) {
+    let a = m
+        .register_broker(&reg(Some(1)), LONG)
+        .await
+        .expect("register");
+    m.register_broker(&reg(Some(2)), LONG)
+        .await
+        .expect("register");
+    let t = m
+        .create_topic("t", [1; 16], 2, BTreeMap::new())
+        .await
+        .expect("create");
+    let all = m.assignments().await.expect("assignments");
+    assert_eq!(all.len(), 2);
+    assert!(all.iter().all(|x| x.leader.is_none() && x.target.is_none()));
+    assert_eq!((all[1].topic.as_str(), all[1].partition), ("t", 1));
+    assert_eq!(all[1].stream_id, t.streams[1]);
+    let lease = m
+        .acquire_controller(1, LONG)
+        .await
+        .expect("acquire")
+        .expect("free");
+    let (s0, s1) = (t.streams[0], t.streams[1]);
+    m.change_assignments(
+        lease,
+        &[
+            AssignmentChange::Place {
+                stream_id: s0,
+                leader: 1,
+            },
+            AssignmentChange::Place {
+                stream_id: s1,
+                leader: 2,
+            },
+        ],
+    )
+    .await
+    .expect("place");
+    // Placing a placed partition changes nothing: only moves change a leader.
+    m.change_assignments(
+        lease,
+        &[AssignmentChange::Place {
+            stream_id: s0,
+            leader: 2,
+        }],
+    )
+    .await
+    .expect("place");
+    let all = m.assignments().await.expect("assignments");
+    assert_eq!((all[0].leader, all[1].leader), (Some(1), Some(2)));
+    m.change_assignments(
+        lease,
+        &[AssignmentChange::Move {
+            stream_id: s0,
+            target: Some(2),
+        }],
+    )
+    .await
+    .expect("move");
+    assert_eq!(
+        m.assignments().await.expect("assignments")[0].target,
+        Some(2)
+    );
+    // Only the leader hands over, and only its current incarnation.
+    assert_eq!(m.hand_over(s0, 2, 1).await.expect("not the leader"), None);
+    assert!(matches!(
+        m.hand_over(s0, 1, a.incarnation + 1).await,
+        Err(MetaError::BrokerFenced { .. })
+    ));
+    assert_eq!(
+        m.hand_over(s0, 1, a.incarnation).await.expect("hand over"),
+        Some(2)
+    );
+    let all = m.assignments().await.expect("assignments");
+    assert_eq!((all[0].leader, all[0].target), (Some(2), None));
+    assert_eq!(
+        m.hand_over(s0, 1, a.incarnation).await.expect("again"),
+        None
+    );
+    // The epoch is the stream's: a new leader opening the stream moves it.
+    m.open_stream(s0, 5).await.expect("open");
+    assert_eq!(m.assignments().await.expect("assignments")[0].epoch, 5);
+    // A cancelled move leaves the leader.
+    m.change_assignments(
+        lease,
+        &[AssignmentChange::Move {
+            stream_id: s1,
+            target: Some(1),
+        }],
+    )
+    .await
+    .expect("move");
+    m.change_assignments(
+        lease,
+        &[AssignmentChange::Move {
+            stream_id: s1,
+            target: None,
+        }],
+    )
+    .await
+    .expect("cancel");
+    let all = m.assignments().await.expect("assignments");
+    assert_eq!((all[1].leader, all[1].target), (Some(2), None));
+    // A deleted topic's partitions are gone from the assignments.
+    m.delete_topic("t").await.expect("delete");
+    assert!(m.assignments().await.expect("assignments").is_empty());
+}
+
+pub async fn changes_are_announced(m: &dyn Coordination) {
+    let mut rx = m.cluster_changes();
+    rx.borrow_and_update();
+    m.register_broker(&reg(Some(1)), LONG)
+        .await
+        .expect("register");
+    assert!(rx.has_changed().expect("open"), "registration is announced");
+    rx.borrow_and_update();
+    m.notify_cluster().await.expect("notify");
+    tokio::time::timeout(Duration::from_secs(10), rx.changed())
+        .await
+        .expect("announced")
+        .expect("open");
+}

@@ -1,0 +1,509 @@
+//! [`Coordination`] on PostgreSQL: brokers, the controller lease and partition leadership, as
+//! rows changed in one transaction each; times from the server's clock; changes announced with
+//! `NOTIFY weir_cluster` and heard by every broker's listening connection.
+//!
+//! Lock order, on top of the store's (topic, streams, objects): the controller row, then broker
+//! rows, then assignment rows.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio_postgres::{AsyncMessage, Config, GenericClient, NoTls};
+
+use super::{backend, i, in_tx, PostgresMetaStore};
+use crate::{
+    Assignment, AssignmentChange, BrokerInfo, BrokerRegistration, BrokerState, ControllerLease,
+    Coordination, MetaError, Result,
+};
+
+/// The server's clock in milliseconds: brokers' clocks never decide a session or a lease.
+const NOW_MS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
+
+const CHANNEL: &str = "weir_cluster";
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+async fn notify(c: &impl GenericClient) -> Result<()> {
+    c.execute("SELECT pg_notify($1, '')", &[&CHANNEL])
+        .await
+        .map_err(backend("notifying the cluster"))?;
+    Ok(())
+}
+
+/// Fails unless `node_id` is registered at `incarnation` and not fenced; holds its row.
+async fn check_incarnation(c: &impl GenericClient, node_id: i32, incarnation: u64) -> Result<()> {
+    let row = c
+        .query_opt(
+            "SELECT incarnation, state FROM brokers WHERE node_id = $1 FOR UPDATE",
+            &[&node_id],
+        )
+        .await
+        .map_err(backend("reading a broker"))?;
+    match row {
+        Some(r) if r.get::<_, i64>(0) as u64 == incarnation && r.get::<_, &str>(1) != "fenced" => {
+            Ok(())
+        }
+        Some(_) => Err(MetaError::BrokerFenced {
+            node_id,
+            incarnation,
+        }),
+        None => Err(MetaError::UnknownBroker(node_id)),
+    }
+}
+
+/// Fails unless `lease` is the current, unexpired controller lease; holds the row, so that the
+/// lease cannot change hands before the caller's transaction ends.
+async fn check_lease(c: &impl GenericClient, lease: ControllerLease) -> Result<()> {
+    let row = c
+        .query_opt(
+            &format!(
+                "SELECT node_id, epoch, expires_ms > {NOW_MS} FROM controller WHERE id = 1
+                 FOR UPDATE"
+            ),
+            &[],
+        )
+        .await
+        .map_err(backend("reading the controller lease"))?;
+    match row {
+        Some(r)
+            if r.get::<_, i32>(0) == lease.node_id
+                && r.get::<_, i64>(1) as u64 == lease.epoch
+                && r.get::<_, bool>(2) =>
+        {
+            Ok(())
+        }
+        _ => Err(MetaError::NotController { epoch: lease.epoch }),
+    }
+}
+
+impl PostgresMetaStore {
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+/// Keeps a connection that LISTENs on the cluster channel, reconnecting when it drops, and
+/// moves `changes` on every notification and every (re)connection (changes may have been
+/// missed while it was down). Ends when the store is gone.
+async fn listen(config: Config, changes: Arc<watch::Sender<u64>>) {
+    let bump = |c: &watch::Sender<u64>| c.send_modify(|n| *n = n.wrapping_add(1));
+    let mut backoff = Duration::from_millis(100);
+    while Arc::strong_count(&changes) > 1 {
+        let (client, mut conn) = match config.connect(NoTls).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "metadata store: cannot listen for cluster changes; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+                continue;
+            }
+        };
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let driver = tokio::spawn(async move {
+            while let Some(m) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
+                match m {
+                    Ok(AsyncMessage::Notification(_)) => {
+                        if tx.send(()).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "metadata store: listening connection failed");
+                        return;
+                    }
+                }
+            }
+        });
+        if let Err(e) = client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
+            tracing::warn!(error = %e, "metadata store: LISTEN failed; retrying");
+            driver.abort();
+            tokio::time::sleep(backoff).await;
+            continue;
+        }
+        backoff = Duration::from_millis(100);
+        bump(&changes);
+        loop {
+            tokio::select! {
+                m = rx.recv() => match m {
+                    Some(()) => bump(&changes),
+                    None => break,
+                },
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {
+                    if Arc::strong_count(&changes) == 1 {
+                        driver.abort();
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn broker_row(r: &tokio_postgres::Row) -> BrokerInfo {
+    BrokerInfo {
+        node_id: r.get(0),
+        incarnation: r.get::<_, i64>(1) as u64,
+        zone: r.get(2),
+        host: r.get(3),
+        port: r.get(4),
+        internal_addr: r.get(5),
+        state: BrokerState::parse(r.get(6)),
+        alive: r.get(7),
+    }
+}
+
+#[async_trait::async_trait]
+impl Coordination for PostgresMetaStore {
+    async fn register_broker(
+        &self,
+        reg: &BrokerRegistration,
+        session: Duration,
+    ) -> Result<BrokerInfo> {
+        let info = in_tx!(self, |tx| {
+            // One registration at a time: node id allocation reads the maximum.
+            tx.batch_execute("LOCK TABLE brokers IN SHARE ROW EXCLUSIVE MODE")
+                .await
+                .map_err(backend("locking brokers"))?;
+            let node_id: i32 = match reg.node_id {
+                Some(n) => n,
+                None => tx
+                    .query_one(
+                        "SELECT COALESCE(MAX(node_id), 1000) + 1 FROM brokers WHERE node_id > 1000",
+                        &[],
+                    )
+                    .await
+                    .map_err(backend("allocating a node id"))?
+                    .get(0),
+            };
+            let row = tx
+                .query_one(
+                    &format!(
+                        "INSERT INTO brokers
+                         (node_id, incarnation, zone, host, port, internal_addr, state, expires_ms)
+                         VALUES ($1, 1, $2, $3, $4, $5, 'running', {NOW_MS} + $6)
+                         ON CONFLICT (node_id) DO UPDATE SET
+                           incarnation = brokers.incarnation + 1, zone = $2, host = $3,
+                           port = $4, internal_addr = $5, state = 'running',
+                           expires_ms = {NOW_MS} + $6
+                         RETURNING incarnation"
+                    ),
+                    &[
+                        &node_id,
+                        &reg.zone,
+                        &reg.host,
+                        &reg.port,
+                        &reg.internal_addr,
+                        &ms(session),
+                    ],
+                )
+                .await
+                .map_err(backend("registering a broker"))?;
+            notify(&tx).await?;
+            Ok(BrokerInfo {
+                node_id,
+                incarnation: row.get::<_, i64>(0) as u64,
+                zone: reg.zone.clone(),
+                host: reg.host.clone(),
+                port: reg.port,
+                internal_addr: reg.internal_addr.clone(),
+                state: BrokerState::Running,
+                alive: true,
+            })
+        })?;
+        self.changed();
+        Ok(info)
+    }
+
+    async fn renew_session(&self, node_id: i32, incarnation: u64, session: Duration) -> Result<()> {
+        let c = self.client().await?;
+        let n = c
+            .execute(
+                &format!(
+                    "UPDATE brokers SET expires_ms = {NOW_MS} + $3
+                     WHERE node_id = $1 AND incarnation = $2 AND state != 'fenced'"
+                ),
+                &[&node_id, &i(incarnation), &ms(session)],
+            )
+            .await
+            .map_err(backend("renewing a session"))?;
+        if n == 0 {
+            return Err(MetaError::BrokerFenced {
+                node_id,
+                incarnation,
+            });
+        }
+        Ok(())
+    }
+
+    async fn set_broker_state(
+        &self,
+        node_id: i32,
+        incarnation: u64,
+        state: BrokerState,
+    ) -> Result<()> {
+        in_tx!(self, |tx| {
+            check_incarnation(&tx, node_id, incarnation).await?;
+            tx.execute(
+                "UPDATE brokers SET state = $2 WHERE node_id = $1",
+                &[&node_id, &state.as_str()],
+            )
+            .await
+            .map_err(backend("changing a broker's state"))?;
+            notify(&tx).await
+        })?;
+        self.changed();
+        Ok(())
+    }
+
+    async fn brokers(&self) -> Result<Vec<BrokerInfo>> {
+        let c = self.client().await?;
+        let rows = c
+            .query(
+                &format!(
+                    "SELECT node_id, incarnation, zone, host, port, internal_addr, state,
+                            expires_ms > {NOW_MS}
+                     FROM brokers ORDER BY node_id"
+                ),
+                &[],
+            )
+            .await
+            .map_err(backend("listing brokers"))?;
+        Ok(rows.iter().map(broker_row).collect())
+    }
+
+    async fn acquire_controller(
+        &self,
+        node_id: i32,
+        ttl: Duration,
+    ) -> Result<Option<ControllerLease>> {
+        let (lease, changed) = in_tx!(self, |tx| {
+            // The first controller inserts the row; later ones find it and lock it.
+            tx.execute(
+                "INSERT INTO controller (id, node_id, epoch, expires_ms) VALUES (1, $1, 0, 0)
+                 ON CONFLICT (id) DO NOTHING",
+                &[&node_id],
+            )
+            .await
+            .map_err(backend("creating the controller lease"))?;
+            let r = tx
+                .query_one(
+                    &format!(
+                        "SELECT node_id, epoch, expires_ms > {NOW_MS} FROM controller WHERE id = 1
+                         FOR UPDATE"
+                    ),
+                    &[],
+                )
+                .await
+                .map_err(backend("reading the controller lease"))?;
+            let (holder, epoch, valid): (i32, i64, bool) = (r.get(0), r.get(1), r.get(2));
+            let (epoch, changed) = if holder == node_id && epoch > 0 && valid {
+                (epoch, false)
+            } else if valid && epoch > 0 {
+                return Ok((None, false));
+            } else {
+                (epoch + 1, true)
+            };
+            tx.execute(
+                &format!(
+                    "UPDATE controller SET node_id = $1, epoch = $2, expires_ms = {NOW_MS} + $3
+                     WHERE id = 1"
+                ),
+                &[&node_id, &epoch, &ms(ttl)],
+            )
+            .await
+            .map_err(backend("taking the controller lease"))?;
+            if changed {
+                notify(&tx).await?;
+            }
+            Ok((
+                Some(ControllerLease {
+                    node_id,
+                    epoch: epoch as u64,
+                }),
+                changed,
+            ))
+        })?;
+        if changed {
+            self.changed();
+        }
+        Ok(lease)
+    }
+
+    async fn controller(&self) -> Result<Option<ControllerLease>> {
+        let c = self.client().await?;
+        let row = c
+            .query_opt(
+                &format!(
+                    "SELECT node_id, epoch FROM controller
+                     WHERE id = 1 AND epoch > 0 AND expires_ms > {NOW_MS}"
+                ),
+                &[],
+            )
+            .await
+            .map_err(backend("reading the controller lease"))?;
+        Ok(row.map(|r| ControllerLease {
+            node_id: r.get(0),
+            epoch: r.get::<_, i64>(1) as u64,
+        }))
+    }
+
+    async fn resign_controller(&self, lease: ControllerLease) -> Result<()> {
+        in_tx!(self, |tx| {
+            tx.execute(
+                "UPDATE controller SET expires_ms = 0 WHERE id = 1 AND node_id = $1 AND epoch = $2",
+                &[&lease.node_id, &i(lease.epoch)],
+            )
+            .await
+            .map_err(backend("resigning the controller lease"))?;
+            notify(&tx).await
+        })?;
+        self.changed();
+        Ok(())
+    }
+
+    async fn fence_expired_brokers(&self, lease: ControllerLease) -> Result<Vec<i32>> {
+        let fenced: Vec<i32> = in_tx!(self, |tx| {
+            check_lease(&tx, lease).await?;
+            let rows = tx
+                .query(
+                    &format!(
+                        "UPDATE brokers SET state = 'fenced'
+                         WHERE expires_ms <= {NOW_MS} AND state != 'fenced'
+                         RETURNING node_id"
+                    ),
+                    &[],
+                )
+                .await
+                .map_err(backend("fencing brokers"))?;
+            let mut ids: Vec<i32> = rows.iter().map(|r| r.get(0)).collect();
+            ids.sort_unstable();
+            if !ids.is_empty() {
+                notify(&tx).await?;
+            }
+            Ok(ids)
+        })?;
+        if !fenced.is_empty() {
+            self.changed();
+        }
+        Ok(fenced)
+    }
+
+    async fn assignments(&self) -> Result<Vec<Assignment>> {
+        let c = self.client().await?;
+        let rows = c
+            .query(
+                "SELECT p.topic, p.partition, p.stream_id, a.leader, a.target,
+                        COALESCE(s.epoch, 0)
+                 FROM partitions p
+                 LEFT JOIN assignments a ON a.stream_id = p.stream_id
+                 LEFT JOIN streams s ON s.stream_id = p.stream_id
+                 ORDER BY p.topic, p.partition",
+                &[],
+            )
+            .await
+            .map_err(backend("listing assignments"))?;
+        Ok(rows
+            .iter()
+            .map(|r| Assignment {
+                topic: r.get(0),
+                partition: r.get::<_, i32>(1) as u32,
+                stream_id: r.get::<_, i64>(2) as u64,
+                leader: r.get(3),
+                target: r.get(4),
+                epoch: r.get::<_, i64>(5) as u64,
+            })
+            .collect())
+    }
+
+    async fn change_assignments(
+        &self,
+        lease: ControllerLease,
+        changes: &[AssignmentChange],
+    ) -> Result<()> {
+        let mut sorted = changes.to_vec();
+        // Assignment rows are locked in stream id order, as every other writer does.
+        sorted.sort_by_key(|c| match *c {
+            AssignmentChange::Place { stream_id, .. }
+            | AssignmentChange::Move { stream_id, .. } => stream_id,
+        });
+        in_tx!(self, |tx| {
+            check_lease(&tx, lease).await?;
+            for ch in &sorted {
+                match *ch {
+                    AssignmentChange::Place { stream_id, leader } => {
+                        tx.execute(
+                            "INSERT INTO assignments (stream_id, leader, target) VALUES ($1, $2, NULL)
+                             ON CONFLICT (stream_id) DO UPDATE SET leader = $2
+                             WHERE assignments.leader IS NULL",
+                            &[&i(stream_id), &leader],
+                        )
+                        .await
+                        .map_err(backend("placing a partition"))?;
+                    }
+                    AssignmentChange::Move { stream_id, target } => {
+                        tx.execute(
+                            "UPDATE assignments SET target = $2
+                             WHERE stream_id = $1 AND leader IS NOT NULL",
+                            &[&i(stream_id), &target],
+                        )
+                        .await
+                        .map_err(backend("moving a partition"))?;
+                    }
+                }
+            }
+            notify(&tx).await
+        })?;
+        self.changed();
+        Ok(())
+    }
+
+    async fn hand_over(
+        &self,
+        stream_id: u64,
+        node_id: i32,
+        incarnation: u64,
+    ) -> Result<Option<i32>> {
+        let to = in_tx!(self, |tx| {
+            check_incarnation(&tx, node_id, incarnation).await?;
+            let row = tx
+                .query_opt(
+                    "UPDATE assignments SET leader = target, target = NULL
+                     WHERE stream_id = $1 AND leader = $2 AND target IS NOT NULL
+                     RETURNING leader",
+                    &[&i(stream_id), &node_id],
+                )
+                .await
+                .map_err(backend("handing a partition over"))?;
+            let to: Option<i32> = row.map(|r| r.get(0));
+            if to.is_some() {
+                notify(&tx).await?;
+            }
+            Ok(to)
+        })?;
+        if to.is_some() {
+            self.changed();
+        }
+        Ok(to)
+    }
+
+    async fn notify_cluster(&self) -> Result<()> {
+        let c = self.client().await?;
+        notify(&*c).await?;
+        self.changed();
+        Ok(())
+    }
+
+    fn cluster_changes(&self) -> watch::Receiver<u64> {
+        let rx = self.changes.subscribe();
+        self.listening.call_once(|| {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(listen(self.config.clone(), Arc::clone(&self.changes)));
+            }
+        });
+        rx
+    }
+}
