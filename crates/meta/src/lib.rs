@@ -482,6 +482,12 @@ pub trait Coordination: Send + Sync + 'static {
         changes: &[AssignmentChange],
     ) -> Result<()>;
 
+    /// An operator's request (AlterPartitionReassignments, the admin API) to move a placed
+    /// partition to `target` (`None` cancels): sets the move target without the controller
+    /// lease; the controller redirects a target that is not a live broker. Returns false if the
+    /// partition has no leader yet.
+    async fn request_move(&self, stream_id: u64, target: Option<i32>) -> Result<bool>;
+
     /// The leader's half of a move: if `node_id` at `incarnation` leads the stream and a move
     /// target is set, the target becomes the leader. Returns the new leader, or `None` when
     /// there was nothing to hand over (no move, or not the leader). Fails with

@@ -249,6 +249,13 @@ pub async fn placement_and_hand_over(m: &dyn MetaStore) {
     // The epoch is the stream's: a new leader opening the stream moves it.
     m.open_stream(s0, 5).await.expect("open");
     assert_eq!(m.assignments().await.expect("assignments")[0].epoch, 5);
+    // An operator's request sets a target without the lease, on placed partitions only.
+    assert!(m.request_move(s0, Some(1)).await.expect("request"));
+    assert_eq!(
+        m.assignments().await.expect("assignments")[0].target,
+        Some(1)
+    );
+    assert!(m.request_move(s0, None).await.expect("cancel"));
     // A cancelled move leaves the leader.
     m.change_assignments(
         lease,

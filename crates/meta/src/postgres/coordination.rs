@@ -461,6 +461,26 @@ impl Coordination for PostgresMetaStore {
         Ok(())
     }
 
+    async fn request_move(&self, stream_id: u64, target: Option<i32>) -> Result<bool> {
+        let n = in_tx!(self, |tx| {
+            let n = tx
+                .execute(
+                    "UPDATE assignments SET target = $2 WHERE stream_id = $1 AND leader IS NOT NULL",
+                    &[&i(stream_id), &target],
+                )
+                .await
+                .map_err(backend("requesting a move"))?;
+            if n > 0 {
+                notify(&tx).await?;
+            }
+            Ok(n)
+        })?;
+        if n > 0 {
+            self.changed();
+        }
+        Ok(n > 0)
+    }
+
     async fn hand_over(
         &self,
         stream_id: u64,

@@ -385,6 +385,22 @@ impl Coordination for SqliteMetaStore {
         Ok(())
     }
 
+    async fn request_move(&self, stream_id: u64, target: Option<i32>) -> Result<bool> {
+        let n = self
+            .with(move |c| {
+                c.execute(
+                    "UPDATE assignments SET target = ?2 WHERE stream_id = ?1 AND leader IS NOT NULL",
+                    params![i(stream_id), target],
+                )
+                .map_err(backend("requesting a move"))
+            })
+            .await?;
+        if n > 0 {
+            self.changed();
+        }
+        Ok(n > 0)
+    }
+
     async fn hand_over(
         &self,
         stream_id: u64,

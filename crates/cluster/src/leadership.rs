@@ -1,0 +1,237 @@
+//! Opening and closing the partitions this broker leads, as the view changes.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use tokio::task::JoinSet;
+use weir_meta::Assignment;
+
+use crate::{Cluster, ClusterView};
+
+/// The partitions a broker serves: implemented by the partition layer's topic catalog.
+#[async_trait::async_trait]
+pub trait PartitionHost: Send + Sync + 'static {
+    /// Streams whose partitions are open here.
+    fn local_streams(&self) -> Vec<u64>;
+
+    /// Re-reads topics from the metadata store (another broker may have created, changed or
+    /// deleted one).
+    async fn refresh_catalog(&self);
+
+    /// Opens the partition as its leader (at the stream's epoch + 1).
+    async fn open(&self, a: &Assignment) -> Result<(), String>;
+
+    /// Stops writes to the partition, uploads and commits what the WAL holds of it, and forgets
+    /// it. Only after this succeeds may another broker lead it.
+    async fn close(&self, stream_id: u64) -> Result<(), String>;
+}
+
+enum Action {
+    Open(Assignment),
+    /// Close, then hand over to the move's target.
+    HandOver(Assignment),
+    /// Close: the partition is no longer ours (or no longer exists).
+    Close(u64),
+}
+
+impl Action {
+    fn stream_id(&self) -> u64 {
+        match self {
+            Action::Open(a) | Action::HandOver(a) => a.stream_id,
+            Action::Close(s) => *s,
+        }
+    }
+}
+
+fn actions(view: &ClusterView, me: i32, local: &HashSet<u64>) -> Vec<Action> {
+    let mut out = Vec::new();
+    let mut known = HashSet::new();
+    for a in &view.assignments {
+        known.insert(a.stream_id);
+        let is_local = local.contains(&a.stream_id);
+        if a.leader == Some(me) {
+            if a.target.is_some_and(|t| t != me) {
+                out.push(Action::HandOver(a.clone()));
+            } else if !is_local {
+                out.push(Action::Open(a.clone()));
+            }
+        } else if is_local {
+            out.push(Action::Close(a.stream_id));
+        }
+    }
+    out.extend(
+        local
+            .iter()
+            .filter(|s| !known.contains(s))
+            .map(|&s| Action::Close(s)),
+    );
+    out
+}
+
+impl Cluster {
+    /// Starts opening and closing this broker's partitions as the view changes.
+    pub fn start_leadership(self: &Arc<Self>, host: Arc<dyn PartitionHost>) {
+        let task = tokio::spawn(Arc::clone(self).leadership_loop(host));
+        self.tasks().push(task);
+    }
+
+    /// Waits until this broker has opened every partition the latest view assigns to it (or
+    /// `timeout` passes): a broker is ready once it serves what clients will be sent to it.
+    pub async fn wait_until_serving(
+        &self,
+        host: &dyn PartitionHost,
+        timeout: std::time::Duration,
+    ) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let view = self.view();
+            let local: HashSet<u64> = host.local_streams().into_iter().collect();
+            let missing = view
+                .assignments
+                .iter()
+                .filter(|a| a.leader == Some(self.node_id) && a.target.is_none())
+                .any(|a| !local.contains(&a.stream_id));
+            if !missing {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn leadership_loop(self: Arc<Self>, host: Arc<dyn PartitionHost>) {
+        let mut views = self.watch();
+        let mut stop = self.stop.subscribe();
+        let mut busy: HashSet<u64> = HashSet::new();
+        let mut running: JoinSet<u64> = JoinSet::new();
+        let mut catalog_version = None;
+        loop {
+            let view = views.borrow_and_update().clone();
+            // Topics created elsewhere must be known before their partitions open here.
+            let version = Arc::as_ptr(&view) as usize;
+            if catalog_version != Some(version) {
+                host.refresh_catalog().await;
+                catalog_version = Some(version);
+            }
+            let local: HashSet<u64> = host.local_streams().into_iter().collect();
+            for action in actions(&view, self.node_id, &local) {
+                let stream = action.stream_id();
+                if !busy.insert(stream) {
+                    continue;
+                }
+                let host = Arc::clone(&host);
+                let cluster = Arc::clone(&self);
+                running.spawn(async move {
+                    cluster.act(&*host, action).await;
+                    stream
+                });
+            }
+            tokio::select! {
+                r = views.changed() => {
+                    if r.is_err() {
+                        return;
+                    }
+                }
+                Some(done) = running.join_next(), if !running.is_empty() => {
+                    if let Ok(stream) = done {
+                        busy.remove(&stream);
+                    }
+                }
+                _ = stop.changed() => {
+                    while running.join_next().await.is_some() {}
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn act(&self, host: &dyn PartitionHost, action: Action) {
+        match action {
+            Action::Open(a) => {
+                let t = tokio::time::Instant::now();
+                match host.open(&a).await {
+                    Ok(()) => {
+                        tracing::info!(topic = %a.topic, partition = a.partition, ms = t.elapsed().as_millis() as u64, "leading the partition")
+                    }
+                    Err(e) => {
+                        tracing::warn!(topic = %a.topic, partition = a.partition, error = %e, "opening the partition failed; retrying");
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    }
+                }
+            }
+            Action::HandOver(a) => {
+                let t = tokio::time::Instant::now();
+                if let Err(e) = host.close(a.stream_id).await {
+                    tracing::warn!(topic = %a.topic, partition = a.partition, error = %e, "closing the partition for a move failed; retrying");
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    return;
+                }
+                match self
+                    .meta
+                    .hand_over(a.stream_id, self.node_id, self.incarnation())
+                    .await
+                {
+                    Ok(to) => {
+                        tracing::info!(topic = %a.topic, partition = a.partition, to = ?to, ms = t.elapsed().as_millis() as u64, "handed the partition over")
+                    }
+                    Err(e) => {
+                        tracing::warn!(topic = %a.topic, partition = a.partition, error = %e, "handing the partition over failed; retrying");
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    }
+                }
+                // Hear of our own change at once rather than at the next notification.
+                let _ = self.refresh().await;
+            }
+            Action::Close(stream) => {
+                if let Err(e) = host.close(stream).await {
+                    tracing::warn!(stream, error = %e, "closing a partition led elsewhere failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(stream_id: u64, leader: Option<i32>, target: Option<i32>) -> Assignment {
+        Assignment {
+            topic: "t".into(),
+            partition: stream_id as u32,
+            stream_id,
+            leader,
+            target,
+            epoch: 1,
+        }
+    }
+
+    #[test]
+    fn a_broker_opens_its_own_hands_over_moving_ones_and_closes_the_rest() {
+        let view = ClusterView::new(
+            Vec::new(),
+            None,
+            vec![
+                a(1, Some(1), None),    // ours, not open: open
+                a(2, Some(1), None),    // ours, open: nothing
+                a(3, Some(1), Some(2)), // ours, moving: hand over
+                a(4, Some(2), None),    // someone else's, open here: close
+                a(5, None, None),       // unplaced: nothing
+                a(6, Some(2), Some(1)), // coming to us, not yet handed over: nothing
+            ],
+        );
+        let local: HashSet<u64> = [2, 3, 4, 9].into();
+        let got: Vec<String> = actions(&view, 1, &local)
+            .iter()
+            .map(|x| match x {
+                Action::Open(a) => format!("open {}", a.stream_id),
+                Action::HandOver(a) => format!("hand over {}", a.stream_id),
+                Action::Close(s) => format!("close {s}"),
+            })
+            .collect();
+        assert_eq!(got, ["open 1", "hand over 3", "close 4", "close 9"]);
+    }
+}

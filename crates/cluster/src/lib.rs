@@ -1,0 +1,299 @@
+//! Weir's control layer: the cluster of brokers, coordinated through the metadata store.
+//!
+//! There is no consensus protocol here: PostgreSQL (or, for one broker, SQLite) holds the
+//! cluster's state, and every decision is a row changed by compare-and-set in one transaction
+//! (see [`weir_meta::Coordination`]). This crate runs a broker's part in it:
+//!
+//! - **Membership** ([`Cluster::join`]): the broker registers (node id, a new incarnation, zone,
+//!   Kafka and internal addresses) and renews its session; a broker that misses its session
+//!   timeout is fenced by the controller and must register again.
+//! - **View** (`view.rs`): brokers, the controller and every partition's leader, re-read from
+//!   the store whenever it announces a change (LISTEN/NOTIFY on PostgreSQL), and at least every
+//!   second. The Kafka API answers Metadata, leader hints and FindCoordinator from it.
+//! - **Controller** (`controller.rs`): every broker tries to take or renew the lease; the holder
+//!   fences expired brokers and applies [`placement::plan`]: new partitions placed, partitions of
+//!   a broker that shuts down moved. Its changes carry the lease epoch and the store refuses
+//!   them once the lease has passed to another broker, so two controllers never both decide.
+//! - **Leadership** (`leadership.rs`): the broker opens the partitions assigned to it and, when
+//!   one is to move, closes it (stop writes, upload and commit its WAL data), then hands it over
+//!   in the store; the new leader opens it at leader epoch + 1. No data is copied between
+//!   brokers, so a move takes the same time whatever the partition's size.
+
+mod controller;
+mod leadership;
+pub mod placement;
+mod view;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use weir_meta::{BrokerRegistration, BrokerState, MetaError, MetaStore};
+
+pub use leadership::PartitionHost;
+pub use view::{rendezvous_weight, ClusterView};
+
+/// Timings of the cluster protocol.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// A broker that has not renewed its session for this long is fenced.
+    pub session_timeout: Duration,
+    /// How often a broker renews its session.
+    pub heartbeat_interval: Duration,
+    /// How long the controller lease lasts without renewal: the longest a dead controller
+    /// blocks decisions.
+    pub controller_lease: Duration,
+    /// How often the controller re-checks the cluster when nothing is announced.
+    pub controller_interval: Duration,
+    /// How long a controlled shutdown waits for the broker's partitions to move away.
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            session_timeout: Duration::from_secs(6),
+            heartbeat_interval: Duration::from_secs(1),
+            controller_lease: Duration::from_secs(5),
+            controller_interval: Duration::from_millis(500),
+            shutdown_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+    #[error("topic {0} partition {1} does not exist")]
+    UnknownPartition(String, i32),
+    #[error("broker {0} is not a live broker")]
+    UnknownBroker(i32),
+    #[error("topic {0} partition {1} has no leader yet")]
+    NotPlaced(String, i32),
+}
+
+/// This broker's membership of the cluster.
+pub struct Cluster {
+    meta: Arc<dyn MetaStore>,
+    config: ClusterConfig,
+    registration: BrokerRegistration,
+    node_id: i32,
+    incarnation: AtomicU64,
+    view: watch::Sender<Arc<ClusterView>>,
+    stop: watch::Sender<bool>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Cluster {
+    /// Registers the broker and starts its session, its view of the cluster and its bid for
+    /// the controller lease.
+    pub async fn join(
+        meta: Arc<dyn MetaStore>,
+        registration: BrokerRegistration,
+        config: ClusterConfig,
+    ) -> Result<Arc<Cluster>, ClusterError> {
+        let me = meta
+            .register_broker(&registration, config.session_timeout)
+            .await?;
+        tracing::info!(node_id = me.node_id, incarnation = me.incarnation, zone = %me.zone, "joined the cluster");
+        let cluster = Arc::new(Cluster {
+            meta,
+            config,
+            registration: BrokerRegistration {
+                node_id: Some(me.node_id),
+                ..registration
+            },
+            node_id: me.node_id,
+            incarnation: AtomicU64::new(me.incarnation),
+            view: watch::Sender::new(Arc::new(ClusterView::default())),
+            stop: watch::Sender::new(false),
+            tasks: Mutex::new(Vec::new()),
+        });
+        cluster.refresh().await?;
+        let tasks = vec![
+            tokio::spawn(Arc::clone(&cluster).session_loop()),
+            tokio::spawn(Arc::clone(&cluster).refresh_loop()),
+            tokio::spawn(Arc::clone(&cluster).controller_loop()),
+        ];
+        cluster.tasks().extend(tasks);
+        Ok(cluster)
+    }
+
+    fn tasks(&self) -> std::sync::MutexGuard<'_, Vec<JoinHandle<()>>> {
+        self.tasks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn node_id(&self) -> i32 {
+        self.node_id
+    }
+
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation.load(Ordering::SeqCst)
+    }
+
+    pub fn meta(&self) -> &Arc<dyn MetaStore> {
+        &self.meta
+    }
+
+    /// The latest view of the cluster.
+    pub fn view(&self) -> Arc<ClusterView> {
+        Arc::clone(&self.view.borrow())
+    }
+
+    /// Changes of the view.
+    pub fn watch(&self) -> watch::Receiver<Arc<ClusterView>> {
+        self.view.subscribe()
+    }
+
+    /// Re-reads the cluster from the store and publishes it.
+    pub async fn refresh(&self) -> Result<Arc<ClusterView>, MetaError> {
+        let brokers = self.meta.brokers().await?;
+        let controller = self.meta.controller().await?;
+        let assignments = self.meta.assignments().await?;
+        let view = Arc::new(ClusterView::new(brokers, controller, assignments));
+        self.view.send_replace(Arc::clone(&view));
+        Ok(view)
+    }
+
+    async fn session_loop(self: Arc<Self>) {
+        let mut stop = self.stop.subscribe();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(self.config.heartbeat_interval) => {}
+                _ = stop.changed() => return,
+            }
+            let inc = self.incarnation();
+            match self
+                .meta
+                .renew_session(self.node_id, inc, self.config.session_timeout)
+                .await
+            {
+                Ok(()) => {}
+                Err(MetaError::BrokerFenced { .. }) | Err(MetaError::UnknownBroker(_)) => {
+                    // The controller fenced us (we missed our session) or another process
+                    // registered our node id. Our partitions are still assigned to our node id
+                    // (no failover moves them yet), so register again and go on serving them.
+                    tracing::error!(
+                        node_id = self.node_id,
+                        incarnation = inc,
+                        "this broker's session was fenced; registering again"
+                    );
+                    match self
+                        .meta
+                        .register_broker(&self.registration, self.config.session_timeout)
+                        .await
+                    {
+                        Ok(me) => self.incarnation.store(me.incarnation, Ordering::SeqCst),
+                        Err(e) => tracing::warn!(error = %e, "registering again failed"),
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "renewing the broker session failed");
+                }
+            }
+        }
+    }
+
+    async fn refresh_loop(self: Arc<Self>) {
+        let mut changes = self.meta.cluster_changes();
+        let mut stop = self.stop.subscribe();
+        loop {
+            tokio::select! {
+                _ = changes.changed() => {}
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = stop.changed() => return,
+            }
+            changes.borrow_and_update();
+            if let Err(e) = self.refresh().await {
+                tracing::warn!(error = %e, "reading the cluster failed");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+
+    /// Moves a partition to broker `target` (an operator's request): the controller and the
+    /// leader do the rest. `None` cancels a move.
+    pub async fn reassign(
+        &self,
+        topic: &str,
+        partition: i32,
+        target: Option<i32>,
+    ) -> Result<(), ClusterError> {
+        let view = self.refresh().await?;
+        let a = u32::try_from(partition)
+            .ok()
+            .and_then(|p| view.assignment(topic, p))
+            .ok_or_else(|| ClusterError::UnknownPartition(topic.to_string(), partition))?;
+        if let Some(t) = target {
+            if !view.live_brokers().any(|b| b.node_id == t) {
+                return Err(ClusterError::UnknownBroker(t));
+            }
+        }
+        // A move to where the partition already is: nothing to do (Kafka completes it at once).
+        let target = target.filter(|&t| Some(t) != a.leader);
+        if !self.meta.request_move(a.stream_id, target).await? {
+            return Err(ClusterError::NotPlaced(topic.to_string(), partition));
+        }
+        Ok(())
+    }
+
+    /// Controlled shutdown: marks the broker as leaving, so that the controller moves its
+    /// partitions to other brokers, and waits until it leads none (or no other broker can take
+    /// them, or the timeout passes). The partitions still here are then closed by the caller.
+    pub async fn leave(&self) {
+        if let Err(e) = self
+            .meta
+            .set_broker_state(self.node_id, self.incarnation(), BrokerState::ShuttingDown)
+            .await
+        {
+            tracing::warn!(error = %e, "could not announce the shutdown; partitions stay assigned here");
+            return;
+        }
+        let started = tokio::time::Instant::now();
+        let mut rx = self.watch();
+        loop {
+            let view = rx.borrow_and_update().clone();
+            let mine = view
+                .assignments
+                .iter()
+                .filter(|a| a.leader == Some(self.node_id))
+                .count();
+            let others = view.live_brokers().count();
+            if mine == 0 || others == 0 {
+                tracing::info!(
+                    partitions_left = mine,
+                    "controlled shutdown: partitions moved"
+                );
+                return;
+            }
+            let left = self
+                .config
+                .shutdown_timeout
+                .saturating_sub(started.elapsed());
+            if left.is_zero() {
+                tracing::warn!(partitions_left = mine, "controlled shutdown timed out");
+                return;
+            }
+            if tokio::time::timeout(left, rx.changed()).await.is_err() {
+                continue;
+            }
+        }
+    }
+
+    /// Stops the background tasks and gives up the controller lease if this broker holds it.
+    pub async fn stop(&self) {
+        self.stop.send_replace(true);
+        let tasks: Vec<_> = self.tasks().drain(..).collect();
+        for t in tasks {
+            let _ = t.await;
+        }
+        if let Ok(Some(lease)) = self.meta.controller().await {
+            if lease.node_id == self.node_id {
+                let _ = self.meta.resign_controller(lease).await;
+            }
+        }
+    }
+}

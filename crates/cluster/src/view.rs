@@ -1,0 +1,160 @@
+//! A broker's picture of the cluster: brokers, the controller, who leads each partition. Read
+//! from the metadata store whenever it announces a change, and shared read-only.
+
+use std::collections::HashMap;
+
+use weir_meta::{Assignment, BrokerInfo, BrokerState, ControllerLease};
+
+#[derive(Debug, Default, Clone)]
+pub struct ClusterView {
+    pub brokers: Vec<BrokerInfo>,
+    pub controller: Option<ControllerLease>,
+    pub assignments: Vec<Assignment>,
+    by_partition: HashMap<(String, u32), usize>,
+}
+
+impl ClusterView {
+    pub fn new(
+        brokers: Vec<BrokerInfo>,
+        controller: Option<ControllerLease>,
+        assignments: Vec<Assignment>,
+    ) -> ClusterView {
+        let by_partition = assignments
+            .iter()
+            .enumerate()
+            .map(|(i, a)| ((a.topic.clone(), a.partition), i))
+            .collect();
+        ClusterView {
+            brokers,
+            controller,
+            assignments,
+            by_partition,
+        }
+    }
+
+    pub fn broker(&self, node_id: i32) -> Option<&BrokerInfo> {
+        self.brokers.iter().find(|b| b.node_id == node_id)
+    }
+
+    /// Brokers clients may talk to: within their session and not fenced (a broker shutting
+    /// down still leads its partitions until they have moved).
+    pub fn reachable_brokers(&self) -> impl Iterator<Item = &BrokerInfo> {
+        self.brokers
+            .iter()
+            .filter(|b| b.alive && b.state != BrokerState::Fenced)
+    }
+
+    /// Brokers that take partitions and coordinate groups.
+    pub fn live_brokers(&self) -> impl Iterator<Item = &BrokerInfo> {
+        self.brokers.iter().filter(|b| b.is_live())
+    }
+
+    pub fn assignment(&self, topic: &str, partition: u32) -> Option<&Assignment> {
+        self.by_partition
+            .get(&(topic.to_string(), partition))
+            .map(|&i| &self.assignments[i])
+    }
+
+    /// The partition's leader, if it has one that clients can reach, and its leader epoch.
+    pub fn leader(&self, topic: &str, partition: u32) -> Option<(&BrokerInfo, u64)> {
+        let a = self.assignment(topic, partition)?;
+        let b = self.broker(a.leader?)?;
+        (b.alive && b.state != BrokerState::Fenced).then_some((b, a.epoch))
+    }
+
+    /// The broker that coordinates `key` (a group id): highest rendezvous weight among live
+    /// brokers, so every broker computes the same answer from the same membership, and a
+    /// broker leaving moves only its own keys.
+    pub fn coordinator(&self, key: &str) -> Option<&BrokerInfo> {
+        self.live_brokers()
+            .max_by_key(|b| (rendezvous_weight(key, b.node_id), b.node_id))
+    }
+}
+
+/// A hash of (key, node) that is the same in every process and every build (unlike std's).
+pub fn rendezvous_weight(key: &str, node_id: i32) -> u64 {
+    // FNV-1a over the key and the node id, then a final mix (splitmix64) to spread it.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.bytes().chain(node_id.to_le_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub fn broker(node_id: i32, zone: &str, state: BrokerState, alive: bool) -> BrokerInfo {
+        BrokerInfo {
+            node_id,
+            incarnation: 1,
+            zone: zone.into(),
+            host: "127.0.0.1".into(),
+            port: 9000 + node_id,
+            internal_addr: String::new(),
+            state,
+            alive,
+        }
+    }
+
+    #[test]
+    fn coordinators_spread_and_only_a_leaving_brokers_keys_move() {
+        let live = |ids: &[i32]| {
+            ClusterView::new(
+                ids.iter()
+                    .map(|&i| broker(i, "z", BrokerState::Running, true))
+                    .collect(),
+                None,
+                Vec::new(),
+            )
+        };
+        let three = live(&[1, 2, 3]);
+        let two = live(&[1, 3]);
+        let mut counts = HashMap::new();
+        for g in 0..3000 {
+            let key = format!("group-{g}");
+            let c = three.coordinator(&key).expect("live brokers").node_id;
+            *counts.entry(c).or_insert(0) += 1;
+            let after = two.coordinator(&key).expect("live brokers").node_id;
+            if c != 2 {
+                assert_eq!(after, c, "{key} moved though its coordinator stayed");
+            }
+        }
+        for (node, n) in counts {
+            assert!(
+                (800..1200).contains(&n),
+                "broker {node} coordinates {n} of 3000"
+            );
+        }
+        assert!(ClusterView::default().coordinator("g").is_none());
+    }
+
+    #[test]
+    fn leaders_are_only_reachable_brokers() {
+        let a = |leader| Assignment {
+            topic: "t".into(),
+            partition: 0,
+            stream_id: 1,
+            leader,
+            target: None,
+            epoch: 4,
+        };
+        let brokers = vec![
+            broker(1, "z", BrokerState::ShuttingDown, true),
+            broker(2, "z", BrokerState::Fenced, false),
+        ];
+        let v = ClusterView::new(brokers.clone(), None, vec![a(Some(1))]);
+        assert_eq!(v.leader("t", 0).map(|(b, e)| (b.node_id, e)), Some((1, 4)));
+        assert!(
+            v.coordinator("g").is_none(),
+            "a broker shutting down coordinates nothing"
+        );
+        let v = ClusterView::new(brokers, None, vec![a(Some(2))]);
+        assert!(v.leader("t", 0).is_none());
+        assert!(v.leader("t", 1).is_none());
+    }
+}
