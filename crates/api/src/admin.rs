@@ -64,6 +64,9 @@ impl Broker {
                     .await
                 {
                     Ok(topic) => {
+                        if !r.validate_only {
+                            self.wait_for_leaders(&topic.name).await;
+                        }
                         let mut res = res
                             .with_topic_id(Uuid::from_bytes(topic.id))
                             .with_num_partitions(if r.validate_only {
@@ -73,7 +76,7 @@ impl Broker {
                                     partitions
                                 }
                             } else {
-                                topic.partitions.len() as i32
+                                topic.partition_count() as i32
                             })
                             .with_replication_factor(replication);
                         if version >= 5 {
@@ -161,7 +164,12 @@ impl Broker {
                     .add_partitions(t.name.0.as_str(), t.count, r.validate_only)
                     .await
                 {
-                    Ok(()) => res,
+                    Ok(()) => {
+                        if !r.validate_only {
+                            self.wait_for_leaders(t.name.0.as_str()).await;
+                        }
+                        res
+                    }
                     Err(e) => {
                         let (code, msg) = err_parts(&e);
                         res.with_error_code(code).with_error_message(msg)
@@ -389,7 +397,11 @@ impl Broker {
                 parts.push(
                     match self.topics.partition(t.name.0.as_str(), p.partition_index) {
                         None => res
-                            .with_error_code(ResponseError::UnknownTopicOrPartition.code())
+                            .with_error_code(
+                                self.topics
+                                    .missing_error(t.name.0.as_str(), p.partition_index)
+                                    .code(),
+                            )
                             .with_low_watermark(-1),
                         Some(part) => match part.delete_records(p.offset).await {
                             Ok(low) => res.with_low_watermark(low),

@@ -9,6 +9,7 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
+use weir_cluster::ClusterView;
 use weir_partition::topics::validate_topic_name;
 
 use crate::{str, supported_versions, Broker};
@@ -37,13 +38,26 @@ pub fn api_versions(error_code: i16) -> ApiVersionsResponse {
         .with_finalized_features_epoch(-1)
 }
 
+fn rack(zone: &str) -> Option<StrBytesAlias> {
+    (!zone.is_empty()).then(|| str(zone))
+}
+
 impl Broker {
-    fn me(&self) -> MetadataResponseBroker {
-        MetadataResponseBroker::default()
-            .with_node_id(BrokerId(self.identity.node_id))
-            .with_host(str(&self.identity.host))
-            .with_port(self.identity.port)
-            .with_rack(self.identity.rack.as_deref().map(str))
+    /// Every broker clients can reach, from this broker's view of the cluster.
+    fn metadata_brokers(&self, view: &ClusterView) -> Vec<MetadataResponseBroker> {
+        view.reachable_brokers()
+            .map(|b| {
+                MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(b.node_id))
+                    .with_host(str(&b.host))
+                    .with_port(b.port)
+                    .with_rack(rack(&b.zone))
+            })
+            .collect()
+    }
+
+    fn controller_id(view: &ClusterView) -> BrokerId {
+        BrokerId(view.controller.map_or(-1, |c| c.node_id))
     }
 
     pub(crate) async fn metadata(&self, r: MetadataRequest, version: i16) -> MetadataResponse {
@@ -54,12 +68,13 @@ impl Broker {
                 .map(|t| (t.name.map(|n| n.0.to_string()), t.topic_id))
                 .collect()
         });
+        let view = self.cluster.view();
         let topics = match wanted {
             None => self
                 .topics
                 .list()
                 .into_iter()
-                .map(|t| self.topic_metadata(&t))
+                .map(|t| self.topic_metadata(&t, &view))
                 .collect(),
             Some(wanted) => {
                 let mut out = Vec::with_capacity(wanted.len());
@@ -68,12 +83,19 @@ impl Broker {
                     // id and never created.
                     let name = if id.is_nil() { name } else { None };
                     let found = match &name {
-                        Some(n) if allow_create => self.topics.get_or_create(n).await,
+                        Some(n) if allow_create => {
+                            let existed = self.topics.get(n).is_some();
+                            let t = self.topics.get_or_create(n).await;
+                            if !existed && t.is_some() {
+                                self.wait_for_leaders(n).await;
+                            }
+                            t
+                        }
                         Some(n) => self.topics.get(n),
                         None => self.topics.get_by_id(id.as_bytes()),
                     };
                     out.push(match (found, name) {
-                        (Some(t), _) => self.topic_metadata(&t),
+                        (Some(t), _) => self.topic_metadata(&t, &self.cluster.view()),
                         (None, Some(n)) => {
                             let code = if validate_topic_name(&n).is_err() {
                                 ResponseError::InvalidTopicException
@@ -102,10 +124,12 @@ impl Broker {
                 }
             })
             .collect();
+        // A topic created just now may have been placed since the view was taken.
+        let view = self.cluster.view();
         MetadataResponse::default()
-            .with_brokers(vec![self.me()])
+            .with_brokers(self.metadata_brokers(&view))
             .with_cluster_id(Some(str(&self.identity.cluster_id)))
-            .with_controller_id(BrokerId(self.identity.node_id))
+            .with_controller_id(Self::controller_id(&view))
             .with_topics(topics)
             .with_cluster_authorized_operations(if r.include_cluster_authorized_operations {
                 CLUSTER_OPERATIONS
@@ -114,22 +138,34 @@ impl Broker {
             })
     }
 
-    fn topic_metadata(&self, t: &weir_partition::Topic) -> MetadataResponseTopic {
-        let me = BrokerId(self.identity.node_id);
+    fn topic_metadata(
+        &self,
+        t: &weir_partition::Topic,
+        view: &ClusterView,
+    ) -> MetadataResponseTopic {
         MetadataResponseTopic::default()
             .with_name(Some(TopicName(str(&t.name))))
             .with_topic_id(Uuid::from_bytes(t.id))
             .with_topic_authorized_operations(i32::MIN)
             .with_partitions(
-                t.partitions
-                    .iter()
-                    .map(|p| {
-                        MetadataResponsePartition::default()
-                            .with_partition_index(p.index)
-                            .with_leader_id(me)
-                            .with_leader_epoch(p.leader_epoch)
-                            .with_replica_nodes(vec![me])
-                            .with_isr_nodes(vec![me])
+                (0..t.partition_count() as u32)
+                    .map(|i| {
+                        let p = MetadataResponsePartition::default().with_partition_index(i as i32);
+                        match view.leader(&t.name, i) {
+                            Some((b, epoch)) => {
+                                let id = BrokerId(b.node_id);
+                                p.with_leader_id(id)
+                                    .with_leader_epoch(epoch as i32)
+                                    .with_replica_nodes(vec![id])
+                                    .with_isr_nodes(vec![id])
+                            }
+                            // Not placed yet, or its broker is gone: clients retry (Kafka
+                            // answers a new topic's partitions the same way).
+                            None => p
+                                .with_error_code(ResponseError::LeaderNotAvailable.code())
+                                .with_leader_id(BrokerId(-1))
+                                .with_leader_epoch(-1),
+                        }
                     })
                     .collect(),
             )
@@ -140,15 +176,23 @@ impl Broker {
         r: DescribeClusterRequest,
         _version: i16,
     ) -> DescribeClusterResponse {
+        let view = self.cluster.view();
         DescribeClusterResponse::default()
             .with_endpoint_type(r.endpoint_type)
             .with_cluster_id(str(&self.identity.cluster_id))
-            .with_controller_id(BrokerId(self.identity.node_id))
-            .with_brokers(vec![DescribeClusterBroker::default()
-                .with_broker_id(BrokerId(self.identity.node_id))
-                .with_host(str(&self.identity.host))
-                .with_port(self.identity.port)
-                .with_rack(self.identity.rack.as_deref().map(str))])
+            .with_controller_id(Self::controller_id(&view))
+            .with_brokers(
+                view.reachable_brokers()
+                    .map(|b| {
+                        DescribeClusterBroker::default()
+                            .with_broker_id(BrokerId(b.node_id))
+                            .with_host(str(&b.host))
+                            .with_port(b.port)
+                            .with_rack(rack(&b.zone))
+                            .with_is_fenced(false)
+                    })
+                    .collect(),
+            )
             .with_cluster_authorized_operations(if r.include_cluster_authorized_operations {
                 CLUSTER_OPERATIONS
             } else {
@@ -161,28 +205,34 @@ impl Broker {
         r: FindCoordinatorRequest,
         version: i16,
     ) -> FindCoordinatorResponse {
-        // Group coordination lives on every broker of a single-node cluster; transactions are
-        // not implemented yet.
+        // Each group has one coordinator among the live brokers (rendezvous hashing over the
+        // cluster's membership, so every broker gives the same answer); transactions are not
+        // implemented yet.
+        let view = self.cluster.view();
         let answer = |key: StrBytesAlias| {
-            let (code, msg) = if r.key_type == 0 {
-                (0, None)
-            } else {
-                (
-                    ResponseError::CoordinatorNotAvailable.code(),
-                    Some(str("Weir does not implement transactions yet")),
-                )
+            let found = match r.key_type {
+                0 => view.coordinator(key.as_str()).ok_or((
+                    ResponseError::CoordinatorNotAvailable,
+                    "no live broker to coordinate the group",
+                )),
+                _ => Err((
+                    ResponseError::CoordinatorNotAvailable,
+                    "Weir does not implement transactions yet",
+                )),
             };
-            Coordinator::default()
-                .with_key(key)
-                .with_node_id(BrokerId(if code == 0 { self.identity.node_id } else { -1 }))
-                .with_host(if code == 0 {
-                    str(&self.identity.host)
-                } else {
-                    str("")
-                })
-                .with_port(if code == 0 { self.identity.port } else { -1 })
-                .with_error_code(code)
-                .with_error_message(msg)
+            let c = Coordinator::default().with_key(key);
+            match found {
+                Ok(b) => c
+                    .with_node_id(BrokerId(b.node_id))
+                    .with_host(str(&b.host))
+                    .with_port(b.port),
+                Err((code, msg)) => c
+                    .with_node_id(BrokerId(-1))
+                    .with_host(str(""))
+                    .with_port(-1)
+                    .with_error_code(code.code())
+                    .with_error_message(Some(str(msg))),
+            }
         };
         if version >= 4 {
             FindCoordinatorResponse::default()

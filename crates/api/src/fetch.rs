@@ -10,13 +10,15 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::FutureExt;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::fetch_response::{
+    FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
+};
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
-use weir_partition::Partition;
+use weir_partition::{Lookup, Partition};
 
-use crate::{Broker, Reply};
+use crate::{str, Broker, Reply};
 
 /// One partition a fetch asks for.
 struct Wanted {
@@ -58,14 +60,14 @@ impl Broker {
                         .into_iter()
                         .map(|p| Wanted {
                             partition_index: p.partition,
-                            partition: topic
+                            partition: match topic
                                 .as_ref()
-                                .and_then(|t| {
-                                    usize::try_from(p.partition)
-                                        .ok()
-                                        .and_then(|i| t.partitions.get(i).cloned())
-                                })
-                                .ok_or(missing),
+                                .map(|t| self.topics.lookup(&t.name, p.partition))
+                            {
+                                Some(Lookup::Local(p)) => Ok(p),
+                                Some(Lookup::NotHere) => Err(ResponseError::NotLeaderOrFollower),
+                                _ => Err(missing),
+                            },
                             offset: p.fetch_offset,
                             max_bytes: p.partition_max_bytes,
                             current_leader_epoch: p.current_leader_epoch,
@@ -88,6 +90,7 @@ impl Broker {
         if !waits {
             self.meters.fetch_bytes.add(bytes as u64);
             self.meters.fetch_latency.record(started.elapsed());
+            let response = self.with_leader_hints(response);
             return Reply::Now(Box::new(ResponseKind::Fetch(response)));
         }
         let deadline = started + Duration::from_millis(r.max_wait_ms as u64);
@@ -133,8 +136,46 @@ impl Broker {
             }
             this.meters.fetch_bytes.add(bytes as u64);
             this.meters.fetch_latency.record(started.elapsed());
-            ResponseKind::Fetch(response)
+            ResponseKind::Fetch(this.with_leader_hints(response))
         }))
+    }
+
+    /// KIP-951: partitions answered NOT_LEADER_OR_FOLLOWER name the new leader (v12+), and the
+    /// response carries its endpoint (v16+), so consumers re-route without a metadata request.
+    fn with_leader_hints(&self, mut response: FetchResponse) -> FetchResponse {
+        let mut endpoints: Vec<NodeEndpoint> = Vec::new();
+        for t in &mut response.responses {
+            let name = if t.topic_id.is_nil() {
+                Some(t.topic.0.to_string())
+            } else {
+                self.topics
+                    .get_by_id(t.topic_id.as_bytes())
+                    .map(|t| t.name.clone())
+            };
+            let Some(name) = name else { continue };
+            for p in &mut t.partitions {
+                if p.error_code != ResponseError::NotLeaderOrFollower.code() {
+                    continue;
+                }
+                let Some(h) = self.leader_hint(&name, p.partition_index) else {
+                    continue;
+                };
+                p.current_leader = LeaderIdAndEpoch::default()
+                    .with_leader_id(BrokerId(h.node_id))
+                    .with_leader_epoch(h.epoch);
+                if !endpoints.iter().any(|e| e.node_id.0 == h.node_id) {
+                    endpoints.push(
+                        NodeEndpoint::default()
+                            .with_node_id(BrokerId(h.node_id))
+                            .with_host(str(&h.host))
+                            .with_port(h.port)
+                            .with_rack((!h.rack.is_empty()).then(|| str(&h.rack))),
+                    );
+                }
+            }
+        }
+        response.node_endpoints = endpoints;
+        response
     }
 }
 

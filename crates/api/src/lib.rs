@@ -24,6 +24,7 @@ use bytes::BytesMut;
 use futures::future::BoxFuture;
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Encodable, StrBytes};
+use weir_cluster::Cluster;
 use weir_group::GroupCoordinator;
 use weir_meta::MetaStore;
 use weir_metrics::{Counter, Histogram};
@@ -159,6 +160,7 @@ impl Default for ApiMeters {
 
 pub struct Broker {
     pub identity: BrokerIdentity,
+    pub cluster: Arc<Cluster>,
     pub topics: Arc<Topics>,
     pub groups: Arc<GroupCoordinator>,
     pub meta: Arc<dyn MetaStore>,
@@ -177,6 +179,7 @@ pub(crate) fn str(s: &str) -> StrBytes {
 impl Broker {
     pub fn new(
         identity: BrokerIdentity,
+        cluster: Arc<Cluster>,
         topics: Arc<Topics>,
         groups: Arc<GroupCoordinator>,
         meta: Arc<dyn MetaStore>,
@@ -184,6 +187,7 @@ impl Broker {
     ) -> Arc<Broker> {
         Arc::new(Broker {
             identity,
+            cluster,
             topics,
             groups,
             meta,
@@ -381,4 +385,79 @@ pub mod anyhow_free {
     impl std::error::Error for Error {}
 
     pub type Result<T> = std::result::Result<T, Error>;
+}
+
+/// Where a client should send requests for a partition this broker does not lead (KIP-951).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LeaderHint {
+    pub node_id: i32,
+    pub epoch: i32,
+    pub host: String,
+    pub port: i32,
+    pub rack: String,
+}
+
+impl Broker {
+    /// The broker that leads, or is about to lead, `topic`-`partition`: a move's target (at the
+    /// epoch it will open with), else the leader in this broker's view if that is another
+    /// broker. `None` when there is nothing better to say than "refresh your metadata".
+    pub(crate) fn leader_hint(&self, topic: &str, partition: i32) -> Option<LeaderHint> {
+        let view = self.cluster.view();
+        let a = view.assignment(topic, u32::try_from(partition).ok()?)?;
+        let (node, epoch) = match (a.target, a.leader) {
+            (Some(t), _) => (t, a.epoch + 1),
+            (None, Some(l)) if l != self.cluster.node_id() => (l, a.epoch),
+            _ => return None,
+        };
+        let b = view.reachable_brokers().find(|b| b.node_id == node)?;
+        Some(LeaderHint {
+            node_id: b.node_id,
+            epoch: i32::try_from(epoch).unwrap_or(i32::MAX),
+            host: b.host.clone(),
+            port: b.port,
+            rack: b.zone.clone(),
+        })
+    }
+}
+
+/// How long topic creation waits for the new partitions to get leaders.
+const LEADERS_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl Broker {
+    /// Waits (a few seconds at most) until every partition of `topic` has a leader and those
+    /// led here are open, as Kafka's CreateTopics waits for leaders: a client that produces
+    /// right after creating a topic is not turned away. The controller places partitions
+    /// within milliseconds of hearing of the topic.
+    pub(crate) async fn wait_for_leaders(&self, topic: &str) {
+        let me = self.cluster.node_id();
+        let mut views = self.cluster.watch();
+        let deadline = tokio::time::Instant::now() + LEADERS_WAIT;
+        loop {
+            let ready = {
+                let view = views.borrow_and_update().clone();
+                let count = self.topics.get(topic).map_or(0, |t| t.partition_count());
+                (0..count as u32).all(|i| match view.assignment(topic, i) {
+                    Some(a) => match a.leader {
+                        Some(l) if l == me => self.topics.partition(topic, i as i32).is_some(),
+                        Some(_) => true,
+                        None => false,
+                    },
+                    None => false,
+                })
+            };
+            if ready {
+                return;
+            }
+            // Opening here happens after the view changes: poll briefly as well.
+            let tick = tokio::time::sleep(std::time::Duration::from_millis(5));
+            tokio::select! {
+                _ = views.changed() => {}
+                _ = tick => {}
+                _ = tokio::time::sleep_until(deadline) => {
+                    tracing::warn!(topic, "partitions have no leader yet; clients will retry");
+                    return;
+                }
+            }
+        }
+    }
 }

@@ -36,7 +36,10 @@ impl Broker {
                     .with_leader_epoch(-1);
                 let Some(partition) = self.topics.partition(t.name.0.as_str(), p.partition_index)
                 else {
-                    parts.push(resp.with_error_code(ResponseError::UnknownTopicOrPartition.code()));
+                    let e = self
+                        .topics
+                        .missing_error(t.name.0.as_str(), p.partition_index);
+                    parts.push(resp.with_error_code(e.code()));
                     continue;
                 };
                 if p.current_leader_epoch >= 0 && p.current_leader_epoch != partition.leader_epoch {
@@ -93,7 +96,11 @@ impl Broker {
                         let e = EpochEndOffset::default().with_partition(p.partition);
                         match self.topics.partition(t.topic.0.as_str(), p.partition) {
                             None => e
-                                .with_error_code(ResponseError::UnknownTopicOrPartition.code())
+                                .with_error_code(
+                                    self.topics
+                                        .missing_error(t.topic.0.as_str(), p.partition)
+                                        .code(),
+                                )
                                 .with_leader_epoch(-1)
                                 .with_end_offset(-1),
                             Some(part)

@@ -3,9 +3,13 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
+
+use weir_partition::Lookup;
 
 use crate::{str, Broker, Reply};
 
@@ -32,26 +36,28 @@ impl Broker {
             };
             let mut ps = Vec::with_capacity(t.partition_data.len());
             for p in t.partition_data {
-                let partition = topic.as_ref().and_then(|t| {
-                    usize::try_from(p.index)
-                        .ok()
-                        .and_then(|i| t.partitions.get(i).cloned())
-                });
+                let lookup = match &topic {
+                    Some(t) => self.topics.lookup(&t.name, p.index),
+                    None => Lookup::Unknown,
+                };
                 let records = p.records.unwrap_or_default();
                 self.meters.produce_bytes.add(records.len() as u64);
-                let ticket = match partition {
-                    Some(partition) => partition.start_produce(&records),
-                    None if version >= 13 => Err(ResponseError::UnknownTopicId),
-                    None => Err(ResponseError::UnknownTopicOrPartition),
+                let ticket = match lookup {
+                    Lookup::Local(partition) => partition.start_produce(&records),
+                    Lookup::NotHere => Err(ResponseError::NotLeaderOrFollower),
+                    Lookup::Unknown if version >= 13 => Err(ResponseError::UnknownTopicId),
+                    Lookup::Unknown => Err(ResponseError::UnknownTopicOrPartition),
                 };
                 ps.push((p.index, ticket));
             }
-            started_parts.push((t.name, t.topic_id, ps));
+            let name = topic.as_ref().map(|t| t.name.clone());
+            started_parts.push((t.name, t.topic_id, name, ps));
         }
         let this = Arc::clone(self);
         let reply = async move {
             let mut responses = Vec::new();
-            for (name, id, parts) in started_parts {
+            let mut endpoints: Vec<NodeEndpoint> = Vec::new();
+            for (name, id, topic_name, parts) in started_parts {
                 let mut prs = Vec::new();
                 for (index, ticket) in parts {
                     let result = match ticket {
@@ -61,7 +67,13 @@ impl Broker {
                     let pr = PartitionProduceResponse::default()
                         .with_index(index)
                         .with_log_append_time_ms(-1);
-                    prs.push(match result {
+                    let hint = match (&result, &topic_name) {
+                        (Err(ResponseError::NotLeaderOrFollower), Some(t)) => {
+                            this.leader_hint(t, index)
+                        }
+                        _ => None,
+                    };
+                    let pr = match result {
                         Ok(ok) => pr
                             .with_base_offset(ok.base_offset)
                             .with_log_start_offset(ok.log_start_offset),
@@ -70,6 +82,27 @@ impl Broker {
                             .with_base_offset(-1)
                             .with_log_start_offset(-1)
                             .with_error_message(Some(str(&e.to_string()))),
+                    };
+                    // KIP-951: the new leader in the response, so the client re-routes without
+                    // a metadata round trip (v10+; older versions drop these fields).
+                    prs.push(match hint {
+                        Some(h) => {
+                            if !endpoints.iter().any(|e| e.node_id.0 == h.node_id) {
+                                endpoints.push(
+                                    NodeEndpoint::default()
+                                        .with_node_id(BrokerId(h.node_id))
+                                        .with_host(str(&h.host))
+                                        .with_port(h.port)
+                                        .with_rack((!h.rack.is_empty()).then(|| str(&h.rack))),
+                                );
+                            }
+                            pr.with_current_leader(
+                                LeaderIdAndEpoch::default()
+                                    .with_leader_id(BrokerId(h.node_id))
+                                    .with_leader_epoch(h.epoch),
+                            )
+                        }
+                        None => pr,
                     });
                 }
                 responses.push(
@@ -80,7 +113,11 @@ impl Broker {
                 );
             }
             this.meters.produce_latency.record(started.elapsed());
-            ResponseKind::Produce(ProduceResponse::default().with_responses(responses))
+            ResponseKind::Produce(
+                ProduceResponse::default()
+                    .with_responses(responses)
+                    .with_node_endpoints(endpoints),
+            )
         };
         if acks == 0 {
             return Reply::Silent(Box::pin(async move {

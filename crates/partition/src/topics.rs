@@ -1,7 +1,7 @@
 //! The topic catalog: topics, their partitions (each a stream), and their configs, kept in the
 //! metadata store and mirrored in memory for the request path.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 
 use kafka_protocol::ResponseError;
@@ -48,11 +48,39 @@ pub struct ConfigEntry {
     pub is_default: bool,
 }
 
+/// A topic as the catalog knows it. Its partitions may be led by any broker; those led here are
+/// open in [`Topics`].
 pub struct Topic {
     pub name: String,
     pub id: [u8; 16],
-    pub partitions: Vec<Arc<Partition>>,
+    /// The stream of each partition, by partition number.
+    pub streams: Vec<u64>,
     pub configs: BTreeMap<String, String>,
+}
+
+impl Topic {
+    pub fn partition_count(&self) -> usize {
+        self.streams.len()
+    }
+
+    fn from_meta(t: TopicMeta) -> Topic {
+        Topic {
+            name: t.name,
+            id: t.topic_id,
+            streams: t.streams,
+            configs: t.configs,
+        }
+    }
+}
+
+/// Where a partition is served.
+pub enum Lookup {
+    /// Led by this broker and open.
+    Local(Arc<Partition>),
+    /// The partition exists but this broker does not lead it (now).
+    NotHere,
+    /// No such topic or partition.
+    Unknown,
 }
 
 /// An error of an admin operation: the Kafka code and a message for the client.
@@ -70,15 +98,14 @@ fn meta_err(e: MetaError) -> AdminError {
     }
 }
 
-fn storage_err(e: StorageError) -> AdminError {
-    (crate::partition::kafka_error(&e), e.to_string())
-}
-
+/// The topic catalog (every topic of the cluster) and the partitions this broker leads.
 pub struct Topics {
     engine: Engine,
     meta: Arc<dyn MetaStore>,
     defaults: TopicDefaults,
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
+    /// Partitions led here, by stream.
+    local: RwLock<HashMap<u64, Arc<Partition>>>,
     /// Serialises changes to the catalog.
     changes: tokio::sync::Mutex<()>,
 }
@@ -107,6 +134,8 @@ pub fn validate_topic_name(name: &str) -> Result<(), AdminError> {
 }
 
 impl Topics {
+    /// Loads the catalog. No partition is open until the cluster assigns it here
+    /// ([`Topics::open_partition`]).
     pub async fn open(
         engine: Engine,
         meta: Arc<dyn MetaStore>,
@@ -117,44 +146,139 @@ impl Topics {
             meta,
             defaults,
             topics: RwLock::new(BTreeMap::new()),
+            local: RwLock::new(HashMap::new()),
             changes: tokio::sync::Mutex::new(()),
         });
-        for t in topics.meta.list_topics().await? {
-            let topic = topics.open_topic(t).await?;
-            topics.insert(topic);
-        }
+        topics.refresh().await?;
         Ok(topics)
     }
 
-    async fn open_topic(&self, t: TopicMeta) -> Result<Arc<Topic>, StorageError> {
-        let max = self.max_message_bytes(&t.configs);
-        let mut partitions = Vec::with_capacity(t.streams.len());
-        for (i, &stream) in t.streams.iter().enumerate() {
-            let p = Partition::open(
-                self.engine.clone(),
-                &*self.meta,
-                &t.name,
-                i as i32,
-                stream,
-                max,
-            )
-            .await?;
-            p.set_retention(self.retention(&t.configs));
-            partitions.push(p);
+    /// Re-reads the catalog from the metadata store: topics created, changed or deleted by other
+    /// brokers. Partitions of deleted topics are dropped (their data is gone with the topic).
+    pub async fn refresh(&self) -> Result<(), StorageError> {
+        let _change = self.changes.lock().await;
+        let listed = self.meta.list_topics().await?;
+        let mut fresh = BTreeMap::new();
+        for t in listed {
+            fresh.insert(t.name.clone(), Arc::new(Topic::from_meta(t)));
         }
-        Ok(Arc::new(Topic {
-            name: t.name,
-            id: t.topic_id,
-            partitions,
-            configs: t.configs,
-        }))
+        let old = std::mem::replace(&mut *self.write_topics(), fresh.clone());
+        for (name, t) in &fresh {
+            if old.get(name).is_some_and(|o| o.configs != t.configs) {
+                self.apply_configs(t);
+            }
+        }
+        let kept: std::collections::HashSet<u64> = fresh
+            .values()
+            .flat_map(|t| t.streams.iter().copied())
+            .collect();
+        let gone: Vec<u64> = self
+            .read_local()
+            .keys()
+            .filter(|s| !kept.contains(s))
+            .copied()
+            .collect();
+        for s in gone {
+            self.write_local().remove(&s);
+            self.engine.drop_stream(s);
+        }
+        Ok(())
+    }
+
+    fn write_topics(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Arc<Topic>>> {
+        self.topics.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn read_local(&self) -> std::sync::RwLockReadGuard<'_, HashMap<u64, Arc<Partition>>> {
+        self.local.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write_local(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<u64, Arc<Partition>>> {
+        self.local.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The topic and partition number of a stream.
+    fn find_stream(&self, stream_id: u64) -> Option<(Arc<Topic>, i32)> {
+        let topics = self.topics.read().unwrap_or_else(|e| e.into_inner());
+        topics.values().find_map(|t| {
+            t.streams
+                .iter()
+                .position(|&s| s == stream_id)
+                .map(|i| (Arc::clone(t), i as i32))
+        })
+    }
+
+    /// Takes leadership of a partition: opens its stream at a new leader epoch and rebuilds its
+    /// producer state. The cluster calls this for the partitions it assigns here.
+    pub async fn open_partition(&self, stream_id: u64) -> Result<Arc<Partition>, StorageError> {
+        if let Some(p) = self.read_local().get(&stream_id) {
+            return Ok(Arc::clone(p));
+        }
+        let found = match self.find_stream(stream_id) {
+            Some(f) => Some(f),
+            None => {
+                self.refresh().await?;
+                self.find_stream(stream_id)
+            }
+        };
+        let Some((t, index)) = found else {
+            return Err(StorageError::NotOpen(stream_id));
+        };
+        let p = Partition::open(
+            self.engine.clone(),
+            &*self.meta,
+            &t.name,
+            index,
+            stream_id,
+            self.max_message_bytes(&t.configs),
+        )
+        .await?;
+        p.set_retention(self.retention(&t.configs));
+        self.write_local().insert(stream_id, Arc::clone(&p));
+        Ok(p)
+    }
+
+    /// Gives up leadership of a partition: new requests find it gone at once; what its WAL
+    /// holds is uploaded and committed before this returns, so the next leader has it all.
+    pub async fn close_partition(&self, stream_id: u64) -> Result<(), StorageError> {
+        let p = self.write_local().remove(&stream_id);
+        match p {
+            Some(p) => p.close(&*self.meta).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Streams of the partitions open here.
+    pub fn local_streams(&self) -> Vec<u64> {
+        self.read_local().keys().copied().collect()
+    }
+
+    /// Every partition open here.
+    pub fn local_partitions(&self) -> Vec<Arc<Partition>> {
+        self.read_local().values().cloned().collect()
+    }
+
+    fn apply_configs(&self, t: &Topic) {
+        let retention = self.retention(&t.configs);
+        let max = self.max_message_bytes(&t.configs);
+        let local = self.read_local();
+        for s in &t.streams {
+            if let Some(p) = local.get(s) {
+                p.set_retention(retention);
+                p.set_max_message_bytes(max);
+            }
+        }
+    }
+
+    /// Tells the other brokers that the catalog changed.
+    async fn announce(&self) {
+        if let Err(e) = self.meta.notify_cluster().await {
+            tracing::warn!(error = %e, "announcing a topic change failed; brokers see it within a second");
+        }
     }
 
     fn insert(&self, t: Arc<Topic>) {
-        self.topics
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(t.name.clone(), t);
+        self.write_topics().insert(t.name.clone(), t);
     }
 
     pub fn defaults(&self) -> &TopicDefaults {
@@ -187,11 +311,35 @@ impl Topics {
             .collect()
     }
 
+    /// The partition, if this broker leads it.
     pub fn partition(&self, topic: &str, index: i32) -> Option<Arc<Partition>> {
-        let t = self.get(topic)?;
-        usize::try_from(index)
-            .ok()
-            .and_then(|i| t.partitions.get(i).cloned())
+        match self.lookup(topic, index) {
+            Lookup::Local(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// The error for a request to a partition that [`Topics::partition`] did not find here:
+    /// NOT_LEADER_OR_FOLLOWER if it exists on another broker (retriable: the client refreshes
+    /// its metadata), else UNKNOWN_TOPIC_OR_PARTITION.
+    pub fn missing_error(&self, topic: &str, index: i32) -> ResponseError {
+        match self.lookup(topic, index) {
+            Lookup::Unknown => ResponseError::UnknownTopicOrPartition,
+            _ => ResponseError::NotLeaderOrFollower,
+        }
+    }
+
+    pub fn lookup(&self, topic: &str, index: i32) -> Lookup {
+        let Some(t) = self.get(topic) else {
+            return Lookup::Unknown;
+        };
+        let Some(&stream) = usize::try_from(index).ok().and_then(|i| t.streams.get(i)) else {
+            return Lookup::Unknown;
+        };
+        match self.read_local().get(&stream) {
+            Some(p) => Lookup::Local(Arc::clone(p)),
+            None => Lookup::NotHere,
+        }
     }
 
     /// The topic, created with the defaults if it does not exist and auto-creation is on.
@@ -204,7 +352,13 @@ impl Topics {
         }
         match self.create(name, -1, BTreeMap::new(), false).await {
             Ok(t) => Some(t),
-            Err((ResponseError::TopicAlreadyExists, _)) => self.get(name),
+            Err((ResponseError::TopicAlreadyExists, _)) => {
+                // Created by another broker at the same moment: read it from the store.
+                if self.get(name).is_none() {
+                    let _ = self.refresh().await;
+                }
+                self.get(name)
+            }
             Err((_, msg)) => {
                 tracing::warn!(topic = name, error = %msg, "auto-creating a topic failed");
                 None
@@ -244,7 +398,7 @@ impl Topics {
             return Ok(Arc::new(Topic {
                 name: name.to_string(),
                 id: [0; 16],
-                partitions: Vec::new(),
+                streams: vec![0; count as usize],
                 configs,
             }));
         }
@@ -254,8 +408,10 @@ impl Topics {
             .create_topic(name, id, count, configs)
             .await
             .map_err(meta_err)?;
-        let topic = self.open_topic(meta).await.map_err(storage_err)?;
+        let topic = Arc::new(Topic::from_meta(meta));
         self.insert(Arc::clone(&topic));
+        drop(_change);
+        self.announce().await;
         tracing::info!(topic = name, partitions = count, "topic created");
         Ok(topic)
     }
@@ -272,13 +428,13 @@ impl Topics {
         // the engine at once, uploading nothing; an upload that meets them before that drops
         // them itself, so a deleted topic never holds back the other streams' commits.
         self.meta.delete_topic(name).await.map_err(meta_err)?;
-        self.topics
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(name);
-        for p in &t.partitions {
-            self.engine.drop_stream(p.stream_id);
+        self.write_topics().remove(name);
+        for s in &t.streams {
+            self.write_local().remove(s);
+            self.engine.drop_stream(*s);
         }
+        drop(_change);
+        self.announce().await;
         tracing::info!(topic = name, "topic deleted");
         Ok(t.id)
     }
@@ -296,7 +452,7 @@ impl Topics {
                 format!("Topic '{name}' does not exist."),
             )
         })?;
-        let current = t.partitions.len() as i32;
+        let current = t.partition_count() as i32;
         if total <= current {
             return Err((
                 ResponseError::InvalidPartitions,
@@ -311,28 +467,9 @@ impl Topics {
             .add_partitions(name, total as u32)
             .await
             .map_err(meta_err)?;
-        let max = self.max_message_bytes(&meta.configs);
-        let mut partitions = t.partitions.clone();
-        for (i, &stream) in meta.streams.iter().enumerate().skip(partitions.len()) {
-            let p = Partition::open(
-                self.engine.clone(),
-                &*self.meta,
-                name,
-                i as i32,
-                stream,
-                max,
-            )
-            .await
-            .map_err(storage_err)?;
-            p.set_retention(self.retention(&meta.configs));
-            partitions.push(p);
-        }
-        self.insert(Arc::new(Topic {
-            name: t.name.clone(),
-            id: t.id,
-            partitions,
-            configs: t.configs.clone(),
-        }));
+        self.insert(Arc::new(Topic::from_meta(meta)));
+        drop(_change);
+        self.announce().await;
         Ok(())
     }
 
@@ -360,18 +497,16 @@ impl Topics {
             .set_topic_configs(name, configs.clone())
             .await
             .map_err(meta_err)?;
-        let retention = self.retention(&configs);
-        let max = self.max_message_bytes(&configs);
-        for p in &t.partitions {
-            p.set_retention(retention);
-            p.set_max_message_bytes(max);
-        }
-        self.insert(Arc::new(Topic {
+        let topic = Arc::new(Topic {
             name: t.name.clone(),
             id: t.id,
-            partitions: t.partitions.clone(),
+            streams: t.streams.clone(),
             configs,
-        }));
+        });
+        self.apply_configs(&topic);
+        self.insert(topic);
+        drop(_change);
+        self.announce().await;
         Ok(())
     }
 
@@ -462,25 +597,25 @@ impl Topics {
     /// Forgets idle idempotent producers, then saves every partition's producer state.
     pub async fn snapshot_producers(&self) {
         let expiration = self.defaults().producer_id_expiration_ms;
-        for t in self.list() {
-            for p in &t.partitions {
-                let expired = p.expire_producers(expiration);
-                if expired > 0 {
-                    tracing::debug!(topic = %t.name, partition = p.index, expired, "idle producers expired");
-                }
-                if let Err(e) = p.snapshot_producers(&*self.meta).await {
-                    tracing::warn!(topic = %t.name, partition = p.index, error = %e, "producer snapshot failed");
-                }
+        for p in self.local_partitions() {
+            let expired = p.expire_producers(expiration);
+            if expired > 0 {
+                tracing::debug!(topic = %p.topic, partition = p.index, expired, "idle producers expired");
+            }
+            if let Err(e) = p.snapshot_producers(&*self.meta).await {
+                tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "producer snapshot failed");
             }
         }
     }
 
     /// Closes every partition: snapshots, uploads, gives up leadership.
     pub async fn close(&self) {
-        for t in self.list() {
-            for p in &t.partitions {
+        let all: Vec<u64> = self.local_streams();
+        for s in all {
+            let p = self.write_local().remove(&s);
+            if let Some(p) = p {
                 if let Err(e) = p.close(&*self.meta).await {
-                    tracing::error!(topic = %t.name, partition = p.index, error = %e, "closing a partition failed");
+                    tracing::error!(topic = %p.topic, partition = p.index, error = %e, "closing a partition failed");
                 }
             }
         }
@@ -560,5 +695,32 @@ pub fn validate_config(name: &str, value: &str) -> Result<(), AdminError> {
             ResponseError::InvalidConfig,
             format!("Unknown topic config name: {name}"),
         )),
+    }
+}
+
+/// The cluster opens and closes the partitions it assigns to this broker through the catalog.
+#[async_trait::async_trait]
+impl weir_cluster::PartitionHost for Topics {
+    fn local_streams(&self) -> Vec<u64> {
+        Topics::local_streams(self)
+    }
+
+    async fn refresh_catalog(&self) {
+        if let Err(e) = self.refresh().await {
+            tracing::warn!(error = %e, "reading topics failed");
+        }
+    }
+
+    async fn open(&self, a: &weir_meta::Assignment) -> Result<(), String> {
+        self.open_partition(a.stream_id)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    async fn close(&self, stream_id: u64) -> Result<(), String> {
+        self.close_partition(stream_id)
+            .await
+            .map_err(|e| e.to_string())
     }
 }

@@ -14,12 +14,50 @@ pub struct Config {
     pub storage: StorageSection,
     pub metadata: MetadataConfig,
     pub object_store: ObjectStoreConfig,
+    pub cluster: ClusterSection,
+}
+
+/// The cluster protocol's timings and the internal listener.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterSection {
+    /// Broker-to-broker listener, host:port. Empty: the Kafka listener's host on a free port;
+    /// brokers find each other's internal address in the metadata store, so three brokers on
+    /// one machine need no setting for it.
+    pub internal_listen: String,
+    /// A broker that has not renewed its session for this long is fenced (Kafka's
+    /// `broker.session.timeout.ms` is 9000).
+    pub session_timeout_ms: u64,
+    /// How often a broker renews its session (`broker.heartbeat.interval.ms`, 2000 in Kafka).
+    pub heartbeat_interval_ms: u64,
+    /// The controller lease: the longest a dead controller holds up decisions.
+    pub controller_lease_ms: u64,
+    /// How often the controller looks at the cluster when no change is announced.
+    pub controller_interval_ms: u64,
+    /// How long SIGTERM waits for the broker's partitions to move to other brokers.
+    pub shutdown_timeout_ms: u64,
+}
+
+impl Default for ClusterSection {
+    fn default() -> Self {
+        let d = weir_cluster::ClusterConfig::default();
+        ClusterSection {
+            internal_listen: String::new(),
+            session_timeout_ms: d.session_timeout.as_millis() as u64,
+            heartbeat_interval_ms: d.heartbeat_interval.as_millis() as u64,
+            controller_lease_ms: d.controller_lease.as_millis() as u64,
+            controller_interval_ms: d.controller_interval.as_millis() as u64,
+            shutdown_timeout_ms: d.shutdown_timeout.as_millis() as u64,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BrokerConfig {
-    pub node_id: i32,
+    /// Unset: 1 on the embedded SQLite store (a single broker); allocated by the metadata store
+    /// (above 1000) on PostgreSQL.
+    pub node_id: Option<i32>,
     /// Kafka listener.
     pub listen: String,
     /// Address clients are told to connect to; defaults to `listen`.
@@ -162,7 +200,7 @@ impl Default for ObjectStoreConfig {
 impl Default for BrokerConfig {
     fn default() -> Self {
         BrokerConfig {
-            node_id: 1,
+            node_id: None,
             listen: "127.0.0.1:9092".into(),
             advertised: String::new(),
             admin_listen: "127.0.0.1:9644".into(),
@@ -226,7 +264,14 @@ impl Default for StorageSection {
     }
 }
 
-const SECTIONS: [&str; 5] = ["object_store", "broker", "wal", "storage", "metadata"];
+const SECTIONS: [&str; 6] = [
+    "object_store",
+    "broker",
+    "wal",
+    "storage",
+    "metadata",
+    "cluster",
+];
 
 /// A scalar from an environment variable or flag: number, boolean, else string.
 fn scalar(v: &str) -> toml::Value {
@@ -308,6 +353,31 @@ impl Config {
         } else {
             &self.broker.advertised
         }
+    }
+
+    pub fn cluster(&self) -> weir_cluster::ClusterConfig {
+        let c = &self.cluster;
+        let ms = std::time::Duration::from_millis;
+        weir_cluster::ClusterConfig {
+            session_timeout: ms(c.session_timeout_ms.max(100)),
+            heartbeat_interval: ms(c.heartbeat_interval_ms.max(10)),
+            controller_lease: ms(c.controller_lease_ms.max(100)),
+            controller_interval: ms(c.controller_interval_ms.max(10)),
+            shutdown_timeout: ms(c.shutdown_timeout_ms),
+        }
+    }
+
+    /// The internal listener's bind address.
+    pub fn internal_listen(&self) -> String {
+        if !self.cluster.internal_listen.is_empty() {
+            return self.cluster.internal_listen.clone();
+        }
+        let host = self
+            .broker
+            .listen
+            .rsplit_once(':')
+            .map_or("127.0.0.1", |(h, _)| h);
+        format!("{host}:0")
     }
 
     pub fn wal_path(&self) -> PathBuf {
@@ -419,7 +489,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.broker.listen, "127.0.0.1:2");
-        assert_eq!(c.broker.node_id, 7);
+        assert_eq!(c.broker.node_id, Some(7));
         assert_eq!(c.wal.capacity, 1 << 20);
         assert!(!c.wal.direct_io);
         assert_eq!(c.object_store.fault_put_error_rate, 0.25);

@@ -179,6 +179,58 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let topics = weir_partition::Topics::open(engine.clone(), Arc::clone(&meta), defaults)
         .await
         .context("opening topics")?;
+
+    // Join the cluster (one broker on SQLite is a cluster of one): register, then open the
+    // partitions the controller assigns here before taking clients.
+    let (host, port) = split_host_port(config.advertised())?;
+    let internal_listen = config.internal_listen();
+    let internal_listener = TcpListener::bind(&internal_listen)
+        .await
+        .with_context(|| format!("binding the internal listener {internal_listen}"))?;
+    let internal_port = internal_listener
+        .local_addr()
+        .context("reading the internal listener's address")?
+        .port();
+    // An allocated node id is kept in the data directory (as Kafka keeps broker.id in
+    // meta.properties), so that a restarted broker finds its partitions again.
+    let node_id_file = data_dir.join("node_id");
+    let node_id = match config.broker.node_id {
+        Some(id) => Some(id),
+        None if meta_url.starts_with("sqlite://") => Some(1),
+        None => match std::fs::read_to_string(&node_id_file) {
+            Ok(s) => {
+                Some(s.trim().parse().with_context(|| {
+                    format!("reading the node id in {}", node_id_file.display())
+                })?)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e).with_context(|| format!("reading {}", node_id_file.display())),
+        },
+    };
+    let cluster = weir_cluster::Cluster::join(
+        Arc::clone(&meta),
+        weir_meta::BrokerRegistration {
+            node_id,
+            zone: config.broker.zone.clone(),
+            host: host.clone(),
+            port,
+            internal_addr: format!("{host}:{internal_port}"),
+        },
+        config.cluster(),
+    )
+    .await
+    .context("joining the cluster")?;
+    if node_id.is_none() {
+        std::fs::write(&node_id_file, format!("{}\n", cluster.node_id()))
+            .with_context(|| format!("saving the node id in {}", node_id_file.display()))?;
+    }
+    cluster.start_leadership(Arc::clone(&topics) as Arc<dyn weir_cluster::PartitionHost>);
+    if !cluster
+        .wait_until_serving(&*topics, Duration::from_secs(30))
+        .await
+    {
+        tracing::warn!("some partitions assigned to this broker are not open yet; serving anyway");
+    }
     let groups = weir_group::GroupCoordinator::new(
         meta.clone(),
         weir_group::GroupConfig {
@@ -188,15 +240,15 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             ..weir_group::GroupConfig::default()
         },
     );
-    let (host, port) = split_host_port(config.advertised())?;
     let broker = weir_api::Broker::new(
         weir_api::BrokerIdentity {
-            node_id: config.broker.node_id,
+            node_id: cluster.node_id(),
             host,
             port,
             rack: (!config.broker.zone.is_empty()).then(|| config.broker.zone.clone()),
             cluster_id,
         },
+        Arc::clone(&cluster),
         Arc::clone(&topics),
         Arc::clone(&groups),
         Arc::clone(&meta),
@@ -214,18 +266,28 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let net_meters = Arc::new(weir_network::NetworkMeters::default());
     let ready = Arc::new(AtomicBool::new(false));
+    let net_config = weir_network::NetworkConfig {
+        max_request_bytes: config.broker.max_request_bytes,
+        max_connections: config.broker.max_connections,
+        queued_max_request_bytes: config.broker.queued_max_request_bytes,
+        queued_max_request_bytes_per_connection: config
+            .broker
+            .queued_max_request_bytes_per_connection,
+        ..Default::default()
+    };
     let network = tokio::spawn(weir_network::serve(
         listener,
         Arc::clone(&broker),
-        weir_network::NetworkConfig {
-            max_request_bytes: config.broker.max_request_bytes,
-            max_connections: config.broker.max_connections,
-            queued_max_request_bytes: config.broker.queued_max_request_bytes,
-            queued_max_request_bytes_per_connection: config
-                .broker
-                .queued_max_request_bytes_per_connection,
-            ..Default::default()
-        },
+        net_config.clone(),
+        Arc::clone(&net_meters),
+        shutdown_rx.clone(),
+    ));
+    // Broker-to-broker traffic: Kafka framing on its own port (internal API keys join the
+    // Kafka ones here as brokers start calling each other).
+    let internal = tokio::spawn(weir_network::serve(
+        internal_listener,
+        Arc::clone(&broker),
+        net_config,
         Arc::clone(&net_meters),
         shutdown_rx.clone(),
     ));
@@ -253,15 +315,21 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         })
     };
     ready.store(true, Ordering::SeqCst);
-    tracing::info!(listen = %config.broker.listen, advertised = %config.advertised(), admin = %config.broker.admin_listen, "Weir is serving");
+    tracing::info!(node_id = cluster.node_id(), listen = %config.broker.listen, advertised = %config.advertised(), internal_port, admin = %config.broker.admin_listen, "Weir is serving");
 
     wait_for_signal().await?;
-    tracing::info!("shutting down: uploading what the WAL holds");
     ready.store(false, Ordering::SeqCst);
+    // Controlled shutdown: while still serving, let the controller move this broker's
+    // partitions to the others (clients are redirected with retriable errors).
+    tracing::info!("shutting down: moving partitions to other brokers");
+    cluster.leave().await;
+    tracing::info!("shutting down: uploading what the WAL holds");
     shutdown_tx.send_replace(true);
     let _ = network.await;
+    let _ = internal.await;
     let _ = snapshots.await;
     groups.shutdown();
+    cluster.stop().await;
     topics.close().await;
     engine.close().await.context("closing the storage engine")?;
     let _ = admin.await;

@@ -105,6 +105,21 @@ pub async fn env_with(limits: weir_api::ApiLimits) -> Env {
     .expect("open topics");
     let groups =
         weir_group::GroupCoordinator::new(meta.clone(), weir_group::GroupConfig::default());
+    // A cluster of one, as `weir serve` runs on SQLite: the controller places partitions here.
+    let cluster = weir_cluster::Cluster::join(
+        Arc::clone(&meta),
+        weir_meta::BrokerRegistration {
+            node_id: Some(1),
+            zone: "zone-a".into(),
+            host: "127.0.0.1".into(),
+            port: 9092,
+            internal_addr: String::new(),
+        },
+        weir_cluster::ClusterConfig::default(),
+    )
+    .await
+    .expect("join");
+    cluster.start_leadership(Arc::clone(&topics) as Arc<dyn weir_cluster::PartitionHost>);
     let broker = Broker::new(
         weir_api::BrokerIdentity {
             node_id: 1,
@@ -113,6 +128,7 @@ pub async fn env_with(limits: weir_api::ApiLimits) -> Env {
             rack: Some("zone-a".into()),
             cluster_id: "versions-test".into(),
         },
+        Arc::clone(&cluster),
         Arc::clone(&topics),
         groups,
         meta,
@@ -123,7 +139,8 @@ pub async fn env_with(limits: weir_api::ApiLimits) -> Env {
         .await
         .expect("create the test topic");
     // Data to read back, and a committed offset to fetch.
-    let p = topics.partition(TOPIC, 0).expect("partition 0");
+    open_partition(&topics, TOPIC, 1).await;
+    let p = open_partition(&topics, TOPIC, 0).await;
     p.produce(&batch(3)).await.expect("produce a batch");
     Env {
         broker,
@@ -132,4 +149,19 @@ pub async fn env_with(limits: weir_api::ApiLimits) -> Env {
         topic_id: Uuid::from_bytes(t.id),
         _dir: dir,
     }
+}
+
+/// The partition, once the cluster has placed and opened it here.
+pub async fn open_partition(
+    topics: &weir_partition::Topics,
+    topic: &str,
+    index: i32,
+) -> Arc<weir_partition::Partition> {
+    for _ in 0..500 {
+        if let Some(p) = topics.partition(topic, index) {
+            return p;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("{topic}-{index} was not opened here within 5 s");
 }
