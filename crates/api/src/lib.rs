@@ -9,6 +9,7 @@
 //! - `produce.rs`, `fetch.rs`, `offsets.rs`: the data path, on [`weir_partition`].
 //! - `admin.rs`: topics, partitions, configs, DeleteRecords.
 //! - `cluster.rs`: ApiVersions, Metadata, DescribeCluster, FindCoordinator, InitProducerId.
+//! - `reassign.rs`: AlterPartitionReassignments, ListPartitionReassignments (moving partitions).
 //! - groups: delegated to [`weir_group::GroupCoordinator`].
 
 mod admin;
@@ -17,6 +18,7 @@ mod errors;
 mod fetch;
 mod offsets;
 mod produce;
+mod reassign;
 
 use std::sync::{Arc, Mutex};
 
@@ -61,6 +63,8 @@ pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
             | IncrementalAlterConfigs
             | OffsetDelete
             | DescribeCluster
+            | AlterPartitionReassignments
+            | ListPartitionReassignments
     );
     if !implemented {
         return None;
@@ -255,6 +259,14 @@ impl Broker {
             RequestKind::DeleteRecords(r) => {
                 now(ResponseKind::DeleteRecords(self.delete_records(r).await))
             }
+            RequestKind::AlterPartitionReassignments(r) => {
+                now(ResponseKind::AlterPartitionReassignments(
+                    self.alter_partition_reassignments(r).await,
+                ))
+            }
+            RequestKind::ListPartitionReassignments(r) => now(
+                ResponseKind::ListPartitionReassignments(self.list_partition_reassignments(r)),
+            ),
             RequestKind::JoinGroup(r) => {
                 // Joins wait for the rebalance; answer later so the connection keeps serving.
                 let groups = Arc::clone(&self.groups);
@@ -277,7 +289,10 @@ impl Broker {
             )),
             RequestKind::OffsetCommit(r) => {
                 let topics = Arc::clone(&self.topics);
-                let exists = move |t: &str, p: i32| topics.partition(t, p).is_some();
+                // The partition may be led by another broker than the group's coordinator.
+                let exists = move |t: &str, p: i32| {
+                    !matches!(topics.lookup(t, p), weir_partition::Lookup::Unknown)
+                };
                 now(ResponseKind::OffsetCommit(
                     self.groups.offset_commit(r, v, &exists).await,
                 ))
