@@ -201,32 +201,28 @@ async fn method_not_allowed(uri: Uri) -> Response {
     }
 }
 
-impl App {
-    fn cluster(&self) -> Result<&Arc<dyn ClusterAdmin>, Response> {
-        self.cluster
-            .as_ref()
-            .ok_or_else(|| json_error(503, "this broker runs without a cluster layer"))
-    }
+fn no_cluster() -> Response {
+    json_error(503, "this broker runs without a cluster layer")
 }
 
 async fn cluster(Shared(app): Shared<App>) -> Response {
-    match app.cluster() {
-        Ok(c) => json(StatusCode::OK, &c.cluster().await),
-        Err(r) => r,
+    match &app.cluster {
+        Some(c) => json(StatusCode::OK, &c.cluster().await),
+        None => no_cluster(),
     }
 }
 
 async fn partitions(Shared(app): Shared<App>) -> Response {
-    match app.cluster() {
-        Ok(c) => json(StatusCode::OK, &c.partitions().await),
-        Err(r) => r,
+    match &app.cluster {
+        Some(c) => json(StatusCode::OK, &c.partitions().await),
+        None => no_cluster(),
     }
 }
 
 async fn reassignments(Shared(app): Shared<App>) -> Response {
-    match app.cluster() {
-        Ok(c) => json(StatusCode::OK, &c.reassignments().await),
-        Err(r) => r,
+    match &app.cluster {
+        Some(c) => json(StatusCode::OK, &c.reassignments().await),
+        None => no_cluster(),
     }
 }
 
@@ -284,9 +280,8 @@ async fn start_reassignments(Shared(app): Shared<App>, request: Request) -> Resp
     if moves.partitions.is_empty() {
         return json_error(400, "\"partitions\" is empty: nothing to move");
     }
-    let cluster = match app.cluster() {
-        Ok(c) => c,
-        Err(r) => return r,
+    let Some(cluster) = &app.cluster else {
+        return no_cluster();
     };
     let mut results = Vec::with_capacity(moves.partitions.len());
     for m in &moves.partitions {
@@ -325,9 +320,8 @@ async fn drain(Shared(app): Shared<App>, id: Result<Path<i32>, PathRejection>) -
             )
         }
     };
-    let cluster = match app.cluster() {
-        Ok(c) => c,
-        Err(r) => return r,
+    let Some(cluster) = &app.cluster else {
+        return no_cluster();
     };
     match cluster.drain(id).await {
         Ok(value) => {
