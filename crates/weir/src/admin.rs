@@ -1,14 +1,56 @@
 //! Admin HTTP: `/metrics` (Prometheus text format), `/healthz` (the process is up), `/readyz`
-//! (the broker serves Kafka requests). A few lines of HTTP/1.1 by hand: three GET routes do not
-//! justify an HTTP framework in the build.
+//! (the broker serves Kafka requests), and the cluster API under `/v1` (brokers, partitions,
+//! partition moves, draining a broker), which answers JSON.
+//!
+//! Served by axum over hyper: the `/v1` routes take request bodies (reassignments), and request
+//! bodies are where hand-written HTTP goes wrong (framing, chunked encoding, size limits).
+//! hyper is in the build anyway (the object-store client); axum adds the routing.
+//!
+//! Every response closes its connection, as the hand-written server did: the scrapers in this
+//! repository (`weir cost`, the test harness) read a response to EOF, and admin traffic is a
+//! few requests a minute, so keep-alive would buy nothing.
 
 use std::fmt::Write as _;
+use std::future::IntoFuture as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Request, State as Shared};
+use axum::http::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
+use axum::http::{HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde::Deserialize;
+use tokio::net::TcpListener;
 use weir_metrics::{Counter, Histogram, HistogramSnapshot, BUCKETS};
+
+/// The largest request body taken (a reassignment of every partition of a large cluster fits
+/// many times over).
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// How long shutdown waits for admin requests under way. hyper has no timer here, so a client
+/// that sent half a request would otherwise hold the broker's exit forever.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// What the admin API asks of the cluster layer (implemented by the broker's cluster wiring).
+#[async_trait::async_trait]
+pub trait ClusterAdmin: Send + Sync + 'static {
+    /// Brokers and the controller, as JSON.
+    async fn cluster(&self) -> serde_json::Value;
+    /// Every partition: topic, partition, leader, leader epoch, target of a move under way.
+    async fn partitions(&self) -> serde_json::Value;
+    /// Starts moving `topic`-`partition` to broker `broker`. Err((http status, message)).
+    async fn reassign(&self, topic: &str, partition: i32, broker: i32)
+        -> Result<(), (u16, String)>;
+    /// Moves under way.
+    async fn reassignments(&self) -> serde_json::Value;
+    /// Starts draining broker `broker` (moving all its partitions away). Err((status, message)).
+    async fn drain(&self, broker: i32) -> Result<serde_json::Value, (u16, String)>;
+}
 
 #[derive(Clone)]
 pub struct State {
@@ -16,74 +58,278 @@ pub struct State {
     pub engine: weir_storage::Engine,
     pub broker: Arc<weir_api::Broker>,
     pub network: Arc<weir_network::NetworkMeters>,
+    /// The cluster layer; `None` where there is none (the `/v1` routes answer 503).
+    pub cluster: Option<Arc<dyn ClusterAdmin>>,
 }
 
+/// What the routes need: `State` narrowed to a metrics renderer, so that the unit tests serve
+/// the routes without a storage engine.
+#[derive(Clone)]
+struct App {
+    ready: Arc<AtomicBool>,
+    metrics: Arc<dyn Fn() -> String + Send + Sync>,
+    cluster: Option<Arc<dyn ClusterAdmin>>,
+}
+
+/// Serves admin HTTP on `listener` until `shutdown` turns true (or its sender goes away), then
+/// lets requests under way finish, for [`SHUTDOWN_GRACE`] at most.
 pub async fn serve(
     listener: TcpListener,
     state: State,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                if let Ok((stream, _)) = accepted {
-                    let state = state.clone();
-                    tokio::spawn(async move {
-                        if let Err(e) = handle(stream, &state).await {
-                            tracing::debug!(error = %e, "admin request failed");
-                        }
-                    });
-                }
+    let app = App {
+        ready: Arc::clone(&state.ready),
+        cluster: state.cluster.clone(),
+        metrics: Arc::new(move || render(&state)),
+    };
+    serve_app(listener, app, shutdown, SHUTDOWN_GRACE).await
+}
+
+async fn serve_app(
+    listener: TcpListener,
+    app: App,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    grace: Duration,
+) {
+    async fn stopped(mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        // An error means the sender is gone: nobody can ask for a stop any more, so stop.
+        let _ = shutdown.wait_for(|stop| *stop).await;
+    }
+    let server = axum::serve(listener, router(app))
+        .with_graceful_shutdown(stopped(shutdown.clone()))
+        .into_future();
+    tokio::select! {
+        result = server => {
+            if let Err(e) = result {
+                tracing::warn!(error = %e, "admin HTTP server failed");
             }
-            _ = shutdown.changed() => return,
+        }
+        _ = async {
+            stopped(shutdown).await;
+            tokio::time::sleep(grace).await;
+        } => {
+            tracing::warn!(?grace, "admin HTTP requests still open at shutdown; not waiting for them");
         }
     }
 }
 
-async fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
-    let mut buf = vec![0u8; 8192];
-    let mut n = 0;
-    // Read until the end of the headers; requests have no body here.
-    while n < buf.len() {
-        let m = stream.read(&mut buf[n..]).await?;
-        if m == 0 {
-            break;
-        }
-        n += m;
-        if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-            break;
-        }
-    }
-    let head = String::from_utf8_lossy(&buf[..n]);
-    let mut parts = head.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let (status, ctype, body) = match (method, path) {
-        ("GET", "/healthz") => ("200 OK", "text/plain", "ok\n".to_string()),
-        ("GET", "/readyz") => {
-            if state.ready.load(Ordering::SeqCst) {
-                ("200 OK", "text/plain", "ready\n".to_string())
-            } else {
-                (
-                    "503 Service Unavailable",
-                    "text/plain",
-                    "not ready\n".to_string(),
-                )
-            }
-        }
-        ("GET", "/metrics") => ("200 OK", "text/plain; version=0.0.4", render(state)),
-        ("GET", _) => ("404 Not Found", "text/plain", "not found\n".to_string()),
-        _ => (
-            "405 Method Not Allowed",
+fn router(app: App) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/v1/cluster", get(cluster))
+        .route("/v1/partitions", get(partitions))
+        .route(
+            "/v1/reassignments",
+            get(reassignments).post(start_reassignments),
+        )
+        .route("/v1/brokers/{id}/drain", post(drain))
+        // After the routes: it applies to those already added.
+        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::map_response(close_connection))
+        .with_state(app)
+}
+
+async fn close_connection(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+fn text(status: StatusCode, content_type: &'static str, body: String) -> Response {
+    (status, [(CONTENT_TYPE, content_type)], body).into_response()
+}
+
+fn json(status: StatusCode, value: &serde_json::Value) -> Response {
+    let mut body = value.to_string();
+    body.push('\n');
+    (status, [(CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// `{"error": message}` with `status` (500 if `status` is not an HTTP status).
+fn json_error(status: u16, message: impl Into<String>) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    json(status, &serde_json::json!({ "error": message.into() }))
+}
+
+async fn healthz() -> Response {
+    text(StatusCode::OK, "text/plain", "ok\n".into())
+}
+
+async fn readyz(Shared(app): Shared<App>) -> Response {
+    if app.ready.load(Ordering::SeqCst) {
+        text(StatusCode::OK, "text/plain", "ready\n".into())
+    } else {
+        text(
+            StatusCode::SERVICE_UNAVAILABLE,
             "text/plain",
-            "GET only\n".to_string(),
-        ),
+            "not ready\n".into(),
+        )
+    }
+}
+
+async fn metrics(Shared(app): Shared<App>) -> Response {
+    text(StatusCode::OK, "text/plain; version=0.0.4", (app.metrics)())
+}
+
+fn is_api(uri: &Uri) -> bool {
+    uri.path() == "/v1" || uri.path().starts_with("/v1/")
+}
+
+async fn not_found(uri: Uri) -> Response {
+    if is_api(&uri) {
+        json_error(404, format!("no such route: {}", uri.path()))
+    } else {
+        text(StatusCode::NOT_FOUND, "text/plain", "not found\n".into())
+    }
+}
+
+async fn method_not_allowed(uri: Uri) -> Response {
+    if is_api(&uri) {
+        json_error(405, "method not allowed")
+    } else {
+        text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "method not allowed\n".into(),
+        )
+    }
+}
+
+fn no_cluster() -> Response {
+    json_error(503, "this broker runs without a cluster layer")
+}
+
+async fn cluster(Shared(app): Shared<App>) -> Response {
+    match &app.cluster {
+        Some(c) => json(StatusCode::OK, &c.cluster().await),
+        None => no_cluster(),
+    }
+}
+
+async fn partitions(Shared(app): Shared<App>) -> Response {
+    match &app.cluster {
+        Some(c) => json(StatusCode::OK, &c.partitions().await),
+        None => no_cluster(),
+    }
+}
+
+async fn reassignments(Shared(app): Shared<App>) -> Response {
+    match &app.cluster {
+        Some(c) => json(StatusCode::OK, &c.reassignments().await),
+        None => no_cluster(),
+    }
+}
+
+/// `POST /v1/reassignments`: `{"partitions":[{"topic":"t","partition":0,"broker":2}, ...]}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReassignRequest {
+    partitions: Vec<PartitionMove>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PartitionMove {
+    topic: String,
+    partition: i32,
+    broker: i32,
+}
+
+/// Starts each move in the body, in order, and answers
+/// `{"partitions":[{"topic","partition","error": null | message}, ...]}` in the same order.
+async fn start_reassignments(Shared(app): Shared<App>, request: Request) -> Response {
+    // Refused before reading when the client says how long the body is: no point in reading
+    // a megabyte to throw it away.
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return json_error(413, format!("request body over {MAX_BODY_BYTES} bytes"));
+    }
+    // Chunked bodies are cut at the same limit (DefaultBodyLimit) while they are read.
+    let body = match Bytes::from_request(request, &()).await {
+        Ok(body) => body,
+        Err(rejection) => {
+            let status = rejection.status();
+            let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+                format!("request body over {MAX_BODY_BYTES} bytes")
+            } else {
+                rejection.body_text()
+            };
+            return json_error(status.as_u16(), message);
+        }
     };
-    let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(response.as_bytes()).await?;
-    stream.shutdown().await
+    let moves: ReassignRequest = match serde_json::from_slice(&body) {
+        Ok(moves) => moves,
+        Err(e) => {
+            return json_error(
+                400,
+                format!(
+                    "expected {{\"partitions\":[{{\"topic\":\"t\",\"partition\":0,\"broker\":2}}, ...]}}: {e}"
+                ),
+            )
+        }
+    };
+    if moves.partitions.is_empty() {
+        return json_error(400, "\"partitions\" is empty: nothing to move");
+    }
+    let Some(cluster) = &app.cluster else {
+        return no_cluster();
+    };
+    let mut results = Vec::with_capacity(moves.partitions.len());
+    for m in &moves.partitions {
+        let error = match cluster.reassign(&m.topic, m.partition, m.broker).await {
+            Ok(()) => {
+                tracing::info!(topic = %m.topic, partition = m.partition, broker = m.broker, "admin: partition move started");
+                None
+            }
+            Err((status, message)) => {
+                tracing::info!(topic = %m.topic, partition = m.partition, broker = m.broker, status, %message, "admin: partition move refused");
+                Some(message)
+            }
+        };
+        results.push(serde_json::json!({
+            "topic": m.topic,
+            "partition": m.partition,
+            "error": error,
+        }));
+    }
+    json(
+        StatusCode::OK,
+        &serde_json::json!({ "partitions": results }),
+    )
+}
+
+async fn drain(Shared(app): Shared<App>, id: Result<Path<i32>, PathRejection>) -> Response {
+    let Path(id) = match id {
+        Ok(id) => id,
+        Err(rejection) => {
+            return json_error(
+                400,
+                format!(
+                    "the broker id must be an integer: {}",
+                    rejection.body_text()
+                ),
+            )
+        }
+    };
+    let Some(cluster) = &app.cluster else {
+        return no_cluster();
+    };
+    match cluster.drain(id).await {
+        Ok(value) => {
+            tracing::info!(broker = id, "admin: drain started");
+            json(StatusCode::OK, &value)
+        }
+        Err((status, message)) => json_error(status, message),
+    }
 }
 
 fn counter(out: &mut String, name: &str, help: &str, labels: &str, c: &Counter) {
@@ -439,4 +685,359 @@ fn render(state: &State) -> String {
             .load(std::sync::atomic::Ordering::Relaxed),
     );
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Answers fixed JSON and records what it was asked to do.
+    #[derive(Default)]
+    struct FakeCluster {
+        moves: Mutex<Vec<(String, i32, i32)>>,
+        drains: Mutex<Vec<i32>>,
+        /// If set, `drain` says it was entered (first) and waits to be released (second).
+        gate: Option<(tokio::sync::Notify, tokio::sync::Notify)>,
+    }
+
+    #[async_trait::async_trait]
+    impl ClusterAdmin for FakeCluster {
+        async fn cluster(&self) -> serde_json::Value {
+            serde_json::json!({"controller": 1, "brokers": [{"id": 1}, {"id": 2}]})
+        }
+        async fn partitions(&self) -> serde_json::Value {
+            serde_json::json!([{"topic": "t", "partition": 0, "leader": 1, "leader_epoch": 3}])
+        }
+        async fn reassign(
+            &self,
+            topic: &str,
+            partition: i32,
+            broker: i32,
+        ) -> Result<(), (u16, String)> {
+            self.moves
+                .lock()
+                .unwrap()
+                .push((topic.to_string(), partition, broker));
+            if topic == "missing" {
+                return Err((404, format!("unknown topic {topic}")));
+            }
+            Ok(())
+        }
+        async fn reassignments(&self) -> serde_json::Value {
+            serde_json::json!([{"topic": "t", "partition": 0, "target": 2}])
+        }
+        async fn drain(&self, broker: i32) -> Result<serde_json::Value, (u16, String)> {
+            self.drains.lock().unwrap().push(broker);
+            if let Some((entered, release)) = &self.gate {
+                entered.notify_one();
+                release.notified().await;
+            }
+            if broker == 9 {
+                return Err((409, "broker 9 is the last one".into()));
+            }
+            Ok(serde_json::json!({"broker": broker, "moving": 4}))
+        }
+    }
+
+    struct Server {
+        port: u16,
+        ready: Arc<AtomicBool>,
+        stop: tokio::sync::watch::Sender<bool>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    async fn start(cluster: Option<Arc<dyn ClusterAdmin>>, grace: Duration) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let ready = Arc::new(AtomicBool::new(false));
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let app = App {
+            ready: Arc::clone(&ready),
+            metrics: Arc::new(|| "# TYPE weir_x_total counter\nweir_x_total 7\n".to_string()),
+            cluster,
+        };
+        let task = tokio::spawn(serve_app(listener, app, stop_rx, grace));
+        Server {
+            port,
+            ready,
+            stop,
+            task,
+        }
+    }
+
+    struct Answer {
+        status: u16,
+        headers: String,
+        body: String,
+    }
+
+    impl Answer {
+        fn content_type(&self) -> Option<&str> {
+            self.headers.lines().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("content-type").then(|| v.trim())
+            })
+        }
+        fn json(&self) -> serde_json::Value {
+            assert_eq!(
+                self.content_type(),
+                Some("application/json"),
+                "{}",
+                self.body
+            );
+            serde_json::from_str(&self.body).unwrap()
+        }
+    }
+
+    /// Sends `request` as is and reads the answer to EOF: the server must close the
+    /// connection (no `Connection: close` is sent), as the scrapers expect.
+    async fn raw(port: u16, request: &[u8]) -> Answer {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        s.write_all(request).await.unwrap();
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).await.unwrap();
+        let out = String::from_utf8(out).unwrap();
+        let (head, body) = out.split_once("\r\n\r\n").expect("a full HTTP response");
+        let (status_line, headers) = head.split_once("\r\n").unwrap_or((head, ""));
+        assert!(status_line.starts_with("HTTP/1.1 "), "{status_line}");
+        Answer {
+            status: status_line[9..12].parse().unwrap(),
+            headers: headers.to_string(),
+            body: body.to_string(),
+        }
+    }
+
+    async fn call(port: u16, method: &str, path: &str, body: &str) -> Answer {
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        raw(port, request.as_bytes()).await
+    }
+
+    #[tokio::test]
+    async fn health_readiness_and_metrics_keep_their_bodies_and_types() {
+        let s = start(None, SHUTDOWN_GRACE).await;
+        let a = call(s.port, "GET", "/healthz", "").await;
+        assert_eq!(
+            (a.status, a.content_type(), a.body.as_str()),
+            (200, Some("text/plain"), "ok\n")
+        );
+        let a = call(s.port, "GET", "/readyz", "").await;
+        assert_eq!(
+            (a.status, a.content_type(), a.body.as_str()),
+            (503, Some("text/plain"), "not ready\n")
+        );
+        s.ready.store(true, Ordering::SeqCst);
+        let a = call(s.port, "GET", "/readyz", "").await;
+        assert_eq!((a.status, a.body.as_str()), (200, "ready\n"));
+        let a = call(s.port, "GET", "/metrics", "").await;
+        assert_eq!(a.status, 200);
+        assert_eq!(a.content_type(), Some("text/plain; version=0.0.4"));
+        assert_eq!(a.body, "# TYPE weir_x_total counter\nweir_x_total 7\n");
+        assert!(
+            a.headers.to_ascii_lowercase().contains("connection: close"),
+            "{}",
+            a.headers
+        );
+    }
+
+    #[tokio::test]
+    async fn unknown_paths_are_404_and_wrong_methods_405() {
+        let s = start(Some(Arc::new(FakeCluster::default())), SHUTDOWN_GRACE).await;
+        let a = call(s.port, "GET", "/nope", "").await;
+        assert_eq!((a.status, a.body.as_str()), (404, "not found\n"));
+        let a = call(s.port, "POST", "/healthz", "").await;
+        assert_eq!(a.status, 405);
+        let a = call(s.port, "DELETE", "/v1/reassignments", "").await;
+        assert_eq!(a.status, 405);
+        assert!(a.json()["error"].is_string());
+        let a = call(s.port, "GET", "/v1/brokers/1/drain", "").await;
+        assert_eq!(a.status, 405);
+        let a = call(s.port, "GET", "/v1/nope", "").await;
+        assert_eq!(a.status, 404);
+        assert!(a.json()["error"].as_str().unwrap().contains("/v1/nope"));
+    }
+
+    #[tokio::test]
+    async fn cluster_routes_answer_what_the_cluster_layer_says() {
+        let fake = Arc::new(FakeCluster::default());
+        let s = start(Some(fake.clone()), SHUTDOWN_GRACE).await;
+        let a = call(s.port, "GET", "/v1/cluster", "").await;
+        assert_eq!(a.status, 200);
+        assert_eq!(a.json(), fake.cluster().await);
+        let a = call(s.port, "GET", "/v1/partitions", "").await;
+        assert_eq!(a.status, 200);
+        assert_eq!(a.json(), fake.partitions().await);
+        let a = call(s.port, "GET", "/v1/reassignments", "").await;
+        assert_eq!(a.status, 200);
+        assert_eq!(a.json(), fake.reassignments().await);
+    }
+
+    #[tokio::test]
+    async fn a_reassignment_body_reaches_the_cluster_layer() {
+        let fake = Arc::new(FakeCluster::default());
+        let s = start(Some(fake.clone()), SHUTDOWN_GRACE).await;
+        let body = r#"{"partitions":[{"topic":"t","partition":0,"broker":2},
+                                     {"topic":"missing","partition":5,"broker":3}]}"#;
+        let a = call(s.port, "POST", "/v1/reassignments", body).await;
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_eq!(
+            a.json(),
+            serde_json::json!({"partitions": [
+                {"topic": "t", "partition": 0, "error": null},
+                {"topic": "missing", "partition": 5, "error": "unknown topic missing"},
+            ]})
+        );
+        assert_eq!(
+            *fake.moves.lock().unwrap(),
+            [("t".to_string(), 0, 2), ("missing".to_string(), 5, 3)]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_chunked_reassignment_body_is_read() {
+        let fake = Arc::new(FakeCluster::default());
+        let s = start(Some(fake.clone()), SHUTDOWN_GRACE).await;
+        let body = r#"{"partitions":[{"topic":"t","partition":1,"broker":4}]}"#;
+        let request = format!(
+            "POST /v1/reassignments HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n\
+             {:x}\r\n{body}\r\n0\r\n\r\n",
+            body.len()
+        );
+        let a = raw(s.port, request.as_bytes()).await;
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_eq!(*fake.moves.lock().unwrap(), [("t".to_string(), 1, 4)]);
+    }
+
+    #[tokio::test]
+    async fn malformed_reassignment_bodies_are_400_and_move_nothing() {
+        let fake = Arc::new(FakeCluster::default());
+        let s = start(Some(fake.clone()), SHUTDOWN_GRACE).await;
+        for body in [
+            "",
+            "not json",
+            r#"{"partitions":[{"topic":"t","partition":0}]}"#,
+            r#"{"partitions":[{"topic":"t","partition":"zero","broker":2}]}"#,
+            r#"{"partitions":[{"topic":"t","partition":0,"replicas":[2]}]}"#,
+            r#"{"partitions":[]}"#,
+            r#"[{"topic":"t","partition":0,"broker":2}]"#,
+        ] {
+            let a = call(s.port, "POST", "/v1/reassignments", body).await;
+            assert_eq!(a.status, 400, "{body}: {}", a.body);
+            assert!(a.json()["error"].is_string(), "{body}");
+        }
+        assert!(fake.moves.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_body_over_one_mib_is_413_and_one_of_exactly_one_mib_is_read() {
+        let fake = Arc::new(FakeCluster::default());
+        let s = start(Some(fake.clone()), SHUTDOWN_GRACE).await;
+        // The body itself is not sent: the declared length alone is refused.
+        let request = format!(
+            "POST /v1/reassignments HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+            MAX_BODY_BYTES + 1
+        );
+        let a = raw(s.port, request.as_bytes()).await;
+        assert_eq!(a.status, 413);
+        assert!(a.json()["error"].is_string());
+
+        let valid = r#"{"partitions":[{"topic":"t","partition":0,"broker":2}]}"#;
+        let body = format!("{valid}{}", " ".repeat(MAX_BODY_BYTES - valid.len()));
+        let a = call(s.port, "POST", "/v1/reassignments", &body).await;
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_eq!(fake.moves.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn drain_passes_the_broker_id_and_the_cluster_layers_answer() {
+        let fake = Arc::new(FakeCluster::default());
+        let s = start(Some(fake.clone()), SHUTDOWN_GRACE).await;
+        let a = call(s.port, "POST", "/v1/brokers/2/drain", "").await;
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_eq!(a.json(), serde_json::json!({"broker": 2, "moving": 4}));
+        let a = call(s.port, "POST", "/v1/brokers/9/drain", "").await;
+        assert_eq!(a.status, 409);
+        assert_eq!(a.json()["error"], "broker 9 is the last one");
+        let a = call(s.port, "POST", "/v1/brokers/two/drain", "").await;
+        assert_eq!(a.status, 400);
+        assert!(a.json()["error"].is_string());
+        assert_eq!(*fake.drains.lock().unwrap(), [2, 9]);
+    }
+
+    #[tokio::test]
+    async fn without_a_cluster_layer_the_v1_routes_are_503() {
+        let s = start(None, SHUTDOWN_GRACE).await;
+        for (method, path, body) in [
+            ("GET", "/v1/cluster", ""),
+            ("GET", "/v1/partitions", ""),
+            ("GET", "/v1/reassignments", ""),
+            (
+                "POST",
+                "/v1/reassignments",
+                r#"{"partitions":[{"topic":"t","partition":0,"broker":2}]}"#,
+            ),
+            ("POST", "/v1/brokers/1/drain", ""),
+        ] {
+            let a = call(s.port, method, path, body).await;
+            assert_eq!(a.status, 503, "{method} {path}");
+            assert!(a.json()["error"].is_string());
+        }
+    }
+
+    #[tokio::test]
+    async fn shutdown_stops_serving_even_with_half_a_request_open() {
+        let s = start(None, Duration::ZERO).await;
+        // A client that never finishes its request: graceful shutdown alone would wait for it.
+        let mut half = tokio::net::TcpStream::connect(("127.0.0.1", s.port))
+            .await
+            .unwrap();
+        half.write_all(b"GET /healthz HTTP/1.1\r\nHost:")
+            .await
+            .unwrap();
+        // Served, so the connection above has been accepted before the stop.
+        assert_eq!(call(s.port, "GET", "/healthz", "").await.status, 200);
+        s.stop.send_replace(true);
+        s.task.await.unwrap();
+        assert!(
+            tokio::net::TcpStream::connect(("127.0.0.1", s.port))
+                .await
+                .is_err(),
+            "the listener is closed"
+        );
+    }
+
+    #[tokio::test]
+    async fn shutdown_lets_a_request_under_way_finish() {
+        let fake = Arc::new(FakeCluster {
+            gate: Some(Default::default()),
+            ..Default::default()
+        });
+        let s = start(Some(fake.clone()), SHUTDOWN_GRACE).await;
+        let port = s.port;
+        let drain =
+            tokio::spawn(async move { call(port, "POST", "/v1/brokers/3/drain", "").await });
+        let (entered, release) = fake.gate.as_ref().unwrap();
+        entered.notified().await;
+        s.stop.send_replace(true);
+        // The listener closes once the stop is seen; the drain is still under way.
+        let mut tries = 0;
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            tries += 1;
+            assert!(tries < 1000, "the listener never closed");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        release.notify_one();
+        let a = drain.await.unwrap();
+        assert_eq!(a.status, 200, "{}", a.body);
+        s.task.await.unwrap();
+    }
 }

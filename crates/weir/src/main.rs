@@ -298,6 +298,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             engine: engine.clone(),
             broker: Arc::clone(&broker),
             network: Arc::clone(&net_meters),
+            cluster: None,
         },
         shutdown_rx.clone(),
     ));
