@@ -240,6 +240,37 @@ impl Cluster {
         Ok(())
     }
 
+    /// Moves every partition led by `broker` to the other live brokers (fewest partitions
+    /// first), as operator requests. Returns how many moves were requested. The broker keeps
+    /// running and may be given new partitions; stopping it (SIGTERM) is what keeps it empty.
+    pub async fn drain(&self, broker: i32) -> Result<usize, ClusterError> {
+        let view = self.refresh().await?;
+        if view.broker(broker).is_none() {
+            return Err(ClusterError::UnknownBroker(broker));
+        }
+        let mut load: std::collections::BTreeMap<i32, usize> = view
+            .live_brokers()
+            .filter(|b| b.node_id != broker)
+            .map(|b| (b.node_id, 0))
+            .collect();
+        for a in &view.assignments {
+            if let Some(n) = a.target.or(a.leader).and_then(|d| load.get_mut(&d)) {
+                *n += 1;
+            }
+        }
+        let mut moved = 0;
+        for a in view.assignments.iter().filter(|a| a.leader == Some(broker)) {
+            let Some((&to, _)) = load.iter().min_by_key(|&(&n, &c)| (c, n)) else {
+                break;
+            };
+            if self.meta.request_move(a.stream_id, Some(to)).await? {
+                *load.entry(to).or_default() += 1;
+                moved += 1;
+            }
+        }
+        Ok(moved)
+    }
+
     /// Controlled shutdown: marks the broker as leaving, so that the controller moves its
     /// partitions to other brokers, and waits until it leads none (or no other broker can take
     /// them, or the timeout passes). The partitions still here are then closed by the caller.

@@ -2,6 +2,7 @@
 //! 127.0.0.1:9092, keeps everything under ./data and serves admin HTTP on 127.0.0.1:9644.
 
 mod admin;
+mod cluster_admin;
 mod config;
 
 use std::path::PathBuf;
@@ -298,7 +299,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             engine: engine.clone(),
             broker: Arc::clone(&broker),
             network: Arc::clone(&net_meters),
-            cluster: None,
+            cluster: Some(Arc::new(cluster_admin::Admin(Arc::clone(&cluster)))),
         },
         shutdown_rx.clone(),
     ));
