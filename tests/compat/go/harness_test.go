@@ -4,6 +4,10 @@ package compat
 // Apache Kafka (tools/kafka/kafka.sh) when WEIR_TEST_BROKER=kafka. Ports are picked free on
 // 127.0.0.1, data lives in a temp dir, and every broker started is stopped at the end, also
 // when a test fails or the run is interrupted (SIGINT/SIGTERM).
+//
+// With WEIR_COMPAT_TARGET=cluster the shared target of the client tests is a three-broker Weir
+// cluster instead (cluster_test.go: one private PostgreSQL, one s3s-fs, three `weir serve`;
+// its seeds are all three brokers); tests that need a broker process of their own skip.
 
 import (
 	"bufio"
@@ -29,15 +33,64 @@ const (
 	stopTimeout  = 30 * time.Second
 )
 
+// Target is what the client tests run against: one broker, or a cluster of them.
+type Target interface {
+	// Seeds are the bootstrap addresses (host:port): every broker's.
+	Seeds() []string
+	// Nodes maps every broker's node id to the address it advertises.
+	Nodes() map[int32]string
+	LogTail(n int) string
+	Close() error
+}
+
+// clusterMode says whether WEIR_COMPAT_TARGET=cluster asks for a cluster as the shared target.
+func clusterMode() (bool, error) {
+	switch k := strings.ToLower(strings.TrimSpace(os.Getenv("WEIR_COMPAT_TARGET"))); k {
+	case "", "broker":
+		return false, nil
+	case "cluster":
+		return true, nil
+	default:
+		return false, fmt.Errorf("WEIR_COMPAT_TARGET must be broker or cluster, not %q", k)
+	}
+}
+
+// StartTarget starts what WEIR_COMPAT_TARGET asks for: a broker, or a three-broker cluster.
+func StartTarget(name string) (Target, error) {
+	cluster, err := clusterMode()
+	if err != nil {
+		return nil, err
+	}
+	if cluster {
+		return StartCluster(name, clusterSize)
+	}
+	return StartBroker(name)
+}
+
+// skipInClusterMode skips a test that needs a broker process of its own (it stops, kills or
+// restarts it, or starts it with settings of its own) when the target is a cluster.
+func skipInClusterMode(t *testing.T, why string) {
+	t.Helper()
+	if cluster, _ := clusterMode(); cluster {
+		t.Skipf("WEIR_COMPAT_TARGET=cluster: %s", why)
+	}
+}
+
 type Broker struct {
-	Kind  string // "weir" or "kafka"
-	Name  string
-	Port  int // Kafka protocol listener
-	Port2 int // Weir: admin HTTP; Kafka: controller
+	Kind   string // "weir" or "kafka"
+	Name   string
+	Port   int   // Kafka protocol listener
+	Port2  int   // Weir: admin HTTP; Kafka: controller
+	NodeID int32 // 1 unless the broker is one of a cluster's
 
 	root    string
 	dataDir string
 	logPath string
+	// Weir only: flags added to `weir serve`, environment added to ours, and the signal the
+	// broker gets when the test process dies.
+	args     []string
+	env      []string
+	deathSig syscall.Signal
 
 	mu      sync.Mutex
 	running bool
@@ -48,7 +101,7 @@ type Broker struct {
 
 var (
 	liveMu sync.Mutex
-	live   = map[*Broker]bool{}
+	live   = map[interface{ Close() error }]bool{}
 )
 
 func init() {
@@ -59,7 +112,7 @@ func init() {
 	go func() {
 		s := <-ch
 		liveMu.Lock()
-		bs := make([]*Broker, 0, len(live))
+		bs := make([]interface{ Close() error }, 0, len(live))
 		for b := range live {
 			bs = append(bs, b)
 		}
@@ -67,7 +120,7 @@ func init() {
 		for _, b := range bs {
 			_ = b.Close()
 		}
-		fmt.Fprintf(os.Stderr, "compat: stopped %d broker(s) on %v\n", len(bs), s)
+		fmt.Fprintf(os.Stderr, "compat: stopped %d broker(s) and cluster(s) on %v\n", len(bs), s)
 		os.Exit(2)
 	}()
 }
@@ -113,19 +166,14 @@ func StartBroker(name string) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(2)
-	if err != nil {
-		return nil, err
-	}
 	root, err := os.MkdirTemp("", "weir-compat-go-"+name+"-")
 	if err != nil {
 		return nil, err
 	}
-	b := &Broker{Kind: kind, Name: name, Port: ports[0], Port2: ports[1], root: root, dataDir: filepath.Join(root, "data")}
-	if kind == "weir" {
-		b.logPath = filepath.Join(root, "weir.log")
-	} else {
-		b.logPath = filepath.Join(b.dataDir, "kafka.log")
+	b, err := newBroker(kind, name, root)
+	if err != nil {
+		os.RemoveAll(root)
+		return nil, err
 	}
 	liveMu.Lock()
 	live[b] = true
@@ -133,6 +181,22 @@ func StartBroker(name string) (*Broker, error) {
 	if err := b.Start(); err != nil {
 		b.Close()
 		return nil, err
+	}
+	return b, nil
+}
+
+// newBroker prepares a broker (free ports, data and log under root) without starting it.
+func newBroker(kind, name, root string) (*Broker, error) {
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	b := &Broker{Kind: kind, Name: name, Port: ports[0], Port2: ports[1], NodeID: 1, root: root,
+		dataDir: filepath.Join(root, "data"), deathSig: syscall.SIGTERM}
+	if kind == "weir" {
+		b.logPath = filepath.Join(root, "weir.log")
+	} else {
+		b.logPath = filepath.Join(b.dataDir, "kafka.log")
 	}
 	return b, nil
 }
@@ -156,6 +220,10 @@ func startBroker(t *testing.T, name string) *Broker {
 }
 
 func (b *Broker) Addr() string { return "127.0.0.1:" + strconv.Itoa(b.Port) }
+
+func (b *Broker) Seeds() []string { return []string{b.Addr()} }
+
+func (b *Broker) Nodes() map[int32]string { return map[int32]string{b.NodeID: b.Addr()} }
 
 // Start starts the broker process on the broker's data dir and ports and waits until ready.
 func (b *Broker) Start() error {
@@ -184,11 +252,12 @@ func (b *Broker) Start() error {
 		"--data-dir", b.dataDir,
 		"--listen", b.Addr(),
 		"--admin-listen", "127.0.0.1:"+strconv.Itoa(b.Port2))
+	cmd.Args = append(cmd.Args, b.args...)
 	// Test brokers get a small WAL, not the 2 GiB default.
-	cmd.Env = append(os.Environ(), "WEIR_WAL_CAPACITY="+strconv.Itoa(64<<20))
+	cmd.Env = append(append(os.Environ(), "WEIR_WAL_CAPACITY="+strconv.Itoa(64<<20)), b.env...)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: b.deathSig}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("start %s: %w", bin, err)
@@ -249,6 +318,37 @@ func (b *Broker) Stop() error {
 		return fmt.Errorf("weir did not exit cleanly after SIGTERM: %v (expected exit status 0)\n%s", b.waitErr, b.LogTail(60))
 	}
 	return nil
+}
+
+// Kill crashes a Weir broker: SIGKILL, and waits until the process is gone.
+func (b *Broker) Kill() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.running {
+		return nil
+	}
+	if b.Kind != "weir" {
+		return errors.New("Kill is for Weir brokers")
+	}
+	b.running = false
+	_ = b.cmd.Process.Kill()
+	<-b.exited
+	return nil
+}
+
+// Running says whether the broker process runs.
+func (b *Broker) Running() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.running || b.exited == nil {
+		return b.running
+	}
+	select {
+	case <-b.exited:
+		return false
+	default:
+		return true
+	}
 }
 
 // Restart stops the broker and starts it again on the same data dir and ports.

@@ -16,10 +16,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// The broker shared by every test but TestBrokerRestart; started on first use.
+// The target shared by every test but TestBrokerRestart (a broker, or a cluster with
+// WEIR_COMPAT_TARGET=cluster); started on first use.
 var shared struct {
 	once sync.Once
-	b    *Broker
+	b    Target
 	err  error
 }
 
@@ -36,9 +37,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func sharedBroker(t *testing.T) *Broker {
+func sharedBroker(t *testing.T) Target {
 	t.Helper()
-	shared.once.Do(func() { shared.b, shared.err = StartBroker("shared") })
+	shared.once.Do(func() { shared.b, shared.err = StartTarget("shared") })
 	if shared.err != nil {
 		t.Fatalf("start shared broker: %v", shared.err)
 	}
@@ -62,10 +63,10 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func newClient(t *testing.T, b *Broker, opts ...kgo.Opt) *kgo.Client {
+func newClient(t *testing.T, b Target, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
 	all := append([]kgo.Opt{
-		kgo.SeedBrokers(b.Addr()),
+		kgo.SeedBrokers(b.Seeds()...),
 		kgo.RequestRetries(20),
 		kgo.RetryTimeout(30 * time.Second),
 	}, opts...)
@@ -77,12 +78,12 @@ func newClient(t *testing.T, b *Broker, opts ...kgo.Opt) *kgo.Client {
 	return cl
 }
 
-func newAdmin(t *testing.T, b *Broker) *kadm.Client {
+func newAdmin(t *testing.T, b Target) *kadm.Client {
 	return kadm.NewClient(newClient(t, b, kgo.ClientID("compat-admin")))
 }
 
 // newProducer returns an idempotent producer (franz-go's default) with acks=all.
-func newProducer(t *testing.T, b *Broker, opts ...kgo.Opt) *kgo.Client {
+func newProducer(t *testing.T, b Target, opts ...kgo.Opt) *kgo.Client {
 	return newClient(t, b, append([]kgo.Opt{
 		kgo.ClientID("compat-producer"),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
@@ -261,7 +262,7 @@ func pollSome(t *testing.T, cl *kgo.Client, d time.Duration, max int) []*kgo.Rec
 
 // readRange reads partition p of topic from `from` (no group) until offset end-1, and returns
 // the records in order.
-func readRange(t *testing.T, b *Broker, topic string, p int32, from kgo.Offset, end int64) []*kgo.Record {
+func readRange(t *testing.T, b Target, topic string, p int32, from kgo.Offset, end int64) []*kgo.Record {
 	t.Helper()
 	cl := newClient(t, b, kgo.ClientID("compat-reader"),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: from}}),
@@ -291,7 +292,7 @@ type member struct {
 	owned map[int32]bool
 }
 
-func newMember(t *testing.T, b *Broker, name, group, topic string) *member {
+func newMember(t *testing.T, b Target, name, group, topic string) *member {
 	t.Helper()
 	m := &member{name: name, topic: topic, owned: map[int32]bool{}}
 	drop := func(_ context.Context, _ *kgo.Client, ps map[string][]int32) {
@@ -302,7 +303,7 @@ func newMember(t *testing.T, b *Broker, name, group, topic string) *member {
 		}
 	}
 	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(b.Addr()),
+		kgo.SeedBrokers(b.Seeds()...),
 		kgo.ClientID(name),
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(topic),

@@ -13,6 +13,7 @@ import (
 // the restart (admin, idempotent producer) carry on, and a group member resumes at the
 // committed offsets.
 func TestBrokerRestart(t *testing.T) {
+	skipInClusterMode(t, "stops and restarts a broker process of its own")
 	const partitions = 3
 	b := startBroker(t, "restart")
 	adm := newAdmin(t, b)

@@ -3,6 +3,9 @@
 #
 #   tests/compat/java/run.sh                        # against Weir: needs WEIR_BIN=/path/to/weir
 #   WEIR_TEST_BROKER=kafka tests/compat/java/run.sh # against Apache Kafka (tools/kafka/kafka.sh)
+#   WEIR_COMPAT_TARGET=cluster tests/compat/java/run.sh
+#       each test class gets a three-broker Weir cluster (PostgreSQL + s3s-fs + 3 brokers,
+#       Cluster.java) instead of a single broker.
 #
 # Extra arguments go to Maven, e.g. -Dtest=ConsumerGroupTest.
 # Each test class starts its own single-node broker on free loopback ports in a temp dir.

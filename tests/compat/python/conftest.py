@@ -10,6 +10,19 @@ Every broker is started on free loopback ports with a fresh temporary data
 directory, and every broker that a test starts is stopped when its fixture is
 finalized (and, as a last resort, at interpreter exit), even on failure.
 
+The shared broker of the client tests is a single broker by default, or a
+three-broker Weir cluster (one private PostgreSQL, one s3s-fs, three
+`weir serve`, bootstrap = all three) with
+
+    WEIR_COMPAT_TARGET=cluster
+
+Tests that need one process of their own (they stop, kill or restart "the
+broker", or start it with special settings) carry the `single_broker` marker
+and are skipped in cluster mode. The `cluster` fixture gives a test a fresh
+cluster of its own in either mode. Cluster mode needs s3s-fs (`$S3S_FS`,
+~/.cargo/bin/s3s-fs or PATH) and the PostgreSQL 15 binaries
+(`$WEIR_PG_BIN`, default /usr/lib/postgresql/15/bin).
+
 Set WEIR_TEST_KEEP=1 to keep the data directories and broker logs.
 """
 
@@ -40,6 +53,16 @@ KAFKA_PROPS = ["broker.session.timeout.ms=3000", "broker.heartbeat.interval.ms=5
 
 if KIND not in ("weir", "kafka"):
     raise RuntimeError(f"WEIR_TEST_BROKER must be 'weir' or 'kafka', not {KIND!r}")
+
+TARGET = os.environ.get("WEIR_COMPAT_TARGET", "broker").strip().lower() or "broker"
+if TARGET not in ("broker", "cluster"):
+    raise RuntimeError(f"WEIR_COMPAT_TARGET must be 'broker' or 'cluster', not {TARGET!r}")
+CLUSTER_MODE = TARGET == "cluster"
+if CLUSTER_MODE and KIND != "weir":
+    raise RuntimeError("WEIR_COMPAT_TARGET=cluster starts Weir brokers: it needs WEIR_TEST_BROKER=weir")
+CLUSTER_SIZE = 3
+PG_BIN = os.environ.get("WEIR_PG_BIN", "/usr/lib/postgresql/15/bin")
+S3_BUCKET, S3_ACCESS_KEY, S3_SECRET_KEY = "weir-test", "weir-access", "weir-secret"
 
 
 def free_port():
@@ -82,10 +105,14 @@ class Broker:
     clients can reconnect to the same bootstrap address.
     """
 
-    def __init__(self, name, root, env=None):
+    def __init__(self, name, root, env=None, args=None, node_id=None):
         self.kind = KIND
         self.name = name
         self.root = root
+        # Weir only: flags added to `weir serve` (a cluster's brokers: node id, metadata and
+        # object-store URLs, advertised address).
+        self.args = list(args or [])
+        self.node_id = node_id
         # Weir only: extra environment (WEIR_<SECTION>_<KEY> settings). Test brokers get a
         # small WAL, not the 2 GiB default.
         self.env = {"WEIR_WAL_CAPACITY": str(64 << 20), **(env or {})}
@@ -105,6 +132,11 @@ class Broker:
     @property
     def bootstrap(self):
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def addresses(self):
+        """The (host, port) every broker of the target advertises: this one."""
+        return {(self.host, self.port)}
 
     def __repr__(self):
         return f"Broker({self.kind}, {self.bootstrap}, {self.data_dir})"
@@ -131,7 +163,7 @@ class Broker:
         cmd = [binary, "serve",
                "--data-dir", self.data_dir,
                "--listen", self.bootstrap,
-               "--admin-listen", f"127.0.0.1:{self.aux_port}"]
+               "--admin-listen", f"127.0.0.1:{self.aux_port}", *self.args]
         log = open(self.log_path, "ab")
         log.write(f"\n===== start #{self.starts}: {' '.join(cmd)}\n".encode())
         log.flush()
@@ -322,6 +354,268 @@ def _wait_dead(pid, timeout):
     return not _alive(pid)
 
 
+def _s3s_fs_binary():
+    if os.environ.get("S3S_FS"):
+        return os.environ["S3S_FS"]
+    p = os.path.expanduser("~/.cargo/bin/s3s-fs")
+    return p if os.access(p, os.X_OK) else (shutil.which("s3s-fs") or "s3s-fs")
+
+
+def _run(cmd, what, timeout=120):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       stdin=subprocess.DEVNULL, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"{what} failed ({r.returncode}): {' '.join(cmd)}\n"
+                           + r.stdout.decode("utf-8", "replace"))
+
+
+class PgServer:
+    """A private PostgreSQL (initdb + pg_ctl) in `root`, on a free port, as
+    weir_meta::testing::PgServer does it. initdb refuses to run as root, so as
+    root the server runs as the `postgres` user (and `root` belongs to it)."""
+
+    def __init__(self, root):
+        self.root = root
+        self.data = os.path.join(root, "data")
+        self.log_path = os.path.join(root, "log")
+        self.as_postgres = os.geteuid() == 0
+        self.port = None
+
+    def _cmd(self, name, *args):
+        cmd = [os.path.join(PG_BIN, name), *args]
+        return ["runuser", "-u", "postgres", "--", *cmd] if self.as_postgres else cmd
+
+    def start(self):
+        os.makedirs(self.root, exist_ok=True)
+        if self.as_postgres:
+            shutil.chown(self.root, "postgres", "postgres")
+        if not os.access(os.path.join(PG_BIN, "initdb"), os.X_OK):
+            raise RuntimeError(f"no PostgreSQL binaries in {PG_BIN} (set WEIR_PG_BIN)")
+        _run(self._cmd("initdb", "-D", self.data, "-A", "trust", "-U", "weir", "--no-sync"),
+             "initdb")
+        # Another process may take the port between the probe and the server's bind.
+        last = None
+        for _ in range(5):
+            port = free_port()
+            opts = f"-p {port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+            try:
+                _run(self._cmd("pg_ctl", "-D", self.data, "-l", self.log_path, "-o", opts,
+                               "-w", "start"), "pg_ctl start")
+            except RuntimeError as e:
+                last = e
+                continue
+            self.port = port
+            return
+        raise last
+
+    def create_database(self, name):
+        """Creates database `name` and returns its URL."""
+        _run(self._cmd("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "weir", name),
+             "createdb")
+        return f"postgres://weir@127.0.0.1:{self.port}/{name}"
+
+    def stop(self):
+        if self.port is None:
+            return
+        self.port = None
+        try:
+            _run(self._cmd("pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop"),
+                 "pg_ctl stop", timeout=60)
+        except Exception as e:  # noqa: BLE001 - last resort: the postmaster's pid
+            print(f"[postgres {self.root}] {e}; killing the postmaster")
+            self.kill()
+
+    def kill(self):
+        """SIGQUIT to the postmaster (immediate shutdown: it takes its backends along)."""
+        try:
+            with open(os.path.join(self.data, "postmaster.pid")) as f:
+                pid = int(f.readline().strip())
+            os.kill(pid, signal.SIGQUIT)
+            _wait_dead(pid, 30)
+        except (OSError, ValueError):
+            pass
+        self.port = None
+
+
+class S3sFs:
+    """A private S3 server (s3s-fs) on a free port, serving `root` with one bucket."""
+
+    def __init__(self, root):
+        self.root = root
+        self.port = free_port()
+        self.proc = None
+        self.log_path = os.path.join(root, "s3s-fs.log")
+
+    def start(self):
+        os.makedirs(os.path.join(self.root, S3_BUCKET), exist_ok=True)
+        cmd = [_s3s_fs_binary(), "--host", "127.0.0.1", "--port", str(self.port),
+               "--access-key", S3_ACCESS_KEY, "--secret-key", S3_SECRET_KEY, self.root]
+        with open(self.log_path, "ab") as log:
+            try:
+                self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, start_new_session=True)
+            except OSError as e:
+                raise RuntimeError(f"cannot start s3s-fs ({e}); install it: cargo install "
+                                   "s3s-fs@0.14.1 --features binary --locked, or set S3S_FS")
+        with open(os.path.join(self.root, "s3.pid"), "w") as f:  # for the watchdog
+            f.write(str(self.proc.pid))
+        deadline = time.monotonic() + 20
+        while not _wait_port("127.0.0.1", self.port, 0.2):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError("s3s-fs did not start:\n" + _tail(self.log_path))
+
+    def env(self):
+        """What the brokers' object_store crate reads (AmazonS3Builder::from_env)."""
+        return {
+            "AWS_ENDPOINT": f"http://127.0.0.1:{self.port}",
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_ACCESS_KEY_ID": S3_ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": S3_SECRET_KEY,
+            "AWS_REGION": "us-east-1",
+            "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
+        }
+
+    def kill(self):
+        if self.proc is None:
+            return
+        try:
+            self.proc.kill()
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)
+        self.proc = None
+
+
+_LIVE_CLUSTERS = set()
+
+
+class Cluster:
+    """Weir brokers sharing one private PostgreSQL and one s3s-fs, each started
+    with the flags a user gives (--node-id, --listen, --advertised,
+    --admin-listen, --data-dir, --metadata-url, --object-store-url).
+
+    .bootstrap names every broker; .brokers[i] is a Broker (ports and data
+    dir kept across restarts); stop(i) / kill(i) / start(i) act on broker i;
+    add_broker() starts one more with the next node id; cleanup() stops
+    everything. .host/.port are broker 0's, for tests that talk to "a broker"
+    over a raw socket.
+    """
+
+    def __init__(self, name, root, size=CLUSTER_SIZE, env=None):
+        if KIND != "weir":
+            raise RuntimeError("a cluster is of Weir brokers: WEIR_COMPAT_TARGET=cluster "
+                               "needs WEIR_TEST_BROKER=weir")
+        self.name = name
+        self.root = root
+        self.size = size
+        # Tests' settings, then what makes the brokers a cluster.
+        self.env = {"WEIR_WAL_FORMAT": "false", **(env or {})}
+        if os.geteuid() == 0:
+            os.chmod(root, 0o711)  # PostgreSQL runs as `postgres` under it
+        self.pg = PgServer(os.path.join(root, "pg"))
+        self.s3 = S3sFs(os.path.join(root, "s3"))
+        self.metadata_url = None
+        self.object_store_url = f"s3://{S3_BUCKET}/weir"
+        self.brokers = []
+
+    # ------------------------------------------------------------- lifecycle
+    def launch(self):
+        """Starts PostgreSQL, s3s-fs and `size` brokers (each ready when this returns)."""
+        _LIVE_CLUSTERS.add(self)
+        t0 = time.monotonic()
+        try:
+            self.pg.start()
+            self.metadata_url = self.pg.create_database("weir")
+            self.s3.start()
+            for _ in range(self.size):
+                self.add_broker()
+        except BaseException:
+            self.cleanup()
+            raise
+        print(f"[cluster {self.name}] {len(self.brokers)} brokers on {self.bootstrap} "
+              f"(PostgreSQL :{self.pg.port}, s3s-fs :{self.s3.port}) "
+              f"in {time.monotonic() - t0:.1f}s")
+
+    def add_broker(self):
+        """Starts a broker with the next node id; returns it."""
+        node_id = max((b.node_id for b in self.brokers), default=0) + 1
+        root = os.path.join(self.root, f"node-{node_id}")
+        os.makedirs(root, exist_ok=True)
+        b = Broker(f"{self.name}-{node_id}", root, {**self.env, **self.s3.env()},
+                   node_id=node_id)
+        b.args = ["--node-id", str(node_id), "--advertised", b.bootstrap,
+                  "--metadata-url", self.metadata_url,
+                  "--object-store-url", self.object_store_url]
+        self.brokers.append(b)
+        b.start()
+        return b
+
+    def start(self, i):
+        self.brokers[i].start()
+
+    def stop(self, i, timeout=60):
+        """SIGTERM to broker i; it must exit within `timeout`."""
+        self.brokers[i].stop(timeout)
+
+    def kill(self, i):
+        self.brokers[i].kill()
+
+    def cleanup(self):
+        """Stops every broker (clean stop first), then s3s-fs and PostgreSQL."""
+        for b in self.brokers:
+            try:
+                b.cleanup()
+            except Exception as e:  # noqa: BLE001
+                print(f"cleanup of {b} failed: {e}")
+        self.s3.kill()
+        self.pg.stop()
+        _LIVE_CLUSTERS.discard(self)
+
+    def destroy(self):
+        """Last resort (interpreter exit, SIGTERM): SIGKILL everything."""
+        for b in self.brokers:
+            try:
+                b.kill()
+            except Exception:  # noqa: BLE001
+                pass
+        self.s3.kill()
+        self.pg.kill()
+        _LIVE_CLUSTERS.discard(self)
+
+    # ------------------------------------------------------------ addresses
+    @property
+    def host(self):
+        return "127.0.0.1"
+
+    @property
+    def port(self):
+        return self.brokers[0].port
+
+    @property
+    def bootstrap(self):
+        return ",".join(b.bootstrap for b in self.brokers)
+
+    @property
+    def addresses(self):
+        return {(b.host, b.port) for b in self.brokers}
+
+    def alive(self):
+        """Every broker runs."""
+        return bool(self.brokers) and all(b.alive() for b in self.brokers)
+
+    def log_tail(self, n=60):
+        return "\n".join(f"---- broker {b.node_id} ({b.log_path}) ----\n{b.log_tail(n)}"
+                         for b in self.brokers)
+
+    @property
+    def log_path(self):
+        return os.path.join(self.root, "node-*", "broker.log")
+
+    def __repr__(self):
+        return f"Cluster({self.name}, {self.bootstrap})"
+
+
 @atexit.register
 def _stop_leftovers():
     for b in list(_LIVE):
@@ -329,6 +623,8 @@ def _stop_leftovers():
             b.kill()
         except Exception:  # noqa: BLE001
             pass
+    for c in list(_LIVE_CLUSTERS):
+        c.destroy()
 
 
 def pytest_configure(config):
@@ -356,6 +652,19 @@ class BrokerFactory:
             b.start()
         return b
 
+    def cluster(self, name, size=CLUSTER_SIZE, start=True, env=None):
+        """A cluster of `size` Weir brokers on a PostgreSQL and an s3s-fs of its own."""
+        root = tempfile.mkdtemp(prefix=f"{name}-", dir=self.base)
+        c = Cluster(name, root, size, env)
+        self.brokers.append(c)
+        if start:
+            c.launch()
+        return c
+
+    def target(self, name):
+        """What WEIR_COMPAT_TARGET asks for: a single broker, or a cluster."""
+        return self.cluster(name) if CLUSTER_MODE else self.new(name)
+
     def close(self, broker, failed=False):
         broker.cleanup()
         if failed:
@@ -364,9 +673,10 @@ class BrokerFactory:
 
 # Runs as a separate process: if the test process dies without running its
 # finalizers (a segfault in a client library, SIGKILL), SIGKILL every broker
-# started under BASE (pid files: BASE/*/weir.pid, BASE/*/data/kafka.pid; the
-# process's command line must name BASE). Exits when BASE/.done appears or BASE
-# is gone.
+# and s3s-fs started under BASE (pid files: BASE/**/weir.pid,
+# BASE/*/data/kafka.pid, BASE/**/s3.pid) and stop every PostgreSQL
+# (SIGQUIT to the pid in BASE/**/postmaster.pid); the process's command line
+# must name BASE. Exits when BASE/.done appears or BASE is gone.
 _WATCHDOG = r"""
 import glob, os, signal, sys, time
 parent, base = int(sys.argv[1]), sys.argv[2]
@@ -380,12 +690,17 @@ while alive(parent):
     if not os.path.isdir(base) or os.path.exists(os.path.join(base, ".done")):
         sys.exit(0)
     time.sleep(1)
-for f in glob.glob(os.path.join(base, "*", "weir.pid")) + glob.glob(os.path.join(base, "*", "data", "kafka.pid")):
+found = [(f, signal.SIGKILL) for f in
+         glob.glob(os.path.join(base, "**", "weir.pid"), recursive=True)
+         + glob.glob(os.path.join(base, "*", "data", "kafka.pid"))
+         + glob.glob(os.path.join(base, "**", "s3.pid"), recursive=True)]
+found += [(f, signal.SIGQUIT) for f in glob.glob(os.path.join(base, "**", "postmaster.pid"), recursive=True)]
+for f, sig in found:
     try:
-        pid = int(open(f).read().strip())
+        pid = int(open(f).readline().strip())
         if base.encode() in open("/proc/%d/cmdline" % pid, "rb").read():
-            os.kill(pid, signal.SIGKILL)
-            print("compat watchdog: killed orphaned broker pid %d (%s)" % (pid, f), file=sys.stderr)
+            os.kill(pid, sig)
+            print("compat watchdog: stopped orphaned pid %d (%s)" % (pid, f), file=sys.stderr)
     except (OSError, ValueError):
         pass
 if sys.argv[3] != "1":
@@ -398,6 +713,8 @@ if sys.argv[3] != "1":
 @pytest.fixture(scope="session")
 def broker_factory():
     base = tempfile.mkdtemp(prefix="weir-compat-py-")
+    if os.geteuid() == 0:
+        os.chmod(base, 0o711)  # a cluster's PostgreSQL runs as `postgres` under it
     subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()), base,
                       os.environ.get("WEIR_TEST_KEEP", "0")],
                      stdin=subprocess.DEVNULL, start_new_session=True)
@@ -423,14 +740,13 @@ def pytest_runtest_makereport(item, call):
     rep = outcome.get_result()
     if rep.failed:
         # Attach the broker log tail to a failed test's report.
-        for name in ("broker", "kill_broker", "bad_broker"):
+        for name in ("broker", "kill_broker", "bad_broker", "cluster"):
             b = item.funcargs.get(name) if hasattr(item, "funcargs") else None
-            if isinstance(b, Broker):
+            if isinstance(b, (Broker, Cluster)):
                 rep.sections.append((f"broker log tail ({b.log_path})", b.log_tail(80)))
 
 
-def _module_broker(factory, name):
-    b = factory.new(name)
+def _closing(factory, b):
     try:
         yield b
     finally:
@@ -440,8 +756,30 @@ def _module_broker(factory, name):
 @pytest.fixture(scope="session")
 def broker(broker_factory):
     """The broker shared by the client tests (each test uses its own topics and
-    groups). test_bad_input.py and test_kill.py start brokers of their own."""
-    yield from _module_broker(broker_factory, "clients")
+    groups): one broker, or with WEIR_COMPAT_TARGET=cluster a three-broker
+    cluster (.bootstrap names all three). test_bad_input.py and test_kill.py
+    start brokers of their own."""
+    yield from _closing(broker_factory, broker_factory.target("clients"))
+
+
+@pytest.fixture
+def cluster(broker_factory):
+    """A fresh three-broker Weir cluster for one test, in either mode."""
+    if KIND != "weir":
+        pytest.skip("a cluster is of Weir brokers")
+    yield from _closing(broker_factory, broker_factory.cluster("cluster"))
+
+
+def pytest_collection_modifyitems(config, items):
+    # In cluster mode, tests that need one broker process of their own are skipped: they
+    # stop, kill or restart "the broker", or start it with settings of their own.
+    if not CLUSTER_MODE:
+        return
+    for item in items:
+        m = item.get_closest_marker("single_broker")
+        if m is not None:
+            reason = m.args[0] if m.args else "needs a single broker process"
+            item.add_marker(pytest.mark.skip(reason=f"WEIR_COMPAT_TARGET=cluster: {reason}"))
 
 
 class Clients:

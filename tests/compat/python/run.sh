@@ -4,6 +4,7 @@
 #
 #   WEIR_BIN=/path/to/weir tests/compat/python/run.sh        # against Weir (default)
 #   WEIR_TEST_BROKER=kafka tests/compat/python/run.sh        # against Apache Kafka 4.1
+#   WEIR_COMPAT_TARGET=cluster tests/compat/python/run.sh    # against a three-broker Weir cluster
 #
 # Extra arguments go to pytest (e.g. -k kill, -x). Exit code = pytest's.
 set -uo pipefail

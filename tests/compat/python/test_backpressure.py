@@ -25,6 +25,9 @@ RECORDS = int(os.environ.get("WEIR_BACKPRESSURE_RECORDS", "600"))
 LATENCY_MS = os.environ.get("WEIR_BACKPRESSURE_LATENCY_MS", "2000")
 LARGE, SMALL = 700_000, 100
 
+pytestmark = pytest.mark.single_broker("starts one broker with a 64 MiB WAL and slowed "
+                                       "object-store PUTs of its own")
+
 
 @pytest.fixture
 def full_wal_broker(broker_factory):

@@ -14,12 +14,14 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 import kproto as kp
-from compat_util import create_topic, produce_and_consume_check, unique
+from compat_util import admin, create_topic, produce_and_consume_check, unique
 
 
 @pytest.fixture(scope="module")
 def bad_broker(broker_factory):
-    b = broker_factory.new("badinput")
+    # A broker of its own, or a cluster of its own with WEIR_COMPAT_TARGET=cluster (raw
+    # connections then go to its first broker, raw Produce requests to the partition's leader).
+    b = broker_factory.target("badinput")
     try:
         yield b
     finally:
@@ -142,6 +144,13 @@ def _hwm(broker, topic, partition):
         c.close()
 
 
+def _leader(broker, topic, partition):
+    """(host, port) of the partition's leader (the broker itself unless it is a cluster)."""
+    md = admin(broker.bootstrap).list_topics(topic, timeout=30)
+    node = md.brokers[md.topics[topic].partitions[partition].leader]
+    return node.host, node.port
+
+
 def _warm_up(s, topic, partitions, timeout=15):
     """Produce one record to each partition, retrying while a just-created
     partition is not served yet (Kafka can answer NOT_LEADER_OR_FOLLOWER for a
@@ -163,7 +172,7 @@ def test_produce_to_missing_partition_and_topic(bad_broker):
     topic = create_topic(b.bootstrap, unique("raw-missing"), 2)
     missing_topic = unique("raw-nosuch")
     batch = kp.record_batch([(b"k", b"v")])
-    with kp.connect(b.host, b.port) as s:
+    with kp.connect(*_leader(b, topic, 0)) as s:
         _warm_up(s, topic, [0])
         corr, res = kp.produce_v7(s, 31, {topic: {0: batch, 5: batch}, missing_topic: {0: batch}})
         assert corr == 31
@@ -182,7 +191,7 @@ def test_corrupt_crc_gets_corrupt_message(bad_broker):
     topic = create_topic(b.bootstrap, unique("raw-crc"), 1)
     good = kp.record_batch([(b"key-%d" % i, b"value-%d" % i) for i in range(5)])
     bad = kp.corrupt_payload(kp.record_batch([(b"key-x", b"value-x")]))
-    with kp.connect(b.host, b.port) as s:
+    with kp.connect(*_leader(b, topic, 0)) as s:
         _warm_up(s, topic, [0])
         # A hand-made batch with the right CRC is accepted ...
         corr, res = kp.produce_v7(s, 41, {topic: {0: good}})
@@ -201,7 +210,7 @@ def test_pipelined_requests_answered_in_order(bad_broker):
     any answer: every one is answered, in order (Kafka's ordering guarantee)."""
     b = bad_broker
     topic = create_topic(b.bootstrap, unique("raw-pipe"), 1)
-    with kp.connect(b.host, b.port) as s:
+    with kp.connect(*_leader(b, topic, 0)) as s:
         _warm_up(s, topic, [0])
         reqs = []
         for i in range(20):

@@ -103,16 +103,15 @@ def test_describe_list_and_delete_topic(broker):
 
     md = a.list_topics(timeout=10)
     assert topic in md.topics
-    assert len(md.brokers) == 1, md.brokers
-    (node,) = md.brokers.values()
-    # The advertised address is the listen address.
-    assert (node.host, node.port) == ("127.0.0.1", broker.port)
+    # Every broker of the target (one, or a cluster's three), each at the address it
+    # listens on.
+    assert {(n.host, n.port) for n in md.brokers.values()} == broker.addresses, md.brokers
     t = md.topics[topic]
     assert sorted(t.partitions) == list(range(PARTITIONS))
     for p in t.partitions.values():
-        assert p.leader == node.id
-        assert list(p.replicas) == [node.id]
-        assert list(p.isrs) == [node.id]
+        assert p.leader in md.brokers
+        assert list(p.replicas) == [p.leader]
+        assert list(p.isrs) == [p.leader]
 
     desc = a.describe_topics(TopicCollection([topic]))[topic].result(timeout=30)
     assert desc.name == topic
@@ -121,9 +120,10 @@ def test_describe_list_and_delete_topic(broker):
     assert desc.topic_id is not None and str(desc.topic_id) != "AAAAAAAAAAAAAAAAAAAAAA"
     assert [p.id for p in desc.partitions] == list(range(PARTITIONS))
     for p in desc.partitions:
-        assert p.leader.id == node.id
-        assert [r.id for r in p.replicas] == [node.id]
-        assert [r.id for r in p.isr] == [node.id]
+        leader = t.partitions[p.id].leader
+        assert p.leader.id == leader
+        assert [r.id for r in p.replicas] == [leader]
+        assert [r.id for r in p.isr] == [leader]
 
     missing = unique("missing")
     with pytest.raises(KafkaException) as ei:

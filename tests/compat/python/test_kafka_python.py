@@ -80,13 +80,14 @@ def test_create_topic_twice_gives_topic_already_exists(broker, kadmin):
     parts = sorted(desc["partitions"], key=lambda p: p["partition_index"])
     assert [p["partition_index"] for p in parts] == list(range(PARTITIONS))
     cluster = kadmin.describe_cluster()
-    (node,) = cluster["brokers"]
-    assert (node["host"], node["port"]) == ("127.0.0.1", broker.port)
+    # Every broker of the target (one, or a cluster's three), each at the address it listens on.
+    assert {(n["host"], n["port"]) for n in cluster["brokers"]} == broker.addresses
+    ids = {n["broker_id"] for n in cluster["brokers"]}
     for p in parts:
         assert p["error_code"] == 0
-        assert p["leader_id"] == node["broker_id"]
-        assert p["replica_nodes"] == [node["broker_id"]]
-        assert p["isr_nodes"] == [node["broker_id"]]
+        assert p["leader_id"] in ids
+        assert p["replica_nodes"] == [p["leader_id"]]
+        assert p["isr_nodes"] == [p["leader_id"]]
 
 
 def _retention(kadmin, topic):

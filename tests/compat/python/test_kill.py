@@ -31,6 +31,10 @@ except ImportError:  # pragma: no cover
 
 from compat_util import admin, create_topic, eventually, retry, unique
 
+# These tests stop, SIGKILL and restart the broker process, or start it with WAL faults.
+pytestmark = pytest.mark.single_broker("stops, kills and restarts one broker process "
+                                       "(or starts it with WAL fault settings)")
+
 PARTITIONS = 4
 # Kafka needs 5-15 s per restart here (JVM start, log recovery), Weir well
 # under a second: 3 kills are enough to validate the test against Kafka.

@@ -16,6 +16,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.Stream;
 
@@ -27,7 +28,7 @@ import java.util.stream.Stream;
  * stopped by {@link #close()} (and by a JVM shutdown hook if a run is aborted). The broker's
  * log is copied to {@code target/broker-logs/NAME.log} when it is closed.
  */
-public final class Broker implements AutoCloseable {
+public final class Broker implements Target {
     public enum Kind { WEIR, KAFKA }
 
     private static final Duration START_TIMEOUT = Duration.ofSeconds(90);
@@ -38,35 +39,71 @@ public final class Broker implements AutoCloseable {
     public final int port;
     /** Weir: the admin HTTP port; Kafka: the controller port. */
     public final int secondPort;
+    /** 1 unless the broker is one of a cluster's. */
+    public final int nodeId;
     private final Path root;
     private final Path dataDir;
     private final Path logFile;
+    /** Weir only: flags added to {@code weir serve} and environment added to ours. */
+    private final List<String> args;
+    private final Map<String, String> env;
     private Process weir; // Weir only
     private boolean running;
+    /** Null for a cluster's broker: the cluster's hook stops it, before the stores. */
     private final Thread shutdownHook;
 
     private Broker(String name) throws IOException {
+        this(kind(), name, Files.createTempDirectory("weir-compat-java-" + name + "-"), 1, freePorts(2),
+                List.of(), Map.of(), true);
+    }
+
+    private Broker(Kind kind, String name, Path root, int nodeId, int[] ports, List<String> args,
+            Map<String, String> env, boolean hook) {
+        this.kind = kind;
+        this.name = name;
+        this.nodeId = nodeId;
+        this.args = List.copyOf(args);
+        this.env = Map.copyOf(env);
+        this.port = ports[0];
+        this.secondPort = ports[1];
+        this.root = root;
+        this.dataDir = root.resolve("data");
+        this.logFile = kind == Kind.WEIR ? root.resolve("weir.log") : dataDir.resolve("kafka.log");
+        if (hook) {
+            this.shutdownHook = new Thread(() -> {
+                try {
+                    stop();
+                } catch (Exception ignored) {
+                    // best effort on an aborted run
+                }
+            }, "stop-broker-" + name);
+            Runtime.getRuntime().addShutdownHook(shutdownHook);
+        } else {
+            this.shutdownHook = null;
+        }
+    }
+
+    private static Kind kind() {
         String sel = System.getenv().getOrDefault("WEIR_TEST_BROKER", "weir").trim().toLowerCase();
-        this.kind = switch (sel) {
+        return switch (sel) {
             case "", "weir" -> Kind.WEIR;
             case "kafka" -> Kind.KAFKA;
             default -> throw new IllegalArgumentException("WEIR_TEST_BROKER must be weir or kafka, not " + sel);
         };
-        this.name = name;
+    }
+
+    /**
+     * A Weir broker of a cluster, not started yet: data and log in {@code root}, flags
+     * {@code args} after its own node id and advertised address, {@code env} added to ours.
+     * The cluster stops it (there is no shutdown hook of its own).
+     */
+    static Broker clusterNode(String name, Path root, int nodeId, List<String> args, Map<String, String> env)
+            throws IOException {
         int[] ports = freePorts(2);
-        this.port = ports[0];
-        this.secondPort = ports[1];
-        this.root = Files.createTempDirectory("weir-compat-java-" + name + "-");
-        this.dataDir = root.resolve("data");
-        this.logFile = kind == Kind.WEIR ? root.resolve("weir.log") : dataDir.resolve("kafka.log");
-        this.shutdownHook = new Thread(() -> {
-            try {
-                stop();
-            } catch (Exception ignored) {
-                // best effort on an aborted run
-            }
-        }, "stop-broker-" + name);
-        Runtime.getRuntime().addShutdownHook(shutdownHook);
+        List<String> all = new ArrayList<>(List.of(
+                "--node-id", String.valueOf(nodeId), "--advertised", "127.0.0.1:" + ports[0]));
+        all.addAll(args);
+        return new Broker(Kind.WEIR, name, root, nodeId, ports, all, env, false);
     }
 
     /** Starts a fresh broker; the caller closes it. */
@@ -81,8 +118,14 @@ public final class Broker implements AutoCloseable {
         return b;
     }
 
+    @Override
     public String bootstrap() {
         return "127.0.0.1:" + port;
+    }
+
+    @Override
+    public Map<Integer, String> nodes() {
+        return Map.of(nodeId, bootstrap());
     }
 
     /** Stops the broker (SIGTERM) and starts it again on the same data dir and ports. */
@@ -91,7 +134,33 @@ public final class Broker implements AutoCloseable {
         startProcess();
     }
 
-    private void startProcess() throws Exception {
+    /** Starts the stopped (or killed) broker again on its data dir and ports. */
+    public synchronized void start() throws Exception {
+        if (running) {
+            throw new IllegalStateException("broker " + name + " is running");
+        }
+        startProcess();
+    }
+
+    /** Whether the broker process runs. */
+    public synchronized boolean alive() {
+        return running && (kind != Kind.WEIR || weir.isAlive());
+    }
+
+    /** Weir only: SIGKILL, and waits until the process is gone. */
+    public synchronized void kill() throws InterruptedException {
+        if (!running) {
+            return;
+        }
+        if (kind != Kind.WEIR) {
+            throw new IllegalStateException("kill is for Weir brokers");
+        }
+        running = false;
+        weir.destroyForcibly();
+        weir.waitFor();
+    }
+
+    private synchronized void startProcess() throws Exception {
         Files.createDirectories(dataDir);
         if (kind == Kind.WEIR) {
             String bin = System.getenv("WEIR_BIN");
@@ -99,14 +168,17 @@ public final class Broker implements AutoCloseable {
                 throw new IllegalStateException("WEIR_BIN is not set (path to the weir binary); "
                         + "set WEIR_TEST_BROKER=kafka to run against Apache Kafka instead");
             }
-            ProcessBuilder pb = new ProcessBuilder(bin, "serve",
+            List<String> cmd = new ArrayList<>(List.of(bin, "serve",
                     "--data-dir", dataDir.toString(),
                     "--listen", "127.0.0.1:" + port,
-                    "--admin-listen", "127.0.0.1:" + secondPort)
+                    "--admin-listen", "127.0.0.1:" + secondPort));
+            cmd.addAll(args);
+            ProcessBuilder pb = new ProcessBuilder(cmd)
                     .redirectErrorStream(true)
                     .redirectOutput(ProcessBuilder.Redirect.appendTo(logFile.toFile()));
             // Test brokers get a small WAL, not the 2 GiB default.
             pb.environment().put("WEIR_WAL_CAPACITY", Long.toString(64L << 20));
+            pb.environment().putAll(env);
             weir = pb.start();
             running = true;
             waitWeirReady();
@@ -145,7 +217,7 @@ public final class Broker implements AutoCloseable {
     }
 
     /** Stops the broker if it runs. Weir: SIGTERM, and it must exit 0 within 30 s. */
-    public void stop() throws Exception {
+    public synchronized void stop() throws Exception {
         if (!running) {
             return;
         }
@@ -174,7 +246,9 @@ public final class Broker implements AutoCloseable {
             stop();
         } finally {
             try {
-                Runtime.getRuntime().removeShutdownHook(shutdownHook);
+                if (shutdownHook != null) {
+                    Runtime.getRuntime().removeShutdownHook(shutdownHook);
+                }
             } catch (IllegalStateException ignored) {
                 // JVM already shutting down
             }
@@ -213,7 +287,7 @@ public final class Broker implements AutoCloseable {
         return p.toAbsolutePath().normalize();
     }
 
-    private String logTail() {
+    String logTail() {
         try {
             if (!Files.exists(logFile)) {
                 return "(no log at " + logFile + ")";
@@ -239,7 +313,7 @@ public final class Broker implements AutoCloseable {
         }
     }
 
-    private static int[] freePorts(int n) throws IOException {
+    static int[] freePorts(int n) throws IOException {
         List<ServerSocket> sockets = new ArrayList<>();
         try {
             int[] ports = new int[n];
@@ -256,7 +330,7 @@ public final class Broker implements AutoCloseable {
         }
     }
 
-    private static void deleteTree(Path p) throws IOException {
+    static void deleteTree(Path p) throws IOException {
         if (!Files.exists(p)) {
             return;
         }

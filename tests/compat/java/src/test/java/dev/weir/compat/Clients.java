@@ -54,7 +54,7 @@ final class Clients {
         return prefix + "-" + UUID.randomUUID().toString().substring(0, 8);
     }
 
-    static Admin admin(Broker b) {
+    static Admin admin(Target b) {
         Properties p = new Properties();
         p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, b.bootstrap());
         p.put(AdminClientConfig.CLIENT_ID_CONFIG, "compat-admin");
@@ -64,7 +64,7 @@ final class Clients {
     }
 
     /** Idempotent producer, acks=all. */
-    static KafkaProducer<String, String> producer(Broker b, Map<String, Object> extra) {
+    static KafkaProducer<String, String> producer(Target b, Map<String, Object> extra) {
         Map<String, Object> p = new HashMap<>();
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, b.bootstrap());
         p.put(ProducerConfig.CLIENT_ID_CONFIG, "compat-producer");
@@ -80,12 +80,12 @@ final class Clients {
         return new KafkaProducer<>(p);
     }
 
-    static KafkaProducer<String, String> producer(Broker b) {
+    static KafkaProducer<String, String> producer(Target b) {
         return producer(b, Map.of());
     }
 
     /** Consumer without auto-commit; groupId may be null for a group-less (assign) consumer. */
-    static KafkaConsumer<String, String> consumer(Broker b, String groupId, String clientId, Map<String, Object> extra) {
+    static KafkaConsumer<String, String> consumer(Target b, String groupId, String clientId, Map<String, Object> extra) {
         Map<String, Object> p = new HashMap<>();
         p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, b.bootstrap());
         p.put(ConsumerConfig.CLIENT_ID_CONFIG, clientId);
@@ -105,7 +105,7 @@ final class Clients {
         return new KafkaConsumer<>(p);
     }
 
-    static KafkaConsumer<String, String> consumer(Broker b, String groupId, String clientId) {
+    static KafkaConsumer<String, String> consumer(Target b, String groupId, String clientId) {
         return consumer(b, groupId, clientId, Map.of());
     }
 }

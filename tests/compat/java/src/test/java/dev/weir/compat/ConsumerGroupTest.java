@@ -52,12 +52,12 @@ class ConsumerGroupTest {
     private static final int KEYS = 40;
     private static final Duration PHASE_TIMEOUT = Duration.ofSeconds(60);
 
-    private static Broker broker;
+    private static Target broker;
     private static Admin admin;
 
     @BeforeAll
     static void start() throws Exception {
-        broker = Broker.start("ConsumerGroupTest");
+        broker = Target.start("ConsumerGroupTest");
         admin = Clients.admin(broker);
     }
 

@@ -28,12 +28,12 @@ import org.junit.jupiter.api.Timeout;
 /** DeleteRecords moves the log start offset, also into the middle of a batch. */
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
 class DeleteRecordsTest {
-    private static Broker broker;
+    private static Target broker;
     private static Admin admin;
 
     @BeforeAll
     static void start() throws Exception {
-        broker = Broker.start("DeleteRecordsTest");
+        broker = Target.start("DeleteRecordsTest");
         admin = Clients.admin(broker);
     }
 

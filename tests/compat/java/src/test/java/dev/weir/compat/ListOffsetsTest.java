@@ -31,12 +31,12 @@ import org.junit.jupiter.api.Timeout;
  */
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
 class ListOffsetsTest {
-    private static Broker broker;
+    private static Target broker;
     private static Admin admin;
 
     @BeforeAll
     static void start() throws Exception {
-        broker = Broker.start("ListOffsetsTest");
+        broker = Target.start("ListOffsetsTest");
         admin = Clients.admin(broker);
     }
 
