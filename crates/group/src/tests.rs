@@ -19,7 +19,7 @@ use kafka_protocol::messages::offset_fetch_request::{
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Encodable, Message, StrBytes};
-use weir_meta::{GroupOffsets, SqliteMetaStore};
+use weir_meta::{GroupStore, SqliteMetaStore};
 
 use super::codes::*;
 use super::{GroupConfig, GroupCoordinator};
@@ -30,7 +30,7 @@ fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_owned())
 }
 
-fn store() -> Arc<dyn GroupOffsets> {
+fn store() -> Arc<dyn GroupStore> {
     Arc::new(SqliteMetaStore::in_memory().expect("in-memory store"))
 }
 
