@@ -101,6 +101,10 @@ mod codes {
     pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = E::GroupSubscribedToTopic.code();
 }
 
+/// At most this many group ids are remembered as having no stored state; past it the cache
+/// starts over (group ids come from clients, and a cache miss costs only a read of the store).
+const ABSENT_CACHE_MAX: usize = 65_536;
+
 /// Kafka's `offset.metadata.max.bytes`.
 const MAX_OFFSET_METADATA: usize = 4096;
 
@@ -220,10 +224,17 @@ impl State {
         }
     }
 
+    fn mark_absent(&mut self, group_id: &str) {
+        if self.absent.len() >= ABSENT_CACHE_MAX {
+            self.absent.clear();
+        }
+        self.absent.insert(group_id.to_owned());
+    }
+
     /// Takes into memory a group's state read from the store (or from `unsaved`).
     fn restore(&mut self, group_id: &str, data: Option<&[u8]>, now: Instant) {
         let Some(data) = data else {
-            self.absent.insert(group_id.to_owned());
+            self.mark_absent(group_id);
             return;
         };
         match GroupSnapshot::decode(data) {
@@ -244,7 +255,7 @@ impl State {
                     error = %e,
                     "stored group state ignored: the group starts Empty (its offsets are kept)"
                 );
-                self.absent.insert(group_id.to_owned());
+                self.mark_absent(group_id);
             }
         }
     }
@@ -529,8 +540,17 @@ impl GroupCoordinator {
         state.absent.clear();
         state.unloads += 1;
         if !given_up.is_empty() {
-            tracing::info!(groups = given_up.len(), "groups given up to other coordinators");
+            tracing::info!(
+                groups = given_up.len(),
+                "groups given up to other coordinators"
+            );
         }
+    }
+
+    /// Writes the group states not stored yet (those whose writes run in the background), and
+    /// says whether all of them were: for a broker about to stop.
+    pub async fn store_states(&self) -> bool {
+        self.inner.flush().await.is_empty()
     }
 
     /// Stops the background task.
@@ -1202,7 +1222,7 @@ impl GroupCoordinator {
             }
             // Also for a group not in memory: a stored state this broker could not read goes too.
             state.queue(group_id, Write::Delete);
-            state.absent.insert(group_id.to_owned());
+            state.mark_absent(group_id);
             active.is_some()
         };
         if !self.inner.persist(group_id).await {

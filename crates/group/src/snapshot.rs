@@ -74,7 +74,10 @@ impl fmt::Display for SnapshotError {
         match self {
             SnapshotError::Empty => write!(f, "no bytes"),
             SnapshotError::UnknownVersion(v) => {
-                write!(f, "version {v} is unknown to this broker (it reads {VERSION})")
+                write!(
+                    f,
+                    "version {v} is unknown to this broker (it reads {VERSION})"
+                )
             }
             SnapshotError::Malformed(what) => write!(f, "malformed: {what}"),
         }

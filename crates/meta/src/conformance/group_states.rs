@@ -21,7 +21,10 @@ pub async fn states_replace_each_other_and_delete(m: &dyn GroupStates) {
     m.save_group_state("g", vec![4]).await.expect("replace");
     assert_eq!(m.load_group_state("g").await.expect("load"), Some(vec![4]));
     assert_eq!(m.load_group_state("a").await.expect("load"), Some(binary));
-    assert_eq!(m.load_group_state("B").await.expect("load"), Some(Vec::new()));
+    assert_eq!(
+        m.load_group_state("B").await.expect("load"),
+        Some(Vec::new())
+    );
     // Byte order, whatever the database's collation.
     assert_eq!(
         m.group_state_ids().await.expect("ids"),

@@ -93,10 +93,7 @@ pub async fn deleting_a_topic_reaches_every_part(m: &dyn MetaStore) {
     );
     assert_eq!(m.fetch_offsets("g").await.expect("fetch"), vec![o("b")]);
     // A group's membership names no topic the store knows of: it stays.
-    assert_eq!(
-        m.load_group_state("g").await.expect("load"),
-        Some(vec![7])
-    );
+    assert_eq!(m.load_group_state("g").await.expect("load"), Some(vec![7]));
     // The deleted stream cannot come back, at its old epoch or a lower one, nor take commits.
     for epoch in [1, 5, 6] {
         assert!(matches!(
@@ -133,13 +130,20 @@ pub async fn group_states_and_offsets_are_apart(m: &dyn MetaStore) {
         metadata: None,
         commit_ms: 1,
     };
-    m.commit_offsets("g", vec![o.clone()]).await.expect("commit");
+    m.commit_offsets("g", vec![o.clone()])
+        .await
+        .expect("commit");
     m.save_group_state("g", vec![1]).await.expect("save");
     m.delete_offsets("g", None).await.expect("delete offsets");
     assert_eq!(m.load_group_state("g").await.expect("load"), Some(vec![1]));
-    m.commit_offsets("g", vec![o.clone()]).await.expect("commit");
+    m.commit_offsets("g", vec![o.clone()])
+        .await
+        .expect("commit");
     m.delete_group_state("g").await.expect("delete state");
     assert_eq!(m.fetch_offsets("g").await.expect("fetch"), vec![o]);
     assert!(m.group_state_ids().await.expect("ids").is_empty());
-    assert_eq!(m.offset_groups().await.expect("groups"), vec!["g".to_string()]);
+    assert_eq!(
+        m.offset_groups().await.expect("groups"),
+        vec!["g".to_string()]
+    );
 }

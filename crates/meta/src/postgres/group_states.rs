@@ -40,7 +40,10 @@ impl GroupStates for PostgresMetaStore {
     async fn group_state_ids(&self) -> Result<Vec<String>> {
         let c = self.client().await?;
         let rows = c
-            .query("SELECT group_id FROM group_states ORDER BY group_id COLLATE \"C\"", &[])
+            .query(
+                "SELECT group_id FROM group_states ORDER BY group_id COLLATE \"C\"",
+                &[],
+            )
             .await
             .map_err(backend("listing group states"))?;
         Ok(rows.iter().map(|r| r.get(0)).collect())

@@ -36,7 +36,8 @@ use crate::{MetaError, Result, StreamMeta};
 
 /// Migrations, in order; the version of each is its index + 1. Never edit one that shipped: add
 /// another.
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
 CREATE TABLE streams (
     stream_id    BIGINT PRIMARY KEY,
     epoch        BIGINT NOT NULL,
@@ -104,14 +105,16 @@ CREATE TABLE kv (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
-", "
+",
+    "
 -- A consumer group's membership, encoded by the group coordinator, so that another broker can
 -- take the group over.
 CREATE TABLE group_states (
     group_id TEXT PRIMARY KEY,
     data     BYTEA NOT NULL
 );
-"];
+",
+];
 
 /// Key of the advisory lock held while migrating ("weirmeta" in ASCII).
 const MIGRATION_LOCK: i64 = 0x7765_6972_6d65_7461;
