@@ -1658,3 +1658,61 @@ async fn a_group_emptied_by_the_timer_is_stored_empty() {
     assert!(s.members.is_empty());
     assert_eq!(heartbeat(&co, &a.member_id, 2).await, UNKNOWN_MEMBER_ID);
 }
+
+/// Two brokers, each with its own connections to one PostgreSQL database: the group moves from
+/// one to the other and its members carry on at their generation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stable_group_moves_between_brokers_on_postgresql() {
+    let server = weir_meta::testing::PgServer::shared().expect("start PostgreSQL");
+    let url = server.create_database().await.expect("create database");
+    let connect = || async {
+        let m: Arc<dyn GroupStore> = Arc::new(
+            weir_meta::PostgresMetaStore::connect(&url)
+                .await
+                .expect("connect"),
+        );
+        m
+    };
+    let (meta_a, meta_b) = (connect().await, connect().await);
+    let first = GroupCoordinator::new(meta_a, config());
+    // a alone at generation 1, then b joins and a rejoins: generation 2 (in real time, so b's
+    // join is waited for rather than slept for).
+    let p = protocols(&["range"], &["t1"]);
+    let a = join_new(&first, "a", &p).await;
+    assert_eq!(sync(&first, &a).await.error_code, NONE);
+    let b = {
+        let co = Arc::clone(&first);
+        let p = p.clone();
+        tokio::spawn(async move { join_new(&co, "b", &p).await })
+    };
+    while describe(&first, GROUP, 5).await.group_state.as_str() != "PreparingRebalance" {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let a = rejoin(&first, &a.member_id, &p).await;
+    let b = b.await.expect("b joins");
+    assert_eq!((a.generation, b.generation), (2, 2));
+    let follower = {
+        let co = Arc::clone(&first);
+        let b = b.clone();
+        tokio::spawn(async move { sync(&co, &b).await })
+    };
+    assert_eq!(sync(&first, &a).await.error_code, NONE);
+    assert_eq!(follower.await.expect("b syncs").error_code, NONE);
+    let all = |_: &str, _: i32| true;
+    let resp = first
+        .offset_commit(commit_req(GROUP, &a.member_id, 2, &[("t1", 0, 9)]), 8, &all)
+        .await;
+    assert_eq!(resp.topics[0].partitions[0].error_code, NONE);
+    first.set_ownership(everything_elsewhere());
+
+    let second = GroupCoordinator::new(Arc::clone(&meta_b), config());
+    for m in [&a, &b] {
+        assert_eq!(heartbeat(&second, &m.member_id, 2).await, NONE);
+        let resp = second.sync_group(sync_req(&m.member_id, 2, &[]), 5).await;
+        assert_eq!(resp.error_code, NONE);
+        assert_eq!(resp.assignment, assigned(m));
+    }
+    let resp = second.offset_fetch(fetch_req(GROUP, None, 8), 8).await;
+    assert_eq!(fetched(&resp, 8)[0].2, 9);
+    assert_eq!(heartbeat(&first, &a.member_id, 2).await, NOT_COORDINATOR);
+}
