@@ -27,6 +27,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::codes::*;
+use crate::snapshot::{GroupSnapshot, MemberSnapshot, StoredState};
 
 /// A group's state, as Kafka names it. (Kafka's fifth state, Dead, is a group that is gone: here
 /// such a group is simply not in the coordinator's map.)
@@ -229,6 +230,8 @@ pub(crate) struct Group {
     new_member_added: bool,
     /// CompletingRebalance/Stable: when members that have not synced are removed.
     sync_deadline: Option<Instant>,
+    /// The group as it became Stable or Empty, for the coordinator to store; taken by it.
+    to_store: Option<GroupSnapshot>,
 }
 
 impl Group {
@@ -247,6 +250,88 @@ impl Group {
             initial_delay: None,
             new_member_added: false,
             sync_deadline: None,
+            to_store: None,
+        }
+    }
+
+    /// A group as a coordinator stored it: Stable at its generation with its members and their
+    /// assignments, or Empty. Sessions start now, so that members that come back to this
+    /// coordinator carry on heartbeating, and one that never does expires as usual.
+    pub(crate) fn restore(id: String, s: GroupSnapshot, now: Instant) -> Group {
+        let mut g = Group::new(id);
+        g.state = match s.state {
+            StoredState::Empty => GroupState::Empty,
+            StoredState::Stable => GroupState::Stable,
+        };
+        g.generation = s.generation;
+        g.protocol_type = s.protocol_type;
+        g.protocol_name = s.protocol_name;
+        g.leader = s.leader;
+        g.members = s
+            .members
+            .into_iter()
+            .map(|m| Member {
+                id: m.id,
+                instance_id: m.instance_id,
+                client_id: m.client_id,
+                client_host: m.client_host,
+                session_timeout: m.session_timeout,
+                rebalance_timeout: m.rebalance_timeout,
+                protocols: m.protocols,
+                assignment: m.assignment,
+                last_heard: now,
+                join_waiter: None,
+                sync_waiter: None,
+            })
+            .collect();
+        g.check_invariants();
+        g
+    }
+
+    /// The group as it is now, to store. Meaningful when Stable or Empty (the states that are
+    /// stored); in other states it records the group as Stable.
+    fn snapshot(&self) -> GroupSnapshot {
+        GroupSnapshot {
+            state: if self.state == GroupState::Empty {
+                StoredState::Empty
+            } else {
+                StoredState::Stable
+            },
+            generation: self.generation,
+            protocol_type: self.protocol_type.clone(),
+            protocol_name: self.protocol_name.clone(),
+            leader: self.leader.clone(),
+            members: self
+                .members
+                .iter()
+                .map(|m| MemberSnapshot {
+                    id: m.id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    session_timeout: m.session_timeout,
+                    rebalance_timeout: m.rebalance_timeout,
+                    protocols: m.protocols.clone(),
+                    assignment: m.assignment.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The state to store since the last call, if the group became Stable or Empty meanwhile
+    /// (the latest such state if it did more than once).
+    pub(crate) fn take_to_store(&mut self) -> Option<GroupSnapshot> {
+        self.to_store.take()
+    }
+
+    /// This coordinator gives the group up (another broker coordinates it now): whoever waits
+    /// in a JoinGroup or SyncGroup is told to find the new coordinator.
+    pub(crate) fn unload(mut self) {
+        tracing::info!(group = %self.id, generation = self.generation, state = self.state.as_str(), "group unloaded: not coordinated here any more");
+        for m in &mut self.members {
+            let id = m.id.clone();
+            m.answer_join(JoinOutcome::error(NOT_COORDINATOR, id));
+            m.answer_sync(SyncOutcome::error(NOT_COORDINATOR));
         }
     }
 
@@ -382,6 +467,9 @@ impl Group {
         debug_assert!(valid, "group {}: {:?} -> {:?}", self.id, self.state, to);
         tracing::debug!(group = %self.id, from = self.state.as_str(), to = to.as_str(), "group state");
         self.state = to;
+        if matches!(to, Empty | Stable) {
+            self.to_store = Some(self.snapshot());
+        }
     }
 
     // ---- JoinGroup ----

@@ -1,4 +1,4 @@
-//! Weir's consumer group coordinator for Kafka's classic group protocol, on a single node.
+//! Weir's consumer group coordinator for Kafka's classic group protocol.
 //!
 //! The Kafka API layer hands each group request (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 //! OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete), already
@@ -16,10 +16,28 @@
 //! - A background task sleeps until the earliest deadline of any group (a session timeout, the
 //!   end of a join phase, a sync timeout, a pending member id) and lets the groups act on it.
 //! - Committed offsets live in the metadata store ([`weir_meta::GroupOffsets`]), which is the truth
-//!   across restarts. Membership is not persisted: after a restart, members rejoin (their
-//!   heartbeats get UNKNOWN_MEMBER_ID) and groups known only by their offsets show as Empty.
+//!   across restarts and brokers. So does membership ([`weir_meta::GroupStates`], encoded by
+//!   `snapshot`): each time a group becomes Stable (its generation synced) or Empty, its state is
+//!   stored, off the lock; never on the heartbeat path. States reach the store in the order they
+//!   were taken (one writer at a time, always the newest state of a group).
+//!
+//! # Coordinating some groups of a cluster
+//!
+//! In a cluster each group has one coordinator; the broker says which groups this one
+//! coordinates ([`GroupCoordinator::set_ownership`], by default all of them) and calls
+//! [`GroupCoordinator::ownership_changed`] when that changes. A request for a group coordinated
+//! elsewhere gets NOT_COORDINATOR, as Kafka answers it, and the client looks its coordinator up
+//! again. Groups given up are dropped from memory (whoever waits in a JoinGroup or SyncGroup is
+//! told NOT_COORDINATOR), without writing anything for them: the new coordinator owns their state.
+//!
+//! A group that is not in memory is loaded from the store by the first request for it. A Stable
+//! group comes back Stable at its generation, with its members and their assignments and their
+//! sessions restarted, so that members that move along keep heartbeating without a rebalance,
+//! and one that never comes back expires as usual. A state this broker cannot read (a newer
+//! version) is logged and ignored: the group starts Empty, its offsets intact.
 
 mod group;
+mod snapshot;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
@@ -53,12 +71,13 @@ use kafka_protocol::protocol::StrBytes;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use weir_meta::{GroupOffset, GroupOffsets};
+use weir_meta::{GroupOffset, GroupStore};
 
 use crate::codes::*;
 use crate::group::{
     Cx, Group, GroupState, JoinOutcome, JoinParams, Reply, SyncOutcome, SyncParams,
 };
+use crate::snapshot::GroupSnapshot;
 
 /// Error codes, as Kafka numbers them.
 mod codes {
@@ -81,6 +100,10 @@ mod codes {
     pub const FENCED_INSTANCE_ID: i16 = E::FencedInstanceId.code();
     pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = E::GroupSubscribedToTopic.code();
 }
+
+/// At most this many group ids are remembered as having no stored state; past it the cache
+/// starts over (group ids come from clients, and a cache miss costs only a read of the store).
+const ABSENT_CACHE_MAX: usize = 65_536;
 
 /// Kafka's `offset.metadata.max.bytes`.
 const MAX_OFFSET_METADATA: usize = 4096;
@@ -116,18 +139,126 @@ pub struct GroupCoordinator {
     timer: Mutex<Option<JoinHandle<()>>>,
 }
 
+/// Says whether this broker coordinates a group. Called under the coordinator's lock: it must be
+/// quick and must not call into the coordinator.
+pub type Ownership = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
 struct Inner {
-    meta: Arc<dyn GroupOffsets>,
+    meta: Arc<dyn GroupStore>,
     config: GroupConfig,
     state: Mutex<State>,
     /// Wakes the timer task when a deadline earlier than the one it sleeps to appears.
     wake: Notify,
+    /// Held while writing group states to the store: one writer at a time, so that a group's
+    /// states reach the store in the order they were taken.
+    writer: tokio::sync::Mutex<()>,
 }
 
 struct State {
     groups: HashMap<String, Group>,
     /// The deadline the timer task sleeps until, if any.
     timer_at: Option<Instant>,
+    owns: Ownership,
+    /// Group states not yet in the store, the newest of each group. An entry stays until its
+    /// write is done, so that a group loaded meanwhile is loaded as it will be stored.
+    unsaved: HashMap<String, Unsaved>,
+    /// Numbers the entries of `unsaved`, so that a writer removes only what it wrote.
+    unsaved_seq: u64,
+    /// An entry went into `unsaved` since the last flush started.
+    flush_wanted: bool,
+    /// Groups not in memory that have no state in the store (or one this broker cannot read):
+    /// requests for a group known by its offsets only do not read the store every time.
+    absent: HashSet<String>,
+    /// Counts the times groups left memory other than as unused (deleted, or coordinated
+    /// elsewhere now): a load that read the store before must read it again.
+    unloads: u64,
+}
+
+struct Unsaved {
+    seq: u64,
+    write: Write,
+}
+
+#[derive(Clone)]
+enum Write {
+    Save(Vec<u8>),
+    Delete,
+}
+
+impl State {
+    fn owns(&self, group_id: &str) -> bool {
+        (self.owns)(group_id)
+    }
+
+    /// Queues a write of a group's state.
+    fn queue(&mut self, group_id: &str, write: Write) {
+        self.unsaved_seq += 1;
+        let seq = self.unsaved_seq;
+        self.unsaved
+            .insert(group_id.to_owned(), Unsaved { seq, write });
+        self.flush_wanted = true;
+    }
+
+    /// After an operation on a group or a poll of it: queues its state if it became Stable or
+    /// Empty, and forgets it if it holds nothing any more.
+    fn settle(&mut self, group_id: &str) {
+        let Some(g) = self.groups.get_mut(group_id) else {
+            return;
+        };
+        let to_store = g.take_to_store();
+        let unused = g.is_unused();
+        if let Some(snapshot) = to_store {
+            self.queue(group_id, Write::Save(snapshot.encode()));
+        }
+        if unused {
+            // Never had a generation, so never stored: the store has nothing for it either.
+            self.groups.remove(group_id);
+        }
+    }
+
+    /// [`State::settle`] for every group.
+    fn settle_all(&mut self) {
+        let ids: Vec<String> = self.groups.keys().cloned().collect();
+        for id in ids {
+            self.settle(&id);
+        }
+    }
+
+    fn mark_absent(&mut self, group_id: &str) {
+        if self.absent.len() >= ABSENT_CACHE_MAX {
+            self.absent.clear();
+        }
+        self.absent.insert(group_id.to_owned());
+    }
+
+    /// Takes into memory a group's state read from the store (or from `unsaved`).
+    fn restore(&mut self, group_id: &str, data: Option<&[u8]>, now: Instant) {
+        let Some(data) = data else {
+            self.mark_absent(group_id);
+            return;
+        };
+        match GroupSnapshot::decode(data) {
+            Ok(snapshot) => {
+                let g = Group::restore(group_id.to_owned(), snapshot, now);
+                tracing::info!(
+                    group = %group_id,
+                    generation = g.generation,
+                    state = g.state.as_str(),
+                    members = g.members.len(),
+                    "group loaded from the metadata store"
+                );
+                self.groups.insert(group_id.to_owned(), g);
+            }
+            Err(e) => {
+                tracing::warn!(
+                    group = %group_id,
+                    error = %e,
+                    "stored group state ignored: the group starts Empty (its offsets are kept)"
+                );
+                self.mark_absent(group_id);
+            }
+        }
+    }
 }
 
 impl Inner {
@@ -157,28 +288,165 @@ impl Inner {
     }
 
     /// Runs `op` on a group (creating it if `create`), acting on due deadlines before and after.
+    /// `Ok(None)` if there is no such group; `Err(NOT_COORDINATOR)` if it is not coordinated here.
+    /// The caller has loaded the group ([`Inner::load`]).
     fn with_group<T>(
         &self,
         group_id: &str,
         create: bool,
         op: impl FnOnce(&mut Group, &Cx) -> T,
-    ) -> Option<T> {
+    ) -> Result<Option<T>, i16> {
         let cx = self.cx();
         let mut state = self.lock();
+        if !state.owns(group_id) {
+            return Err(NOT_COORDINATOR);
+        }
         if create && !state.groups.contains_key(group_id) {
             state
                 .groups
                 .insert(group_id.to_owned(), Group::new(group_id.to_owned()));
         }
-        let group = state.groups.get_mut(group_id)?;
+        let Some(group) = state.groups.get_mut(group_id) else {
+            return Ok(None);
+        };
         group.poll(&cx);
         let out = op(group, &cx);
         group.poll(&cx);
-        if group.is_unused() {
-            state.groups.remove(group_id);
-        }
+        state.settle(group_id);
         self.rearm(&mut state, group_id);
-        Some(out)
+        Ok(Some(out))
+    }
+
+    /// Brings a group coordinated here into memory from the store, if it is not there yet.
+    /// `Err` is the error code for the request: NOT_COORDINATOR, or COORDINATOR_NOT_AVAILABLE if
+    /// the store failed.
+    async fn load(&self, group_id: &str) -> Result<(), i16> {
+        loop {
+            let unloads = {
+                let mut state = self.lock();
+                if !state.owns(group_id) {
+                    return Err(NOT_COORDINATOR);
+                }
+                if state.groups.contains_key(group_id) || state.absent.contains(group_id) {
+                    return Ok(());
+                }
+                if let Some(u) = state.unsaved.get(group_id) {
+                    // A write not done yet: the store is about to hold this.
+                    let data = match &u.write {
+                        Write::Save(data) => Some(data.clone()),
+                        Write::Delete => None,
+                    };
+                    state.restore(group_id, data.as_deref(), Instant::now());
+                    self.rearm(&mut state, group_id);
+                    return Ok(());
+                }
+                state.unloads
+            };
+            let loaded = self.meta.load_group_state(group_id).await;
+            let mut state = self.lock();
+            if !state.owns(group_id) {
+                return Err(NOT_COORDINATOR);
+            }
+            if state.groups.contains_key(group_id) {
+                // Another request loaded it (or created it after finding nothing) first.
+                return Ok(());
+            }
+            if state.unloads != unloads {
+                // Deleted or given up and perhaps taken back while we read: read again.
+                continue;
+            }
+            return match loaded {
+                Ok(data) => {
+                    state.restore(group_id, data.as_deref(), Instant::now());
+                    self.rearm(&mut state, group_id);
+                    Ok(())
+                }
+                Err(e) => {
+                    tracing::warn!(group = %group_id, error = %e, "loading a group's state failed");
+                    Err(COORDINATOR_NOT_AVAILABLE)
+                }
+            };
+        }
+    }
+
+    /// Writes the queued group states, and returns the groups whose write failed (they stay
+    /// queued, for the next flush).
+    async fn flush(&self) -> HashSet<String> {
+        let mut failed = HashSet::new();
+        if self.lock().unsaved.is_empty() {
+            return failed;
+        }
+        let _writer = self.writer.lock().await;
+        loop {
+            let batch: Vec<(String, u64, Write)> = {
+                let mut state = self.lock();
+                state.flush_wanted = false;
+                state
+                    .unsaved
+                    .iter()
+                    .filter(|(id, _)| !failed.contains(*id))
+                    .map(|(id, u)| (id.clone(), u.seq, u.write.clone()))
+                    .collect()
+            };
+            if batch.is_empty() {
+                return failed;
+            }
+            for (group_id, seq, write) in batch {
+                {
+                    let mut state = self.lock();
+                    if !state.owns(&group_id) {
+                        // Given up meanwhile: its new coordinator writes its state now.
+                        if state.unsaved.get(&group_id).is_some_and(|u| u.seq == seq) {
+                            state.unsaved.remove(&group_id);
+                        }
+                        continue;
+                    }
+                }
+                let result = match write {
+                    Write::Save(data) => self.meta.save_group_state(&group_id, data).await,
+                    Write::Delete => self.meta.delete_group_state(&group_id).await,
+                };
+                let mut state = self.lock();
+                match result {
+                    Ok(()) => {
+                        if state.unsaved.get(&group_id).is_some_and(|u| u.seq == seq) {
+                            state.unsaved.remove(&group_id);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(group = %group_id, error = %e, "storing a group's state failed");
+                        failed.insert(group_id);
+                    }
+                }
+            }
+        }
+    }
+
+    /// After an operation on `group_id` in a request that may wait for the store (JoinGroup,
+    /// SyncGroup, LeaveGroup, DeleteGroups): writes the queued states if the group has one, and
+    /// returns false if the group's could not be written.
+    async fn persist(self: &Arc<Self>, group_id: &str) -> bool {
+        let own = self.lock().unsaved.contains_key(group_id);
+        if own {
+            return !self.flush().await.contains(group_id);
+        }
+        self.persist_later();
+        true
+    }
+
+    /// After an operation that must not wait for the store (heartbeats, commits, descriptions,
+    /// the timer): writes queued states in a task of their own.
+    fn persist_later(self: &Arc<Self>) {
+        if std::mem::take(&mut self.lock().flush_wanted) {
+            self.spawn_flush();
+        }
+    }
+
+    fn spawn_flush(self: &Arc<Self>) {
+        let inner = Arc::clone(self);
+        tokio::spawn(async move {
+            inner.flush().await;
+        });
     }
 }
 
@@ -194,7 +462,11 @@ async fn run_timer(inner: Arc<Inner>) {
             for group in state.groups.values_mut() {
                 group.poll(&cx);
             }
-            state.groups.retain(|_, g| !g.is_unused());
+            state.settle_all();
+            if std::mem::take(&mut state.flush_wanted) {
+                // The timer never waits for the store.
+                inner.spawn_flush();
+            }
             let next = state.groups.values().filter_map(Group::next_deadline).min();
             state.timer_at = next;
             next
@@ -213,22 +485,72 @@ async fn run_timer(inner: Arc<Inner>) {
 
 impl GroupCoordinator {
     /// Spawns the background task that expires members whose session timed out and ends
-    /// rebalances whose rebalance timeout passed. Needs a tokio runtime.
-    pub fn new(meta: Arc<dyn GroupOffsets>, config: GroupConfig) -> Arc<Self> {
+    /// rebalances whose rebalance timeout passed. Needs a tokio runtime. Coordinates every group
+    /// until told otherwise ([`GroupCoordinator::set_ownership`]).
+    pub fn new(meta: Arc<dyn GroupStore>, config: GroupConfig) -> Arc<Self> {
         let inner = Arc::new(Inner {
             meta,
             config,
             state: Mutex::new(State {
                 groups: HashMap::new(),
                 timer_at: None,
+                owns: Arc::new(|_: &str| true),
+                unsaved: HashMap::new(),
+                unsaved_seq: 0,
+                flush_wanted: false,
+                absent: HashSet::new(),
+                unloads: 0,
             }),
             wake: Notify::new(),
+            writer: tokio::sync::Mutex::new(()),
         });
         let timer = tokio::spawn(run_timer(Arc::clone(&inner)));
         Arc::new(GroupCoordinator {
             inner,
             timer: Mutex::new(Some(timer)),
         })
+    }
+
+    /// Says which groups this broker coordinates from now on, and gives up those it no longer
+    /// does (as [`GroupCoordinator::ownership_changed`]).
+    pub fn set_ownership(&self, owns: Ownership) {
+        self.inner.lock().owns = owns;
+        self.ownership_changed();
+    }
+
+    /// The cluster changed: gives up the groups in memory this broker no longer coordinates.
+    /// Whoever waits in their JoinGroup or SyncGroup gets NOT_COORDINATOR; nothing is written for
+    /// them (their states not yet written are dropped): their new coordinator owns their state.
+    pub fn ownership_changed(&self) {
+        let mut state = self.inner.lock();
+        let owns = Arc::clone(&state.owns);
+        let given_up: Vec<String> = state
+            .groups
+            .keys()
+            .filter(|id| !owns(id))
+            .cloned()
+            .collect();
+        for id in &given_up {
+            if let Some(g) = state.groups.remove(id) {
+                g.unload();
+            }
+        }
+        state.unsaved.retain(|id, _| owns(id));
+        // Groups coordinated elsewhere for a while may have gained a state there.
+        state.absent.clear();
+        state.unloads += 1;
+        if !given_up.is_empty() {
+            tracing::info!(
+                groups = given_up.len(),
+                "groups given up to other coordinators"
+            );
+        }
+    }
+
+    /// Writes the group states not stored yet (those whose writes run in the background), and
+    /// says whether all of them were: for a broker about to stop.
+    pub async fn store_states(&self) -> bool {
+        self.inner.flush().await.is_empty()
     }
 
     /// Stops the background task.
@@ -283,15 +605,20 @@ impl GroupCoordinator {
                 .collect(),
             require_known_member_id: version >= 4,
         };
+        if let Err(error) = self.inner.load(&group_id).await {
+            return join_response(version, JoinOutcome::error(error, member_id));
+        }
         // A group is created by its first member; a known member id needs an existing group.
         let create = member_id.is_empty();
         let reply = self
             .inner
             .with_group(&group_id, create, |g, cx| g.join(params, cx));
+        self.inner.persist(&group_id).await;
         let outcome = match reply {
-            None => JoinOutcome::error(UNKNOWN_MEMBER_ID, member_id),
-            Some(Reply::Now(outcome)) => outcome,
-            Some(Reply::Later(rx)) => rx
+            Err(error) => JoinOutcome::error(error, member_id),
+            Ok(None) => JoinOutcome::error(UNKNOWN_MEMBER_ID, member_id),
+            Ok(Some(Reply::Now(outcome))) => outcome,
+            Ok(Some(Reply::Later(rx))) => rx
                 .await
                 .unwrap_or_else(|_| JoinOutcome::error(UNKNOWN_MEMBER_ID, member_id)),
         };
@@ -315,13 +642,19 @@ impl GroupCoordinator {
                 .map(|a| (a.member_id.to_string(), a.assignment))
                 .collect(),
         };
+        if let Err(error) = self.inner.load(&group_id).await {
+            return sync_response(version, SyncOutcome::error(error));
+        }
         let reply = self
             .inner
             .with_group(&group_id, false, |g, cx| g.sync(params, cx));
+        // The leader's SyncGroup makes the generation Stable: its answer waits for the store.
+        self.inner.persist(&group_id).await;
         let outcome = match reply {
-            None => SyncOutcome::error(UNKNOWN_MEMBER_ID),
-            Some(Reply::Now(outcome)) => outcome,
-            Some(Reply::Later(rx)) => rx
+            Err(error) => SyncOutcome::error(error),
+            Ok(None) => SyncOutcome::error(UNKNOWN_MEMBER_ID),
+            Ok(Some(Reply::Now(outcome))) => outcome,
+            Ok(Some(Reply::Later(rx))) => rx
                 .await
                 .unwrap_or_else(|_| SyncOutcome::error(UNKNOWN_MEMBER_ID)),
         };
@@ -333,9 +666,12 @@ impl GroupCoordinator {
         let group_id = req.group_id.to_string();
         let error = if group_id.is_empty() {
             INVALID_GROUP_ID
+        } else if let Err(error) = self.inner.load(&group_id).await {
+            error
         } else {
             let instance_id = req.group_instance_id.as_ref().map(|s| s.to_string());
-            self.inner
+            let error = self
+                .inner
                 .with_group(&group_id, false, |g, cx| {
                     g.heartbeat(
                         &req.member_id,
@@ -344,7 +680,10 @@ impl GroupCoordinator {
                         cx,
                     )
                 })
-                .unwrap_or(UNKNOWN_MEMBER_ID)
+                .map_or_else(|e| e, |r| r.unwrap_or(UNKNOWN_MEMBER_ID));
+            // A heartbeat never waits for the store.
+            self.inner.persist_later();
+            error
         };
         let mut resp = HeartbeatResponse::default();
         resp.error_code = error;
@@ -366,15 +705,24 @@ impl GroupCoordinator {
             resp.error_code = INVALID_GROUP_ID;
             return resp;
         }
-        let errors = self
-            .inner
-            .with_group(&group_id, false, |g, cx| {
-                leaving
-                    .iter()
-                    .map(|(member_id, instance_id)| g.leave(member_id, instance_id.as_deref(), cx))
-                    .collect::<Vec<i16>>()
-            })
-            .unwrap_or_else(|| vec![UNKNOWN_MEMBER_ID; leaving.len()]);
+        if let Err(error) = self.inner.load(&group_id).await {
+            // Kafka answers a coordinator error at the top, for every version.
+            resp.error_code = error;
+            return resp;
+        }
+        let errors = match self.inner.with_group(&group_id, false, |g, cx| {
+            leaving
+                .iter()
+                .map(|(member_id, instance_id)| g.leave(member_id, instance_id.as_deref(), cx))
+                .collect::<Vec<i16>>()
+        }) {
+            Err(error) => {
+                resp.error_code = error;
+                return resp;
+            }
+            Ok(errors) => errors.unwrap_or_else(|| vec![UNKNOWN_MEMBER_ID; leaving.len()]),
+        };
+        self.inner.persist(&group_id).await;
         if version >= 3 {
             resp.members = leaving
                 .into_iter()
@@ -405,9 +753,17 @@ impl GroupCoordinator {
         let group_id = req.group_id.to_string();
         let generation = req.generation_id_or_member_epoch;
         let instance_id = req.group_instance_id.as_ref().map(|s| s.to_string());
+        if let Err(error) = self.inner.load(&group_id).await {
+            // Every partition gets a coordinator error, as Kafka answers it.
+            return commit_error_response(&req, error);
+        }
         let group_error: Option<i16> = {
             let cx = self.inner.cx();
             let mut state = self.inner.lock();
+            if !state.owns(&group_id) {
+                drop(state);
+                return commit_error_response(&req, NOT_COORDINATOR);
+            }
             let error = match state.groups.get_mut(&group_id) {
                 Some(g) => {
                     g.poll(&cx);
@@ -426,9 +782,11 @@ impl GroupCoordinator {
                 None if version >= 9 => Some(GROUP_ID_NOT_FOUND),
                 None => Some(ILLEGAL_GENERATION),
             };
+            state.settle(&group_id);
             self.inner.rearm(&mut state, &group_id);
             error
         };
+        self.inner.persist_later();
 
         let commit_ms = now_ms();
         let mut to_store = Vec::new();
@@ -570,12 +928,19 @@ impl GroupCoordinator {
         group_id: &str,
         topics: Option<Vec<(TopicName, Vec<i32>)>>,
     ) -> FetchedGroup {
-        let (stored, error) = match self.inner.meta.fetch_offsets(group_id).await {
-            Ok(stored) => (stored, NONE),
-            Err(e) => {
-                tracing::warn!(group = %group_id, error = %e, "fetching offsets failed");
-                // NOT_COORDINATOR: the error every consumer version retries (Kafka does the same).
-                (Vec::new(), NOT_COORDINATOR)
+        // Offsets do not need the group's membership: only that it is coordinated here.
+        let owned = self.inner.lock().owns(group_id);
+        let (stored, error) = if !owned {
+            (Vec::new(), NOT_COORDINATOR)
+        } else {
+            match self.inner.meta.fetch_offsets(group_id).await {
+                Ok(stored) => (stored, NONE),
+                Err(e) => {
+                    tracing::warn!(group = %group_id, error = %e, "fetching offsets failed");
+                    // NOT_COORDINATOR: the error every consumer version retries (Kafka does the
+                    // same).
+                    (Vec::new(), NOT_COORDINATOR)
+                }
             }
         };
         let fetched = |o: &GroupOffset| FetchedPartition {
@@ -642,24 +1007,37 @@ impl GroupCoordinator {
         req: DescribeGroupsRequest,
         version: i16,
     ) -> DescribeGroupsResponse {
-        let mut described = Vec::with_capacity(req.groups.len());
+        let mut described: Vec<Option<DescribedGroup>> = Vec::with_capacity(req.groups.len());
+        for group_id in &req.groups {
+            described.push(match self.inner.load(group_id).await {
+                Ok(()) => None,
+                Err(error) => Some(error_described(group_id, error)),
+            });
+        }
         let mut unknown = Vec::new();
         {
             let cx = self.inner.cx();
             let mut state = self.inner.lock();
             for (i, group_id) in req.groups.iter().enumerate() {
+                if described[i].is_some() {
+                    continue;
+                }
+                if !state.owns(group_id) {
+                    described[i] = Some(error_described(group_id, NOT_COORDINATOR));
+                    continue;
+                }
                 match state.groups.get_mut(group_id.as_str()) {
                     Some(g) => {
                         g.poll(&cx);
-                        described.push(Some(describe(g, group_id.clone(), version)));
+                        described[i] = Some(describe(g, group_id.clone(), version));
+                        state.settle(group_id);
+                        self.inner.rearm(&mut state, group_id);
                     }
-                    None => {
-                        described.push(None);
-                        unknown.push(i);
-                    }
+                    None => unknown.push(i),
                 }
             }
         }
+        self.inner.persist_later();
         for i in unknown {
             let group_id = req.groups[i].clone();
             let mut d = DescribedGroup::default();
@@ -718,16 +1096,38 @@ impl GroupCoordinator {
         // Every group here is a classic group.
         let type_ok = types.is_empty() || types.contains("classic");
 
-        let mut listed: BTreeMap<String, (String, &'static str)> = {
+        let mut resp = ListGroupsResponse::default();
+        // Groups stored but not in memory yet (this coordinator just took them over, or
+        // restarted) are listed as they are: load them first.
+        match self.inner.meta.group_state_ids().await {
+            Ok(ids) => {
+                for id in ids {
+                    match self.inner.load(&id).await {
+                        Ok(()) | Err(NOT_COORDINATOR) => {}
+                        Err(error) => {
+                            resp.error_code = error;
+                            return resp;
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "listing stored groups failed");
+                resp.error_code = COORDINATOR_NOT_AVAILABLE;
+                return resp;
+            }
+        }
+        let (mut listed, owns): (BTreeMap<String, (String, &'static str)>, Ownership) = {
             let cx = self.inner.cx();
             let mut state = self.inner.lock();
             for g in state.groups.values_mut() {
                 g.poll(&cx);
             }
-            state.groups.retain(|_, g| !g.is_unused());
-            state
+            state.settle_all();
+            let listed = state
                 .groups
                 .values()
+                .filter(|g| state.owns(&g.id))
                 .map(|g| {
                     (
                         g.id.clone(),
@@ -737,12 +1137,14 @@ impl GroupCoordinator {
                         ),
                     )
                 })
-                .collect()
+                .collect();
+            (listed, Arc::clone(&state.owns))
         };
-        let mut resp = ListGroupsResponse::default();
+        self.inner.persist_later();
         match self.inner.meta.offset_groups().await {
             Ok(ids) => {
-                for id in ids {
+                // Called outside the lock here: ownership functions must not need it either way.
+                for id in ids.into_iter().filter(|id| owns(id)) {
                     listed
                         .entry(id)
                         .or_insert((String::new(), GroupState::Empty.as_str()));
@@ -794,23 +1196,38 @@ impl GroupCoordinator {
     }
 
     async fn delete_group(&self, group_id: &str) -> i16 {
+        if let Err(error) = self.inner.load(group_id).await {
+            return error;
+        }
         // Take an Empty group out of memory first, so that a member joining meanwhile starts a
         // new group instead of finding a half-deleted one.
         let in_memory = {
             let cx = self.inner.cx();
             let mut state = self.inner.lock();
-            match state.groups.get_mut(group_id) {
-                Some(g) => {
-                    g.poll(&cx);
-                    if g.is_active() {
-                        return NON_EMPTY_GROUP;
-                    }
-                    state.groups.remove(group_id);
-                    true
-                }
-                None => false,
+            if !state.owns(group_id) {
+                return NOT_COORDINATOR;
             }
+            let active = state.groups.get_mut(group_id).map(|g| {
+                g.poll(&cx);
+                g.is_active()
+            });
+            if active == Some(true) {
+                state.settle(group_id);
+                self.inner.rearm(&mut state, group_id);
+                return NON_EMPTY_GROUP;
+            }
+            if active.is_some() {
+                state.groups.remove(group_id);
+                state.unloads += 1;
+            }
+            // Also for a group not in memory: a stored state this broker could not read goes too.
+            state.queue(group_id, Write::Delete);
+            state.mark_absent(group_id);
+            active.is_some()
         };
+        if !self.inner.persist(group_id).await {
+            return COORDINATOR_NOT_AVAILABLE;
+        }
         let meta = &self.inner.meta;
         if !in_memory {
             match meta.fetch_offsets(group_id).await {
@@ -846,11 +1263,19 @@ impl GroupCoordinator {
             resp.error_code = INVALID_GROUP_ID;
             return resp;
         }
+        if let Err(error) = self.inner.load(&group_id).await {
+            resp.error_code = error;
+            return resp;
+        }
         // Which topics must keep their offsets; None when the group is not in memory.
         let check = {
             let cx = self.inner.cx();
             let mut state = self.inner.lock();
-            match state.groups.get_mut(&group_id) {
+            if !state.owns(&group_id) {
+                resp.error_code = NOT_COORDINATOR;
+                return resp;
+            }
+            let check = match state.groups.get_mut(&group_id) {
                 Some(g) => {
                     g.poll(&cx);
                     if g.is_active() && !g.uses_consumer_protocol() {
@@ -871,8 +1296,12 @@ impl GroupCoordinator {
                     Some(subscribed_to)
                 }
                 None => None,
-            }
+            };
+            state.settle(&group_id);
+            self.inner.rearm(&mut state, &group_id);
+            check
         };
+        self.inner.persist_later();
         let subscribed_to = match check {
             Some(s) => s,
             None => match self.inner.meta.fetch_offsets(&group_id).await {
@@ -944,6 +1373,32 @@ struct FetchedPartition {
     error: i16,
 }
 
+/// An OffsetCommit answered with one error for every partition.
+fn commit_error_response(req: &OffsetCommitRequest, error: i16) -> OffsetCommitResponse {
+    let mut resp = OffsetCommitResponse::default();
+    resp.topics = req
+        .topics
+        .iter()
+        .map(|t| {
+            let mut rt = OffsetCommitResponseTopic::default();
+            rt.name = t.name.clone();
+            rt.topic_id = t.topic_id;
+            rt.partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let mut rp = OffsetCommitResponsePartition::default();
+                    rp.partition_index = p.partition_index;
+                    rp.error_code = error;
+                    rp
+                })
+                .collect();
+            rt
+        })
+        .collect();
+    resp
+}
+
 fn join_response(version: i16, o: JoinOutcome) -> JoinGroupResponse {
     let mut resp = JoinGroupResponse::default();
     resp.error_code = o.error;
@@ -982,6 +1437,14 @@ fn sync_response(version: i16, o: SyncOutcome) -> SyncGroupResponse {
     }
     resp.assignment = o.assignment;
     resp
+}
+
+/// A group DescribeGroups cannot describe here: its id and the error only, as Kafka answers it.
+fn error_described(group_id: &GroupId, error: i16) -> DescribedGroup {
+    let mut d = DescribedGroup::default();
+    d.group_id = group_id.clone();
+    d.error_code = error;
+    d
 }
 
 fn describe(g: &Group, group_id: GroupId, version: i16) -> DescribedGroup {

@@ -19,9 +19,10 @@ use kafka_protocol::messages::offset_fetch_request::{
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Encodable, Message, StrBytes};
-use weir_meta::{GroupOffsets, SqliteMetaStore};
+use weir_meta::{GroupStore, SqliteMetaStore};
 
 use super::codes::*;
+use super::snapshot::{GroupSnapshot, StoredState};
 use super::{GroupConfig, GroupCoordinator};
 
 const GROUP: &str = "g";
@@ -30,7 +31,7 @@ fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_owned())
 }
 
-fn store() -> Arc<dyn GroupOffsets> {
+fn store() -> Arc<dyn GroupStore> {
     Arc::new(SqliteMetaStore::in_memory().expect("in-memory store"))
 }
 
@@ -1255,4 +1256,463 @@ async fn failed_joins_and_pending_members_that_never_return_leave_no_group_behin
         .join_group(join_req(&first.member_id, &p), 9, "c", "/h")
         .await;
     assert_eq!(resp.error_code, UNKNOWN_MEMBER_ID);
+}
+
+// ---- coordinators moving between brokers ----
+
+fn everything_elsewhere() -> super::Ownership {
+    Arc::new(|_: &str| false)
+}
+
+fn everything_here() -> super::Ownership {
+    Arc::new(|_: &str| true)
+}
+
+/// The group's state as the store holds it.
+async fn stored(meta: &Arc<dyn GroupStore>) -> Option<GroupSnapshot> {
+    meta.load_group_state(GROUP)
+        .await
+        .expect("load")
+        .map(|data| GroupSnapshot::decode(&data).expect("stored state decodes"))
+}
+
+fn list_req(states: &[&str]) -> ListGroupsRequest {
+    let mut req = ListGroupsRequest::default();
+    req.states_filter = states.iter().map(|st| s(st)).collect();
+    req
+}
+
+/// (group, protocol type, state) of every listed group.
+async fn listed(co: &GroupCoordinator) -> Vec<(String, String, String)> {
+    let resp = co.list_groups(list_req(&[]), 5).await;
+    assert_eq!(resp.error_code, NONE);
+    resp.groups
+        .iter()
+        .map(|g| {
+            (
+                g.group_id.to_string(),
+                g.protocol_type.to_string(),
+                g.group_state.to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stable_group_moves_to_another_coordinator_without_a_rebalance() {
+    let meta = store();
+    let first = GroupCoordinator::new(Arc::clone(&meta), config());
+    let (a, b) = sequential_pair(&first).await;
+    assert_eq!(a.generation, 2);
+    // Stored when the leader's SyncGroup made generation 2 Stable.
+    let s2 = stored(&meta).await.expect("stored");
+    assert_eq!((s2.state, s2.generation), (StoredState::Stable, 2));
+    assert_eq!(s2.leader.as_deref(), Some(a.member_id.as_str()));
+    assert_eq!(s2.members.len(), 2);
+
+    // The group moves: the first coordinator gives it up.
+    first.set_ownership(everything_elsewhere());
+    assert_eq!(heartbeat(&first, &a.member_id, 2).await, NOT_COORDINATOR);
+
+    // Nine seconds later (sessions are 10 s) the members find the new coordinator, which loads
+    // the group: Stable, listed as such before any member calls in.
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    let second = GroupCoordinator::new(Arc::clone(&meta), config());
+    assert_eq!(
+        listed(&second).await,
+        vec![(
+            GROUP.to_string(),
+            "consumer".to_string(),
+            "Stable".to_string()
+        )]
+    );
+    assert_eq!(heartbeat(&second, &a.member_id, 2).await, NONE);
+    // Six more seconds: b was last heard 15 s ago by the first coordinator, but its session
+    // restarted when the group was loaded.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(heartbeat(&second, &b.member_id, 2).await, NONE);
+    assert_eq!(heartbeat(&second, &a.member_id, 2).await, NONE);
+    // SyncGroup of generation 2 answers each member its assignment.
+    for m in [&a, &b] {
+        let resp = second.sync_group(sync_req(&m.member_id, 2, &[]), 5).await;
+        assert_eq!(resp.error_code, NONE);
+        assert_eq!(resp.assignment, assigned(m));
+        assert_eq!(resp.protocol_name.as_deref(), Some("range"));
+        assert_eq!(resp.protocol_type.as_deref(), Some("consumer"));
+    }
+    let d = describe(&second, GROUP, 5).await;
+    assert_eq!(d.group_state.as_str(), "Stable");
+    assert_eq!(d.protocol_data.as_str(), "range");
+    let mut members: Vec<(String, Bytes)> = d
+        .members
+        .iter()
+        .map(|m| (m.member_id.to_string(), m.member_assignment.clone()))
+        .collect();
+    members.sort();
+    let mut expected = vec![
+        (a.member_id.clone(), assigned(&a)),
+        (b.member_id.clone(), assigned(&b)),
+    ];
+    expected.sort();
+    assert_eq!(members, expected);
+    // Commits of generation 2 are taken.
+    let all = |_: &str, _: i32| true;
+    let resp = second
+        .offset_commit(commit_req(GROUP, &b.member_id, 2, &[("t1", 0, 7)]), 8, &all)
+        .await;
+    assert_eq!(resp.topics[0].partitions[0].error_code, NONE);
+    // A follower rejoining with the same protocols gets generation 2 back: no rebalance.
+    let p = protocols(&["range"], &["t1"]);
+    let again = rejoin(&second, &b.member_id, &p).await;
+    assert_eq!(again.generation, 2);
+    assert_eq!(heartbeat(&second, &a.member_id, 2).await, NONE);
+
+    // b never calls again: its session runs out and the group rebalances without it.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(heartbeat(&second, &a.member_id, 2).await, NONE);
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        heartbeat(&second, &a.member_id, 2).await,
+        REBALANCE_IN_PROGRESS
+    );
+    let a3 = rejoin(&second, &a.member_id, &p).await;
+    assert_eq!(a3.generation, 3);
+    assert_eq!(a3.members, vec![a.member_id.clone()]);
+    assert_eq!(sync(&second, &a3).await.error_code, NONE);
+    let s3 = stored(&meta).await.expect("stored");
+    assert_eq!((s3.state, s3.generation), (StoredState::Stable, 3));
+    assert_eq!(s3.members.len(), 1);
+}
+
+#[tokio::test]
+async fn requests_for_a_group_coordinated_elsewhere_get_not_coordinator() {
+    let meta = store();
+    let co = GroupCoordinator::new(Arc::clone(&meta), config());
+    let all = |_: &str, _: i32| true;
+    // Offsets of an owned group and of GROUP, committed while this broker still had both.
+    for group in [GROUP, "mine"] {
+        let resp = co
+            .offset_commit(commit_req(group, "", -1, &[("t1", 0, 1)]), 8, &all)
+            .await;
+        assert_eq!(resp.topics[0].partitions[0].error_code, NONE);
+    }
+    co.set_ownership(Arc::new(|g: &str| g != GROUP));
+    let p = protocols(&["range"], &["t1"]);
+
+    let resp = co.join_group(join_req("", &p), 9, "c", "/h").await;
+    assert_eq!(resp.error_code, NOT_COORDINATOR);
+    let resp = co.join_group(join_req("m-1", &p), 5, "c", "/h").await;
+    assert_eq!(resp.error_code, NOT_COORDINATOR);
+    let resp = co.sync_group(sync_req("m-1", 1, &[]), 5).await;
+    assert_eq!(resp.error_code, NOT_COORDINATOR);
+    assert_eq!(heartbeat(&co, "m-1", 1).await, NOT_COORDINATOR);
+    // LeaveGroup: at the top, whatever the version.
+    for version in [1i16, 3, 5] {
+        let mut req = LeaveGroupRequest::default();
+        req.group_id = GroupId(s(GROUP));
+        req.member_id = s("m-1");
+        let mut id = MemberIdentity::default();
+        id.member_id = s("m-1");
+        req.members = vec![id];
+        let resp = co.leave_group(req, version).await;
+        assert_eq!(resp.error_code, NOT_COORDINATOR, "v{version}");
+        assert!(resp.members.is_empty());
+    }
+    // OffsetCommit: every partition, even one of an unknown topic; nothing is committed.
+    let exists = |topic: &str, _: i32| topic == "t1";
+    let resp = co
+        .offset_commit(
+            commit_req(GROUP, "", -1, &[("t1", 0, 5), ("nope", 0, 5)]),
+            8,
+            &exists,
+        )
+        .await;
+    let codes: Vec<i16> = resp
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
+        .collect();
+    assert_eq!(codes, vec![NOT_COORDINATOR, NOT_COORDINATOR]);
+    assert_eq!(meta.fetch_offsets(GROUP).await.expect("fetch")[0].offset, 1);
+    // OffsetFetch: per partition in v1, for the group from v2.
+    let resp = co
+        .offset_fetch(fetch_req(GROUP, Some(&[("t1", &[0])]), 1), 1)
+        .await;
+    assert_eq!(fetched(&resp, 1)[0].5, NOT_COORDINATOR);
+    assert_eq!(fetched(&resp, 1)[0].2, -1);
+    for version in [2i16, 7] {
+        let resp = co
+            .offset_fetch(fetch_req(GROUP, None, version), version)
+            .await;
+        assert_eq!(resp.error_code, NOT_COORDINATOR, "v{version}");
+        assert!(fetched(&resp, version).is_empty());
+    }
+    let resp = co.offset_fetch(fetch_req(GROUP, None, 8), 8).await;
+    assert_eq!(resp.groups[0].error_code, NOT_COORDINATOR);
+    let resp = co.offset_fetch(fetch_req("mine", None, 8), 8).await;
+    assert_eq!(resp.groups[0].error_code, NONE);
+    assert_eq!(fetched(&resp, 8)[0].2, 1);
+    // DescribeGroups and DeleteGroups: per group.
+    let mut req = DescribeGroupsRequest::default();
+    req.groups = vec![GroupId(s(GROUP)), GroupId(s("mine"))];
+    let resp = co.describe_groups(req, 5).await;
+    let codes: Vec<(String, i16)> = resp
+        .groups
+        .iter()
+        .map(|g| (g.group_id.to_string(), g.error_code))
+        .collect();
+    assert_eq!(
+        codes,
+        vec![(GROUP.into(), NOT_COORDINATOR), ("mine".into(), NONE)]
+    );
+    assert_eq!(resp.groups[1].group_state.as_str(), "Empty");
+    let mut req = DeleteGroupsRequest::default();
+    req.groups_names = vec![GroupId(s(GROUP))];
+    let resp = co.delete_groups(req, 2).await;
+    assert_eq!(resp.results[0].error_code, NOT_COORDINATOR);
+    assert!(!meta.fetch_offsets(GROUP).await.expect("fetch").is_empty());
+    // OffsetDelete: at the top.
+    let mut req = OffsetDeleteRequest::default();
+    req.group_id = GroupId(s(GROUP));
+    let mut t = OffsetDeleteRequestTopic::default();
+    t.name = TopicName(s("t1"));
+    let mut part = OffsetDeleteRequestPartition::default();
+    part.partition_index = 0;
+    t.partitions.push(part);
+    req.topics.push(t);
+    let resp = co.offset_delete(req, 0).await;
+    assert_eq!(resp.error_code, NOT_COORDINATOR);
+    assert!(resp.topics.is_empty());
+    assert!(!meta.fetch_offsets(GROUP).await.expect("fetch").is_empty());
+    // ListGroups: only the groups coordinated here.
+    assert_eq!(
+        listed(&co).await,
+        vec![("mine".to_string(), String::new(), "Empty".to_string())]
+    );
+
+    // Given back, the group is served again.
+    co.set_ownership(everything_here());
+    let j = join_new(&co, "c", &p).await;
+    assert_eq!(j.generation, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn giving_a_group_up_answers_its_parked_requests_not_coordinator_and_writes_nothing() {
+    let meta = store();
+    let co = GroupCoordinator::new(
+        Arc::clone(&meta),
+        GroupConfig {
+            initial_rebalance_delay: Duration::from_millis(500),
+            ..config()
+        },
+    );
+    let p = protocols(&["range"], &["t1"]);
+
+    // A JoinGroup parked in the initial delay of a new group.
+    let first = co.join_group(join_req("", &p), 9, "a", "/h").await;
+    assert_eq!(first.error_code, MEMBER_ID_REQUIRED);
+    let parked = {
+        let co = Arc::clone(&co);
+        let req = join_req(&first.member_id, &p);
+        tokio::spawn(async move { co.join_group(req, 9, "a", "/h").await })
+    };
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(!parked.is_finished());
+    co.set_ownership(everything_elsewhere());
+    let resp = parked.await.expect("join");
+    assert_eq!(resp.error_code, NOT_COORDINATOR);
+    assert_eq!(stored(&meta).await, None);
+
+    // A follower's SyncGroup parked until the leader's; meanwhile generation 1 is stored.
+    co.set_ownership(everything_here());
+    let (a, b) = two_stable_members(&co).await;
+    assert_eq!(stored(&meta).await.map(|s| s.generation), Some(1));
+    let (leader, follower) = if a.is_leader() { (a, b) } else { (b, a) };
+    let c = {
+        let co = Arc::clone(&co);
+        let p = p.clone();
+        tokio::spawn(async move {
+            let first = co.join_group(join_req("", &p), 9, "c", "/h").await;
+            co.join_group(join_req(&first.member_id, &p), 9, "c", "/h")
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let leader = rejoin(&co, &leader.member_id, &p);
+    let follower_join = rejoin(&co, &follower.member_id, &p);
+    let (leader, follower) = tokio::join!(leader, follower_join);
+    assert_eq!(leader.generation, 2);
+    let parked_sync = {
+        let co = Arc::clone(&co);
+        let follower = follower.clone();
+        tokio::spawn(async move { sync(&co, &follower).await })
+    };
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(!parked_sync.is_finished());
+    co.set_ownership(everything_elsewhere());
+    assert_eq!(parked_sync.await.expect("sync").error_code, NOT_COORDINATOR);
+    assert_eq!(c.await.expect("c joins").error_code, NONE);
+    // Generation 2 never became Stable here, and giving the group up wrote nothing.
+    let s1 = stored(&meta).await.expect("stored");
+    assert_eq!((s1.state, s1.generation), (StoredState::Stable, 1));
+    assert_eq!(s1.members.len(), 2);
+    assert_eq!(
+        meta.group_state_ids().await.expect("ids"),
+        vec![GROUP.to_string()]
+    );
+}
+
+#[tokio::test]
+async fn an_empty_group_keeps_its_generation_and_delete_groups_deletes_its_state() {
+    let meta = store();
+    let first = GroupCoordinator::new(Arc::clone(&meta), config());
+    let (a, b) = sequential_pair(&first).await;
+    let mut req = LeaveGroupRequest::default();
+    req.group_id = GroupId(s(GROUP));
+    req.members = [&a.member_id, &b.member_id]
+        .iter()
+        .map(|m| {
+            let mut id = MemberIdentity::default();
+            id.member_id = s(m);
+            id
+        })
+        .collect();
+    assert_eq!(first.leave_group(req, 5).await.error_code, NONE);
+    let s3 = stored(&meta).await.expect("stored");
+    assert_eq!((s3.state, s3.generation), (StoredState::Empty, 3));
+    assert_eq!(s3.protocol_type.as_deref(), Some("consumer"));
+    first.set_ownership(everything_elsewhere());
+
+    // Another coordinator knows the group as Empty, of the consumer protocol.
+    let second = GroupCoordinator::new(Arc::clone(&meta), config());
+    let d = describe(&second, GROUP, 5).await;
+    assert_eq!(d.group_state.as_str(), "Empty");
+    assert_eq!(d.protocol_type.as_str(), "consumer");
+    // Its next generation follows the stored one.
+    let p = protocols(&["range"], &["t1"]);
+    let c = join_new(&second, "c", &p).await;
+    assert_eq!(c.generation, 4);
+    assert_eq!(sync(&second, &c).await.error_code, NONE);
+    let mut req = LeaveGroupRequest::default();
+    req.group_id = GroupId(s(GROUP));
+    req.member_id = s(&c.member_id);
+    assert_eq!(second.leave_group(req, 1).await.error_code, NONE);
+    assert_eq!(stored(&meta).await.map(|s| s.generation), Some(5));
+
+    // DeleteGroups deletes the state with the offsets.
+    let mut req = DeleteGroupsRequest::default();
+    req.groups_names = vec![GroupId(s(GROUP))];
+    let resp = second.delete_groups(req.clone(), 2).await;
+    assert_eq!(resp.results[0].error_code, NONE);
+    assert_eq!(stored(&meta).await, None);
+    assert!(meta.group_state_ids().await.expect("ids").is_empty());
+    assert_eq!(
+        second.delete_groups(req, 2).await.results[0].error_code,
+        GROUP_ID_NOT_FOUND
+    );
+    let third = GroupCoordinator::new(Arc::clone(&meta), config());
+    assert!(listed(&third).await.is_empty());
+    let d = join_new(&third, "d", &p).await;
+    assert_eq!(d.generation, 1);
+}
+
+#[tokio::test]
+async fn a_stored_state_this_broker_cannot_read_is_ignored_and_offsets_stay() {
+    let meta = store();
+    // A state from a newer broker (unknown version), and the group's offsets.
+    meta.save_group_state(GROUP, vec![200, 1, 2, 3])
+        .await
+        .expect("save");
+    let co = GroupCoordinator::new(Arc::clone(&meta), config());
+    let all = |_: &str, _: i32| true;
+    let resp = co
+        .offset_commit(commit_req(GROUP, "", -1, &[("t1", 0, 42)]), 8, &all)
+        .await;
+    assert_eq!(resp.topics[0].partitions[0].error_code, NONE);
+    assert_eq!(describe(&co, GROUP, 5).await.group_state.as_str(), "Empty");
+    // The group starts over; its offsets are intact.
+    let p = protocols(&["range"], &["t1"]);
+    let a = join_new(&co, "a", &p).await;
+    assert_eq!(a.generation, 1);
+    assert_eq!(sync(&co, &a).await.error_code, NONE);
+    let resp = co.offset_fetch(fetch_req(GROUP, None, 8), 8).await;
+    assert_eq!(fetched(&resp, 8)[0].2, 42);
+    // Its first Stable generation replaces the unreadable state.
+    let s1 = stored(&meta).await.expect("stored");
+    assert_eq!((s1.state, s1.generation), (StoredState::Stable, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_group_emptied_by_the_timer_is_stored_empty() {
+    let meta = store();
+    let co = GroupCoordinator::new(Arc::clone(&meta), config());
+    let (a, _) = sequential_pair(&co).await;
+    // Nobody calls in: both sessions (10 s) run out, then the join phase (5 s) ends empty; only
+    // the timer task sees it, and stores the state in the background.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert!(co.store_states().await);
+    let s = stored(&meta).await.expect("stored");
+    assert_eq!((s.state, s.generation), (StoredState::Empty, 3));
+    assert!(s.members.is_empty());
+    assert_eq!(heartbeat(&co, &a.member_id, 2).await, UNKNOWN_MEMBER_ID);
+}
+
+/// Two brokers, each with its own connections to one PostgreSQL database: the group moves from
+/// one to the other and its members carry on at their generation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stable_group_moves_between_brokers_on_postgresql() {
+    let server = weir_meta::testing::PgServer::shared().expect("start PostgreSQL");
+    let url = server.create_database().await.expect("create database");
+    let connect = || async {
+        let m: Arc<dyn GroupStore> = Arc::new(
+            weir_meta::PostgresMetaStore::connect(&url)
+                .await
+                .expect("connect"),
+        );
+        m
+    };
+    let (meta_a, meta_b) = (connect().await, connect().await);
+    let first = GroupCoordinator::new(meta_a, config());
+    // a alone at generation 1, then b joins and a rejoins: generation 2 (in real time, so b's
+    // join is waited for rather than slept for).
+    let p = protocols(&["range"], &["t1"]);
+    let a = join_new(&first, "a", &p).await;
+    assert_eq!(sync(&first, &a).await.error_code, NONE);
+    let b = {
+        let co = Arc::clone(&first);
+        let p = p.clone();
+        tokio::spawn(async move { join_new(&co, "b", &p).await })
+    };
+    while describe(&first, GROUP, 5).await.group_state.as_str() != "PreparingRebalance" {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let a = rejoin(&first, &a.member_id, &p).await;
+    let b = b.await.expect("b joins");
+    assert_eq!((a.generation, b.generation), (2, 2));
+    let follower = {
+        let co = Arc::clone(&first);
+        let b = b.clone();
+        tokio::spawn(async move { sync(&co, &b).await })
+    };
+    assert_eq!(sync(&first, &a).await.error_code, NONE);
+    assert_eq!(follower.await.expect("b syncs").error_code, NONE);
+    let all = |_: &str, _: i32| true;
+    let resp = first
+        .offset_commit(commit_req(GROUP, &a.member_id, 2, &[("t1", 0, 9)]), 8, &all)
+        .await;
+    assert_eq!(resp.topics[0].partitions[0].error_code, NONE);
+    first.set_ownership(everything_elsewhere());
+
+    let second = GroupCoordinator::new(Arc::clone(&meta_b), config());
+    for m in [&a, &b] {
+        assert_eq!(heartbeat(&second, &m.member_id, 2).await, NONE);
+        let resp = second.sync_group(sync_req(&m.member_id, 2, &[]), 5).await;
+        assert_eq!(resp.error_code, NONE);
+        assert_eq!(resp.assignment, assigned(m));
+    }
+    let resp = second.offset_fetch(fetch_req(GROUP, None, 8), 8).await;
+    assert_eq!(fetched(&resp, 8)[0].2, 9);
+    assert_eq!(heartbeat(&first, &a.member_id, 2).await, NOT_COORDINATOR);
 }

@@ -4,7 +4,7 @@
 //! engine calls it when it opens a stream, commits uploaded objects, moves a start offset and
 //! deletes objects; the Kafka layer when topics, group offsets or producer ids change.
 //!
-//! It has four parts, one trait each, so that a backend can be built and tested part by part,
+//! It has five parts, one trait each, so that a backend can be built and tested part by part,
 //! and a caller that needs one part takes only that trait:
 //!
 //! - [`ObjectIndex`]: streams (leader epoch, start offset, committed end offset), the objects in
@@ -14,14 +14,18 @@
 //! - [`Catalog`]: topics, their partitions (a stream each) and configs, id counters and
 //!   write-once keys (the cluster id).
 //! - [`GroupOffsets`]: consumer groups' committed offsets.
+//! - [`GroupStates`]: consumer groups' membership (generation, members, assignments), as opaque
+//!   bytes the group coordinator encodes, so that another broker can take a group over.
 //! - [`ProducerSnapshots`]: each stream's idempotent-producer state, valid up to an offset.
 //! - [`Coordination`]: the cluster: brokers and their sessions, the controller lease, which
 //!   broker leads each partition, and change notifications.
 //!
-//! [`MetaStore`] is all of them together, implemented for every type that implements them, so a
+//! [`GroupStore`] is the two group parts, what the group coordinator takes. [`MetaStore`] is all
+//! of them together, implemented for every type that implements them, so a
 //! broker holds one `Arc<dyn MetaStore>` and hands each component the part it uses. The parts
 //! share one database: deleting a topic (a [`Catalog`] call) drops its streams, frees their
-//! objects, and drops their producer snapshots and group offsets in the same transaction.
+//! objects, and drops their producer snapshots and group offsets in the same transaction (a group's
+//! state stays: it names no topic the store knows of).
 //!
 //! Every backend passes the [`conformance`] suites, one per part plus one for the effects that
 //! cross parts:
@@ -508,10 +512,34 @@ pub trait Coordination: Send + Sync + 'static {
     fn cluster_changes(&self) -> watch::Receiver<u64>;
 }
 
-/// The whole metadata store: every part, over one database.
-pub trait MetaStore:
-    ObjectIndex + Catalog + GroupOffsets + ProducerSnapshots + Coordination
-{
+/// Consumer groups' membership, so that a group survives its coordinator moving to another
+/// broker (or restarting).
+#[async_trait::async_trait]
+pub trait GroupStates: Send + Sync + 'static {
+    /// Stores a group's state, replacing the previous one. The bytes are the group coordinator's
+    /// own encoding; the store does not look into them.
+    async fn save_group_state(&self, group: &str, data: Vec<u8>) -> Result<()>;
+
+    async fn load_group_state(&self, group: &str) -> Result<Option<Vec<u8>>>;
+
+    /// Forgets a group's state; a group without one is not an error.
+    async fn delete_group_state(&self, group: &str) -> Result<()>;
+
+    /// Groups that have a stored state, in byte order of their ids.
+    async fn group_state_ids(&self) -> Result<Vec<String>>;
 }
 
-impl<T: ObjectIndex + Catalog + GroupOffsets + ProducerSnapshots + Coordination> MetaStore for T {}
+/// The parts the group coordinator uses: committed offsets and membership.
+pub trait GroupStore: GroupOffsets + GroupStates {}
+
+impl<T: GroupOffsets + GroupStates + ?Sized> GroupStore for T {}
+
+/// The whole metadata store: every part, over one database. (Its group parts are spelled as
+/// [`GroupStore`], so that an `Arc<dyn MetaStore>` upcasts to the `Arc<dyn GroupStore>` the group
+/// coordinator takes.)
+pub trait MetaStore: ObjectIndex + Catalog + GroupStore + ProducerSnapshots + Coordination {}
+
+impl<T: ObjectIndex + Catalog + GroupOffsets + GroupStates + ProducerSnapshots + Coordination>
+    MetaStore for T
+{
+}

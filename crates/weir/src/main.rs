@@ -241,6 +241,23 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             ..weir_group::GroupConfig::default()
         },
     );
+    // Each group is coordinated by one live broker (the same rendezvous hash FindCoordinator
+    // answers with); groups that move away are given up, and loaded from the store by the
+    // broker they move to.
+    {
+        let view_cluster = Arc::clone(&cluster);
+        let me = cluster.node_id();
+        groups.set_ownership(Arc::new(move |g: &str| {
+            view_cluster.view().coordinator(g).map(|b| b.node_id) == Some(me)
+        }));
+        let groups = Arc::clone(&groups);
+        let mut views = cluster.watch();
+        tokio::spawn(async move {
+            while views.changed().await.is_ok() {
+                groups.ownership_changed();
+            }
+        });
+    }
     let broker = weir_api::Broker::new(
         weir_api::BrokerIdentity {
             node_id: cluster.node_id(),
@@ -330,6 +347,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let _ = network.await;
     let _ = internal.await;
     let _ = snapshots.await;
+    if !groups.store_states().await {
+        tracing::warn!("some group states were not stored; their members will rejoin");
+    }
     groups.shutdown();
     cluster.stop().await;
     topics.close().await;

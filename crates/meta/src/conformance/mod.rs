@@ -7,6 +7,7 @@
 pub mod catalog;
 pub mod coordination;
 pub mod group_offsets;
+pub mod group_states;
 pub mod object_index;
 pub mod producer_snapshots;
 pub mod whole_store;
@@ -18,6 +19,7 @@ pub async fn run_all(open: impl Fn() -> Box<dyn MetaStore>) {
     object_index::run(|| open()).await;
     catalog::run(|| open()).await;
     group_offsets::run(|| open()).await;
+    group_states::run(|| open()).await;
     producer_snapshots::run(|| open()).await;
     coordination::run(|| open()).await;
     whole_store::run(open).await;

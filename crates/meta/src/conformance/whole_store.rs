@@ -11,6 +11,7 @@ use crate::{GroupOffset, MetaError, MetaStore};
 pub async fn run(open: impl Fn() -> Box<dyn MetaStore>) {
     topic_streams_are_streams(&*open()).await;
     deleting_a_topic_reaches_every_part(&*open()).await;
+    group_states_and_offsets_are_apart(&*open()).await;
 }
 
 pub async fn topic_streams_are_streams(m: &dyn MetaStore) {
@@ -67,6 +68,7 @@ pub async fn deleting_a_topic_reaches_every_part(m: &dyn MetaStore) {
     m.commit_offsets("g", vec![o("a"), o("b")])
         .await
         .expect("commit offsets");
+    m.save_group_state("g", vec![7]).await.expect("save state");
 
     m.delete_topic("a").await.expect("delete");
     assert_eq!(m.get_stream(sa).await.expect("get"), None);
@@ -90,6 +92,8 @@ pub async fn deleting_a_topic_reaches_every_part(m: &dyn MetaStore) {
         Some((10, vec![2]))
     );
     assert_eq!(m.fetch_offsets("g").await.expect("fetch"), vec![o("b")]);
+    // A group's membership names no topic the store knows of: it stays.
+    assert_eq!(m.load_group_state("g").await.expect("load"), Some(vec![7]));
     // The deleted stream cannot come back, at its old epoch or a lower one, nor take commits.
     for epoch in [1, 5, 6] {
         assert!(matches!(
@@ -113,4 +117,33 @@ pub async fn deleting_a_topic_reaches_every_part(m: &dyn MetaStore) {
         .collect();
     gone.sort();
     assert_eq!(gone, vec![own, shared]);
+}
+
+/// A group's committed offsets and its membership are deleted each on their own (DeleteGroups
+/// deletes both, OffsetDelete only offsets).
+pub async fn group_states_and_offsets_are_apart(m: &dyn MetaStore) {
+    let o = GroupOffset {
+        topic: "t".to_string(),
+        partition: 0,
+        offset: 1,
+        leader_epoch: -1,
+        metadata: None,
+        commit_ms: 1,
+    };
+    m.commit_offsets("g", vec![o.clone()])
+        .await
+        .expect("commit");
+    m.save_group_state("g", vec![1]).await.expect("save");
+    m.delete_offsets("g", None).await.expect("delete offsets");
+    assert_eq!(m.load_group_state("g").await.expect("load"), Some(vec![1]));
+    m.commit_offsets("g", vec![o.clone()])
+        .await
+        .expect("commit");
+    m.delete_group_state("g").await.expect("delete state");
+    assert_eq!(m.fetch_offsets("g").await.expect("fetch"), vec![o]);
+    assert!(m.group_state_ids().await.expect("ids").is_empty());
+    assert_eq!(
+        m.offset_groups().await.expect("groups"),
+        vec!["g".to_string()]
+    );
 }

@@ -22,6 +22,7 @@
 mod catalog;
 mod coordination;
 mod group_offsets;
+mod group_states;
 mod object_index;
 mod producer_snapshots;
 
@@ -127,6 +128,14 @@ CREATE TABLE assignments (
     stream_id BIGINT PRIMARY KEY,
     leader    INTEGER,
     target    INTEGER
+);
+",
+    "
+-- A consumer group's membership, encoded by the group coordinator, so that another broker can
+-- take the group over.
+CREATE TABLE group_states (
+    group_id TEXT PRIMARY KEY,
+    data     BYTEA NOT NULL
 );
 ",
 ];
@@ -506,6 +515,12 @@ mod tests {
     async fn conformance_group_offsets() {
         let s = server();
         conformance::group_offsets::run(|| Box::new(store(&s))).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn conformance_group_states() {
+        let s = server();
+        conformance::group_states::run(|| Box::new(store(&s))).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,6 +10,7 @@
 pub(crate) mod catalog;
 mod coordination;
 mod group_offsets;
+mod group_states;
 mod object_index;
 mod producer_snapshots;
 
@@ -70,6 +71,11 @@ CREATE TABLE IF NOT EXISTS group_offsets (
     metadata     TEXT,
     commit_ms    INTEGER NOT NULL,
     PRIMARY KEY (group_id, topic, partition)
+);
+-- A group's membership, encoded by the group coordinator.
+CREATE TABLE IF NOT EXISTS group_states (
+    group_id TEXT PRIMARY KEY,
+    data     BLOB NOT NULL
 );
 CREATE TABLE IF NOT EXISTS producer_snapshots (
     stream_id INTEGER PRIMARY KEY,
@@ -267,6 +273,11 @@ mod tests {
     #[tokio::test]
     async fn conformance_group_offsets() {
         conformance::group_offsets::run(|| Box::new(store())).await;
+    }
+
+    #[tokio::test]
+    async fn conformance_group_states() {
+        conformance::group_states::run(|| Box::new(store())).await;
     }
 
     #[tokio::test]
