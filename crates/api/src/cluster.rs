@@ -56,8 +56,15 @@ impl Broker {
             .collect()
     }
 
-    fn controller_id(view: &ClusterView) -> BrokerId {
-        BrokerId(view.controller.map_or(-1, |c| c.node_id))
+    /// The controller, or this broker while there is none: clients send admin requests to the
+    /// id named here, and every Weir broker serves them (as KRaft brokers forward them), so the
+    /// answer must always be a broker that is up.
+    fn controller_id(&self, view: &ClusterView) -> BrokerId {
+        let controller = view
+            .controller
+            .map(|c| c.node_id)
+            .filter(|&id| view.reachable_brokers().any(|b| b.node_id == id));
+        BrokerId(controller.unwrap_or(self.cluster.node_id()))
     }
 
     pub(crate) async fn metadata(&self, r: MetadataRequest, version: i16) -> MetadataResponse {
@@ -129,7 +136,7 @@ impl Broker {
         MetadataResponse::default()
             .with_brokers(self.metadata_brokers(&view))
             .with_cluster_id(Some(str(&self.identity.cluster_id)))
-            .with_controller_id(Self::controller_id(&view))
+            .with_controller_id(self.controller_id(&view))
             .with_topics(topics)
             .with_cluster_authorized_operations(if r.include_cluster_authorized_operations {
                 CLUSTER_OPERATIONS
@@ -151,8 +158,15 @@ impl Broker {
                 (0..t.partition_count() as u32)
                     .map(|i| {
                         let p = MetadataResponsePartition::default().with_partition_index(i as i32);
+                        // A partition led here reports its own epoch, which the view learns
+                        // of only after the store announces it.
+                        let local_epoch = self
+                            .topics
+                            .partition(&t.name, i as i32)
+                            .map(|p| p.leader_epoch as u64);
                         match view.leader(&t.name, i) {
                             Some((b, epoch)) => {
+                                let epoch = local_epoch.unwrap_or(epoch);
                                 let id = BrokerId(b.node_id);
                                 p.with_leader_id(id)
                                     .with_leader_epoch(epoch as i32)
@@ -180,7 +194,7 @@ impl Broker {
         DescribeClusterResponse::default()
             .with_endpoint_type(r.endpoint_type)
             .with_cluster_id(str(&self.identity.cluster_id))
-            .with_controller_id(Self::controller_id(&view))
+            .with_controller_id(self.controller_id(&view))
             .with_brokers(
                 view.reachable_brokers()
                     .map(|b| {

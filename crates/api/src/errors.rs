@@ -447,12 +447,16 @@ pub fn error_response_for(
         RequestKind::AlterPartitionReassignments(_) => ResponseKind::AlterPartitionReassignments(
             AlterPartitionReassignmentsResponse::default()
                 .with_error_code(code)
-                .with_error_message(Some(kafka_protocol::protocol::StrBytes::from_static_str("the request failed"))),
+                .with_error_message(Some(kafka_protocol::protocol::StrBytes::from_static_str(
+                    "the request failed",
+                ))),
         ),
         RequestKind::ListPartitionReassignments(_) => ResponseKind::ListPartitionReassignments(
             ListPartitionReassignmentsResponse::default()
                 .with_error_code(code)
-                .with_error_message(Some(kafka_protocol::protocol::StrBytes::from_static_str("the request failed"))),
+                .with_error_message(Some(kafka_protocol::protocol::StrBytes::from_static_str(
+                    "the request failed",
+                ))),
         ),
         RequestKind::DescribeCluster(r) => ResponseKind::DescribeCluster(
             DescribeClusterResponse::default()

@@ -30,8 +30,8 @@ impl Broker {
                 let result = self
                     .reassign_one(t.name.0.as_str(), p.partition_index, p.replicas)
                     .await;
-                let res =
-                    ReassignablePartitionResponse::default().with_partition_index(p.partition_index);
+                let res = ReassignablePartitionResponse::default()
+                    .with_partition_index(p.partition_index);
                 parts.push(match result {
                     Ok(()) => res,
                     Err((e, msg)) => res
@@ -75,15 +75,13 @@ impl Broker {
                 None
             }
             Some(r) if r.len() == 1 => Some(r[0].0),
-            Some(r) => {
-                return Err((
-                    ResponseError::InvalidReplicationFactor,
-                    format!(
-                        "Weir partitions have one replica (their leader); the reassignment names {}.",
-                        r.len()
-                    ),
-                ))
-            }
+            Some(r) => return Err((
+                ResponseError::InvalidReplicationFactor,
+                format!(
+                    "Weir partitions have one replica (their leader); the reassignment names {}.",
+                    r.len()
+                ),
+            )),
         };
         self.cluster
             .reassign(topic, partition, target)
@@ -107,9 +105,9 @@ impl Broker {
         let view = self.cluster.view();
         let wanted = |topic: &str, p: u32| match &r.topics {
             None => true,
-            Some(ts) => ts.iter().any(|t| {
-                t.name.0.as_str() == topic && t.partition_indexes.contains(&(p as i32))
-            }),
+            Some(ts) => ts
+                .iter()
+                .any(|t| t.name.0.as_str() == topic && t.partition_indexes.contains(&(p as i32))),
         };
         let mut topics: Vec<OngoingTopicReassignment> = Vec::new();
         for a in &view.assignments {

@@ -13,11 +13,6 @@ impl Cluster {
         let mut stop = self.stop.subscribe();
         let mut held: Option<ControllerLease> = None;
         loop {
-            tokio::select! {
-                _ = changes.changed() => {}
-                _ = tokio::time::sleep(self.config.controller_interval) => {}
-                _ = stop.changed() => return,
-            }
             changes.borrow_and_update();
             match self.control_once().await {
                 Ok(lease) => {
@@ -35,6 +30,11 @@ impl Cluster {
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "controller round failed"),
+            }
+            tokio::select! {
+                _ = changes.changed() => {}
+                _ = tokio::time::sleep(self.config.controller_interval) => {}
+                _ = stop.changed() => return,
             }
         }
     }

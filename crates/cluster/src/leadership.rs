@@ -153,7 +153,11 @@ impl Cluster {
                 let t = tokio::time::Instant::now();
                 match host.open(&a).await {
                     Ok(()) => {
-                        tracing::info!(topic = %a.topic, partition = a.partition, ms = t.elapsed().as_millis() as u64, "leading the partition")
+                        tracing::info!(topic = %a.topic, partition = a.partition, ms = t.elapsed().as_millis() as u64, "leading the partition");
+                        // The leader epoch moved: every broker's view (Metadata) should say so.
+                        if let Err(e) = self.meta.notify_cluster().await {
+                            tracing::debug!(error = %e, "announcing a new leader epoch failed");
+                        }
                     }
                     Err(e) => {
                         tracing::warn!(topic = %a.topic, partition = a.partition, error = %e, "opening the partition failed; retrying");

@@ -55,7 +55,12 @@ impl ClusterAdmin for Admin {
         )
     }
 
-    async fn reassign(&self, topic: &str, partition: i32, broker: i32) -> Result<(), (u16, String)> {
+    async fn reassign(
+        &self,
+        topic: &str,
+        partition: i32,
+        broker: i32,
+    ) -> Result<(), (u16, String)> {
         self.0
             .reassign(topic, partition, Some(broker))
             .await

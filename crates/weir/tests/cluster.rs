@@ -163,3 +163,408 @@ fn records_round_trip_through_postgres_and_s3s_fs() {
     assert_eq!(consume(&one, "cluster-smoke", N), want, "after a restart");
     c.assert_no_panic();
 }
+
+// ---------------------------------------------------------------------------------------------
+// The cluster at work: placement, clients through every broker, groups, joins, moves, SIGTERM.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+fn create_topic(port: u16, name: &str, partitions: i32) {
+    let ResponseKind::CreateTopics(r) = call(
+        port,
+        ApiKey::CreateTopics,
+        5,
+        RequestKind::CreateTopics(
+            CreateTopicsRequest::default()
+                .with_timeout_ms(30_000)
+                .with_topics(vec![create_topics_request::CreatableTopic::default()
+                    .with_name(TopicName(s(name)))
+                    .with_num_partitions(partitions)
+                    .with_replication_factor(-1)]),
+        ),
+    ) else {
+        panic!("not a CreateTopics response")
+    };
+    assert_eq!(r.topics[0].error_code, 0, "{:?}", r.topics[0].error_message);
+}
+
+/// (leader node id, leader epoch) of each partition of `topic`, as broker `port` sees it.
+fn leaders(port: u16, topic: &str) -> Vec<(i32, i32)> {
+    let ResponseKind::Metadata(m) = call(
+        port,
+        ApiKey::Metadata,
+        12,
+        RequestKind::Metadata(MetadataRequest::default().with_topics(Some(vec![
+            metadata_request::MetadataRequestTopic::default().with_name(Some(TopicName(s(topic)))),
+        ]))),
+    ) else {
+        panic!("not a Metadata response")
+    };
+    let mut parts: Vec<_> = m.topics[0]
+        .partitions
+        .iter()
+        .map(|p| (p.partition_index, p.leader_id.0, p.leader_epoch))
+        .collect();
+    parts.sort();
+    parts.into_iter().map(|(_, l, e)| (l, e)).collect()
+}
+
+/// Waits until `f` holds, or panics with `what` after `secs`.
+fn eventually(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < Duration::from_secs(secs), "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Acknowledged records: (partition, offset) -> value.
+#[derive(Clone, Default)]
+struct Acks(
+    Arc<Mutex<BTreeMap<(i32, i64), String>>>,
+    Arc<Mutex<Vec<String>>>,
+);
+
+impl ClientContext for Acks {}
+
+impl ProducerContext for Acks {
+    type DeliveryOpaque = ();
+    fn delivery(&self, r: &DeliveryResult<'_>, _: ()) {
+        match r {
+            Ok(m) => {
+                let v = String::from_utf8_lossy(m.payload().unwrap_or(&[])).to_string();
+                self.0
+                    .lock()
+                    .unwrap()
+                    .insert((m.partition(), m.offset()), v);
+            }
+            Err((e, _)) => self.1.lock().unwrap().push(e.to_string()),
+        }
+    }
+}
+
+fn idempotent_producer(bootstrap: &str) -> (ThreadedProducer<Acks>, Acks) {
+    let acks = Acks::default();
+    let p = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "2")
+        .set("retry.backoff.ms", "20")
+        .set("message.timeout.ms", "60000")
+        .create_with_context(acks.clone())
+        .expect("producer");
+    (p, acks)
+}
+
+fn send(p: &ThreadedProducer<Acks>, topic: &str, partition: i32, v: &str) {
+    let mut record = BaseRecord::<(), str>::to(topic)
+        .partition(partition)
+        .payload(v);
+    loop {
+        match p.send(record) {
+            Ok(()) => return,
+            Err((_, r)) => {
+                record = r;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
+}
+
+/// Reads every partition of `topic` from the start until the high watermarks; returns
+/// (partition, offset) -> value.
+fn read_all(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    expect: usize,
+) -> BTreeMap<(i32, i64), String> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "cluster-reader")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .expect("partition");
+    }
+    consumer.assign(&tpl).expect("assign");
+    let mut got = BTreeMap::new();
+    let t = Instant::now();
+    while got.len() < expect && t.elapsed() < Duration::from_secs(90) {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+            let v = String::from_utf8_lossy(m.payload().unwrap_or(&[])).to_string();
+            let prev = got.insert((m.partition(), m.offset()), v);
+            assert!(
+                prev.is_none(),
+                "offset {} of partition {} read twice",
+                m.offset(),
+                m.partition()
+            );
+        }
+    }
+    got
+}
+
+/// Partitions of a new topic are spread over the brokers (two each of six); every broker
+/// lists all three and the same leaders; an idempotent producer and a consumer that know only
+/// the bootstrap list write and read every partition through their leaders.
+#[test]
+fn partitions_spread_and_clients_use_every_broker() {
+    let c = Cluster::new(3);
+    create_topic(c.port(1), "spread", 6);
+    let seen = leaders(c.port(0), "spread");
+    let mut per_node: BTreeMap<i32, usize> = BTreeMap::new();
+    for (l, _) in &seen {
+        *per_node.entry(*l).or_default() += 1;
+    }
+    assert_eq!(
+        per_node,
+        BTreeMap::from([(1, 2), (2, 2), (3, 2)]),
+        "{seen:?}"
+    );
+    eventually(10, "every broker reports the same leaders", || {
+        (0..3).all(|i| leaders(c.port(i), "spread") == leaders(c.port(0), "spread"))
+    });
+    let ResponseKind::Metadata(m) = call(
+        c.port(2),
+        ApiKey::Metadata,
+        12,
+        RequestKind::Metadata(MetadataRequest::default().with_topics(Some(Vec::new()))),
+    ) else {
+        panic!("not a Metadata response")
+    };
+    assert_eq!(m.brokers.len(), 3, "{:?}", m.brokers);
+
+    let (p, acks) = idempotent_producer(&c.bootstrap());
+    for i in 0..600 {
+        send(&p, "spread", i % 6, &format!("v{i}"));
+    }
+    p.flush(Duration::from_secs(60)).expect("flush");
+    assert!(
+        acks.1.lock().unwrap().is_empty(),
+        "{:?}",
+        acks.1.lock().unwrap()
+    );
+    let acked = acks.0.lock().unwrap().clone();
+    assert_eq!(acked.len(), 600);
+    assert_eq!(read_all(&c.bootstrap(), "spread", 6, 600), acked);
+    c.assert_no_panic();
+}
+
+/// A broker that joins takes partitions of the topics created after it.
+#[test]
+fn a_joining_broker_takes_new_partitions() {
+    let mut c = Cluster::new(2);
+    create_topic(c.port(0), "before", 4);
+    assert!(leaders(c.port(0), "before")
+        .iter()
+        .all(|(l, _)| *l == 1 || *l == 2));
+    let i = c.add_broker();
+    let new = c.node_id(i);
+    create_topic(c.port(0), "after", 3);
+    let after = leaders(c.port(i), "after");
+    assert!(
+        after.iter().any(|(l, _)| *l == new),
+        "the new broker {new} leads none of {after:?}"
+    );
+    produce(&c.broker(i).bootstrap(), "after", 50);
+    assert_eq!(consume(&c.bootstrap(), "after", 50).len(), 50);
+    c.assert_no_panic();
+}
+
+/// AlterPartitionReassignments moves a partition with data to another broker: the new leader
+/// serves it at a higher leader epoch, with every record, and takes new ones; nothing was
+/// copied between brokers (the data stays where it was, in s3s-fs).
+#[test]
+fn a_reassignment_moves_a_partition_and_keeps_its_records() {
+    let c = Cluster::new(3);
+    create_topic(c.port(0), "moving", 1);
+    produce(&c.bootstrap(), "moving", 300);
+    let (from, epoch) = leaders(c.port(0), "moving")[0];
+    let to = if from == 3 { 1 } else { from + 1 };
+    let ResponseKind::AlterPartitionReassignments(r) = call(
+        c.port(2),
+        ApiKey::AlterPartitionReassignments,
+        0,
+        RequestKind::AlterPartitionReassignments(
+            AlterPartitionReassignmentsRequest::default().with_topics(vec![
+                alter_partition_reassignments_request::ReassignableTopic::default()
+                    .with_name(TopicName(s("moving")))
+                    .with_partitions(vec![
+                        alter_partition_reassignments_request::ReassignablePartition::default()
+                            .with_partition_index(0)
+                            .with_replicas(Some(vec![BrokerId(to)])),
+                    ]),
+            ]),
+        ),
+    ) else {
+        panic!("not an AlterPartitionReassignments response")
+    };
+    assert_eq!(r.error_code, 0);
+    assert_eq!(
+        r.responses[0].partitions[0].error_code, 0,
+        "{:?}",
+        r.responses[0].partitions[0].error_message
+    );
+    eventually(15, "the partition moves", || {
+        let (l, e) = leaders(c.port(0), "moving")[0];
+        l == to && e > epoch
+    });
+    let ResponseKind::ListPartitionReassignments(l) = call(
+        c.port(0),
+        ApiKey::ListPartitionReassignments,
+        0,
+        RequestKind::ListPartitionReassignments(ListPartitionReassignmentsRequest::default()),
+    ) else {
+        panic!("not a ListPartitionReassignments response")
+    };
+    assert!(l.topics.is_empty(), "the move is over: {:?}", l.topics);
+    let want: Vec<String> = (0..300).map(value).collect();
+    assert_eq!(consume(&c.bootstrap(), "moving", 300), want);
+    // A reassignment naming two replicas is refused: a partition has one, its leader.
+    let ResponseKind::AlterPartitionReassignments(r) = call(
+        c.port(0),
+        ApiKey::AlterPartitionReassignments,
+        0,
+        RequestKind::AlterPartitionReassignments(
+            AlterPartitionReassignmentsRequest::default().with_topics(vec![
+                alter_partition_reassignments_request::ReassignableTopic::default()
+                    .with_name(TopicName(s("moving")))
+                    .with_partitions(vec![
+                        alter_partition_reassignments_request::ReassignablePartition::default()
+                            .with_partition_index(0)
+                            .with_replicas(Some(vec![BrokerId(1), BrokerId(2)])),
+                    ]),
+            ]),
+        ),
+    ) else {
+        panic!("not an AlterPartitionReassignments response")
+    };
+    assert_eq!(
+        r.responses[0].partitions[0].error_code,
+        kafka_protocol::ResponseError::InvalidReplicationFactor.code()
+    );
+    c.assert_no_panic();
+}
+
+/// Two members of one group, each bootstrapped from a different broker, share the partitions
+/// through the one coordinator FindCoordinator names, and together read every record.
+#[test]
+fn a_group_whose_members_connect_to_different_brokers() {
+    let c = Cluster::new(3);
+    create_topic(c.port(0), "grouped", 4);
+    let member = |i: usize| -> BaseConsumer {
+        let m: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", c.broker(i).bootstrap())
+            .set("group.id", "spread-group")
+            .set("auto.offset.reset", "earliest")
+            .set("session.timeout.ms", "10000")
+            .create()
+            .expect("consumer");
+        m.subscribe(&["grouped"]).expect("subscribe");
+        m
+    };
+    let (a, b) = (member(0), member(2));
+    eventually(60, "both members get partitions", || {
+        let _ = a.poll(Duration::from_millis(50));
+        let _ = b.poll(Duration::from_millis(50));
+        let n = |m: &BaseConsumer| m.assignment().map_or(0, |t| t.count());
+        n(&a) > 0 && n(&b) > 0 && n(&a) + n(&b) == 4
+    });
+    let (p, acks) = idempotent_producer(&c.bootstrap());
+    for i in 0..400 {
+        send(&p, "grouped", i % 4, &format!("g{i}"));
+    }
+    p.flush(Duration::from_secs(60)).expect("flush");
+    let acked: std::collections::BTreeSet<String> =
+        acks.0.lock().unwrap().values().cloned().collect();
+    assert_eq!(acked.len(), 400);
+    let mut got = std::collections::BTreeSet::new();
+    let (mut from_a, mut from_b) = (0, 0);
+    let t = Instant::now();
+    while got.len() < 400 && t.elapsed() < Duration::from_secs(60) {
+        for (m, n) in [(&a, &mut from_a), (&b, &mut from_b)] {
+            if let Some(Ok(r)) = m.poll(Duration::from_millis(20)) {
+                got.insert(String::from_utf8_lossy(r.payload().unwrap_or(&[])).to_string());
+                *n += 1;
+            }
+        }
+    }
+    assert_eq!(got, acked);
+    assert!(from_a > 0 && from_b > 0, "a read {from_a}, b read {from_b}");
+    c.assert_no_panic();
+}
+
+/// SIGTERM to a broker under idempotent produce load: its partitions move to the others
+/// before it exits, producers see only retriable errors, and every acknowledged record is read
+/// back once, in order, per partition.
+#[test]
+fn sigterm_hands_partitions_over_and_loses_nothing() {
+    let mut c = Cluster::new(3);
+    create_topic(c.port(0), "handover", 6);
+    let before = leaders(c.port(1), "handover");
+    assert!(before.iter().any(|(l, _)| *l == 1), "{before:?}");
+    let (p, acks) = idempotent_producer(&c.bootstrap());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                send(&p, "handover", (i % 6) as i32, &format!("h{i:08}"));
+                i += 1;
+                if i % 50 == 0 {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+            p.flush(Duration::from_secs(60)).expect("flush");
+            i
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    c.stop(0);
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let sent = writer.join().expect("writer");
+    let failures = acks.1.lock().unwrap().clone();
+    assert!(failures.is_empty(), "deliveries failed: {failures:?}");
+    let acked = acks.0.lock().unwrap().clone();
+    assert_eq!(acked.len() as u64, sent, "every record acknowledged");
+    let after = leaders(c.port(1), "handover");
+    assert!(
+        after.iter().all(|(l, _)| *l != 1),
+        "broker 1 still leads: {after:?}"
+    );
+    let got = read_all(&c.broker(1).bootstrap(), "handover", 6, acked.len());
+    assert_eq!(got.len(), acked.len(), "records read back");
+    assert_eq!(got, acked, "every acknowledged record, at its offset, once");
+    // Per partition the values come in the order they were sent.
+    for part in 0..6 {
+        let vals: Vec<&String> = got
+            .iter()
+            .filter(|((p, _), _)| *p == part)
+            .map(|(_, v)| v)
+            .collect();
+        assert!(
+            vals.windows(2).all(|w| w[0] < w[1]),
+            "partition {part} out of order"
+        );
+    }
+    c.assert_no_panic();
+}
