@@ -67,6 +67,9 @@ pub struct StorageMeters {
     /// `StorageConfig::index_cache_bytes`).
     pub object_index_cache_bytes: std::sync::atomic::AtomicU64,
     pub uploads: Counter,
+    /// Latency of the metadata-store transaction that commits an upload's objects: the one
+    /// place the write path touches the metadata store.
+    pub commit_latency: Histogram,
     pub objects_uploaded: Counter,
     pub upload_bytes: Counter,
     pub upload_errors: Counter,

@@ -179,7 +179,9 @@ impl EngineInner {
         let commits = futures::future::try_join_all(puts).await?;
         let bytes: u64 = commits.iter().map(|c| c.size).sum();
         let count = commits.len() as u64;
+        let committing = std::time::Instant::now();
         self.meta.commit_objects(commits).await?;
+        self.meters.commit_latency.record(committing.elapsed());
         self.meters.uploads.inc();
         self.meters.objects_uploaded.add(count);
         self.meters.upload_bytes.add(bytes);

@@ -501,6 +501,12 @@ fn render(state: &State) -> String {
         "",
         &s.uploads,
     );
+    histogram(
+        &mut o,
+        "metadata_commit",
+        "Latency of committing an upload's objects to the metadata store (one transaction).",
+        &s.commit_latency,
+    );
     counter(
         &mut o,
         "objects_uploaded",
