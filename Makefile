@@ -2,10 +2,14 @@
 CARGO ?= cargo
 WEIR_DEBUG_BIN := $(abspath $(or $(CARGO_TARGET_DIR),target)/debug/weir)
 
-.PHONY: run test test-rust test-compat build lint bench-storage fmt
+.PHONY: run cluster test test-rust test-compat build lint bench-storage fmt
 
 run:
 	$(CARGO) run --release -p weir -- serve
+
+# Three brokers on one PostgreSQL and one s3s-fs, on this machine; prints the bootstrap servers.
+cluster: build
+	scripts/cluster.sh
 
 build:
 	$(CARGO) build --release -p weir
