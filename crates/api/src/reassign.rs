@@ -75,13 +75,15 @@ impl Broker {
                 None
             }
             Some(r) if r.len() == 1 => Some(r[0].0),
-            Some(r) => return Err((
-                ResponseError::InvalidReplicationFactor,
-                format!(
+            Some(r) => {
+                return Err((
+                    ResponseError::InvalidReplicationFactor,
+                    format!(
                     "Weir partitions have one replica (their leader); the reassignment names {}.",
                     r.len()
                 ),
-            )),
+                ))
+            }
         };
         self.cluster
             .reassign(topic, partition, target)

@@ -525,11 +525,13 @@ fn sigterm_hands_partitions_over_and_loses_nothing() {
     let writer = {
         let stop = Arc::clone(&stop);
         std::thread::spawn(move || {
-            let mut i = 0u64;
+            let (mut i, mut burst) = (0u64, 0);
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                 send(&p, "handover", (i % 6) as i32, &format!("h{i:08}"));
                 i += 1;
-                if i % 50 == 0 {
+                burst += 1;
+                if burst == 50 {
+                    burst = 0;
                     std::thread::sleep(Duration::from_millis(5));
                 }
             }
