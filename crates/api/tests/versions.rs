@@ -673,6 +673,56 @@ async fn requests(e: &Env, key: ApiKey, v: i16) -> Vec<(&'static str, RequestKin
             };
             vec![("cluster", R::DescribeCluster(r))]
         }
+        ApiKey::AlterPartitionReassignments => {
+            let part = |replicas: Option<Vec<BrokerId>>| {
+                alter_partition_reassignments_request::ReassignablePartition::default()
+                    .with_partition_index(0)
+                    .with_replicas(replicas)
+            };
+            let topics = |name: &str, replicas| {
+                vec![
+                    alter_partition_reassignments_request::ReassignableTopic::default()
+                        .with_name(topic(name))
+                        .with_partitions(vec![part(replicas)]),
+                ]
+            };
+            vec![
+                (
+                    "to its own broker",
+                    R::AlterPartitionReassignments(
+                        AlterPartitionReassignmentsRequest::default()
+                            .with_topics(topics(TOPIC, Some(vec![BrokerId(1)]))),
+                    ),
+                ),
+                (
+                    "missing topic and a cancel with nothing to cancel",
+                    R::AlterPartitionReassignments(
+                        AlterPartitionReassignmentsRequest::default().with_topics(
+                            topics(MISSING, Some(vec![BrokerId(1)]))
+                                .into_iter()
+                                .chain(topics(TOPIC, None))
+                                .collect(),
+                        ),
+                    ),
+                ),
+            ]
+        }
+        ApiKey::ListPartitionReassignments => vec![
+            (
+                "all",
+                R::ListPartitionReassignments(ListPartitionReassignmentsRequest::default()),
+            ),
+            (
+                "one topic",
+                R::ListPartitionReassignments(
+                    ListPartitionReassignmentsRequest::default().with_topics(Some(vec![
+                        list_partition_reassignments_request::ListPartitionReassignmentsTopics::default()
+                            .with_name(topic(TOPIC))
+                            .with_partition_indexes(vec![0]),
+                    ])),
+                ),
+            ),
+        ],
         other => panic!("{other:?} is advertised but this test has no request for it"),
     }
 }
