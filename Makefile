@@ -41,7 +41,7 @@ bench:
 	bench/run.sh
 
 # Partition moves under load on a three-broker cluster (one PostgreSQL, one s3s-fs, three
-# `weir serve`; about 3 minutes): produce and consumer unavailability per move for each backlog
+# `weir serve`; under 2 minutes): produce and consumer unavailability per move for each backlog
 # size, beside AutoMQ's published figure; writes bench/results/move-YYYY-MM-DD-HHMM.md.
 # Settings: BENCH_MOVE_SIZES (default 0,100MiB,1GiB), BENCH_MOVE_MOVES, BENCH_MOVE_RATE, ...
 # (bench/README.md, bench/move.py).

@@ -36,7 +36,7 @@ Environment (defaults in brackets):
   BENCH_MOVE_WINDOW [4]          seconds measured per move (from 1 s before the request)
   BENCH_MOVE_WAL_CAPACITY [1GiB] each broker's WEIR_WAL_CAPACITY
   BENCH_MOVE_LINGER_MS [2]       the steady producer's linger.ms
-  BENCH_MOVE_PRODUCER_CONFIG, BENCH_MOVE_CONSUMER_CONFIG   extra librdkafka settings, k=v,k=v
+  BENCH_MOVE_PRODUCER_CONFIG, BENCH_MOVE_CONSUMER_CONFIG   extra librdkafka settings, "k=v k=v"
   BENCH_MOVE_DIR [target/bench-move]   brokers' data dirs, PostgreSQL, logs (emptied first)
   BENCH_MOVE_S3_DIR [/dev/shm/weir-bench-move-s3 if /dev/shm has room, else BENCH_MOVE_DIR/s3]
   BENCH_MOVE_RESULTS [bench/results]   where the report goes
@@ -87,7 +87,7 @@ def fmt_size(n):
 
 def kv_config(s):
     out = {}
-    for item in filter(None, (x.strip() for x in (s or "").split(","))):
+    for item in (s or "").split():
         k, sep, v = item.partition("=")
         if not sep:
             raise SystemExit(f"bench/move.py: expected k=v, not {item!r}")
@@ -191,12 +191,13 @@ def consumer_main(bootstrap, topic, start, config, stop, end, out):
     last = start - 1
     stopped_at = None
     while True:
-        msgs = c.consume(1000, 0.05)
+        # poll, not consume(n, timeout): consume waits for n records or the whole timeout, which
+        # would time arrivals in steps of the timeout.
+        m = c.poll(0.05)
         now = time.monotonic()
-        for m in msgs:
-            if m.error():
-                errors.append((now, str(m.error())))
-                continue
+        if m is not None and m.error():
+            errors.append((now, str(m.error())))
+        elif m is not None:
             v = m.value()
             recv.append((now, SEQ.unpack_from(v)[0] if v and len(v) >= SEQ.size else -1,
                          m.offset()))
@@ -216,6 +217,18 @@ def http(port, method, path, body=None, timeout=10):
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as r:
         return json.loads(r.read())
+
+
+def wal_used(port):
+    """The broker's weir_wal_used_bytes (WAL bytes not yet uploaded and trimmed), or None."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("weir_wal_used_bytes "):
+                    return int(float(line.split()[1]))
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def partition_state(port, topic):
@@ -291,8 +304,11 @@ def end_offset(bootstrap, topic):
 
 def move(cluster, topic, to, timeout=60):
     """Requests the move and polls /v1/partitions (on the requested broker) until `to` leads
-    with no move pending. Returns (request time, ms until the new leader shows, epoch)."""
+    with no move pending at a higher leader epoch (the hand-over names the new leader before it
+    has opened the partition; the epoch moves when it has). Returns (request time, ms until
+    then, epoch)."""
     port = cluster.brokers[0].aux_port
+    before = partition_state(port, topic)["leader_epoch"]
     t = time.monotonic()
     r = http(port, "POST", "/v1/reassignments",
              {"partitions": [{"topic": topic, "partition": 0, "broker": to}]})
@@ -301,7 +317,7 @@ def move(cluster, topic, to, timeout=60):
         raise RuntimeError(f"move of {topic}/0 to {to} refused: {err}")
     while time.monotonic() - t < timeout:
         p = partition_state(port, topic)
-        if p and p["leader"] == to and p["target"] is None:
+        if p and p["leader"] == to and p["target"] is None and p["leader_epoch"] > before:
             return t, (time.monotonic() - t) * 1000, p["leader_epoch"]
         time.sleep(0.005)
     return t, None, None
@@ -357,6 +373,10 @@ def wall(stamp):
     return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
+def fmt_mib(v):
+    return "-" if v is None else f"{v / (1 << 20):.1f}"
+
+
 def fmt_ms(v):
     return "-" if v is None else f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
 
@@ -393,11 +413,13 @@ def run_size(s, cluster, size, index):
         ids = sorted(b.node_id for b in cluster.brokers)
         for i in range(s.moves):
             to = ids[(ids.index(leader) + 1) % len(ids)]
+            held = wal_used(next(b.aux_port for b in cluster.brokers if b.node_id == leader))
             t, ms, epoch = move(cluster, topic, to)
             moves.append({"n": i + 1, "from": leader, "to": to, "t": t, "leader_ms": ms,
-                          "epoch": epoch})
-            print(f"   move {i + 1}: broker {leader} -> {to}: new leader shown after "
-                  f"{fmt_ms(ms)} ms (epoch {epoch})", flush=True)
+                          "epoch": epoch, "wal_used": held})
+            print(f"   move {i + 1}: broker {leader} -> {to} (its WAL holds "
+                  f"{fmt_mib(held)} MiB): new leader shown after {fmt_ms(ms)} ms "
+                  f"(epoch {epoch})", flush=True)
             if ms is not None:
                 leader = to
             time.sleep(max(0.0, t + s.interval - time.monotonic()))
@@ -506,8 +528,8 @@ def machine():
 def table(results):
     head = ("| backlog | move | brokers | produce gap ms | consumer gap ms | max ack latency ms "
             "| baseline produce gap ms | baseline consumer gap ms | new leader shown ms "
-            "| hand-over ms (log) | open ms (log) | no leader ms (log) |")
-    rows = [head, "|" + "---|" * 2 + "---|" + "---:|" * 9]
+            "| hand-over ms (log) | open ms (log) | no leader ms (log) | old leader's WAL MiB |")
+    rows = [head, "|" + "---|" * 2 + "---|" + "---:|" * 10]
     for r in results:
         for m in r["moves"]:
             rows.append(
@@ -516,7 +538,7 @@ def table(results):
                 f"| {fmt_ms(m['max_latency'])} | {fmt_ms(r['baseline_produce_gap'])} "
                 f"| {fmt_ms(r['baseline_consumer_gap'])} | {fmt_ms(m['leader_ms'])} "
                 f"| {fmt_ms(m['handover_log_ms'])} | {fmt_ms(m['open_log_ms'])} "
-                f"| {fmt_ms(m['dark_log_ms'])} |")
+                f"| {fmt_ms(m['dark_log_ms'])} | {fmt_mib(m['wal_used'])} |")
     return "\n".join(rows)
 
 
@@ -530,12 +552,15 @@ def report(s, results, stamp, cmd):
              "past the window counts whole). Consumer gap: the same for records arriving at the "
              "consumer. Baseline: the same in a window of the same length just before the first "
              "move of that backlog (the noise floor). New leader shown: from the POST "
-             "/v1/reassignments until GET /v1/partitions names the target as leader. Hand-over "
+             "/v1/reassignments until GET /v1/partitions names the target as leader at a higher "
+             "leader epoch. Hand-over "
              "and open: the old and new leader's own log (\"handed the partition over ms=\", "
              "\"leading the partition ms=\"); no leader: from the old leader's start of closing "
              "(its hand-over line's time less its ms) to the new leader's \"leading\" line, "
              "the time no broker took writes (the rest of the produce gap is the client "
-             "finding the new leader).", "",
+             "finding the new leader). Old leader's WAL: its weir_wal_used_bytes just before "
+             "the request (WAL bytes not yet uploaded, of every partition it leads; closing the "
+             "partition uploads them).", "",
              "## Every acknowledged record read back", "",
              "| backlog | sent | acked | read back | missing | read twice | failed deliveries |",
              "|---|---:|---:|---:|---:|---:|---:|"]
@@ -594,7 +619,7 @@ def main():
     os.makedirs(s.dir)
     stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H%M")
     cmd = " ".join(f"{k}={os.environ[k]}" for k in sorted(os.environ)
-                   if k.startswith("BENCH_MOVE_")) + " bench/move.py"
+                   if k.startswith("BENCH_MOVE_") or k == "WEIR_BIN") + " bench/move.py"
     print(f"partition-move benchmark: sizes {', '.join(fmt_size(x) for x in s.sizes)}; "
           f"{s.moves} moves each; {s.rate:g} records/s of {s.record_bytes} B; "
           f"{os.environ['WEIR_BIN']}", flush=True)
