@@ -1,6 +1,8 @@
 # Weir: the two commands that always work on a fresh machine are `make run` and `make test`.
 CARGO ?= cargo
 WEIR_DEBUG_BIN := $(abspath $(or $(CARGO_TARGET_DIR),target)/debug/weir)
+WEIR_RELEASE_BIN := $(abspath $(or $(CARGO_TARGET_DIR),target)/release/weir)
+PYTHON ?= python3
 
 .PHONY: run cluster test test-rust test-compat build lint bench-storage fmt
 
@@ -41,3 +43,14 @@ bench-storage:
 .PHONY: bench
 bench:
 	bench/run.sh
+
+# Partition moves under load on a three-broker cluster (one PostgreSQL, one s3s-fs, three
+# `weir serve`; under 2 minutes): produce and consumer unavailability per move for each backlog
+# size, beside AutoMQ's published figure; writes bench/results/move-YYYY-MM-DD-HHMM.md.
+# Settings: BENCH_MOVE_SIZES (default 0,100MiB,1GiB), BENCH_MOVE_MOVES, BENCH_MOVE_RATE, ...
+# (bench/README.md, bench/move.py).
+.PHONY: bench-move
+bench-move:
+	$(CARGO) build --release -p weir
+	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
+	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/move.py
