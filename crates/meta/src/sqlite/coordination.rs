@@ -50,15 +50,19 @@ fn check_incarnation(tx: &rusqlite::Transaction<'_>, node_id: i32, incarnation: 
     }
 }
 
+/// The lease row: (holder, epoch, expiry in ms), if a controller was ever elected.
+fn read_lease(c: &rusqlite::Connection) -> Result<Option<(i32, i64, i64)>> {
+    c.query_row(
+        "SELECT node_id, epoch, expires_ms FROM controller WHERE id = 1",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )
+    .optional()
+    .map_err(backend("reading the controller lease"))
+}
+
 fn check_lease(tx: &rusqlite::Transaction<'_>, lease: ControllerLease, now: i64) -> Result<()> {
-    let row: Option<(i32, i64, i64)> = tx
-        .query_row(
-            "SELECT node_id, epoch, expires_ms FROM controller WHERE id = 1",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )
-        .optional()
-        .map_err(backend("reading the controller lease"))?;
+    let row = read_lease(tx)?;
     match row {
         Some((node, epoch, expires))
             if node == lease.node_id && epoch as u64 == lease.epoch && expires > now =>
@@ -208,14 +212,7 @@ impl Coordination for SqliteMetaStore {
                     .transaction_with_behavior(TransactionBehavior::Immediate)
                     .map_err(backend("begin"))?;
                 let now = now_ms();
-                let row: Option<(i32, i64, i64)> = tx
-                    .query_row(
-                        "SELECT node_id, epoch, expires_ms FROM controller WHERE id = 1",
-                        [],
-                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-                    )
-                    .optional()
-                    .map_err(backend("reading the controller lease"))?;
+                let row = read_lease(&tx)?;
                 let expires = now.saturating_add(ms(ttl));
                 let (epoch, changed) = match row {
                     Some((holder, epoch, _)) if holder == node_id => (epoch, false),
@@ -248,14 +245,7 @@ impl Coordination for SqliteMetaStore {
     async fn controller(&self) -> Result<Option<ControllerLease>> {
         self.with(move |c| {
             let now = now_ms();
-            let row: Option<(i32, i64, i64)> = c
-                .query_row(
-                    "SELECT node_id, epoch, expires_ms FROM controller WHERE id = 1",
-                    [],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-                )
-                .optional()
-                .map_err(backend("reading the controller lease"))?;
+            let row = read_lease(c)?;
             Ok(row
                 .filter(|&(_, _, until)| until > now)
                 .map(|(node_id, epoch, _)| ControllerLease {
