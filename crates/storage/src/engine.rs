@@ -239,7 +239,8 @@ impl Engine {
         Ok(info)
     }
 
-    /// Stops appends to a stream, uploads what it holds and forgets it.
+    /// Stops appends to a stream, uploads what it holds (and nothing of other streams) and
+    /// forgets it.
     pub async fn close_stream(&self, stream_id: u64) -> Result<()> {
         let inner = &self.inner;
         let Some(s) = inner.stream(stream_id) else {
@@ -262,7 +263,7 @@ impl Engine {
             }
             if pending {
                 tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-            } else if let Err(e) = inner.upload().await {
+            } else if let Err(e) = inner.upload_stream(stream_id).await {
                 // The data is safe in the WAL; keep trying for a while before giving up, as
                 // an object store that fails now and then should not fail a clean shutdown.
                 if !e.is_retriable() || started.elapsed() > CLOSE_UPLOAD_PATIENCE {
@@ -589,6 +590,14 @@ impl Engine {
     /// Closes every stream (uploading what they hold), stops the background tasks and the WAL.
     pub async fn close(&self) -> Result<()> {
         let ids: Vec<u64> = self.inner.streams_read().keys().copied().collect();
+        // One upload for every stream first: closing them one by one would write an object per
+        // stream. What is still in flight now is uploaded per stream below.
+        for s in self.inner.all_streams() {
+            s.lock().close();
+        }
+        if let Err(e) = self.inner.upload().await {
+            tracing::warn!(error = %e, "upload while closing failed; retrying per stream");
+        }
         let mut result = Ok(());
         for id in ids {
             if let Err(e) = self.close_stream(id).await {

@@ -33,11 +33,25 @@ impl EngineInner {
     /// fenced it, or its topic was deleted meanwhile) is retried without that stream, so that
     /// one stream can never hold back the others.
     pub async fn upload(&self) -> Result<()> {
+        self.upload_some(None).await
+    }
+
+    /// Uploads and commits one stream's durable, uncommitted data only: a partition that moves
+    /// to another broker hands over after writing its own data, however full the WAL is with
+    /// other partitions' data, so the move takes as long as that partition's tail, not the WAL's.
+    pub async fn upload_stream(&self, stream_id: u64) -> Result<()> {
+        self.upload_some(Some(stream_id)).await
+    }
+
+    async fn upload_some(&self, only: Option<u64>) -> Result<()> {
         let _turn = self.upload_lock.lock().await;
         let snapshot_time = Instant::now();
         let mut parts = Vec::new();
         let mut streams: HashMap<u64, Arc<Stream>> = HashMap::new();
         for s in self.all_streams() {
+            if only.is_some_and(|id| id != s.id) {
+                continue;
+            }
             let st = s.lock();
             if st.fenced_by().is_some() {
                 continue;
@@ -121,7 +135,8 @@ impl EngineInner {
                 .unwrap_or_else(|e| e.into_inner())
                 .push_back((p.stream_id, end));
         }
-        if !parts.is_empty() {
+        // After a one-stream upload the other streams' data is as old as it was.
+        if !parts.is_empty() && only.is_none() {
             let left = self.totals.uncommitted.load(Ordering::Relaxed);
             *self
                 .oldest_uncommitted

@@ -493,3 +493,43 @@ async fn finds_batches_by_timestamp_in_objects_and_cache() {
     assert_eq!(at(1000 + 10 * 99 + 1).await, None);
     engine.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn closing_a_stream_uploads_that_stream_only() {
+    // A partition that moves away writes its own tail, not every partition's: the move's time
+    // must not follow how full the WAL is with other partitions' data.
+    let dir = tempfile::tempdir().unwrap();
+    let config = StorageConfig {
+        upload_bytes: u64::MAX,
+        upload_interval: Duration::from_secs(3600),
+        stream_object_bytes: u64::MAX,
+        ..small_config()
+    };
+    let engine = open_engine(dir.path(), config, WAL).await;
+    engine.open_stream(1, 1).await.unwrap();
+    engine.open_stream(2, 1).await.unwrap();
+    for i in 0..40u64 {
+        engine
+            .append(1, 1, 1, i as i64, |b| payload(1, b, i, 1_000))
+            .await
+            .unwrap();
+        engine
+            .append(2, 1, 1, i as i64, |b| payload(2, b, i, 10_000))
+            .await
+            .unwrap();
+    }
+    assert_eq!(engine.meters().upload_bytes.get(), 0);
+    engine.close_stream(1).await.unwrap();
+    let moved = engine.meters().upload_bytes.get();
+    assert!(
+        moved > 40_000 && moved < 100_000,
+        "closing stream 1 uploaded {moved} bytes; its own data is about 40 KB, the other stream's 400 KB"
+    );
+    // Stream 2 still has all its data uncommitted, and uploads it later.
+    engine.flush().await.unwrap();
+    assert!(engine.meters().upload_bytes.get() - moved > 400_000);
+    assert_eq!(read_all(&engine, 2, 0).await.len(), 40);
+    engine.open_stream(1, 2).await.unwrap();
+    assert_eq!(read_all(&engine, 1, 0).await.len(), 40);
+    engine.close().await.unwrap();
+}
