@@ -17,6 +17,7 @@ mod cluster;
 mod errors;
 mod fetch;
 mod offsets;
+mod opening;
 mod produce;
 mod reassign;
 
@@ -218,6 +219,7 @@ impl Broker {
         }
         let client_id = header.client_id.as_ref().map_or("", |c| c.as_str());
         let now = |r: ResponseKind| Reply::Now(Box::new(r));
+        self.wait_for_opening(&request, v).await;
         match request {
             RequestKind::ApiVersions(_) => now(ResponseKind::ApiVersions(cluster::api_versions(0))),
             RequestKind::Metadata(r) => now(ResponseKind::Metadata(self.metadata(r, v).await)),

@@ -108,6 +108,8 @@ pub struct Topics {
     local: RwLock<HashMap<u64, Arc<Partition>>>,
     /// Serialises changes to the catalog.
     changes: tokio::sync::Mutex<()>,
+    /// Woken whenever a partition opens here, for requests that wait for one being moved here.
+    opened: tokio::sync::Notify,
 }
 
 /// Kafka's rule for topic names.
@@ -148,6 +150,7 @@ impl Topics {
             topics: RwLock::new(BTreeMap::new()),
             local: RwLock::new(HashMap::new()),
             changes: tokio::sync::Mutex::new(()),
+            opened: tokio::sync::Notify::new(),
         });
         topics.refresh().await?;
         Ok(topics)
@@ -235,7 +238,14 @@ impl Topics {
         .await?;
         p.set_retention(self.retention(&t.configs));
         self.write_local().insert(stream_id, Arc::clone(&p));
+        self.opened.notify_waiters();
         Ok(p)
+    }
+
+    /// Resolves the next time a partition opens here. Create it before looking a partition up,
+    /// so that an opening between the look-up and the wait is not missed.
+    pub fn partition_opened(&self) -> tokio::sync::futures::Notified<'_> {
+        self.opened.notified()
     }
 
     /// Gives up leadership of a partition: new requests find it gone at once; what its WAL

@@ -422,6 +422,39 @@ fn a_reassignment_moves_a_partition_and_keeps_its_records() {
         "{:?}",
         r.responses[0].partitions[0].error_message
     );
+    // A client the old leader redirects (KIP-951, the new epoch) reaches the new leader before
+    // it has opened the partition: the request waits for the opening instead of being turned
+    // away into the client's error back-off.
+    let target = (0..c.len())
+        .find(|&i| c.node_id(i) == to)
+        .expect("the target broker");
+    let ResponseKind::Fetch(f) = call(
+        c.port(target),
+        ApiKey::Fetch,
+        12,
+        RequestKind::Fetch(
+            FetchRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_max_wait_ms(0)
+                .with_max_bytes(1 << 20)
+                .with_topics(vec![fetch_request::FetchTopic::default()
+                    .with_topic(TopicName(s("moving")))
+                    .with_partitions(vec![fetch_request::FetchPartition::default()
+                        .with_partition(0)
+                        .with_current_leader_epoch(epoch + 1)
+                        .with_fetch_offset(0)
+                        .with_partition_max_bytes(1 << 20)])]),
+        ),
+    ) else {
+        panic!("not a Fetch response")
+    };
+    let p = &f.responses[0].partitions[0];
+    assert_eq!(
+        p.error_code, 0,
+        "the new leader answers the redirected fetch"
+    );
+    assert_eq!(p.high_watermark, 300);
+    assert!(p.records.as_ref().is_some_and(|r| !r.is_empty()));
     eventually(15, "the partition moves", || {
         let (l, e) = leaders(c.port(0), "moving")[0];
         l == to && e > epoch
