@@ -54,3 +54,13 @@ bench-move:
 	$(CARGO) build --release -p weir
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
 	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/move.py
+
+# PostgreSQL under a three-broker cluster (about 2 minutes): metadata commits per second and
+# their latency under `weir perf` at full speed, then PostgreSQL stopped for 10 s and started
+# again under produce and consume load: stalls, client errors, every acked record read back.
+# Writes bench/results/pg-YYYY-MM-DD-HHMM.md. Settings: BENCH_PG_* (bench/pg_restart.py).
+.PHONY: bench-pg
+bench-pg:
+	$(CARGO) build --release -p weir
+	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
+	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/pg_restart.py

@@ -1,7 +1,16 @@
 //! The controller: whichever broker holds the lease fences expired brokers and applies the
 //! placement plan. Every broker runs this loop; all but one find the lease taken.
+//!
+//! A broker's session can only be judged by a controller that has been able to reach the
+//! metadata store for a whole session timeout: after the store was down (a PostgreSQL restart or
+//! fail-over), every session looks expired although no broker failed, since none could renew.
+//! Fencing them all then would restart every broker's membership at once; instead the controller
+//! waits a session timeout from the moment the store answers again, which gives every live broker
+//! time to renew. A controller that reached the store all along (also while another broker held
+//! the lease) fences at once, so a controller change does not delay fencing.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use weir_meta::{ControllerLease, MetaError};
 
@@ -12,10 +21,15 @@ impl Cluster {
         let mut changes = self.meta.cluster_changes();
         let mut stop = self.stop.subscribe();
         let mut held: Option<ControllerLease> = None;
+        // Since when every round reached the store.
+        let mut reachable_since: Option<Instant> = None;
         loop {
             changes.borrow_and_update();
-            match self.control_once().await {
+            let may_fence =
+                reachable_since.is_some_and(|t| t.elapsed() >= self.config.session_timeout);
+            match self.control_once(may_fence).await {
                 Ok(lease) => {
+                    reachable_since.get_or_insert_with(Instant::now);
                     if lease != held {
                         match lease {
                             Some(l) => {
@@ -29,7 +43,10 @@ impl Cluster {
                         held = lease;
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "controller round failed"),
+                Err(e) => {
+                    reachable_since = None;
+                    tracing::warn!(error = %e, "controller round failed");
+                }
             }
             tokio::select! {
                 _ = changes.changed() => {}
@@ -39,8 +56,8 @@ impl Cluster {
         }
     }
 
-    /// One round: take or renew the lease; if held, fence and place.
-    async fn control_once(&self) -> Result<Option<ControllerLease>, MetaError> {
+    /// One round: take or renew the lease; if held, fence (when `may_fence`) and place.
+    async fn control_once(&self, may_fence: bool) -> Result<Option<ControllerLease>, MetaError> {
         let Some(lease) = self
             .meta
             .acquire_controller(self.node_id, self.config.controller_lease)
@@ -48,7 +65,11 @@ impl Cluster {
         else {
             return Ok(None);
         };
-        let fenced = self.meta.fence_expired_brokers(lease).await?;
+        let fenced = if may_fence {
+            self.meta.fence_expired_brokers(lease).await?
+        } else {
+            Vec::new()
+        };
         if !fenced.is_empty() {
             tracing::warn!(brokers = ?fenced, "fenced brokers that missed their session; their partitions wait for them");
         }

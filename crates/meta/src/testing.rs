@@ -88,18 +88,7 @@ impl PgServer {
         let mut last = None;
         for _ in 0..5 {
             let port = free_port()?;
-            let opts = format!(
-                "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
-                server.dir.path().display()
-            );
-            match run(server
-                .command("pg_ctl")
-                .arg("-D")
-                .arg(&data)
-                .arg("-l")
-                .arg(server.dir.path().join("log"))
-                .args(["-o", &opts, "-w", "start"]))
-            {
+            match server.pg_ctl_start(port) {
                 Ok(()) => {
                     server.port = port;
                     return Ok(server);
@@ -108,6 +97,35 @@ impl PgServer {
             }
         }
         Err(last.unwrap_or_else(|| Error("starting the server".into())))
+    }
+
+    fn pg_ctl_start(&self, port: u16) -> Result<(), Error> {
+        let opts = format!(
+            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            self.dir.path().display()
+        );
+        run(self
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(self.dir.path().join("data"))
+            .arg("-l")
+            .arg(self.dir.path().join("log"))
+            .args(["-o", &opts, "-w", "start"]))
+    }
+
+    /// Stops the server (fast shutdown: clients are disconnected), as an outage of the
+    /// metadata store; [`PgServer::start_again`] brings it back on the same port.
+    pub fn stop(&self) -> Result<(), Error> {
+        run(self
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(["-m", "fast", "-w", "stop"]))
+    }
+
+    /// Starts a server stopped by [`PgServer::stop`] again, on its port.
+    pub fn start_again(&self) -> Result<(), Error> {
+        self.pg_ctl_start(self.port)
     }
 
     fn command(&self, name: &str) -> Command {

@@ -408,6 +408,20 @@ class PgServer:
             return
         raise last
 
+    def restart(self, down_secs):
+        """An outage: a fast shutdown (clients are disconnected), `down_secs` without a server,
+        then the server again on the same port. Returns the monotonic times at which the stop
+        began and ended and the start began and ended."""
+        opts = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        t0 = time.monotonic()
+        _run(self._cmd("pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop"), "pg_ctl stop")
+        t1 = time.monotonic()
+        time.sleep(down_secs)
+        t2 = time.monotonic()
+        _run(self._cmd("pg_ctl", "-D", self.data, "-l", self.log_path, "-o", opts, "-w", "start"),
+             "pg_ctl start")
+        return t0, t1, t2, time.monotonic()
+
     def create_database(self, name):
         """Creates database `name` and returns its URL."""
         _run(self._cmd("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "weir", name),
