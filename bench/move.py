@@ -463,6 +463,7 @@ def run_size(s, cluster, size, index):
         h = handed[i] if i < len(handed) else None
         o = opened[i] if i < len(opened) else None
         m["handover_log_ms"] = int(h[3]["ms"]) if h else None
+        m["flush_log_ms"] = int(h[3]["flush_ms"]) if h and "flush_ms" in h[3] else None
         m["open_log_ms"] = int(o[3]["ms"]) if o else None
         # From the moment the old leader began closing the partition (its hand-over line's time
         # less its ms) until the new leader's "leading" line: the time no broker took writes.
@@ -528,8 +529,9 @@ def machine():
 def table(results):
     head = ("| backlog | move | brokers | produce gap ms | consumer gap ms | max ack latency ms "
             "| baseline produce gap ms | baseline consumer gap ms | new leader shown ms "
-            "| hand-over ms (log) | open ms (log) | no leader ms (log) | old leader's WAL MiB |")
-    rows = [head, "|" + "---|" * 2 + "---|" + "---:|" * 10]
+            "| pre-flush ms (log) | hand-over ms (log) | open ms (log) | no leader ms (log) "
+            "| old leader's WAL MiB |")
+    rows = [head, "|" + "---|" * 2 + "---|" + "---:|" * 11]
     for r in results:
         for m in r["moves"]:
             rows.append(
@@ -537,6 +539,7 @@ def table(results):
                 f"| {fmt_ms(m['produce_gap'])} | {fmt_ms(m['consumer_gap'])} "
                 f"| {fmt_ms(m['max_latency'])} | {fmt_ms(r['baseline_produce_gap'])} "
                 f"| {fmt_ms(r['baseline_consumer_gap'])} | {fmt_ms(m['leader_ms'])} "
+                f"| {fmt_ms(m['flush_log_ms'])} "
                 f"| {fmt_ms(m['handover_log_ms'])} | {fmt_ms(m['open_log_ms'])} "
                 f"| {fmt_ms(m['dark_log_ms'])} | {fmt_mib(m['wal_used'])} |")
     return "\n".join(rows)
@@ -553,7 +556,8 @@ def report(s, results, stamp, cmd):
              "consumer. Baseline: the same in a window of the same length just before the first "
              "move of that backlog (the noise floor). New leader shown: from the POST "
              "/v1/reassignments until GET /v1/partitions names the target as leader at a higher "
-             "leader epoch. Hand-over "
+             "leader epoch. Pre-flush: the old leader uploading the partition's WAL data while "
+             "it still takes writes (\"handed the partition over flush_ms=\"). Hand-over "
              "and open: the old and new leader's own log (\"handed the partition over ms=\", "
              "\"leading the partition ms=\"); no leader: from the old leader's start of closing "
              "(its hand-over line's time less its ms) to the new leader's \"leading\" line, "

@@ -21,6 +21,10 @@ pub trait PartitionHost: Send + Sync + 'static {
     /// Opens the partition as its leader (at the stream's epoch + 1).
     async fn open(&self, a: &Assignment) -> Result<(), String>;
 
+    /// Uploads and commits what the WAL holds of the partition while it still takes writes, so
+    /// that a [`PartitionHost::close`] right after has only what arrived meanwhile to write.
+    async fn flush(&self, stream_id: u64) -> Result<(), String>;
+
     /// Stops writes to the partition, uploads and commits what the WAL holds of it, and forgets
     /// it. Only after this succeeds may another broker lead it.
     async fn close(&self, stream_id: u64) -> Result<(), String>;
@@ -166,6 +170,13 @@ impl Cluster {
                 }
             }
             Action::HandOver(a) => {
+                // Writes go on during the flush: the partition is unavailable only while the
+                // close writes the tail that arrived since, however much the WAL held of it.
+                let flushing = tokio::time::Instant::now();
+                if let Err(e) = host.flush(a.stream_id).await {
+                    tracing::warn!(topic = %a.topic, partition = a.partition, error = %e, "uploading the partition before its move failed; the close uploads it");
+                }
+                let flush_ms = flushing.elapsed().as_millis() as u64;
                 let t = tokio::time::Instant::now();
                 if let Err(e) = host.close(a.stream_id).await {
                     tracing::warn!(topic = %a.topic, partition = a.partition, error = %e, "closing the partition for a move failed; retrying");
@@ -178,7 +189,7 @@ impl Cluster {
                     .await
                 {
                     Ok(to) => {
-                        tracing::info!(topic = %a.topic, partition = a.partition, to = ?to, ms = t.elapsed().as_millis() as u64, "handed the partition over")
+                        tracing::info!(topic = %a.topic, partition = a.partition, to = ?to, flush_ms, ms = t.elapsed().as_millis() as u64, "handed the partition over")
                     }
                     Err(e) => {
                         tracing::warn!(topic = %a.topic, partition = a.partition, error = %e, "handing the partition over failed; retrying");

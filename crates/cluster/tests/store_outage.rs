@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use weir_cluster::{Cluster, ClusterConfig};
 use weir_meta::testing::PgServer;
-use weir_meta::{BrokerRegistration, MetaStore, PostgresMetaStore};
+use weir_meta::{BrokerRegistration, Coordination, MetaStore, PostgresMetaStore};
 
 fn config() -> ClusterConfig {
     ClusterConfig {
@@ -18,7 +18,8 @@ fn config() -> ClusterConfig {
 }
 
 async fn join(url: &str, node_id: i32) -> Arc<Cluster> {
-    let meta: Arc<dyn MetaStore> = Arc::new(PostgresMetaStore::connect(url).await.expect("connect"));
+    let meta: Arc<dyn MetaStore> =
+        Arc::new(PostgresMetaStore::connect(url).await.expect("connect"));
     Cluster::join(
         meta,
         BrokerRegistration {

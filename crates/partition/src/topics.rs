@@ -728,6 +728,13 @@ impl weir_cluster::PartitionHost for Topics {
             .map_err(|e| e.to_string())
     }
 
+    async fn flush(&self, stream_id: u64) -> Result<(), String> {
+        self.engine
+            .flush_stream(stream_id)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
     async fn close(&self, stream_id: u64) -> Result<(), String> {
         self.close_partition(stream_id)
             .await

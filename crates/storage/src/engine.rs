@@ -576,6 +576,12 @@ impl Engine {
         self.inner.upload().await
     }
 
+    /// Uploads one stream's durable data now (and nothing of other streams), while it keeps
+    /// taking appends.
+    pub async fn flush_stream(&self, stream_id: u64) -> Result<()> {
+        self.inner.upload_stream(stream_id).await
+    }
+
     /// Compacts every open stream that needs it now, as the maintenance task does; returns the
     /// number of objects written.
     pub async fn compact(&self) -> Result<usize> {
