@@ -367,6 +367,56 @@ fn partitions_spread_and_clients_use_every_broker() {
     c.assert_no_panic();
 }
 
+/// (controller id, broker ids) as broker `port` describes the cluster.
+fn describe(port: u16) -> (i32, Vec<i32>) {
+    let ResponseKind::DescribeCluster(d) = call(
+        port,
+        ApiKey::DescribeCluster,
+        0,
+        RequestKind::DescribeCluster(DescribeClusterRequest::default()),
+    ) else {
+        panic!("not a DescribeCluster response")
+    };
+    let mut ids: Vec<i32> = d.brokers.iter().map(|b| b.broker_id.0).collect();
+    ids.sort_unstable();
+    (d.controller_id.0, ids)
+}
+
+/// The controller is killed (-9): another broker takes the lease once it has expired, the dead
+/// broker is fenced and leaves Metadata, and a topic created afterwards is placed on the live
+/// brokers only and takes records.
+#[test]
+fn the_controller_role_passes_on_when_its_broker_dies() {
+    let mut c = Cluster::new(3);
+    let (controller, _) = describe(c.port(0));
+    let dead = (0..3)
+        .find(|&i| c.node_id(i) == controller)
+        .expect("the controller is one of the brokers");
+    let alive: Vec<usize> = (0..3).filter(|&i| i != dead).collect();
+    c.kill(dead);
+    let port = c.port(alive[0]);
+    let live_ids: Vec<i32> = alive.iter().map(|&i| c.node_id(i)).collect();
+    eventually(30, "another broker becomes the controller and the dead one leaves", || {
+        let (now, ids) = describe(port);
+        now != controller && live_ids.contains(&now) && ids == live_ids
+    });
+    create_topic(port, "after-the-controller", 4);
+    eventually(15, "the new topic's partitions have live leaders", || {
+        leaders(port, "after-the-controller")
+            .iter()
+            .all(|(l, _)| live_ids.contains(l))
+    });
+    let bootstrap = alive
+        .iter()
+        .map(|&i| format!("127.0.0.1:{}", c.port(i)))
+        .collect::<Vec<_>>()
+        .join(",");
+    produce(&bootstrap, "after-the-controller", 100);
+    let want: Vec<String> = (0..100).map(value).collect();
+    assert_eq!(consume(&bootstrap, "after-the-controller", 100), want);
+    c.assert_no_panic();
+}
+
 /// A broker that joins takes partitions of the topics created after it.
 #[test]
 fn a_joining_broker_takes_new_partitions() {
