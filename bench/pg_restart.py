@@ -34,6 +34,8 @@ Environment (defaults in brackets):
   BENCH_PG_RECORD_BYTES [1024]
   BENCH_PG_BEFORE [10]  BENCH_PG_DOWN [10]  BENCH_PG_AFTER [15]   part 2's phases, seconds
   BENCH_PG_WAL_CAPACITY [1GiB]  each broker's WEIR_WAL_CAPACITY
+  BENCH_PG_UPLOAD_INTERVAL_MS [2000]  part 2's brokers' WEIR_STORAGE_UPLOAD_INTERVAL_MS (part 1
+                                keeps the default, 30 s or 128 MiB)
   BENCH_PG_DIR [target/bench-pg] brokers' data dirs, PostgreSQL, s3s-fs, logs (emptied first)
   BENCH_PG_RESULTS [bench/results]
   BENCH_PG_KEEP [0]             1: keep BENCH_PG_DIR afterwards
@@ -75,6 +77,7 @@ class Settings:
         self.down = float(e("BENCH_PG_DOWN", "10"))
         self.after = float(e("BENCH_PG_AFTER", "15"))
         self.wal_capacity = parse_size(e("BENCH_PG_WAL_CAPACITY", "1GiB"))
+        self.upload_interval_ms = int(e("BENCH_PG_UPLOAD_INTERVAL_MS", "2000"))
         self.dir = os.path.abspath(e("BENCH_PG_DIR", os.path.join(REPO, "target", "bench-pg")))
         self.results = os.path.abspath(e("BENCH_PG_RESULTS", os.path.join(HERE, "results")))
         self.keep = e("BENCH_PG_KEEP", "0") == "1"
@@ -418,7 +421,7 @@ def report(s, load, restart, logs, stamp, cmd):
     r = restart
     lines = [f"# PostgreSQL under a Weir cluster: {stamp}", "",
              "## Metadata commits under load", "",
-             f"`{load['cmd']}` on three brokers; figures from the brokers' /metrics over "
+             f"`{load['cmd']}` on three brokers with the default settings; figures from the brokers' /metrics over "
              f"{load['secs']:.1f} s of the measured period.", "",
              "| produced MiB/s | produce requests/s | metadata commits/s | produce requests "
              "per commit | commit mean ms | commit p50 ms (bucket) | commit p99 ms (bucket) "
@@ -431,6 +434,8 @@ def report(s, load, restart, logs, stamp, cmd):
              "Percentiles are the upper bounds of power-of-two buckets "
              "(weir_metadata_commit_seconds); the mean is exact.", "",
              "## PostgreSQL restarted under produce and consume load", "",
+             f"A fresh cluster whose brokers upload every {s.upload_interval_ms} ms "
+             "(WEIR_STORAGE_UPLOAD_INTERVAL_MS), so that the outage hits uploads that are due. "
              f"{s.rate:g} records/s of {s.record_bytes} B (confluent-kafka idempotent producer, "
              f"acks=all, linger.ms=2) round-robin over {s.partitions} partitions; one consumer "
              "group member committing offsets every second. PostgreSQL: `pg_ctl stop -m fast` "
@@ -455,11 +460,12 @@ def report(s, load, restart, logs, stamp, cmd):
               + ", ".join(ms(x) for x in r["resumed_ms"]),
               "- peak WAL use per broker during and after the outage: "
               + ", ".join(fmt_size(int(x)) for x in r["wal_peak"]), ""]
-    errs = ([f"producer: {e}" for _, e in r["producer_errors"]]
-            + [f"consumer: {e}" for _, e in r["group_errors"]]
+    errs = ([f"producer (+{t - r['t_stop']:.1f} s): {e}" for t, e in r["producer_errors"]]
+            + [f"consumer (+{t - r['t_stop']:.1f} s): {e}" for t, e in r["group_errors"]]
             + [f"offset commit (+{t - r['t_stop']:.1f} s): {e}" for t, e in r["failed_commits"]]
             + [f"delivery of #{q}: {e}" for _, q, e in r["failures"]])
-    lines += ["What the clients saw (first 30):", "", "```"]
+    lines += [f"What the clients saw (first 30; +s: seconds after PostgreSQL began to stop; it "
+              f"was back at +{r['t_up'] - r['t_stop']:.1f} s):", "", "```"]
     lines += errs[:30] or ["(nothing)"]
     lines += ["```", "", "Broker log lines about the outage (numbers folded to N):", "",
               "| broker | line | count |", "|---:|---|---:|"]
@@ -490,18 +496,34 @@ def main():
     stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H%M")
     cmd = " ".join(f"{k}={os.environ[k]}" for k in sorted(os.environ)
                    if k.startswith("BENCH_PG_") or k == "WEIR_BIN") + " bench/pg_restart.py"
-    cluster = conftest.Cluster("bench-pg", s.dir, env={"WEIR_WAL_CAPACITY": str(s.wal_capacity)})
     failed = True
     text = None
+    clusters = []
     try:
-        cluster.launch()
-        load = commits_under_load(s, cluster)
-        restart = restart_under_load(s, cluster)
-        text = report(s, load, restart, outage_log(cluster), stamp, cmd.strip())
+        # The restart on brokers that upload every BENCH_PG_UPLOAD_INTERVAL_MS, so that the
+        # outage hits uploads due and the figures show when they commit again.
+        env = {"WEIR_WAL_CAPACITY": str(s.wal_capacity),
+               "WEIR_STORAGE_UPLOAD_INTERVAL_MS": str(s.upload_interval_ms)}
+        os.makedirs(os.path.join(s.dir, "restart"))
+        c = conftest.Cluster("bench-pg-restart", os.path.join(s.dir, "restart"), env=env)
+        clusters.append(c)
+        c.launch()
+        restart = restart_under_load(s, c)
+        logs = outage_log(c)
+        c.cleanup()
+        # The commit rate on brokers with the default settings.
+        os.makedirs(os.path.join(s.dir, "load"))
+        c = conftest.Cluster("bench-pg-load", os.path.join(s.dir, "load"),
+                             env={"WEIR_WAL_CAPACITY": str(s.wal_capacity)})
+        clusters.append(c)
+        c.launch()
+        load = commits_under_load(s, c)
+        text = report(s, load, restart, logs, stamp, cmd.strip())
         failed = False
     finally:
         try:
-            cluster.cleanup()
+            for c in clusters:
+                c.cleanup()
         finally:
             if text:
                 os.makedirs(s.results, exist_ok=True)

@@ -315,7 +315,10 @@ impl EngineInner {
                 Err(e) => {
                     tracing::warn!(error = %e, "upload failed; data stays in the WAL and is retried");
                     tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    // At most a second: an attempt while the metadata store or the object
+                    // store is down fails fast and costs one connection attempt, while a longer
+                    // back-off would keep the WAL full for that long after the store is back.
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
             }
         }

@@ -396,10 +396,14 @@ fn the_controller_role_passes_on_when_its_broker_dies() {
     c.kill(dead);
     let port = c.port(alive[0]);
     let live_ids: Vec<i32> = alive.iter().map(|&i| c.node_id(i)).collect();
-    eventually(30, "another broker becomes the controller and the dead one leaves", || {
-        let (now, ids) = describe(port);
-        now != controller && live_ids.contains(&now) && ids == live_ids
-    });
+    eventually(
+        30,
+        "another broker becomes the controller and the dead one leaves",
+        || {
+            let (now, ids) = describe(port);
+            now != controller && live_ids.contains(&now) && ids == live_ids
+        },
+    );
     create_topic(port, "after-the-controller", 4);
     eventually(15, "the new topic's partitions have live leaders", || {
         leaders(port, "after-the-controller")
