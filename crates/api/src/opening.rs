@@ -56,7 +56,9 @@ impl Broker {
     /// leader or a move's target, or the client knows a newer leader epoch than this broker's
     /// view (the old leader's hint got to the client before the change got here).
     fn coming_here(&self, (topic, index, client_epoch): &Named) -> bool {
-        if !matches!(self.topics.lookup(topic, *index), Lookup::NotHere) {
+        if !matches!(self.topics.lookup(topic, *index), Lookup::NotHere)
+            || self.topics.failed_to_open(topic, *index)
+        {
             return false;
         }
         let Ok(index) = u32::try_from(*index) else {

@@ -2,12 +2,13 @@
 //! placement plan. Every broker runs this loop; all but one find the lease taken.
 //!
 //! A broker's session can only be judged by a controller that has been able to reach the
-//! metadata store for a whole session timeout: after the store was down (a PostgreSQL restart or
-//! fail-over), every session looks expired although no broker failed, since none could renew.
-//! Fencing them all then would restart every broker's membership at once; instead the controller
-//! waits a session timeout from the moment the store answers again, which gives every live broker
-//! time to renew. A controller that reached the store all along (also while another broker held
-//! the lease) fences at once, so a controller change does not delay fencing.
+//! metadata store for a whole session timeout (failures shorter than a heartbeat interval do not
+//! count): after the store was down (a PostgreSQL restart or fail-over), every session looks
+//! expired although no broker failed, since none could renew. Fencing them all then would restart
+//! every broker's membership at once; instead the controller waits a session timeout from the
+//! moment the store answers again, which gives every live broker time to renew. A controller that
+//! reached the store all along (also while another broker held the lease) fences at once, so a
+//! controller change does not delay fencing.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,14 +22,16 @@ impl Cluster {
         let mut changes = self.meta.cluster_changes();
         let mut stop = self.stop.subscribe();
         let mut held: Option<ControllerLease> = None;
-        // Since when every round reached the store.
+        // Since when the store has answered without a long break, and when it last did.
         let mut reachable_since: Option<Instant> = None;
+        let mut last_ok: Option<Instant> = None;
         loop {
             changes.borrow_and_update();
             let may_fence =
                 reachable_since.is_some_and(|t| t.elapsed() >= self.config.session_timeout);
             match self.control_once(may_fence).await {
                 Ok(lease) => {
+                    last_ok = Some(Instant::now());
                     reachable_since.get_or_insert_with(Instant::now);
                     if lease != held {
                         match lease {
@@ -44,7 +47,11 @@ impl Cluster {
                     }
                 }
                 Err(e) => {
-                    reachable_since = None;
+                    // A failure now and then (one transaction refused) leaves brokers able to
+                    // renew; failing for longer than a heartbeat may not have.
+                    if last_ok.is_none_or(|t| t.elapsed() > self.config.heartbeat_interval) {
+                        reachable_since = None;
+                    }
                     tracing::warn!(error = %e, "controller round failed");
                 }
             }

@@ -1,8 +1,8 @@
 //! The topic catalog: topics, their partitions (each a stream), and their configs, kept in the
 //! metadata store and mirrored in memory for the request path.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, RwLock};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
 
 use kafka_protocol::ResponseError;
 use weir_meta::{MetaError, MetaStore, TopicMeta};
@@ -110,6 +110,8 @@ pub struct Topics {
     changes: tokio::sync::Mutex<()>,
     /// Woken whenever a partition opens here, for requests that wait for one being moved here.
     opened: tokio::sync::Notify,
+    /// Streams whose last attempt to open here failed: requests do not wait for them.
+    open_failed: Mutex<HashSet<u64>>,
 }
 
 /// Kafka's rule for topic names.
@@ -151,6 +153,7 @@ impl Topics {
             local: RwLock::new(HashMap::new()),
             changes: tokio::sync::Mutex::new(()),
             opened: tokio::sync::Notify::new(),
+            open_failed: Mutex::new(HashSet::new()),
         });
         topics.refresh().await?;
         Ok(topics)
@@ -240,6 +243,22 @@ impl Topics {
         self.write_local().insert(stream_id, Arc::clone(&p));
         self.opened.notify_waiters();
         Ok(p)
+    }
+
+    /// Whether the last attempt to open the partition here failed (it is retried; meanwhile
+    /// requests for it are refused at once rather than held).
+    pub fn failed_to_open(&self, topic: &str, index: i32) -> bool {
+        let Some(stream) = self.get(topic).and_then(|t| {
+            usize::try_from(index)
+                .ok()
+                .and_then(|i| t.streams.get(i).copied())
+        }) else {
+            return false;
+        };
+        self.open_failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&stream)
     }
 
     /// Resolves the next time a partition opens here. Create it before looking a partition up,
@@ -620,13 +639,15 @@ impl Topics {
 
     /// Closes every partition: snapshots, uploads, gives up leadership.
     pub async fn close(&self) {
-        let all: Vec<u64> = self.local_streams();
-        for s in all {
-            let p = self.write_local().remove(&s);
-            if let Some(p) = p {
-                if let Err(e) = p.close(&*self.meta).await {
-                    tracing::error!(topic = %p.topic, partition = p.index, error = %e, "closing a partition failed");
-                }
+        let all: Vec<Arc<Partition>> = self.write_local().drain().map(|(_, p)| p).collect();
+        // One upload for every partition first (closing them one by one would write an object
+        // each); each close then writes only what was still in flight.
+        if let Err(e) = self.engine.flush().await {
+            tracing::warn!(error = %e, "upload before closing the partitions failed; each close retries");
+        }
+        for p in all {
+            if let Err(e) = p.close(&*self.meta).await {
+                tracing::error!(topic = %p.topic, partition = p.index, error = %e, "closing a partition failed");
             }
         }
     }
@@ -722,10 +743,18 @@ impl weir_cluster::PartitionHost for Topics {
     }
 
     async fn open(&self, a: &weir_meta::Assignment) -> Result<(), String> {
-        self.open_partition(a.stream_id)
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        let result = self.open_partition(a.stream_id).await;
+        let mut failed = self.open_failed.lock().unwrap_or_else(|e| e.into_inner());
+        match result {
+            Ok(_) => {
+                failed.remove(&a.stream_id);
+                Ok(())
+            }
+            Err(e) => {
+                failed.insert(a.stream_id);
+                Err(e.to_string())
+            }
+        }
     }
 
     async fn flush(&self, stream_id: u64) -> Result<(), String> {

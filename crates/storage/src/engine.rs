@@ -1,6 +1,6 @@
 //! The engine: streams on a WAL, a log cache and object storage.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
@@ -120,6 +120,8 @@ pub(crate) struct EngineInner {
     pub evictable: Mutex<VecDeque<(u64, u64)>>,
     /// Serialises uploads, so that each stream's ranges are committed in order.
     pub upload_lock: tokio::sync::Mutex<()>,
+    /// Streams whose one-stream uploads wait for `upload_lock`: the next holder uploads them all.
+    pub flush_requests: Mutex<HashSet<u64>>,
     pub upload_wanted: Notify,
     /// Bandwidth budget of compaction.
     pub background: crate::budget::Budget,
@@ -171,6 +173,7 @@ impl Engine {
             oldest_uncommitted: Mutex::new(None),
             evictable: Mutex::new(VecDeque::new()),
             upload_lock: tokio::sync::Mutex::new(()),
+            flush_requests: Mutex::new(HashSet::new()),
             upload_wanted: Notify::new(),
             background,
             shutdown: watch::channel(false).0,

@@ -2,7 +2,7 @@
 //! that waited for WAL room. Recovery is in `recovery.rs`, retention and garbage collection in
 //! `maintenance.rs`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,23 +33,36 @@ impl EngineInner {
     /// fenced it, or its topic was deleted meanwhile) is retried without that stream, so that
     /// one stream can never hold back the others.
     pub async fn upload(&self) -> Result<()> {
-        self.upload_some(None).await
+        let _turn = self.upload_lock.lock().await;
+        self.upload_locked(None).await
     }
 
     /// Uploads and commits one stream's durable, uncommitted data only: a partition that moves
     /// to another broker hands over after writing its own data, however full the WAL is with
     /// other partitions' data, so the move takes as long as that partition's tail, not the WAL's.
+    /// Requests that queue up behind an upload in progress (a broker moving many partitions at
+    /// once) are served together by the next one, not one after another.
     pub async fn upload_stream(&self, stream_id: u64) -> Result<()> {
-        self.upload_some(Some(stream_id)).await
+        self.lock_flush_requests().insert(stream_id);
+        let _turn = self.upload_lock.lock().await;
+        let mut only = std::mem::take(&mut *self.lock_flush_requests());
+        only.insert(stream_id);
+        self.upload_locked(Some(&only)).await
     }
 
-    async fn upload_some(&self, only: Option<u64>) -> Result<()> {
-        let _turn = self.upload_lock.lock().await;
+    fn lock_flush_requests(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
+        self.flush_requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The upload, with `upload_lock` held: of every stream, or of the streams in `only`.
+    async fn upload_locked(&self, only: Option<&HashSet<u64>>) -> Result<()> {
         let snapshot_time = Instant::now();
         let mut parts = Vec::new();
         let mut streams: HashMap<u64, Arc<Stream>> = HashMap::new();
         for s in self.all_streams() {
-            if only.is_some_and(|id| id != s.id) {
+            if only.is_some_and(|o| !o.contains(&s.id)) {
                 continue;
             }
             let st = s.lock();
@@ -135,13 +148,18 @@ impl EngineInner {
                 .unwrap_or_else(|e| e.into_inner())
                 .push_back((p.stream_id, end));
         }
-        // After a one-stream upload the other streams' data is as old as it was.
-        if !parts.is_empty() && only.is_none() {
+        if !parts.is_empty() {
             let left = self.totals.uncommitted.load(Ordering::Relaxed);
-            *self
+            let mut oldest = self
                 .oldest_uncommitted
                 .lock()
-                .unwrap_or_else(|e| e.into_inner()) = (left > 0).then_some(snapshot_time);
+                .unwrap_or_else(|e| e.into_inner());
+            if left == 0 {
+                *oldest = None;
+            } else if only.is_none() {
+                *oldest = Some(snapshot_time);
+            }
+            // After an upload of some streams, the others' data is as old as it was.
         }
         self.trim_wal().await?;
         self.submit_all_waiting();

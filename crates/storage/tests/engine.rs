@@ -533,3 +533,40 @@ async fn closing_a_stream_uploads_that_stream_only() {
     assert_eq!(read_all(&engine, 1, 0).await.len(), 40);
     engine.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn closing_many_streams_at_once_shares_uploads() {
+    // A broker that moves all its partitions away closes them together: their one-stream
+    // uploads, queued behind each other, are served together instead of one object each.
+    let dir = tempfile::tempdir().unwrap();
+    let config = StorageConfig {
+        upload_bytes: u64::MAX,
+        upload_interval: Duration::from_secs(3600),
+        stream_object_bytes: u64::MAX,
+        ..small_config()
+    };
+    let engine = open_engine(dir.path(), config, WAL).await;
+    for s in 1..=20u64 {
+        engine.open_stream(s, 1).await.unwrap();
+        for i in 0..5u64 {
+            engine
+                .append(s, 1, 1, i as i64, |b| payload(s, b, i, 1_000))
+                .await
+                .unwrap();
+        }
+    }
+    let closes = (1..=20u64).map(|s| engine.close_stream(s));
+    for r in futures::future::join_all(closes).await {
+        r.unwrap();
+    }
+    let uploads = engine.meters().uploads.get();
+    assert!(
+        (1..=4).contains(&uploads),
+        "20 streams closed at once took {uploads} uploads"
+    );
+    for s in 1..=20u64 {
+        engine.open_stream(s, 2).await.unwrap();
+        assert_eq!(read_all(&engine, s, 0).await.len(), 5);
+    }
+    engine.close().await.unwrap();
+}
