@@ -98,7 +98,17 @@ impl Broker {
                             }
                             t
                         }
-                        Some(n) => self.topics.get(n),
+                        Some(n) => match self.topics.get(n) {
+                            Some(t) => Some(t),
+                            // Created through another broker a moment ago, before the
+                            // announcement reached this one: read the catalog, not "unknown".
+                            None => {
+                                if let Err(e) = self.topics.refresh().await {
+                                    tracing::debug!(error = %e, "reading topics failed");
+                                }
+                                self.topics.get(n)
+                            }
+                        },
                         None => self.topics.get_by_id(id.as_bytes()),
                     };
                     out.push(match (found, name) {
