@@ -309,13 +309,22 @@ async fn a_failed_write_rewinds_each_affected_stream_once() {
             "stream {s}: {} failed appends",
             failed.get(s).copied().unwrap_or(0)
         );
-        // No hole: the next append follows what was acknowledged.
+        // No hole: the next append follows what was acknowledged. The WAL may still be
+        // resetting after the failed write (a retriable error): retry as a client would.
         let hw = engine.stream_info(*s).unwrap().high_watermark;
         assert_eq!(hw, acked[s].len() as u64);
-        let a = engine
-            .append(*s, 1, 1, 0, |b| payload(*s, b, 9, 500))
-            .await
-            .unwrap();
+        let mut tries = 0;
+        let a = loop {
+            match engine.append(*s, 1, 1, 0, |b| payload(*s, b, 9, 500)).await {
+                Err(weir_storage::StorageError::Wal(weir_wal::WalError::Resetting))
+                    if tries < 100 =>
+                {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                r => break r.unwrap(),
+            }
+        };
         assert_eq!(a.base_offset, hw);
         acked.get_mut(s).unwrap().push((a.base_offset, 9));
     }
