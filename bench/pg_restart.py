@@ -389,27 +389,22 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def outage_log(cluster):
-    """Counts of broker log lines about the outage, by broker and kind."""
-    kinds = {}
+    """Counts of broker log lines about the outage: ((broker, line with numbers folded to N),
+    count), the line from its level on and cut at 110 characters."""
+    counts = {}
     for i, b in enumerate(cluster.brokers):
         try:
             with open(b.log_path, errors="replace") as f:
                 for line in f:
                     line = ANSI.sub("", line)
-                    m = LOG_LINES.search(line)
-                    if m:
-                        msg = line.split(m.group(0), 1)
-                        key = (i + 1, re.sub(r"\s+", " ", (msg[0][-60:] + m.group(0)
-                                                          + msg[1][:60]).strip()))
-                        kinds[key] = kinds.get(key, 0) + 1
+                    if not LOG_LINES.search(line):
+                        continue
+                    text = re.sub(r"\d+", "N", re.sub(r"^.*?(WARN|ERROR|INFO)", r"\1", line))
+                    key = (i + 1, re.sub(r"\s+", " ", text).strip()[:110])
+                    counts[key] = counts.get(key, 0) + 1
         except OSError:
             pass
-    # One line per distinct message (numbers folded), with its count.
-    folded = {}
-    for (broker, text), n in kinds.items():
-        text = re.sub(r"\d+", "N", re.sub(r"^.*?(WARN|ERROR|INFO)", r"\1", text))
-        folded[(broker, text)] = folded.get((broker, text), 0) + n
-    return sorted(folded.items())
+    return sorted(counts.items())
 
 
 # ------------------------------------------------------------------ report

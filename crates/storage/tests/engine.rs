@@ -494,18 +494,22 @@ async fn finds_batches_by_timestamp_in_objects_and_cache() {
     engine.close().await.unwrap();
 }
 
+/// No upload but the ones closing (or flushing) asks for, and one set object per upload.
+fn uploads_only_on_close() -> StorageConfig {
+    StorageConfig {
+        upload_bytes: u64::MAX,
+        upload_interval: Duration::from_secs(3600),
+        stream_object_bytes: u64::MAX,
+        ..small_config()
+    }
+}
+
 #[tokio::test]
 async fn closing_a_stream_uploads_that_stream_only() {
     // A partition that moves away writes its own tail, not every partition's: the move's time
     // must not follow how full the WAL is with other partitions' data.
     let dir = tempfile::tempdir().unwrap();
-    let config = StorageConfig {
-        upload_bytes: u64::MAX,
-        upload_interval: Duration::from_secs(3600),
-        stream_object_bytes: u64::MAX,
-        ..small_config()
-    };
-    let engine = open_engine(dir.path(), config, WAL).await;
+    let engine = open_engine(dir.path(), uploads_only_on_close(), WAL).await;
     engine.open_stream(1, 1).await.unwrap();
     engine.open_stream(2, 1).await.unwrap();
     for i in 0..40u64 {
@@ -539,13 +543,7 @@ async fn closing_many_streams_at_once_shares_uploads() {
     // A broker that moves all its partitions away closes them together: their one-stream
     // uploads, queued behind each other, are served together instead of one object each.
     let dir = tempfile::tempdir().unwrap();
-    let config = StorageConfig {
-        upload_bytes: u64::MAX,
-        upload_interval: Duration::from_secs(3600),
-        stream_object_bytes: u64::MAX,
-        ..small_config()
-    };
-    let engine = open_engine(dir.path(), config, WAL).await;
+    let engine = open_engine(dir.path(), uploads_only_on_close(), WAL).await;
     for s in 1..=20u64 {
         engine.open_stream(s, 1).await.unwrap();
         for i in 0..5u64 {

@@ -367,6 +367,33 @@ fn partitions_spread_and_clients_use_every_broker() {
     c.assert_no_panic();
 }
 
+/// AlterPartitionReassignments of one partition to `replicas`, through broker `port`.
+fn reassign(
+    port: u16,
+    topic: &str,
+    partition: i32,
+    replicas: &[i32],
+) -> AlterPartitionReassignmentsResponse {
+    use alter_partition_reassignments_request::{ReassignablePartition, ReassignableTopic};
+    let ResponseKind::AlterPartitionReassignments(r) = call(
+        port,
+        ApiKey::AlterPartitionReassignments,
+        0,
+        RequestKind::AlterPartitionReassignments(
+            AlterPartitionReassignmentsRequest::default().with_topics(vec![
+                ReassignableTopic::default()
+                    .with_name(TopicName(s(topic)))
+                    .with_partitions(vec![ReassignablePartition::default()
+                        .with_partition_index(partition)
+                        .with_replicas(Some(replicas.iter().copied().map(BrokerId).collect()))]),
+            ]),
+        ),
+    ) else {
+        panic!("not an AlterPartitionReassignments response")
+    };
+    r
+}
+
 /// (controller id, broker ids) as broker `port` describes the cluster.
 fn describe(port: u16) -> (i32, Vec<i32>) {
     let ResponseKind::DescribeCluster(d) = call(
@@ -452,24 +479,7 @@ fn a_reassignment_moves_a_partition_and_keeps_its_records() {
     produce(&c.bootstrap(), "moving", 300);
     let (from, epoch) = leaders(c.port(0), "moving")[0];
     let to = if from == 3 { 1 } else { from + 1 };
-    let ResponseKind::AlterPartitionReassignments(r) = call(
-        c.port(2),
-        ApiKey::AlterPartitionReassignments,
-        0,
-        RequestKind::AlterPartitionReassignments(
-            AlterPartitionReassignmentsRequest::default().with_topics(vec![
-                alter_partition_reassignments_request::ReassignableTopic::default()
-                    .with_name(TopicName(s("moving")))
-                    .with_partitions(vec![
-                        alter_partition_reassignments_request::ReassignablePartition::default()
-                            .with_partition_index(0)
-                            .with_replicas(Some(vec![BrokerId(to)])),
-                    ]),
-            ]),
-        ),
-    ) else {
-        panic!("not an AlterPartitionReassignments response")
-    };
+    let r = reassign(c.port(2), "moving", 0, &[to]);
     assert_eq!(r.error_code, 0);
     assert_eq!(
         r.responses[0].partitions[0].error_code, 0,
@@ -525,24 +535,7 @@ fn a_reassignment_moves_a_partition_and_keeps_its_records() {
     let want: Vec<String> = (0..300).map(value).collect();
     assert_eq!(consume(&c.bootstrap(), "moving", 300), want);
     // A reassignment naming two replicas is refused: a partition has one, its leader.
-    let ResponseKind::AlterPartitionReassignments(r) = call(
-        c.port(0),
-        ApiKey::AlterPartitionReassignments,
-        0,
-        RequestKind::AlterPartitionReassignments(
-            AlterPartitionReassignmentsRequest::default().with_topics(vec![
-                alter_partition_reassignments_request::ReassignableTopic::default()
-                    .with_name(TopicName(s("moving")))
-                    .with_partitions(vec![
-                        alter_partition_reassignments_request::ReassignablePartition::default()
-                            .with_partition_index(0)
-                            .with_replicas(Some(vec![BrokerId(1), BrokerId(2)])),
-                    ]),
-            ]),
-        ),
-    ) else {
-        panic!("not an AlterPartitionReassignments response")
-    };
+    let r = reassign(c.port(0), "moving", 0, &[1, 2]);
     assert_eq!(
         r.responses[0].partitions[0].error_code,
         kafka_protocol::ResponseError::InvalidReplicationFactor.code()

@@ -57,6 +57,17 @@ async fn check_incarnation(c: &impl GenericClient, node_id: i32, incarnation: u6
 /// Fails unless `lease` is the current, unexpired controller lease; holds the row, so that the
 /// lease cannot change hands before the caller's transaction ends.
 async fn check_lease(c: &impl GenericClient, lease: ControllerLease) -> Result<()> {
+    match locked_lease(c).await? {
+        Some((node_id, epoch, true)) if node_id == lease.node_id && epoch as u64 == lease.epoch => {
+            Ok(())
+        }
+        _ => Err(MetaError::NotController { epoch: lease.epoch }),
+    }
+}
+
+/// The lease row (holder, epoch, unexpired by the server's clock), locked until the caller's
+/// transaction ends; `None` before any broker has bid for it.
+async fn locked_lease(c: &impl GenericClient) -> Result<Option<(i32, i64, bool)>> {
     let row = c
         .query_opt(
             &format!(
@@ -67,16 +78,7 @@ async fn check_lease(c: &impl GenericClient, lease: ControllerLease) -> Result<(
         )
         .await
         .map_err(backend("reading the controller lease"))?;
-    match row {
-        Some(r)
-            if r.get::<_, i32>(0) == lease.node_id
-                && r.get::<_, i64>(1) as u64 == lease.epoch
-                && r.get::<_, bool>(2) =>
-        {
-            Ok(())
-        }
-        _ => Err(MetaError::NotController { epoch: lease.epoch }),
-    }
+    Ok(row.map(|r| (r.get(0), r.get(1), r.get(2))))
 }
 
 impl PostgresMetaStore {
@@ -289,17 +291,11 @@ impl Coordination for PostgresMetaStore {
             )
             .await
             .map_err(backend("creating the controller lease"))?;
-            let r = tx
-                .query_one(
-                    &format!(
-                        "SELECT node_id, epoch, expires_ms > {NOW_MS} FROM controller WHERE id = 1
-                         FOR UPDATE"
-                    ),
-                    &[],
-                )
-                .await
-                .map_err(backend("reading the controller lease"))?;
-            let (holder, epoch, valid): (i32, i64, bool) = (r.get(0), r.get(1), r.get(2));
+            let (holder, epoch, valid) =
+                locked_lease(&tx).await?.ok_or_else(|| MetaError::Backend {
+                    context: "reading the controller lease",
+                    source: "the row inserted just before is missing".into(),
+                })?;
             let (epoch, changed) = if holder == node_id && epoch > 0 && valid {
                 (epoch, false)
             } else if valid && epoch > 0 {

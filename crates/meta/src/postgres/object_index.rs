@@ -92,17 +92,7 @@ impl ObjectIndex for PostgresMetaStore {
             }
             let now = now_ms();
             for o in &objects {
-                let n = tx
-                    .execute(
-                        "UPDATE objects SET state = 'live', size = $2, since_ms = $3
-                         WHERE object_id = $1 AND state = 'prepared'",
-                        &[&i(o.object_id), &i(o.size), &now],
-                    )
-                    .await
-                    .map_err(backend("committing an object"))?;
-                if n != 1 {
-                    return Err(MetaError::UnknownObject(o.object_id));
-                }
+                mark_live(&tx, o.object_id, o.size, now).await?;
                 for r in &o.ranges {
                     // An empty or inverted range would move the end offset back.
                     if r.start_offset >= r.end_offset || r.end_offset > i64::MAX as u64 {
@@ -302,17 +292,7 @@ impl ObjectIndex for PostgresMetaStore {
                 });
             }
             let now = now_ms();
-            let n = tx
-                .execute(
-                    "UPDATE objects SET state = 'live', size = $2, since_ms = $3
-                     WHERE object_id = $1 AND state = 'prepared'",
-                    &[&i(object.object_id), &i(object.size), &now],
-                )
-                .await
-                .map_err(backend("committing an object"))?;
-            if n != 1 {
-                return Err(MetaError::UnknownObject(object.object_id));
-            }
+            mark_live(&tx, object.object_id, object.size, now).await?;
             let mut replaced: Vec<i64> = old.iter().map(|o| o.2).collect();
             lock_objects(&tx, &mut replaced).await?;
             tx.execute(
@@ -338,6 +318,22 @@ impl ObjectIndex for PostgresMetaStore {
             .get(0);
         Ok(n as u64)
     }
+}
+
+/// A prepared object becomes live (its ranges are being committed); any other state is an error.
+async fn mark_live(c: &impl GenericClient, object_id: u64, size: u64, now: i64) -> Result<()> {
+    let n = c
+        .execute(
+            "UPDATE objects SET state = 'live', size = $2, since_ms = $3
+             WHERE object_id = $1 AND state = 'prepared'",
+            &[&i(object_id), &i(size), &now],
+        )
+        .await
+        .map_err(backend("committing an object"))?;
+    if n != 1 {
+        return Err(MetaError::UnknownObject(object_id));
+    }
+    Ok(())
 }
 
 async fn insert_range(

@@ -89,15 +89,7 @@ impl ObjectIndex for SqliteMetaStore {
                 .map_err(backend("begin"))?;
             let now = now_ms();
             for o in &objects {
-                let n = tx
-                    .execute(
-                        "UPDATE objects SET state = 'live', size = ?2, since_ms = ?3 WHERE object_id = ?1 AND state = 'prepared'",
-                        params![i(o.object_id), i(o.size), now],
-                    )
-                    .map_err(backend("committing an object"))?;
-                if n != 1 {
-                    return Err(MetaError::UnknownObject(o.object_id));
-                }
+                mark_live(&tx, o.object_id, o.size, now)?;
                 for r in &o.ranges {
                     // An empty or inverted range would move the end offset back.
                     if r.start_offset >= r.end_offset || r.end_offset > i64::MAX as u64 {
@@ -319,15 +311,7 @@ impl ObjectIndex for SqliteMetaStore {
                     got: old.first().map_or(0, |o| o.0 as u64),
                 });
             }
-            let n = tx
-                .execute(
-                    "UPDATE objects SET state = 'live', size = ?2, since_ms = ?3 WHERE object_id = ?1 AND state = 'prepared'",
-                    params![i(object.object_id), i(object.size), now_ms()],
-                )
-                .map_err(backend("committing an object"))?;
-            if n != 1 {
-                return Err(MetaError::UnknownObject(object.object_id));
-            }
+            mark_live(&tx, object.object_id, object.size, now_ms())?;
             tx.execute(
                 "DELETE FROM ranges WHERE stream_id = ?1 AND start_offset >= ?2 AND start_offset < ?3",
                 params![i(r.stream_id), i(r.start_offset), i(r.end_offset)],
@@ -374,6 +358,20 @@ impl ObjectIndex for SqliteMetaStore {
         })
         .await
     }
+}
+
+/// A prepared object becomes live (its ranges are being committed); any other state is an error.
+fn mark_live(c: &rusqlite::Connection, object_id: u64, size: u64, now: i64) -> Result<()> {
+    let n = c
+        .execute(
+            "UPDATE objects SET state = 'live', size = ?2, since_ms = ?3 WHERE object_id = ?1 AND state = 'prepared'",
+            params![i(object_id), i(size), now],
+        )
+        .map_err(backend("committing an object"))?;
+    if n != 1 {
+        return Err(MetaError::UnknownObject(object_id));
+    }
+    Ok(())
 }
 
 fn stream_deleted(c: &rusqlite::Connection, stream_id: u64) -> Result<bool> {
