@@ -459,7 +459,12 @@ fn a_joining_broker_takes_new_partitions() {
     let i = c.add_broker();
     let new = c.node_id(i);
     create_topic(c.port(0), "after", 3);
-    let after = leaders(c.port(i), "after");
+    // The new broker hears of the topic's placement a moment after the broker that created it.
+    let mut after = Vec::new();
+    eventually(10, "the new broker leads one of the new partitions", || {
+        after = leaders(c.port(i), "after");
+        after.iter().any(|(l, _)| *l == new)
+    });
     assert!(
         after.iter().any(|(l, _)| *l == new),
         "the new broker {new} leads none of {after:?}"
