@@ -25,10 +25,12 @@ use std::time::{Duration, Instant};
 
 use crate::aligned::AlignedBuf;
 use crate::format::{
-    align_up, decode_records, encode_record, encoded_record_len, GroupHeader, Superblock, BLOCK,
-    GROUP_HEADER_LEN, RING_START, SUPERBLOCK_SLOTS,
+    align_up, decode_records, encode_record, encoded_record_len, GroupHeader, Seal, Superblock,
+    BLOCK, GROUP_HEADER_LEN, RING_START, SEAL_AT, SUPERBLOCK_SLOTS,
 };
-use crate::{Completion, RecoveredRecord, Seq, Wal, WalError, WalMeters, WalRecord, WalUsage};
+use crate::{
+    AckGate, Completion, RecoveredRecord, Seq, Wal, WalError, WalMeters, WalRecord, WalUsage,
+};
 
 /// How the writer makes a write durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -57,6 +59,20 @@ pub struct FileWalConfig {
     pub format: bool,
     /// Injected faults: a test and chaos switch, off by default.
     pub faults: WalFaults,
+    /// Read the seal block after every group write and acknowledge nothing once a peer sealed
+    /// the WAL. On wherever a peer may recover the WAL (a cluster); it costs one 4 KiB read per
+    /// group write.
+    pub seal_check: bool,
+    /// Asked after every group write whether its records may be acknowledged.
+    pub ack_gate: Option<Arc<dyn AckGate>>,
+}
+
+/// What a WAL file says about itself before it is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WalIdentity {
+    pub wal_id: u128,
+    /// Set once a peer has recovered (or is recovering) the WAL.
+    pub sealed: Option<Seal>,
 }
 
 /// Faults injected into the writer's group writes, at the real `pwrite` and `fdatasync` call
@@ -171,6 +187,8 @@ impl FileWalConfig {
             sync: SyncMode::Fdatasync,
             format: true,
             faults: WalFaults::default(),
+            seal_check: false,
+            ack_gate: None,
         }
     }
 }
@@ -203,6 +221,8 @@ struct State {
     groups: VecDeque<GroupSpan>,
     resetting: bool,
     closed: bool,
+    /// A peer sealed the WAL: every append and trim is refused from now on.
+    sealed: Option<Seal>,
     recovered: Vec<RecoveredRecord>,
 }
 
@@ -210,6 +230,9 @@ struct Inner {
     file: File,
     path: String,
     capacity: u64,
+    wal_id: u128,
+    seal_check: bool,
+    ack_gate: Option<Arc<dyn AckGate>>,
     max_write: u64,
     sync: SyncMode,
     state: Mutex<State>,
@@ -275,35 +298,17 @@ impl FileWal {
         }
         let (file, direct) =
             open_file(&config.path, config.direct_io, config.sync).map_err(io_err(p, "opening"))?;
-        let meta = file.metadata().map_err(io_err(p, "reading metadata"))?;
-        let is_device = meta.file_type().is_block_device();
-        let file_len = if is_device {
-            use std::io::{Seek, SeekFrom};
-            (&file)
-                .seek(SeekFrom::End(0))
-                .map_err(io_err(p, "sizing the device"))?
-        } else {
-            meta.len()
-        };
-
-        let mut slots = AlignedBuf::zeroed((BLOCK * SUPERBLOCK_SLOTS) as usize);
-        let mut existing = None;
-        if file_len >= RING_START {
-            file.read_exact_at(&mut slots, 0)
-                .map_err(io_err(p, "reading the superblock"))?;
-            existing = (0..SUPERBLOCK_SLOTS as usize)
-                .filter_map(|i| Superblock::decode(&slots[i * BLOCK as usize..]))
-                .max_by_key(|s| s.generation);
-            if existing.is_none() && slots.iter().any(|b| *b != 0) && !is_device {
-                return Err(WalError::Invalid {
-                    path: path_str,
-                    reason: "neither superblock is valid and the file is not blank; refusing to overwrite it".into(),
-                });
-            }
-        }
+        let (file_len, is_device) = file_size(&file, p)?;
+        let existing = read_superblock(&file, file_len, is_device, p)?;
 
         let sb = match existing {
             Some(sb) => {
+                if let Some(seal) = read_seal(&file, p)?.filter(|s| s.wal_id == sb.wal_id) {
+                    return Err(WalError::Sealed {
+                        node_id: seal.node_id,
+                        incarnation: seal.incarnation,
+                    });
+                }
                 if !is_device && sb.capacity != config.capacity {
                     tracing::warn!(
                         path = p,
@@ -343,11 +348,15 @@ impl FileWal {
                         format(&file, capacity, p)?;
                     }
                 }
+                // A blank seal block: a device (or file) used before may hold an old seal.
+                file.write_all_at(&AlignedBuf::zeroed(BLOCK as usize), SEAL_AT)
+                    .map_err(io_err(p, "clearing the seal block"))?;
                 Superblock {
                     capacity,
                     generation: 0,
                     trim_pos: 0,
                     trim_seq: 0,
+                    wal_id: new_wal_id(),
                 }
             }
         };
@@ -356,6 +365,9 @@ impl FileWal {
             file,
             path: path_str,
             capacity: sb.capacity,
+            wal_id: sb.wal_id,
+            seal_check: config.seal_check,
+            ack_gate: config.ack_gate.clone(),
             max_write: config.max_write_bytes.max(BLOCK),
             sync: config.sync,
             state: Mutex::new(State {
@@ -367,6 +379,7 @@ impl FileWal {
                 groups: VecDeque::new(),
                 resetting: false,
                 closed: false,
+                sealed: None,
                 recovered: Vec::new(),
             }),
             work: Condvar::new(),
@@ -379,7 +392,7 @@ impl FileWal {
             inner.write_superblock(sb)?;
         }
         inner.recover(sb)?;
-        tracing::info!(path = %inner.path, capacity = inner.capacity, direct, device = is_device, "WAL opened");
+        tracing::info!(path = %inner.path, wal_id = %format!("{:032x}", inner.wal_id), capacity = inner.capacity, direct, device = is_device, "WAL opened");
 
         let inner = Arc::new(inner);
         let thread_inner = Arc::clone(&inner);
@@ -408,6 +421,327 @@ impl FileWal {
         f.rng = faults.seed ^ 0x2545_F491_4F6C_DD1D;
         f.config = faults;
     }
+
+    /// This WAL's id (in its superblock).
+    pub fn wal_id(&self) -> u128 {
+        self.inner.wal_id
+    }
+
+    /// The id and seal of the WAL at `path`, without opening it for writing; `None` if there is
+    /// no WAL there yet (no file, or a blank one).
+    pub fn identity(path: &Path) -> Result<Option<WalIdentity>, WalError> {
+        let p = path.display().to_string();
+        let Some(file) = open_existing(path, &p)? else {
+            return Ok(None);
+        };
+        let (len, is_device) = file_size(&file, &p)?;
+        let Some(sb) = read_superblock(&file, len, is_device, &p)? else {
+            return Ok(None);
+        };
+        let sealed = read_seal(&file, &p)?.filter(|s| s.wal_id == sb.wal_id);
+        Ok(Some(WalIdentity {
+            wal_id: sb.wal_id,
+            sealed,
+        }))
+    }
+
+    /// Seals the WAL at `path` (which must be the WAL `seal.wal_id`) for a peer that recovers
+    /// it: its owner, if it still runs, acknowledges nothing it writes after this. Durable when it
+    /// returns. The peer reads the WAL only after sealing it, so that whatever the owner
+    /// acknowledged was durable before the read (see [`FileWalConfig::seal_check`]).
+    pub fn seal(path: &Path, seal: Seal) -> Result<(), WalError> {
+        let p = path.display().to_string();
+        let file = open_existing(path, &p)?.ok_or_else(|| WalError::Io {
+            path: p.clone(),
+            context: "opening to seal",
+            source: Arc::new(std::io::Error::from(std::io::ErrorKind::NotFound)),
+        })?;
+        let (len, is_device) = file_size(&file, &p)?;
+        let sb = read_superblock(&file, len, is_device, &p)?.ok_or_else(|| WalError::Invalid {
+            path: p.clone(),
+            reason: "no WAL superblock; nothing to seal".into(),
+        })?;
+        if sb.wal_id != seal.wal_id {
+            return Err(WalError::WrongWal {
+                path: p,
+                expected: seal.wal_id,
+                found: sb.wal_id,
+            });
+        }
+        let mut buf = AlignedBuf::zeroed(BLOCK as usize);
+        seal.encode(&mut buf);
+        file.write_all_at(&buf, SEAL_AT)
+            .and_then(|_| file.sync_data())
+            .map_err(io_err(&p, "writing the seal"))
+    }
+
+    /// Every record the WAL `wal_id` at `path` holds from its trim point, as recovery on open
+    /// finds them, without writing to it. For a peer, after [`FileWal::seal`]: the superblock is
+    /// read again after the scan, and the scan repeated if the owner trimmed meanwhile (a trim
+    /// that was under way when the seal landed), so that the scan never starts in space the
+    /// owner has since reused.
+    pub fn read_sealed(path: &Path, wal_id: u128) -> Result<Vec<RecoveredRecord>, WalError> {
+        let p = path.display().to_string();
+        let file = open_existing(path, &p)?.ok_or_else(|| WalError::Io {
+            path: p.clone(),
+            context: "opening to recover",
+            source: Arc::new(std::io::Error::from(std::io::ErrorKind::NotFound)),
+        })?;
+        let (len, is_device) = file_size(&file, &p)?;
+        let read_sb = || -> Result<Superblock, WalError> {
+            let sb =
+                read_superblock(&file, len, is_device, &p)?.ok_or_else(|| WalError::Invalid {
+                    path: p.clone(),
+                    reason: "no WAL superblock".into(),
+                })?;
+            if sb.wal_id != wal_id {
+                return Err(WalError::WrongWal {
+                    path: p.clone(),
+                    expected: wal_id,
+                    found: sb.wal_id,
+                });
+            }
+            Ok(sb)
+        };
+        let mut sb = read_sb()?;
+        for _ in 0..10 {
+            let found = scan(&file, sb.capacity, &p, sb)?;
+            let again = read_sb()?;
+            if again.trim_pos == sb.trim_pos {
+                return Ok(found.records);
+            }
+            sb = again;
+        }
+        Err(WalError::Invalid {
+            path: p,
+            reason: "its trim point kept moving while it was read; is its owner still writing?"
+                .into(),
+        })
+    }
+
+    /// Makes the WAL at `path` empty under a new id, for a broker whose WAL a peer recovered:
+    /// what it held is in object storage, and a replay would bring back records its leaders no
+    /// longer own. The trim point moves past every group the ring holds, and the seal is cleared.
+    /// Returns the new id.
+    pub fn start_empty(path: &Path) -> Result<u128, WalError> {
+        let p = path.display().to_string();
+        let file = open_existing(path, &p)?.ok_or_else(|| WalError::Io {
+            path: p.clone(),
+            context: "opening to start empty",
+            source: Arc::new(std::io::Error::from(std::io::ErrorKind::NotFound)),
+        })?;
+        let (len, is_device) = file_size(&file, &p)?;
+        let Some(sb) = read_superblock(&file, len, is_device, &p)? else {
+            return Ok(new_wal_id());
+        };
+        let found = scan(&file, sb.capacity, &p, sb)?;
+        let fresh = Superblock {
+            capacity: sb.capacity,
+            generation: sb.generation + 1,
+            trim_pos: found.end,
+            trim_seq: found.next_seq,
+            wal_id: new_wal_id(),
+        };
+        let mut buf = AlignedBuf::zeroed(BLOCK as usize);
+        fresh.encode(&mut buf);
+        file.write_all_at(&buf, (fresh.generation % SUPERBLOCK_SLOTS) * BLOCK)
+            .and_then(|_| file.sync_data())
+            .map_err(io_err(&p, "writing the superblock"))?;
+        // Cleared after the new superblock: a crash in between leaves a seal naming the old id,
+        // which the new one no longer matches.
+        file.write_all_at(&AlignedBuf::zeroed(BLOCK as usize), SEAL_AT)
+            .and_then(|_| file.sync_data())
+            .map_err(io_err(&p, "clearing the seal"))?;
+        tracing::info!(path = %p, old = %format!("{:032x}", sb.wal_id), new = %format!("{:032x}", fresh.wal_id), "WAL starts empty under a new id");
+        Ok(fresh.wal_id)
+    }
+
+    /// Removes a seal that names this WAL: its owner claimed it back because the peer that
+    /// sealed it could not recover it (it gave up before reading it all).
+    pub fn clear_seal(path: &Path) -> Result<(), WalError> {
+        let p = path.display().to_string();
+        let Some(file) = open_existing(path, &p)? else {
+            return Ok(());
+        };
+        file.write_all_at(&AlignedBuf::zeroed(BLOCK as usize), SEAL_AT)
+            .and_then(|_| file.sync_data())
+            .map_err(io_err(&p, "clearing the seal"))
+    }
+}
+
+fn sealed_error(seal: Seal) -> WalError {
+    WalError::Sealed {
+        node_id: seal.node_id,
+        incarnation: seal.incarnation,
+    }
+}
+
+/// A random WAL id.
+fn new_wal_id() -> u128 {
+    let mut b = [0u8; 16];
+    // SAFETY: getrandom writes at most `b.len()` bytes into the buffer it is given.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != b.len() as isize {
+        // No entropy source: time and process id still make ids that differ between brokers.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        return t ^ (u128::from(std::process::id()) << 96);
+    }
+    u128::from_le_bytes(b)
+}
+
+/// Opens an existing WAL file or device for reading and writing (O_DIRECT where the filesystem
+/// allows it); `None` if there is none.
+fn open_existing(path: &Path, p: &str) -> Result<Option<File>, WalError> {
+    let open = |flags: i32| {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(flags)
+            .open(path)
+    };
+    match open(libc::O_DIRECT) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => match open(0) {
+            Ok(f) => Ok(Some(f)),
+            Err(e) => Err(io_err(p, "opening")(e)),
+        },
+        Err(e) => Err(io_err(p, "opening")(e)),
+    }
+}
+
+/// The file's length (a device's size) and whether it is a block device.
+fn file_size(file: &File, p: &str) -> Result<(u64, bool), WalError> {
+    let meta = file.metadata().map_err(io_err(p, "reading metadata"))?;
+    if meta.file_type().is_block_device() {
+        use std::io::{Seek, SeekFrom};
+        let len = (&*file)
+            .seek(SeekFrom::End(0))
+            .map_err(io_err(p, "sizing the device"))?;
+        return Ok((len, true));
+    }
+    Ok((meta.len(), false))
+}
+
+/// The newest valid superblock; `None` for a blank file (or a device, whatever it holds).
+fn read_superblock(
+    file: &File,
+    file_len: u64,
+    is_device: bool,
+    p: &str,
+) -> Result<Option<Superblock>, WalError> {
+    if file_len < RING_START {
+        return Ok(None);
+    }
+    let mut slots = AlignedBuf::zeroed((BLOCK * SUPERBLOCK_SLOTS) as usize);
+    file.read_exact_at(&mut slots, 0)
+        .map_err(io_err(p, "reading the superblock"))?;
+    let existing = (0..SUPERBLOCK_SLOTS as usize)
+        .filter_map(|i| Superblock::decode(&slots[i * BLOCK as usize..]))
+        .max_by_key(|s| s.generation);
+    if existing.is_none() && !is_device {
+        if (0..SUPERBLOCK_SLOTS as usize).any(|i| Superblock::is_v1(&slots[i * BLOCK as usize..])) {
+            return Err(WalError::Invalid {
+                path: p.to_string(),
+                reason: "it is a WAL of format 1 (an earlier Weir); start that version once to \
+                         upload what it holds, or remove the file if it holds nothing"
+                    .into(),
+            });
+        }
+        if slots.iter().any(|b| *b != 0) {
+            return Err(WalError::Invalid {
+                path: p.to_string(),
+                reason: "neither superblock is valid and the file is not blank; refusing to overwrite it".into(),
+            });
+        }
+    }
+    Ok(existing)
+}
+
+/// The seal in the seal block, if any (whichever WAL it names).
+fn read_seal(file: &File, p: &str) -> Result<Option<Seal>, WalError> {
+    let mut buf = AlignedBuf::zeroed(BLOCK as usize);
+    match file.read_exact_at(&mut buf, SEAL_AT) {
+        Ok(()) => Ok(Seal::decode(&buf)),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
+        Err(e) => Err(io_err(p, "reading the seal")(e)),
+    }
+}
+
+/// What a scan of the ring found.
+struct Scan {
+    records: Vec<RecoveredRecord>,
+    groups: VecDeque<GroupSpan>,
+    /// Logical position after the last whole group.
+    end: u64,
+    next_seq: Seq,
+}
+
+/// Reads `buf.len()` bytes of the ring from logical position `pos`, wrapping at its end.
+fn read_ring_at(file: &File, capacity: u64, pos: u64, buf: &mut [u8]) -> std::io::Result<()> {
+    let off = pos % capacity;
+    let first = ((capacity - off) as usize).min(buf.len());
+    file.read_exact_at(&mut buf[..first], RING_START + off)?;
+    if first < buf.len() {
+        file.read_exact_at(&mut buf[first..], RING_START)?;
+    }
+    Ok(())
+}
+
+/// Scans groups from the trim point and stops at the first one that is not whole and valid.
+fn scan(file: &File, capacity: u64, path: &str, sb: Superblock) -> Result<Scan, WalError> {
+    let mut pos = sb.trim_pos;
+    let mut next_seq = sb.trim_seq;
+    let mut records = Vec::new();
+    let mut groups = VecDeque::new();
+    let mut window = RingWindow {
+        limit: sb.trim_pos + capacity,
+        buf: AlignedBuf::zeroed(0),
+        pos: 0,
+        len: 0,
+    };
+    let read_err = || io_err(path, "reading during recovery");
+    while let Some(head) = window.get(file, capacity, pos, BLOCK).map_err(read_err())? {
+        let Some(h) = GroupHeader::decode(head, pos) else {
+            break;
+        };
+        let Some(group) = window
+            .get(file, capacity, pos, u64::from(h.len))
+            .map_err(read_err())?
+        else {
+            break;
+        };
+        let Some(decoded) =
+            decode_records(&group[GROUP_HEADER_LEN..h.used as usize], h.record_count)
+        else {
+            tracing::info!(pos, "WAL recovery stopped at a torn group");
+            break;
+        };
+        debug_assert!(h.first_seq >= next_seq, "sequence numbers go backwards");
+        for (i, record) in decoded.into_iter().enumerate() {
+            records.push(RecoveredRecord {
+                seq: h.first_seq + i as u64,
+                record,
+            });
+        }
+        let last_seq = h.first_seq + u64::from(h.record_count.max(1)) - 1;
+        groups.push_back(GroupSpan {
+            pos,
+            first_seq: h.first_seq,
+            last_seq,
+            durable: true,
+        });
+        next_seq = next_seq.max(last_seq + 1);
+        pos += u64::from(h.len);
+    }
+    Ok(Scan {
+        records,
+        groups,
+        end: pos,
+        next_seq,
+    })
 }
 
 fn preallocate(file: &File, len: u64) -> std::io::Result<()> {
@@ -459,14 +793,20 @@ impl RingWindow {
     const CHUNK: u64 = 8 << 20;
 
     /// The bytes `[at, at + len)` of the ring, or `None` if they lie beyond one lap.
-    fn get(&mut self, inner: &Inner, at: u64, len: u64) -> std::io::Result<Option<&[u8]>> {
+    fn get(
+        &mut self,
+        file: &File,
+        capacity: u64,
+        at: u64,
+        len: u64,
+    ) -> std::io::Result<Option<&[u8]>> {
         if at + len > self.limit {
             return Ok(None);
         }
         if at < self.pos || at + len > self.pos + self.len {
             let n = len.max(Self::CHUNK).min(self.limit - at);
             self.buf = AlignedBuf::zeroed(n as usize);
-            inner.read_ring(at, &mut self.buf[..n as usize])?;
+            read_ring_at(file, capacity, at, &mut self.buf[..n as usize])?;
             self.pos = at;
             self.len = n;
         }
@@ -483,18 +823,6 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 impl Inner {
     fn physical(&self, pos: u64) -> u64 {
         RING_START + pos % self.capacity
-    }
-
-    /// Reads `buf.len()` bytes of the ring from logical position `pos`, wrapping at its end.
-    fn read_ring(&self, pos: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        let off = pos % self.capacity;
-        let first = ((self.capacity - off) as usize).min(buf.len());
-        self.file
-            .read_exact_at(&mut buf[..first], RING_START + off)?;
-        if first < buf.len() {
-            self.file.read_exact_at(&mut buf[first..], RING_START)?;
-        }
-        Ok(())
     }
 
     fn write_ring(&self, pos: u64, buf: &[u8]) -> std::io::Result<()> {
@@ -556,64 +884,21 @@ impl Inner {
         Ok(())
     }
 
-    /// Scans groups from the trim point and stops at the first one that is not whole and valid.
+    /// Finds what the WAL holds from its trim point, for [`Wal::take_recovered`].
     fn recover(&self, sb: Superblock) -> Result<(), WalError> {
-        let mut pos = sb.trim_pos;
-        let mut next_seq = sb.trim_seq;
-        let mut recovered = Vec::new();
-        let mut groups = VecDeque::new();
-        let mut window = RingWindow {
-            limit: sb.trim_pos + self.capacity,
-            buf: AlignedBuf::zeroed(0),
-            pos: 0,
-            len: 0,
-        };
-        let read_err = || io_err(&self.path, "reading during recovery");
-
-        while let Some(head) = window.get(self, pos, BLOCK).map_err(read_err())? {
-            let Some(h) = GroupHeader::decode(head, pos) else {
-                break;
-            };
-            let Some(group) = window
-                .get(self, pos, u64::from(h.len))
-                .map_err(read_err())?
-            else {
-                break;
-            };
-            let Some(records) =
-                decode_records(&group[GROUP_HEADER_LEN..h.used as usize], h.record_count)
-            else {
-                tracing::info!(pos, "WAL recovery stopped at a torn group");
-                break;
-            };
-            debug_assert!(h.first_seq >= next_seq, "sequence numbers go backwards");
-            for (i, record) in records.into_iter().enumerate() {
-                recovered.push(RecoveredRecord {
-                    seq: h.first_seq + i as u64,
-                    record,
-                });
-            }
-            let last_seq = h.first_seq + u64::from(h.record_count.max(1)) - 1;
-            groups.push_back(GroupSpan {
-                pos,
-                first_seq: h.first_seq,
-                last_seq,
-                durable: true,
-            });
-            next_seq = next_seq.max(last_seq + 1);
-            pos += u64::from(h.len);
-        }
-        tracing::info!(path = %self.path, records = recovered.len(), bytes = pos - sb.trim_pos, "WAL recovered");
+        let found = scan(&self.file, self.capacity, &self.path, sb)?;
+        tracing::info!(path = %self.path, records = found.records.len(), bytes = found.end - sb.trim_pos, "WAL recovered");
         let mut st = lock(&self.state);
-        st.next_pos = pos;
-        st.next_seq = next_seq;
-        st.groups = groups;
-        st.recovered = recovered;
+        st.next_pos = found.end;
+        st.next_seq = found.next_seq;
+        st.groups = found.groups;
+        st.recovered = found.records;
         Ok(())
     }
 
     fn writer_loop(&self) {
         let mut buf = AlignedBuf::zeroed(self.max_write as usize);
+        let mut seal_buf = AlignedBuf::zeroed(BLOCK as usize);
         loop {
             let (header, taken) = {
                 let mut st = lock(&self.state);
@@ -681,6 +966,13 @@ impl Inner {
                     self.meters.writes.inc();
                     self.meters.syncs.inc();
                     self.meters.bytes_written.add(len as u64);
+                    // Durable; now, and only now, ask whether it may be acknowledged: a seal or
+                    // a lapsed session found after the write covers every record in it.
+                    if let Err(e) = self.may_acknowledge(&mut seal_buf) {
+                        self.meters.refused_acks.inc();
+                        self.fail_write(header, taken, e);
+                        continue;
+                    }
                     {
                         let mut st = lock(&self.state);
                         if let Some(g) = st.groups.iter_mut().find(|g| g.pos == header.pos) {
@@ -691,17 +983,43 @@ impl Inner {
                         (p.done)(Ok(p.seq));
                     }
                 }
-                Err(e) => self.fail_write(header, taken, e),
+                Err(e) => self.fail_write(header, taken, WalError::WriteFailed(Arc::new(e))),
             }
         }
+    }
+
+    /// Whether records just made durable may be acknowledged: no peer sealed the WAL (read from
+    /// the disk, since the peer writes it there) and the broker's session is valid.
+    fn may_acknowledge(&self, buf: &mut AlignedBuf) -> Result<(), WalError> {
+        if let Some(seal) = lock(&self.state).sealed {
+            return Err(sealed_error(seal));
+        }
+        if self.seal_check {
+            self.file
+                .read_exact_at(buf, SEAL_AT)
+                .map_err(|e| WalError::WriteFailed(Arc::new(e)))?;
+            if let Some(seal) = Seal::decode(buf).filter(|s| s.wal_id == self.wal_id) {
+                tracing::error!(path = %self.path, by = seal.node_id, incarnation = seal.incarnation, "the WAL was sealed by a peer that recovered it: this broker was replaced and acknowledges nothing more");
+                lock(&self.state).sealed = Some(seal);
+                return Err(sealed_error(seal));
+            }
+        }
+        if let Some(gate) = &self.ack_gate {
+            gate.check().map_err(WalError::Fenced)?;
+        }
+        Ok(())
     }
 
     /// A failed write fails its records and everything queued behind them, and the next group
     /// goes where the failed one began, so the ring keeps no hole. Appends arriving meanwhile are
     /// refused, so that callers see every failure before they write again.
-    fn fail_write(&self, header: GroupHeader, taken: Vec<Pending>, e: std::io::Error) {
-        tracing::error!(path = %self.path, pos = header.pos, error = %e, "WAL write failed; failing queued appends");
-        self.meters.write_errors.inc();
+    fn fail_write(&self, header: GroupHeader, taken: Vec<Pending>, err: WalError) {
+        if matches!(err, WalError::WriteFailed(_)) {
+            tracing::error!(path = %self.path, pos = header.pos, error = %err, "WAL write failed; failing queued appends");
+            self.meters.write_errors.inc();
+        } else {
+            tracing::warn!(path = %self.path, pos = header.pos, error = %err, "WAL write not acknowledged; failing queued appends");
+        }
         // The failed group may be whole on the disk (a failed sync says nothing about what was
         // written). If no later group overwrote it, recovery would bring back records whose
         // appends were told they failed: erase its header, as well as the device lets us.
@@ -712,7 +1030,6 @@ impl Inner {
         {
             tracing::error!(path = %self.path, pos = header.pos, error = %e, "erasing the failed WAL group failed too");
         }
-        let err = WalError::WriteFailed(Arc::new(e));
         let drained: Vec<Pending> = {
             let mut st = lock(&self.state);
             st.resetting = true;
@@ -731,6 +1048,9 @@ impl Inner {
     fn trim(&self, seq: Seq) -> Result<(), WalError> {
         let sb = {
             let st = lock(&self.state);
+            if let Some(seal) = st.sealed {
+                return Err(sealed_error(seal));
+            }
             let mut trim_pos = st.next_pos;
             let mut trim_seq = st.queue.front().map_or(st.next_seq, |p| p.seq);
             for g in &st.groups {
@@ -748,8 +1068,18 @@ impl Inner {
                 generation: 0,
                 trim_pos,
                 trim_seq,
+                wal_id: self.wal_id,
             }
         };
+        // A peer reading a sealed WAL relies on its trim point staying put (see `read_sealed`).
+        if self.seal_check {
+            if let Some(seal) =
+                read_seal(&self.file, &self.path)?.filter(|s| s.wal_id == self.wal_id)
+            {
+                lock(&self.state).sealed = Some(seal);
+                return Err(sealed_error(seal));
+            }
+        }
         self.write_superblock(sb)?;
         {
             let mut st = lock(&self.state);
@@ -777,6 +1107,9 @@ impl Wal for FileWal {
         let mut st = lock(&inner.state);
         if st.closed {
             return Err(WalError::Closed);
+        }
+        if let Some(seal) = st.sealed {
+            return Err(sealed_error(seal));
         }
         if st.resetting {
             return Err(WalError::Resetting);
@@ -1055,6 +1388,165 @@ mod tests {
             .map(|r| r.record.base_offset)
             .collect();
         assert_eq!(offsets, vec![0, 1, 2, 3]);
+    }
+
+    #[derive(Debug, Default)]
+    struct Gate(std::sync::atomic::AtomicBool);
+
+    impl AckGate for Gate {
+        fn check(&self) -> Result<(), String> {
+            if self.0.load(std::sync::atomic::Ordering::SeqCst) {
+                Err("session lapsed (test)".into())
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    /// A peer seals the WAL while its owner runs: the owner's next write is durable but not
+    /// acknowledged, and every later append and trim is refused; the peer reads exactly what was
+    /// acknowledged; the owner, started again, finds the seal and starts empty under a new id.
+    #[tokio::test]
+    async fn a_sealed_wal_acknowledges_nothing_more_and_starts_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wal");
+        let wal = FileWal::open(FileWalConfig {
+            seal_check: true,
+            ..config(dir.path(), 1 << 20)
+        })
+        .unwrap();
+        let id = wal.wal_id();
+        assert_eq!(
+            FileWal::identity(&path).unwrap(),
+            Some(WalIdentity {
+                wal_id: id,
+                sealed: None
+            })
+        );
+        for i in 0..3 {
+            conformance::append_and_wait(&wal, conformance::record(1, i, 100))
+                .await
+                .expect("before the seal");
+        }
+        let seal = Seal {
+            wal_id: id,
+            node_id: 2,
+            incarnation: 5,
+        };
+        FileWal::seal(&path, seal).unwrap();
+        match conformance::append_and_wait(&wal, conformance::record(1, 3, 100)).await {
+            Err(WalError::Sealed {
+                node_id: 2,
+                incarnation: 5,
+            }) => {}
+            other => panic!("expected the seal to refuse the write, got {other:?}"),
+        }
+        assert!(matches!(
+            conformance::append_and_wait(&wal, conformance::record(1, 3, 100)).await,
+            Err(WalError::Sealed { .. })
+        ));
+        assert!(matches!(
+            wal.trim(wal.next_seq()).await,
+            Err(WalError::Sealed { .. })
+        ));
+        assert_eq!(wal.meters().refused_acks.get(), 1);
+        let read: Vec<u64> = FileWal::read_sealed(&path, id)
+            .unwrap()
+            .iter()
+            .map(|r| r.record.base_offset)
+            .collect();
+        assert_eq!(read, vec![0, 1, 2], "what was acknowledged, nothing else");
+        wal.close().await;
+        drop(wal);
+
+        assert_eq!(
+            FileWal::identity(&path).unwrap().and_then(|i| i.sealed),
+            Some(seal)
+        );
+        match FileWal::open(config(dir.path(), 1 << 20)) {
+            Err(WalError::Sealed { node_id: 2, .. }) => {}
+            Err(e) => panic!("unexpected error {e}"),
+            Ok(_) => panic!("a sealed WAL opened"),
+        }
+        let fresh = FileWal::start_empty(&path).unwrap();
+        assert_ne!(fresh, id);
+        let wal = FileWal::open(config(dir.path(), 1 << 20)).unwrap();
+        assert_eq!(wal.wal_id(), fresh);
+        assert!(wal.take_recovered().is_empty(), "nothing is replayed");
+        conformance::append_and_wait(&wal, conformance::record(9, 0, 100))
+            .await
+            .expect("the fresh WAL takes writes");
+        wal.close().await;
+        drop(wal);
+        assert_eq!(recovered(dir.path()).len(), 1);
+    }
+
+    /// The ack gate: while it refuses, writes fail (retriable, the WAL keeps going) and are not
+    /// recovered; once it allows again, writes are acknowledged.
+    #[tokio::test]
+    async fn the_ack_gate_refuses_writes_while_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let gate = Arc::new(Gate::default());
+        let wal = FileWal::open(FileWalConfig {
+            ack_gate: Some(Arc::clone(&gate) as Arc<dyn AckGate>),
+            ..config(dir.path(), 1 << 20)
+        })
+        .unwrap();
+        append_with_payload(&wal, 0, 1, 100)
+            .await
+            .expect("open gate");
+        gate.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        match append_with_payload(&wal, 1, 2, 100).await {
+            Err(WalError::Fenced(why)) => assert!(why.contains("lapsed"), "{why}"),
+            other => panic!("expected the gate to refuse, got {other:?}"),
+        }
+        gate.0.store(false, std::sync::atomic::Ordering::SeqCst);
+        append_with_payload(&wal, 1, 3, 100)
+            .await
+            .expect("open again");
+        wal.close().await;
+        drop(wal);
+        assert_eq!(recovered(dir.path()), vec![(0, 1), (1, 3)]);
+    }
+
+    #[test]
+    fn a_peer_refuses_a_wal_with_another_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wal");
+        let id = FileWal::open(config(dir.path(), 1 << 20)).unwrap().wal_id();
+        let seal = Seal {
+            wal_id: id ^ 1,
+            node_id: 2,
+            incarnation: 1,
+        };
+        assert!(matches!(
+            FileWal::seal(&path, seal),
+            Err(WalError::WrongWal { .. })
+        ));
+        assert!(matches!(
+            FileWal::read_sealed(&path, id ^ 1),
+            Err(WalError::WrongWal { .. })
+        ));
+        assert_eq!(
+            FileWal::identity(&path).unwrap().map(|i| i.sealed),
+            Some(None)
+        );
+        assert_eq!(FileWal::identity(&dir.path().join("none")).unwrap(), None);
+    }
+
+    #[test]
+    fn refuses_a_format_1_wal_with_a_clear_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut v1 = vec![0u8; 4 * BLOCK as usize];
+        v1[..8].copy_from_slice(&crate::format::SUPER_MAGIC_V1.to_le_bytes());
+        std::fs::write(dir.path().join("wal"), v1).unwrap();
+        match FileWal::open(config(dir.path(), 1 << 20)) {
+            Err(WalError::Invalid { reason, .. }) => {
+                assert!(reason.contains("format 1"), "{reason}")
+            }
+            Err(e) => panic!("unexpected error {e}"),
+            Ok(_) => panic!("opened a format 1 WAL"),
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! On-disk layout of the file WAL.
 //!
 //! ```text
-//! [superblock slot 0: 4 KiB][superblock slot 1: 4 KiB][ring: capacity bytes]
+//! [superblock slot 0: 4 KiB][superblock slot 1: 4 KiB][seal: 4 KiB][ring: capacity bytes]
 //! ring   := group*             (a group may wrap from the ring's end to its start)
 //! group  := group header, record*, zero padding up to a 4 KiB multiple
 //! record := record header, payload
@@ -10,6 +10,12 @@
 //! Positions in the ring are logical: they grow forever, and the byte at logical position `p`
 //! lives at `RING_START + p % capacity`. A group header names its own logical position, so a
 //! header left over from an earlier lap never passes for the next group.
+//!
+//! The superblock names the WAL (`wal_id`, random at creation): a broker registers that id in the
+//! metadata store, and a peer that opens the file at the registered path checks it, so that it
+//! never recovers another WAL that happens to sit at the same path (a local disk). The seal
+//! block is written by a peer that recovers the WAL for a dead broker, never by the WAL's owner:
+//! the owner reads it after every group write and stops acknowledging once it is there.
 
 use bytes::{Buf, BufMut, Bytes};
 
@@ -17,15 +23,21 @@ use crate::WalRecord;
 
 pub const BLOCK: u64 = 4096;
 pub const SUPERBLOCK_SLOTS: u64 = 2;
-pub const RING_START: u64 = BLOCK * SUPERBLOCK_SLOTS;
+/// Offset of the seal block, after the superblock slots.
+pub const SEAL_AT: u64 = BLOCK * SUPERBLOCK_SLOTS;
+pub const RING_START: u64 = SEAL_AT + BLOCK;
 
-const SUPER_MAGIC: u64 = 0x5745_4952_5741_4c31; // "WEIRWAL1"
+/// Format 1 (before WAL ids and seals): recognised only to refuse it with a clear message.
+pub const SUPER_MAGIC_V1: u64 = 0x5745_4952_5741_4c31; // "WEIRWAL1"
+const SUPER_MAGIC: u64 = 0x5745_4952_5741_4c32; // "WEIRWAL2"
+const SEAL_MAGIC: u64 = 0x5745_4952_5345_414c; // "WEIRSEAL"
 const GROUP_MAGIC: u32 = 0x5747_5250; // "WGRP"
 const VERSION: u8 = 1;
 
 pub const GROUP_HEADER_LEN: usize = 40;
 pub const RECORD_HEADER_LEN: usize = 48;
-const SUPERBLOCK_LEN: usize = 48;
+const SUPERBLOCK_LEN: usize = 64;
+const SEAL_LEN: usize = 40;
 
 pub fn align_up(n: u64) -> u64 {
     n.div_ceil(BLOCK) * BLOCK
@@ -41,6 +53,8 @@ pub struct Superblock {
     pub trim_pos: u64,
     /// Sequence number the first record at `trim_pos` has (or the next one, if none).
     pub trim_seq: u64,
+    /// The WAL's identity, random at creation.
+    pub wal_id: u128,
 }
 
 impl Superblock {
@@ -52,12 +66,13 @@ impl Superblock {
         b.put_u64_le(self.generation);
         b.put_u64_le(self.trim_pos);
         b.put_u64_le(self.trim_seq);
-        let crc = crc32c::crc32c(&out[..40]);
-        (&mut out[40..]).put_u32_le(crc);
+        b.put_u128_le(self.wal_id);
+        let crc = crc32c::crc32c(&out[..56]);
+        (&mut out[56..]).put_u32_le(crc);
     }
 
     pub fn decode(buf: &[u8]) -> Option<Superblock> {
-        if buf.len() < SUPERBLOCK_LEN || crc32c::crc32c(&buf[..40]) != (&buf[40..44]).get_u32_le() {
+        if buf.len() < SUPERBLOCK_LEN || crc32c::crc32c(&buf[..56]) != (&buf[56..60]).get_u32_le() {
             return None;
         }
         let mut b = buf;
@@ -69,6 +84,49 @@ impl Superblock {
             generation: b.get_u64_le(),
             trim_pos: b.get_u64_le(),
             trim_seq: b.get_u64_le(),
+            wal_id: b.get_u128_le(),
+        })
+    }
+
+    /// Whether `buf` starts with a superblock of format 1.
+    pub fn is_v1(buf: &[u8]) -> bool {
+        buf.len() >= 8 && (&buf[..8]).get_u64_le() == SUPER_MAGIC_V1
+    }
+}
+
+/// Who sealed a WAL: the broker (node id and incarnation) that recovers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seal {
+    pub wal_id: u128,
+    pub node_id: i32,
+    pub incarnation: u64,
+}
+
+impl Seal {
+    pub fn encode(&self, out: &mut [u8]) {
+        debug_assert!(out.len() >= SEAL_LEN);
+        let mut b = &mut out[..];
+        b.put_u64_le(SEAL_MAGIC);
+        b.put_u128_le(self.wal_id);
+        b.put_i32_le(self.node_id);
+        b.put_u64_le(self.incarnation);
+        let crc = crc32c::crc32c(&out[..36]);
+        (&mut out[36..]).put_u32_le(crc);
+    }
+
+    /// The seal in `buf`, if a valid one is there (a blank block is no seal).
+    pub fn decode(buf: &[u8]) -> Option<Seal> {
+        if buf.len() < SEAL_LEN || crc32c::crc32c(&buf[..36]) != (&buf[36..40]).get_u32_le() {
+            return None;
+        }
+        let mut b = buf;
+        if b.get_u64_le() != SEAL_MAGIC {
+            return None;
+        }
+        Some(Seal {
+            wal_id: b.get_u128_le(),
+            node_id: b.get_i32_le(),
+            incarnation: b.get_u64_le(),
         })
     }
 }
@@ -234,11 +292,27 @@ mod tests {
             generation: 9,
             trim_pos: 4096,
             trim_seq: 17,
+            wal_id: 0x1234_5678_9abc_def0_0fed_cba9_8765_4321,
         };
         let mut buf = [0u8; 64];
         s.encode(&mut buf);
         assert_eq!(Superblock::decode(&buf), Some(s));
         buf[10] ^= 0xff;
         assert_eq!(Superblock::decode(&buf), None);
+    }
+
+    #[test]
+    fn seal_round_trip_and_a_blank_block_is_no_seal() {
+        let seal = Seal {
+            wal_id: 77,
+            node_id: 3,
+            incarnation: 9,
+        };
+        let mut buf = [0u8; 64];
+        assert_eq!(Seal::decode(&buf), None);
+        seal.encode(&mut buf);
+        assert_eq!(Seal::decode(&buf), Some(seal));
+        buf[9] ^= 1;
+        assert_eq!(Seal::decode(&buf), None);
     }
 }

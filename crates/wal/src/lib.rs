@@ -18,6 +18,15 @@
 //!   trim point is itself durable, so recovery never scans into overwritten space.
 //! - Recovery returns, in order, every record that was durable and not trimmed, and never a torn
 //!   one.
+//! - A record is acknowledged (its completion told `Ok`) only if, after it became durable, the
+//!   WAL's [`AckGate`] still allowed it (the broker's session is valid) and, for a WAL that a
+//!   peer may recover, no peer had sealed it. A refused record fails as a failed write does.
+//!
+//! Failover: the `file` WAL names itself (a random id in its superblock) so that a peer that takes
+//! over a dead broker's WAL on shared storage can check it opened the right one, seal it
+//! ([`FileWal::seal`]), then read what it holds ([`FileWal::read_sealed`]). The sealed WAL's
+//! owner, if it was only paused, finds the seal after its next write and acknowledges nothing
+//! more; when it starts again it begins empty ([`FileWal::start_empty`]).
 
 mod aligned;
 pub mod conformance;
@@ -28,7 +37,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-pub use file::{FileWal, FileWalConfig, WalFault, WalFaults};
+pub use file::{FileWal, FileWalConfig, WalFault, WalFaults, WalIdentity};
+pub use format::Seal;
 
 /// Sequence number of a record in a WAL: increasing, not necessarily contiguous.
 pub type Seq = u64;
@@ -85,6 +95,16 @@ pub enum WalError {
     Invalid { path: String, reason: String },
     #[error("WAL is closed")]
     Closed,
+    #[error("WAL was sealed by broker {node_id} (incarnation {incarnation}), which recovered it; this broker was replaced and acknowledges nothing more")]
+    Sealed { node_id: i32, incarnation: u64 },
+    #[error("write not acknowledged: {0}")]
+    Fenced(String),
+    #[error("WAL {path} has id {found:032x}, not {expected:032x}: another WAL sits at that path")]
+    WrongWal {
+        path: String,
+        expected: u128,
+        found: u128,
+    },
 }
 
 impl WalError {
@@ -116,6 +136,16 @@ pub struct WalMeters {
     pub full_rejections: weir_metrics::Counter,
     /// Time of one write plus its sync.
     pub sync_latency: weir_metrics::Histogram,
+    /// Group writes that were durable but not acknowledged: the session had lapsed or a peer had
+    /// sealed the WAL.
+    pub refused_acks: weir_metrics::Counter,
+}
+
+/// Whether records that just became durable may be acknowledged. The broker's cluster membership
+/// implements it: it refuses once the broker's session may have expired, since the controller may
+/// then have handed the broker's partitions, and its WAL, to a peer.
+pub trait AckGate: Send + Sync + std::fmt::Debug + 'static {
+    fn check(&self) -> Result<(), String>;
 }
 
 #[async_trait::async_trait]
