@@ -194,6 +194,18 @@ pub enum MetaError {
     NotController { epoch: u64 },
     #[error("broker {0} is not registered")]
     UnknownBroker(i32),
+    #[error("WAL {wal_id} is being recovered by broker {node_id}; its owner waits until that is done")]
+    WalRecovering { wal_id: String, node_id: i32 },
+    #[error("WAL {wal_id} was recovered by a peer and sealed; its owner starts empty")]
+    WalSealed { wal_id: String },
+    #[error("broker {node_id}'s previous WAL {wal_id} at {path} holds data that is not yet recovered: put it back at that path (a peer then recovers it) rather than start with another WAL")]
+    WalMissing {
+        node_id: i32,
+        wal_id: String,
+        path: String,
+    },
+    #[error("WAL {0} is not being recovered by this broker")]
+    NotRecovering(String),
     #[error("metadata store: {context}: {source}")]
     Backend {
         context: &'static str,
@@ -373,6 +385,41 @@ pub struct BrokerRegistration {
     pub port: i32,
     /// Internal listener, `host:port`, for broker-to-broker calls.
     pub internal_addr: String,
+    /// The WAL the broker writes, claimed for this incarnation by the registration.
+    pub wal: Option<WalRegistration>,
+}
+
+/// A broker's WAL: its id (from the WAL's superblock) and where peers can open it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalRegistration {
+    pub wal_id: String,
+    pub path: String,
+}
+
+/// Where a WAL is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalState {
+    /// Written by its owner (or waiting for a recovery, once the owner is fenced).
+    Open,
+    /// A peer is recovering it: sealing it, uploading what it holds.
+    Recovering { node_id: i32 },
+    /// Recovered: what it held is in object storage; its owner starts empty.
+    Sealed,
+}
+
+/// A WAL as the cluster knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalInfo {
+    pub wal_id: String,
+    /// The broker that writes it, and the incarnation that claimed it.
+    pub node_id: i32,
+    pub incarnation: u64,
+    pub path: String,
+    pub state: WalState,
+    /// Brokers that could not open it since it was last assigned (sorted).
+    pub tried: Vec<i32>,
+    /// Milliseconds since its state (or `tried`) last changed, by the store's clock.
+    pub since_ms: i64,
 }
 
 /// A registered broker.
@@ -436,6 +483,11 @@ pub enum AssignmentChange {
 pub trait Coordination: Send + Sync + 'static {
     /// Registers a broker under a new incarnation, `Running`, with a session of `session`.
     /// A registration of a node id that is already registered replaces it (a restarted broker).
+    ///
+    /// With a WAL, the registration also claims it for the new incarnation, in the same
+    /// transaction, and fails if it may not: [`MetaError::WalRecovering`] while a peer recovers
+    /// it (try again later), [`MetaError::WalSealed`] once one has (start it empty, register the
+    /// new id), [`MetaError::WalMissing`] if the node's previous WAL holds data not yet recovered.
     async fn register_broker(
         &self,
         reg: &BrokerRegistration,
@@ -472,8 +524,13 @@ pub trait Coordination: Send + Sync + 'static {
     /// Gives up the lease now (a controller that stops), if it is still this one.
     async fn resign_controller(&self, lease: ControllerLease) -> Result<()>;
 
-    /// Fences the brokers whose session expired; returns their node ids. Controller only.
-    async fn fence_expired_brokers(&self, lease: ControllerLease) -> Result<Vec<i32>>;
+    /// Fences the brokers whose session expired at least `margin` ago (the clock-drift margin:
+    /// a broker stops acknowledging by its own clock); returns their node ids. Controller only.
+    async fn fence_expired_brokers(
+        &self,
+        lease: ControllerLease,
+        margin: Duration,
+    ) -> Result<Vec<i32>>;
 
     /// Every partition of every topic and who leads it, by topic and partition.
     async fn assignments(&self) -> Result<Vec<Assignment>>;
@@ -506,6 +563,40 @@ pub trait Coordination: Send + Sync + 'static {
     /// Tells every broker that something in the cluster changed (the store's own changes do
     /// this already; topic changes call it).
     async fn notify_cluster(&self) -> Result<()>;
+
+    /// Every WAL that is not sealed, and the sealed ones of the last hour, by id.
+    async fn wals(&self) -> Result<Vec<WalInfo>>;
+
+    /// The controller assigns the recovery of an open WAL (or one whose recoverer is `stale`,
+    /// no longer live) to `recoverer`. Returns false if the WAL is no longer in that state (its
+    /// owner claimed it back). Fails with [`MetaError::NotController`] for a stale lease.
+    async fn assign_wal_recovery(
+        &self,
+        lease: ControllerLease,
+        wal_id: &str,
+        recoverer: i32,
+        stale: Option<i32>,
+    ) -> Result<bool>;
+
+    /// The recoverer could not open the WAL (not at that path on this broker, or another WAL
+    /// is there): it goes back to `Open`, with the broker added to `tried`.
+    async fn wal_unreachable(&self, wal_id: &str, node_id: i32, incarnation: u64) -> Result<()>;
+
+    /// The controller forgets who tried a WAL, so that every live broker tries again (a mount
+    /// may have come back).
+    async fn retry_wal(&self, lease: ControllerLease, wal_id: &str) -> Result<()>;
+
+    /// The recoverer is done: what the WAL held is committed (the streams' epochs were raised
+    /// first). In one transaction: the WAL becomes `Sealed` and every partition its owner leads
+    /// loses its leader, for the controller to place on live brokers. Returns those streams.
+    /// Fails with [`MetaError::NotRecovering`] unless `node_id` at `incarnation` is its
+    /// recoverer.
+    async fn finish_wal_recovery(
+        &self,
+        wal_id: &str,
+        node_id: i32,
+        incarnation: u64,
+    ) -> Result<Vec<u64>>;
 
     /// A counter that moves whenever the store learns of a change, from this process or
     /// another; a broker re-reads the cluster when it does.

@@ -114,6 +114,7 @@ pub async fn env_with(limits: weir_api::ApiLimits) -> Env {
             host: "127.0.0.1".into(),
             port: 9092,
             internal_addr: String::new(),
+            wal: None,
         },
         weir_cluster::ClusterConfig::default(),
     )

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::{
     AssignmentChange, BrokerRegistration, BrokerState, Coordination, MetaError, MetaStore,
+    WalRegistration, WalState,
 };
 
 /// Runs every check of the part, each against a fresh, empty store from `open`.
@@ -15,6 +16,7 @@ pub async fn run(open: impl Fn() -> Box<dyn MetaStore>) {
     one_controller_at_a_time(&*open()).await;
     placement_and_hand_over(&*open()).await;
     changes_are_announced(&*open()).await;
+    wal_claims_and_recovery(&*open()).await;
 }
 
 fn reg(node_id: Option<i32>) -> BrokerRegistration {
@@ -24,6 +26,17 @@ fn reg(node_id: Option<i32>) -> BrokerRegistration {
         host: "127.0.0.1".into(),
         port: 9092,
         internal_addr: "127.0.0.1:19092".into(),
+        wal: None,
+    }
+}
+
+fn with_wal(node_id: i32, wal_id: &str) -> BrokerRegistration {
+    BrokerRegistration {
+        wal: Some(WalRegistration {
+            wal_id: wal_id.into(),
+            path: format!("/wal/{node_id}"),
+        }),
+        ..reg(Some(node_id))
     }
 }
 
@@ -100,11 +113,11 @@ pub async fn expired_brokers_are_fenced(m: &dyn Coordination) {
         .expect("acquire")
         .expect("free lease");
     assert_eq!(
-        m.fence_expired_brokers(lease).await.expect("fence"),
+        m.fence_expired_brokers(lease, Duration::ZERO).await.expect("fence"),
         vec![2]
     );
     assert_eq!(
-        m.fence_expired_brokers(lease).await.expect("fence"),
+        m.fence_expired_brokers(lease, Duration::ZERO).await.expect("fence"),
         Vec::<i32>::new()
     );
     assert_eq!(
@@ -295,4 +308,167 @@ pub async fn changes_are_announced(m: &dyn Coordination) {
         .await
         .expect("announced")
         .expect("open");
+}
+
+/// A broker's WAL through its life: claimed by its registration; assigned to a peer for
+/// recovery (the owner may not claim it meanwhile); given back when the peer cannot open it;
+/// finished (sealed, the owner's partitions released); the owner then starts on a new WAL, and
+/// may not switch WALs while one holds data not yet recovered.
+pub async fn wal_claims_and_recovery(m: &dyn MetaStore) {
+    let a = m
+        .register_broker(&with_wal(1, "A"), LONG)
+        .await
+        .expect("register with a WAL");
+    let b = m
+        .register_broker(&with_wal(2, "B"), LONG)
+        .await
+        .expect("register");
+    let wals = m.wals().await.expect("wals");
+    assert_eq!(wals.len(), 2);
+    assert_eq!(
+        (
+            wals[0].wal_id.as_str(),
+            wals[0].node_id,
+            wals[0].incarnation,
+            wals[0].path.as_str(),
+            wals[0].state
+        ),
+        ("A", 1, a.incarnation, "/wal/1", WalState::Open)
+    );
+    let t = m
+        .create_topic("t", [1; 16], 2, BTreeMap::new())
+        .await
+        .expect("create");
+    let lease = m
+        .acquire_controller(2, LONG)
+        .await
+        .expect("acquire")
+        .expect("free");
+    m.change_assignments(
+        lease,
+        &[
+            AssignmentChange::Place {
+                stream_id: t.streams[0],
+                leader: 1,
+            },
+            AssignmentChange::Place {
+                stream_id: t.streams[1],
+                leader: 2,
+            },
+        ],
+    )
+    .await
+    .expect("place");
+
+    assert!(m
+        .assign_wal_recovery(lease, "A", 2, None)
+        .await
+        .expect("assign"));
+    assert!(
+        !m.assign_wal_recovery(lease, "A", 2, None)
+            .await
+            .expect("assign twice"),
+        "already assigned"
+    );
+    let state = |w: Vec<crate::WalInfo>, id: &str| {
+        w.into_iter()
+            .find(|x| x.wal_id == id)
+            .map(|x| (x.state, x.tried))
+    };
+    assert_eq!(
+        state(m.wals().await.expect("wals"), "A"),
+        Some((WalState::Recovering { node_id: 2 }, vec![]))
+    );
+    match m.register_broker(&with_wal(1, "A"), LONG).await {
+        Err(MetaError::WalRecovering { wal_id, node_id: 2 }) if wal_id == "A" => {}
+        other => panic!("the owner claimed a WAL under recovery: {other:?}"),
+    }
+    // The peer cannot open it: back to open, tried by 2; the controller may clear that.
+    m.wal_unreachable("A", 2, b.incarnation)
+        .await
+        .expect("unreachable");
+    assert_eq!(
+        state(m.wals().await.expect("wals"), "A"),
+        Some((WalState::Open, vec![2]))
+    );
+    assert!(matches!(
+        m.wal_unreachable("A", 2, b.incarnation).await,
+        Err(MetaError::NotRecovering(_))
+    ));
+    m.retry_wal(lease, "A").await.expect("retry");
+    assert_eq!(
+        state(m.wals().await.expect("wals"), "A"),
+        Some((WalState::Open, vec![]))
+    );
+    // A recoverer that died is replaced only if it is still the one named.
+    assert!(m
+        .assign_wal_recovery(lease, "A", 3, None)
+        .await
+        .expect("assign"));
+    assert!(!m
+        .assign_wal_recovery(lease, "A", 2, Some(5))
+        .await
+        .expect("not the stale recoverer"));
+    assert!(m
+        .assign_wal_recovery(lease, "A", 2, Some(3))
+        .await
+        .expect("replace the stale recoverer"));
+    assert!(matches!(
+        m.finish_wal_recovery("A", 3, 1).await,
+        Err(MetaError::UnknownBroker(3)) | Err(MetaError::NotRecovering(_))
+    ));
+    let released = m
+        .finish_wal_recovery("A", 2, b.incarnation)
+        .await
+        .expect("finish");
+    assert_eq!(released, vec![t.streams[0]]);
+    let all = m.assignments().await.expect("assignments");
+    assert_eq!(
+        all.iter().map(|x| x.leader).collect::<Vec<_>>(),
+        vec![None, Some(2)]
+    );
+    assert_eq!(
+        state(m.wals().await.expect("wals"), "A"),
+        Some((WalState::Sealed, vec![]))
+    );
+    assert!(matches!(
+        m.finish_wal_recovery("A", 2, b.incarnation).await,
+        Err(MetaError::NotRecovering(_))
+    ));
+    // The owner comes back: its WAL was recovered, so it starts on a new one.
+    match m.register_broker(&with_wal(1, "A"), LONG).await {
+        Err(MetaError::WalSealed { wal_id }) if wal_id == "A" => {}
+        other => panic!("a sealed WAL was claimed: {other:?}"),
+    }
+    m.register_broker(&with_wal(1, "A2"), LONG)
+        .await
+        .expect("a new WAL");
+    let ids: Vec<String> = m
+        .wals()
+        .await
+        .expect("wals")
+        .into_iter()
+        .map(|w| w.wal_id)
+        .collect();
+    assert_eq!(ids, vec!["A2", "B"], "the sealed WAL is forgotten");
+    // A2 holds data nobody recovered: switching to yet another WAL is refused.
+    match m.register_broker(&with_wal(1, "A3"), LONG).await {
+        Err(MetaError::WalMissing { node_id: 1, wal_id, path }) => {
+            assert_eq!((wal_id.as_str(), path.as_str()), ("A2", "/wal/1"))
+        }
+        other => panic!("a second WAL replaced one not recovered: {other:?}"),
+    }
+    // Registering again with the same WAL (a restart) claims it for the new incarnation.
+    let again = m
+        .register_broker(&with_wal(1, "A2"), LONG)
+        .await
+        .expect("restart");
+    let a2 = m
+        .wals()
+        .await
+        .expect("wals")
+        .into_iter()
+        .find(|w| w.wal_id == "A2")
+        .expect("A2");
+    assert_eq!(a2.incarnation, again.incarnation);
 }

@@ -3,7 +3,7 @@
 //! `NOTIFY weir_cluster` and heard by every broker's listening connection.
 //!
 //! Lock order, on top of the store's (topic, streams, objects): the controller row, then broker
-//! rows, then assignment rows.
+//! rows, then WAL rows, then assignment rows.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +14,7 @@ use tokio_postgres::{AsyncMessage, Config, GenericClient, NoTls};
 use super::{backend, i, in_tx, PostgresMetaStore};
 use crate::{
     Assignment, AssignmentChange, BrokerInfo, BrokerRegistration, BrokerState, ControllerLease,
-    Coordination, MetaError, Result,
+    Coordination, MetaError, Result, WalInfo, WalRegistration, WalState,
 };
 
 /// The server's clock in milliseconds: brokers' clocks never decide a session or a lease.
@@ -145,6 +145,90 @@ async fn listen(config: Config, changes: Arc<watch::Sender<u64>>) {
     }
 }
 
+/// Claims `wal` for `node_id` at `incarnation` (in the registration's transaction), or says why
+/// not; see [`Coordination::register_broker`].
+async fn claim_wal(
+    c: &impl GenericClient,
+    node_id: i32,
+    incarnation: i64,
+    wal: &WalRegistration,
+) -> Result<()> {
+    let rows = c
+        .query(
+            "SELECT wal_id, state, recoverer, path FROM wals
+             WHERE node_id = $1 OR wal_id = $2 ORDER BY wal_id FOR UPDATE",
+            &[&node_id, &wal.wal_id],
+        )
+        .await
+        .map_err(backend("reading WALs"))?;
+    for r in &rows {
+        let (id, state, recoverer, path): (String, &str, Option<i32>, String) =
+            (r.get(0), r.get(1), r.get(2), r.get(3));
+        match state {
+            "recovering" => {
+                return Err(MetaError::WalRecovering {
+                    wal_id: id,
+                    node_id: recoverer.unwrap_or(-1),
+                })
+            }
+            "sealed" if id == wal.wal_id => return Err(MetaError::WalSealed { wal_id: id }),
+            "open" if id != wal.wal_id => {
+                return Err(MetaError::WalMissing {
+                    node_id,
+                    wal_id: id,
+                    path,
+                })
+            }
+            _ => {}
+        }
+    }
+    // The node's sealed WALs are done with: it starts on this one.
+    c.execute(
+        "DELETE FROM wals WHERE node_id = $1 AND wal_id != $2 AND state = 'sealed'",
+        &[&node_id, &wal.wal_id],
+    )
+    .await
+    .map_err(backend("forgetting sealed WALs"))?;
+    c.execute(
+        &format!(
+            "INSERT INTO wals (wal_id, node_id, incarnation, path, state, recoverer, tried, since_ms)
+             VALUES ($1, $2, $3, $4, 'open', NULL, '', {NOW_MS})
+             ON CONFLICT (wal_id) DO UPDATE SET node_id = $2, incarnation = $3, path = $4,
+               state = 'open', recoverer = NULL, tried = '', since_ms = {NOW_MS}"
+        ),
+        &[&wal.wal_id, &node_id, &incarnation, &wal.path],
+    )
+    .await
+    .map_err(backend("claiming the WAL"))?;
+    Ok(())
+}
+
+fn tried_list(s: &str) -> Vec<i32> {
+    let mut v: Vec<i32> = s.split(',').filter_map(|x| x.parse().ok()).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+fn wal_row(r: &tokio_postgres::Row) -> WalInfo {
+    let state: &str = r.get(4);
+    WalInfo {
+        wal_id: r.get(0),
+        node_id: r.get(1),
+        incarnation: r.get::<_, i64>(2) as u64,
+        path: r.get(3),
+        state: match state {
+            "recovering" => WalState::Recovering {
+                node_id: r.get::<_, Option<i32>>(5).unwrap_or(-1),
+            },
+            "sealed" => WalState::Sealed,
+            _ => WalState::Open,
+        },
+        tried: tried_list(r.get(6)),
+        since_ms: r.get(7),
+    }
+}
+
 fn broker_row(r: &tokio_postgres::Row) -> BrokerInfo {
     BrokerInfo {
         node_id: r.get(0),
@@ -204,6 +288,9 @@ impl Coordination for PostgresMetaStore {
                 )
                 .await
                 .map_err(backend("registering a broker"))?;
+            if let Some(wal) = &reg.wal {
+                claim_wal(&tx, node_id, row.get::<_, i64>(0), wal).await?;
+            }
             notify(&tx).await?;
             Ok(BrokerInfo {
                 node_id,
@@ -361,17 +448,21 @@ impl Coordination for PostgresMetaStore {
         Ok(())
     }
 
-    async fn fence_expired_brokers(&self, lease: ControllerLease) -> Result<Vec<i32>> {
+    async fn fence_expired_brokers(
+        &self,
+        lease: ControllerLease,
+        margin: Duration,
+    ) -> Result<Vec<i32>> {
         let fenced: Vec<i32> = in_tx!(self, |tx| {
             check_lease(&tx, lease).await?;
             let rows = tx
                 .query(
                     &format!(
                         "UPDATE brokers SET state = 'fenced'
-                         WHERE expires_ms <= {NOW_MS} AND state != 'fenced'
+                         WHERE expires_ms + $1 <= {NOW_MS} AND state != 'fenced'
                          RETURNING node_id"
                     ),
-                    &[],
+                    &[&ms(margin)],
                 )
                 .await
                 .map_err(backend("fencing brokers"))?;
@@ -511,6 +602,136 @@ impl Coordination for PostgresMetaStore {
         notify(&*c).await?;
         self.changed();
         Ok(())
+    }
+
+    async fn wals(&self) -> Result<Vec<WalInfo>> {
+        let c = self.client().await?;
+        let rows = c
+            .query(
+                &format!(
+                    "SELECT wal_id, node_id, incarnation, path, state, recoverer, tried,
+                            {NOW_MS} - since_ms
+                     FROM wals WHERE state != 'sealed' OR since_ms > {NOW_MS} - 3600000
+                     ORDER BY wal_id"
+                ),
+                &[],
+            )
+            .await
+            .map_err(backend("listing WALs"))?;
+        Ok(rows.iter().map(wal_row).collect())
+    }
+
+    async fn assign_wal_recovery(
+        &self,
+        lease: ControllerLease,
+        wal_id: &str,
+        recoverer: i32,
+        stale: Option<i32>,
+    ) -> Result<bool> {
+        let n = in_tx!(self, |tx| {
+            check_lease(&tx, lease).await?;
+            let n = tx
+                .execute(
+                    &format!(
+                        "UPDATE wals SET state = 'recovering', recoverer = $2, since_ms = {NOW_MS}
+                         WHERE wal_id = $1 AND ((state = 'open' AND $3::INTEGER IS NULL)
+                               OR (state = 'recovering' AND recoverer = $3))"
+                    ),
+                    &[&wal_id, &recoverer, &stale],
+                )
+                .await
+                .map_err(backend("assigning a WAL recovery"))?;
+            if n > 0 {
+                notify(&tx).await?;
+            }
+            Ok(n)
+        })?;
+        if n > 0 {
+            self.changed();
+        }
+        Ok(n > 0)
+    }
+
+    async fn wal_unreachable(&self, wal_id: &str, node_id: i32, incarnation: u64) -> Result<()> {
+        in_tx!(self, |tx| {
+            check_incarnation(&tx, node_id, incarnation).await?;
+            let n = tx
+                .execute(
+                    &format!(
+                        "UPDATE wals SET state = 'open', recoverer = NULL,
+                           tried = CASE WHEN tried = '' THEN $2::TEXT ELSE tried || ',' || $2::TEXT END,
+                           since_ms = {NOW_MS}
+                         WHERE wal_id = $1 AND state = 'recovering' AND recoverer = $3"
+                    ),
+                    &[&wal_id, &node_id.to_string(), &node_id],
+                )
+                .await
+                .map_err(backend("giving a WAL recovery back"))?;
+            if n == 0 {
+                return Err(MetaError::NotRecovering(wal_id.to_string()));
+            }
+            notify(&tx).await
+        })?;
+        self.changed();
+        Ok(())
+    }
+
+    async fn retry_wal(&self, lease: ControllerLease, wal_id: &str) -> Result<()> {
+        in_tx!(self, |tx| {
+            check_lease(&tx, lease).await?;
+            tx.execute(
+                &format!(
+                    "UPDATE wals SET tried = '', since_ms = {NOW_MS}
+                     WHERE wal_id = $1 AND state = 'open'"
+                ),
+                &[&wal_id],
+            )
+            .await
+            .map_err(backend("retrying a WAL"))?;
+            notify(&tx).await
+        })?;
+        self.changed();
+        Ok(())
+    }
+
+    async fn finish_wal_recovery(
+        &self,
+        wal_id: &str,
+        node_id: i32,
+        incarnation: u64,
+    ) -> Result<Vec<u64>> {
+        let streams = in_tx!(self, |tx| {
+            check_incarnation(&tx, node_id, incarnation).await?;
+            let owner: Option<i32> = tx
+                .query_opt(
+                    &format!(
+                        "UPDATE wals SET state = 'sealed', recoverer = NULL, since_ms = {NOW_MS}
+                         WHERE wal_id = $1 AND state = 'recovering' AND recoverer = $2
+                         RETURNING node_id"
+                    ),
+                    &[&wal_id, &node_id],
+                )
+                .await
+                .map_err(backend("sealing a WAL"))?
+                .map(|r| r.get(0));
+            let Some(owner) = owner else {
+                return Err(MetaError::NotRecovering(wal_id.to_string()));
+            };
+            let rows = tx
+                .query(
+                    "UPDATE assignments SET leader = NULL, target = NULL
+                     WHERE leader = $1 RETURNING stream_id",
+                    &[&owner],
+                )
+                .await
+                .map_err(backend("releasing a dead broker's partitions"))?;
+            let mut streams: Vec<u64> = rows.iter().map(|r| r.get::<_, i64>(0) as u64).collect();
+            streams.sort_unstable();
+            notify(&tx).await?;
+            Ok(streams)
+        })?;
+        self.changed();
+        Ok(streams)
     }
 
     fn cluster_changes(&self) -> watch::Receiver<u64> {

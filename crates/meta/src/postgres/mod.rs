@@ -138,6 +138,22 @@ CREATE TABLE group_states (
     data     BYTEA NOT NULL
 );
 ",
+    "
+-- Brokers' WALs, for failover: a fenced broker's WAL is recovered by a peer that can open it.
+-- state: 'open', 'recovering' (by recoverer), 'sealed'. tried: comma-separated node ids that
+-- could not open it. since_ms: when state or tried last changed (server clock).
+CREATE TABLE wals (
+    wal_id      TEXT PRIMARY KEY,
+    node_id     INTEGER NOT NULL,
+    incarnation BIGINT NOT NULL,
+    path        TEXT NOT NULL,
+    state       TEXT NOT NULL,
+    recoverer   INTEGER,
+    tried       TEXT NOT NULL DEFAULT '',
+    since_ms    BIGINT NOT NULL
+);
+CREATE INDEX wals_by_node ON wals(node_id);
+",
 ];
 
 /// Key of the advisory lock held while migrating ("weirmeta" in ASCII).

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use super::{backend, i, now_ms, SqliteMetaStore};
 use crate::{
     Assignment, AssignmentChange, BrokerInfo, BrokerRegistration, BrokerState, ControllerLease,
-    Coordination, MetaError, Result,
+    Coordination, MetaError, Result, WalInfo, WalRegistration, WalState,
 };
 
 fn ms(d: Duration) -> i64 {
@@ -73,6 +73,67 @@ fn check_lease(tx: &rusqlite::Transaction<'_>, lease: ControllerLease, now: i64)
     }
 }
 
+/// Claims `wal` for `node_id` at `incarnation`, or says why not (as PostgreSQL's `claim_wal`).
+fn claim_wal(
+    tx: &rusqlite::Transaction<'_>,
+    node_id: i32,
+    incarnation: i64,
+    wal: &WalRegistration,
+) -> Result<()> {
+    let rows: Vec<(String, String, Option<i32>, String)> = {
+        let mut stmt = tx
+            .prepare(
+                "SELECT wal_id, state, recoverer, path FROM wals
+                 WHERE node_id = ?1 OR wal_id = ?2 ORDER BY wal_id",
+            )
+            .map_err(backend("reading WALs"))?;
+        let rows = stmt
+            .query_map(params![node_id, wal.wal_id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
+            .map_err(backend("reading WALs"))?;
+        rows.collect::<rusqlite::Result<_>>()
+            .map_err(backend("reading WALs"))?
+    };
+    for (id, state, recoverer, path) in rows {
+        match state.as_str() {
+            "recovering" => {
+                return Err(MetaError::WalRecovering {
+                    wal_id: id,
+                    node_id: recoverer.unwrap_or(-1),
+                })
+            }
+            "sealed" if id == wal.wal_id => return Err(MetaError::WalSealed { wal_id: id }),
+            "open" if id != wal.wal_id => {
+                return Err(MetaError::WalMissing {
+                    node_id,
+                    wal_id: id,
+                    path,
+                })
+            }
+            _ => {}
+        }
+    }
+    tx.execute(
+        "DELETE FROM wals WHERE node_id = ?1 AND wal_id != ?2 AND state = 'sealed'",
+        params![node_id, wal.wal_id],
+    )
+    .map_err(backend("forgetting sealed WALs"))?;
+    tx.execute(
+        "INSERT OR REPLACE INTO wals
+         (wal_id, node_id, incarnation, path, state, recoverer, tried, since_ms)
+         VALUES (?1, ?2, ?3, ?4, 'open', NULL, '', ?5)",
+        params![wal.wal_id, node_id, incarnation, wal.path, now_ms()],
+    )
+    .map_err(backend("claiming the WAL"))?;
+    Ok(())
+}
+
+fn immediate(c: &mut rusqlite::Connection) -> Result<rusqlite::Transaction<'_>> {
+    c.transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(backend("begin"))
+}
+
 impl SqliteMetaStore {
     fn changed(&self) {
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
@@ -127,6 +188,9 @@ impl Coordination for SqliteMetaStore {
                     ],
                 )
                 .map_err(backend("registering a broker"))?;
+                if let Some(wal) = &reg.wal {
+                    claim_wal(&tx, node_id, incarnation, wal)?;
+                }
                 tx.commit().map_err(backend("commit"))?;
                 Ok(BrokerInfo {
                     node_id,
@@ -270,14 +334,20 @@ impl Coordination for SqliteMetaStore {
         Ok(())
     }
 
-    async fn fence_expired_brokers(&self, lease: ControllerLease) -> Result<Vec<i32>> {
+    async fn fence_expired_brokers(
+        &self,
+        lease: ControllerLease,
+        margin: Duration,
+    ) -> Result<Vec<i32>> {
         let fenced: Vec<i32> = self
             .with(move |c| {
                 let tx = c
                     .transaction_with_behavior(TransactionBehavior::Immediate)
                     .map_err(backend("begin"))?;
-                let now = now_ms();
-                check_lease(&tx, lease, now)?;
+                let lease_now = now_ms();
+                check_lease(&tx, lease, lease_now)?;
+                // Expired at least `margin` ago.
+                let now = lease_now.saturating_sub(ms(margin));
                 let ids: Vec<i32> = {
                     let mut stmt = tx
                         .prepare(
@@ -427,6 +497,173 @@ impl Coordination for SqliteMetaStore {
             self.changed();
         }
         Ok(to)
+    }
+
+    async fn wals(&self) -> Result<Vec<WalInfo>> {
+        self.with(move |c| {
+            let now = now_ms();
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT wal_id, node_id, incarnation, path, state, recoverer, tried, since_ms
+                     FROM wals WHERE state != 'sealed' OR since_ms > ?1 ORDER BY wal_id",
+                )
+                .map_err(backend("listing WALs"))?;
+            let rows = stmt
+                .query_map(params![now - 3_600_000], |r| {
+                    let state: String = r.get(4)?;
+                    let tried: String = r.get(6)?;
+                    let mut tried: Vec<i32> =
+                        tried.split(',').filter_map(|x| x.parse().ok()).collect();
+                    tried.sort_unstable();
+                    tried.dedup();
+                    Ok(WalInfo {
+                        wal_id: r.get(0)?,
+                        node_id: r.get(1)?,
+                        incarnation: r.get::<_, i64>(2)? as u64,
+                        path: r.get(3)?,
+                        state: match state.as_str() {
+                            "recovering" => WalState::Recovering {
+                                node_id: r.get::<_, Option<i32>>(5)?.unwrap_or(-1),
+                            },
+                            "sealed" => WalState::Sealed,
+                            _ => WalState::Open,
+                        },
+                        tried,
+                        since_ms: now - r.get::<_, i64>(7)?,
+                    })
+                })
+                .map_err(backend("listing WALs"))?;
+            rows.collect::<rusqlite::Result<_>>()
+                .map_err(backend("listing WALs"))
+        })
+        .await
+    }
+
+    async fn assign_wal_recovery(
+        &self,
+        lease: ControllerLease,
+        wal_id: &str,
+        recoverer: i32,
+        stale: Option<i32>,
+    ) -> Result<bool> {
+        let wal_id = wal_id.to_string();
+        let n = self
+            .with(move |c| {
+                let tx = immediate(c)?;
+                let now = now_ms();
+                check_lease(&tx, lease, now)?;
+                let n = tx
+                    .execute(
+                        "UPDATE wals SET state = 'recovering', recoverer = ?2, since_ms = ?4
+                         WHERE wal_id = ?1 AND ((state = 'open' AND ?3 IS NULL)
+                               OR (state = 'recovering' AND recoverer = ?3))",
+                        params![wal_id, recoverer, stale, now],
+                    )
+                    .map_err(backend("assigning a WAL recovery"))?;
+                tx.commit().map_err(backend("commit"))?;
+                Ok(n)
+            })
+            .await?;
+        if n > 0 {
+            self.changed();
+        }
+        Ok(n > 0)
+    }
+
+    async fn wal_unreachable(&self, wal_id: &str, node_id: i32, incarnation: u64) -> Result<()> {
+        let wal_id = wal_id.to_string();
+        self.with(move |c| {
+            let tx = immediate(c)?;
+            check_incarnation(&tx, node_id, incarnation)?;
+            let n = tx
+                .execute(
+                    "UPDATE wals SET state = 'open', recoverer = NULL,
+                       tried = CASE WHEN tried = '' THEN ?2 ELSE tried || ',' || ?2 END,
+                       since_ms = ?3
+                     WHERE wal_id = ?1 AND state = 'recovering' AND recoverer = ?4",
+                    params![wal_id, node_id.to_string(), now_ms(), node_id],
+                )
+                .map_err(backend("giving a WAL recovery back"))?;
+            if n == 0 {
+                return Err(MetaError::NotRecovering(wal_id));
+            }
+            tx.commit().map_err(backend("commit"))
+        })
+        .await?;
+        self.changed();
+        Ok(())
+    }
+
+    async fn retry_wal(&self, lease: ControllerLease, wal_id: &str) -> Result<()> {
+        let wal_id = wal_id.to_string();
+        self.with(move |c| {
+            let tx = immediate(c)?;
+            let now = now_ms();
+            check_lease(&tx, lease, now)?;
+            tx.execute(
+                "UPDATE wals SET tried = '', since_ms = ?2 WHERE wal_id = ?1 AND state = 'open'",
+                params![wal_id, now],
+            )
+            .map_err(backend("retrying a WAL"))?;
+            tx.commit().map_err(backend("commit"))
+        })
+        .await?;
+        self.changed();
+        Ok(())
+    }
+
+    async fn finish_wal_recovery(
+        &self,
+        wal_id: &str,
+        node_id: i32,
+        incarnation: u64,
+    ) -> Result<Vec<u64>> {
+        let wal_id = wal_id.to_string();
+        let streams = self
+            .with(move |c| {
+                let tx = immediate(c)?;
+                check_incarnation(&tx, node_id, incarnation)?;
+                let owner: Option<i32> = tx
+                    .query_row(
+                        "SELECT node_id FROM wals
+                         WHERE wal_id = ?1 AND state = 'recovering' AND recoverer = ?2",
+                        params![wal_id, node_id],
+                        |r| r.get(0),
+                    )
+                    .optional()
+                    .map_err(backend("reading a WAL"))?;
+                let Some(owner) = owner else {
+                    return Err(MetaError::NotRecovering(wal_id));
+                };
+                tx.execute(
+                    "UPDATE wals SET state = 'sealed', recoverer = NULL, since_ms = ?2
+                     WHERE wal_id = ?1",
+                    params![wal_id, now_ms()],
+                )
+                .map_err(backend("sealing a WAL"))?;
+                let mut streams: Vec<u64> = {
+                    let mut stmt = tx
+                        .prepare("SELECT stream_id FROM assignments WHERE leader = ?1")
+                        .map_err(backend("reading assignments"))?;
+                    let rows = stmt
+                        .query_map(params![owner], |r| r.get::<_, i64>(0))
+                        .map_err(backend("reading assignments"))?;
+                    rows.map(|r| r.map(|s| s as u64))
+                        .collect::<rusqlite::Result<_>>()
+                        .map_err(backend("reading assignments"))?
+                };
+                streams.sort_unstable();
+                tx.execute(
+                    "UPDATE assignments SET leader = NULL, target = NULL WHERE leader = ?1",
+                    params![owner],
+                )
+                .map_err(backend("releasing a dead broker's partitions"))?;
+                tx.commit().map_err(backend("commit"))?;
+                Ok(streams)
+            })
+            .await?;
+        self.changed();
+        Ok(streams)
     }
 
     async fn notify_cluster(&self) -> Result<()> {

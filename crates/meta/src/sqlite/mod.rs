@@ -113,6 +113,16 @@ CREATE TABLE IF NOT EXISTS assignments (
     leader    INTEGER,
     target    INTEGER
 );
+CREATE TABLE IF NOT EXISTS wals (
+    wal_id      TEXT PRIMARY KEY,
+    node_id     INTEGER NOT NULL,
+    incarnation INTEGER NOT NULL,
+    path        TEXT NOT NULL,
+    state       TEXT NOT NULL,
+    recoverer   INTEGER,
+    tried       TEXT NOT NULL DEFAULT '',
+    since_ms    INTEGER NOT NULL
+);
 ";
 
 pub struct SqliteMetaStore {
