@@ -73,18 +73,26 @@ impl Cluster {
             return Ok(None);
         };
         let fenced = if may_fence {
-            self.meta.fence_expired_brokers(lease).await?
+            self.meta
+                .fence_expired_brokers(lease, self.config.clock_drift_margin)
+                .await?
         } else {
             Vec::new()
         };
         if !fenced.is_empty() {
-            tracing::warn!(brokers = ?fenced, "fenced brokers that missed their session; their partitions wait for them");
+            tracing::warn!(brokers = ?fenced, "fenced brokers that missed their session; their WALs are to be recovered");
         }
         let view = ClusterView::new(
             self.meta.brokers().await?,
             Some(lease),
             self.meta.assignments().await?,
-        );
+        )
+        .with_wals(self.meta.wals().await?);
+        // Recoveries first: they release partitions, which placement then gives to live brokers
+        // (in the next round, which their release announces).
+        if may_fence {
+            self.control_recoveries(lease, &view).await?;
+        }
         let changes = placement::plan(&view);
         if !changes.is_empty() {
             tracing::info!(changes = ?changes, "controller: assignment changes");

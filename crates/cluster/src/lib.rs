@@ -18,8 +18,12 @@
 //!   one is to move, closes it (stop writes, upload and commit its WAL data), then hands it over
 //!   in the store; the new leader opens it at leader epoch + 1. No data is copied between
 //!   brokers, so a move takes the same time whatever the partition's size.
+//! - **Failover** (`failover.rs`): a broker acknowledges writes only while its session is valid
+//!   by its own clock ([`SessionLease`]); once the controller has fenced it, a live peer
+//!   recovers its WAL and its partitions are placed on live brokers.
 
 mod controller;
+pub mod failover;
 mod leadership;
 pub mod placement;
 mod view;
@@ -32,6 +36,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use weir_meta::{BrokerRegistration, BrokerState, MetaError, MetaStore};
 
+pub use failover::{
+    boottime_ns, FailoverMeters, RecoveredWal, RecoveryError, SessionLease, WalRecoverer,
+};
 pub use leadership::PartitionHost;
 pub use view::{rendezvous_weight, ClusterView};
 
@@ -49,16 +56,30 @@ pub struct ClusterConfig {
     pub controller_interval: Duration,
     /// How long a controlled shutdown waits for the broker's partitions to move away.
     pub shutdown_timeout: Duration,
+    /// How much longer than a session timeout the controller waits before it fences a broker
+    /// and recovery begins: what the brokers' clocks may drift from the store's over a session.
+    pub clock_drift_margin: Duration,
+    /// After every live broker failed to open a fenced broker's WAL, how long until they all
+    /// try again.
+    pub wal_retry_interval: Duration,
+    /// Whether the broker stops acknowledging writes when its session lapses. On in a cluster,
+    /// where a peer may take its partitions over; off for a single node, which has no peer.
+    pub fence_acks: bool,
 }
 
 impl Default for ClusterConfig {
     fn default() -> Self {
+        // Failover after a crash takes session timeout + margin + a controller round + the
+        // recovery (well under a second): these defaults give produce back in under 5 s.
         ClusterConfig {
-            session_timeout: Duration::from_secs(6),
-            heartbeat_interval: Duration::from_secs(1),
+            session_timeout: Duration::from_millis(3000),
+            heartbeat_interval: Duration::from_millis(500),
             controller_lease: Duration::from_secs(5),
-            controller_interval: Duration::from_millis(500),
+            controller_interval: Duration::from_millis(250),
             shutdown_timeout: Duration::from_secs(30),
+            clock_drift_margin: Duration::from_millis(250),
+            wal_retry_interval: Duration::from_secs(5),
+            fence_acks: true,
         }
     }
 }
@@ -75,6 +96,16 @@ pub enum ClusterError {
     NotPlaced(String, i32),
 }
 
+impl ClusterError {
+    /// The metadata store's reason, if that is what failed.
+    pub fn meta(&self) -> Option<&MetaError> {
+        match self {
+            ClusterError::Meta(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
 /// This broker's membership of the cluster.
 pub struct Cluster {
     meta: Arc<dyn MetaStore>,
@@ -85,19 +116,26 @@ pub struct Cluster {
     view: watch::Sender<Arc<ClusterView>>,
     stop: watch::Sender<bool>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    lease: Arc<SessionLease>,
+    /// Set once this broker learns it was replaced (a peer recovered its WAL).
+    replaced: watch::Sender<bool>,
+    pub failover: FailoverMeters,
 }
 
 impl Cluster {
-    /// Registers the broker and starts its session, its view of the cluster and its bid for
-    /// the controller lease.
+    /// Registers the broker (claiming its WAL, if it names one) and starts its session, its view
+    /// of the cluster and its bid for the controller lease.
     pub async fn join(
         meta: Arc<dyn MetaStore>,
         registration: BrokerRegistration,
         config: ClusterConfig,
     ) -> Result<Arc<Cluster>, ClusterError> {
+        let lease = Arc::new(SessionLease::new(config.session_timeout, config.fence_acks));
+        let sent = boottime_ns();
         let me = meta
             .register_broker(&registration, config.session_timeout)
             .await?;
+        lease.renewed(sent);
         tracing::info!(node_id = me.node_id, incarnation = me.incarnation, zone = %me.zone, "joined the cluster");
         let cluster = Arc::new(Cluster {
             meta,
@@ -111,6 +149,9 @@ impl Cluster {
             view: watch::Sender::new(Arc::new(ClusterView::default())),
             stop: watch::Sender::new(false),
             tasks: Mutex::new(Vec::new()),
+            lease,
+            replaced: watch::Sender::new(false),
+            failover: FailoverMeters::default(),
         });
         cluster.refresh().await?;
         let tasks = vec![
@@ -138,6 +179,22 @@ impl Cluster {
         &self.meta
     }
 
+    /// Until when this broker may acknowledge writes (checked by its WAL after every write).
+    pub fn session_lease(&self) -> Arc<SessionLease> {
+        Arc::clone(&self.lease)
+    }
+
+    /// Whether writes made durable now may be acknowledged (the session is valid).
+    pub fn may_acknowledge(&self) -> bool {
+        self.lease.is_valid()
+    }
+
+    /// Turns true when this broker learns it was replaced while it could not renew its session
+    /// (a peer recovered its WAL): it must start again, empty.
+    pub fn replaced(&self) -> watch::Receiver<bool> {
+        self.replaced.subscribe()
+    }
+
     /// The latest view of the cluster.
     pub fn view(&self) -> Arc<ClusterView> {
         Arc::clone(&self.view.borrow())
@@ -153,7 +210,8 @@ impl Cluster {
         let brokers = self.meta.brokers().await?;
         let controller = self.meta.controller().await?;
         let assignments = self.meta.assignments().await?;
-        let view = Arc::new(ClusterView::new(brokers, controller, assignments));
+        let wals = self.meta.wals().await?;
+        let view = Arc::new(ClusterView::new(brokers, controller, assignments).with_wals(wals));
         self.view.send_replace(Arc::clone(&view));
         Ok(view)
     }
@@ -166,27 +224,41 @@ impl Cluster {
                 _ = stop.changed() => return,
             }
             let inc = self.incarnation();
+            let sent = boottime_ns();
             match self
                 .meta
                 .renew_session(self.node_id, inc, self.config.session_timeout)
                 .await
             {
-                Ok(()) => {}
+                Ok(()) => self.lease.renewed(sent),
                 Err(MetaError::BrokerFenced { .. }) | Err(MetaError::UnknownBroker(_)) => {
                     // The controller fenced us (we missed our session) or another process
-                    // registered our node id. Our partitions are still assigned to our node id
-                    // (no failover moves them yet), so register again and go on serving them.
+                    // registered our node id. Registering again claims our WAL back, unless a
+                    // peer has started recovering it: then our partitions are going elsewhere
+                    // and this process must start again, empty.
                     tracing::error!(
                         node_id = self.node_id,
                         incarnation = inc,
                         "this broker's session was fenced; registering again"
                     );
+                    let sent = boottime_ns();
                     match self
                         .meta
                         .register_broker(&self.registration, self.config.session_timeout)
                         .await
                     {
-                        Ok(me) => self.incarnation.store(me.incarnation, Ordering::SeqCst),
+                        Ok(me) => {
+                            self.incarnation.store(me.incarnation, Ordering::SeqCst);
+                            self.lease.renewed(sent);
+                        }
+                        Err(
+                            e @ (MetaError::WalRecovering { .. } | MetaError::WalSealed { .. }),
+                        ) => {
+                            self.lease.revoke();
+                            tracing::error!(reason = %e, "this broker was replaced while its session lapsed: it acknowledges nothing more and starts again, empty");
+                            self.replaced.send_replace(true);
+                            return;
+                        }
                         Err(e) => tracing::warn!(error = %e, "registering again failed"),
                     }
                 }

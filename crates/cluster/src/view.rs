@@ -3,13 +3,15 @@
 
 use std::collections::HashMap;
 
-use weir_meta::{Assignment, BrokerInfo, BrokerState, ControllerLease};
+use weir_meta::{Assignment, BrokerInfo, BrokerState, ControllerLease, WalInfo};
 
 #[derive(Debug, Default, Clone)]
 pub struct ClusterView {
     pub brokers: Vec<BrokerInfo>,
     pub controller: Option<ControllerLease>,
     pub assignments: Vec<Assignment>,
+    /// Brokers' WALs and their recoveries.
+    pub wals: Vec<WalInfo>,
     by_partition: HashMap<(String, u32), usize>,
 }
 
@@ -28,8 +30,14 @@ impl ClusterView {
             brokers,
             controller,
             assignments,
+            wals: Vec::new(),
             by_partition,
         }
+    }
+
+    pub fn with_wals(mut self, wals: Vec<WalInfo>) -> ClusterView {
+        self.wals = wals;
+        self
     }
 
     pub fn broker(&self, node_id: i32) -> Option<&BrokerInfo> {
