@@ -17,7 +17,8 @@
 //! - [`Engine::read`] serves from the log cache, or from objects through the block cache and
 //!   ranged GETs with read-ahead (`reader.rs`).
 //! - On open, whatever the WAL holds that the metadata store does not is uploaded before any
-//!   stream opens (`recovery.rs`).
+//!   stream opens (`recovery.rs`). A peer recovers a dead broker's WAL the same way
+//!   ([`Engine::recover_peer_wal`]), after sealing it and raising the epochs of its streams.
 //! - In the background (`maintenance.rs`): retention moves start offsets, compaction
 //!   (`compaction.rs`) rewrites a stream's many small ranges into stream objects under a
 //!   bandwidth budget (`budget.rs`), and unreferenced and orphaned objects are deleted.
@@ -48,6 +49,7 @@ pub use engine::{
 };
 pub use error::{Result, StorageError};
 pub use format::Frame;
+pub use recovery::{PeerRecovery, PeerRecoveryError};
 pub use stream::RewindHook;
 
 use weir_metrics::{Counter, Histogram};

@@ -3,8 +3,11 @@
 //! refused rather than papered over.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
-use crate::engine::EngineInner;
+use weir_wal::{FileWal, Seal, WalError, WalRecord};
+
+use crate::engine::{Engine, EngineInner};
 use crate::error::{Result, StorageError};
 use crate::format::Frame;
 use crate::stream::frame;
@@ -34,51 +37,7 @@ impl EngineInner {
                 );
                 continue;
             };
-            let mut frames: Vec<Frame> = Vec::new();
-            for r in records {
-                if r.end_offset() <= m.end_offset {
-                    continue; // already in object storage
-                }
-                if r.epoch != m.epoch {
-                    tracing::warn!(
-                        stream_id,
-                        epoch = r.epoch,
-                        current = m.epoch,
-                        "dropping WAL data of a stale epoch"
-                    );
-                    continue;
-                }
-                // A batch rewritten after a failed write replaces what followed the failure.
-                while frames
-                    .last()
-                    .is_some_and(|f| f.base_offset >= r.base_offset)
-                {
-                    frames.pop();
-                }
-                let expected = frames.last().map_or(m.end_offset, Frame::end_offset);
-                if r.base_offset != expected {
-                    // Records after a gap were acknowledged, but cannot be placed without
-                    // inventing the missing offsets. Nothing is dropped or trimmed: the broker
-                    // stops, and the WAL stays as it is for an operator (or a fixed broker).
-                    tracing::error!(
-                        stream_id,
-                        expected,
-                        got = r.base_offset,
-                        "gap in recovered WAL data; refusing to open"
-                    );
-                    return Err(StorageError::RecoveryGap {
-                        stream_id,
-                        expected,
-                        got: r.base_offset,
-                    });
-                }
-                frames.push(frame(
-                    r.base_offset,
-                    r.record_count,
-                    r.max_timestamp,
-                    r.payload,
-                ));
-            }
+            let frames = frames_after(stream_id, records, m.epoch, m.end_offset)?;
             if !frames.is_empty() {
                 parts.push(Part {
                     stream_id,
@@ -100,5 +59,163 @@ impl EngineInner {
             "WAL recovery uploaded"
         );
         Ok(())
+    }
+}
+
+/// The frames of `records` (one stream's, in WAL order) that follow `end_offset`, written at
+/// `epoch`. Records already committed are skipped and records of another epoch dropped; a batch
+/// rewritten after a failed write replaces what followed the failure; a gap is refused.
+fn frames_after(
+    stream_id: u64,
+    records: Vec<WalRecord>,
+    epoch: u64,
+    end_offset: u64,
+) -> Result<Vec<Frame>> {
+    let mut frames: Vec<Frame> = Vec::new();
+    for r in records {
+        if r.end_offset() <= end_offset {
+            continue; // already in object storage
+        }
+        if r.epoch != epoch {
+            tracing::warn!(
+                stream_id,
+                epoch = r.epoch,
+                current = epoch,
+                "dropping WAL data of a stale epoch"
+            );
+            continue;
+        }
+        while frames
+            .last()
+            .is_some_and(|f| f.base_offset >= r.base_offset)
+        {
+            frames.pop();
+        }
+        let expected = frames.last().map_or(end_offset, Frame::end_offset);
+        if r.base_offset != expected {
+            // Records after a gap were acknowledged, but cannot be placed without inventing the
+            // missing offsets. Nothing is dropped or trimmed: the WAL stays as it is for an
+            // operator (or a fixed broker).
+            tracing::error!(
+                stream_id,
+                expected,
+                got = r.base_offset,
+                "gap in recovered WAL data; refusing to go on"
+            );
+            return Err(StorageError::RecoveryGap {
+                stream_id,
+                expected,
+                got: r.base_offset,
+            });
+        }
+        frames.push(frame(
+            r.base_offset,
+            r.record_count,
+            r.max_timestamp,
+            r.payload,
+        ));
+    }
+    Ok(frames)
+}
+
+/// What a peer's recovery of another broker's WAL did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerRecovery {
+    pub records: usize,
+    pub uploaded: usize,
+    pub streams: usize,
+}
+
+/// Why a peer's recovery failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerRecoveryError {
+    /// The WAL cannot be opened here (no file at the path, another WAL there, no permission).
+    #[error("{0}")]
+    Unreachable(WalError),
+    #[error(transparent)]
+    Failed(#[from] StorageError),
+}
+
+impl Engine {
+    /// Recovers a dead broker's `file` WAL at `path` (the WAL `seal.wal_id`), as the peer
+    /// `seal` names: seals it first, so that its owner, if it still runs, acknowledges nothing
+    /// written after this point, then reads it. For each stream with data beyond its committed end
+    /// written at the stream's current epoch (by the dead leader), raises the epoch by one, so
+    /// that a late commit by the old leader is refused, and commits that data at the new epoch.
+    /// Nothing of the WAL is trimmed or changed otherwise. Safe to run again (an interrupted
+    /// recovery): what was committed is skipped.
+    pub async fn recover_peer_wal(
+        &self,
+        path: &Path,
+        seal: Seal,
+    ) -> std::result::Result<PeerRecovery, PeerRecoveryError> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        let path_owned = path.to_path_buf();
+        let records = tokio::task::spawn_blocking(move || {
+            FileWal::seal(&path_owned, seal)?;
+            FileWal::read_sealed(&path_owned, seal.wal_id)
+        })
+        .await
+        .map_err(|_| PeerRecoveryError::Failed(StorageError::Closed))?
+        .map_err(|e| match e {
+            WalError::Io { .. } | WalError::WrongWal { .. } | WalError::Invalid { .. } => {
+                PeerRecoveryError::Unreachable(e)
+            }
+            e => PeerRecoveryError::Failed(e.into()),
+        })?;
+        let count = records.len();
+        let mut by_stream: BTreeMap<u64, Vec<WalRecord>> = BTreeMap::new();
+        for r in records {
+            by_stream
+                .entry(r.record.stream_id)
+                .or_default()
+                .push(r.record);
+        }
+        let mut parts = Vec::new();
+        for (stream_id, records) in by_stream {
+            let Some(m) = inner.meta.get_stream(stream_id).await.map_err(StorageError::from)?
+            else {
+                continue; // deleted
+            };
+            let pending = records
+                .iter()
+                .any(|r| r.epoch == m.epoch && r.end_offset() > m.end_offset);
+            if !pending {
+                continue;
+            }
+            // Raise the epoch first: from here the dead leader's commits fail, so the committed
+            // end offset read now is final for its epoch.
+            let raised = inner
+                .meta
+                .open_stream(stream_id, m.epoch + 1)
+                .await
+                .map_err(StorageError::from)?;
+            let frames = frames_after(stream_id, records, m.epoch, raised.end_offset)?;
+            if !frames.is_empty() {
+                parts.push(Part {
+                    stream_id,
+                    epoch: raised.epoch,
+                    frames,
+                });
+            }
+        }
+        let uploaded: usize = parts.iter().map(|p| p.frames.len()).sum();
+        if !parts.is_empty() {
+            inner.commit_parts(&parts).await?;
+        }
+        inner.meters.recovered_batches.add(uploaded as u64);
+        tracing::info!(
+            path = %path.display(),
+            records = count,
+            uploaded,
+            streams = parts.len(),
+            "peer WAL recovery uploaded"
+        );
+        Ok(PeerRecovery {
+            records: count,
+            uploaded,
+            streams: parts.len(),
+        })
     }
 }
