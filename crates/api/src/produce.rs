@@ -43,6 +43,11 @@ impl Broker {
                 let records = p.records.unwrap_or_default();
                 self.meters.produce_bytes.add(records.len() as u64);
                 let ticket = match lookup {
+                    // A broker whose session lapsed may be replaced at any moment: refuse
+                    // before writing (the WAL would refuse to acknowledge anyway).
+                    Lookup::Local(_) if !self.cluster.may_acknowledge() => {
+                        Err(ResponseError::NotLeaderOrFollower)
+                    }
                     Lookup::Local(partition) => partition.start_produce(&records),
                     Lookup::NotHere => Err(ResponseError::NotLeaderOrFollower),
                     Lookup::Unknown if version >= 13 => Err(ResponseError::UnknownTopicId),

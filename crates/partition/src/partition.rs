@@ -21,6 +21,11 @@ pub fn kafka_error(e: &StorageError) -> ResponseError {
         StorageError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
         StorageError::EmptyBatch { .. } => ResponseError::InvalidRecord,
         StorageError::Wal(weir_wal::WalError::TooLarge { .. }) => ResponseError::MessageTooLarge,
+        // The session lapsed or a peer took this broker's WAL over: another broker leads (or
+        // will lead) the partition; the client refreshes its metadata.
+        StorageError::Wal(weir_wal::WalError::Fenced(_) | weir_wal::WalError::Sealed { .. }) => {
+            ResponseError::NotLeaderOrFollower
+        }
         StorageError::Wal(_) | StorageError::Object(_) | StorageError::Corrupt { .. } => {
             ResponseError::KafkaStorageError
         }

@@ -729,6 +729,44 @@ pub fn validate_config(name: &str, value: &str) -> Result<(), AdminError> {
     }
 }
 
+/// A peer's recovery of a dead broker's WAL, through this broker's storage engine.
+#[async_trait::async_trait]
+impl weir_cluster::WalRecoverer for Topics {
+    async fn recover(
+        &self,
+        wal: &weir_meta::WalInfo,
+        node_id: i32,
+        incarnation: u64,
+    ) -> Result<weir_cluster::RecoveredWal, weir_cluster::RecoveryError> {
+        use weir_cluster::RecoveryError;
+        let wal_id = u128::from_str_radix(&wal.wal_id, 16).map_err(|e| {
+            RecoveryError::Unreachable(format!("WAL id {:?} is not hex: {e}", wal.wal_id))
+        })?;
+        let seal = weir_wal::Seal {
+            wal_id,
+            node_id,
+            incarnation,
+        };
+        match self
+            .engine
+            .recover_peer_wal(std::path::Path::new(&wal.path), seal)
+            .await
+        {
+            Ok(r) => Ok(weir_cluster::RecoveredWal {
+                records: r.records,
+                uploaded: r.uploaded,
+                streams: r.streams,
+            }),
+            Err(weir_storage::PeerRecoveryError::Unreachable(e)) => {
+                Err(RecoveryError::Unreachable(e.to_string()))
+            }
+            Err(weir_storage::PeerRecoveryError::Failed(e)) => {
+                Err(RecoveryError::Failed(e.to_string()))
+            }
+        }
+    }
+}
+
 /// The cluster opens and closes the partitions it assigns to this broker through the catalog.
 #[async_trait::async_trait]
 impl weir_cluster::PartitionHost for Topics {

@@ -29,6 +29,9 @@ pub struct StoreOptions {
     pub max_concurrent_requests: usize,
     /// Injected faults; off by default.
     pub faults: FaultConfig,
+    /// Wrap the store in the fault layer even with no fault on, so that faults can be switched
+    /// on while it runs ([`from_url_with_switch`]).
+    pub fault_switch: bool,
 }
 
 fn split_bucket(rest: &str) -> (&str, &str) {
@@ -53,6 +56,15 @@ fn with_prefix<T: ObjectStore>(store: T, prefix: &str) -> Arc<dyn ObjectStore> {
 /// concurrent requests. Retries with backoff on 5xx, throttling and timeouts are the cloud
 /// clients' own (`object_store`'s `RetryConfig`).
 pub fn from_url_with(url: &str, options: &StoreOptions) -> Result<Arc<dyn ObjectStore>, String> {
+    from_url_with_switch(url, options).map(|(store, _)| store)
+}
+
+/// [`from_url_with`], and the fault layer's handle when there is one (faults on, or
+/// `options.fault_switch`), to change the faults while the store runs.
+pub fn from_url_with_switch(
+    url: &str,
+    options: &StoreOptions,
+) -> Result<(Arc<dyn ObjectStore>, Option<FaultyStore>), String> {
     let err = |e: object_store::Error| format!("object store {url}: {e}");
     // The three cloud builders share no trait; their use is the same: bucket, settings, build.
     macro_rules! cloud {
@@ -106,8 +118,11 @@ pub fn from_url_with(url: &str, options: &StoreOptions) -> Result<Arc<dyn Object
     // Latency and errors are both injected by our own wrapper, which delegates every request
     // unchanged: `object_store`'s `ThrottledStore` rebuilds GET payloads and panics on a local
     // file's (`unimplemented!`), so it could not be used on `file://`.
-    if options.faults.is_on() {
-        store = Arc::new(FaultyStore::new(store, options.faults.clone()));
+    let mut switch = None;
+    if options.faults.is_on() || options.fault_switch {
+        let faulty = FaultyStore::new(store, options.faults.clone());
+        switch = Some(faulty.clone());
+        store = Arc::new(faulty);
     }
     if options.max_concurrent_requests > 0 {
         store = Arc::new(object_store::limit::LimitStore::new(
@@ -115,7 +130,7 @@ pub fn from_url_with(url: &str, options: &StoreOptions) -> Result<Arc<dyn Object
             options.max_concurrent_requests,
         ));
     }
-    Ok(store)
+    Ok((store, switch))
 }
 
 /// [`from_url_with`] with default options.
@@ -332,7 +347,7 @@ impl FaultConfig {
 /// Injects [`FaultConfig`]'s latency and errors into requests to `inner`, then hands each
 /// request on unchanged (GET payloads of every kind, local files included, pass through). The
 /// faults can be changed while it runs.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct FaultyStore {
     inner: Arc<dyn ObjectStore>,
     shared: Arc<FaultState>,

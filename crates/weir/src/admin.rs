@@ -1,6 +1,7 @@
 //! Admin HTTP: `/metrics` (Prometheus text format), `/healthz` (the process is up), `/readyz`
 //! (the broker serves Kafka requests), and the cluster API under `/v1` (brokers, partitions,
-//! partition moves, draining a broker), which answers JSON.
+//! partition moves, draining a broker), which answers JSON. With `broker.fault_switch` on (chaos
+//! drills, tests), `PUT /v1/faults` switches the WAL's and the object store's fault injection.
 //!
 //! Served by axum over hyper: the `/v1` routes take request bodies (reassignments), and request
 //! bodies are where hand-written HTTP goes wrong (framing, chunked encoding, size limits).
@@ -60,6 +61,109 @@ pub struct State {
     pub network: Arc<weir_network::NetworkMeters>,
     /// The cluster layer; `None` where there is none (the `/v1` routes answer 503).
     pub cluster: Option<Arc<dyn ClusterAdmin>>,
+    /// The run-time fault switch, when `broker.fault_switch` is on.
+    pub faults: Option<Arc<FaultSwitch>>,
+}
+
+/// The run-time fault switch: `PUT /v1/faults` changes the faults injected into the WAL's group
+/// writes and into object-store requests, `GET /v1/faults` shows them.
+pub struct FaultSwitch {
+    wal: Arc<weir_wal::FileWal>,
+    store: weir_storage::objstore::FaultyStore,
+    current: std::sync::Mutex<(weir_wal::WalFaults, weir_storage::objstore::FaultConfig)>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct WalFaultsBody {
+    write_error_rate: f64,
+    sync_error_rate: f64,
+    latency_ms: u64,
+    seed: u64,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct StoreFaultsBody {
+    put_error_rate: f64,
+    get_error_rate: f64,
+    latency_ms: u64,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct FaultsBody {
+    wal: Option<WalFaultsBody>,
+    object_store: Option<StoreFaultsBody>,
+}
+
+impl FaultSwitch {
+    pub fn new(
+        wal: Arc<weir_wal::FileWal>,
+        store: weir_storage::objstore::FaultyStore,
+        wal_faults: weir_wal::WalFaults,
+        store_faults: weir_storage::objstore::FaultConfig,
+    ) -> FaultSwitch {
+        FaultSwitch {
+            wal,
+            store,
+            current: std::sync::Mutex::new((wal_faults, store_faults)),
+        }
+    }
+
+    fn show(&self) -> serde_json::Value {
+        let c = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        serde_json::json!({
+            "wal": {
+                "write_error_rate": c.0.write_error_rate,
+                "sync_error_rate": c.0.sync_error_rate,
+                "latency_ms": c.0.latency.as_millis() as u64,
+                "seed": c.0.seed,
+            },
+            "object_store": {
+                "put_error_rate": c.1.put_error_rate,
+                "get_error_rate": c.1.get_error_rate,
+                "latency_ms": c.1.latency.as_millis() as u64,
+            },
+        })
+    }
+
+    /// Applies the sections given (both checked before either changes).
+    fn apply(&self, body: FaultsBody) -> Result<serde_json::Value, String> {
+        let wal = body.wal.map(|w| weir_wal::WalFaults {
+            write_error_rate: w.write_error_rate,
+            sync_error_rate: w.sync_error_rate,
+            latency: Duration::from_millis(w.latency_ms),
+            seed: w.seed,
+        });
+        let store = body
+            .object_store
+            .map(|o| weir_storage::objstore::FaultConfig {
+                put_error_rate: o.put_error_rate,
+                get_error_rate: o.get_error_rate,
+                latency: Duration::from_millis(o.latency_ms),
+            });
+        if let Some(w) = &wal {
+            w.validate()?;
+        }
+        if let Some(o) = &store {
+            o.validate()?;
+        }
+        {
+            let mut c = self.current.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(w) = wal {
+                tracing::warn!(faults = ?w, "WAL fault injection switched");
+                self.wal.set_faults(w.clone());
+                c.0 = w;
+            }
+            if let Some(o) = store {
+                tracing::warn!(faults = ?o, "object-store fault injection switched");
+                self.store.set_faults(o.clone());
+                c.1 = o;
+            }
+        }
+        Ok(self.show())
+    }
 }
 
 /// What the routes need: `State` narrowed to a metrics renderer, so that the unit tests serve
@@ -69,6 +173,7 @@ struct App {
     ready: Arc<AtomicBool>,
     metrics: Arc<dyn Fn() -> String + Send + Sync>,
     cluster: Option<Arc<dyn ClusterAdmin>>,
+    faults: Option<Arc<FaultSwitch>>,
 }
 
 /// Serves admin HTTP on `listener` until `shutdown` turns true (or its sender goes away), then
@@ -81,6 +186,7 @@ pub async fn serve(
     let app = App {
         ready: Arc::clone(&state.ready),
         cluster: state.cluster.clone(),
+        faults: state.faults.clone(),
         metrics: Arc::new(move || render(&state)),
     };
     serve_app(listener, app, shutdown, SHUTDOWN_GRACE).await
@@ -126,6 +232,7 @@ fn router(app: App) -> Router {
             get(reassignments).post(start_reassignments),
         )
         .route("/v1/brokers/{id}/drain", post(drain))
+        .route("/v1/faults", get(show_faults).put(switch_faults))
         // After the routes: it applies to those already added.
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
@@ -243,7 +350,8 @@ struct PartitionMove {
 
 /// Starts each move in the body, in order, and answers
 /// `{"partitions":[{"topic","partition","error": null | message}, ...]}` in the same order.
-async fn start_reassignments(Shared(app): Shared<App>, request: Request) -> Response {
+/// A request's body, at most [`MAX_BODY_BYTES`], or the error response.
+async fn body_bytes(request: Request) -> Result<Bytes, Response> {
     // Refused before reading when the client says how long the body is: no point in reading
     // a megabyte to throw it away.
     let declared = request
@@ -251,20 +359,64 @@ async fn start_reassignments(Shared(app): Shared<App>, request: Request) -> Resp
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
-        return json_error(413, format!("request body over {MAX_BODY_BYTES} bytes"));
+        return Err(json_error(
+            413,
+            format!("request body over {MAX_BODY_BYTES} bytes"),
+        ));
     }
     // Chunked bodies are cut at the same limit (DefaultBodyLimit) while they are read.
-    let body = match Bytes::from_request(request, &()).await {
-        Ok(body) => body,
-        Err(rejection) => {
-            let status = rejection.status();
-            let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
-                format!("request body over {MAX_BODY_BYTES} bytes")
-            } else {
-                rejection.body_text()
-            };
-            return json_error(status.as_u16(), message);
+    Bytes::from_request(request, &()).await.map_err(|rejection| {
+        let status = rejection.status();
+        let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            format!("request body over {MAX_BODY_BYTES} bytes")
+        } else {
+            rejection.body_text()
+        };
+        json_error(status.as_u16(), message)
+    })
+}
+
+fn no_fault_switch() -> Response {
+    json_error(
+        404,
+        "the fault switch is off: start the broker with broker.fault_switch = true (WEIR_BROKER_FAULT_SWITCH=true)",
+    )
+}
+
+async fn show_faults(Shared(app): Shared<App>) -> Response {
+    match &app.faults {
+        Some(f) => json(StatusCode::OK, &f.show()),
+        None => no_fault_switch(),
+    }
+}
+
+async fn switch_faults(Shared(app): Shared<App>, request: Request) -> Response {
+    let Some(faults) = &app.faults else {
+        return no_fault_switch();
+    };
+    let body = match body_bytes(request).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let parsed: FaultsBody = match serde_json::from_slice(&body) {
+        Ok(p) => p,
+        Err(e) => {
+            return json_error(
+                400,
+                format!("expected {{\"wal\": {{\"write_error_rate\": 0.1, ...}}, \"object_store\": {{\"put_error_rate\": 0.1, ...}}}}: {e}"),
+            )
         }
+    };
+    match faults.apply(parsed) {
+        Ok(v) => json(StatusCode::OK, &v),
+        Err(e) => json_error(400, e),
+    }
+}
+
+async fn start_reassignments(Shared(app): Shared<App>, request: Request) -> Response {
+    let body = match body_bytes(request).await {
+        Ok(b) => b,
+        Err(r) => return r,
     };
     let moves: ReassignRequest = match serde_json::from_slice(&body) {
         Ok(moves) => moves,
@@ -411,6 +563,60 @@ fn render(state: &State) -> String {
         "wal_sync_latency",
         "Time of one WAL write plus its sync.",
         &w.sync_latency,
+    );
+    counter(
+        &mut o,
+        "wal_refused_acks",
+        "WAL writes that were durable but not acknowledged: the broker's session had lapsed or a peer had sealed its WAL.",
+        "",
+        &w.refused_acks,
+    );
+    let cluster = &state.broker.cluster;
+    let f = &cluster.failover;
+    gauge(
+        &mut o,
+        "session_valid",
+        "1 while this broker's cluster session is valid and it may acknowledge writes.",
+        u64::from(cluster.may_acknowledge()),
+    );
+    counter(
+        &mut o,
+        "wal_recoveries",
+        "WALs of fenced brokers this broker recovered.",
+        "",
+        &f.wal_recoveries,
+    );
+    counter(
+        &mut o,
+        "wal_recovery_failures",
+        "WAL recoveries that failed part-way here (retried).",
+        "",
+        &f.wal_recovery_failures,
+    );
+    counter(
+        &mut o,
+        "wal_recoveries_unreachable",
+        "WAL recoveries given back because this broker could not open the WAL.",
+        "",
+        &f.wals_unreachable,
+    );
+    gauge(
+        &mut o,
+        "wal_last_recovery_ms",
+        "Milliseconds the last WAL recovery here took (seal, read, upload, commit).",
+        f.last_recovery_ms.load(std::sync::atomic::Ordering::Relaxed),
+    );
+    gauge(
+        &mut o,
+        "partitions_waiting_for_wal",
+        "Controller: partitions of fenced brokers whose WAL no live broker can open; they wait for the broker to come back.",
+        f.partitions_waiting_for_wal.load(std::sync::atomic::Ordering::Relaxed),
+    );
+    gauge(
+        &mut o,
+        "wals_awaiting_recovery",
+        "Controller: WALs of fenced brokers not yet recovered.",
+        f.wals_awaiting_recovery.load(std::sync::atomic::Ordering::Relaxed),
     );
     gauge(
         &mut o,
@@ -763,6 +969,7 @@ mod tests {
             ready: Arc::clone(&ready),
             metrics: Arc::new(|| "# TYPE weir_x_total counter\nweir_x_total 7\n".to_string()),
             cluster,
+            faults: None,
         };
         let task = tokio::spawn(serve_app(listener, app, stop_rx, grace));
         Server {

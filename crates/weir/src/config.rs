@@ -25,8 +25,9 @@ pub struct ClusterSection {
     /// brokers find each other's internal address in the metadata store, so three brokers on
     /// one machine need no setting for it.
     pub internal_listen: String,
-    /// A broker that has not renewed its session for this long is fenced (Kafka's
-    /// `broker.session.timeout.ms` is 9000).
+    /// A broker that has not renewed its session for this long (plus the drift margin) is
+    /// fenced and its WAL recovered by a peer; it stops acknowledging writes after this long by
+    /// its own clock (Kafka's `broker.session.timeout.ms` is 9000).
     pub session_timeout_ms: u64,
     /// How often a broker renews its session (`broker.heartbeat.interval.ms`, 2000 in Kafka).
     pub heartbeat_interval_ms: u64,
@@ -36,6 +37,11 @@ pub struct ClusterSection {
     pub controller_interval_ms: u64,
     /// How long SIGTERM waits for the broker's partitions to move to other brokers.
     pub shutdown_timeout_ms: u64,
+    /// How much past a session's expiry the controller waits before fencing the broker: how
+    /// far brokers' clocks may drift from the metadata store's over one session timeout.
+    pub clock_drift_margin_ms: u64,
+    /// When no live broker could open a fenced broker's WAL, how long until they try again.
+    pub wal_retry_interval_ms: u64,
 }
 
 impl Default for ClusterSection {
@@ -48,6 +54,8 @@ impl Default for ClusterSection {
             controller_lease_ms: d.controller_lease.as_millis() as u64,
             controller_interval_ms: d.controller_interval.as_millis() as u64,
             shutdown_timeout_ms: d.shutdown_timeout.as_millis() as u64,
+            clock_drift_margin_ms: d.clock_drift_margin.as_millis() as u64,
+            wal_retry_interval_ms: d.wal_retry_interval.as_millis() as u64,
         }
     }
 }
@@ -109,6 +117,10 @@ pub struct BrokerConfig {
     /// `producer.id.expiration.ms`: an idempotent producer that has not written for this long
     /// is forgotten, as in Kafka (its next batch may start at any sequence).
     pub producer_id_expiration_ms: i64,
+    /// Chaos drills and tests: the admin API's `PUT /v1/faults` switches the WAL's and the
+    /// object store's fault injection while the broker runs. Off by default; never on in
+    /// production.
+    pub fault_switch: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -219,6 +231,7 @@ impl Default for BrokerConfig {
             group_initial_rebalance_delay_ms: 0,
             producer_snapshot_interval_ms: 30_000,
             producer_id_expiration_ms: 86_400_000,
+            fault_switch: false,
         }
     }
 }
@@ -364,6 +377,10 @@ impl Config {
             controller_lease: ms(c.controller_lease_ms.max(100)),
             controller_interval: ms(c.controller_interval_ms.max(10)),
             shutdown_timeout: ms(c.shutdown_timeout_ms),
+            clock_drift_margin: ms(c.clock_drift_margin_ms),
+            wal_retry_interval: ms(c.wal_retry_interval_ms.max(100)),
+            // A single node on SQLite has no peer to take over: it never stops acknowledging.
+            fence_acks: !self.metadata_url().starts_with("sqlite://"),
         }
     }
 
@@ -421,6 +438,7 @@ impl Config {
                 get_error_rate: o.fault_get_error_rate,
                 latency: std::time::Duration::from_millis(o.fault_latency_ms),
             },
+            fault_switch: self.broker.fault_switch,
         }
     }
 

@@ -90,12 +90,23 @@ fn main() -> anyhow::Result<()> {
             .filter_map(|(s, k, v)| v.map(|v| (s, k, v)))
             .collect();
             let config = Config::load(args.config.as_deref(), std::env::vars(), &flags)?;
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .thread_name("weir")
-                .build()
-                .context("starting the runtime")?;
-            rt.block_on(serve(config))
+            loop {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .enable_all()
+                    .thread_name("weir")
+                    .build()
+                    .context("starting the runtime")?;
+                match rt.block_on(serve(config.clone()))? {
+                    Exit::Stopped => return Ok(()),
+                    Exit::Replaced => {
+                        // Everything this process held is another broker's now: drop it all
+                        // (its WAL is sealed, its commits fenced) and start again, empty, on the
+                        // same ports, as a supervisor would restart it.
+                        rt.shutdown_timeout(Duration::from_secs(5));
+                        tracing::warn!("starting again after being replaced");
+                    }
+                }
+            }
         }
         Command::Perf(args) => weir_perf::run(args),
     }
@@ -114,7 +125,88 @@ fn split_host_port(addr: &str) -> anyhow::Result<(String, i32)> {
     ))
 }
 
-async fn serve(config: Config) -> anyhow::Result<()> {
+/// How `serve` ended.
+enum Exit {
+    /// A signal: the broker shut down.
+    Stopped,
+    /// A peer recovered this broker's WAL while its session had lapsed (it was paused or cut
+    /// off): it must start again, empty.
+    Replaced,
+}
+
+/// Hands the cluster session's validity to the WAL, which checks it after every write.
+#[derive(Debug)]
+struct SessionGate(Arc<weir_cluster::SessionLease>);
+
+impl weir_wal::AckGate for SessionGate {
+    fn check(&self) -> Result<(), String> {
+        self.0.check()
+    }
+}
+
+/// Registers the broker and claims its WAL for this incarnation: the WAL is created first if
+/// there is none; if a peer is recovering it, this waits until it is done; if a peer recovered
+/// it, it starts empty under a new id (its data is in object storage and its partitions led
+/// elsewhere). A WAL sealed by a peer that then gave up is unsealed once claimed back.
+async fn join_with_wal(
+    meta: &Arc<dyn weir_meta::MetaStore>,
+    registration: weir_meta::BrokerRegistration,
+    cluster_config: weir_cluster::ClusterConfig,
+    wal_config: &weir_wal::FileWalConfig,
+) -> anyhow::Result<Arc<weir_cluster::Cluster>> {
+    let path = &wal_config.path;
+    let mut waiting_since: Option<std::time::Instant> = None;
+    loop {
+        let Some(ident) = weir_wal::FileWal::identity(path).context("reading the WAL")? else {
+            let created = weir_wal::FileWal::open(weir_wal::FileWalConfig {
+                faults: Default::default(),
+                ack_gate: None,
+                ..wal_config.clone()
+            })
+            .context("creating the WAL")?;
+            weir_wal::Wal::close(&created).await;
+            continue;
+        };
+        let reg = weir_meta::BrokerRegistration {
+            wal: Some(weir_meta::WalRegistration {
+                wal_id: format!("{:032x}", ident.wal_id),
+                path: path.display().to_string(),
+            }),
+            ..registration.clone()
+        };
+        match weir_cluster::Cluster::join(Arc::clone(meta), reg, cluster_config.clone()).await {
+            Ok(cluster) => {
+                if ident.sealed.is_some() {
+                    tracing::warn!(path = %path.display(), "the WAL was sealed by a peer that did not recover it; claimed back");
+                    weir_wal::FileWal::clear_seal(path).context("unsealing the WAL")?;
+                }
+                return Ok(cluster);
+            }
+            Err(e) => match e.meta() {
+                Some(weir_meta::MetaError::WalRecovering { node_id, .. }) => {
+                    if waiting_since.is_none() {
+                        tracing::warn!(
+                            recoverer = node_id,
+                            "a peer is recovering this broker's WAL; waiting until it is done"
+                        );
+                    }
+                    let since = *waiting_since.get_or_insert_with(std::time::Instant::now);
+                    if since.elapsed() > Duration::from_secs(600) {
+                        bail!("broker {node_id} has been recovering this broker's WAL for 10 minutes; giving up");
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Some(weir_meta::MetaError::WalSealed { .. }) => {
+                    tracing::warn!(path = %path.display(), "a peer recovered this broker's WAL while it was away: starting empty");
+                    weir_wal::FileWal::start_empty(path).context("emptying the recovered WAL")?;
+                }
+                _ => return Err(e).context("joining the cluster"),
+            },
+        }
+    }
+}
+
+async fn serve(config: Config) -> anyhow::Result<Exit> {
     let data_dir = &config.broker.data_dir;
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("creating data dir {}", data_dir.display()))?;
@@ -123,14 +215,19 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     if wal_faults.is_on() {
         tracing::warn!(faults = ?wal_faults, "WAL fault injection is ON");
     }
-    let wal = weir_wal::FileWal::open(weir_wal::FileWalConfig {
+    // Peers open a dead broker's WAL at the path it registered: make it absolute.
+    let wal_path = std::path::absolute(config.wal_path())
+        .with_context(|| format!("resolving the WAL path {}", config.wal_path().display()))?;
+    let cluster_config = config.cluster();
+    let mut wal_config = weir_wal::FileWalConfig {
         capacity: config.wal.capacity,
         direct_io: config.wal.direct_io,
         format: config.wal.format,
         faults: wal_faults,
-        ..weir_wal::FileWalConfig::new(config.wal_path())
-    })
-    .context("opening the WAL")?;
+        // Where a peer may recover this WAL, the broker reads the seal after every write.
+        seal_check: cluster_config.fence_acks,
+        ..weir_wal::FileWalConfig::new(wal_path.clone())
+    };
     let meta_url = config.metadata_url();
     // What logs and errors show: never the password.
     let meta_shown = weir_meta::postgres::redact_password(&meta_url);
@@ -157,14 +254,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     if store_options.faults.is_on() {
         tracing::warn!(faults = ?store_options.faults, "object-store fault injection is ON");
     }
-    let store = weir_storage::objstore::from_url_with(&store_url, &store_options)
-        .map_err(anyhow::Error::msg)?;
-    tracing::info!(wal = %config.wal_path().display(), metadata = %meta_shown, objects = %store_url, "opening storage");
-    let engine =
-        weir_storage::Engine::open(config.storage(), Arc::new(wal), Arc::clone(&meta), store)
-            .await
-            .context("opening the storage engine")?;
-
+    let (store, store_faults) =
+        weir_storage::objstore::from_url_with_switch(&store_url, &store_options)
+            .map_err(anyhow::Error::msg)?;
     let cluster_id = meta
         .get_or_init("cluster.id", &uuid::Uuid::new_v4().simple().to_string())
         .await
@@ -177,10 +269,6 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         retention_bytes: config.broker.log_retention_bytes,
         producer_id_expiration_ms: config.broker.producer_id_expiration_ms,
     };
-    let topics = weir_partition::Topics::open(engine.clone(), Arc::clone(&meta), defaults)
-        .await
-        .context("opening topics")?;
-
     // Join the cluster (one broker on SQLite is a cluster of one): register, then open the
     // partitions the controller assigns here before taking clients.
     let (host, port) = split_host_port(config.advertised())?;
@@ -208,24 +296,52 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             Err(e) => return Err(e).with_context(|| format!("reading {}", node_id_file.display())),
         },
     };
-    let cluster = weir_cluster::Cluster::join(
-        Arc::clone(&meta),
+    let cluster = join_with_wal(
+        &meta,
         weir_meta::BrokerRegistration {
             node_id,
             zone: config.broker.zone.clone(),
             host: host.clone(),
             port,
             internal_addr: format!("{host}:{internal_port}"),
+            wal: None,
         },
-        config.cluster(),
+        cluster_config.clone(),
+        &wal_config,
     )
-    .await
-    .context("joining the cluster")?;
+    .await?;
     if node_id.is_none() {
         std::fs::write(&node_id_file, format!("{}\n", cluster.node_id()))
             .with_context(|| format!("saving the node id in {}", node_id_file.display()))?;
     }
+    // The WAL is opened (and what it holds uploaded) only once this incarnation owns it.
+    if cluster_config.fence_acks {
+        wal_config.ack_gate = Some(Arc::new(SessionGate(cluster.session_lease())));
+    }
+    let wal_faults = wal_config.faults.clone();
+    let wal = Arc::new(weir_wal::FileWal::open(wal_config).context("opening the WAL")?);
+    let fault_switch = match (config.broker.fault_switch, store_faults) {
+        (true, Some(store)) => {
+            tracing::warn!("the fault switch is ON: PUT /v1/faults injects faults");
+            Some(Arc::new(admin::FaultSwitch::new(
+                Arc::clone(&wal),
+                store,
+                wal_faults,
+                store_options.faults.clone(),
+            )))
+        }
+        _ => None,
+    };
+    tracing::info!(wal = %wal_path.display(), metadata = %meta_shown, objects = %store_url, "opening storage");
+    let engine =
+        weir_storage::Engine::open(config.storage(), wal, Arc::clone(&meta), store)
+            .await
+            .context("opening the storage engine")?;
+    let topics = weir_partition::Topics::open(engine.clone(), Arc::clone(&meta), defaults)
+        .await
+        .context("opening topics")?;
     cluster.start_leadership(Arc::clone(&topics) as Arc<dyn weir_cluster::PartitionHost>);
+    cluster.start_recovery(Arc::clone(&topics) as Arc<dyn weir_cluster::WalRecoverer>);
     if !cluster
         .wait_until_serving(&*topics, Duration::from_secs(30))
         .await
@@ -317,6 +433,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             broker: Arc::clone(&broker),
             network: Arc::clone(&net_meters),
             cluster: Some(Arc::new(cluster_admin::Admin(Arc::clone(&cluster)))),
+            faults: fault_switch,
         },
         shutdown_rx.clone(),
     ));
@@ -336,7 +453,22 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     ready.store(true, Ordering::SeqCst);
     tracing::info!(node_id = cluster.node_id(), listen = %config.broker.listen, advertised = %config.advertised(), internal_port, admin = %config.broker.admin_listen, "Weir is serving");
 
-    wait_for_signal().await?;
+    let mut replaced = cluster.replaced();
+    tokio::select! {
+        r = wait_for_signal() => r?,
+        _ = replaced.wait_for(|r| *r) => {
+            // Nothing here may be uploaded or handed over: its partitions and its WAL are
+            // another broker's now. Stop listening and start again.
+            ready.store(false, Ordering::SeqCst);
+            shutdown_tx.send_replace(true);
+            let _ = network.await;
+            let _ = internal.await;
+            let _ = admin.await;
+            groups.shutdown();
+            cluster.stop().await;
+            return Ok(Exit::Replaced);
+        }
+    }
     ready.store(false, Ordering::SeqCst);
     // Controlled shutdown: while still serving, let the controller move this broker's
     // partitions to the others (clients are redirected with retriable errors).
@@ -356,7 +488,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     engine.close().await.context("closing the storage engine")?;
     let _ = admin.await;
     tracing::info!("stopped");
-    Ok(())
+    Ok(Exit::Stopped)
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {
