@@ -201,7 +201,8 @@ pub fn plan_recoveries(view: &ClusterView, retry_after: Duration) -> RecoveryPla
             continue;
         }
         let owner = view.broker(w.node_id);
-        let dead = owner.is_none_or(|b| b.state == BrokerState::Fenced || b.incarnation != w.incarnation);
+        let dead =
+            owner.is_none_or(|b| b.state == BrokerState::Fenced || b.incarnation != w.incarnation);
         if !dead {
             continue;
         }
@@ -313,7 +314,10 @@ impl Cluster {
         loop {
             let view = views.borrow_and_update().clone();
             for w in &view.wals {
-                if w.state != (WalState::Recovering { node_id: self.node_id })
+                if w.state
+                    != (WalState::Recovering {
+                        node_id: self.node_id,
+                    })
                     || !busy.insert(w.wal_id.clone())
                 {
                     continue;
@@ -373,7 +377,11 @@ impl Cluster {
             Err(RecoveryError::Unreachable(why)) => {
                 self.failover.wals_unreachable.inc();
                 tracing::warn!(owner = w.node_id, wal = %w.wal_id, path = %w.path, reason = %why, "cannot open a fenced broker's WAL here; giving its recovery back");
-                if let Err(e) = self.meta.wal_unreachable(&w.wal_id, self.node_id, inc).await {
+                if let Err(e) = self
+                    .meta
+                    .wal_unreachable(&w.wal_id, self.node_id, inc)
+                    .await
+                {
                     tracing::warn!(wal = %w.wal_id, error = %e, "giving a WAL recovery back failed");
                 }
             }

@@ -194,7 +194,9 @@ pub enum MetaError {
     NotController { epoch: u64 },
     #[error("broker {0} is not registered")]
     UnknownBroker(i32),
-    #[error("WAL {wal_id} is being recovered by broker {node_id}; its owner waits until that is done")]
+    #[error(
+        "WAL {wal_id} is being recovered by broker {node_id}; its owner waits until that is done"
+    )]
     WalRecovering { wal_id: String, node_id: i32 },
     #[error("WAL {wal_id} was recovered by a peer and sealed; its owner starts empty")]
     WalSealed { wal_id: String },

@@ -174,7 +174,11 @@ impl Engine {
         }
         let mut parts = Vec::new();
         for (stream_id, records) in by_stream {
-            let Some(m) = inner.meta.get_stream(stream_id).await.map_err(StorageError::from)?
+            let Some(m) = inner
+                .meta
+                .get_stream(stream_id)
+                .await
+                .map_err(StorageError::from)?
             else {
                 continue; // deleted
             };

@@ -677,7 +677,8 @@ async fn a_peer_recovers_a_dead_brokers_wal_under_a_raised_epoch() {
         Err(weir_storage::PeerRecoveryError::Unreachable(_))
     ));
     assert!(matches!(
-        peer.recover_peer_wal(&dir.path().join("nowhere"), seal).await,
+        peer.recover_peer_wal(&dir.path().join("nowhere"), seal)
+            .await,
         Err(weir_storage::PeerRecoveryError::Unreachable(_))
     ));
     peer.close().await.unwrap();

@@ -365,15 +365,17 @@ async fn body_bytes(request: Request) -> Result<Bytes, Response> {
         ));
     }
     // Chunked bodies are cut at the same limit (DefaultBodyLimit) while they are read.
-    Bytes::from_request(request, &()).await.map_err(|rejection| {
-        let status = rejection.status();
-        let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            format!("request body over {MAX_BODY_BYTES} bytes")
-        } else {
-            rejection.body_text()
-        };
-        json_error(status.as_u16(), message)
-    })
+    Bytes::from_request(request, &())
+        .await
+        .map_err(|rejection| {
+            let status = rejection.status();
+            let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+                format!("request body over {MAX_BODY_BYTES} bytes")
+            } else {
+                rejection.body_text()
+            };
+            json_error(status.as_u16(), message)
+        })
 }
 
 fn no_fault_switch() -> Response {
@@ -604,7 +606,8 @@ fn render(state: &State) -> String {
         &mut o,
         "wal_last_recovery_ms",
         "Milliseconds the last WAL recovery here took (seal, read, upload, commit).",
-        f.last_recovery_ms.load(std::sync::atomic::Ordering::Relaxed),
+        f.last_recovery_ms
+            .load(std::sync::atomic::Ordering::Relaxed),
     );
     gauge(
         &mut o,
@@ -616,7 +619,8 @@ fn render(state: &State) -> String {
         &mut o,
         "wals_awaiting_recovery",
         "Controller: WALs of fenced brokers not yet recovered.",
-        f.wals_awaiting_recovery.load(std::sync::atomic::Ordering::Relaxed),
+        f.wals_awaiting_recovery
+            .load(std::sync::atomic::Ordering::Relaxed),
     );
     gauge(
         &mut o,

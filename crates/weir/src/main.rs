@@ -333,10 +333,9 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
         _ => None,
     };
     tracing::info!(wal = %wal_path.display(), metadata = %meta_shown, objects = %store_url, "opening storage");
-    let engine =
-        weir_storage::Engine::open(config.storage(), wal, Arc::clone(&meta), store)
-            .await
-            .context("opening the storage engine")?;
+    let engine = weir_storage::Engine::open(config.storage(), wal, Arc::clone(&meta), store)
+        .await
+        .context("opening the storage engine")?;
     let topics = weir_partition::Topics::open(engine.clone(), Arc::clone(&meta), defaults)
         .await
         .context("opening topics")?;

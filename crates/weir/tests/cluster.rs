@@ -655,3 +655,207 @@ fn sigterm_hands_partitions_over_and_loses_nothing() {
     }
     c.assert_no_panic();
 }
+
+/// An idempotent producer writing `topic`'s `partitions` round-robin from a thread until told
+/// to stop; `finish` flushes it and returns how many records were sent.
+struct Writer {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+    acks: Acks,
+}
+
+impl Writer {
+    fn start(bootstrap: &str, topic: &'static str, partitions: i32) -> Writer {
+        let (p, acks) = idempotent_producer(bootstrap);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut i = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    send(
+                        &p,
+                        topic,
+                        (i % partitions as u64) as i32,
+                        &format!("f{i:08}"),
+                    );
+                    i += 1;
+                    if i % 20 == 0 {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                }
+                p.flush(Duration::from_secs(90)).expect("flush");
+                i
+            })
+        };
+        Writer { stop, thread, acks }
+    }
+
+    /// Stops, flushes, and checks that every record sent was acknowledged, none failed.
+    fn finish(self) -> BTreeMap<(i32, i64), String> {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let sent = self.thread.join().expect("writer");
+        let failures = self.acks.1.lock().unwrap().clone();
+        assert!(failures.is_empty(), "deliveries failed: {failures:?}");
+        let acked = self.acks.0.lock().unwrap().clone();
+        assert_eq!(acked.len() as u64, sent, "every record acknowledged");
+        acked
+    }
+}
+
+/// Every acknowledged record is read back, at its offset, once, and per partition in the order
+/// it was sent.
+fn check_read_back(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    acked: &BTreeMap<(i32, i64), String>,
+) {
+    let got = read_all(bootstrap, topic, partitions, acked.len());
+    assert_eq!(got.len(), acked.len(), "records read back");
+    assert_eq!(
+        &got, acked,
+        "every acknowledged record, at its offset, once"
+    );
+    for part in 0..partitions {
+        let vals: Vec<&String> = got
+            .iter()
+            .filter(|((p, _), _)| *p == part)
+            .map(|(_, v)| v)
+            .collect();
+        assert!(
+            vals.windows(2).all(|w| w[0] < w[1]),
+            "partition {part} out of order"
+        );
+    }
+}
+
+/// Sum of a metric over the running brokers among `live`.
+fn metric_sum(c: &Cluster, live: &[usize], name: &str) -> u64 {
+    live.iter().map(|&i| c.broker(i).metric(name)).sum()
+}
+
+/// Timings that keep failover tests short (the defaults give produce back in under 5 s).
+const FAST_FAILOVER: &[(&str, &str)] = &[
+    ("WEIR_CLUSTER_SESSION_TIMEOUT_MS", "2000"),
+    ("WEIR_CLUSTER_HEARTBEAT_INTERVAL_MS", "250"),
+    ("WEIR_CLUSTER_WAL_RETRY_INTERVAL_MS", "1000"),
+    // Nothing is uploaded before the kill unless the WAL holds a lot: the recovery has work.
+    ("WEIR_STORAGE_UPLOAD_INTERVAL_MS", "60000"),
+];
+
+/// `kill -9` of a leader under idempotent load: a peer recovers its WAL, its partitions are led
+/// by live brokers at a higher epoch, producers resume without a failed delivery, and every
+/// acknowledged record is read back once, in order. Started again, the killed broker finds its
+/// WAL recovered and starts empty.
+#[test]
+fn a_killed_leaders_wal_is_recovered_by_a_peer_and_nothing_is_lost() {
+    let mut c = Cluster::with_env(3, FAST_FAILOVER);
+    create_topic(c.port(1), "failover", 6);
+    let before = leaders(c.port(1), "failover");
+    assert!(before.iter().any(|(l, _)| *l == 1), "{before:?}");
+    let w = Writer::start(&c.bootstrap(), "failover", 6);
+    std::thread::sleep(Duration::from_millis(1500));
+    c.kill(0);
+    eventually(
+        30,
+        "the killed broker's partitions led by live brokers",
+        || {
+            leaders(c.port(1), "failover")
+                .iter()
+                .all(|(l, _)| *l == 2 || *l == 3)
+        },
+    );
+    let after = leaders(c.port(1), "failover");
+    for ((l0, e0), (_, e1)) in before.iter().zip(&after) {
+        if *l0 == 1 {
+            assert!(e1 > e0, "epoch did not grow: {before:?} -> {after:?}");
+        }
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let acked = w.finish();
+    assert_eq!(metric_sum(&c, &[1, 2], "weir_wal_recoveries_total"), 1);
+    check_read_back(&c.broker(1).bootstrap(), "failover", 6, &acked);
+
+    c.start(0);
+    let log = c.broker(0).log_text();
+    assert!(log.contains("starting empty"), "{log}");
+    c.assert_no_panic();
+}
+
+/// A leader paused (SIGSTOP) past its session timeout is replaced: a peer seals and recovers
+/// its WAL. Resumed (SIGCONT), it acknowledges nothing it wrote after being replaced (every
+/// acknowledged record is read back), finds out, and starts again empty in the same process.
+#[test]
+fn a_paused_leader_is_replaced_and_acknowledges_nothing_after() {
+    let c = Cluster::with_env(3, FAST_FAILOVER);
+    create_topic(c.port(1), "zombie", 6);
+    let w = Writer::start(&c.bootstrap(), "zombie", 6);
+    std::thread::sleep(Duration::from_millis(1500));
+    c.signal(0, libc::SIGSTOP);
+    eventually(
+        30,
+        "the paused broker's partitions led by live brokers",
+        || {
+            leaders(c.port(1), "zombie")
+                .iter()
+                .all(|(l, _)| *l == 2 || *l == 3)
+        },
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    c.signal(0, libc::SIGCONT);
+    eventually(30, "the zombie starting again", || {
+        c.broker(0)
+            .log_text()
+            .contains("starting again after being replaced")
+    });
+    eventually(30, "the restarted broker ready", || {
+        http_get(c.admin_port(0), "/readyz").map(|r| r.0) == Some(200)
+    });
+    std::thread::sleep(Duration::from_millis(1000));
+    let acked = w.finish();
+    check_read_back(&c.broker(1).bootstrap(), "zombie", 6, &acked);
+    assert!(c.is_running(0), "the replaced broker's process exited");
+    c.assert_no_panic();
+}
+
+/// A dead broker's WAL that no live broker can open (here: moved away, as an unmounted disk):
+/// its partitions wait for it (the controller reports them), nothing else is affected; once the
+/// WAL is back at its path a peer recovers it and nothing acknowledged is lost.
+#[test]
+fn a_wal_no_peer_can_open_makes_its_partitions_wait() {
+    let mut c = Cluster::with_env(3, FAST_FAILOVER);
+    create_topic(c.port(1), "waiting", 6);
+    let before = leaders(c.port(1), "waiting");
+    let w = Writer::start(&c.bootstrap(), "waiting", 6);
+    std::thread::sleep(Duration::from_millis(1500));
+    let wal = c.data_dir(0).join("wal");
+    let away = c.data_dir(0).join("wal.unmounted");
+    c.kill(0);
+    std::fs::rename(&wal, &away).expect("move the WAL away");
+    eventually(30, "the controller reporting partitions that wait", || {
+        metric_sum(&c, &[1, 2], "weir_partitions_waiting_for_wal") > 0
+    });
+    let waiting = metric_sum(&c, &[1, 2], "weir_partitions_waiting_for_wal");
+    let led_by_dead = before.iter().filter(|(l, _)| *l == 1).count() as u64;
+    assert_eq!(waiting, led_by_dead);
+    // They stay with the dead broker while its WAL cannot be read.
+    std::thread::sleep(Duration::from_millis(2500));
+    let now = leaders(c.port(1), "waiting");
+    for (b, n) in before.iter().zip(&now) {
+        if b.0 == 1 {
+            assert_ne!(n.0, 2, "moved without its WAL: {now:?}");
+            assert_ne!(n.0, 3, "moved without its WAL: {now:?}");
+        }
+    }
+    std::fs::rename(&away, &wal).expect("put the WAL back");
+    eventually(30, "the WAL recovered once it is back", || {
+        leaders(c.port(1), "waiting")
+            .iter()
+            .all(|(l, _)| *l == 2 || *l == 3)
+    });
+    let acked = w.finish();
+    check_read_back(&c.broker(1).bootstrap(), "waiting", 6, &acked);
+    assert!(metric_sum(&c, &[1, 2], "weir_wal_recoveries_unreachable_total") >= 2);
+    c.assert_no_panic();
+}

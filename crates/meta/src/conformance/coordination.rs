@@ -113,11 +113,15 @@ pub async fn expired_brokers_are_fenced(m: &dyn Coordination) {
         .expect("acquire")
         .expect("free lease");
     assert_eq!(
-        m.fence_expired_brokers(lease, Duration::ZERO).await.expect("fence"),
+        m.fence_expired_brokers(lease, Duration::ZERO)
+            .await
+            .expect("fence"),
         vec![2]
     );
     assert_eq!(
-        m.fence_expired_brokers(lease, Duration::ZERO).await.expect("fence"),
+        m.fence_expired_brokers(lease, Duration::ZERO)
+            .await
+            .expect("fence"),
         Vec::<i32>::new()
     );
     assert_eq!(
@@ -453,7 +457,11 @@ pub async fn wal_claims_and_recovery(m: &dyn MetaStore) {
     assert_eq!(ids, vec!["A2", "B"], "the sealed WAL is forgotten");
     // A2 holds data nobody recovered: switching to yet another WAL is refused.
     match m.register_broker(&with_wal(1, "A3"), LONG).await {
-        Err(MetaError::WalMissing { node_id: 1, wal_id, path }) => {
+        Err(MetaError::WalMissing {
+            node_id: 1,
+            wal_id,
+            path,
+        }) => {
             assert_eq!((wal_id.as_str(), path.as_str()), ("A2", "/wal/1"))
         }
         other => panic!("a second WAL replaced one not recovered: {other:?}"),

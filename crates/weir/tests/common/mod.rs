@@ -472,6 +472,12 @@ impl Cluster {
         drop(b);
     }
 
+    /// Sends `signal` to broker `i` (SIGSTOP and SIGCONT pause and resume it: a zombie).
+    pub fn signal(&self, i: usize, signal: i32) {
+        // SAFETY: signalling our own child process.
+        unsafe { libc::kill(self.broker(i).child.id() as i32, signal) };
+    }
+
     /// The running broker `i`.
     pub fn broker(&self, i: usize) -> &Broker {
         self.nodes[i]
