@@ -17,7 +17,7 @@ use crate::ClusterView;
 /// - A move whose target is no longer live is sent to another live broker, or cancelled if the
 ///   leader itself is live.
 /// - A partition whose leader died is left alone: its acknowledged data may be in that broker's
-///   WAL only (failover by WAL recovery comes later); it waits for the broker to come back.
+///   WAL only. A peer's recovery of that WAL releases it (no leader), and it is placed then.
 pub fn plan(view: &ClusterView) -> Vec<AssignmentChange> {
     let live: Vec<(i32, &str)> = view
         .live_brokers()

@@ -14,6 +14,7 @@ fn config() -> ClusterConfig {
         controller_lease: Duration::from_secs(1),
         controller_interval: Duration::from_millis(100),
         shutdown_timeout: Duration::from_secs(5),
+        ..ClusterConfig::default()
     }
 }
 

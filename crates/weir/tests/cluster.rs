@@ -680,7 +680,7 @@ impl Writer {
                         &format!("f{i:08}"),
                     );
                     i += 1;
-                    if i % 20 == 0 {
+                    if i.is_multiple_of(20) {
                         std::thread::sleep(Duration::from_millis(5));
                     }
                 }
