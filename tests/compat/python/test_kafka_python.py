@@ -20,7 +20,7 @@ from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 import kafka.errors as Errors
 
-from compat_util import eventually, unique
+from compat_util import admin, eventually, unique, wait_for_partitions
 
 PARTITIONS = 4
 KEYS = 40
@@ -249,6 +249,12 @@ def _wait_stable_split(members, partitions, timeout=60, settle=1.5, extra=None):
 def test_idempotent_produce_consumer_group_commit_and_resume(broker, kadmin, clients):
     bs = broker.bootstrap
     topic = _create(kadmin, unique("kp-group"), PARTITIONS)
+    # Every broker must know the topic's partitions before the members join: a member whose
+    # metadata came from a broker that had not yet heard of the new topic assigns nothing, and
+    # kafka-python's members then rebalance over and over (once left one member stranded with an
+    # empty assignment against the three-broker cluster).
+    for host, port in sorted(getattr(broker, "addresses", {(broker.host, broker.port)})):
+        wait_for_partitions(admin(f"{host}:{port}"), topic, PARTITIONS)
     group = unique("kp-grp")
     log, lock, phase = [], threading.Lock(), [1]
     members = []
