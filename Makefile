@@ -66,7 +66,7 @@ bench-pg:
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
 	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/pg_restart.py
 
-# The chaos suite's long form (tests/chaos/chaos.py --mode long; about 15 minutes): 102 faults in
+# The chaos suite's long form (tests/chaos/chaos.py --mode long; about 20 minutes): 102 faults in
 # turn (kill -9 of a leader, SIGSTOP past the session timeout, PostgreSQL restarts, object-store
 # and WAL errors, an unreachable WAL) on a three-broker cluster under idempotent load, then every
 # acknowledged record read back: per fault kind, lost / duplicated / reordered and the longest

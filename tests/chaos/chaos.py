@@ -418,6 +418,7 @@ class Fault:
         self.params = {}
         self.notes = []
         self.moved_ms = {}  # partition -> ms from injection until led by another broker
+        self.wall0 = None
         self.skipped = False
         self.restarted = None  # zombie: restarted in-process (log line seen)
 
@@ -436,7 +437,6 @@ class Chaos:
         self.gone = set()  # indexes of brokers that could not be started again
         self.failures = []  # what broke the cluster (beyond lost/duplicated/reordered)
         self.notes = []
-        self.timeline = []  # (time, {partition: (leader, epoch)}) when it changed
         self.view = {}
         self.acks = AckTail(out_dir, s.producers)
         self.switch = None  # fault switch answers (None: not probed yet)
@@ -499,13 +499,11 @@ class Chaos:
         return True
 
     def observe(self):
-        now = time.monotonic()
         self.acks.poll()
         self.check_processes()
         v = self.leaders()
-        if v is not None and v != self.view:
+        if v is not None:
             self.view = v
-            self.timeline.append((now, dict(v)))
         if self.watch is not None and v is not None:
             self.watch(v)
 
@@ -629,6 +627,7 @@ class Chaos:
     def begin(self, f, victim=None):
         self.observe()
         f.t0 = time.monotonic()
+        f.wall0 = time.time()  # to place the brokers' log lines
         if victim is not None:
             f.broker = self.node(victim)
             f.affected = self.led_by(f.broker)
@@ -816,10 +815,11 @@ def plan(s, rng):
     return out[:s.faults]
 
 
-def create_topic(bootstrap, partitions):
+def create_topic(bootstrap, partitions, out_dir):
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    a = AdminClient({"bootstrap.servers": bootstrap})
+    a = AdminClient({"bootstrap.servers": bootstrap,
+                     "logger": client_logger(out_dir, "admin")})
     for f in a.create_topics([NewTopic(TOPIC, num_partitions=partitions,
                                        replication_factor=1)]).values():
         f.result(30)
@@ -843,14 +843,14 @@ def load_acks(out_dir, producers):
     return acks
 
 
-def read_back(bootstrap, partitions, timeout=300):
+def read_back(bootstrap, partitions, out_dir, timeout=300):
     """{partition: [(offset, value key (producer, incarnation, seq) or None, leader epoch)]}
     of every record from the start, and the end offsets."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-check-{os.getpid()}",
                   "enable.auto.commit": False, "enable.partition.eof": True,
-                  "fetch.max.bytes": 8 << 20})
+                  "fetch.max.bytes": 8 << 20, "logger": client_logger(out_dir, "read-back")})
     try:
         ends = {}
         for p in range(partitions):
@@ -1001,7 +1001,7 @@ def run(s):
     chaos = None
     try:
         cluster.launch()
-        create_topic(cluster.bootstrap, s.partitions)
+        create_topic(cluster.bootstrap, s.partitions, out_dir)
         chaos = Chaos(s, cluster, rng, out_dir)
         if not chaos.wait(30, lambda: len(chaos.view) == s.partitions and all(
                 leader is not None for leader, _ in chaos.view.values())):
@@ -1056,10 +1056,10 @@ def run(s):
         t_flushed = time.monotonic()
         chaos.check_processes()
         chaos.say("reading every partition back")
-        log, ends = read_back(cluster.bootstrap, s.partitions)
+        log, ends = read_back(cluster.bootstrap, s.partitions, out_dir)
         result.update(faults=sorted(faults + skipped, key=lambda f: f.n), failures=chaos.failures, notes=chaos.notes,
                       t_start=chaos.t_start, t_load_end=t_load_end, t_flushed=t_flushed,
-                      log=log, ends=ends, timeline=chaos.timeline)
+                      log=log, ends=ends)
     finally:
         stop_p.set()
         stop_c.set()
@@ -1084,6 +1084,7 @@ def run(s):
                 pass
         result["panics"] = panics
         result["logs"] = broker_lines(cluster)
+        result["recoveries"] = recovery_lines(cluster)
         cluster.cleanup()
     result["acks"] = load_acks(out_dir, s.producers)
     result["producers"] = [read_json(os.path.join(out_dir, f"producer-{i}.json"))
@@ -1121,6 +1122,44 @@ def broker_lines(cluster):
                 if e in line:
                     counts[(b.node_id, e)] += 1
     return sorted(counts.items())
+
+
+def recovery_lines(cluster):
+    """[(wall time, event, owner node id, ms or None)] of the brokers' WAL recovery lines:
+    event "began" (a peer starts recovering the owner's WAL) or "done"."""
+    out = []
+    for b in cluster.brokers:
+        try:
+            with open(b.log_path, "rb") as f:
+                text = ANSI.sub("", f.read().decode("utf-8", "replace"))
+        except OSError:
+            continue
+        for line in text.splitlines():
+            for needle, event in (("recovering the WAL of a fenced broker", "began"),
+                                  ("recovered the WAL of a fenced broker", "done")):
+                if needle not in line:
+                    continue
+                fields = dict(re.findall(r"(\w+)=(\S+)", line.split(needle, 1)[1]))
+                try:
+                    stamp = datetime.datetime.fromisoformat(
+                        line.split(None, 1)[0].replace("Z", "+00:00")).timestamp()
+                    owner = int(fields["owner"])
+                except (ValueError, KeyError, IndexError):
+                    continue
+                ms_ = fields.get("ms")
+                out.append((stamp, event, owner, int(ms_) if ms_ and ms_.isdigit() else None))
+    out.sort()
+    return out
+
+
+def recovery_of(f, recoveries):
+    """(ms from the kill until a peer began recovering the victim's WAL, the recovery's own ms)
+    from the brokers' log lines, or Nones."""
+    began = next((t for t, e, o, _ in recoveries if e == "began" and o == f.broker
+                  and t >= f.wall0), None)
+    done = next((m for t, e, o, m in recoveries if e == "done" and o == f.broker
+                 and t >= f.wall0), None)
+    return (None if began is None else (began - f.wall0) * 1000), done
 
 
 def analyse(r):
@@ -1174,10 +1213,11 @@ def analyse(r):
             "malformed": malformed, "rows": rows}
 
 
-def kill_table(faults):
-    lines = ["| kill | broker | partitions | led elsewhere after ms (max) | failover ms: min "
-             "| median | max (all its partitions acknowledged again) | broker restart s |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+def kill_table(faults, recoveries):
+    lines = ["| kill | broker | partitions | WAL recovery began ms (log) | WAL recovery took ms "
+             "(log) | led elsewhere after ms (max) | failover ms: min | median | max (all its "
+             "partitions acknowledged again) | broker restart s |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     per_kill, per_part = [], []
     for f in faults:
         if f.kind != "kill" or f.skipped:
@@ -1191,7 +1231,9 @@ def kill_table(faults):
         per_part += vals
         moved = max(f.moved_ms.values()) if f.moved_ms and len(f.moved_ms) == len(
             f.affected or []) else None
-        lines.append(f"| {f.n} | {f.broker} | {len(f.affected or [])} | {ms(moved)} "
+        began, took = recovery_of(f, recoveries)
+        lines.append(f"| {f.n} | {f.broker} | {len(f.affected or [])} | {ms(began)} | {ms(took)} "
+                     f"| {ms(moved)} "
                      f"| {ms(min(vals) if vals else None)} "
                      f"| {ms(statistics.median(vals) if vals else None)} "
                      f"| {ms(worst)}{f' ({missing} never acknowledged)' if missing else ''} "
@@ -1224,12 +1266,16 @@ def report(r, a, stamp):
     lines = []
     title = "Failover after kill -9" if s.mode == "bench" else f"Chaos suite ({s.mode})"
     lines += [f"# {title}: {stamp}", ""]
-    kl, per_kill, per_part = kill_table(faults)
+    kl, per_kill, per_part = kill_table(faults, r.get("recoveries", []))
     if s.mode == "bench" or per_kill:
         lines += ["Failover time: from `kill -9` of a broker to the first acknowledgement on each "
                   "partition it led, by the new leader (a record at a higher leader epoch). Per "
                   "kill, the longest over its partitions (when every partition it led takes "
-                  "writes again).", ""]
+                  "writes again). From the brokers' logs: when a peer began recovering the "
+                  "killed broker's WAL (after the session timeout, the drift margin and the "
+                  "controller's fencing) and how long the recovery took; led elsewhere: when "
+                  "GET /v1/partitions first named other leaders at a higher epoch (polled "
+                  "every 100 ms).", ""]
         lines += kl + [""]
         lines += ["| failover ms over all kills | min | median | max |", "|---|---:|---:|---:|",
                   f"| Weir, per kill (all its partitions back) | {ms(pct(per_kill, 0))} "
@@ -1276,6 +1322,11 @@ def report(r, a, stamp):
             lines.append(f"| {f.n} | {f.kind} | - | - | - | - | skipped: {'; '.join(f.notes)} |")
             continue
         notes = list(f.notes)
+        if f.affected and f.kind in ("kill", "pause", "walpath"):
+            if len(f.moved_ms) == len(f.affected):
+                notes.append(f"led elsewhere after {ms(max(f.moved_ms.values()))} ms")
+            else:
+                notes.append(f"{len(f.affected) - len(f.moved_ms)} partitions not led elsewhere")
         if f.kind == "pause":
             notes.append("restarted itself in-process" if f.restarted else "did not restart")
         if f.kind == "kill":
@@ -1302,13 +1353,13 @@ def report(r, a, stamp):
     lines += ["", "## Broker log lines about failover", "", "| broker | line | count |",
               "|---:|---|---:|"]
     lines += [f"| {b} | {e} | {n} |" for (b, e), n in r["logs"]] or ["| - | (none) | 0 |"]
+    # Numbers folded (ports, timings, counts), so that the same error on different brokers
+    # counts once.
     errs = collections.Counter()
-    for p in prod:
-        for e, n in p["errors"]:
-            errs[f"producer: {e}"] += n
-    for c in cons:
-        for e, n in c["errors"]:
-            errs[f"consumer: {e}"] += n
+    for who, reports in (("producer", prod), ("consumer", cons)):
+        for rep in reports:
+            for e, n in rep["errors"]:
+                errs[f"{who}: " + re.sub(r"\d+", "N", e)] += n
     if errs:
         lines += ["", "Client errors (most frequent):", "", "```"]
         lines += [f"{n:6d} x {e[:200]}" for e, n in errs.most_common(15)] + ["```"]
