@@ -183,12 +183,29 @@ class Settings:
         self.drift_ms = env_int("WEIR_CLUSTER_CLOCK_DRIFT_MARGIN_MS", 250)
 
     def broker_env(self):
-        return {"WEIR_WAL_CAPACITY": str(self.wal_capacity),
-                "WEIR_BROKER_FAULT_SWITCH": "true",
-                "WEIR_STORAGE_UPLOAD_INTERVAL_MS": str(self.upload_interval_ms),
-                "WEIR_CLUSTER_SESSION_TIMEOUT_MS": str(self.session_ms),
-                "WEIR_CLUSTER_HEARTBEAT_INTERVAL_MS": str(self.heartbeat_ms),
-                "WEIR_CLUSTER_CLOCK_DRIFT_MARGIN_MS": str(self.drift_ms)}
+        env = {"WEIR_WAL_CAPACITY": str(self.wal_capacity),
+               "WEIR_BROKER_FAULT_SWITCH": "true",
+               "WEIR_STORAGE_UPLOAD_INTERVAL_MS": str(self.upload_interval_ms),
+               "WEIR_CLUSTER_SESSION_TIMEOUT_MS": str(self.session_ms),
+               "WEIR_CLUSTER_HEARTBEAT_INTERVAL_MS": str(self.heartbeat_ms),
+               "WEIR_CLUSTER_CLOCK_DRIFT_MARGIN_MS": str(self.drift_ms)}
+        # An older binary refuses settings it does not know (its config has no such field):
+        # leave out those it lacks, so that older builds can be put through the same faults.
+        return {k: v for k, v in env.items() if k not in self.unknown_keys()}
+
+    def unknown_keys(self):
+        if not hasattr(self, "_unknown"):
+            try:
+                with open(os.environ["WEIR_BIN"], "rb") as f:
+                    binary = f.read()
+            except (OSError, KeyError):
+                binary = None
+            self._unknown = set()
+            for key, field in (("WEIR_BROKER_FAULT_SWITCH", b"fault_switch"),
+                               ("WEIR_CLUSTER_CLOCK_DRIFT_MARGIN_MS", b"clock_drift_margin_ms")):
+                if binary is not None and field not in binary:
+                    self._unknown.add(key)
+        return self._unknown
 
     def replay(self):
         """The command that replays this run's faults (same kinds, order and parameters)."""
@@ -927,7 +944,7 @@ def check(acks, log, ends):
             if key is None:
                 continue
             inst, seq = key[:2], key[2]
-            if inst in last and seq <= last[inst][0]:
+            if inst in last and seq < last[inst][0]:
                 reordered.append((ack_time.get(key),
                                   f"partition {p}: {key[0]}.{key[1]}.{seq} at offset {off} after "
                                   f"{key[0]}.{key[1]}.{last[inst][0]} at offset {last[inst][1]}"))
@@ -1003,6 +1020,8 @@ def run(s):
         cluster.launch()
         create_topic(cluster.bootstrap, s.partitions, out_dir)
         chaos = Chaos(s, cluster, rng, out_dir)
+        for key in sorted(s.unknown_keys()):
+            chaos.note(f"{os.environ['WEIR_BIN']} does not know {key}: left out")
         if not chaos.wait(30, lambda: len(chaos.view) == s.partitions and all(
                 leader is not None for leader, _ in chaos.view.values())):
             raise RuntimeError(f"{TOPIC}: not every partition has a leader after 30 s:\n"

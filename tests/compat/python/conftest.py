@@ -27,6 +27,7 @@ Set WEIR_TEST_KEEP=1 to keep the data directories and broker logs.
 """
 
 import atexit
+import http.client
 import json
 import os
 import shutil
@@ -164,6 +165,8 @@ class Broker:
                 status, raw = r.status, r.read()
         except urllib.error.HTTPError as e:
             status, raw = e.code, e.read()
+        except http.client.HTTPException as e:  # a broker going away mid-response
+            raise OSError(f"admin {method} {path}: {e!r}") from e
         try:
             return status, json.loads(raw) if raw else None
         except ValueError:
