@@ -17,7 +17,8 @@ build:
 	$(CARGO) build --release -p weir
 
 # Every test: the Rust unit and integration tests (the storage crash test included), then the
-# client compatibility suites, each against a freshly started `weir serve`.
+# client compatibility suites, each against a freshly started `weir serve`, and the chaos suite's
+# short form (tests/chaos; WEIR_CHAOS=0 leaves it out).
 test: test-rust test-compat
 
 test-rust:
@@ -64,3 +65,25 @@ bench-pg:
 	$(CARGO) build --release -p weir
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
 	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/pg_restart.py
+
+# The chaos suite's long form (tests/chaos/chaos.py --mode long; about 20 minutes): 102 faults in
+# turn (kill -9 of a leader, SIGSTOP past the session timeout, PostgreSQL restarts, object-store
+# and WAL errors, an unreachable WAL) on a three-broker cluster under idempotent load, then every
+# acknowledged record read back: per fault kind, lost / duplicated / reordered and the longest
+# produce unavailability. Exits non-zero on any loss. Writes bench/results/chaos-YYYY-MM-DD-HHMM.md.
+# Settings: CHAOS_SEED, CHAOS_FAULTS, CHAOS_KINDS, ... (tests/chaos/chaos.py).
+.PHONY: chaos
+chaos:
+	$(CARGO) build --release -p weir
+	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
+	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) tests/chaos/chaos.py --mode long
+
+# Failover after kill -9 (about 3 minutes): 10 kills of a leader under load on a three-broker
+# cluster; per kill the time until every partition it led is acknowledged again by a new leader,
+# min/median/max beside AutoMQ's; writes bench/results/failover-YYYY-MM-DD-HHMM.md.
+# Settings: CHAOS_FAULTS (kills), CHAOS_RATE, ... (bench/README.md, tests/chaos/chaos.py).
+.PHONY: bench-failover
+bench-failover:
+	$(CARGO) build --release -p weir
+	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
+	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) tests/chaos/chaos.py --mode bench

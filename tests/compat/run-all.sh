@@ -6,6 +6,7 @@
 # Against Weir, each suite then runs again against a three-broker cluster
 # (WEIR_COMPAT_TARGET=cluster: a private PostgreSQL, s3s-fs and three `weir serve`); tests that
 # need a broker process of their own skip there. WEIR_COMPAT_CLUSTER=0 leaves the cluster runs out.
+# Then (Weir only) the chaos suite's short form, tests/chaos/run.sh; WEIR_CHAOS=0 leaves it out.
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CLUSTER=${WEIR_COMPAT_CLUSTER:-1}
@@ -28,6 +29,16 @@ if [[ $CLUSTER == 1 && ${WEIR_TEST_BROKER:-weir} == weir ]]; then
       failed+=("$suite-cluster")
     fi
   done
+fi
+# The chaos suite's short form (tests/chaos: a fault of each kind on a three-broker cluster under
+# idempotent load, then every acknowledged record read back). WEIR_CHAOS=0 leaves it out.
+if [[ ${WEIR_CHAOS:-1} != 0 && ${WEIR_TEST_BROKER:-weir} == weir ]]; then
+  echo "=== chaos (short)"
+  if bash "$HERE/../chaos/run.sh" --mode short; then
+    passed+=("chaos")
+  else
+    failed+=("chaos")
+  fi
 fi
 if ((${#failed[@]})); then
   echo "compat suites failed: ${failed[*]}"

@@ -27,6 +27,8 @@ Set WEIR_TEST_KEEP=1 to keep the data directories and broker logs.
 """
 
 import atexit
+import http.client
+import json
 import os
 import shutil
 import signal
@@ -100,9 +102,10 @@ _LIVE = set()
 class Broker:
     """One single-node broker (Weir or Kafka) with a fixed data dir and ports.
 
-    start() / stop() (SIGTERM, clean) / kill() (SIGKILL) / restart().
-    The ports and the data directory stay the same across restarts, so
-    clients can reconnect to the same bootstrap address.
+    start() / stop() (SIGTERM, clean) / kill() (SIGKILL) / restart();
+    pause() / resume() (SIGSTOP / SIGCONT); admin(method, path, body) (Weir's
+    admin API). The ports and the data directory stay the same across
+    restarts, so clients can reconnect to the same bootstrap address.
     """
 
     def __init__(self, name, root, env=None, args=None, node_id=None):
@@ -124,6 +127,7 @@ class Broker:
         self.proc = None  # Weir only
         self.kafka_pid = None  # Kafka only
         self.starts = 0
+        self.paused = False  # SIGSTOPped by pause(), until resume()
 
     @property
     def host(self):
@@ -137,6 +141,52 @@ class Broker:
     def addresses(self):
         """The (host, port) every broker of the target advertises: this one."""
         return {(self.host, self.port)}
+
+    @property
+    def admin_port(self):
+        """Weir: the admin HTTP port (/metrics, /readyz, the /v1 API)."""
+        return self.aux_port
+
+    @property
+    def pid(self):
+        """The broker's process id, or None when it does not run."""
+        if self.kind == "weir":
+            return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+        return self.kafka_pid
+
+    def admin(self, method, path, body=None, timeout=5):
+        """Weir: one request to the admin API. Returns (HTTP status, JSON body or None); an
+        error status is returned, not raised; OSError when the broker does not answer."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.aux_port}{path}", data=data,
+                                     method=method, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                status, raw = r.status, r.read()
+        except urllib.error.HTTPError as e:
+            status, raw = e.code, e.read()
+        except http.client.HTTPException as e:  # a broker going away mid-response
+            raise OSError(f"admin {method} {path}: {e!r}") from e
+        try:
+            return status, json.loads(raw) if raw else None
+        except ValueError:
+            return status, None
+
+    def pause(self):
+        """Freezes the process (SIGSTOP), as a long GC pause, a VM freeze or a cut network
+        would: it holds its sockets and state but does nothing until resume()."""
+        pid = self.pid
+        if pid is None:
+            raise RuntimeError(f"[broker {self.name}] is not running: cannot pause it")
+        os.kill(pid, signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self):
+        """SIGCONT after pause()."""
+        pid = self.pid
+        self.paused = False
+        if pid is not None:
+            os.kill(pid, signal.SIGCONT)
 
     def __repr__(self):
         return f"Broker({self.kind}, {self.bootstrap}, {self.data_dir})"
@@ -253,6 +303,8 @@ class Broker:
     # ----------------------------------------------------------------- stop
     def stop(self, timeout=60):
         """Clean stop (SIGTERM for Weir, kafka.sh stop for Kafka)."""
+        if self.paused:
+            self.resume()
         if self.kind == "weir":
             if self.proc is None:
                 return
@@ -280,6 +332,7 @@ class Broker:
 
     def kill(self):
         """Crash the broker: SIGKILL, and wait until the process is gone."""
+        self.paused = False
         if self.kind == "weir":
             self._kill_weir()
         else:

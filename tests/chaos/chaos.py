@@ -1,0 +1,1476 @@
+#!/usr/bin/env python3
+"""Chaos suite: faults injected in turn into a three-broker Weir cluster under idempotent load;
+afterwards every acknowledged record must be read back exactly once, at its acknowledged offset,
+in order.
+
+    WEIR_BIN=target/debug/weir tests/chaos/chaos.py                 # short (make test)
+    WEIR_BIN=target/release/weir tests/chaos/chaos.py --mode long   # make chaos
+    WEIR_BIN=target/release/weir tests/chaos/chaos.py --mode bench  # make bench-failover
+
+The cluster is the `Cluster` of tests/compat/python/conftest.py: one private PostgreSQL, one
+s3s-fs and three `weir serve`, each with a small WAL (CHAOS_WAL_CAPACITY), the fault switch on
+(WEIR_BROKER_FAULT_SWITCH=true), uploads every CHAOS_UPLOAD_INTERVAL_MS (so that object-store
+faults hit uploads, and a killed broker's WAL holds un-uploaded records), and the cluster timings
+WEIR_CLUSTER_SESSION_TIMEOUT_MS [3000], WEIR_CLUSTER_HEARTBEAT_INTERVAL_MS [500],
+WEIR_CLUSTER_CLOCK_DRIFT_MARGIN_MS [250] (taken from the environment when set there).
+
+Workload: CHAOS_PRODUCERS processes, each an idempotent confluent-kafka producer (acks=all,
+enable.idempotence=true) writing unique values "<producer>.<incarnation>.<sequence>." to one
+topic of CHAOS_PARTITIONS partitions (round-robin by sequence), CHAOS_RATE records/s in all,
+recording every acknowledgement (time, partition, offset, value); CHAOS_CONSUMERS consumers in
+one consumer group read throughout (their counts and errors are reported). A producer that hits
+a fatal error is replaced by a new instance (the next incarnation), and the fatal error fails the
+run.
+
+Faults, in an order drawn from the seed (printed; a failure prints the command to replay):
+
+  kill      `kill -9` of a broker that leads partitions; restarted once its partitions are
+            led elsewhere and acknowledged again, or after CHAOS_RESTART_BOUND seconds
+  pause     SIGSTOP of a leader for longer than its session timeout plus the drift margin (the
+            zombie), then SIGCONT: it must acknowledge nothing after being replaced, and it
+            restarts itself in-process, empty, on the same ports (the process stays alive)
+  pg        PostgreSQL stopped (`pg_ctl -m fast`) for a few seconds and started again
+  objstore  object-store errors and latency on every broker for a few seconds (PUT /v1/faults)
+  wal       WAL write and sync errors on one leader for a few seconds (PUT /v1/faults)
+  walpath   a leader killed with its WAL file (<data_dir>/wal) renamed away: its partitions must
+            wait (no broker may lead them meanwhile); after a few seconds the file is renamed
+            back (a peer then recovers it, retried every few seconds) and the broker restarted
+
+Brokers restarted after a fault are given their share of the partitions back (POST
+/v1/reassignments) when CHAOS_REBALANCE=1 (default), so that every kill hits about a third of
+them. Where the fault switch answers 404 (a binary without it), objstore and wal are skipped with
+a note; where the binary does not fail over, a kill shows as a long unavailability (the broker's
+restart ends it), not as a crash.
+
+Afterwards: the faults are cleared, producers flush, and a fresh consumer (not the group) reads
+every partition from the start. Per fault kind it prints: faults injected, records acknowledged
+during that kind's windows (a fault's window runs from its injection to the next fault's), lost
+(acknowledged but not read back at the acknowledged offset), duplicated (a value read more than
+once), reordered (a value of one producer instance after a later one of the same instance in a
+partition), and the longest produce unavailability (the longest gap between acknowledgements on a
+partition the fault affected - the victim's partitions, or all for pg and objstore - overlapping
+its window). For kills it also prints the failover time: from the kill to the first
+acknowledgement, at a leader epoch above the one at the kill, on each partition the victim led.
+
+Exit code: 0 when nothing was lost, duplicated or reordered and the cluster held (no broker
+process died unexpectedly, no "panicked" in a broker log, no producer fatal error, no partition
+led elsewhere while its WAL was unreachable); 1 otherwise; 2 when the run could not be made.
+
+Modes (--mode or CHAOS_MODE):
+  short  one fault of each kind (about a minute and a half with start-up and read-back): the
+         form `make test` runs (tests/compat/run-all.sh; WEIR_CHAOS=0 skips it)
+  long   CHAOS_FAULTS [102] faults, the kinds shuffled in rounds (make chaos); writes
+         bench/results/chaos-YYYY-MM-DD-HHMM.md
+  bench  only kill -9 of a leader, CHAOS_FAULTS [10] kills; prints each kill's failover time
+         and min/median/max over all kills beside AutoMQ's (make bench-failover); writes
+         bench/results/failover-YYYY-MM-DD-HHMM.md
+
+Flags (each also an environment variable, flags win):
+  --mode [short]               CHAOS_MODE
+  --seed [random]              CHAOS_SEED
+  --faults                     CHAOS_FAULTS (short: one per kind)
+  --kinds [all]                CHAOS_KINDS, comma-separated subset of the kinds above
+  --keep                       CHAOS_KEEP=1: keep the data dirs and logs (kept anyway on failure)
+Environment only (defaults in brackets):
+  WEIR_BIN                     the weir binary (required)
+  CHAOS_DIR [target/chaos-MODE] data dirs, PostgreSQL, s3s-fs root, logs (emptied first)
+  CHAOS_RESULTS [bench/results] where long and bench write their report
+  CHAOS_PRODUCERS [3]  CHAOS_CONSUMERS [2]  CHAOS_PARTITIONS [12]
+  CHAOS_RATE [600]             records/s over all producers
+  CHAOS_RECORD_BYTES [128]
+  CHAOS_WAL_CAPACITY [134217728]  CHAOS_UPLOAD_INTERVAL_MS [2000]
+  CHAOS_RESTART_BOUND [20]     seconds a killed broker stays down at most
+  CHAOS_REBALANCE [1]
+  S3S_FS, WEIR_PG_BIN          as for the cluster tests (tests/compat/python/conftest.py)
+"""
+
+import argparse
+import bisect
+import collections
+import datetime
+import json
+import multiprocessing as mp
+import os
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "tests", "compat", "python"))
+sys.path.insert(0, os.path.join(REPO, "bench"))
+
+KINDS = ("kill", "pause", "pg", "objstore", "wal", "walpath")
+TOPIC = "chaos"
+GROUP = "chaos-group"
+AUTOMQ = ("AutoMQ: failover starts at least 69 s after a kill (broker session timeout 9 s, then "
+          "a one-minute wait before a fenced node's WAL is failed over: "
+          "DONT_FAILOVER_AFTER_NEW_EPOCH_MS in kafka/automq/failover/NodeRuntimeMetadata.java)")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+# Per mode: fault durations (seconds, drawn uniformly from the ranges) and defaults.
+MODES = {
+    "short": {"faults": None, "warmup": 3.0, "settle": (1.5, 2.5), "hold": (3.0, 4.0),
+              "pg_down": (2.0, 3.0), "pause_extra": (1.0, 2.0), "walpath_hold": (4.5, 5.5)},
+    "long": {"faults": 102, "warmup": 5.0, "settle": (2.0, 5.0), "hold": (3.0, 8.0),
+             "pg_down": (1.0, 6.0), "pause_extra": (0.5, 4.0), "walpath_hold": (4.0, 10.0)},
+    "bench": {"faults": 10, "warmup": 5.0, "settle": (3.0, 4.0), "hold": (3.0, 4.0),
+              "pg_down": (2.0, 3.0), "pause_extra": (1.0, 2.0), "walpath_hold": (4.5, 5.5)},
+}
+
+
+def env_int(name, default):
+    return int(os.environ.get(name, default))
+
+
+def env_float(name, default):
+    return float(os.environ.get(name, default))
+
+
+class Settings:
+    def __init__(self, argv):
+        ap = argparse.ArgumentParser(description="Weir chaos suite (see the module docstring)")
+        ap.add_argument("--mode", default=os.environ.get("CHAOS_MODE", "short"),
+                        choices=sorted(MODES))
+        ap.add_argument("--seed", type=int, default=os.environ.get("CHAOS_SEED"))
+        ap.add_argument("--faults", type=int, default=os.environ.get("CHAOS_FAULTS"))
+        ap.add_argument("--kinds", default=os.environ.get("CHAOS_KINDS", ""))
+        ap.add_argument("--keep", action="store_true",
+                        default=os.environ.get("CHAOS_KEEP", "0") == "1")
+        a = ap.parse_args(argv)
+        self.mode = a.mode
+        m = MODES[a.mode]
+        self.seed = a.seed if a.seed is not None else random.randrange(1 << 31)
+        self.kinds = [k.strip() for k in a.kinds.split(",") if k.strip()] or (
+            ["kill"] if a.mode == "bench" else list(KINDS))
+        for k in self.kinds:
+            if k not in KINDS:
+                raise SystemExit(f"chaos.py: unknown fault kind {k!r} (kinds: {', '.join(KINDS)})")
+        if a.mode == "bench" and self.kinds != ["kill"]:
+            raise SystemExit("chaos.py: --mode bench injects kill faults only")
+        self.faults = a.faults if a.faults is not None else m["faults"]
+        self.keep = a.keep
+        self.args = {"mode": a.mode, "seed": self.seed, "faults": a.faults,
+                     "kinds": a.kinds or None}
+        self.warmup = m["warmup"]
+        self.settle = m["settle"]
+        self.hold = m["hold"]
+        self.pg_down = m["pg_down"]
+        self.pause_extra = m["pause_extra"]
+        self.walpath_hold = m["walpath_hold"]
+        self.producers = env_int("CHAOS_PRODUCERS", 3)
+        self.consumers = env_int("CHAOS_CONSUMERS", 2)
+        self.partitions = env_int("CHAOS_PARTITIONS", 12)
+        self.rate = env_float("CHAOS_RATE", 600)
+        self.record_bytes = max(env_int("CHAOS_RECORD_BYTES", 128), 32)
+        self.wal_capacity = env_int("CHAOS_WAL_CAPACITY", 128 << 20)
+        self.upload_interval_ms = env_int("CHAOS_UPLOAD_INTERVAL_MS", 2000)
+        self.restart_bound = env_float("CHAOS_RESTART_BOUND", 20)
+        self.rebalance = os.environ.get("CHAOS_REBALANCE", "1") == "1"
+        self.dir = os.path.abspath(os.environ.get(
+            "CHAOS_DIR", os.path.join(REPO, "target", f"chaos-{a.mode}")))
+        self.results = os.path.abspath(os.environ.get("CHAOS_RESULTS",
+                                                      os.path.join(REPO, "bench", "results")))
+        # The cluster timings: the environment's when set (the brokers would read them anyway),
+        # else the defaults the issue asks for.
+        self.session_ms = env_int("WEIR_CLUSTER_SESSION_TIMEOUT_MS", 3000)
+        self.heartbeat_ms = env_int("WEIR_CLUSTER_HEARTBEAT_INTERVAL_MS", 500)
+        self.drift_ms = env_int("WEIR_CLUSTER_CLOCK_DRIFT_MARGIN_MS", 250)
+
+    def broker_env(self):
+        env = {"WEIR_WAL_CAPACITY": str(self.wal_capacity),
+               "WEIR_BROKER_FAULT_SWITCH": "true",
+               "WEIR_STORAGE_UPLOAD_INTERVAL_MS": str(self.upload_interval_ms),
+               "WEIR_CLUSTER_SESSION_TIMEOUT_MS": str(self.session_ms),
+               "WEIR_CLUSTER_HEARTBEAT_INTERVAL_MS": str(self.heartbeat_ms),
+               "WEIR_CLUSTER_CLOCK_DRIFT_MARGIN_MS": str(self.drift_ms)}
+        # An older binary refuses settings it does not know (its config has no such field):
+        # leave out those it lacks, so that older builds can be put through the same faults.
+        return {k: v for k, v in env.items() if k not in self.unknown_keys()}
+
+    def unknown_keys(self):
+        if not hasattr(self, "_unknown"):
+            try:
+                with open(os.environ["WEIR_BIN"], "rb") as f:
+                    binary = f.read()
+            except (OSError, KeyError):
+                binary = None
+            self._unknown = set()
+            for key, field in (("WEIR_BROKER_FAULT_SWITCH", b"fault_switch"),
+                               ("WEIR_CLUSTER_CLOCK_DRIFT_MARGIN_MS", b"clock_drift_margin_ms")):
+                if binary is not None and field not in binary:
+                    self._unknown.add(key)
+        return self._unknown
+
+    def replay(self):
+        """The command that replays this run's faults (same kinds, order and parameters)."""
+        parts = [f"WEIR_BIN={os.environ.get('WEIR_BIN', '...')}"]
+        parts += [f"{k}={os.environ[k]}" for k in sorted(os.environ)
+                  if k.startswith("CHAOS_") and k not in ("CHAOS_MODE", "CHAOS_SEED",
+                                                          "CHAOS_FAULTS", "CHAOS_KINDS")]
+        parts += ["python3", "tests/chaos/chaos.py", f"--mode {self.mode}", f"--seed {self.seed}"]
+        if self.args["faults"] is not None:
+            parts.append(f"--faults {self.faults}")
+        if self.args["kinds"]:
+            parts.append(f"--kinds {','.join(self.kinds)}")
+        return " ".join(parts)
+
+
+# ------------------------------------------------------------- child processes
+def client_logger(out_dir, name):
+    """librdkafka's log lines (connection failures and the like, many during faults) go to
+    <name>.log in the clients' directory, not to the terminal; errors reach error_cb too."""
+    import logging
+
+    log = logging.getLogger(name)
+    log.propagate = False
+    h = logging.FileHandler(os.path.join(out_dir, f"{name}.log"))
+    h.setFormatter(logging.Formatter("%(created).3f %(message)s"))
+    log.addHandler(h)
+    log.setLevel(logging.INFO)
+    return log
+
+
+def producer_main(idx, bootstrap, topic, partitions, rate, record_bytes, out_dir, stop):
+    """One idempotent producer: `rate` records/s, value "<idx>.<incarnation>.<seq>." padded,
+    to partition seq % partitions. Appends "time partition offset incarnation seq" to
+    acks-<idx>.txt for every acknowledgement (time: when the broker's answer arrived, from the
+    record's latency), failed deliveries to failed-<idx>.txt, and a summary to
+    producer-<idx>.json at the end."""
+    from confluent_kafka import Producer
+
+    logger = client_logger(out_dir, f"producer-{idx}")
+    state = {"fatal": None}
+    errors = collections.Counter()
+    fatal = []
+    acks_f = open(os.path.join(out_dir, f"acks-{idx}.txt"), "w")
+    fail_f = open(os.path.join(out_dir, f"failed-{idx}.txt"), "w")
+
+    def on_error(err):
+        errors[str(err)] += 1
+        if err.fatal():
+            state["fatal"] = str(err)
+
+    def make():
+        return Producer({
+            "bootstrap.servers": bootstrap, "client.id": f"chaos-producer-{idx}",
+            "enable.idempotence": True, "acks": "all", "linger.ms": 5,
+            # Ride out every fault: a record fails only after 5 minutes.
+            "message.timeout.ms": 300000,
+            # A paused broker holds its connections open: give up on a request after 5 s (the
+            # default, 30 s, would hide the failover behind the client's own timeout).
+            "request.timeout.ms": 5000,
+            "retry.backoff.ms": 100, "retry.backoff.max.ms": 1000,
+            "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 1000,
+            "socket.connection.setup.timeout.ms": 5000,
+            "queue.buffering.max.messages": 500000,
+            "error_cb": on_error, "logger": logger})
+
+    pad_to = record_bytes
+    counts = {"acked": 0, "failed": 0}
+
+    def delivered(t, inc, seq):
+        def cb(err, msg):
+            if err is not None:
+                counts["failed"] += 1
+                fail_f.write(f"{time.monotonic():.6f} {inc} {seq} {err.str()}\n")
+                return
+            lat = msg.latency()
+            at = t + lat if lat is not None else time.monotonic()
+            counts["acked"] += 1
+            acks_f.write(f"{at:.6f} {msg.partition()} {msg.offset()} {inc} {seq}\n")
+        return cb
+
+    p = make()
+    inc = 0
+    seq = 0
+    t0 = time.monotonic()
+    last_flush = t0
+    while not stop.is_set():
+        if state["fatal"] is not None:
+            # The idempotent producer cannot go on: fail what it holds, start a new instance
+            # (a new producer id) once every record of the old one has its outcome.
+            fatal.append((time.monotonic(), inc, state["fatal"]))
+            state["fatal"] = None
+            try:
+                p.purge()
+            except Exception:  # noqa: BLE001 - purge of a fatal producer may refuse
+                pass
+            p.flush(30)
+            p = make()
+            inc += 1
+        now = time.monotonic()
+        due = int((now - t0) * rate)
+        if due - seq > rate:  # more than a second behind (a full queue): do not burst
+            t0 = now - seq / rate
+            due = seq
+        while seq < due:
+            t = time.monotonic()
+            value = f"{idx}.{inc}.{seq}.".encode()
+            value += b"x" * max(0, pad_to - len(value))
+            try:
+                p.produce(topic, value=value, partition=seq % partitions,
+                          on_delivery=delivered(t, inc, seq))
+            except BufferError:
+                break
+            seq += 1
+        p.poll(0.005)
+        if now - last_flush > 0.2:
+            acks_f.flush()
+            fail_f.flush()
+            last_flush = now
+    left = p.flush(120)
+    acks_f.close()
+    fail_f.close()
+    with open(os.path.join(out_dir, f"producer-{idx}.json"), "w") as f:
+        json.dump({"sent": seq, "acked": counts["acked"], "failed": counts["failed"],
+                   "unflushed": left, "incarnations": inc + 1, "fatal": fatal,
+                   "errors": errors.most_common(20), "error_count": sum(errors.values())}, f)
+
+
+def consumer_main(idx, bootstrap, topic, out_dir, stop):
+    """A consumer group member reading throughout, committing every second; writes
+    consumer-<idx>.json: records read, longest gap between records, errors, commits."""
+    from confluent_kafka import Consumer
+
+    logger = client_logger(out_dir, f"consumer-{idx}")
+    errors = collections.Counter()
+    commits = {"ok": 0, "failed": 0}
+
+    def on_commit(err, _partitions):
+        commits["ok" if err is None else "failed"] += 1
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP,
+                  "client.id": f"chaos-consumer-{idx}", "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest", "on_commit": on_commit,
+                  "error_cb": lambda e: errors.__setitem__(str(e), errors[str(e)] + 1),
+                  "logger": logger})
+    c.subscribe([topic])
+    read = 0
+    first = last = None
+    gap = 0.0
+    last_commit = time.monotonic()
+    stopped = None
+    while True:
+        m = c.poll(0.1)
+        now = time.monotonic()
+        if m is not None and m.error():
+            errors[str(m.error())] += 1
+        elif m is not None:
+            read += 1
+            if last is not None:
+                gap = max(gap, now - last)
+            first = first or now
+            last = now
+        if now - last_commit >= 1.0 and read:
+            try:
+                c.commit(asynchronous=True)
+            except Exception as e:  # noqa: BLE001 - nothing to commit yet, coordinator moving
+                errors[f"commit: {e}"] += 1
+            last_commit = now
+        if stop.is_set():
+            if stopped is None:
+                stopped = now
+                # Records stopped coming long before the load did: a stall, not a gap.
+                if last is not None:
+                    gap = max(gap, now - last)
+            if now - stopped > 3:
+                break
+    c.close()
+    with open(os.path.join(out_dir, f"consumer-{idx}.json"), "w") as f:
+        json.dump({"read": read, "longest_gap_ms": gap * 1000, "first": first, "last": last,
+                   "commits": commits, "errors": errors.most_common(10),
+                   "error_count": sum(errors.values())}, f)
+
+
+# ------------------------------------------------------------------ the run
+class AckTail:
+    """Reads the producers' ack files as they grow: the latest acknowledgement per partition
+    (the fault loop waits on it)."""
+
+    def __init__(self, out_dir, producers):
+        self.paths = [os.path.join(out_dir, f"acks-{i}.txt") for i in range(producers)]
+        self.pos = [0] * producers
+        self.rest = [b""] * producers
+        self.last = {}
+        self.count = 0
+
+    def poll(self):
+        for i, path in enumerate(self.paths):
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self.pos[i])
+                    data = f.read()
+            except OSError:
+                continue
+            self.pos[i] += len(data)
+            data = self.rest[i] + data
+            lines = data.split(b"\n")
+            self.rest[i] = lines.pop()
+            for line in lines:
+                parts = line.split()
+                if len(parts) != 5:
+                    continue
+                t, part = float(parts[0]), int(parts[1])
+                self.count += 1
+                if t > self.last.get(part, 0.0):
+                    self.last[part] = t
+
+    def acked_since(self, partitions, t):
+        return all(self.last.get(p, 0.0) > t for p in partitions)
+
+
+class Fault:
+    def __init__(self, n, kind):
+        self.n, self.kind = n, kind
+        self.t0 = self.t1 = self.end = None
+        self.broker = None  # node id of the victim
+        self.affected = None  # the victim's partitions; None: all
+        self.epochs = {}  # partition -> leader epoch at injection
+        self.params = {}
+        self.notes = []
+        self.moved_ms = {}  # partition -> ms from injection until led by another broker
+        self.wall0 = None
+        self.skipped = False
+        self.restarted = None  # zombie: restarted in-process (log line seen)
+        self.controller = False  # the victim was the controller
+
+    def describe(self):
+        who = f" broker {self.broker}" if self.broker is not None else ""
+        who += " (the controller)" if self.controller else ""
+        ps = "" if self.affected is None else f" ({len(self.affected)} partitions)"
+        params = ", ".join(f"{k}={v}" for k, v in self.params.items())
+        return f"#{self.n} {self.kind}{who}{ps}{': ' + params if params else ''}"
+
+
+class Chaos:
+    def __init__(self, s, cluster, rng, out_dir):
+        self.s, self.c, self.rng, self.out = s, cluster, rng, out_dir
+        self.t_start = time.monotonic()
+        self.down = set()  # indexes of brokers this program stopped on purpose
+        self.gone = set()  # indexes of brokers that could not be started again
+        self.failures = []  # what broke the cluster (beyond lost/duplicated/reordered)
+        self.notes = []
+        self.view = {}
+        self.acks = AckTail(out_dir, s.producers)
+        self.switch = None  # fault switch answers (None: not probed yet)
+        self.watch = None  # callback on each leader poll during a fault (walpath)
+
+    def rel(self, t=None):
+        return (time.monotonic() if t is None else t) - self.t_start
+
+    def say(self, text):
+        print(f"[{self.rel():7.1f}s] {text}", flush=True)
+
+    def fail(self, text):
+        self.failures.append(f"+{self.rel():.1f}s: {text}")
+        self.say("FAILURE: " + text)
+
+    # ----------------------------------------------------------- observation
+    def live(self):
+        """Indexes of brokers that should answer: running and not paused."""
+        return [i for i, b in enumerate(self.c.brokers)
+                if i not in self.down and i not in self.gone and not b.paused]
+
+    def node(self, i):
+        return self.c.brokers[i].node_id
+
+    def index_of(self, node_id):
+        return next(i for i, b in enumerate(self.c.brokers) if b.node_id == node_id)
+
+    def leaders(self):
+        """{partition: (leader, epoch)} of the topic from the first live broker that answers, or
+        None."""
+        for i in self.live():
+            try:
+                status, body = self.c.brokers[i].admin("GET", "/v1/partitions", timeout=2)
+            except OSError:
+                continue
+            if status == 200 and isinstance(body, list):
+                return {p["partition"]: (p["leader"], p["leader_epoch"])
+                        for p in body if p["topic"] == TOPIC}
+        return None
+
+    def check_processes(self):
+        for i, b in enumerate(self.c.brokers):
+            if i in self.down or i in self.gone:
+                continue
+            if b.proc is None or b.proc.poll() is not None:
+                code = None if b.proc is None else b.proc.returncode
+                self.fail(f"broker {b.node_id} exited unexpectedly (exit code {code})")
+                b.proc = None
+                self.start_broker(i)
+
+    def start_broker(self, i):
+        b = self.c.brokers[i]
+        try:
+            b.start()
+        except Exception as e:  # noqa: BLE001 - recorded; the run goes on without it
+            self.fail(f"broker {b.node_id} did not start again: {e}")
+            self.gone.add(i)
+            return False
+        self.down.discard(i)
+        return True
+
+    def observe(self):
+        self.acks.poll()
+        self.check_processes()
+        v = self.leaders()
+        if v is not None:
+            self.view = v
+        if self.watch is not None and v is not None:
+            self.watch(v)
+
+    def wait(self, secs, until=None, step=0.1):
+        """Sleeps `secs`, observing the cluster every `step`; returns early (True) once
+        `until()` holds."""
+        deadline = time.monotonic() + secs
+        while True:
+            self.observe()
+            if until is not None and until():
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(step, left))
+
+    def ready(self, i):
+        try:
+            return self.c.brokers[i].admin("GET", "/readyz", timeout=1)[0] == 200
+        except OSError:
+            return False
+
+    def healthy(self):
+        live = {self.node(i) for i in self.live()}
+        return (len(self.view) == self.s.partitions
+                and all(leader in live for leader, _ in self.view.values())
+                and all(self.ready(i) for i in self.live()))
+
+    def controller(self):
+        """The controller's node id, from the first live broker that answers, or None."""
+        for i in self.live():
+            try:
+                status, body = self.c.brokers[i].admin("GET", "/v1/cluster", timeout=2)
+            except OSError:
+                continue
+            if status == 200 and isinstance(body, dict):
+                return (body.get("controller") or {}).get("node_id")
+        return None
+
+    def led_by(self, node_id):
+        return sorted(p for p, (leader, _) in self.view.items() if leader == node_id)
+
+    def pick_victim(self, draw):
+        """A live broker that leads partitions, chosen by `draw` (0..1)."""
+        cands = sorted(self.node(i) for i in self.live() if self.led_by(self.node(i)))
+        if not cands:
+            return None
+        return self.index_of(cands[min(int(draw * len(cands)), len(cands) - 1)])
+
+    def moved(self, f, v):
+        """Records when each of the victim's partitions got another leader."""
+        for p in f.affected or []:
+            leader, epoch = v.get(p, (None, None))
+            if p not in f.moved_ms and leader is not None and leader != f.broker \
+                    and epoch is not None and epoch > f.epochs.get(p, -1):
+                f.moved_ms[p] = (time.monotonic() - f.t0) * 1000
+
+    def all_moved(self, f):
+        return all(p in f.moved_ms for p in f.affected or [])
+
+    # ----------------------------------------------------------- fault switch
+    def put_faults(self, i, body):
+        """PUT /v1/faults on broker i: True when applied, False when the switch is off (404)."""
+        status, answer = self.c.brokers[i].admin("PUT", "/v1/faults", body, timeout=5)
+        if status == 404:
+            return False
+        if status != 200:
+            raise RuntimeError(f"PUT /v1/faults on broker {self.node(i)}: {status} {answer}")
+        return True
+
+    def probe_switch(self):
+        try:
+            status, _ = self.c.brokers[0].admin("GET", "/v1/faults", timeout=5)
+        except OSError:
+            status = None
+        self.switch = status == 200
+        if not self.switch:
+            self.note(f"the fault switch does not answer (GET /v1/faults: {status}): "
+                      "objstore and wal faults are skipped")
+
+    def clear_faults(self):
+        if not self.switch:
+            return
+        for i in self.live():
+            try:
+                self.put_faults(i, {"wal": {}, "object_store": {}})
+            except (OSError, RuntimeError) as e:
+                self.note(f"clearing the faults of broker {self.node(i)} failed: {e}")
+
+    def note(self, text):
+        self.notes.append(text)
+        self.say("note: " + text)
+
+    # ----------------------------------------------------------- balance
+    def rebalance(self):
+        """Moves partitions from the brokers leading the most to those leading the fewest,
+        until they differ by one at most; waits (bounded) for the moves."""
+        if not self.s.rebalance:
+            return
+        self.observe()
+        live = [self.node(i) for i in self.live()]
+        if len(live) < 2 or len(self.view) < self.s.partitions:
+            return
+        led = {n: self.led_by(n) for n in live}
+        moves = []
+        while True:
+            most = max(live, key=lambda n: (len(led[n]), n))
+            least = min(live, key=lambda n: (len(led[n]), n))
+            if len(led[most]) - len(led[least]) <= 1:
+                break
+            p = led[most].pop()
+            led[least].append(p)
+            moves.append({"topic": TOPIC, "partition": p, "broker": least})
+        if not moves:
+            return
+        i = self.live()[0]
+        try:
+            status, body = self.c.brokers[i].admin("POST", "/v1/reassignments",
+                                                   {"partitions": moves}, timeout=10)
+        except OSError as e:
+            self.note(f"rebalance request failed: {e}")
+            return
+        if status != 200:
+            self.note(f"rebalance refused: {status} {body}")
+            return
+        want = {m["partition"]: m["broker"] for m in moves}
+        ok = self.wait(30, lambda: all(self.view.get(p, (None,))[0] == n
+                                       for p, n in want.items()))
+        self.say(f"rebalanced {len(moves)} partitions" + ("" if ok else " (not all moved in 30 s)"))
+
+    # ----------------------------------------------------------- the faults
+    def begin(self, f, victim=None):
+        self.observe()
+        f.t0 = time.monotonic()
+        f.wall0 = time.time()  # to place the brokers' log lines
+        if victim is not None:
+            f.broker = self.node(victim)
+            f.affected = self.led_by(f.broker)
+            f.epochs = {p: self.view[p][1] for p in f.affected}
+            # Killing or pausing the controller also waits for its lease to pass.
+            f.controller = self.controller() == f.broker
+        self.say("fault " + f.describe())
+
+    def kill(self, f, draw):
+        i = self.pick_victim(draw)
+        if i is None:
+            return self.skip(f, "no broker leads partitions")
+        b = self.c.brokers[i]
+        self.begin(f, i)
+        self.down.add(i)
+        b.kill()
+        self.watch = lambda v: self.moved(f, v)
+        # Until its partitions are led elsewhere and acknowledged there, or the bound.
+        done = self.wait(self.s.restart_bound,
+                         lambda: self.all_moved(f) and self.acks.acked_since(f.affected, f.t0))
+        self.watch = None
+        if not done:
+            f.notes.append(f"partitions not all led elsewhere and acknowledged within "
+                           f"{self.s.restart_bound:g} s")
+        t = time.monotonic()
+        if self.start_broker(i):
+            f.params["restart_s"] = round(time.monotonic() - t, 1)
+        f.t1 = time.monotonic()
+
+    def pause(self, f, draw, extra):
+        i = self.pick_victim(draw)
+        if i is None:
+            return self.skip(f, "no broker leads partitions")
+        b = self.c.brokers[i]
+        hold = (self.s.session_ms + self.s.drift_ms) / 1000 + extra
+        f.params["paused_s"] = round(hold, 1)
+        before = log_count(b, "starting again after being replaced")
+        self.begin(f, i)
+        b.pause()
+        self.watch = lambda v: self.moved(f, v)
+        self.wait(hold)
+        b.resume()
+        self.say(f"broker {f.broker} resumed (SIGCONT) after {hold:.1f} s")
+        replaced = self.all_moved(f) and bool(f.affected)
+        # Replaced: it must notice, restart in-process and serve again; else just go on.
+        self.wait(30, lambda: (not replaced or log_count(b, "starting again after being "
+                                                            "replaced") > before)
+                  and self.ready(i))
+        self.watch = None
+        f.restarted = log_count(b, "starting again after being replaced") > before
+        if replaced and not f.restarted:
+            f.notes.append("its partitions were led elsewhere but it did not restart itself "
+                           "within 30 s")
+        if not self.ready(i):
+            f.notes.append("not ready 30 s after SIGCONT")
+        f.t1 = time.monotonic()
+
+    def pg(self, f, down):
+        f.params["down_s"] = round(down, 1)
+        self.begin(f)
+        self.c.pg.restart(down)
+        f.t1 = time.monotonic()
+
+    def objstore(self, f, put, get, latency, hold):
+        if not self.switch:
+            return self.skip(f, "no fault switch")
+        f.params.update({"put_error_rate": round(put, 2), "get_error_rate": round(get, 2),
+                         "latency_ms": latency, "secs": round(hold, 1)})
+        self.begin(f)
+        body = {"object_store": {"put_error_rate": round(put, 3),
+                                 "get_error_rate": round(get, 3), "latency_ms": latency}}
+        for i in self.live():
+            self.put_faults(i, body)
+        self.wait(hold)
+        for i in self.live():
+            self.put_faults(i, {"object_store": {}})
+        f.t1 = time.monotonic()
+
+    def wal(self, f, draw, write, sync, latency, seed, hold):
+        if not self.switch:
+            return self.skip(f, "no fault switch")
+        i = self.pick_victim(draw)
+        if i is None:
+            return self.skip(f, "no broker leads partitions")
+        f.params.update({"write_error_rate": round(write, 2), "sync_error_rate": round(sync, 2),
+                         "latency_ms": latency, "secs": round(hold, 1)})
+        self.begin(f, i)
+        self.put_faults(i, {"wal": {"write_error_rate": round(write, 3),
+                                    "sync_error_rate": round(sync, 3),
+                                    "latency_ms": latency, "seed": seed}})
+        self.wait(hold)
+        if i in self.live():
+            self.put_faults(i, {"wal": {}})
+        f.t1 = time.monotonic()
+
+    def walpath(self, f, draw, hold):
+        i = self.pick_victim(draw)
+        if i is None:
+            return self.skip(f, "no broker leads partitions")
+        b = self.c.brokers[i]
+        path = os.path.join(b.data_dir, "wal")
+        away = path + ".unreachable"
+        f.params["unreachable_s"] = round(hold, 1)
+        self.begin(f, i)
+        self.down.add(i)
+        b.kill()
+        os.rename(path, away)
+        wrong = set()
+
+        def still_waiting(v):
+            for p in f.affected:
+                leader, epoch = v.get(p, (None, None))
+                if leader is not None and leader != f.broker and p not in wrong:
+                    wrong.add(p)
+                    self.fail(f"partition {p} is led by broker {leader} (epoch {epoch}) while "
+                              f"broker {f.broker}'s WAL is unreachable")
+
+        self.watch = still_waiting
+        self.wait(hold)
+        os.rename(away, path)
+        self.say(f"broker {f.broker}'s WAL is back")
+        # A peer recovers it (the controller retries every few seconds); then the broker comes
+        # back, empty. Bounded: it claims its WAL back itself if no peer did.
+        t_back = time.monotonic()
+        self.watch = lambda v: self.moved(f, v)
+        recovered = self.wait(self.s.restart_bound, lambda: self.all_moved(f))
+        self.watch = None
+        f.params["recovered_after_s"] = (round(time.monotonic() - t_back, 1) if recovered
+                                         else None)
+        if not recovered:
+            f.notes.append(f"no peer recovered the WAL within {self.s.restart_bound:g} s of its "
+                           "return; the broker claims it back")
+        self.start_broker(i)
+        f.t1 = time.monotonic()
+
+    def skip(self, f, why):
+        f.skipped = True
+        f.notes.append(why)
+        f.t0 = f.t1 = time.monotonic()
+        self.say(f"fault #{f.n} {f.kind} skipped: {why}")
+
+    def inject(self, f):
+        """Draws every parameter first (the same number of draws whatever the cluster's state,
+        so a seed replays the same faults), then injects."""
+        r = self.rng
+        draw = r.random()
+        hold = r.uniform(*self.s.hold)
+        if f.kind == "kill":
+            self.kill(f, draw)
+        elif f.kind == "pause":
+            self.pause(f, draw, r.uniform(*self.s.pause_extra))
+        elif f.kind == "pg":
+            self.pg(f, r.uniform(*self.s.pg_down))
+        elif f.kind == "objstore":
+            put, get, latency = r.uniform(0.1, 0.5), r.uniform(0.1, 0.5), r.choice([0, 20, 50,
+                                                                                     200])
+            self.objstore(f, put, get, latency, hold)
+        elif f.kind == "wal":
+            write, sync, latency = r.uniform(0.05, 0.3), r.uniform(0.0, 0.1), r.choice([0, 0, 5,
+                                                                                        20])
+            self.wal(f, draw, write, sync, latency, r.randrange(1, 1 << 31), hold)
+        elif f.kind == "walpath":
+            self.walpath(f, draw, r.uniform(*self.s.walpath_hold))
+        for note in f.notes:
+            self.say(f"  #{f.n}: {note}")
+
+
+def log_count(b, needle):
+    try:
+        with open(b.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace").count(needle)
+    except OSError:
+        return 0
+
+
+def plan(s, rng):
+    """The kinds in order: short, one of each; long, shuffled rounds of all kinds; bench, kills."""
+    kinds = list(s.kinds)
+    if s.faults is None:
+        rng.shuffle(kinds)
+        return kinds
+    out = []
+    while len(out) < s.faults:
+        rnd = list(kinds)
+        rng.shuffle(rnd)
+        out += rnd
+    return out[:s.faults]
+
+
+def create_topic(bootstrap, partitions, out_dir):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    a = AdminClient({"bootstrap.servers": bootstrap,
+                     "logger": client_logger(out_dir, "admin")})
+    for f in a.create_topics([NewTopic(TOPIC, num_partitions=partitions,
+                                       replication_factor=1)]).values():
+        f.result(30)
+
+
+# ------------------------------------------------------------------ checking
+def load_acks(out_dir, producers):
+    """[(time, partition, offset, producer, incarnation, seq)] sorted by time."""
+    acks = []
+    for i in range(producers):
+        try:
+            with open(os.path.join(out_dir, f"acks-{i}.txt")) as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) == 5:
+                        acks.append((float(parts[0]), int(parts[1]), int(parts[2]), i,
+                                     int(parts[3]), int(parts[4])))
+        except OSError:
+            pass
+    acks.sort()
+    return acks
+
+
+def read_back(bootstrap, partitions, out_dir, timeout=300):
+    """{partition: [(offset, value key (producer, incarnation, seq) or None, leader epoch)]}
+    of every record from the start, and the end offsets."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-check-{os.getpid()}",
+                  "enable.auto.commit": False, "enable.partition.eof": True,
+                  "fetch.max.bytes": 8 << 20, "logger": client_logger(out_dir, "read-back")})
+    try:
+        ends = {}
+        for p in range(partitions):
+            for attempt in range(10):
+                try:
+                    ends[p] = c.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)[1]
+                    break
+                except Exception:  # noqa: BLE001 - a leader still opening: retry
+                    if attempt == 9:
+                        raise
+                    time.sleep(1)
+        c.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(partitions)])
+        out = {p: [] for p in range(partitions)}
+        nxt = {p: 0 for p in range(partitions)}
+        deadline = time.monotonic() + timeout
+        while any(nxt[p] < ends[p] for p in ends) and time.monotonic() < deadline:
+            for m in c.consume(num_messages=5000, timeout=1.0):
+                if m.error():
+                    if m.error().code() != KafkaError._PARTITION_EOF:
+                        print(f"read-back: {m.error()}")
+                    continue
+                v = m.value() or b""
+                parts = v.split(b".", 3)
+                try:
+                    key = (int(parts[0]), int(parts[1]), int(parts[2]))
+                except (ValueError, IndexError):
+                    key = None
+                epoch = m.leader_epoch()
+                out[m.partition()].append((m.offset(), key, -1 if epoch is None else epoch))
+                nxt[m.partition()] = m.offset() + 1
+        return out, ends
+    finally:
+        c.close()
+
+
+def check(acks, log, ends):
+    """Lost, duplicated and reordered records, each as (time or None, description); the read
+    map {(partition, offset): (key, epoch)}; offset gaps; malformed records."""
+    at = {}
+    where = collections.defaultdict(list)
+    malformed = []
+    gaps = 0
+    for p, recs in log.items():
+        prev = None
+        for off, key, epoch in recs:
+            at[(p, off)] = (key, epoch)
+            if key is None:
+                malformed.append((p, off))
+            else:
+                where[key].append((p, off))
+            if prev is not None and off != prev + 1:
+                gaps += 1
+            prev = off
+    ack_time = {}
+    lost = []
+    for t, p, off, prod, inc, seq in acks:
+        key = (prod, inc, seq)
+        ack_time[key] = t
+        got = at.get((p, off))
+        if got is None or got[0] != key:
+            elsewhere = where.get(key)
+            lost.append((t, f"{prod}.{inc}.{seq} acknowledged at {p}/{off}: "
+                            + (f"read at {elsewhere}" if elsewhere else "not read back")
+                            + (f"; {p}/{off} holds {got[0]}" if got else "")))
+    dups = []
+    for key, places in where.items():
+        if len(places) > 1:
+            for extra in places[1:]:
+                dups.append((ack_time.get(key), f"{key[0]}.{key[1]}.{key[2]} read at {places}"))
+    reordered = []
+    for p, recs in log.items():
+        last = {}
+        for off, key, _ in recs:
+            if key is None:
+                continue
+            inst, seq = key[:2], key[2]
+            if inst in last and seq < last[inst][0]:
+                reordered.append((ack_time.get(key),
+                                  f"partition {p}: {key[0]}.{key[1]}.{seq} at offset {off} after "
+                                  f"{key[0]}.{key[1]}.{last[inst][0]} at offset {last[inst][1]}"))
+            else:
+                last[inst] = (seq, off)
+    return lost, dups, reordered, at, gaps, malformed
+
+
+def longest_gap(times, start, end):
+    """The longest interval without a time in it, within [start, end] (ms): gaps between
+    consecutive times, clipped to the window, so that an outage running into the next fault's
+    window is not counted whole in both."""
+    best = None
+    prev = None
+    for t in times:
+        if prev is not None and prev < end and t > start:
+            g = min(t, end) - max(prev, start)
+            if best is None or g > best:
+                best = g
+        prev = t
+        if t > end:
+            break
+    return None if best is None else best * 1000
+
+
+def failover_times(f, acks_by_part, at):
+    """{partition: ms from the kill to the first acknowledgement there by a later leader}: at a
+    leader epoch above the one at the kill where the read-back knows it, else the first after
+    the kill."""
+    out = {}
+    for p in f.affected or []:
+        for t, off in acks_by_part.get(p, []):
+            if t <= f.t0:
+                continue
+            epoch = at.get((p, off), (None, -1))[1]
+            if epoch is not None and epoch >= 0 and epoch <= f.epochs.get(p, -1):
+                continue  # answered by the killed broker before it died
+            out[p] = (t - f.t0) * 1000
+            break
+    return out
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    if not xs:
+        return None
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def ms(v):
+    return "-" if v is None else f"{v:,.0f}"
+
+
+# ------------------------------------------------------------------ main
+def run(s):
+    import conftest  # the cluster harness of the compatibility tests
+
+    rng = random.Random(s.seed)
+    kinds = plan(s, rng)
+    print(f"chaos ({s.mode}): seed {s.seed}; {len(kinds)} faults: {' '.join(kinds)}", flush=True)
+    print(f"replay: {s.replay()}", flush=True)
+    shutil.rmtree(s.dir, ignore_errors=True)
+    os.makedirs(s.dir)
+    out_dir = os.path.join(s.dir, "clients")
+    os.makedirs(out_dir)
+    cluster = conftest.Cluster("chaos", s.dir, env=s.broker_env())
+    ctx = mp.get_context("spawn")
+    stop_p, stop_c = ctx.Event(), ctx.Event()
+    procs = []
+    result = {"settings": s, "faults": [], "failures": [], "notes": []}
+    chaos = None
+    try:
+        cluster.launch()
+        create_topic(cluster.bootstrap, s.partitions, out_dir)
+        chaos = Chaos(s, cluster, rng, out_dir)
+        for key in sorted(s.unknown_keys()):
+            chaos.note(f"{os.environ['WEIR_BIN']} does not know {key}: left out")
+        if not chaos.wait(30, lambda: len(chaos.view) == s.partitions and all(
+                leader is not None for leader, _ in chaos.view.values())):
+            raise RuntimeError(f"{TOPIC}: not every partition has a leader after 30 s:\n"
+                               + cluster.log_tail(30))
+        chaos.probe_switch()
+        procs = [ctx.Process(target=producer_main,
+                             args=(i, cluster.bootstrap, TOPIC, s.partitions,
+                                   s.rate / s.producers, s.record_bytes, out_dir, stop_p))
+                 for i in range(s.producers)]
+        procs += [ctx.Process(target=consumer_main,
+                              args=(i, cluster.bootstrap, TOPIC, out_dir, stop_c))
+                  for i in range(s.consumers)]
+        for p in procs:
+            p.start()
+        chaos.say(f"load: {s.producers} idempotent producers, {s.rate:g} records/s of "
+                  f"{s.record_bytes} B over {s.partitions} partitions; {s.consumers} consumers "
+                  f"in group {GROUP}")
+        chaos.wait(s.warmup)
+        if not chaos.wait(60, lambda: chaos.acks.acked_since(range(s.partitions),
+                                                             chaos.t_start)):
+            raise RuntimeError("the producers got no acknowledgement on some partitions in 60 s")
+        faults, skipped = [], []
+        for n, kind in enumerate(kinds, 1):
+            if not chaos.wait(60, chaos.healthy):
+                chaos.note(f"before fault #{n}: the cluster is not whole after 60 s "
+                           f"(leaders {chaos.view})")
+            f = Fault(n, kind)
+            chaos.inject(f)
+            if f.skipped:
+                skipped.append(f)
+            else:
+                # A fault's window runs until the next fault is injected.
+                if faults:
+                    faults[-1].end = f.t0
+                faults.append(f)
+            chaos.rebalance()
+            chaos.wait(rng.uniform(*s.settle))
+        chaos.clear_faults()
+        chaos.wait(30, chaos.healthy)
+        chaos.wait(2)
+        t_load_end = time.monotonic()
+        if faults:
+            faults[-1].end = t_load_end
+        chaos.say("stopping the load; producers flush")
+        stop_p.set()
+        for p in procs[:s.producers]:
+            p.join(180)
+        stop_c.set()
+        for p in procs[s.producers:]:
+            p.join(60)
+        t_flushed = time.monotonic()
+        chaos.check_processes()
+        chaos.say("reading every partition back")
+        log, ends = read_back(cluster.bootstrap, s.partitions, out_dir)
+        result.update(faults=sorted(faults + skipped, key=lambda f: f.n), failures=chaos.failures, notes=chaos.notes,
+                      t_start=chaos.t_start, t_load_end=t_load_end, t_flushed=t_flushed,
+                      log=log, ends=ends)
+    finally:
+        stop_p.set()
+        stop_c.set()
+        for p in procs:
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        if chaos is not None:
+            try:
+                chaos.clear_faults()
+            except Exception:  # noqa: BLE001 - the cluster is going away anyway
+                pass
+        panics = []
+        for b in cluster.brokers:
+            try:
+                with open(b.log_path, "rb") as f:
+                    text = ANSI.sub("", f.read().decode("utf-8", "replace"))
+                panics += [f"broker {b.node_id}: {ln.strip()[:300]}" for ln in text.splitlines()
+                           if "panicked" in ln]
+            except OSError:
+                pass
+        result["panics"] = panics
+        result["logs"] = broker_lines(cluster)
+        result["recoveries"] = recovery_lines(cluster)
+        cluster.cleanup()
+    result["acks"] = load_acks(out_dir, s.producers)
+    result["producers"] = [read_json(os.path.join(out_dir, f"producer-{i}.json"))
+                           for i in range(s.producers)]
+    result["consumers"] = [read_json(os.path.join(out_dir, f"consumer-{i}.json"))
+                           for i in range(s.consumers)]
+    return result
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+LOG_EVENTS = ("recovered the WAL of a fenced broker", "no live broker can open this fenced",
+              "cannot open a fenced broker's WAL", "starting again after being replaced",
+              "a peer recovered this broker's WAL", "recovering a fenced broker's WAL failed",
+              "finishing a WAL recovery failed", "panicked")
+
+
+def broker_lines(cluster):
+    """Counts of the brokers' failover log lines, per broker and event."""
+    counts = collections.Counter()
+    for b in cluster.brokers:
+        try:
+            with open(b.log_path, "rb") as f:
+                text = ANSI.sub("", f.read().decode("utf-8", "replace"))
+        except OSError:
+            continue
+        for line in text.splitlines():
+            for e in LOG_EVENTS:
+                if e in line:
+                    counts[(b.node_id, e)] += 1
+    return sorted(counts.items())
+
+
+def recovery_lines(cluster):
+    """[(wall time, event, owner node id, ms or None)] of the brokers' WAL recovery lines:
+    event "began" (a peer starts recovering the owner's WAL) or "done"."""
+    out = []
+    for b in cluster.brokers:
+        try:
+            with open(b.log_path, "rb") as f:
+                text = ANSI.sub("", f.read().decode("utf-8", "replace"))
+        except OSError:
+            continue
+        for line in text.splitlines():
+            for needle, event in (("recovering the WAL of a fenced broker", "began"),
+                                  ("recovered the WAL of a fenced broker", "done")):
+                if needle not in line:
+                    continue
+                fields = dict(re.findall(r"(\w+)=(\S+)", line.split(needle, 1)[1]))
+                try:
+                    stamp = datetime.datetime.fromisoformat(
+                        line.split(None, 1)[0].replace("Z", "+00:00")).timestamp()
+                    owner = int(fields["owner"])
+                except (ValueError, KeyError, IndexError):
+                    continue
+                ms_ = fields.get("ms")
+                out.append((stamp, event, owner, int(ms_) if ms_ and ms_.isdigit() else None))
+    out.sort()
+    return out
+
+
+def recovery_of(f, recoveries):
+    """(ms from the kill until a peer began recovering the victim's WAL, the recovery's own ms)
+    from the brokers' log lines, or Nones."""
+    began = next((t for t, e, o, _ in recoveries if e == "began" and o == f.broker
+                  and t >= f.wall0), None)
+    done = next((m for t, e, o, m in recoveries if e == "done" and o == f.broker
+                 and t >= f.wall0), None)
+    return (None if began is None else (began - f.wall0) * 1000), done
+
+
+def analyse(r):
+    s = r["settings"]
+    faults = [f for f in r["faults"]]
+    acks = r["acks"]
+    lost, dups, reordered, at, gaps, malformed = check(acks, r["log"], r["ends"])
+    by_part = collections.defaultdict(list)
+    for t, p, off, *_ in acks:
+        by_part[p].append((t, off))
+    times_by_part = {p: [t for t, _ in v] + [r["t_flushed"]] for p, v in by_part.items()}
+    windows = sorted((f.t0, f.end or r["t_load_end"], f) for f in faults if not f.skipped)
+    starts = [w[0] for w in windows]
+
+    def kind_at(t):
+        if t is None:
+            return "-"
+        i = bisect.bisect_right(starts, t) - 1
+        if i >= 0 and windows[i][0] <= t < windows[i][1]:
+            return windows[i][2].kind
+        return "none"
+
+    rows = collections.OrderedDict((k, {"faults": 0, "skipped": 0, "acked": 0, "lost": 0,
+                                        "dup": 0, "reordered": 0, "unavail": None})
+                                   for k in list(dict.fromkeys(f.kind for f in faults))
+                                   + ["none", "-"])
+    for f in faults:
+        row = rows[f.kind]
+        if f.skipped:
+            row["skipped"] += 1
+            continue
+        row["faults"] += 1
+        end = f.end or r["t_load_end"]
+        parts = f.affected if f.affected is not None else range(s.partitions)
+        worst = None
+        for p in parts:
+            g = longest_gap(times_by_part.get(p, [r["t_flushed"]]), f.t0, end)
+            if g is not None and (worst is None or g > worst):
+                worst = g
+        f.unavailable_ms = worst
+        if worst is not None and (row["unavail"] is None or worst > row["unavail"]):
+            row["unavail"] = worst
+        if f.kind in ("kill",):
+            f.failover = failover_times(f, by_part, at)
+    for t, *_ in acks:
+        rows[kind_at(t)]["acked"] += 1
+    for name, items in (("lost", lost), ("dup", dups), ("reordered", reordered)):
+        for t, _ in items:
+            rows[kind_at(t)][name] += 1
+    return {"lost": lost, "dups": dups, "reordered": reordered, "gaps": gaps,
+            "malformed": malformed, "rows": rows}
+
+
+def kill_table(faults, recoveries):
+    lines = ["| kill | broker | partitions | WAL recovery began ms (log) | WAL recovery took ms "
+             "(log) | led elsewhere after ms (max) | failover ms: min | median | max (all its "
+             "partitions acknowledged again) | broker restart s |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    per_kill, per_part = [], []
+    for f in faults:
+        if f.kind != "kill" or f.skipped:
+            continue
+        fo = getattr(f, "failover", {}) or {}
+        vals = list(fo.values())
+        missing = len(f.affected or []) - len(vals)
+        worst = max(vals) if vals and not missing else None
+        if worst is not None:
+            per_kill.append((worst, f.controller))
+        per_part += vals
+        moved = max(f.moved_ms.values()) if f.moved_ms and len(f.moved_ms) == len(
+            f.affected or []) else None
+        began, took = recovery_of(f, recoveries)
+        lines.append(f"| {f.n} | {f.broker}{' (controller)' if f.controller else ''} "
+                     f"| {len(f.affected or [])} | {ms(began)} | {ms(took)} "
+                     f"| {ms(moved)} "
+                     f"| {ms(min(vals) if vals else None)} "
+                     f"| {ms(statistics.median(vals) if vals else None)} "
+                     f"| {ms(worst)}{f' ({missing} never acknowledged)' if missing else ''} "
+                     f"| {f.params.get('restart_s', '-')} |")
+    return lines, per_kill, per_part
+
+
+def summary(r, a):
+    s = r["settings"]
+    out = []
+    out.append("| fault | injected | acknowledged in its windows | lost | duplicated | reordered "
+               "| longest produce unavailability ms |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|")
+    for k, row in a["rows"].items():
+        if k == "-" and not (row["lost"] or row["dup"] or row["reordered"]):
+            continue
+        label = {"none": "(no fault: warm-up, settling, drain)",
+                 "-": "(records never acknowledged)"}.get(k, k)
+        inj = "-" if k in ("none", "-") else str(row["faults"]) + (
+            f" (+{row['skipped']} skipped)" if row["skipped"] else "")
+        out.append(f"| {label} | {inj} | {row['acked']:,} | {row['lost']} | {row['dup']} "
+                   f"| {row['reordered']} | {ms(row['unavail'])} |")
+    return out
+
+
+def report(r, a, stamp):
+    s = r["settings"]
+    faults = r["faults"]
+    acks = r["acks"]
+    lines = []
+    title = "Failover after kill -9" if s.mode == "bench" else f"Chaos suite ({s.mode})"
+    lines += [f"# {title}: {stamp}", ""]
+    kl, per_kill, per_part = kill_table(faults, r.get("recoveries", []))
+    if s.mode == "bench" or per_kill:
+        lines += ["Failover time: from `kill -9` of a broker to the first acknowledgement on each "
+                  "partition it led, by the new leader (a record at a higher leader epoch). Per "
+                  "kill, the longest over its partitions (when every partition it led takes "
+                  "writes again). From the brokers' logs: when a peer began recovering the "
+                  "killed broker's WAL (after the session timeout, the drift margin and the "
+                  "controller's fencing) and how long the recovery took; led elsewhere: when "
+                  "GET /v1/partitions first named other leaders at a higher epoch (polled "
+                  "every 100 ms).", ""]
+        lines += kl + [""]
+
+        def row(label, xs):
+            return (f"| {label} | {len(xs)} | {ms(pct(xs, 0))} "
+                    f"| {ms(statistics.median(xs) if xs else None)} | {ms(pct(xs, 1))} |")
+
+        kills = [w for w, _ in per_kill]
+        lines += ["| failover ms | count | min | median | max |", "|---|---:|---:|---:|---:|",
+                  row("Weir, per kill (all its partitions back)", kills)]
+        ctl = [w for w, c in per_kill if c]
+        if ctl and len(ctl) < len(kills):
+            lines += [row("... of those, the controller killed", ctl),
+                      row("... of those, another broker killed", [w for w, c in per_kill
+                                                                 if not c])]
+        lines += [f"| Weir, per partition | {len(per_part)} | {ms(pct(per_part, 0))} "
+                  f"| {ms(statistics.median(per_part) if per_part else None)} "
+                  f"| {ms(pct(per_part, 1))} |",
+                  "| AutoMQ (session timeout 9 s + one-minute wait before failover starts) "
+                  "| - | > 69,000 | > 69,000 | > 69,000 |", "",
+                  "Goal: under 5,000 ms at the median.", ""]
+    lines += summary(r, a) + [""]
+    total_acked = len(acks)
+    prod = [p for p in r["producers"] if p]
+    cons = [c for c in r["consumers"] if c]
+    lines += [f"- acknowledged {total_acked:,} records of {sum(p['sent'] for p in prod):,} sent "
+              f"({sum(p['failed'] for p in prod)} delivery failures, "
+              f"{sum(p['unflushed'] for p in prod)} without an outcome at the end); read back "
+              f"{sum(len(v) for v in r['log'].values()):,} records "
+              f"(end offsets {sum(r['ends'].values()):,})",
+              f"- lost {len(a['lost'])}, duplicated {len(a['dups'])}, reordered "
+              f"{len(a['reordered'])}; offset gaps in the log {a['gaps']}; malformed records "
+              f"{len(a['malformed'])}",
+              f"- producer fatal errors: {sum(len(p['fatal']) for p in prod)}; producer "
+              f"instances: {sum(p['incarnations'] for p in prod)}",
+              f"- consumer group: read {sum(c['read'] for c in cons):,} records; longest gap "
+              f"between records at one member {ms(max((c['longest_gap_ms'] for c in cons), default=None))} ms; "
+              f"offset commits ok {sum(c['commits']['ok'] for c in cons)}, failed "
+              f"{sum(c['commits']['failed'] for c in cons)}; errors "
+              f"{sum(c['error_count'] for c in cons)}", ""]
+    for i, c in enumerate(r["consumers"]):
+        if c is None:
+            lines.append(f"- WARNING: consumer {i} did not report (it died?)")
+        elif c["read"] == 0 or c["longest_gap_ms"] > 30000:
+            lines.append(f"- WARNING: consumer group member {i} read {c['read']:,} records and went "
+                         f"{c['longest_gap_ms'] / 1000:.0f} s without one while the load ran (a "
+                         "stall; see clients/consumer-*.log and the brokers' group lines)")
+    if lines[-1] != "":
+        lines.append("")
+    lines += ["## Faults", "", "| # | fault | +s | lasted s | window s | longest unavailability ms "
+              "| notes |", "|---:|---|---:|---:|---:|---:|---|"]
+    for f in faults:
+        if f.skipped:
+            lines.append(f"| {f.n} | {f.kind} | - | - | - | - | skipped: {'; '.join(f.notes)} |")
+            continue
+        notes = list(f.notes)
+        if f.affected and f.kind in ("kill", "pause", "walpath"):
+            if len(f.moved_ms) == len(f.affected):
+                notes.append(f"led elsewhere after {ms(max(f.moved_ms.values()))} ms")
+            else:
+                notes.append(f"{len(f.affected) - len(f.moved_ms)} partitions not led elsewhere")
+        if f.kind == "pause":
+            notes.append("restarted itself in-process" if f.restarted else "did not restart")
+        if f.kind == "kill":
+            fo = getattr(f, "failover", {}) or {}
+            if fo:
+                notes.append(f"failover {ms(max(fo.values()))} ms")
+        lines.append(f"| {f.n} | {f.describe()[len(str(f.n)) + 2:]} | {f.t0 - r['t_start']:.1f} "
+                     f"| {f.t1 - f.t0:.1f} | {(f.end or r['t_load_end']) - f.t0:.1f} "
+                     f"| {ms(getattr(f, 'unavailable_ms', None))} | {'; '.join(notes)} |")
+    lines += ["", "## What broke", ""]
+    broke = (r["failures"] + [f"panic: {p}" for p in r["panics"]]
+             + [f"producer {i} fatal error: {e}" for i, p in enumerate(r["producers"]) if p
+                for _, _, e in p["fatal"]]
+             + [f"producer {i} did not report (it died?)" for i, p in enumerate(r["producers"])
+                if p is None])
+    lines += [f"- {x}" for x in broke] or ["nothing"]
+    for name, items in (("Lost", a["lost"]), ("Duplicated", a["dups"]),
+                        ("Reordered", a["reordered"])):
+        if items:
+            lines += ["", f"{name} (first 20):", "", "```"]
+            lines += [d for _, d in items[:20]] + ["```"]
+    if r["notes"]:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in r["notes"]]
+    lines += ["", "## Broker log lines about failover", "", "| broker | line | count |",
+              "|---:|---|---:|"]
+    lines += [f"| {b} | {e} | {n} |" for (b, e), n in r["logs"]] or ["| - | (none) | 0 |"]
+    # Numbers folded (ports, timings, counts), so that the same error on different brokers
+    # counts once.
+    errs = collections.Counter()
+    for who, reports in (("producer", prod), ("consumer", cons)):
+        for rep in reports:
+            for e, n in rep["errors"]:
+                errs[f"{who}: " + re.sub(r"\d+", "N", e)] += n
+    if errs:
+        lines += ["", "Client errors (most frequent):", "", "```"]
+        lines += [f"{n:6d} x {e[:200]}" for e, n in errs.most_common(15)] + ["```"]
+    lines += ["", "## Settings", "",
+              f"- three brokers (`weir serve`, {os.environ.get('WEIR_BIN')}) on one PostgreSQL 15 "
+              "(fsync=off) and one s3s-fs, all on this machine; "
+              + ", ".join(f"{k}={v}" for k, v in s.broker_env().items()),
+              f"- load: {s.producers} confluent-kafka idempotent producers (acks=all, "
+              f"linger.ms=5, request.timeout.ms=5000), {s.rate:g} records/s of {s.record_bytes} B "
+              f"in all over {s.partitions} partitions; {s.consumers} consumers in one group",
+              f"- seed {s.seed}; replay: `{s.replay()}`",
+              f"- machine: {machine()}", ""]
+    return "\n".join(lines), broke
+
+
+def machine():
+    try:
+        from move import machine as m  # bench/move.py's description of the machine
+        return m()
+    except Exception:  # noqa: BLE001
+        return f"{os.cpu_count()} CPUs"
+
+
+def main(argv=None):
+    if not os.environ.get("WEIR_BIN"):
+        print("chaos.py: set WEIR_BIN to the weir binary", file=sys.stderr)
+        return 2
+    s = Settings(sys.argv[1:] if argv is None else argv)
+
+    def on_signal(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H%M")
+    try:
+        r = run(s)
+    except Exception as e:  # noqa: BLE001 - the run could not be made: say so and how to replay
+        print(f"\nchaos: the run failed: {e!r}\nseed {s.seed}; replay: {s.replay()}\n"
+              f"data and logs kept in {s.dir}", flush=True)
+        return 2
+    if "log" not in r:
+        print(f"chaos: the run ended early; seed {s.seed}; replay: {s.replay()}")
+        return 2
+    a = analyse(r)
+    text, broke = report(r, a, stamp)
+    print("\n" + text, flush=True)
+    if s.mode in ("long", "bench"):
+        os.makedirs(s.results, exist_ok=True)
+        name = "failover" if s.mode == "bench" else "chaos"
+        path = os.path.join(s.results, f"{name}-{stamp}.md")
+        with open(path, "w") as f:
+            f.write(text)
+        print(f"wrote {path}")
+    bad = a["lost"] or a["dups"] or a["reordered"] or a["malformed"] or broke
+    if bad:
+        print(f"\nCHAOS FAILED: lost {len(a['lost'])}, duplicated {len(a['dups'])}, reordered "
+              f"{len(a['reordered'])}, malformed {len(a['malformed'])}, broken {len(broke)}\n"
+              f"seed {s.seed}; replay: {s.replay()}\ndata and logs kept in {s.dir}", flush=True)
+        return 1
+    if s.keep:
+        print(f"kept data and logs in {s.dir}")
+    else:
+        shutil.rmtree(s.dir, ignore_errors=True)
+    print(f"chaos passed (seed {s.seed})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
