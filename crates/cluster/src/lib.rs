@@ -74,7 +74,9 @@ impl Default for ClusterConfig {
         ClusterConfig {
             session_timeout: Duration::from_millis(3000),
             heartbeat_interval: Duration::from_millis(500),
-            controller_lease: Duration::from_secs(5),
+            // No longer than a session: a dead controller must not delay its own failover
+            // (its lease has to pass before anyone fences it).
+            controller_lease: Duration::from_millis(3000),
             controller_interval: Duration::from_millis(250),
             shutdown_timeout: Duration::from_secs(30),
             clock_drift_margin: Duration::from_millis(250),
