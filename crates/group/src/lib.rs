@@ -88,6 +88,7 @@ mod codes {
     pub const OFFSET_METADATA_TOO_LARGE: i16 = E::OffsetMetadataTooLarge.code();
     pub const COORDINATOR_NOT_AVAILABLE: i16 = E::CoordinatorNotAvailable.code();
     pub const NOT_COORDINATOR: i16 = E::NotCoordinator.code();
+    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = E::CoordinatorLoadInProgress.code();
     pub const ILLEGAL_GENERATION: i16 = E::IllegalGeneration.code();
     pub const INCONSISTENT_GROUP_PROTOCOL: i16 = E::InconsistentGroupProtocol.code();
     pub const INVALID_GROUP_ID: i16 = E::InvalidGroupId.code();
@@ -937,9 +938,11 @@ impl GroupCoordinator {
                 Ok(stored) => (stored, NONE),
                 Err(e) => {
                     tracing::warn!(group = %group_id, error = %e, "fetching offsets failed");
-                    // NOT_COORDINATOR: the error every consumer version retries (Kafka does the
-                    // same).
-                    (Vec::new(), NOT_COORDINATOR)
+                    // As Kafka while it loads a group's offsets: every client retries the fetch.
+                    // (NOT_COORDINATOR makes librdkafka look for the coordinator again without
+                    // fetching again: its consumer leaves those partitions unfetched until the
+                    // next rebalance.)
+                    (Vec::new(), COORDINATOR_LOAD_IN_PROGRESS)
                 }
             }
         };

@@ -1716,3 +1716,78 @@ async fn a_stable_group_moves_between_brokers_on_postgresql() {
     assert_eq!(fetched(&resp, 8)[0].2, 9);
     assert_eq!(heartbeat(&first, &a.member_id, 2).await, NOT_COORDINATOR);
 }
+
+/// A group store that is down (PostgreSQL restarting): every call fails.
+struct DownStore;
+
+fn down() -> weir_meta::MetaError {
+    weir_meta::MetaError::Backend {
+        context: "test",
+        source: "the metadata store is down".into(),
+    }
+}
+
+#[async_trait::async_trait]
+impl weir_meta::GroupOffsets for DownStore {
+    async fn commit_offsets(
+        &self,
+        _: &str,
+        _: Vec<weir_meta::GroupOffset>,
+    ) -> weir_meta::Result<()> {
+        Err(down())
+    }
+    async fn fetch_offsets(&self, _: &str) -> weir_meta::Result<Vec<weir_meta::GroupOffset>> {
+        Err(down())
+    }
+    async fn delete_offsets(
+        &self,
+        _: &str,
+        _: Option<Vec<(String, u32)>>,
+    ) -> weir_meta::Result<()> {
+        Err(down())
+    }
+    async fn offset_groups(&self) -> weir_meta::Result<Vec<String>> {
+        Err(down())
+    }
+}
+
+#[async_trait::async_trait]
+impl weir_meta::GroupStates for DownStore {
+    async fn save_group_state(&self, _: &str, _: Vec<u8>) -> weir_meta::Result<()> {
+        Err(down())
+    }
+    async fn load_group_state(&self, _: &str) -> weir_meta::Result<Option<Vec<u8>>> {
+        Err(down())
+    }
+    async fn delete_group_state(&self, _: &str) -> weir_meta::Result<()> {
+        Err(down())
+    }
+    async fn group_state_ids(&self) -> weir_meta::Result<Vec<String>> {
+        Err(down())
+    }
+}
+
+/// OffsetFetch while the store is down answers COORDINATOR_LOAD_IN_PROGRESS, which every client
+/// retries. NOT_COORDINATOR sends librdkafka to look for the coordinator without fetching again,
+/// and its consumer then leaves those partitions unfetched until the next rebalance (seen by
+/// the chaos suite after a PostgreSQL restart: 40 s without a record).
+#[tokio::test]
+async fn offset_fetch_while_the_store_is_down_is_retried_by_clients() {
+    let co = GroupCoordinator::new(Arc::new(DownStore), config());
+    let load = kafka_protocol::error::ResponseError::CoordinatorLoadInProgress.code();
+    let resp = co
+        .offset_fetch(fetch_req(GROUP, Some(&[("t1", &[0])]), 1), 1)
+        .await;
+    assert_eq!(fetched(&resp, 1)[0].5, load);
+    for version in [2i16, 7, 8] {
+        let resp = co
+            .offset_fetch(fetch_req(GROUP, None, version), version)
+            .await;
+        let code = if version >= 8 {
+            resp.groups[0].error_code
+        } else {
+            resp.error_code
+        };
+        assert_eq!(code, load, "v{version}");
+    }
+}
