@@ -28,6 +28,9 @@ impl Broker {
         // Offsets are assigned here, in request order, before the next request on this
         // connection is read; durability is awaited in the reply.
         let mut started_parts = Vec::new();
+        // A broker whose session lapsed may be replaced at any moment: refuse before writing
+        // (the WAL would refuse to acknowledge anyway).
+        let may_acknowledge = self.cluster.may_acknowledge();
         for t in r.topic_data {
             let topic = if version >= 13 {
                 self.topics.get_by_id(t.topic_id.as_bytes())
@@ -43,11 +46,7 @@ impl Broker {
                 let records = p.records.unwrap_or_default();
                 self.meters.produce_bytes.add(records.len() as u64);
                 let ticket = match lookup {
-                    // A broker whose session lapsed may be replaced at any moment: refuse
-                    // before writing (the WAL would refuse to acknowledge anyway).
-                    Lookup::Local(_) if !self.cluster.may_acknowledge() => {
-                        Err(ResponseError::NotLeaderOrFollower)
-                    }
+                    Lookup::Local(_) if !may_acknowledge => Err(ResponseError::NotLeaderOrFollower),
                     Lookup::Local(partition) => partition.start_produce(&records),
                     Lookup::NotHere => Err(ResponseError::NotLeaderOrFollower),
                     Lookup::Unknown if version >= 13 => Err(ResponseError::UnknownTopicId),

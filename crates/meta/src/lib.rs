@@ -478,6 +478,53 @@ pub enum AssignmentChange {
     Move { stream_id: u64, target: Option<i32> },
 }
 
+/// A WAL row as both backends read it for a claim: id, state, recoverer, path.
+pub(crate) type WalRow = (String, String, Option<i32>, String);
+
+/// Whether `node_id` may claim the WAL `wal_id`, given the rows of that WAL and of the node's
+/// other WALs; see [`Coordination::register_broker`]. The same rule on every backend.
+pub(crate) fn check_wal_claim(node_id: i32, wal_id: &str, rows: Vec<WalRow>) -> Result<()> {
+    for (id, state, recoverer, path) in rows {
+        match state.as_str() {
+            "recovering" => {
+                return Err(MetaError::WalRecovering {
+                    wal_id: id,
+                    node_id: recoverer.unwrap_or(-1),
+                })
+            }
+            "sealed" if id == wal_id => return Err(MetaError::WalSealed { wal_id: id }),
+            "open" if id != wal_id => {
+                return Err(MetaError::WalMissing {
+                    node_id,
+                    wal_id: id,
+                    path,
+                })
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A WAL row's state column (and recoverer) as a [`WalState`].
+pub(crate) fn wal_state(state: &str, recoverer: Option<i32>) -> WalState {
+    match state {
+        "recovering" => WalState::Recovering {
+            node_id: recoverer.unwrap_or(-1),
+        },
+        "sealed" => WalState::Sealed,
+        _ => WalState::Open,
+    }
+}
+
+/// A WAL row's `tried` column (comma-separated node ids), sorted and without repeats.
+pub(crate) fn tried_list(s: &str) -> Vec<i32> {
+    let mut v: Vec<i32> = s.split(',').filter_map(|x| x.parse().ok()).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
 /// The cluster's coordination: membership with sessions, the controller lease, partition
 /// leadership, and notifications of changes. Every change is one transaction; times are the
 /// store's clock, so brokers' clocks need not agree.

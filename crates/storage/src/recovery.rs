@@ -21,15 +21,8 @@ impl EngineInner {
             return Ok(());
         }
         let count = records.len();
-        let mut by_stream: BTreeMap<u64, Vec<weir_wal::WalRecord>> = BTreeMap::new();
-        for r in records {
-            by_stream
-                .entry(r.record.stream_id)
-                .or_default()
-                .push(r.record);
-        }
         let mut parts = Vec::new();
-        for (stream_id, records) in by_stream {
+        for (stream_id, records) in by_stream(records) {
             let Some(m) = self.meta.get_stream(stream_id).await? else {
                 tracing::warn!(
                     stream_id,
@@ -60,6 +53,15 @@ impl EngineInner {
         );
         Ok(())
     }
+}
+
+/// Recovered records by stream, each stream's in WAL order.
+fn by_stream(records: Vec<weir_wal::RecoveredRecord>) -> BTreeMap<u64, Vec<WalRecord>> {
+    let mut out: BTreeMap<u64, Vec<WalRecord>> = BTreeMap::new();
+    for r in records {
+        out.entry(r.record.stream_id).or_default().push(r.record);
+    }
+    out
 }
 
 /// The frames of `records` (one stream's, in WAL order) that follow `end_offset`, written at
@@ -165,15 +167,8 @@ impl Engine {
             e => PeerRecoveryError::Failed(e.into()),
         })?;
         let count = records.len();
-        let mut by_stream: BTreeMap<u64, Vec<WalRecord>> = BTreeMap::new();
-        for r in records {
-            by_stream
-                .entry(r.record.stream_id)
-                .or_default()
-                .push(r.record);
-        }
         let mut parts = Vec::new();
-        for (stream_id, records) in by_stream {
+        for (stream_id, records) in by_stream(records) {
             let Some(m) = inner
                 .meta
                 .get_stream(stream_id)

@@ -451,11 +451,7 @@ impl FileWal {
     /// acknowledged was durable before the read (see [`FileWalConfig::seal_check`]).
     pub fn seal(path: &Path, seal: Seal) -> Result<(), WalError> {
         let p = path.display().to_string();
-        let file = open_existing(path, &p)?.ok_or_else(|| WalError::Io {
-            path: p.clone(),
-            context: "opening to seal",
-            source: Arc::new(std::io::Error::from(std::io::ErrorKind::NotFound)),
-        })?;
+        let file = open_required(path, &p, "opening to seal")?;
         let (len, is_device) = file_size(&file, &p)?;
         let sb = read_superblock(&file, len, is_device, &p)?.ok_or_else(|| WalError::Invalid {
             path: p.clone(),
@@ -482,11 +478,7 @@ impl FileWal {
     /// owner has since reused.
     pub fn read_sealed(path: &Path, wal_id: u128) -> Result<Vec<RecoveredRecord>, WalError> {
         let p = path.display().to_string();
-        let file = open_existing(path, &p)?.ok_or_else(|| WalError::Io {
-            path: p.clone(),
-            context: "opening to recover",
-            source: Arc::new(std::io::Error::from(std::io::ErrorKind::NotFound)),
-        })?;
+        let file = open_required(path, &p, "opening to recover")?;
         let (len, is_device) = file_size(&file, &p)?;
         let read_sb = || -> Result<Superblock, WalError> {
             let sb =
@@ -525,11 +517,7 @@ impl FileWal {
     /// Returns the new id.
     pub fn start_empty(path: &Path) -> Result<u128, WalError> {
         let p = path.display().to_string();
-        let file = open_existing(path, &p)?.ok_or_else(|| WalError::Io {
-            path: p.clone(),
-            context: "opening to start empty",
-            source: Arc::new(std::io::Error::from(std::io::ErrorKind::NotFound)),
-        })?;
+        let file = open_required(path, &p, "opening to start empty")?;
         let (len, is_device) = file_size(&file, &p)?;
         let Some(sb) = read_superblock(&file, len, is_device, &p)? else {
             return Ok(new_wal_id());
@@ -610,6 +598,15 @@ fn open_existing(path: &Path, p: &str) -> Result<Option<File>, WalError> {
         },
         Err(e) => Err(io_err(p, "opening")(e)),
     }
+}
+
+/// [`open_existing`], with a missing file as an error.
+fn open_required(path: &Path, p: &str, context: &'static str) -> Result<File, WalError> {
+    open_existing(path, p)?.ok_or_else(|| WalError::Io {
+        path: p.to_string(),
+        context,
+        source: Arc::new(std::io::Error::from(std::io::ErrorKind::NotFound)),
+    })
 }
 
 /// The file's length (a device's size) and whether it is a block device.

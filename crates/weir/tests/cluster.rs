@@ -605,54 +605,17 @@ fn sigterm_hands_partitions_over_and_loses_nothing() {
     create_topic(c.port(0), "handover", 6);
     let before = leaders(c.port(1), "handover");
     assert!(before.iter().any(|(l, _)| *l == 1), "{before:?}");
-    let (p, acks) = idempotent_producer(&c.bootstrap());
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = {
-        let stop = Arc::clone(&stop);
-        std::thread::spawn(move || {
-            let (mut i, mut burst) = (0u64, 0);
-            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                send(&p, "handover", (i % 6) as i32, &format!("h{i:08}"));
-                i += 1;
-                burst += 1;
-                if burst == 50 {
-                    burst = 0;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            }
-            p.flush(Duration::from_secs(60)).expect("flush");
-            i
-        })
-    };
+    let w = Writer::start(&c.bootstrap(), "handover", 6);
     std::thread::sleep(Duration::from_millis(1500));
     c.stop(0);
     std::thread::sleep(Duration::from_millis(1500));
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let sent = writer.join().expect("writer");
-    let failures = acks.1.lock().unwrap().clone();
-    assert!(failures.is_empty(), "deliveries failed: {failures:?}");
-    let acked = acks.0.lock().unwrap().clone();
-    assert_eq!(acked.len() as u64, sent, "every record acknowledged");
+    let acked = w.finish();
     let after = leaders(c.port(1), "handover");
     assert!(
         after.iter().all(|(l, _)| *l != 1),
         "broker 1 still leads: {after:?}"
     );
-    let got = read_all(&c.broker(1).bootstrap(), "handover", 6, acked.len());
-    assert_eq!(got.len(), acked.len(), "records read back");
-    assert_eq!(got, acked, "every acknowledged record, at its offset, once");
-    // Per partition the values come in the order they were sent.
-    for part in 0..6 {
-        let vals: Vec<&String> = got
-            .iter()
-            .filter(|((p, _), _)| *p == part)
-            .map(|(_, v)| v)
-            .collect();
-        assert!(
-            vals.windows(2).all(|w| w[0] < w[1]),
-            "partition {part} out of order"
-        );
-    }
+    check_read_back(&c.broker(1).bootstrap(), "handover", 6, &acked);
     c.assert_no_panic();
 }
 

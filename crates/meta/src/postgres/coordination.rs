@@ -12,9 +12,10 @@ use tokio::sync::{mpsc, watch};
 use tokio_postgres::{AsyncMessage, Config, GenericClient, NoTls};
 
 use super::{backend, i, in_tx, PostgresMetaStore};
+use crate::{check_wal_claim, tried_list, wal_state};
 use crate::{
     Assignment, AssignmentChange, BrokerInfo, BrokerRegistration, BrokerState, ControllerLease,
-    Coordination, MetaError, Result, WalInfo, WalRegistration, WalState,
+    Coordination, MetaError, Result, WalInfo, WalRegistration,
 };
 
 /// The server's clock in milliseconds: brokers' clocks never decide a session or a lease.
@@ -161,27 +162,11 @@ async fn claim_wal(
         )
         .await
         .map_err(backend("reading WALs"))?;
-    for r in &rows {
-        let (id, state, recoverer, path): (String, &str, Option<i32>, String) =
-            (r.get(0), r.get(1), r.get(2), r.get(3));
-        match state {
-            "recovering" => {
-                return Err(MetaError::WalRecovering {
-                    wal_id: id,
-                    node_id: recoverer.unwrap_or(-1),
-                })
-            }
-            "sealed" if id == wal.wal_id => return Err(MetaError::WalSealed { wal_id: id }),
-            "open" if id != wal.wal_id => {
-                return Err(MetaError::WalMissing {
-                    node_id,
-                    wal_id: id,
-                    path,
-                })
-            }
-            _ => {}
-        }
-    }
+    let rows = rows
+        .iter()
+        .map(|r| (r.get(0), r.get::<_, String>(1), r.get(2), r.get(3)))
+        .collect();
+    check_wal_claim(node_id, &wal.wal_id, rows)?;
     // The node's sealed WALs are done with: it starts on this one.
     c.execute(
         "DELETE FROM wals WHERE node_id = $1 AND wal_id != $2 AND state = 'sealed'",
@@ -203,27 +188,13 @@ async fn claim_wal(
     Ok(())
 }
 
-fn tried_list(s: &str) -> Vec<i32> {
-    let mut v: Vec<i32> = s.split(',').filter_map(|x| x.parse().ok()).collect();
-    v.sort_unstable();
-    v.dedup();
-    v
-}
-
 fn wal_row(r: &tokio_postgres::Row) -> WalInfo {
-    let state: &str = r.get(4);
     WalInfo {
         wal_id: r.get(0),
         node_id: r.get(1),
         incarnation: r.get::<_, i64>(2) as u64,
         path: r.get(3),
-        state: match state {
-            "recovering" => WalState::Recovering {
-                node_id: r.get::<_, Option<i32>>(5).unwrap_or(-1),
-            },
-            "sealed" => WalState::Sealed,
-            _ => WalState::Open,
-        },
+        state: wal_state(r.get(4), r.get(5)),
         tried: tried_list(r.get(6)),
         since_ms: r.get(7),
     }

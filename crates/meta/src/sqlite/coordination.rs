@@ -7,9 +7,10 @@ use rusqlite::{params, OptionalExtension, TransactionBehavior};
 use tokio::sync::watch;
 
 use super::{backend, i, now_ms, SqliteMetaStore};
+use crate::{check_wal_claim, tried_list, wal_state, WalRow};
 use crate::{
     Assignment, AssignmentChange, BrokerInfo, BrokerRegistration, BrokerState, ControllerLease,
-    Coordination, MetaError, Result, WalInfo, WalRegistration, WalState,
+    Coordination, MetaError, Result, WalInfo, WalRegistration,
 };
 
 fn ms(d: Duration) -> i64 {
@@ -80,7 +81,7 @@ fn claim_wal(
     incarnation: i64,
     wal: &WalRegistration,
 ) -> Result<()> {
-    let rows: Vec<(String, String, Option<i32>, String)> = {
+    let rows: Vec<WalRow> = {
         let mut stmt = tx
             .prepare(
                 "SELECT wal_id, state, recoverer, path FROM wals
@@ -95,25 +96,7 @@ fn claim_wal(
         rows.collect::<rusqlite::Result<_>>()
             .map_err(backend("reading WALs"))?
     };
-    for (id, state, recoverer, path) in rows {
-        match state.as_str() {
-            "recovering" => {
-                return Err(MetaError::WalRecovering {
-                    wal_id: id,
-                    node_id: recoverer.unwrap_or(-1),
-                })
-            }
-            "sealed" if id == wal.wal_id => return Err(MetaError::WalSealed { wal_id: id }),
-            "open" if id != wal.wal_id => {
-                return Err(MetaError::WalMissing {
-                    node_id,
-                    wal_id: id,
-                    path,
-                })
-            }
-            _ => {}
-        }
-    }
+    check_wal_claim(node_id, &wal.wal_id, rows)?;
     tx.execute(
         "DELETE FROM wals WHERE node_id = ?1 AND wal_id != ?2 AND state = 'sealed'",
         params![node_id, wal.wal_id],
@@ -510,25 +493,13 @@ impl Coordination for SqliteMetaStore {
                 .map_err(backend("listing WALs"))?;
             let rows = stmt
                 .query_map(params![now - 3_600_000], |r| {
-                    let state: String = r.get(4)?;
-                    let tried: String = r.get(6)?;
-                    let mut tried: Vec<i32> =
-                        tried.split(',').filter_map(|x| x.parse().ok()).collect();
-                    tried.sort_unstable();
-                    tried.dedup();
                     Ok(WalInfo {
                         wal_id: r.get(0)?,
                         node_id: r.get(1)?,
                         incarnation: r.get::<_, i64>(2)? as u64,
                         path: r.get(3)?,
-                        state: match state.as_str() {
-                            "recovering" => WalState::Recovering {
-                                node_id: r.get::<_, Option<i32>>(5)?.unwrap_or(-1),
-                            },
-                            "sealed" => WalState::Sealed,
-                            _ => WalState::Open,
-                        },
-                        tried,
+                        state: wal_state(&r.get::<_, String>(4)?, r.get(5)?),
+                        tried: tried_list(&r.get::<_, String>(6)?),
                         since_ms: now - r.get::<_, i64>(7)?,
                     })
                 })
