@@ -860,7 +860,9 @@ def create_topic(bootstrap, partitions, out_dir):
 
 # ------------------------------------------------------------------ checking
 def load_acks(out_dir, producers):
-    """[(time, partition, offset, producer, incarnation, seq)] sorted by time."""
+    """[(time, partition, offset, producer, incarnation, seq)] sorted by time. The offset is None
+    where the client reported a delivery without one: librdkafka acknowledges a failed batch
+    implicitly once a later batch of the producer succeeds."""
     acks = []
     for i in range(producers):
         try:
@@ -868,11 +870,12 @@ def load_acks(out_dir, producers):
                 for line in f:
                     parts = line.split()
                     if len(parts) == 5:
-                        acks.append((float(parts[0]), int(parts[1]), int(parts[2]), i,
+                        off = None if parts[2] in ("None", "-1") else int(parts[2])
+                        acks.append((float(parts[0]), int(parts[1]), off, i,
                                      int(parts[3]), int(parts[4])))
         except OSError:
             pass
-    acks.sort()
+    acks.sort(key=lambda a: (a[0], a[1], -1 if a[2] is None else a[2], a[3:]))
     return acks
 
 
@@ -942,6 +945,12 @@ def check(acks, log, ends):
     for t, p, off, prod, inc, seq in acks:
         key = (prod, inc, seq)
         ack_time[key] = t
+        if off is None:
+            # Acknowledged without an offset: it must be in that partition, wherever.
+            if not any(wp == p for wp, _ in where.get(key, [])):
+                lost.append((t, f"{prod}.{inc}.{seq} acknowledged (no offset) in partition {p}: "
+                                + f"not read back there (read at {where.get(key, [])})"))
+            continue
         got = at.get((p, off))
         if got is None or got[0] != key:
             elsewhere = where.get(key)
@@ -1204,7 +1213,8 @@ def analyse(r):
     lost, dups, reordered, at, gaps, malformed = check(acks, r["log"], r["ends"])
     by_part = collections.defaultdict(list)
     for t, p, off, *_ in acks:
-        by_part[p].append((t, off))
+        if off is not None:
+            by_part[p].append((t, off))
     times_by_part = {p: [t for t, _ in v] + [r["t_flushed"]] for p, v in by_part.items()}
     windows = sorted((f.t0, f.end or r["t_load_end"], f) for f in faults if not f.skipped)
     starts = [w[0] for w in windows]

@@ -5,6 +5,11 @@
 //! of order if its first sequence does not follow the last one. A producer the partition does
 //! not know (new, or its state expired) may start at any sequence, as in Kafka.
 //!
+//! The sequence a producer must go on with is kept apart from the five batches: a rewind may
+//! remove all of them, and the producer must then still go on where the failed batches began.
+//! A client takes a later batch's success as proof that the earlier ones were written
+//! (librdkafka acknowledges them implicitly), so accepting a batch over a gap loses records.
+//!
 //! The state runs ahead of durability: a batch is recorded when it gets its offsets, with the
 //! outcome of its append. A retry that matches a batch still on its way answers only once that
 //! append is durable, and fails if it failed. When an append fails, the stream rewinds and
@@ -44,6 +49,9 @@ struct Recorded {
 struct ProducerEntry {
     epoch: i16,
     batches: VecDeque<Recorded>,
+    /// The first sequence of the producer's next new batch; `None` while unknown (a producer
+    /// read back from a snapshot that kept none of its batches), when any sequence is taken.
+    next_seq: Option<i32>,
     /// Wall-clock time of the producer's last write, for expiration.
     last_write_ms: i64,
 }
@@ -62,8 +70,12 @@ pub struct ProducerStates {
     producers: HashMap<i64, ProducerEntry>,
 }
 
-fn in_sequence(last: i32, next: i32) -> bool {
-    next == if last == i32::MAX { 0 } else { last + 1 }
+fn after(last: i32) -> i32 {
+    if last == i32::MAX {
+        0
+    } else {
+        last + 1
+    }
 }
 
 impl ProducerStates {
@@ -92,10 +104,8 @@ impl ProducerStates {
         {
             return Ok(Check::Duplicate(b.meta, b.outcome.clone()));
         }
-        match e.batches.back() {
-            Some(last) if !in_sequence(last.meta.last_seq, h.base_sequence) => {
-                Err(ResponseError::OutOfOrderSequenceNumber)
-            }
+        match e.next_seq {
+            Some(next) if next != h.base_sequence => Err(ResponseError::OutOfOrderSequenceNumber),
             _ => Ok(Check::New),
         }
     }
@@ -125,6 +135,7 @@ impl ProducerStates {
             "producer batches must be recorded in offset order"
         );
         e.last_write_ms = e.last_write_ms.max(now_ms);
+        e.next_seq = Some(after(h.last_sequence()));
         e.batches.push_back(Recorded {
             meta: BatchMeta {
                 first_seq: h.base_sequence,
@@ -140,15 +151,20 @@ impl ProducerStates {
     }
 
     /// Forgets batches at or after `offset`: their append failed and the partition rewound.
+    /// Each producer goes on from the first sequence it lost, even when none of its batches is
+    /// left to say so.
     pub fn rewind(&mut self, offset: u64) {
         for e in self.producers.values_mut() {
-            while e
-                .batches
-                .back()
-                .is_some_and(|b| b.meta.base_offset >= offset)
-            {
+            while let Some(b) = e.batches.back().filter(|b| b.meta.base_offset >= offset) {
+                e.next_seq = Some(b.meta.first_seq);
                 e.batches.pop_back();
             }
+            debug_assert!(
+                e.batches
+                    .back()
+                    .is_none_or(|b| Some(after(b.meta.last_seq)) == e.next_seq),
+                "after a rewind a producer goes on right after its last kept batch"
+            );
         }
     }
 
@@ -246,11 +262,13 @@ impl ProducerStates {
                     outcome: None,
                 });
             }
+            let next_seq = batches.back().map(|b| after(b.meta.last_seq));
             producers.insert(
                 pid,
                 ProducerEntry {
                     epoch,
                     batches,
+                    next_seq,
                     last_write_ms,
                 },
             );
@@ -344,6 +362,29 @@ mod tests {
         assert!(duplicate(s.check(&h(1, 0, 3, 1))).is_some());
         s.rewind(6);
         assert!(is_new(s.check(&h(1, 0, 6, 1))));
+    }
+
+    #[test]
+    fn a_rewind_that_empties_the_window_keeps_the_next_sequence() {
+        let mut s = ProducerStates::default();
+        s.record(&h(1, 0, 0, 3), 0, 3, None, 0);
+        s.rewind(0);
+        assert_eq!(
+            error(s.check(&h(1, 0, 3, 2))),
+            Some(ResponseError::OutOfOrderSequenceNumber),
+            "the batch behind the failed one must wait for its retry"
+        );
+        assert!(is_new(s.check(&h(1, 0, 0, 3))));
+        // Five kept batches, all rewound: the sequence still follows the one before them.
+        for i in 0..6 {
+            s.record(&h(1, 0, i, 1), i as u64, i as u64 + 1, None, 0);
+        }
+        s.rewind(1);
+        assert_eq!(
+            error(s.check(&h(1, 0, 6, 1))),
+            Some(ResponseError::OutOfOrderSequenceNumber)
+        );
+        assert!(is_new(s.check(&h(1, 0, 1, 1))));
     }
 
     #[test]

@@ -215,6 +215,79 @@ async fn a_retry_waits_for_its_original_and_fails_with_it() {
     assert_eq!(contents(p).await, vec![(8, 2000, 0), (7, 1000, 1)]);
 }
 
+/// librdkafka takes a later batch's success as proof that every earlier batch of the producer
+/// was written (`rd_kafka_dr_implicit_ack`). So after a failed append, a pipelined batch that
+/// follows it in sequence must be refused until the failed one is retried: accepting it over
+/// the gap has the client report the failed batch delivered, and its records are lost. (Seen in
+/// CI: three acknowledged records missing after injected WAL errors.)
+#[tokio::test]
+async fn a_batch_behind_a_failed_one_is_refused_until_the_failed_one_is_retried() {
+    let s = setup().await;
+    let p = &s.partition;
+    // The producer's first batch on this partition, and one pipelined behind it.
+    let first = make_batch(3, 1000, 7, 0, 0);
+    let second = make_batch(2, 2000, 7, 0, 3);
+    s.wal.send(Cmd::Hold(true));
+    let failed = tokio::spawn(p.start_produce(&first).unwrap().wait());
+    s.wal.now(Cmd::Release(false));
+    assert_eq!(
+        within(failed).await.unwrap(),
+        Err(ResponseError::KafkaStorageError)
+    );
+    s.wal.now(Cmd::Hold(false));
+    // The second request was on the wire when the first failed: it arrives now.
+    let early = p.start_produce(&second).map(|_| ());
+    assert_eq!(
+        early.err(),
+        Some(ResponseError::OutOfOrderSequenceNumber),
+        "a batch that skips the failed batch's sequences must be refused"
+    );
+    // The client retries in order; both land once, in sequence.
+    assert_eq!(within(p.produce(&first)).await.unwrap().base_offset, 0);
+    assert_eq!(within(p.produce(&second)).await.unwrap().base_offset, 3);
+    assert_eq!(contents(p).await, vec![(7, 1000, 0), (7, 2000, 3)]);
+}
+
+/// The same with a producer the partition knew before: five batches in flight, the window
+/// Kafka keeps, all failed by one WAL error, leave no batch to check the next sequence against.
+#[tokio::test]
+async fn a_rewind_of_every_kept_batch_still_holds_the_producers_sequence() {
+    let s = setup().await;
+    let p = &s.partition;
+    within(p.produce(&make_batch(1, 500, 7, 0, 0)))
+        .await
+        .unwrap();
+    s.wal.send(Cmd::Hold(true));
+    let in_flight: Vec<_> = (1..=5)
+        .map(|seq| {
+            tokio::spawn(
+                p.start_produce(&make_batch(1, 1000 + i64::from(seq), 7, 0, seq))
+                    .unwrap()
+                    .wait(),
+            )
+        })
+        .collect();
+    s.wal.now(Cmd::Release(false));
+    for r in futures_join(in_flight).await {
+        assert_eq!(r, Err(ResponseError::KafkaStorageError));
+    }
+    s.wal.now(Cmd::Hold(false));
+    assert_eq!(
+        p.start_produce(&make_batch(1, 2000, 7, 0, 6))
+            .map(|_| ())
+            .err(),
+        Some(ResponseError::OutOfOrderSequenceNumber),
+        "sequence 6 skips the failed 1..=5"
+    );
+    assert_eq!(
+        within(p.produce(&make_batch(1, 1001, 7, 0, 1)))
+            .await
+            .unwrap()
+            .base_offset,
+        1
+    );
+}
+
 #[tokio::test]
 async fn a_failed_append_rolls_back_even_when_its_client_is_gone() {
     let s = setup().await;
