@@ -10,8 +10,10 @@ a rebalance listener, offsets_for_times. ListOffsets with max_timestamp
 
 import collections
 import queue
+import sys
 import threading
 import time
+import traceback
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
@@ -170,8 +172,18 @@ class Member(threading.Thread):
                 if self.quota == 0:
                     time.sleep(0.02)
                     continue
-                limit = 500 if self.quota is None else min(500, self.quota)
-                batch = self.consumer.poll(timeout_ms=50, max_records=limit)
+                quota = self.quota
+                limit = 500 if quota is None else min(500, quota)
+                # A long poll: kafka-python 3.0.12 can lose a rejoin that outlasts one poll().
+                # When its leader rejoins because its metadata changed (it assigned before its
+                # metadata had the topic), the next poll() finds need_rejoin() false (the snapshot
+                # it compares was cleared for the rejoin) and never completes the join: the
+                # member stops heartbeating with an empty assignment, although the broker
+                # answered its SyncGroup. A rejoin here waits for the other member's next
+                # heartbeat (500 ms), so one poll of 2 s covers it. (Short polls while counting
+                # records against a quota, which the test sets between polls.)
+                batch = self.consumer.poll(timeout_ms=2000 if quota is None else 50,
+                                           max_records=limit)
                 self.assigned = frozenset(tp.partition for tp in self.consumer.assignment())
                 taken = set()
                 with self.lock:
@@ -180,7 +192,7 @@ class Member(threading.Thread):
                             self.log.append((self.phase[0], self.member_name, tp.partition,
                                              r.offset, r.key, r.value))
                             taken.add((tp.partition, r.offset))
-                            if self.quota is not None:
+                            if quota is not None:
                                 self.quota -= 1
                 if taken and self.commit_batches:
                     try:
@@ -243,7 +255,24 @@ def _wait_stable_split(members, partitions, timeout=60, settle=1.5, extra=None):
             since = time.monotonic()
         last = asg if ok else None
         time.sleep(0.05)
-    raise AssertionError(f"no stable split of {partitions} partitions: {asg}")
+    frames = sys._current_frames()
+    names = {t.ident: t.name for t in threading.enumerate()}
+    stacks = "\n".join(f"--- {names.get(ident, ident)}:\n" + "".join(traceback.format_stack(f))
+                       for ident, f in frames.items())
+    raise AssertionError(f"no stable split of {partitions} partitions: {asg}\n{stacks}")
+
+
+def _commit(member, attempts=20):
+    """Commits the member's positions, again after a rebalance that got in the way:
+    kafka-python 3's leader rejoins by itself when a metadata refresh changes its snapshot, even
+    with the same members, and a commit during that rejoin fails with REBALANCE_IN_PROGRESS."""
+    for attempt in range(attempts):
+        try:
+            return member.call(lambda c: c.commit())
+        except (Errors.RebalanceInProgressError, Errors.CommitFailedError):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.5)
 
 
 def test_idempotent_produce_consumer_group_commit_and_resume(broker, kadmin, clients):
@@ -312,14 +341,14 @@ def test_idempotent_produce_consumer_group_commit_and_resume(broker, kadmin, cli
                 assert p in (a1 if name == "c1" else a2), f"{name} got partition {p}"
         assert (c1.assigned, c2.assigned) == (a1, a2), "unexpected rebalance in run 1"
         for m, asg in ((c1, a1), (c2, a2)):
-            m.call(lambda c: c.commit())
+            _commit(m)
             for p in asg:
                 assert m.call(lambda c, p=p: c.committed(TopicPartition(topic, p))) == hw1[p]
 
         # c1 takes exactly 100 records of phase 2 and leaves without committing.
         c1.quota = 0
         c1.commit_batches = False
-        time.sleep(0.2)
+        time.sleep(2.5)  # past c1's current poll (up to 2 s)
         mds = _send_all(producer, topic, [(f"key-{i % KEYS}".encode(), f"{i}".encode())
                                           for i in range(n1, n1 + n2)])
         for i, md in zip(range(n1, n1 + n2), mds):
@@ -357,7 +386,7 @@ def test_idempotent_produce_consumer_group_commit_and_resume(broker, kadmin, cli
         assert sorted(m["client_id"] for m in g["members"]) == ["c1-restarted", "c2"]
 
         for m in (c1b, c2):
-            m.call(lambda c: c.commit())
+            _commit(m)
         offs = kadmin.list_group_offsets({group: None})[group]
         assert {tp.partition: om.offset for tp, om in offs.items() if tp.topic == topic} == dict(hw2)
         for m in (c1b, c2):
