@@ -201,10 +201,12 @@ impl ProducerStates {
     }
 
     /// The state as of `offset`: batches at or after it are left out (they are replayed from
-    /// the log when a snapshot is loaded).
+    /// the log when a snapshot is loaded). Each producer's next sequence as of `offset` goes
+    /// with it, for a producer whose batches all lie beyond `offset`: if those are lost with a
+    /// failed leader, the next leader must still refuse a batch that skips them.
     pub fn encode_until(&self, offset: u64) -> Vec<u8> {
         let mut out = Vec::new();
-        out.put_u8(2);
+        out.put_u8(3);
         out.put_u32(self.producers.len() as u32);
         for (pid, e) in &self.producers {
             let kept: Vec<&BatchMeta> = e
@@ -213,9 +215,20 @@ impl ProducerStates {
                 .map(|b| &b.meta)
                 .filter(|b| b.end_offset <= offset)
                 .collect();
+            let next_seq = match kept.last() {
+                Some(b) => Some(after(b.last_seq)),
+                None => e.batches.front().map(|b| b.meta.first_seq).or(e.next_seq),
+            };
             out.put_i64(*pid);
             out.put_i16(e.epoch);
             out.put_i64(e.last_write_ms);
+            match next_seq {
+                Some(n) => {
+                    out.put_u8(1);
+                    out.put_i32(n);
+                }
+                None => out.put_u8(0),
+            }
             out.put_u8(kept.len() as u8);
             for b in kept {
                 out.put_i32(b.first_seq);
@@ -228,24 +241,36 @@ impl ProducerStates {
     }
 
     /// Decodes a snapshot. Version 1 snapshots have no write times; their producers count as
-    /// written at `now_ms`.
+    /// written at `now_ms`. Before version 3 the next sequence is the one after the last batch.
     pub fn decode(mut b: &[u8], now_ms: i64) -> Option<ProducerStates> {
         if b.remaining() < 5 {
             return None;
         }
         let version = b.get_u8();
-        if version != 1 && version != 2 {
+        if !(1..=3).contains(&version) {
             return None;
         }
         let n = b.get_u32();
         let mut producers = HashMap::new();
         for _ in 0..n {
-            if b.remaining() < 11 + if version == 2 { 8 } else { 0 } {
+            if b.remaining() < 11 + if version >= 2 { 8 } else { 0 } {
                 return None;
             }
             let pid = b.get_i64();
             let epoch = b.get_i16();
-            let last_write_ms = if version == 2 { b.get_i64() } else { now_ms };
+            let last_write_ms = if version >= 2 { b.get_i64() } else { now_ms };
+            let mut stored_next = None;
+            if version >= 3 {
+                if b.remaining() < 1 || (b[0] == 1 && b.remaining() < 6) {
+                    return None;
+                }
+                if b.get_u8() == 1 {
+                    stored_next = Some(b.get_i32());
+                }
+                if b.remaining() < 1 {
+                    return None;
+                }
+            }
             let count = b.get_u8();
             let mut batches = VecDeque::new();
             for _ in 0..count {
@@ -262,7 +287,11 @@ impl ProducerStates {
                     outcome: None,
                 });
             }
-            let next_seq = batches.back().map(|b| after(b.meta.last_seq));
+            let next_seq = if version >= 3 {
+                stored_next
+            } else {
+                batches.back().map(|b| after(b.meta.last_seq))
+            };
             producers.insert(
                 pid,
                 ProducerEntry {
@@ -400,6 +429,40 @@ mod tests {
         // Write times survive the snapshot: nothing expires before its time.
         let mut d = d;
         assert_eq!(d.expire(150, 100), 0);
+    }
+
+    #[test]
+    fn a_snapshot_keeps_the_next_sequence_of_a_producer_whose_batches_lie_beyond_it() {
+        let mut s = ProducerStates::default();
+        s.record(&h(1, 0, 0, 2), 0, 2, None, 0);
+        // Five batches in flight after the snapshot's offset; the one at 0..2 leaves the window.
+        for i in 0..5 {
+            let seq = 2 + i;
+            s.record(&h(1, 0, seq, 1), 2 + i as u64, 3 + i as u64, None, 0);
+        }
+        // The leader dies with those five undecided: its successor loads the snapshot, and the
+        // log beyond offset 2 holds none of them.
+        let d = ProducerStates::decode(&s.encode_until(2), 0).unwrap();
+        assert_eq!(
+            error(d.check(&h(1, 0, 5, 1))),
+            Some(ResponseError::OutOfOrderSequenceNumber),
+            "a batch that skips the lost ones must be refused"
+        );
+        assert!(is_new(d.check(&h(1, 0, 2, 1))));
+        // A version 2 snapshot (no next sequence) goes on after its last batch.
+        let mut v2 = vec![2];
+        v2.put_u32(1);
+        v2.put_i64(1);
+        v2.put_i16(0);
+        v2.put_i64(0);
+        v2.put_u8(1);
+        v2.put_i32(0);
+        v2.put_i32(1);
+        v2.put_u64(0);
+        v2.put_u64(2);
+        let d = ProducerStates::decode(&v2, 0).unwrap();
+        assert!(is_new(d.check(&h(1, 0, 2, 1))));
+        assert!(error(d.check(&h(1, 0, 5, 1))).is_some());
     }
 
     #[test]
