@@ -81,6 +81,7 @@ Environment only (defaults in brackets):
   CHAOS_WAL_CAPACITY [134217728]  CHAOS_UPLOAD_INTERVAL_MS [2000]
   CHAOS_RESTART_BOUND [20]     seconds a killed broker stays down at most
   CHAOS_REBALANCE [1]
+  CHAOS_CLIENT_DEBUG           librdkafka debug contexts for the producers (e.g. eos,msg)
   S3S_FS, WEIR_PG_BIN          as for the cluster tests (tests/compat/python/conftest.py)
 """
 
@@ -257,7 +258,12 @@ def producer_main(idx, bootstrap, topic, partitions, rate, record_bytes, out_dir
             state["fatal"] = str(err)
 
     def make():
+        extra = {}
+        if os.environ.get("CHAOS_CLIENT_DEBUG"):
+            # librdkafka's own trace (e.g. "eos,msg,protocol") in the producer's log
+            extra["debug"] = os.environ["CHAOS_CLIENT_DEBUG"]
         return Producer({
+            **extra,
             "bootstrap.servers": bootstrap, "client.id": f"chaos-producer-{idx}",
             "enable.idempotence": True, "acks": "all", "linger.ms": 5,
             # Ride out every fault: a record fails only after 5 minutes.

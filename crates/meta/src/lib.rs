@@ -618,7 +618,9 @@ pub trait Coordination: Send + Sync + 'static {
 
     /// The controller assigns the recovery of an open WAL (or one whose recoverer is `stale`,
     /// no longer live) to `recoverer`. Returns false if the WAL is no longer in that state (its
-    /// owner claimed it back). Fails with [`MetaError::NotController`] for a stale lease.
+    /// owner claimed it back) or if the broker that claimed it is live under that claim: the
+    /// store decides that, not the controller's view, which may predate a new registration.
+    /// Fails with [`MetaError::NotController`] for a stale lease.
     async fn assign_wal_recovery(
         &self,
         lease: ControllerLease,

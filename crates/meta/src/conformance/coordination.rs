@@ -364,6 +364,26 @@ pub async fn wal_claims_and_recovery(m: &dyn MetaStore) {
     .await
     .expect("place");
 
+    // A WAL whose owner holds a live session under the claiming incarnation is never handed to
+    // a peer, whatever the controller's (possibly older) view says: the chaos suite once saw a
+    // broker's fresh WAL sealed right after it came back, because the controller planned from a
+    // list of brokers read before the new registration.
+    assert!(
+        !m.assign_wal_recovery(lease, "A", 2, None)
+            .await
+            .expect("assign while the owner lives"),
+        "the WAL of a live broker was assigned for recovery"
+    );
+    m.register_broker(&with_wal(1, "A"), Duration::from_millis(1))
+        .await
+        .expect("register with a short session");
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(
+        m.fence_expired_brokers(lease, Duration::ZERO)
+            .await
+            .expect("fence"),
+        vec![1]
+    );
     assert!(m
         .assign_wal_recovery(lease, "A", 2, None)
         .await

@@ -606,7 +606,11 @@ impl Coordination for PostgresMetaStore {
                     &format!(
                         "UPDATE wals SET state = 'recovering', recoverer = $2, since_ms = {NOW_MS}
                          WHERE wal_id = $1 AND ((state = 'open' AND $3::INTEGER IS NULL)
-                               OR (state = 'recovering' AND recoverer = $3))"
+                               OR (state = 'recovering' AND recoverer = $3))
+                           AND NOT EXISTS (SELECT 1 FROM brokers b
+                                WHERE b.node_id = wals.node_id
+                                  AND b.incarnation = wals.incarnation
+                                  AND b.state != 'fenced')"
                     ),
                     &[&wal_id, &recoverer, &stale],
                 )

@@ -527,7 +527,11 @@ impl Coordination for SqliteMetaStore {
                     .execute(
                         "UPDATE wals SET state = 'recovering', recoverer = ?2, since_ms = ?4
                          WHERE wal_id = ?1 AND ((state = 'open' AND ?3 IS NULL)
-                               OR (state = 'recovering' AND recoverer = ?3))",
+                               OR (state = 'recovering' AND recoverer = ?3))
+                           AND NOT EXISTS (SELECT 1 FROM brokers b
+                                WHERE b.node_id = wals.node_id
+                                  AND b.incarnation = wals.incarnation
+                                  AND b.state != 'fenced')",
                         params![wal_id, recoverer, stale, now],
                     )
                     .map_err(backend("assigning a WAL recovery"))?;
