@@ -340,7 +340,6 @@ def longest_gap(times, start, end):
     return (None, None) if best is None else (best * 1000, at)
 
 
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
 EVENTS = ("handed the partition over", "leading the partition",
           "closing the partition for a move failed", "handing the partition over failed",
           "opening the partition failed")
@@ -351,12 +350,7 @@ def broker_events(cluster, topic):
     (wall time, node id, message, fields, raw line)."""
     out = []
     for b in cluster.brokers:
-        try:
-            with open(b.log_path, "rb") as f:
-                text = ANSI.sub("", f.read().decode("utf-8", "replace"))
-        except OSError:
-            continue
-        for line in text.splitlines():
+        for line in b.log_lines():
             if f"topic={topic} " not in line + " ":
                 continue
             what = next((e for e in EVENTS if e in line), None)

@@ -112,7 +112,6 @@ AUTOMQ = ("AutoMQ's open-source edition starts a failover at least 69 s after a 
           "broker session timeout (9 s), then a one-minute wait before a fenced node's WAL is "
           "failed over (DONT_FAILOVER_AFTER_NEW_EPOCH_MS in "
           "kafka/automq/failover/NodeRuntimeMetadata.java).")
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 # Per mode: fault durations (seconds, drawn uniformly from the ranges) and defaults.
 MODES = {
@@ -1123,18 +1122,11 @@ def run(s):
                 chaos.clear_faults()
             except Exception:  # noqa: BLE001 - the cluster is going away anyway
                 pass
-        panics = []
-        for b in cluster.brokers:
-            try:
-                with open(b.log_path, "rb") as f:
-                    text = ANSI.sub("", f.read().decode("utf-8", "replace"))
-                panics += [f"broker {b.node_id}: {ln.strip()[:300]}" for ln in text.splitlines()
-                           if "panicked" in ln]
-            except OSError:
-                pass
-        result["panics"] = panics
-        result["logs"] = broker_lines(cluster)
-        result["recoveries"] = recovery_lines(cluster)
+        logs = {b.node_id: b.log_lines() for b in cluster.brokers}
+        result["panics"] = [f"broker {n}: {ln.strip()[:300]}" for n, lines in logs.items()
+                            for ln in lines if "panicked" in ln]
+        result["logs"] = broker_lines(logs)
+        result["recoveries"] = recovery_lines(logs)
         cluster.cleanup()
     result["acks"] = load_acks(out_dir, s.producers)
     result["producers"] = [read_json(os.path.join(out_dir, f"producer-{i}.json"))
@@ -1158,33 +1150,25 @@ LOG_EVENTS = ("recovered the WAL of a fenced broker", "no live broker can open t
               "finishing a WAL recovery failed", "panicked")
 
 
-def broker_lines(cluster):
-    """Counts of the brokers' failover log lines, per broker and event."""
+def broker_lines(logs):
+    """Counts of the brokers' failover log lines, per broker and event; `logs`: {node id:
+    lines}."""
     counts = collections.Counter()
-    for b in cluster.brokers:
-        try:
-            with open(b.log_path, "rb") as f:
-                text = ANSI.sub("", f.read().decode("utf-8", "replace"))
-        except OSError:
-            continue
-        for line in text.splitlines():
+    for node_id, lines in logs.items():
+        for line in lines:
             for e in LOG_EVENTS:
                 if e in line:
-                    counts[(b.node_id, e)] += 1
+                    counts[(node_id, e)] += 1
     return sorted(counts.items())
 
 
-def recovery_lines(cluster):
+def recovery_lines(logs):
     """[(wall time, event, owner node id, ms or None)] of the brokers' WAL recovery lines:
-    event "began" (a peer starts recovering the owner's WAL) or "done"."""
+    event "began" (a peer starts recovering the owner's WAL) or "done"; `logs`: {node id:
+    lines}."""
     out = []
-    for b in cluster.brokers:
-        try:
-            with open(b.log_path, "rb") as f:
-                text = ANSI.sub("", f.read().decode("utf-8", "replace"))
-        except OSError:
-            continue
-        for line in text.splitlines():
+    for lines in logs.values():
+        for line in lines:
             for needle, event in (("recovering the WAL of a fenced broker", "began"),
                                   ("recovered the WAL of a fenced broker", "done")):
                 if needle not in line:

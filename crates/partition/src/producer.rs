@@ -260,18 +260,10 @@ impl ProducerStates {
             let epoch = b.get_i16();
             let last_write_ms = if version >= 2 { b.get_i64() } else { now_ms };
             let mut stored_next = None;
-            if version >= 3 {
-                if b.remaining() < 1 || (b[0] == 1 && b.remaining() < 6) {
-                    return None;
-                }
-                if b.get_u8() == 1 {
-                    stored_next = Some(b.get_i32());
-                }
-                if b.remaining() < 1 {
-                    return None;
-                }
+            if version >= 3 && b.try_get_u8().ok()? == 1 {
+                stored_next = Some(b.try_get_i32().ok()?);
             }
-            let count = b.get_u8();
+            let count = b.try_get_u8().ok()?;
             let mut batches = VecDeque::new();
             for _ in 0..count {
                 if b.remaining() < 24 {

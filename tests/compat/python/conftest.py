@@ -30,6 +30,7 @@ import atexit
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -73,6 +74,9 @@ def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _tail(path, n=60):
@@ -371,6 +375,15 @@ class Broker:
 
     def log_tail(self, n=60):
         return _tail(self.log_path, n)
+
+    def log_lines(self):
+        """The broker's log, its colour codes removed, as lines ([] if there is none)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return []
+        return _ANSI.sub("", text).splitlines()
 
     def cleanup(self):
         """Stop whatever still runs (clean stop first, SIGKILL if that fails)."""
