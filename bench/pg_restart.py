@@ -385,25 +385,17 @@ def restart_under_load(s, cluster):
 LOG_LINES = re.compile(r"fenced|registering again|controller round failed|upload failed|"
                        r"renewing the broker session failed|reading the cluster failed|"
                        r"is now the controller|listener", re.IGNORECASE)
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
 def outage_log(cluster):
     """Counts of broker log lines about the outage: ((broker, line with numbers folded to N),
     count), the line from its level on and cut at 110 characters."""
     counts = {}
     for i, b in enumerate(cluster.brokers):
-        try:
-            with open(b.log_path, errors="replace") as f:
-                for line in f:
-                    line = ANSI.sub("", line)
-                    if not LOG_LINES.search(line):
-                        continue
-                    text = re.sub(r"\d+", "N", re.sub(r"^.*?(WARN|ERROR|INFO)", r"\1", line))
-                    key = (i + 1, re.sub(r"\s+", " ", text).strip()[:110])
-                    counts[key] = counts.get(key, 0) + 1
-        except OSError:
-            pass
+        for line in b.log_lines():
+            if not LOG_LINES.search(line):
+                continue
+            text = re.sub(r"\d+", "N", re.sub(r"^.*?(WARN|ERROR|INFO)", r"\1", line))
+            key = (i + 1, re.sub(r"\s+", " ", text).strip()[:110])
+            counts[key] = counts.get(key, 0) + 1
     return sorted(counts.items())
 
 
