@@ -20,4 +20,4 @@ pub mod topics;
 mod rewind_tests;
 
 pub use partition::{kafka_error, FetchData, Partition, ProduceTicket, Produced};
-pub use topics::{AdminError, ConfigEntry, Lookup, Topic, TopicDefaults, Topics};
+pub use topics::{AdminError, ConfigEntry, Lookup, Topic, TopicDefaults, Topics, WAL_KIND_CONFIG};

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::ResponseError;
 use weir_meta::MetaStore;
-use weir_storage::{AppendOutcome, Engine, NewBatch, RewindHook, StorageError};
+use weir_storage::{
+    AppendOutcome, Engine, NewBatch, RewindHook, StorageError, StreamOptions, WalKind,
+};
 
 use crate::batch;
 use crate::producer::{Check, ProducerStates};
@@ -117,13 +119,21 @@ impl Partition {
         index: i32,
         stream_id: u64,
         max_message_bytes: usize,
+        wal_kind: WalKind,
     ) -> Result<Arc<Partition>, StorageError> {
         let epoch = meta.get_stream(stream_id).await?.map_or(1, |s| s.epoch + 1);
         let producers = Arc::new(Mutex::new(ProducerStates::default()));
         let hook_state = Arc::clone(&producers);
         let hook: RewindHook = Arc::new(move |offset| lock(&hook_state).rewind(offset));
         let info = engine
-            .open_stream_with(stream_id, epoch, Some(hook))
+            .open_stream_with(
+                stream_id,
+                epoch,
+                StreamOptions {
+                    rewind_hook: Some(hook),
+                    wal_kind,
+                },
+            )
             .await?;
         let now = now_ms();
         let (mut from, mut state) = match meta.load_producer_snapshot(stream_id).await? {

@@ -151,9 +151,17 @@ async fn setup() -> Setup {
     let engine = Engine::open(StorageConfig::default(), wal.clone(), meta.clone(), store)
         .await
         .unwrap();
-    let partition = Partition::open(engine, &*meta, "t", 0, 1, 1 << 20)
-        .await
-        .unwrap();
+    let partition = Partition::open(
+        engine,
+        &*meta,
+        "t",
+        0,
+        1,
+        1 << 20,
+        weir_storage::WalKind::File,
+    )
+    .await
+    .unwrap();
     Setup {
         _dir: dir,
         wal,
@@ -361,9 +369,17 @@ async fn idempotent_producers_retrying_through_wal_errors_land_exactly_once_in_o
     let engine = Engine::open(StorageConfig::default(), wal.clone(), meta.clone(), store)
         .await
         .unwrap();
-    let partition = Partition::open(engine, &*meta, "t", 0, 1, 1 << 20)
-        .await
-        .unwrap();
+    let partition = Partition::open(
+        engine,
+        &*meta,
+        "t",
+        0,
+        1,
+        1 << 20,
+        weir_storage::WalKind::File,
+    )
+    .await
+    .unwrap();
 
     let producer = |pid: i64| {
         let p = Arc::clone(&partition);

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use kafka_protocol::ResponseError;
 use weir_meta::{MetaError, MetaStore, TopicMeta};
-use weir_storage::{Engine, Retention, StorageError};
+use weir_storage::{Engine, Retention, StorageError, WalKind};
 
 use crate::partition::Partition;
 
@@ -25,6 +25,8 @@ pub struct TopicDefaults {
     pub retention_bytes: i64,
     /// `producer.id.expiration.ms`: idempotent producers idle this long are forgotten.
     pub producer_id_expiration_ms: i64,
+    /// `wal.kind`: the WAL of topics that do not set `weir.wal.kind`.
+    pub wal_kind: WalKind,
 }
 
 impl Default for TopicDefaults {
@@ -36,6 +38,7 @@ impl Default for TopicDefaults {
             retention_ms: 604_800_000,
             retention_bytes: -1,
             producer_id_expiration_ms: 86_400_000,
+            wal_kind: WalKind::File,
         }
     }
 }
@@ -237,6 +240,7 @@ impl Topics {
             index,
             stream_id,
             self.max_message_bytes(&t.configs),
+            self.wal_kind(&t.configs),
         )
         .await?;
         p.set_retention(self.retention(&t.configs));
@@ -290,11 +294,21 @@ impl Topics {
     fn apply_configs(&self, t: &Topic) {
         let retention = self.retention(&t.configs);
         let max = self.max_message_bytes(&t.configs);
+        let wal_kind = self.wal_kind(&t.configs);
         let local = self.read_local();
         for s in &t.streams {
             if let Some(p) = local.get(s) {
                 p.set_retention(retention);
                 p.set_max_message_bytes(max);
+                // Switching waits for the appends in flight on the old WAL (and, to the
+                // object WAL, for the upload of what the WAL file holds): in the background.
+                let (engine, stream_id, topic, index) =
+                    (self.engine.clone(), *s, p.topic.clone(), p.index);
+                tokio::spawn(async move {
+                    if let Err(e) = engine.set_wal_kind(stream_id, wal_kind).await {
+                        tracing::warn!(%topic, partition = index, wal = %wal_kind, error = %e, "switching the partition's WAL failed; it applies when the partition next opens");
+                    }
+                });
             }
         }
     }
@@ -589,10 +603,18 @@ impl Topics {
             ("segment.bytes", "1073741824".to_string()),
             ("segment.ms", "604800000".to_string()),
             ("unclean.leader.election.enable", "false".to_string()),
+            (WAL_KIND_CONFIG, d.wal_kind.to_string()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect()
+    }
+
+    fn wal_kind(&self, configs: &BTreeMap<String, String>) -> WalKind {
+        configs
+            .get(WAL_KIND_CONFIG)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(self.defaults.wal_kind)
     }
 
     fn max_message_bytes(&self, configs: &BTreeMap<String, String>) -> usize {
@@ -657,6 +679,10 @@ fn new_topic_id() -> [u8; 16] {
     *uuid::Uuid::new_v4().as_bytes()
 }
 
+/// The topic config that chooses a topic's WAL: `file` (acknowledged at disk latency) or
+/// `object` (acknowledged once in object storage; no disk).
+pub const WAL_KIND_CONFIG: &str = "weir.wal.kind";
+
 /// Checks a topic config against the names and values Kafka accepts.
 pub fn validate_config(name: &str, value: &str) -> Result<(), AdminError> {
     let invalid = |why: &str| {
@@ -689,6 +715,10 @@ pub fn validate_config(name: &str, value: &str) -> Result<(), AdminError> {
         | "message.timestamp.difference.max.ms"
         | "message.timestamp.before.max.ms"
         | "message.timestamp.after.max.ms" => long_at_least(0),
+        WAL_KIND_CONFIG => match value.parse::<WalKind>() {
+            Ok(_) => Ok(()),
+            Err(why) => invalid(&why),
+        },
         "cleanup.policy" => {
             if value
                 .split(',')

@@ -111,7 +111,8 @@ impl EngineInner {
         debug_assert_eq!((p.start_offset, p.end_offset), (start, end));
         let id = self.meta.prepare_object(object_key).await?;
         self.background.take(size).await;
-        self.put_with_retry(&object_key(id), data, size).await?;
+        self.put_with_retry(&object_key(id), data, size, crate::upload::PUT_ATTEMPTS)
+            .await?;
         let commit = ObjectCommit {
             object_id: id,
             size,

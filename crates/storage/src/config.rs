@@ -41,6 +41,13 @@ pub struct StorageConfig {
     pub background_bytes_per_sec: u64,
     /// Bytes per second catch-up reads may fetch from object storage (0: unlimited).
     pub catchup_bytes_per_sec: u64,
+    /// The object WAL seals an object once its first batch has waited this long...
+    pub object_wal_linger: Duration,
+    /// ...or once it holds this many bytes, whichever comes first.
+    pub object_wal_bytes: u64,
+    /// Objects of the object WAL being written (PUT, then commit) at once. Commits still happen
+    /// in the order the objects were sealed, so a partition's batches are acknowledged in order.
+    pub object_wal_max_in_flight: usize,
 }
 
 impl Default for StorageConfig {
@@ -63,6 +70,9 @@ impl Default for StorageConfig {
             compaction_min_ranges: 8,
             background_bytes_per_sec: 64 << 20,
             catchup_bytes_per_sec: 0,
+            object_wal_linger: Duration::from_millis(25),
+            object_wal_bytes: 8 << 20,
+            object_wal_max_in_flight: 8,
         }
     }
 }
@@ -72,4 +82,45 @@ impl Default for StorageConfig {
 pub struct Retention {
     pub ms: Option<u64>,
     pub bytes: Option<u64>,
+}
+
+/// Which write-ahead log a stream's appends go through before they are acknowledged.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum WalKind {
+    /// The broker's WAL file: acknowledged at disk latency, uploaded later.
+    #[default]
+    File,
+    /// Object storage itself: batches are collected into an object, which is PUT and committed
+    /// to the metadata store before they are acknowledged. Nothing is kept on the broker.
+    Object,
+}
+
+impl WalKind {
+    /// The name users write (`wal.kind`, the topic config `weir.wal.kind`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WalKind::File => "file",
+            WalKind::Object => "object",
+        }
+    }
+}
+
+impl std::str::FromStr for WalKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "file" => Ok(WalKind::File),
+            "object" => Ok(WalKind::Object),
+            other => Err(format!(
+                "unknown WAL kind {other:?}: expected \"file\" or \"object\""
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for WalKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }

@@ -11,13 +11,25 @@ use tokio::sync::{watch, Notify};
 use weir_meta::MetaStore;
 use weir_wal::{Wal, WalError, WalRecord};
 
-use crate::config::{Retention, StorageConfig};
+use crate::config::{Retention, StorageConfig, WalKind};
 use crate::error::{Result, StorageError};
 use crate::format::Frame;
 use crate::objstore::{MeteredStore, ObjectMeters};
 use crate::reader::ObjectReader;
 use crate::stream::{frame, Failure, OutcomeCell, RewindHook, Stream, StreamState, Totals};
 use crate::StorageMeters;
+
+/// How a stream is opened.
+#[derive(Clone, Default)]
+pub struct StreamOptions {
+    /// Told whenever the stream rewinds (an append failed and every append from its offset on
+    /// is gone), under the stream's lock: the partition layer keeps its producer state in step
+    /// with the stream through it.
+    pub rewind_hook: Option<RewindHook>,
+    /// The WAL its appends go through. An engine without a WAL file puts every stream on the
+    /// object WAL.
+    pub wal_kind: WalKind,
+}
 
 /// What an append got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,6 +118,10 @@ pub struct StreamInfo {
 pub(crate) struct EngineInner {
     pub config: StorageConfig,
     pub wal: Arc<dyn Wal>,
+    /// Whether `wal` is a WAL file; `false` for a broker without a disk, whose streams all go
+    /// through the object WAL.
+    pub has_wal_file: bool,
+    pub object_wal: crate::object_wal::ObjectWal,
     pub meta: Arc<dyn MetaStore>,
     pub store: Arc<dyn ObjectStore>,
     pub reader: ObjectReader,
@@ -145,6 +161,26 @@ impl Engine {
         meta: Arc<dyn MetaStore>,
         store: Arc<dyn ObjectStore>,
     ) -> Result<Engine> {
+        Self::open_inner(config, wal, true, meta, store).await
+    }
+
+    /// Opens an engine with no WAL file, for a broker without a disk: every stream goes through
+    /// the object WAL, and there is nothing to recover.
+    pub async fn open_without_wal(
+        config: StorageConfig,
+        meta: Arc<dyn MetaStore>,
+        store: Arc<dyn ObjectStore>,
+    ) -> Result<Engine> {
+        Self::open_inner(config, Arc::new(NoWal::default()), false, meta, store).await
+    }
+
+    async fn open_inner(
+        config: StorageConfig,
+        wal: Arc<dyn Wal>,
+        has_wal_file: bool,
+        meta: Arc<dyn MetaStore>,
+        store: Arc<dyn ObjectStore>,
+    ) -> Result<Engine> {
         let metered = MeteredStore::new(store);
         let object_meters = metered.meters();
         let store: Arc<dyn ObjectStore> = Arc::new(metered);
@@ -160,9 +196,15 @@ impl Engine {
             config.index_cache_bytes,
         );
         let background = crate::budget::Budget::new(config.background_bytes_per_sec);
+        let object_wal = crate::object_wal::ObjectWal::new(
+            config.object_wal_max_in_flight,
+            config.object_wal_bytes,
+        );
         let inner = Arc::new(EngineInner {
             config,
             wal,
+            has_wal_file,
+            object_wal,
             meta,
             store,
             reader,
@@ -184,6 +226,7 @@ impl Engine {
             tasks: Arc::new(Mutex::new(vec![
                 tokio::spawn(Arc::clone(&inner).upload_loop()),
                 tokio::spawn(Arc::clone(&inner).maintenance_loop()),
+                tokio::spawn(Arc::clone(&inner).object_wal_loop()),
             ])),
             inner,
         };
@@ -193,17 +236,17 @@ impl Engine {
     /// Opens a stream as its leader at `epoch`. A stream already open here at a lower epoch is
     /// flushed to object storage first.
     pub async fn open_stream(&self, stream_id: u64, epoch: u64) -> Result<StreamInfo> {
-        self.open_stream_with(stream_id, epoch, None).await
+        self.open_stream_with(stream_id, epoch, StreamOptions::default())
+            .await
     }
 
-    /// [`Engine::open_stream`], with a hook told whenever the stream rewinds (an append failed
-    /// and every append from its offset on is gone), under the stream's lock: the partition
-    /// layer keeps its producer state in step with the stream through it.
+    /// [`Engine::open_stream`] with options: the WAL kind, and a hook told of rewinds. A stream
+    /// already open here at the same epoch keeps the options it was opened with.
     pub async fn open_stream_with(
         &self,
         stream_id: u64,
         epoch: u64,
-        rewind_hook: Option<RewindHook>,
+        options: StreamOptions,
     ) -> Result<StreamInfo> {
         let inner = &self.inner;
         inner.check_open()?;
@@ -222,13 +265,19 @@ impl Engine {
             self.close_stream(stream_id).await?;
         }
         let m = inner.meta.open_stream(stream_id, epoch).await?;
+        let wal_kind = if inner.has_wal_file {
+            options.wal_kind
+        } else {
+            WalKind::Object
+        };
         let s = Arc::new(Stream::new(
             stream_id,
             m.epoch,
             m.start_offset,
             m.end_offset,
             Arc::clone(&inner.totals),
-            rewind_hook,
+            wal_kind,
+            options.rewind_hook,
         ));
         let info = inner.info(&s);
         inner.streams_write().insert(stream_id, s);
@@ -237,9 +286,66 @@ impl Engine {
             epoch,
             start = m.start_offset,
             end = m.end_offset,
+            wal = %wal_kind,
             "stream opened"
         );
         Ok(info)
+    }
+
+    /// Moves a stream to another WAL while it takes appends. New appends wait in the stream while
+    /// the batches in flight on the old WAL complete; a move to the object WAL also uploads what
+    /// the WAL file holds of the stream first, because the object WAL commits ranges directly and
+    /// they must continue the committed ones. An engine without a WAL file keeps every stream on
+    /// the object WAL.
+    pub async fn set_wal_kind(&self, stream_id: u64, kind: WalKind) -> Result<()> {
+        let inner = &self.inner;
+        let s = inner
+            .stream(stream_id)
+            .ok_or(StorageError::NotOpen(stream_id))?;
+        {
+            let mut st = s.lock();
+            if st.wal_kind() == kind || !inner.has_wal_file || st.switching() {
+                return Ok(());
+            }
+            st.begin_switch();
+        }
+        let started = Instant::now();
+        let outcome = loop {
+            let (in_flight, uncommitted, gone) = {
+                let st = s.lock();
+                (
+                    st.in_flight() > 0,
+                    st.committed_end() < st.durable_end(),
+                    st.fenced_by().is_some() || st.closing(),
+                )
+            };
+            if gone {
+                break Err(StorageError::NotOpen(stream_id));
+            }
+            if !in_flight && (kind == WalKind::File || !uncommitted) {
+                break Ok(());
+            }
+            if started.elapsed() > inner.config.wal_full_wait {
+                break Err(StorageError::Wal(WalError::Resetting));
+            }
+            if in_flight {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            } else if let Err(e) = inner.upload_stream(stream_id).await {
+                tracing::warn!(stream_id, error = %e, "upload before a WAL switch failed; retrying");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        };
+        let mut st = s.lock();
+        let old = st.wal_kind();
+        let kind = if outcome.is_ok() { kind } else { old };
+        st.end_switch(kind);
+        let submitted = inner.submit_waiting(&s, &mut st);
+        st.check_invariants();
+        drop(st);
+        if outcome.is_ok() {
+            tracing::info!(stream_id, from = %old, to = %kind, "stream moved to another WAL");
+        }
+        outcome.and(submitted)
     }
 
     /// Stops appends to a stream, uploads what it holds (and nothing of other streams) and
@@ -710,6 +816,10 @@ impl EngineInner {
     /// Returns the WAL's error if it refused one.
     pub(crate) fn submit_waiting(&self, s: &Arc<Stream>, st: &mut StreamState) -> Result<()> {
         while let Some(b) = st.first_unsubmitted() {
+            if st.switching() && b.deadline.is_some_and(|d| Instant::now() < d) {
+                // Waits until the stream is on its new WAL (`Engine::set_wal_kind`).
+                return Ok(());
+            }
             let (base, id) = (b.frame.base_offset, b.id);
             if b.deadline.is_some_and(|d| Instant::now() >= d) {
                 self.meters.wal_full_failures.inc();
@@ -728,6 +838,15 @@ impl EngineInner {
                     }),
                 );
                 return Ok(());
+            }
+            if st.wal_kind() == WalKind::Object {
+                let (epoch, frame) = (st.epoch(), b.frame.clone());
+                match self.offer_to_object_wal(s, epoch, id, &frame) {
+                    Some(seq) => st.submitted(seq),
+                    // Waits in the stream; an object's end hands it on.
+                    None => return Ok(()),
+                }
+                continue;
             }
             let record = WalRecord {
                 stream_id: s.id,
@@ -770,7 +889,7 @@ impl EngineInner {
     fn maybe_wake_uploader(&self) {
         let wal = self.wal.usage();
         if self.totals.uncommitted.load(Ordering::Relaxed) >= self.config.upload_bytes
-            || wal.used * 2 >= wal.capacity
+            || (self.has_wal_file && wal.used * 2 >= wal.capacity)
         {
             self.upload_wanted.notify_one();
         }
@@ -792,4 +911,54 @@ impl EngineInner {
             }
         }
     }
+}
+
+/// The WAL of an engine without a WAL file: it holds nothing and takes nothing (the engine puts
+/// every stream on the object WAL, so nothing is ever offered to it).
+#[derive(Default)]
+struct NoWal {
+    meters: weir_wal::WalMeters,
+}
+
+#[async_trait::async_trait]
+impl Wal for NoWal {
+    fn append(
+        &self,
+        _: WalRecord,
+        _: weir_wal::Completion,
+    ) -> std::result::Result<weir_wal::Seq, WalError> {
+        Err(WalError::Invalid {
+            path: "(none)".into(),
+            reason: "this broker has no WAL file (wal.kind = \"object\")".into(),
+        })
+    }
+
+    fn next_seq(&self) -> weir_wal::Seq {
+        0
+    }
+
+    async fn trim(&self, _: weir_wal::Seq) -> std::result::Result<(), WalError> {
+        Ok(())
+    }
+
+    async fn wait_for_space(&self, timeout: std::time::Duration) {
+        tokio::time::sleep(timeout).await;
+    }
+
+    fn take_recovered(&self) -> Vec<weir_wal::RecoveredRecord> {
+        Vec::new()
+    }
+
+    fn usage(&self) -> weir_wal::WalUsage {
+        weir_wal::WalUsage {
+            capacity: 0,
+            used: 0,
+        }
+    }
+
+    fn meters(&self) -> &weir_wal::WalMeters {
+        &self.meters
+    }
+
+    async fn close(&self) {}
 }

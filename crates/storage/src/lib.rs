@@ -37,15 +37,16 @@ mod error;
 pub mod format;
 pub mod local;
 mod maintenance;
+mod object_wal;
 pub mod objstore;
 mod reader;
 mod recovery;
 mod stream;
 mod upload;
 
-pub use config::{Retention, StorageConfig};
+pub use config::{Retention, StorageConfig, WalKind};
 pub use engine::{
-    AppendOutcome, Appended, Engine, NewBatch, PendingAppend, ReadResult, StreamInfo,
+    AppendOutcome, Appended, Engine, NewBatch, PendingAppend, ReadResult, StreamInfo, StreamOptions,
 };
 pub use error::{Result, StorageError};
 pub use format::Frame;
@@ -80,4 +81,13 @@ pub struct StorageMeters {
     pub recovered_batches: Counter,
     pub compactions: Counter,
     pub compacted_bytes: Counter,
+    /// Objects the object WAL wrote and committed, and the payload bytes in them.
+    pub object_wal_objects: Counter,
+    pub object_wal_bytes: Counter,
+    /// Objects of the object WAL whose PUT or commit failed (their appends failed and rewound).
+    pub object_wal_failures: Counter,
+    /// From an object's first batch to its commit: what an append waits on the object WAL.
+    pub object_wal_latency: Histogram,
+    /// Payload bytes handed to the object WAL and not yet committed (a gauge).
+    pub object_wal_pending_bytes: std::sync::atomic::AtomicU64,
 }

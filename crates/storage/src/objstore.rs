@@ -320,12 +320,17 @@ pub struct FaultConfig {
     /// Added to every request: PUT, each multipart part and completion, GET, HEAD, LIST, each
     /// DELETE, COPY.
     pub latency: std::time::Duration,
+    /// Added to every PUT and multipart part, on top of `latency`.
+    pub put_latency: std::time::Duration,
 }
 
 impl FaultConfig {
     /// Whether any fault is switched on.
     pub fn is_on(&self) -> bool {
-        self.put_error_rate > 0.0 || self.get_error_rate > 0.0 || !self.latency.is_zero()
+        self.put_error_rate > 0.0
+            || self.get_error_rate > 0.0
+            || !self.latency.is_zero()
+            || !self.put_latency.is_zero()
     }
 
     /// Checks that the rates are shares (0.0 to 1.0).
@@ -411,6 +416,14 @@ impl FaultState {
             tokio::time::sleep(latency).await;
         }
     }
+
+    /// The latency of PUTs only (a slow store for writes).
+    async fn put_delay(&self) {
+        let latency = self.faults().put_latency;
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+    }
 }
 
 fn put_errors(f: &FaultConfig) -> f64 {
@@ -465,6 +478,7 @@ impl ObjectStore for FaultyStore {
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
         self.shared.before(put_errors, "PUT", location).await?;
+        self.shared.put_delay().await;
         self.inner.put_opts(location, payload, opts).await
     }
 
@@ -563,6 +577,7 @@ impl MultipartUpload for FaultyUpload {
         let shared = Arc::clone(&self.shared);
         Box::pin(async move {
             shared.delay().await;
+            shared.put_delay().await;
             part.await
         })
     }

@@ -30,7 +30,7 @@ use bytes::Bytes;
 use tokio::sync::{watch, Notify};
 use weir_wal::{Seq, WalError};
 
-use crate::config::Retention;
+use crate::config::{Retention, WalKind};
 use crate::format::Frame;
 
 /// Why an append failed after it was given its offsets.
@@ -137,6 +137,11 @@ pub(crate) struct StreamState {
     /// Set while the stream is being closed: no more appends.
     closing: bool,
     retention: Retention,
+    /// The WAL the stream's appends go through.
+    wal_kind: WalKind,
+    /// Set while the stream moves to another WAL: no batch is handed to either until the
+    /// batches in flight on the old one are durable (and, for the object WAL, committed).
+    switching: bool,
     rewind_hook: Option<RewindHook>,
     totals: Arc<Totals>,
 }
@@ -174,6 +179,36 @@ impl StreamState {
 
     pub fn retention(&self) -> Retention {
         self.retention
+    }
+
+    pub fn wal_kind(&self) -> WalKind {
+        self.wal_kind
+    }
+
+    pub fn switching(&self) -> bool {
+        self.switching
+    }
+
+    /// Holds new batches back from the WAL while the stream moves to another.
+    pub fn begin_switch(&mut self) {
+        self.switching = true;
+    }
+
+    /// Ends a switch; the stream's batches go to `kind` from now on. Only with nothing in
+    /// flight: completions of the old WAL would otherwise interleave with the new one's.
+    pub fn end_switch(&mut self, kind: WalKind) {
+        invariant!(
+            !self.switching || self.in_flight == 0 || self.wal_kind == kind,
+            "WAL switch of a stream with {} batches in flight",
+            self.in_flight
+        );
+        self.wal_kind = kind;
+        self.switching = false;
+    }
+
+    /// Batches handed to the WAL and not yet durable.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
     }
 
     /// No more appends: the stream is being closed.
@@ -433,7 +468,11 @@ impl StreamState {
 
     /// WAL sequence number of the first batch not yet committed ([`Seq::MAX`] if it has not
     /// reached the WAL yet: the WAL may be trimmed past everything it holds of this stream).
+    /// `None` for a stream on the object WAL, which holds nothing in the WAL file.
     pub fn first_uncommitted_seq(&self) -> Option<Seq> {
+        if self.wal_kind == WalKind::Object {
+            return None;
+        }
         let i = self
             .batches
             .partition_point(|b| b.end_offset() <= self.committed_end);
@@ -514,6 +553,7 @@ impl Stream {
         start_offset: u64,
         end_offset: u64,
         totals: Arc<Totals>,
+        wal_kind: WalKind,
         rewind_hook: Option<RewindHook>,
     ) -> Stream {
         Stream {
@@ -533,6 +573,8 @@ impl Stream {
                 fenced_by: None,
                 closing: false,
                 retention: Retention::default(),
+                wal_kind,
+                switching: false,
                 rewind_hook,
                 totals,
             }),

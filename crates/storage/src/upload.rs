@@ -25,7 +25,8 @@ pub(crate) struct Part {
     pub frames: Vec<Frame>,
 }
 
-const PUT_ATTEMPTS: u32 = 8;
+/// Attempts of a PUT of the uploader and of compaction, whose data is safe meanwhile.
+pub(crate) const PUT_ATTEMPTS: u32 = 8;
 
 impl EngineInner {
     /// Uploads every stream's durable, uncommitted data, commits it, then trims the WAL and
@@ -170,6 +171,25 @@ impl EngineInner {
     /// Builds objects from `parts` (a stream-set object, and stream objects for large streams),
     /// writes them and commits them in one metadata transaction.
     pub(crate) async fn commit_parts(&self, parts: &[Part]) -> Result<()> {
+        let commits = self.put_parts(parts, PUT_ATTEMPTS).await?;
+        let bytes: u64 = commits.iter().map(|c| c.size).sum();
+        let count = commits.len() as u64;
+        let committing = std::time::Instant::now();
+        self.meta.commit_objects(commits).await?;
+        self.meters.commit_latency.record(committing.elapsed());
+        self.meters.uploads.inc();
+        self.meters.objects_uploaded.add(count);
+        self.meters.upload_bytes.add(bytes);
+        Ok(())
+    }
+
+    /// Builds objects from `parts` (a stream-set object, and stream objects for large streams)
+    /// and writes them; returns what commits them.
+    pub(crate) async fn put_parts(
+        &self,
+        parts: &[Part],
+        attempts: u32,
+    ) -> Result<Vec<ObjectCommit>> {
         let block = self.config.block_bytes as usize;
         let mut set = ObjectBuilder::new(block);
         let mut builders = Vec::new();
@@ -191,7 +211,8 @@ impl EngineInner {
         let puts = builders.into_iter().map(|b| async {
             let id = self.meta.prepare_object(object_key).await?;
             let (data, size, placements) = b.finish();
-            self.put_with_retry(&object_key(id), data, size).await?;
+            self.put_with_retry(&object_key(id), data, size, attempts)
+                .await?;
             Ok::<_, StorageError>(ObjectCommit {
                 object_id: id,
                 size,
@@ -209,16 +230,7 @@ impl EngineInner {
                     .collect(),
             })
         });
-        let commits = futures::future::try_join_all(puts).await?;
-        let bytes: u64 = commits.iter().map(|c| c.size).sum();
-        let count = commits.len() as u64;
-        let committing = std::time::Instant::now();
-        self.meta.commit_objects(commits).await?;
-        self.meters.commit_latency.record(committing.elapsed());
-        self.meters.uploads.inc();
-        self.meters.objects_uploaded.add(count);
-        self.meters.upload_bytes.add(bytes);
-        Ok(())
+        futures::future::try_join_all(puts).await
     }
 
     pub(crate) async fn put_with_retry(
@@ -226,6 +238,7 @@ impl EngineInner {
         key: &str,
         data: Vec<Bytes>,
         size: u64,
+        attempts: u32,
     ) -> Result<()> {
         let path = Path::from(key);
         let mut backoff = Duration::from_millis(50);
@@ -233,7 +246,7 @@ impl EngineInner {
         loop {
             match self.put_object(&path, &data, size).await {
                 Ok(()) => return Ok(()),
-                Err(e) if attempt < PUT_ATTEMPTS => {
+                Err(e) if attempt < attempts => {
                     self.meters.upload_errors.inc();
                     tracing::warn!(key, attempt, error = %e, "object upload failed; retrying");
                     tokio::time::sleep(backoff).await;
@@ -324,7 +337,7 @@ impl EngineInner {
             self.submit_all_waiting();
             let due = self.totals.uncommitted.load(Ordering::Relaxed) >= self.config.upload_bytes
                 || oldest.is_some_and(|t| t.elapsed() >= self.config.upload_interval)
-                || wal.used * 2 >= wal.capacity;
+                || (self.has_wal_file && wal.used * 2 >= wal.capacity);
             if !due {
                 continue;
             }

@@ -20,6 +20,7 @@ async fn faulty_slow_store_loses_nothing_and_applies_backpressure() {
             put_error_rate: 0.5,
             get_error_rate: 0.0,
             latency: Duration::from_millis(200),
+            ..Default::default()
         },
         max_concurrent_requests: 8,
         ..Default::default()

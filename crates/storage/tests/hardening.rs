@@ -266,7 +266,17 @@ async fn a_failed_write_rewinds_each_affected_stream_once() {
         let hook: weir_storage::RewindHook = Arc::new(move |_| {
             count.fetch_add(1, Ordering::SeqCst);
         });
-        engine.open_stream_with(*s, 1, Some(hook)).await.unwrap();
+        engine
+            .open_stream_with(
+                *s,
+                1,
+                weir_storage::StreamOptions {
+                    rewind_hook: Some(hook),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
         engine
             .append(*s, 1, 1, 0, |b| payload(*s, b, 0, 500))
             .await

@@ -68,7 +68,8 @@ pub struct State {
 /// The run-time fault switch: `PUT /v1/faults` changes the faults injected into the WAL's group
 /// writes and into object-store requests, `GET /v1/faults` shows them.
 pub struct FaultSwitch {
-    wal: Arc<weir_wal::FileWal>,
+    /// `None` on a broker without a WAL file (`wal.kind = "object"`).
+    wal: Option<Arc<weir_wal::FileWal>>,
     store: weir_storage::objstore::FaultyStore,
     current: std::sync::Mutex<(weir_wal::WalFaults, weir_storage::objstore::FaultConfig)>,
 }
@@ -88,6 +89,7 @@ struct StoreFaultsBody {
     put_error_rate: f64,
     get_error_rate: f64,
     latency_ms: u64,
+    put_latency_ms: u64,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -99,7 +101,7 @@ struct FaultsBody {
 
 impl FaultSwitch {
     pub fn new(
-        wal: Arc<weir_wal::FileWal>,
+        wal: Option<Arc<weir_wal::FileWal>>,
         store: weir_storage::objstore::FaultyStore,
         wal_faults: weir_wal::WalFaults,
         store_faults: weir_storage::objstore::FaultConfig,
@@ -124,6 +126,7 @@ impl FaultSwitch {
                 "put_error_rate": c.1.put_error_rate,
                 "get_error_rate": c.1.get_error_rate,
                 "latency_ms": c.1.latency.as_millis() as u64,
+                "put_latency_ms": c.1.put_latency.as_millis() as u64,
             },
         })
     }
@@ -142,6 +145,7 @@ impl FaultSwitch {
                 put_error_rate: o.put_error_rate,
                 get_error_rate: o.get_error_rate,
                 latency: Duration::from_millis(o.latency_ms),
+                put_latency: Duration::from_millis(o.put_latency_ms),
             });
         if let Some(w) = &wal {
             w.validate()?;
@@ -153,7 +157,9 @@ impl FaultSwitch {
             let mut c = self.current.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(w) = wal {
                 tracing::warn!(faults = ?w, "WAL fault injection switched");
-                self.wal.set_faults(w.clone());
+                if let Some(wal) = &self.wal {
+                    wal.set_faults(w.clone());
+                }
                 c.0 = w;
             }
             if let Some(o) = store {

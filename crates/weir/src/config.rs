@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use serde::Deserialize;
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -126,8 +126,16 @@ pub struct BrokerConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WalConfig {
-    /// `file` (a file or block device).
+    /// `file` (a file or block device, the default) or `object` (no WAL file: every partition
+    /// this broker leads is acknowledged once its data is in object storage). Also the default
+    /// of the topic config `weir.wal.kind`.
     pub kind: String,
+    /// Object WAL: an object is sealed once its first batch has waited this long...
+    pub object_linger_ms: u64,
+    /// ...or once it holds this many bytes.
+    pub object_bytes: u64,
+    /// Object WAL: objects being written (PUT, then commit) at once.
+    pub object_max_in_flight: usize,
     /// Defaults to `<data_dir>/wal`.
     pub path: Option<PathBuf>,
     pub capacity: u64,
@@ -195,6 +203,9 @@ pub struct ObjectStoreConfig {
     pub fault_get_error_rate: f64,
     /// Fault injection: latency added to every request.
     pub fault_latency_ms: u64,
+    /// Fault injection: latency added to every PUT (each part of a multipart upload too), on
+    /// top of `fault_latency_ms`: a slow store for writes, as the object WAL's benchmarks use.
+    pub fault_put_latency_ms: u64,
 }
 
 impl Default for ObjectStoreConfig {
@@ -205,6 +216,7 @@ impl Default for ObjectStoreConfig {
             fault_put_error_rate: 0.0,
             fault_get_error_rate: 0.0,
             fault_latency_ms: 0,
+            fault_put_latency_ms: 0,
         }
     }
 }
@@ -238,8 +250,12 @@ impl Default for BrokerConfig {
 
 impl Default for WalConfig {
     fn default() -> Self {
+        let d = weir_storage::StorageConfig::default();
         WalConfig {
             kind: "file".into(),
+            object_linger_ms: d.object_wal_linger.as_millis() as u64,
+            object_bytes: d.object_wal_bytes,
+            object_max_in_flight: d.object_wal_max_in_flight,
             path: None,
             capacity: 2 << 30,
             direct_io: true,
@@ -342,12 +358,9 @@ impl Config {
         let config: Config = toml::Value::Table(table)
             .try_into()
             .context("invalid configuration")?;
-        if config.wal.kind != "file" {
-            bail!(
-                "wal.kind = {:?}: only \"file\" is implemented",
-                config.wal.kind
-            );
-        }
+        config
+            .wal_kind()
+            .map_err(|e| anyhow::anyhow!("wal.kind: {e}"))?;
         config
             .store_options()
             .faults
@@ -397,6 +410,11 @@ impl Config {
         format!("{host}:0")
     }
 
+    /// The broker's WAL kind: `object` means no WAL file at all.
+    pub fn wal_kind(&self) -> Result<weir_storage::WalKind, String> {
+        self.wal.kind.parse()
+    }
+
     pub fn wal_path(&self) -> PathBuf {
         self.wal
             .path
@@ -437,6 +455,7 @@ impl Config {
                 put_error_rate: o.fault_put_error_rate,
                 get_error_rate: o.fault_get_error_rate,
                 latency: std::time::Duration::from_millis(o.fault_latency_ms),
+                put_latency: std::time::Duration::from_millis(o.fault_put_latency_ms),
             },
             fault_switch: self.broker.fault_switch,
         }
@@ -473,6 +492,9 @@ impl Config {
             compaction_min_ranges: s.compaction_min_ranges,
             background_bytes_per_sec: s.background_bytes_per_sec,
             catchup_bytes_per_sec: s.catchup_bytes_per_sec,
+            object_wal_linger: Duration::from_millis(self.wal.object_linger_ms),
+            object_wal_bytes: self.wal.object_bytes.max(1),
+            object_wal_max_in_flight: self.wal.object_max_in_flight.max(1),
         }
     }
 }

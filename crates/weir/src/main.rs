@@ -268,6 +268,7 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
         retention_ms: config.broker.log_retention_ms,
         retention_bytes: config.broker.log_retention_bytes,
         producer_id_expiration_ms: config.broker.producer_id_expiration_ms,
+        wal_kind: config.wal_kind().map_err(anyhow::Error::msg)?,
     };
     // Join the cluster (one broker on SQLite is a cluster of one): register, then open the
     // partitions the controller assigns here before taking clients.
@@ -296,46 +297,73 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
             Err(e) => return Err(e).with_context(|| format!("reading {}", node_id_file.display())),
         },
     };
-    let cluster = join_with_wal(
-        &meta,
-        weir_meta::BrokerRegistration {
-            node_id,
-            zone: config.broker.zone.clone(),
-            host: host.clone(),
-            port,
-            internal_addr: format!("{host}:{internal_port}"),
-            wal: None,
-        },
-        cluster_config.clone(),
-        &wal_config,
-    )
-    .await?;
+    let registration = weir_meta::BrokerRegistration {
+        node_id,
+        zone: config.broker.zone.clone(),
+        host: host.clone(),
+        port,
+        internal_addr: format!("{host}:{internal_port}"),
+        wal: None,
+    };
+    let wal_kind = config.wal_kind().map_err(anyhow::Error::msg)?;
+    // Without a WAL file (`wal.kind = "object"`) there is nothing to claim, recover or seal:
+    // the broker registers without one, and its partitions move at once when it dies.
+    let cluster = match wal_kind {
+        weir_storage::WalKind::File => {
+            join_with_wal(&meta, registration, cluster_config.clone(), &wal_config).await?
+        }
+        weir_storage::WalKind::Object => {
+            weir_cluster::Cluster::join(Arc::clone(&meta), registration, cluster_config.clone())
+                .await
+                .context("joining the cluster")?
+        }
+    };
     if node_id.is_none() {
         std::fs::write(&node_id_file, format!("{}\n", cluster.node_id()))
             .with_context(|| format!("saving the node id in {}", node_id_file.display()))?;
     }
-    // The WAL is opened (and what it holds uploaded) only once this incarnation owns it.
-    if cluster_config.fence_acks {
-        wal_config.ack_gate = Some(Arc::new(SessionGate(cluster.session_lease())));
-    }
-    let wal_faults = wal_config.faults.clone();
-    let wal = Arc::new(weir_wal::FileWal::open(wal_config).context("opening the WAL")?);
+    let (engine, file_wal) = match wal_kind {
+        weir_storage::WalKind::File => {
+            // The WAL is opened (and what it holds uploaded) only once this incarnation owns it.
+            if cluster_config.fence_acks {
+                wal_config.ack_gate = Some(Arc::new(SessionGate(cluster.session_lease())));
+            }
+            let wal = Arc::new(weir_wal::FileWal::open(wal_config).context("opening the WAL")?);
+            tracing::info!(wal = %wal_path.display(), metadata = %meta_shown, objects = %store_url, "opening storage");
+            let engine = weir_storage::Engine::open(
+                config.storage(),
+                Arc::clone(&wal) as Arc<dyn weir_wal::Wal>,
+                Arc::clone(&meta),
+                Arc::clone(&store),
+            )
+            .await
+            .context("opening the storage engine")?;
+            (engine, Some(wal))
+        }
+        weir_storage::WalKind::Object => {
+            tracing::info!(wal = "object", metadata = %meta_shown, objects = %store_url, "opening storage without a WAL file");
+            let engine = weir_storage::Engine::open_without_wal(
+                config.storage(),
+                Arc::clone(&meta),
+                Arc::clone(&store),
+            )
+            .await
+            .context("opening the storage engine")?;
+            (engine, None)
+        }
+    };
     let fault_switch = match (config.broker.fault_switch, store_faults) {
         (true, Some(store)) => {
             tracing::warn!("the fault switch is ON: PUT /v1/faults injects faults");
             Some(Arc::new(admin::FaultSwitch::new(
-                Arc::clone(&wal),
+                file_wal,
                 store,
-                wal_faults,
+                config.wal_faults(),
                 store_options.faults.clone(),
             )))
         }
         _ => None,
     };
-    tracing::info!(wal = %wal_path.display(), metadata = %meta_shown, objects = %store_url, "opening storage");
-    let engine = weir_storage::Engine::open(config.storage(), wal, Arc::clone(&meta), store)
-        .await
-        .context("opening the storage engine")?;
     let topics = weir_partition::Topics::open(engine.clone(), Arc::clone(&meta), defaults)
         .await
         .context("opening topics")?;

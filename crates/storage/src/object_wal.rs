@@ -1,0 +1,413 @@
+//! The object WAL: streams whose appends are made durable by object storage itself.
+//!
+//! A batch of such a stream is handed here, in offset order, instead of to the WAL file. Batches
+//! of all such streams are collected into one object until the first has waited
+//! `object_wal_linger` or they hold `object_wal_bytes`; the object is built in the ordinary
+//! object format (a stream-set object, plus stream objects for large streams), PUT, and its
+//! ranges committed to the metadata store in one transaction. Only then are its batches durable,
+//! and at the same moment committed: the WAL object *is* the data object, written once, and the
+//! uploader finds nothing left to upload for these streams.
+//!
+//! Several objects are in flight at once (`object_wal_max_in_flight`): their PUTs overlap, but
+//! their commits take turns in the order the objects were sealed, so each stream's ranges are
+//! committed, and its appends acknowledged, in offset order. A producer with five requests in
+//! flight is therefore held by the PUT's latency only once, not once per request.
+//!
+//! Faults:
+//! - A PUT that fails after its retries, or a commit the metadata store keeps refusing, fails the
+//!   object's batches: each stream rewinds to its first batch in the object (which fails every
+//!   later batch of that stream too, including those in later objects: they are left out of
+//!   those objects' commits). Clients retry; nothing acknowledged is lost.
+//! - A commit refused for a stale epoch means a newer leader owns the stream: it is fenced, and
+//!   nothing of it is acknowledged here. That is what stops a paused broker that wakes up after
+//!   its partitions moved: it has no WAL a peer must seal, and its commit is refused.
+//! - Bytes handed over and not yet committed are bounded (`max_in_flight + 1` objects' worth);
+//!   beyond that batches wait in their stream, as they do for room in a full WAL file.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit, Semaphore};
+use weir_meta::{MetaError, ObjectCommit};
+use weir_wal::{Seq, WalError};
+
+use crate::engine::EngineInner;
+use crate::error::Result;
+use crate::format::Frame;
+use crate::stream::{Failure, Stream};
+use crate::upload::Part;
+
+/// How long an object's commit is retried while the metadata store fails (it is down or
+/// unreachable) before its batches fail. Later objects wait behind it meanwhile, as their
+/// commits must come after it.
+const COMMIT_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Attempts of an object's PUT. Few, and quickly: its producers wait meanwhile, and a failure
+/// only makes them retry (the batches are still in their memory), where the uploader's data
+/// would sit in the WAL.
+const PUT_ATTEMPTS: u32 = 3;
+
+/// One batch handed to the object WAL.
+struct Entry {
+    stream: Arc<Stream>,
+    epoch: u64,
+    id: u64,
+    frame: Frame,
+}
+
+#[derive(Default)]
+struct Collecting {
+    entries: Vec<Entry>,
+    bytes: u64,
+    /// When the first batch of the object being collected arrived.
+    since: Option<Instant>,
+}
+
+/// The object WAL's state in the engine.
+pub(crate) struct ObjectWal {
+    collecting: Mutex<Collecting>,
+    /// Woken when the first batch of an object arrives, or when one is full.
+    wake: Notify,
+    /// One permit per object in flight.
+    slots: Arc<Semaphore>,
+    /// Resolves when the last sealed object's commit is done: the next one commits after it.
+    tail: Mutex<Option<oneshot::Receiver<()>>>,
+    /// Numbers the objects, as a WAL numbers its records (kept in the batches' `seq`).
+    next_seq: std::sync::atomic::AtomicU64,
+    /// Payload bytes handed over and not yet committed or failed.
+    pending_bytes: std::sync::atomic::AtomicU64,
+    max_pending_bytes: u64,
+}
+
+impl ObjectWal {
+    pub fn new(max_in_flight: usize, object_bytes: u64) -> ObjectWal {
+        let max_in_flight = max_in_flight.max(1);
+        ObjectWal {
+            collecting: Mutex::new(Collecting::default()),
+            wake: Notify::new(),
+            slots: Arc::new(Semaphore::new(max_in_flight)),
+            tail: Mutex::new(None),
+            next_seq: std::sync::atomic::AtomicU64::new(0),
+            pending_bytes: std::sync::atomic::AtomicU64::new(0),
+            max_pending_bytes: object_bytes.max(1) * (max_in_flight as u64 + 1),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Collecting> {
+        self.collecting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// One stream's batches in one object: what to check before its ranges are committed, and what
+/// to mark durable (or fail) after.
+struct StreamShare {
+    stream: Arc<Stream>,
+    /// `(base offset, append id)` of each batch, in order.
+    batches: Vec<(u64, u64)>,
+}
+
+impl EngineInner {
+    /// Hands the stream's first waiting batch to the object WAL; called under the stream's lock,
+    /// in offset order. `None` when the object WAL has no room: the batch waits in the stream.
+    pub(crate) fn offer_to_object_wal(
+        &self,
+        s: &Arc<Stream>,
+        epoch: u64,
+        id: u64,
+        frame: &Frame,
+    ) -> Option<Seq> {
+        let ow = &self.object_wal;
+        let len = frame.payload.len() as u64;
+        let pending = ow.pending_bytes.load(Ordering::Relaxed);
+        // One batch is always let through, however large, so that a batch bigger than the
+        // budget cannot wait forever.
+        if pending > 0 && pending + len > ow.max_pending_bytes {
+            return None;
+        }
+        ow.pending_bytes.fetch_add(len, Ordering::Relaxed);
+        self.meters
+            .object_wal_pending_bytes
+            .store(pending + len, Ordering::Relaxed);
+        let mut c = ow.lock();
+        let first = c.entries.is_empty();
+        c.entries.push(Entry {
+            stream: Arc::clone(s),
+            epoch,
+            id,
+            frame: frame.clone(),
+        });
+        c.bytes += len;
+        if first {
+            c.since = Some(Instant::now());
+        }
+        let full = c.bytes >= self.config.object_wal_bytes;
+        drop(c);
+        if first || full {
+            ow.wake.notify_one();
+        }
+        Some(ow.next_seq.load(Ordering::Relaxed))
+    }
+
+    /// Seals objects as they fill or linger out, and sends each on its way (PUT, then commit in
+    /// turn) while at most `object_wal_max_in_flight` are in flight.
+    pub(crate) async fn object_wal_loop(self: Arc<Self>) {
+        let mut shutdown = self.shutdown.subscribe();
+        let linger = self.config.object_wal_linger;
+        loop {
+            if *shutdown.borrow_and_update() {
+                return;
+            }
+            let (since, full) = {
+                let c = self.object_wal.lock();
+                (c.since, c.bytes >= self.config.object_wal_bytes)
+            };
+            let Some(since) = since else {
+                tokio::select! {
+                    _ = self.object_wal.wake.notified() => {}
+                    _ = shutdown.changed() => return,
+                }
+                continue;
+            };
+            if !full && since.elapsed() < linger {
+                tokio::select! {
+                    _ = self.object_wal.wake.notified() => {}
+                    _ = tokio::time::sleep_until((since + linger).into()) => {}
+                    _ = shutdown.changed() => return,
+                }
+                continue;
+            }
+            // Wait for a slot before sealing: meanwhile batches go on joining this object, so a
+            // slow store makes objects larger rather than queues longer.
+            let slot = tokio::select! {
+                slot = Arc::clone(&self.object_wal.slots).acquire_owned() => match slot {
+                    Ok(s) => s,
+                    Err(_) => return,
+                },
+                _ = shutdown.changed() => return,
+            };
+            let entries = {
+                let mut c = self.object_wal.lock();
+                self.object_wal.next_seq.fetch_add(1, Ordering::Relaxed);
+                std::mem::take(&mut *c).entries
+            };
+            if entries.is_empty() {
+                continue;
+            }
+            let (done_tx, done_rx) = oneshot::channel();
+            let prev = self
+                .object_wal
+                .tail
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .replace(done_rx);
+            tokio::spawn(Arc::clone(&self).write_object(entries, since, prev, done_tx, slot));
+        }
+    }
+
+    /// Writes one object of the object WAL: PUT, then (after the previous object's commit)
+    /// commit, then the batches are durable; or they fail.
+    async fn write_object(
+        self: Arc<Self>,
+        entries: Vec<Entry>,
+        since: Instant,
+        prev: Option<oneshot::Receiver<()>>,
+        done: oneshot::Sender<()>,
+        _slot: OwnedSemaphorePermit,
+    ) {
+        let bytes: u64 = entries.iter().map(|e| e.frame.payload.len() as u64).sum();
+        let mut parts: Vec<Part> = Vec::new();
+        let mut shares: HashMap<u64, StreamShare> = HashMap::new();
+        for e in entries {
+            let id = e.stream.id;
+            match shares.get_mut(&id) {
+                Some(share) => share.batches.push((e.frame.base_offset, e.id)),
+                None => {
+                    shares.insert(
+                        id,
+                        StreamShare {
+                            stream: Arc::clone(&e.stream),
+                            batches: vec![(e.frame.base_offset, e.id)],
+                        },
+                    );
+                }
+            }
+            match parts.iter_mut().find(|p| p.stream_id == id) {
+                Some(p) => {
+                    debug_assert!(p.epoch == e.epoch, "one stream, two epochs in one object");
+                    debug_assert!(
+                        p.frames.last().map(Frame::end_offset) == Some(e.frame.base_offset),
+                        "object WAL batches of stream {id} out of order"
+                    );
+                    p.frames.push(e.frame);
+                }
+                None => parts.push(Part {
+                    stream_id: id,
+                    epoch: e.epoch,
+                    frames: vec![e.frame],
+                }),
+            }
+        }
+        let put = self.put_parts(&parts, PUT_ATTEMPTS).await;
+        if let Some(prev) = prev {
+            // An error only means the previous writer is gone: its turn is over either way.
+            let _ = prev.await;
+        }
+        let outcome = match put {
+            Ok(commits) => self.commit_in_turn(commits, &mut shares).await,
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(()) => {
+                self.meters.object_wal_objects.inc();
+                self.meters.object_wal_bytes.add(bytes);
+                self.meters.object_wal_latency.record(since.elapsed());
+            }
+            Err(e) => {
+                self.meters.object_wal_failures.inc();
+                tracing::warn!(error = %e, streams = shares.len(), "object WAL: object not written; its appends fail and their streams rewind");
+                let failure = Failure::Wal(WalError::WriteFailed(Arc::new(std::io::Error::other(
+                    format!("object WAL: {e}"),
+                ))));
+                for share in shares.values() {
+                    let mut st = share.stream.lock();
+                    let (base, id) = share.batches[0];
+                    if st.in_flight_first(base, id) {
+                        st.rewind(base, failure.clone());
+                        st.check_invariants();
+                    }
+                }
+            }
+        }
+        let left = self
+            .object_wal
+            .pending_bytes
+            .fetch_sub(bytes, Ordering::Relaxed)
+            - bytes;
+        self.meters
+            .object_wal_pending_bytes
+            .store(left, Ordering::Relaxed);
+        drop(done);
+        // Batches that waited for room go on now.
+        self.submit_all_waiting();
+        self.evict();
+    }
+
+    /// The commit of one object, in its turn. Streams whose batches are no longer in flight (a
+    /// rewind or a fence failed them since) are left out; a stream the store fences is fenced
+    /// here and left out; the rest are committed, then durable.
+    async fn commit_in_turn(
+        &self,
+        mut commits: Vec<ObjectCommit>,
+        shares: &mut HashMap<u64, StreamShare>,
+    ) -> Result<()> {
+        shares.retain(|_, share| {
+            let (base, id) = share.batches[0];
+            let mut st = share.stream.lock();
+            st.fenced_by().is_none() && st.in_flight_first(base, id)
+        });
+        let started = Instant::now();
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            for c in &mut commits {
+                c.ranges.retain(|r| shares.contains_key(&r.stream_id));
+            }
+            // An object left with no range is never committed: it is an orphan, and deleted as
+            // one.
+            commits.retain(|c| !c.ranges.is_empty());
+            if commits.is_empty() {
+                return Ok(());
+            }
+            let committing = Instant::now();
+            let culprit = match self.meta.commit_objects(commits.clone()).await {
+                Ok(()) => {
+                    self.meters.commit_latency.record(committing.elapsed());
+                    break;
+                }
+                Err(MetaError::Fenced {
+                    stream_id, current, ..
+                }) => {
+                    tracing::warn!(
+                        stream_id,
+                        current,
+                        "object WAL: stream fenced by a newer leader; its appends fail"
+                    );
+                    if let Some(share) = shares.get(&stream_id) {
+                        share.stream.lock().fence(current);
+                    }
+                    stream_id
+                }
+                Err(MetaError::Discontinuity {
+                    stream_id,
+                    expected,
+                    got,
+                }) => {
+                    tracing::error!(
+                        stream_id,
+                        expected,
+                        got,
+                        "object WAL: the metadata store's end offset moved under this leader; fencing the stream"
+                    );
+                    if let Some(share) = shares.get(&stream_id) {
+                        let mut st = share.stream.lock();
+                        let current = st.epoch() + 1;
+                        st.fence(current);
+                    }
+                    stream_id
+                }
+                Err(MetaError::UnknownStream(stream_id)) => {
+                    tracing::warn!(
+                        stream_id,
+                        "object WAL: stream no longer exists in the metadata store; dropping it"
+                    );
+                    if let Some(s) = self.streams_write().remove(&stream_id) {
+                        s.lock().release(Failure::Dropped);
+                    }
+                    stream_id
+                }
+                Err(e @ MetaError::Backend { .. }) if started.elapsed() < COMMIT_PATIENCE => {
+                    tracing::warn!(error = %e, "object WAL: commit failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            shares.remove(&culprit);
+        }
+        for share in shares.values() {
+            let mut st = share.stream.lock();
+            let first = share.batches[0].0;
+            let mut end = first;
+            for &(base, id) in &share.batches {
+                if !st.durable(base, id) {
+                    break;
+                }
+                end = st.durable_end();
+            }
+            if end > first {
+                st.committed(first, end);
+                share.stream.end_tx.send_replace(st.durable_end());
+            }
+            st.check_invariants();
+            drop(st);
+            self.evictable
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_back((share.stream.id, end));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_lets_one_batch_through_however_large() {
+        let ow = ObjectWal::new(2, 10);
+        assert_eq!(ow.max_pending_bytes, 30);
+    }
+}

@@ -1,0 +1,274 @@
+//! The object WAL: appends acknowledged once their object is PUT and committed, several objects
+//! in flight committed in order, failures that rewind, stale leaders refused, and streams of
+//! both kinds (and switching between them) in one engine.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{check_payload, open_engine_with_store, payload, read_all, small_config};
+use weir_meta::{MetaStore, SqliteMetaStore};
+use weir_storage::objstore::{FaultConfig, FaultyStore};
+use weir_storage::{Engine, StorageConfig, StorageError, StreamOptions, WalKind};
+
+fn object_config() -> StorageConfig {
+    StorageConfig {
+        object_wal_linger: Duration::from_millis(5),
+        object_wal_bytes: 64 << 10,
+        object_wal_max_in_flight: 4,
+        ..small_config()
+    }
+}
+
+fn slow_store(put_ms: u64) -> FaultyStore {
+    FaultyStore::new(
+        Arc::new(object_store::memory::InMemory::new()),
+        FaultConfig {
+            put_latency: Duration::from_millis(put_ms),
+            ..Default::default()
+        },
+    )
+}
+
+async fn diskless(
+    meta: Arc<dyn MetaStore>,
+    store: Arc<dyn object_store::ObjectStore>,
+    config: StorageConfig,
+) -> Engine {
+    Engine::open_without_wal(config, meta, store)
+        .await
+        .expect("open engine")
+}
+
+fn sqlite(dir: &std::path::Path) -> Arc<dyn MetaStore> {
+    Arc::new(SqliteMetaStore::open(&dir.join("meta.sqlite")).expect("open meta"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acknowledged_append_is_already_committed_and_survives_a_new_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let meta = sqlite(dir.path());
+    let store: Arc<dyn object_store::ObjectStore> = Arc::new(slow_store(0));
+    let engine = diskless(Arc::clone(&meta), Arc::clone(&store), object_config()).await;
+    for s in 1..=3 {
+        engine.open_stream(s, 1).await.unwrap();
+    }
+    for i in 0..60u64 {
+        let s = 1 + i % 3;
+        let a = engine
+            .append(s, 1, 2, i as i64, |base| payload(s, base, i, 700))
+            .await
+            .unwrap();
+        // Durable means committed: the metadata store has it before the caller hears.
+        let m = meta.get_stream(s).await.unwrap().unwrap();
+        assert!(
+            m.end_offset >= a.end_offset,
+            "acked {a:?} but committed {m:?}"
+        );
+        let info = engine.stream_info(s).unwrap();
+        assert_eq!(info.committed_end, info.high_watermark);
+    }
+    assert!(engine.meters().object_wal_objects.get() > 0);
+    // The uploader never uploads these streams: the object WAL's objects are the data objects.
+    assert_eq!(engine.meters().uploads.get(), 0);
+    // Dropped without a clean close, as a crash would: another engine (another broker) opens
+    // the streams at a higher epoch and reads everything, with nothing to recover.
+    drop(engine);
+    let other = diskless(meta, store, object_config()).await;
+    for s in 1..=3 {
+        let info = other.open_stream(s, 2).await.unwrap();
+        assert_eq!(info.high_watermark, 40);
+        let frames = read_all(&other, s, 0).await;
+        assert_eq!(frames.len(), 20);
+        for f in &frames {
+            let (stream, base, _) = check_payload(&f.payload);
+            assert_eq!((stream, base), (s, f.base_offset));
+        }
+    }
+    other.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_in_flight_together_span_several_objects_and_commit_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let meta = sqlite(dir.path());
+    let store: Arc<dyn object_store::ObjectStore> = Arc::new(slow_store(40));
+    let engine = diskless(Arc::clone(&meta), store, object_config()).await;
+    engine.open_stream(1, 1).await.unwrap();
+    // A producer with many requests in flight: none waits for the previous one's object.
+    let mut pending = Vec::new();
+    for i in 0..40u64 {
+        let p = engine
+            .append_with(1, 1, |base, _| {
+                Some(weir_storage::NewBatch {
+                    record_count: 1,
+                    max_timestamp: i as i64,
+                    payload: payload(1, base, i, 600),
+                })
+            })
+            .unwrap()
+            .unwrap();
+        pending.push(p);
+        if i % 8 == 7 {
+            // Let the linger seal an object now and then, so that several are in flight.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let mut last = 0;
+    for p in pending {
+        let a = p.wait().await.unwrap();
+        assert_eq!(a.base_offset, last);
+        last = a.end_offset;
+    }
+    let objects = engine.meters().object_wal_objects.get();
+    assert!(
+        objects >= 3,
+        "only {objects} objects for 40 appends sent over 50 ms"
+    );
+    // The ranges are contiguous in the index, in offset order.
+    let ranges = meta.ranges(1, 0, 1000).await.unwrap();
+    assert_eq!(ranges.len() as u64, objects);
+    let mut next = 0;
+    for r in &ranges {
+        assert_eq!(r.start_offset, next);
+        next = r.end_offset;
+    }
+    assert_eq!(next, 40);
+    engine.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_put_fails_the_append_and_the_stream_takes_its_offset_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let meta = sqlite(dir.path());
+    let faulty = slow_store(0);
+    let store: Arc<dyn object_store::ObjectStore> = Arc::new(faulty.clone());
+    let engine = diskless(meta, store, object_config()).await;
+    engine.open_stream(1, 1).await.unwrap();
+    engine
+        .append(1, 1, 1, 0, |b| payload(1, b, 0, 100))
+        .await
+        .unwrap();
+    faulty.set_faults(FaultConfig {
+        put_error_rate: 1.0,
+        ..Default::default()
+    });
+    let e = engine
+        .append(1, 1, 1, 0, |b| payload(1, b, 1, 100))
+        .await
+        .unwrap_err();
+    assert!(e.is_retriable(), "{e}");
+    assert!(engine.meters().object_wal_failures.get() >= 1);
+    faulty.set_faults(FaultConfig::default());
+    let a = engine
+        .append(1, 1, 1, 0, |b| payload(1, b, 2, 100))
+        .await
+        .unwrap();
+    assert_eq!(
+        a.base_offset, 1,
+        "the failed append's offset is taken again"
+    );
+    let frames = read_all(&engine, 1, 0).await;
+    let msgs: Vec<u64> = frames.iter().map(|f| check_payload(&f.payload).2).collect();
+    assert_eq!(msgs, vec![0, 2]);
+    engine.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_leader_cannot_acknowledge() {
+    let dir = tempfile::tempdir().unwrap();
+    let meta = sqlite(dir.path());
+    let store: Arc<dyn object_store::ObjectStore> = Arc::new(slow_store(0));
+    let old = diskless(Arc::clone(&meta), Arc::clone(&store), object_config()).await;
+    old.open_stream(1, 1).await.unwrap();
+    old.append(1, 1, 1, 0, |b| payload(1, b, 0, 100))
+        .await
+        .unwrap();
+    // A paused broker's partition taken over elsewhere: the new leader opens it at epoch 2.
+    let new = diskless(Arc::clone(&meta), store, object_config()).await;
+    new.open_stream(1, 2).await.unwrap();
+    let e = old
+        .append(1, 1, 1, 0, |b| payload(1, b, 1, 100))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StorageError::Fenced { .. }), "{e}");
+    let a = new
+        .append(1, 2, 1, 0, |b| payload(1, b, 2, 100))
+        .await
+        .unwrap();
+    assert_eq!(a.base_offset, 1);
+    let msgs: Vec<u64> = read_all(&new, 1, 0)
+        .await
+        .iter()
+        .map(|f| check_payload(&f.payload).2)
+        .collect();
+    assert_eq!(msgs, vec![0, 2]);
+    new.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_engine_runs_both_kinds_and_a_stream_switches_between_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn object_store::ObjectStore> = Arc::new(slow_store(0));
+    let engine = open_engine_with_store(dir.path(), object_config(), 8 << 20, store).await;
+    engine.open_stream(1, 1).await.unwrap();
+    engine
+        .open_stream_with(
+            2,
+            1,
+            StreamOptions {
+                wal_kind: WalKind::Object,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    for i in 0..10u64 {
+        for s in [1, 2] {
+            engine
+                .append(s, 1, 1, 0, |b| payload(s, b, i, 200))
+                .await
+                .unwrap();
+        }
+    }
+    let file = engine.stream_info(1).unwrap();
+    let object = engine.stream_info(2).unwrap();
+    // The file WAL's stream waits for the uploader; the object WAL's is committed.
+    assert_eq!((file.high_watermark, file.committed_end), (10, 0));
+    assert_eq!((object.high_watermark, object.committed_end), (10, 10));
+
+    // Stream 1 moves to the object WAL while a producer goes on: what the WAL file holds is
+    // uploaded first, then its appends are committed directly.
+    let producer = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            for i in 10..40u64 {
+                engine
+                    .append(1, 1, 1, 0, |b| payload(1, b, i, 200))
+                    .await
+                    .unwrap();
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    engine.set_wal_kind(1, WalKind::Object).await.unwrap();
+    producer.await.unwrap();
+    let info = engine.stream_info(1).unwrap();
+    assert_eq!((info.high_watermark, info.committed_end), (40, 40));
+    // And back to the file WAL.
+    engine.set_wal_kind(1, WalKind::File).await.unwrap();
+    engine
+        .append(1, 1, 1, 0, |b| payload(1, b, 40, 200))
+        .await
+        .unwrap();
+    assert_eq!(engine.stream_info(1).unwrap().committed_end, 40);
+    engine.flush().await.unwrap();
+    let msgs: Vec<u64> = read_all(&engine, 1, 0)
+        .await
+        .iter()
+        .map(|f| check_payload(&f.payload).2)
+        .collect();
+    assert_eq!(msgs, (0..41).collect::<Vec<_>>());
+    engine.close().await.unwrap();
+}
