@@ -17,7 +17,9 @@ use crate::ClusterView;
 /// - A move whose target is no longer live is sent to another live broker, or cancelled if the
 ///   leader itself is live.
 /// - A partition whose leader died is left alone: its acknowledged data may be in that broker's
-///   WAL only. A peer's recovery of that WAL releases it (no leader), and it is placed then.
+///   WAL only. A peer's recovery of that WAL releases it (no leader), and it is placed then. A
+///   broker without a WAL file (`wal.kind = "object"`) has nothing to recover: the store
+///   releases its partitions when it fences it.
 pub fn plan(view: &ClusterView) -> Vec<AssignmentChange> {
     let live: Vec<(i32, &str)> = view
         .live_brokers()

@@ -17,6 +17,7 @@ pub async fn run(open: impl Fn() -> Box<dyn MetaStore>) {
     placement_and_hand_over(&*open()).await;
     changes_are_announced(&*open()).await;
     wal_claims_and_recovery(&*open()).await;
+    brokers_without_a_wal_release_their_partitions_when_fenced(&*open()).await;
 }
 
 fn reg(node_id: Option<i32>) -> BrokerRegistration {
@@ -384,6 +385,15 @@ pub async fn wal_claims_and_recovery(m: &dyn MetaStore) {
             .expect("fence"),
         vec![1]
     );
+    // Its partitions wait for the recovery of its WAL, which may hold acknowledged data.
+    let led: Vec<_> = m
+        .assignments()
+        .await
+        .expect("assignments")
+        .into_iter()
+        .map(|a| a.leader)
+        .collect();
+    assert_eq!(led, vec![Some(1), Some(2)]);
     assert!(m
         .assign_wal_recovery(lease, "A", 2, None)
         .await
@@ -499,4 +509,65 @@ pub async fn wal_claims_and_recovery(m: &dyn MetaStore) {
         .find(|w| w.wal_id == "A2")
         .expect("A2");
     assert_eq!(a2.incarnation, again.incarnation);
+}
+
+/// A broker without a WAL file (its partitions on the object WAL) holds nothing acknowledged that
+/// is not committed: fencing it frees its partitions at once, in the same transaction.
+pub async fn brokers_without_a_wal_release_their_partitions_when_fenced(m: &dyn MetaStore) {
+    m.register_broker(&reg(Some(1)), Duration::from_millis(1))
+        .await
+        .expect("register without a WAL");
+    m.register_broker(&with_wal(2, "B"), Duration::from_millis(1))
+        .await
+        .expect("register with a WAL");
+    m.register_broker(&reg(Some(3)), LONG)
+        .await
+        .expect("register");
+    let t = m
+        .create_topic("t", [1; 16], 3, BTreeMap::new())
+        .await
+        .expect("create");
+    let lease = m
+        .acquire_controller(3, LONG)
+        .await
+        .expect("acquire")
+        .expect("free");
+    m.change_assignments(
+        lease,
+        &[
+            AssignmentChange::Place {
+                stream_id: t.streams[0],
+                leader: 1,
+            },
+            AssignmentChange::Place {
+                stream_id: t.streams[1],
+                leader: 2,
+            },
+            AssignmentChange::Place {
+                stream_id: t.streams[2],
+                leader: 3,
+            },
+        ],
+    )
+    .await
+    .expect("place");
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(
+        m.fence_expired_brokers(lease, Duration::ZERO)
+            .await
+            .expect("fence"),
+        vec![1, 2]
+    );
+    let led: Vec<_> = m
+        .assignments()
+        .await
+        .expect("assignments")
+        .into_iter()
+        .map(|a| a.leader)
+        .collect();
+    assert_eq!(
+        led,
+        vec![None, Some(2), Some(3)],
+        "the WAL-less broker's partition is free, the other dead broker's waits for its WAL"
+    );
 }

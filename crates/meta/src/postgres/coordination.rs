@@ -213,6 +213,14 @@ fn broker_row(r: &tokio_postgres::Row) -> BrokerInfo {
     }
 }
 
+/// Frees the partitions of fenced brokers that have no WAL left to recover (brokers without a
+/// WAL file, `wal.kind = "object"`): nothing of theirs can be acknowledged and not committed, so
+/// their partitions go to live brokers at once, in the transaction that fences them.
+const RELEASE_WITHOUT_WAL: &str = "UPDATE assignments SET leader = NULL, target = NULL
+     WHERE leader = ANY($1)
+       AND NOT EXISTS (SELECT 1 FROM wals w WHERE w.node_id = assignments.leader
+                                             AND w.state != 'sealed')";
+
 #[async_trait::async_trait]
 impl Coordination for PostgresMetaStore {
     async fn register_broker(
@@ -440,6 +448,9 @@ impl Coordination for PostgresMetaStore {
             let mut ids: Vec<i32> = rows.iter().map(|r| r.get(0)).collect();
             ids.sort_unstable();
             if !ids.is_empty() {
+                tx.execute(RELEASE_WITHOUT_WAL, &[&ids])
+                    .await
+                    .map_err(backend("releasing the partitions of brokers without a WAL"))?;
                 notify(&tx).await?;
             }
             Ok(ids)

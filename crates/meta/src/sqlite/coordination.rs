@@ -349,6 +349,18 @@ impl Coordination for SqliteMetaStore {
                     params![now],
                 )
                 .map_err(backend("fencing brokers"))?;
+                // Brokers without a WAL left to recover (`wal.kind = "object"`) have nothing
+                // acknowledged that is not committed: their partitions go to live brokers now.
+                for id in &ids {
+                    tx.execute(
+                        "UPDATE assignments SET leader = NULL, target = NULL
+                         WHERE leader = ?1
+                           AND NOT EXISTS (SELECT 1 FROM wals w WHERE w.node_id = ?1
+                                                                 AND w.state != 'sealed')",
+                        params![id],
+                    )
+                    .map_err(backend("releasing the partitions of brokers without a WAL"))?;
+                }
                 tx.commit().map_err(backend("commit"))?;
                 Ok(ids)
             })
