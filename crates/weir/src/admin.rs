@@ -751,6 +751,40 @@ fn render(state: &State) -> String {
         "",
         &s.objects_deleted,
     );
+    counter(
+        &mut o,
+        "object_wal_objects",
+        "Objects the object WAL wrote and committed (each holds the batches it acknowledged).",
+        "",
+        &s.object_wal_objects,
+    );
+    counter(
+        &mut o,
+        "object_wal_bytes",
+        "Payload bytes acknowledged through the object WAL.",
+        "",
+        &s.object_wal_bytes,
+    );
+    counter(
+        &mut o,
+        "object_wal_failures",
+        "Objects of the object WAL whose PUT or commit failed (their appends failed and were retried by clients).",
+        "",
+        &s.object_wal_failures,
+    );
+    histogram(
+        &mut o,
+        "object_wal",
+        "Object WAL: from an object's first batch to its commit (linger, PUT, commit).",
+        &s.object_wal_latency,
+    );
+    gauge(
+        &mut o,
+        "object_wal_pending_bytes",
+        "Payload bytes handed to the object WAL and not yet committed.",
+        s.object_wal_pending_bytes
+            .load(std::sync::atomic::Ordering::Relaxed),
+    );
 
     let m = state.engine.object_meters();
     let _ = writeln!(o, "# HELP weir_object_requests_total Object-store requests by kind.\n# TYPE weir_object_requests_total counter");
