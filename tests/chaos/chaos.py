@@ -70,6 +70,10 @@ Flags (each also an environment variable, flags win):
   --seed [random]              CHAOS_SEED
   --faults                     CHAOS_FAULTS (short: one per kind)
   --kinds [all]                CHAOS_KINDS, comma-separated subset of the kinds above
+  --wal-kind [file]            CHAOS_WAL_KIND: `object` runs the brokers without a WAL file
+                               (WEIR_WAL_KIND=object): every acknowledgement waits for its
+                               object's PUT and commit, a dead or paused broker's partitions move
+                               without any recovery; wal and walpath do not apply and are left out
   --keep                       CHAOS_KEEP=1: keep the data dirs and logs (kept anyway on failure)
 Environment only (defaults in brackets):
   WEIR_BIN                     the weir binary (required)
@@ -142,21 +146,27 @@ class Settings:
         ap.add_argument("--kinds", default=os.environ.get("CHAOS_KINDS", ""))
         ap.add_argument("--keep", action="store_true",
                         default=os.environ.get("CHAOS_KEEP", "0") == "1")
+        ap.add_argument("--wal-kind", default=os.environ.get("CHAOS_WAL_KIND", "file"),
+                        choices=("file", "object"))
         a = ap.parse_args(argv)
+        self.wal_kind = a.wal_kind
+        # Faults of the WAL file: there is none on the object WAL.
+        applicable = [k for k in KINDS if a.wal_kind == "file" or k not in ("wal", "walpath")]
         self.mode = a.mode
         m = MODES[a.mode]
         self.seed = a.seed if a.seed is not None else random.randrange(1 << 31)
         self.kinds = [k.strip() for k in a.kinds.split(",") if k.strip()] or (
-            ["kill"] if a.mode == "bench" else list(KINDS))
+            ["kill"] if a.mode == "bench" else applicable)
         for k in self.kinds:
-            if k not in KINDS:
-                raise SystemExit(f"chaos.py: unknown fault kind {k!r} (kinds: {', '.join(KINDS)})")
+            if k not in applicable:
+                raise SystemExit(f"chaos.py: fault kind {k!r} does not apply (kinds with "
+                                 f"--wal-kind {a.wal_kind}: {', '.join(applicable)})")
         if a.mode == "bench" and self.kinds != ["kill"]:
             raise SystemExit("chaos.py: --mode bench injects kill faults only")
         self.faults = a.faults if a.faults is not None else m["faults"]
         self.keep = a.keep
         self.args = {"mode": a.mode, "seed": self.seed, "faults": a.faults,
-                     "kinds": a.kinds or None}
+                     "kinds": a.kinds or None, "wal_kind": a.wal_kind}
         self.warmup = m["warmup"]
         self.settle = m["settle"]
         self.hold = m["hold"]
@@ -173,7 +183,8 @@ class Settings:
         self.restart_bound = env_float("CHAOS_RESTART_BOUND", 20)
         self.rebalance = os.environ.get("CHAOS_REBALANCE", "1") == "1"
         self.dir = os.path.abspath(os.environ.get(
-            "CHAOS_DIR", os.path.join(REPO, "target", f"chaos-{a.mode}")))
+            "CHAOS_DIR", os.path.join(REPO, "target", f"chaos-{a.mode}"
+                         + ("" if a.wal_kind == "file" else f"-{a.wal_kind}"))))
         self.results = os.path.abspath(os.environ.get("CHAOS_RESULTS",
                                                       os.path.join(REPO, "bench", "results")))
         # The cluster timings: the environment's when set (the brokers would read them anyway),
@@ -189,6 +200,8 @@ class Settings:
                "WEIR_CLUSTER_SESSION_TIMEOUT_MS": str(self.session_ms),
                "WEIR_CLUSTER_HEARTBEAT_INTERVAL_MS": str(self.heartbeat_ms),
                "WEIR_CLUSTER_CLOCK_DRIFT_MARGIN_MS": str(self.drift_ms)}
+        if self.wal_kind != "file":
+            env["WEIR_WAL_KIND"] = self.wal_kind
         # An older binary refuses settings it does not know (its config has no such field):
         # leave out those it lacks, so that older builds can be put through the same faults.
         return {k: v for k, v in env.items() if k not in self.unknown_keys()}
@@ -218,6 +231,8 @@ class Settings:
             parts.append(f"--faults {self.faults}")
         if self.args["kinds"]:
             parts.append(f"--kinds {','.join(self.kinds)}")
+        if self.wal_kind != "file":
+            parts.append(f"--wal-kind {self.wal_kind}")
         return " ".join(parts)
 
 
@@ -1034,7 +1049,8 @@ def run(s):
 
     rng = random.Random(s.seed)
     kinds = plan(s, rng)
-    print(f"chaos ({s.mode}): seed {s.seed}; {len(kinds)} faults: {' '.join(kinds)}", flush=True)
+    print(f"chaos ({s.mode}, {s.wal_kind} WAL): seed {s.seed}; {len(kinds)} faults: "
+          f"{' '.join(kinds)}", flush=True)
     print(f"replay: {s.replay()}", flush=True)
     shutil.rmtree(s.dir, ignore_errors=True)
     os.makedirs(s.dir)
@@ -1458,6 +1474,8 @@ def main(argv=None):
     if s.mode in ("long", "bench"):
         os.makedirs(s.results, exist_ok=True)
         name = "failover" if s.mode == "bench" else "chaos"
+        if s.wal_kind != "file":
+            name += f"-{s.wal_kind}-wal"
         path = os.path.join(s.results, f"{name}-{stamp}.md")
         with open(path, "w") as f:
             f.write(text)

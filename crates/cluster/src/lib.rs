@@ -238,6 +238,19 @@ impl Cluster {
                     // registered our node id. Registering again claims our WAL back, unless a
                     // peer has started recovering it: then our partitions are going elsewhere
                     // and this process must start again, empty.
+                    if self.registration.wal.is_none() {
+                        // Without a WAL (`wal.kind = "object"`) fencing released every
+                        // partition this broker led, in the same transaction: what it holds is
+                        // another broker's now, as after a peer recovered its WAL.
+                        self.lease.revoke();
+                        tracing::error!(
+                            node_id = self.node_id,
+                            incarnation = inc,
+                            "this broker's session was fenced and its partitions released: it acknowledges nothing more and starts again, empty"
+                        );
+                        self.replaced.send_replace(true);
+                        return;
+                    }
                     tracing::error!(
                         node_id = self.node_id,
                         incarnation = inc,

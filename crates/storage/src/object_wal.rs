@@ -217,6 +217,13 @@ impl EngineInner {
         _slot: OwnedSemaphorePermit,
     ) {
         let bytes: u64 = entries.iter().map(|e| e.frame.payload.len() as u64).sum();
+        // Batches a rewind failed while they waited here are left out: after a rewind a stream
+        // hands over new batches at the same offsets, which may have joined this object behind
+        // the failed ones. What is left of each stream is one contiguous run.
+        let entries: Vec<Entry> = entries
+            .into_iter()
+            .filter(|e| e.stream.lock().holds_in_flight(e.frame.base_offset, e.id))
+            .collect();
         let mut parts: Vec<Part> = Vec::new();
         let mut shares: HashMap<u64, StreamShare> = HashMap::new();
         for e in entries {
@@ -235,10 +242,14 @@ impl EngineInner {
             }
             match parts.iter_mut().find(|p| p.stream_id == id) {
                 Some(p) => {
-                    debug_assert!(p.epoch == e.epoch, "one stream, two epochs in one object");
-                    debug_assert!(
-                        p.frames.last().map(Frame::end_offset) == Some(e.frame.base_offset),
-                        "object WAL batches of stream {id} out of order"
+                    invariant!(
+                        p.epoch == e.epoch
+                            && p.frames.last().map(Frame::end_offset) == Some(e.frame.base_offset),
+                        "object WAL: stream {id} has batch {} at epoch {} after {:?} at epoch {}",
+                        e.frame.base_offset,
+                        e.epoch,
+                        p.frames.last().map(Frame::end_offset),
+                        p.epoch
                     );
                     p.frames.push(e.frame);
                 }
@@ -249,7 +260,11 @@ impl EngineInner {
                 }),
             }
         }
-        let put = self.put_parts(&parts, PUT_ATTEMPTS).await;
+        let put = if parts.is_empty() {
+            Ok(Vec::new())
+        } else {
+            self.put_parts(&parts, PUT_ATTEMPTS).await
+        };
         if let Some(prev) = prev {
             // An error only means the previous writer is gone: its turn is over either way.
             let _ = prev.await;

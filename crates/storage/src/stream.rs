@@ -366,6 +366,18 @@ impl StreamState {
         self.first_in_flight(base, id).is_some()
     }
 
+    /// Whether the batch `(base, id)` is still in flight to the WAL (no rewind or fence has
+    /// failed it since it was handed over).
+    pub fn holds_in_flight(&self, base: u64, id: u64) -> bool {
+        if base < self.durable_end || base >= self.submitted_end {
+            return false;
+        }
+        let i = self.batches.partition_point(|b| b.frame.base_offset < base);
+        self.batches
+            .get(i)
+            .is_some_and(|b| b.frame.base_offset == base && b.id == id)
+    }
+
     /// Whether the batch `(base, id)` is the last the stream holds (the one just appended).
     pub fn holds_last(&self, base: u64, id: u64) -> bool {
         self.batches

@@ -272,3 +272,60 @@ async fn one_engine_runs_both_kinds_and_a_stream_switches_between_them() {
     assert_eq!(msgs, (0..41).collect::<Vec<_>>());
     engine.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_failed_while_they_waited_for_their_object_are_left_out_of_it() {
+    // The chaos suite found this: an object's PUT fails and its stream rewinds while a later
+    // batch of the stream waits in the next object; the stream then hands over a new batch at
+    // the rewound offset, which joins the same object behind the failed one.
+    let dir = tempfile::tempdir().unwrap();
+    let meta = sqlite(dir.path());
+    let faulty = slow_store(0);
+    faulty.set_faults(FaultConfig {
+        put_error_rate: 1.0,
+        ..Default::default()
+    });
+    let store: Arc<dyn object_store::ObjectStore> = Arc::new(faulty.clone());
+    let config = StorageConfig {
+        object_wal_linger: Duration::from_millis(600),
+        ..object_config()
+    };
+    let engine = diskless(meta, store, config).await;
+    engine.open_stream(1, 1).await.unwrap();
+    let append = |msg: u64| {
+        engine
+            .append_with(1, 1, |base, _| {
+                Some(weir_storage::NewBatch {
+                    record_count: 1,
+                    max_timestamp: 0,
+                    payload: payload(1, base, msg, 100),
+                })
+            })
+            .unwrap()
+            .unwrap()
+    };
+    let first = append(0);
+    // Sealed with the first object? No: it arrives after that object was sealed, and waits
+    // in the next one.
+    tokio::time::sleep(Duration::from_millis(650)).await;
+    let second = append(1);
+    assert_eq!(second.appended.base_offset, 1);
+    assert!(first.wait().await.is_err(), "the failing PUT acknowledged");
+    faulty.set_faults(FaultConfig::default());
+    // The rewind failed the second batch too; a new one takes offset 0 and joins its object.
+    let third = append(2);
+    assert_eq!(third.appended.base_offset, 0);
+    assert!(second.wait().await.is_err());
+    let a = tokio::time::timeout(Duration::from_secs(20), third.wait())
+        .await
+        .expect("the new batch was never acknowledged (its object did not commit)")
+        .unwrap();
+    assert_eq!((a.base_offset, a.end_offset), (0, 1));
+    let msgs: Vec<u64> = read_all(&engine, 1, 0)
+        .await
+        .iter()
+        .map(|f| check_payload(&f.payload).2)
+        .collect();
+    assert_eq!(msgs, vec![2]);
+    engine.close().await.unwrap();
+}
