@@ -23,6 +23,12 @@ const TAIL_GUESS: u64 = 64 << 10;
 
 type BlockKey = (ObjectId, u64);
 
+/// Ranges looked up in the metadata store at a time.
+const RANGES_PER_LOOKUP: usize = 32;
+
+/// Object indexes fetched at once by a read that goes through many small ranges.
+const PREFETCH_CONCURRENCY: usize = 16;
+
 /// What an object's cached index costs besides its entries: the map and age entries, the `Arc`
 /// and the `Vec` header. An estimate; it keeps a cache of many tiny indexes bounded too.
 const INDEX_OVERHEAD: u64 = 128;
@@ -167,10 +173,12 @@ impl ObjectReader {
         let mut bytes = 0usize;
         let mut next = from;
         'ranges: while next < until {
-            let ranges = self.meta.ranges(stream_id, next, 8).await?;
+            let ranges = self.meta.ranges(stream_id, next, RANGES_PER_LOOKUP).await?;
             if ranges.is_empty() {
                 break;
             }
+            self.prefetch_indexes(&ranges, max_bytes.saturating_sub(bytes))
+                .await;
             for r in &ranges {
                 if r.start_offset > next {
                     if next == from {
@@ -234,6 +242,34 @@ impl ObjectReader {
         Ok(out)
     }
 
+    /// Fetches, concurrently, the indexes of the ranges a read of `want` bytes will go through,
+    /// that are not cached. A stream on the object WAL has a small range in each of many small
+    /// objects until compaction merges them: one GET after another would make a read of them
+    /// (a new leader rebuilding its producer state, a consumer catching up) take a round trip
+    /// per range. Failures are left to the read itself, which fetches again and reports them.
+    async fn prefetch_indexes(&self, ranges: &[RangeInfo], want: usize) {
+        let mut needed = Vec::new();
+        let mut bytes = 0u64;
+        {
+            let mut cache = self.indexes.lock().unwrap_or_else(|e| e.into_inner());
+            for r in ranges {
+                if bytes >= want as u64 && !needed.is_empty() {
+                    break;
+                }
+                bytes += r.size;
+                if cache.get(&r.object_id).is_none() {
+                    needed.push(r);
+                }
+            }
+        }
+        if needed.len() < 2 {
+            return;
+        }
+        for chunk in needed.chunks(PREFETCH_CONCURRENCY) {
+            futures::future::join_all(chunk.iter().map(|r| self.index(r))).await;
+        }
+    }
+
     async fn index(&self, r: &RangeInfo) -> Result<Arc<Vec<IndexEntry>>> {
         if let Some(i) = self
             .indexes
@@ -281,6 +317,21 @@ impl ObjectReader {
         };
         let index =
             Arc::new(format::decode_index(&footer, &index_bytes).map_err(|e| corrupt(r, e))?);
+        if tail_start == 0 {
+            // The tail was the whole object: keep the stream's blocks, which a read of the
+            // range fetches next anyway. Copied, so that the cache does not pin the whole tail.
+            let mut blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+            for e in index.iter().filter(|e| e.stream_id == r.stream_id) {
+                let (at, end) = (e.position as usize, e.position as usize + e.size as usize);
+                if let Some(b) = tail.get(at..end) {
+                    blocks.insert(
+                        (r.object_id, e.position),
+                        Bytes::copy_from_slice(b),
+                        u64::from(e.size),
+                    );
+                }
+            }
+        }
         let mut cache = self.indexes.lock().unwrap_or_else(|e| e.into_inner());
         cache.insert(r.object_id, Arc::clone(&index), index_cost(&index));
         self.meters
