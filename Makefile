@@ -56,6 +56,18 @@ bench-move:
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
 	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/move.py
 
+# The object WAL beside the file WAL and Kafka (about 5 minutes): one idempotent producer at a
+# fixed rate on a single broker of each kind (Weir on s3s-fs: file WAL, object WAL, object WAL
+# with 100 ms PUTs), produce and end-to-end latency, PUTs and bytes written per GiB produced;
+# then one default producer's maximum on the object WAL with 100 ms PUTs. Writes
+# bench/results/object-wal-YYYY-MM-DD-HHMM.md. Settings: BENCH_OW_* (bench/object_wal.py).
+.PHONY: bench-object-wal
+bench-object-wal:
+	$(CARGO) build --release -p weir
+	tools/kafka/kafka.sh install
+	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
+	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/object_wal.py
+
 # PostgreSQL under a three-broker cluster (about 2 minutes): metadata commits per second and
 # their latency under `weir perf` at full speed, then PostgreSQL stopped for 10 s and started
 # again under produce and consume load: stalls, client errors, every acked record read back.

@@ -44,6 +44,8 @@
 #   BENCH_RESULTS [bench/results]                  where the table and JSON go
 #   BENCH_CHARTS [0]                               1: an SVG chart per run next to the JSON
 #   BENCH_NO_BUILD [0]                             1: use target/release/weir as it is
+#   BENCH_OBJECT_WAL [1]                           0: leave out the object WAL's section
+#                                                  (bench/object_wal.py, BENCH_OW_* settings)
 #   BENCH_KEEP_DATA [0]                            1: keep the last data dir of each broker
 #                                                  (and the s3s-fs root)
 set -euo pipefail
@@ -380,4 +382,12 @@ elapsed=$ELAPSED s
 EOF
 
 python3 "$ROOT/bench/report.py" "$OUT" "$RESULTS/$STAMP.md"
+# The object WAL's section (bench/object_wal.py): its own brokers, appended to the report.
+if [[ ${BENCH_OBJECT_WAL:-1} == 1 ]]; then
+  if ! WEIR_BIN=$WEIR BENCH_OW_RESULTS=$OUT BENCH_OW_APPEND_TO=$RESULTS/$STAMP.md \
+    python3 "$ROOT/bench/object_wal.py"; then
+    log "the object WAL section failed"
+    echo "object-wal failed" >>"$OUT/failures.txt"
+  fi
+fi
 log "written: $RESULTS/$STAMP.md and $RESULTS/$STAMP/ ($ELAPSED s)"

@@ -6,7 +6,8 @@
 # Against Weir, each suite then runs again against a three-broker cluster
 # (WEIR_COMPAT_TARGET=cluster: a private PostgreSQL, s3s-fs and three `weir serve`); tests that
 # need a broker process of their own skip there. WEIR_COMPAT_CLUSTER=0 leaves the cluster runs out.
-# Then (Weir only) the chaos suite's short form, tests/chaos/run.sh; WEIR_CHAOS=0 leaves it out.
+# Then (Weir only) the Go suite once more on a cluster without WAL files (the object WAL), and
+# the chaos suite's short form on each WAL kind, tests/chaos/run.sh; WEIR_CHAOS=0 leaves it out.
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CLUSTER=${WEIR_COMPAT_CLUSTER:-1}
@@ -30,6 +31,17 @@ if [[ $CLUSTER == 1 && ${WEIR_TEST_BROKER:-weir} == weir ]]; then
     fi
   done
 fi
+# The object WAL on a cluster, with a second client ecosystem: the Go suite (franz-go) against
+# three brokers without a WAL file (WEIR_WAL_KIND=object; objects on s3s-fs).
+# WEIR_COMPAT_OBJECT_WAL=0 leaves it out.
+if [[ $CLUSTER == 1 && ${WEIR_COMPAT_OBJECT_WAL:-1} == 1 && ${WEIR_TEST_BROKER:-weir} == weir ]]; then
+  echo "=== compat: go (three-broker cluster, object WAL)"
+  if WEIR_WAL_KIND=object WEIR_COMPAT_TARGET=cluster bash "$HERE/go/run.sh"; then
+    passed+=("go-cluster-object-wal")
+  else
+    failed+=("go-cluster-object-wal")
+  fi
+fi
 # The chaos suite's short form (tests/chaos: a fault of each kind on a three-broker cluster under
 # idempotent load, then every acknowledged record read back). WEIR_CHAOS=0 leaves it out.
 if [[ ${WEIR_CHAOS:-1} != 0 && ${WEIR_TEST_BROKER:-weir} == weir ]]; then
@@ -38,6 +50,12 @@ if [[ ${WEIR_CHAOS:-1} != 0 && ${WEIR_TEST_BROKER:-weir} == weir ]]; then
     passed+=("chaos")
   else
     failed+=("chaos")
+  fi
+  echo "=== chaos (short, object WAL)"
+  if bash "$HERE/../chaos/run.sh" --mode short --wal-kind object; then
+    passed+=("chaos-object-wal")
+  else
+    failed+=("chaos-object-wal")
   fi
 fi
 if ((${#failed[@]})); then

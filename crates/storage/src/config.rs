@@ -70,7 +70,7 @@ impl Default for StorageConfig {
             compaction_min_ranges: 8,
             background_bytes_per_sec: 64 << 20,
             catchup_bytes_per_sec: 0,
-            object_wal_linger: Duration::from_millis(25),
+            object_wal_linger: Duration::from_millis(5),
             object_wal_bytes: 8 << 20,
             object_wal_max_in_flight: 8,
         }

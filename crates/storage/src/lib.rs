@@ -84,6 +84,9 @@ pub struct StorageMeters {
     /// Objects the object WAL wrote and committed, and the payload bytes in them.
     pub object_wal_objects: Counter,
     pub object_wal_bytes: Counter,
+    /// Bytes of the objects the object WAL committed (payload plus object format): what it
+    /// wrote to object storage, before compaction rewrites any of it.
+    pub object_wal_object_bytes: Counter,
     /// Objects of the object WAL whose PUT or commit failed (their appends failed and rewound).
     pub object_wal_failures: Counter,
     /// From an object's first batch to its commit: what an append waits on the object WAL.

@@ -338,6 +338,9 @@ impl EngineInner {
             let culprit = match self.meta.commit_objects(commits.clone()).await {
                 Ok(()) => {
                     self.meters.commit_latency.record(committing.elapsed());
+                    self.meters
+                        .object_wal_object_bytes
+                        .add(commits.iter().map(|c| c.size).sum());
                     break;
                 }
                 Err(MetaError::Fenced {

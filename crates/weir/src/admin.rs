@@ -767,6 +767,13 @@ fn render(state: &State) -> String {
     );
     counter(
         &mut o,
+        "object_wal_object_bytes",
+        "Bytes of the objects the object WAL wrote (payload and object format), before compaction.",
+        "",
+        &s.object_wal_object_bytes,
+    );
+    counter(
+        &mut o,
         "object_wal_failures",
         "Objects of the object WAL whose PUT or commit failed (their appends failed and were retried by clients).",
         "",

@@ -1,7 +1,8 @@
 """The object WAL: brokers with no WAL file, and the WAL chosen per topic.
 
-- A broker started with WEIR_WAL_KIND=object creates no WAL file; confluent-kafka and
-  kafka-python produce and consume through it; every acknowledgement is an object already
+- A broker started with WEIR_WAL_KIND=object, its objects on s3s-fs, creates no WAL file;
+  confluent-kafka and kafka-python produce and consume through it (franz-go does too: the Go
+  suite's object-WAL cluster run in tests/compat/run-all.sh); every acknowledgement is an object already
   committed (the broker's object WAL meters count them).
 - One broker with the default file WAL serves one topic on each kind: `weir.wal.kind` is
   accepted by CreateTopics and IncrementalAlterConfigs, shown by DescribeConfigs, refused when
@@ -16,6 +17,7 @@ the chaos suite's object-WAL run (tests/chaos, `--wal-kind object`).
 """
 
 import os
+import tempfile
 import time
 
 import pytest
@@ -24,6 +26,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from kafka import KafkaConsumer, KafkaProducer
 
 from compat_util import admin, create_topic, unique
+from conftest import S3_BUCKET, S3sFs
 from test_kill import PARTITIONS, NumberedProducer, _metric, _read_everything, _verify
 
 pytestmark = pytest.mark.single_broker("starts brokers of its own with WAL settings")
@@ -37,11 +40,21 @@ SMALL = {"WEIR_WAL_CAPACITY": str(32 << 20), "WEIR_WAL_FORMAT": "false"}
 
 @pytest.fixture(scope="module")
 def diskless(broker_factory):
-    b = broker_factory.new("diskless", env={**SMALL, "WEIR_WAL_KIND": "object"})
+    """A broker without a WAL file, its objects on s3s-fs (a real S3-protocol server)."""
+    if os.environ.get("WEIR_TEST_BROKER", "weir") != "weir":
+        pytest.skip("the object WAL is Weir's")
+    root = tempfile.mkdtemp(prefix="diskless-s3-", dir=broker_factory.base)
+    s3 = S3sFs(root)
+    s3.start()
+    b = broker_factory.new("diskless", start=False,
+                           env={**SMALL, **s3.env(), "WEIR_WAL_KIND": "object"})
+    b.args = ["--object-store-url", f"s3://{S3_BUCKET}/weir"]
     try:
+        b.start()
         yield b
     finally:
         broker_factory.close(b)
+        s3.kill()
 
 
 @pytest.fixture(scope="module")
