@@ -10,6 +10,10 @@
 //!   WAL has no room. The WAL calls back, in order, when the batch is durable; the stream's high
 //!   watermark advances and the caller is answered. A failed write rewinds the stream
 //!   (`stream.rs`, which owns a stream's offsets, cache and byte accounting).
+//! - A stream on the object WAL (`object_wal.rs`; the topic config `weir.wal.kind`, or an
+//!   engine opened without a WAL file) hands its batches to object storage instead: they are
+//!   collected into an ordinary object, PUT and committed, and only then durable (and already
+//!   committed). Several objects are in flight; their commits take turns, in order.
 //! - The uploader (`upload.rs`) takes durable batches not yet in object storage, builds
 //!   objects in the [`format`] (a stream-set object for small streams, stream objects for
 //!   large ones), PUTs them, commits them to the metadata store ([`weir_meta`]) in one

@@ -343,54 +343,16 @@ impl EngineInner {
                         .add(commits.iter().map(|c| c.size).sum());
                     break;
                 }
-                Err(MetaError::Fenced {
-                    stream_id, current, ..
-                }) => {
-                    tracing::warn!(
-                        stream_id,
-                        current,
-                        "object WAL: stream fenced by a newer leader; its appends fail"
-                    );
-                    if let Some(share) = shares.get(&stream_id) {
-                        share.stream.lock().fence(current);
-                    }
-                    stream_id
-                }
-                Err(MetaError::Discontinuity {
-                    stream_id,
-                    expected,
-                    got,
-                }) => {
-                    tracing::error!(
-                        stream_id,
-                        expected,
-                        got,
-                        "object WAL: the metadata store's end offset moved under this leader; fencing the stream"
-                    );
-                    if let Some(share) = shares.get(&stream_id) {
-                        let mut st = share.stream.lock();
-                        let current = st.epoch() + 1;
-                        st.fence(current);
-                    }
-                    stream_id
-                }
-                Err(MetaError::UnknownStream(stream_id)) => {
-                    tracing::warn!(
-                        stream_id,
-                        "object WAL: stream no longer exists in the metadata store; dropping it"
-                    );
-                    if let Some(s) = self.streams_write().remove(&stream_id) {
-                        s.lock().release(Failure::Dropped);
-                    }
-                    stream_id
-                }
                 Err(e @ MetaError::Backend { .. }) if started.elapsed() < COMMIT_PATIENCE => {
                     tracing::warn!(error = %e, "object WAL: commit failed; retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(1));
                     continue;
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => match self.refused_stream(&e, |id| shares.get(&id).map(|s| &s.stream)) {
+                    Some(culprit) => culprit,
+                    None => return Err(e.into()),
+                },
             };
             shares.remove(&culprit);
         }

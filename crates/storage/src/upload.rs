@@ -83,49 +83,11 @@ impl EngineInner {
         while !parts.is_empty() {
             let culprit = match self.commit_parts(&parts).await {
                 Ok(()) => break,
-                Err(StorageError::Meta(MetaError::Fenced {
-                    stream_id, current, ..
-                })) => {
-                    // A newer leader owns this stream: its uncommitted data is not ours to keep.
-                    tracing::warn!(
-                        stream_id,
-                        current,
-                        "stream fenced by a newer leader; dropping its uncommitted data"
-                    );
-                    if let Some(s) = streams.get(&stream_id) {
-                        s.lock().fence(current);
+                Err(StorageError::Meta(e)) => {
+                    match self.refused_stream(&e, |id| streams.get(&id)) {
+                        Some(culprit) => culprit,
+                        None => return Err(e.into()),
                     }
-                    stream_id
-                }
-                Err(StorageError::Meta(MetaError::Discontinuity {
-                    stream_id,
-                    expected,
-                    got,
-                })) => {
-                    // Someone else committed to this stream: only a newer leader can have.
-                    tracing::error!(
-                        stream_id,
-                        expected,
-                        got,
-                        "the metadata store's end offset moved under this leader; fencing the stream"
-                    );
-                    if let Some(s) = streams.get(&stream_id) {
-                        let mut st = s.lock();
-                        let current = st.epoch() + 1;
-                        st.fence(current);
-                    }
-                    stream_id
-                }
-                Err(StorageError::Meta(MetaError::UnknownStream(stream_id))) => {
-                    // Its topic was deleted; nothing of it is to be kept.
-                    tracing::warn!(
-                        stream_id,
-                        "stream no longer exists in the metadata store; dropping it"
-                    );
-                    if let Some(s) = self.streams_write().remove(&stream_id) {
-                        s.lock().release(Failure::Dropped);
-                    }
-                    stream_id
                 }
                 Err(e) => return Err(e),
             };
@@ -166,6 +128,62 @@ impl EngineInner {
         self.submit_all_waiting();
         self.evict();
         Ok(())
+    }
+
+    /// A commit the metadata store refused because of one stream: a newer leader fenced it
+    /// (its uncommitted data is not ours to keep), someone else committed to it (only a newer
+    /// leader can have: it is fenced too), or its topic was deleted (it is dropped). Returns
+    /// that stream, for the caller to retry the commit without it; `None` for other errors.
+    /// The uploader and the object WAL both commit this way.
+    pub(crate) fn refused_stream<'a>(
+        &self,
+        e: &MetaError,
+        stream: impl Fn(u64) -> Option<&'a Arc<Stream>>,
+    ) -> Option<u64> {
+        match *e {
+            MetaError::Fenced {
+                stream_id, current, ..
+            } => {
+                tracing::warn!(
+                    stream_id,
+                    current,
+                    "stream fenced by a newer leader; dropping its uncommitted data"
+                );
+                if let Some(s) = stream(stream_id) {
+                    s.lock().fence(current);
+                }
+                Some(stream_id)
+            }
+            MetaError::Discontinuity {
+                stream_id,
+                expected,
+                got,
+            } => {
+                tracing::error!(
+                    stream_id,
+                    expected,
+                    got,
+                    "the metadata store's end offset moved under this leader; fencing the stream"
+                );
+                if let Some(s) = stream(stream_id) {
+                    let mut st = s.lock();
+                    let current = st.epoch() + 1;
+                    st.fence(current);
+                }
+                Some(stream_id)
+            }
+            MetaError::UnknownStream(stream_id) => {
+                tracing::warn!(
+                    stream_id,
+                    "stream no longer exists in the metadata store; dropping it"
+                );
+                if let Some(s) = self.streams_write().remove(&stream_id) {
+                    s.lock().release(Failure::Dropped);
+                }
+                Some(stream_id)
+            }
+            _ => None,
+        }
     }
 
     /// Builds objects from `parts` (a stream-set object, and stream objects for large streams),
