@@ -15,20 +15,31 @@ use crate::format::{Frame, ObjectBuilder};
 use crate::objstore::object_key;
 use crate::stream::Stream;
 
+/// Streams compacted at once.
+const COMPACTION_CONCURRENCY: usize = 4;
+
 impl EngineInner {
     /// Compacts every open stream that has enough small ranges; returns the number of objects
     /// written.
     pub async fn compact(&self) -> Result<usize> {
         let mut written = 0;
-        for s in self.all_streams() {
+        // A few streams at a time: compacting a stream is mostly waiting for GETs of small
+        // objects (a stream on the object WAL has a range in every object it wrote to), and one
+        // stream after another did not keep up with the object WAL's rate on an S3 server.
+        let streams = self.all_streams();
+        for chunk in streams.chunks(COMPACTION_CONCURRENCY) {
             if self.closed.load(Ordering::SeqCst) {
                 break;
             }
-            // One stream's trouble (e.g. its topic was just deleted) must not stop the others.
-            match self.compact_stream(&s).await {
-                Ok(n) => written += n,
-                Err(e) => {
-                    tracing::warn!(stream_id = s.id, error = %e, "compaction of a stream failed; will retry")
+            let results =
+                futures::future::join_all(chunk.iter().map(|s| self.compact_stream(s))).await;
+            for (s, r) in chunk.iter().zip(results) {
+                // One stream's trouble (e.g. its topic was just deleted) must not stop the others.
+                match r {
+                    Ok(n) => written += n,
+                    Err(e) => {
+                        tracing::warn!(stream_id = s.id, error = %e, "compaction of a stream failed; will retry")
+                    }
                 }
             }
         }
