@@ -318,10 +318,13 @@ impl ObjectReader {
         let index =
             Arc::new(format::decode_index(&footer, &index_bytes).map_err(|e| corrupt(r, e))?);
         if tail_start == 0 {
-            // The tail was the whole object: keep the stream's blocks, which a read of the
-            // range fetches next anyway. Copied, so that the cache does not pin the whole tail.
+            // The tail was the whole object: keep its blocks, which a read of the range fetches
+            // next anyway. Every stream's, not only this one's: a small object of the object WAL
+            // holds a slice of many streams, which compaction (and catch-up readers) read one
+            // stream after another; each would GET the same object again. Copied, so that the
+            // cache does not pin the whole tail.
             let mut blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
-            for e in index.iter().filter(|e| e.stream_id == r.stream_id) {
+            for e in index.iter() {
                 let (at, end) = (e.position as usize, e.position as usize + e.size as usize);
                 if let Some(b) = tail.get(at..end) {
                     blocks.insert(

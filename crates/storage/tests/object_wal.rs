@@ -332,3 +332,58 @@ async fn batches_failed_while_they_waited_for_their_object_are_left_out_of_it() 
     assert_eq!(msgs, vec![2]);
     engine.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_sharing_small_objects_are_read_with_one_get_per_object() {
+    // Compaction reads the streams of the object WAL's small objects one after another: the
+    // first read of an object keeps every stream's blocks, so the next stream costs no GET.
+    let dir = tempfile::tempdir().unwrap();
+    let meta = sqlite(dir.path());
+    let store: Arc<dyn object_store::ObjectStore> = Arc::new(slow_store(0));
+    let engine = diskless(Arc::clone(&meta), Arc::clone(&store), object_config()).await;
+    for s in 1..=4 {
+        engine.open_stream(s, 1).await.unwrap();
+    }
+    for i in 0..10u64 {
+        let pending: Vec<_> = (1..=4)
+            .map(|s| {
+                engine
+                    .append_with(s, 1, |base, _| {
+                        Some(weir_storage::NewBatch {
+                            record_count: 1,
+                            max_timestamp: 0,
+                            payload: payload(s, base, i, 300),
+                        })
+                    })
+                    .unwrap()
+                    .unwrap()
+            })
+            .collect();
+        for p in pending {
+            p.wait().await.unwrap();
+        }
+    }
+    drop(engine);
+    let other = diskless(Arc::clone(&meta), store, object_config()).await;
+    let mut objects = std::collections::HashSet::new();
+    for s in 1..=4 {
+        other.open_stream(s, 2).await.unwrap();
+        for r in meta.ranges(s, 0, 1000).await.unwrap() {
+            objects.insert(r.object_id);
+        }
+    }
+    assert!(
+        objects.len() < 40,
+        "the four streams never shared an object"
+    );
+    let gets = other.object_meters().gets.get();
+    for s in 1..=4 {
+        assert_eq!(read_all(&other, s, 0).await.len(), 10);
+    }
+    assert_eq!(
+        other.object_meters().gets.get() - gets,
+        objects.len() as u64,
+        "an object shared by several streams was fetched more than once"
+    );
+    other.close().await.unwrap();
+}
