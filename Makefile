@@ -56,7 +56,7 @@ bench-move:
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
 	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/move.py
 
-# The object WAL beside the file WAL and Kafka (about 5 minutes): one idempotent producer at a
+# The object WAL beside the file WAL and Kafka (about 6 minutes): one idempotent producer at a
 # fixed rate on a single broker of each kind (Weir on s3s-fs: file WAL, object WAL, object WAL
 # with 100 ms PUTs), produce and end-to-end latency, PUTs and bytes written per GiB produced;
 # then one default producer's maximum on the object WAL with 100 ms PUTs. Writes
