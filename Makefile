@@ -83,7 +83,8 @@ bench-pg:
 # and WAL errors, an unreachable WAL) on a three-broker cluster under idempotent load, then every
 # acknowledged record read back: per fault kind, lost / duplicated / reordered and the longest
 # produce unavailability. Exits non-zero on any loss. Writes bench/results/chaos-YYYY-MM-DD-HHMM.md.
-# Settings: CHAOS_SEED, CHAOS_FAULTS, CHAOS_KINDS, ... (tests/chaos/chaos.py).
+# Settings: CHAOS_SEED, CHAOS_FAULTS, CHAOS_KINDS, ... (tests/chaos/chaos.py); CHAOS_WAL_KIND=object
+# runs it on brokers without a WAL file (the WAL faults left out; report chaos-object-wal-*.md).
 .PHONY: chaos
 chaos:
 	$(CARGO) build --release -p weir
