@@ -121,7 +121,7 @@ pub(crate) struct EngineInner {
     /// Whether `wal` is a WAL file; `false` for a broker without a disk, whose streams all go
     /// through the object WAL.
     pub has_wal_file: bool,
-    pub object_wal: crate::object_wal::ObjectWal,
+    pub object_wal: crate::collector::ObjectWal,
     pub meta: Arc<dyn MetaStore>,
     pub store: Arc<dyn ObjectStore>,
     pub reader: ObjectReader,
@@ -196,7 +196,7 @@ impl Engine {
             config.index_cache_bytes,
         );
         let background = crate::budget::Budget::new(config.background_bytes_per_sec);
-        let object_wal = crate::object_wal::ObjectWal::new(
+        let object_wal = crate::collector::ObjectWal::new(
             config.object_wal_max_in_flight,
             config.object_wal_bytes,
         );

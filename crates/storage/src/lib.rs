@@ -33,6 +33,7 @@
 #[macro_use]
 pub mod invariant;
 mod budget;
+mod collector;
 mod compaction;
 mod config;
 pub mod conformance;

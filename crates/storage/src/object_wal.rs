@@ -26,13 +26,14 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, OwnedSemaphorePermit};
 use weir_meta::{MetaError, ObjectCommit};
 use weir_wal::{Seq, WalError};
 
+use crate::collector::Entry;
 use crate::engine::EngineInner;
 use crate::error::Result;
 use crate::format::Frame;
@@ -48,57 +49,6 @@ const COMMIT_PATIENCE: Duration = Duration::from_secs(10);
 /// only makes them retry (the batches are still in their memory), where the uploader's data
 /// would sit in the WAL.
 const PUT_ATTEMPTS: u32 = 3;
-
-/// One batch handed to the object WAL.
-struct Entry {
-    stream: Arc<Stream>,
-    epoch: u64,
-    id: u64,
-    frame: Frame,
-}
-
-#[derive(Default)]
-struct Collecting {
-    entries: Vec<Entry>,
-    bytes: u64,
-    /// When the first batch of the object being collected arrived.
-    since: Option<Instant>,
-}
-
-/// The object WAL's state in the engine.
-pub(crate) struct ObjectWal {
-    collecting: Mutex<Collecting>,
-    /// Woken when the first batch of an object arrives, or when one is full.
-    wake: Notify,
-    /// One permit per object in flight.
-    slots: Arc<Semaphore>,
-    /// Resolves when the last sealed object's commit is done: the next one commits after it.
-    tail: Mutex<Option<oneshot::Receiver<()>>>,
-    /// Numbers the objects, as a WAL numbers its records (kept in the batches' `seq`).
-    next_seq: std::sync::atomic::AtomicU64,
-    /// Payload bytes handed over and not yet committed or failed.
-    pending_bytes: std::sync::atomic::AtomicU64,
-    max_pending_bytes: u64,
-}
-
-impl ObjectWal {
-    pub fn new(max_in_flight: usize, object_bytes: u64) -> ObjectWal {
-        let max_in_flight = max_in_flight.max(1);
-        ObjectWal {
-            collecting: Mutex::new(Collecting::default()),
-            wake: Notify::new(),
-            slots: Arc::new(Semaphore::new(max_in_flight)),
-            tail: Mutex::new(None),
-            next_seq: std::sync::atomic::AtomicU64::new(0),
-            pending_bytes: std::sync::atomic::AtomicU64::new(0),
-            max_pending_bytes: object_bytes.max(1) * (max_in_flight as u64 + 1),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Collecting> {
-        self.collecting.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
 
 /// One stream's batches in one object: what to check before its ranges are committed, and what
 /// to mark durable (or fail) after.
@@ -378,16 +328,5 @@ impl EngineInner {
                 .push_back((share.stream.id, end));
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_budget_lets_one_batch_through_however_large() {
-        let ow = ObjectWal::new(2, 10);
-        assert_eq!(ow.max_pending_bytes, 30);
     }
 }
