@@ -1,6 +1,6 @@
 //! The object WAL's state (`object_wal.rs` has what it does): the batches collected for the next
 //! object, the slots of the objects in flight, the turn of their commits, and the bound on the
-//! bytes handed over. Kept apart from the engine's code, as a stream's state is in `stream.rs`.
+//! bytes handed over (counted in the engine's meters). Kept apart from the engine's code, as a stream's state is in `stream.rs`.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -35,10 +35,8 @@ pub(crate) struct ObjectWal {
     pub slots: Arc<Semaphore>,
     /// Resolves when the last sealed object's commit is done: the next one commits after it.
     pub tail: Mutex<Option<oneshot::Receiver<()>>>,
-    /// Numbers the objects, as a WAL numbers its records (kept in the batches' `seq`).
-    pub next_seq: std::sync::atomic::AtomicU64,
-    /// Payload bytes handed over and not yet committed or failed.
-    pub pending_bytes: std::sync::atomic::AtomicU64,
+    /// Payload bytes handed over and not yet committed or failed are bounded by this; they are
+    /// counted in `StorageMeters::object_wal_pending_bytes`.
     pub max_pending_bytes: u64,
 }
 
@@ -50,8 +48,6 @@ impl ObjectWal {
             wake: Notify::new(),
             slots: Arc::new(Semaphore::new(max_in_flight)),
             tail: Mutex::new(None),
-            next_seq: std::sync::atomic::AtomicU64::new(0),
-            pending_bytes: std::sync::atomic::AtomicU64::new(0),
             max_pending_bytes: object_bytes.max(1) * (max_in_flight as u64 + 1),
         }
     }

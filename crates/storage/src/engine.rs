@@ -19,6 +19,11 @@ use crate::reader::ObjectReader;
 use crate::stream::{frame, Failure, OutcomeCell, RewindHook, Stream, StreamState, Totals};
 use crate::StorageMeters;
 
+/// The `seq` of a batch handed to the object WAL: any value but the one that marks a batch not
+/// handed over yet (the WAL file is never trimmed by it: `first_uncommitted_seq` skips such
+/// streams).
+const OBJECT_WAL_SEQ: weir_wal::Seq = 0;
+
 /// How a stream is opened.
 #[derive(Clone, Default)]
 pub struct StreamOptions {
@@ -841,11 +846,12 @@ impl EngineInner {
             }
             if st.wal_kind() == WalKind::Object {
                 let (epoch, frame) = (st.epoch(), b.frame.clone());
-                match self.offer_to_object_wal(s, epoch, id, &frame) {
-                    Some(seq) => st.submitted(seq),
+                if !self.offer_to_object_wal(s, epoch, id, &frame) {
                     // Waits in the stream; an object's end hands it on.
-                    None => return Ok(()),
+                    return Ok(());
                 }
+                // No WAL sequence number: the WAL file holds nothing of this stream.
+                st.submitted(OBJECT_WAL_SEQ);
                 continue;
             }
             let record = WalRecord {

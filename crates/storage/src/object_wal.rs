@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 use weir_meta::{MetaError, ObjectCommit};
-use weir_wal::{Seq, WalError};
+use weir_wal::WalError;
 
 use crate::collector::Entry;
 use crate::engine::EngineInner;
@@ -56,30 +56,30 @@ struct StreamShare {
     stream: Arc<Stream>,
     /// `(base offset, append id)` of each batch, in order.
     batches: Vec<(u64, u64)>,
+    /// Its `Part` of the object.
+    part: usize,
 }
 
 impl EngineInner {
     /// Hands the stream's first waiting batch to the object WAL; called under the stream's lock,
-    /// in offset order. `None` when the object WAL has no room: the batch waits in the stream.
+    /// in offset order. `false` when the object WAL has no room: the batch waits in the stream.
     pub(crate) fn offer_to_object_wal(
         &self,
         s: &Arc<Stream>,
         epoch: u64,
         id: u64,
         frame: &Frame,
-    ) -> Option<Seq> {
+    ) -> bool {
         let ow = &self.object_wal;
         let len = frame.payload.len() as u64;
-        let pending = ow.pending_bytes.load(Ordering::Relaxed);
+        let pending = &self.meters.object_wal_pending_bytes;
+        let before = pending.load(Ordering::Relaxed);
         // One batch is always let through, however large, so that a batch bigger than the
         // budget cannot wait forever.
-        if pending > 0 && pending + len > ow.max_pending_bytes {
-            return None;
+        if before > 0 && before + len > ow.max_pending_bytes {
+            return false;
         }
-        ow.pending_bytes.fetch_add(len, Ordering::Relaxed);
-        self.meters
-            .object_wal_pending_bytes
-            .store(pending + len, Ordering::Relaxed);
+        pending.fetch_add(len, Ordering::Relaxed);
         let mut c = ow.lock();
         let first = c.entries.is_empty();
         c.entries.push(Entry {
@@ -97,7 +97,7 @@ impl EngineInner {
         if first || full {
             ow.wake.notify_one();
         }
-        Some(ow.next_seq.load(Ordering::Relaxed))
+        true
     }
 
     /// Seals objects as they fill or linger out, and sends each on its way (PUT, then commit in
@@ -137,11 +137,7 @@ impl EngineInner {
                 },
                 _ = shutdown.changed() => return,
             };
-            let entries = {
-                let mut c = self.object_wal.lock();
-                self.object_wal.next_seq.fetch_add(1, Ordering::Relaxed);
-                std::mem::take(&mut *c).entries
-            };
+            let entries = std::mem::take(&mut *self.object_wal.lock()).entries;
             if entries.is_empty() {
                 continue;
             }
@@ -178,20 +174,10 @@ impl EngineInner {
         let mut shares: HashMap<u64, StreamShare> = HashMap::new();
         for e in entries {
             let id = e.stream.id;
-            match shares.get_mut(&id) {
-                Some(share) => share.batches.push((e.frame.base_offset, e.id)),
-                None => {
-                    shares.insert(
-                        id,
-                        StreamShare {
-                            stream: Arc::clone(&e.stream),
-                            batches: vec![(e.frame.base_offset, e.id)],
-                        },
-                    );
-                }
-            }
-            match parts.iter_mut().find(|p| p.stream_id == id) {
-                Some(p) => {
+            match shares.entry(id) {
+                std::collections::hash_map::Entry::Occupied(mut o) => {
+                    let share = o.get_mut();
+                    let p = &mut parts[share.part];
                     invariant!(
                         p.epoch == e.epoch
                             && p.frames.last().map(Frame::end_offset) == Some(e.frame.base_offset),
@@ -201,13 +187,21 @@ impl EngineInner {
                         p.frames.last().map(Frame::end_offset),
                         p.epoch
                     );
+                    share.batches.push((e.frame.base_offset, e.id));
                     p.frames.push(e.frame);
                 }
-                None => parts.push(Part {
-                    stream_id: id,
-                    epoch: e.epoch,
-                    frames: vec![e.frame],
-                }),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(StreamShare {
+                        stream: Arc::clone(&e.stream),
+                        batches: vec![(e.frame.base_offset, e.id)],
+                        part: parts.len(),
+                    });
+                    parts.push(Part {
+                        stream_id: id,
+                        epoch: e.epoch,
+                        frames: vec![e.frame],
+                    });
+                }
             }
         }
         let put = if parts.is_empty() {
@@ -245,14 +239,9 @@ impl EngineInner {
                 }
             }
         }
-        let left = self
-            .object_wal
-            .pending_bytes
-            .fetch_sub(bytes, Ordering::Relaxed)
-            - bytes;
         self.meters
             .object_wal_pending_bytes
-            .store(left, Ordering::Relaxed);
+            .fetch_sub(bytes, Ordering::Relaxed);
         drop(done);
         // Batches that waited for room go on now.
         self.submit_all_waiting();

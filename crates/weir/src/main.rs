@@ -261,6 +261,7 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
         .get_or_init("cluster.id", &uuid::Uuid::new_v4().simple().to_string())
         .await
         .context("reading the cluster id")?;
+    let wal_kind = config.wal_kind().map_err(anyhow::Error::msg)?;
     let defaults = weir_partition::TopicDefaults {
         num_partitions: config.broker.num_partitions.max(1),
         auto_create: config.broker.auto_create_topics,
@@ -268,7 +269,7 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
         retention_ms: config.broker.log_retention_ms,
         retention_bytes: config.broker.log_retention_bytes,
         producer_id_expiration_ms: config.broker.producer_id_expiration_ms,
-        wal_kind: config.wal_kind().map_err(anyhow::Error::msg)?,
+        wal_kind,
     };
     // Join the cluster (one broker on SQLite is a cluster of one): register, then open the
     // partitions the controller assigns here before taking clients.
@@ -305,7 +306,6 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
         internal_addr: format!("{host}:{internal_port}"),
         wal: None,
     };
-    let wal_kind = config.wal_kind().map_err(anyhow::Error::msg)?;
     // Without a WAL file (`wal.kind = "object"`) there is nothing to claim, recover or seal:
     // the broker registers without one, and its partitions move at once when it dies.
     let cluster = match wal_kind {
