@@ -387,3 +387,57 @@ async fn streams_sharing_small_objects_are_read_with_one_get_per_object() {
     );
     other.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_handed_to_a_slow_object_wal_are_bounded_and_the_rest_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let meta = sqlite(dir.path());
+    let store: Arc<dyn object_store::ObjectStore> = Arc::new(slow_store(50));
+    // One object of 1 KiB in flight: at most 2 KiB handed over at a time.
+    let config = StorageConfig {
+        object_wal_bytes: 1 << 10,
+        object_wal_max_in_flight: 1,
+        wal_full_wait: Duration::from_secs(30),
+        ..object_config()
+    };
+    let engine = diskless(meta, store, config).await;
+    engine.open_stream(1, 1).await.unwrap();
+    let pending: Vec<_> = (0..20u64)
+        .map(|i| {
+            engine
+                .append_with(1, 1, |base, _| {
+                    Some(weir_storage::NewBatch {
+                        record_count: 1,
+                        max_timestamp: 0,
+                        payload: payload(1, base, i, 600),
+                    })
+                })
+                .unwrap()
+                .unwrap()
+        })
+        .collect();
+    let handed = engine
+        .meters()
+        .object_wal_pending_bytes
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        handed <= (2 << 10) + 600,
+        "{handed} bytes handed to the object WAL at once, of 12,000 appended"
+    );
+    for (i, p) in pending.into_iter().enumerate() {
+        assert_eq!(p.wait().await.unwrap().base_offset, i as u64);
+    }
+    // The count drops once each object's writer finishes, just after its waiters are answered.
+    let left = || {
+        engine
+            .meters()
+            .object_wal_pending_bytes
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while left() > 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(left(), 0, "bytes still counted as handed over");
+    engine.close().await.unwrap();
+}
