@@ -1,0 +1,203 @@
+//! The offsets of partitions served in this zone and led in another, fed by their leaders.
+//!
+//! A broker that serves fetches for a partition it does not lead needs the partition's epoch,
+//! start, high watermark and the end of what is in object storage (what it can read). It
+//! subscribes to them here: one long poll per leader ([`WatchOffsets`]) for all the partitions
+//! this broker serves from it, answered by the leader as soon as any of them changes. Fetches
+//! wait on the partition's [`watch`] receiver, as fetches of a local partition wait on its high
+//! watermark. A subscription nobody used for [`IDLE`] is dropped.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{watch, Notify};
+
+use crate::handoff::{Leader, NOT_LEADER_OR_FOLLOWER};
+use crate::peer::{Channel, Peer, Peers};
+use crate::wire::{self, Offsets, WatchOffsets};
+
+/// A subscription unused this long is dropped.
+const IDLE: Duration = Duration::from_secs(30);
+
+/// How long a leader holds a poll when nothing changes.
+const POLL_WAIT_MS: u32 = 500;
+
+/// The pause after a failed poll.
+const RETRY: Duration = Duration::from_millis(100);
+
+type Key = (String, i32);
+
+struct Sub {
+    tx: watch::Sender<Option<Offsets>>,
+    leader: Leader,
+    used: Instant,
+}
+
+struct Poller {
+    /// Woken when a subscription is added, so the poll is sent again at once.
+    poke: Arc<Notify>,
+}
+
+pub struct Feed {
+    peers: Arc<Peers>,
+    subs: Mutex<HashMap<Key, Sub>>,
+    pollers: Mutex<HashMap<i32, Poller>>,
+}
+
+impl Feed {
+    pub fn new(peers: Arc<Peers>) -> Arc<Feed> {
+        Arc::new(Feed {
+            peers,
+            subs: Mutex::new(HashMap::new()),
+            pollers: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn subs(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Sub>> {
+        self.subs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The offsets of `topic`-`partition` as `leader` reports them (`None` until its first
+    /// answer). Subscribes, or moves the subscription to a new leader.
+    pub fn offsets(
+        self: &Arc<Self>,
+        topic: &str,
+        partition: i32,
+        leader: &Leader,
+    ) -> watch::Receiver<Option<Offsets>> {
+        let key = (topic.to_string(), partition);
+        let (rx, new) = {
+            let mut subs = self.subs();
+            match subs.get_mut(&key) {
+                Some(s) if s.leader == *leader => {
+                    s.used = Instant::now();
+                    (s.tx.subscribe(), false)
+                }
+                _ => {
+                    let (tx, rx) = watch::channel(None);
+                    subs.insert(
+                        key,
+                        Sub {
+                            tx,
+                            leader: leader.clone(),
+                            used: Instant::now(),
+                        },
+                    );
+                    (rx, true)
+                }
+            }
+        };
+        if new {
+            self.poller_for(leader);
+        }
+        rx
+    }
+
+    /// Starts the poller of `leader`, or pokes it so that it polls the new subscription now.
+    fn poller_for(self: &Arc<Self>, leader: &Leader) {
+        let mut pollers = self.pollers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = pollers.get(&leader.node_id) {
+            p.poke.notify_one();
+            return;
+        }
+        let poke = Arc::new(Notify::new());
+        pollers.insert(
+            leader.node_id,
+            Poller {
+                poke: Arc::clone(&poke),
+            },
+        );
+        let this = Arc::clone(self);
+        let node = leader.node_id;
+        tokio::spawn(async move { this.poll(node, poke).await });
+    }
+
+    /// Polls one leader for every partition subscribed from it, until there are none.
+    async fn poll(self: Arc<Self>, node: i32, poke: Arc<Notify>) {
+        loop {
+            let (leader, partitions) = {
+                let mut subs = self.subs();
+                subs.retain(|_, s| s.used.elapsed() < IDLE);
+                let mine: Vec<_> = subs
+                    .iter()
+                    .filter(|(_, s)| s.leader.node_id == node)
+                    .collect();
+                let Some((_, first)) = mine.first() else {
+                    // Under the subscriptions' lock: a subscription added after this starts a
+                    // new poller.
+                    self.pollers
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&node);
+                    return;
+                };
+                let leader = first.leader.clone();
+                let partitions: Vec<_> = mine
+                    .iter()
+                    .map(|((t, p), s)| {
+                        // Nothing known yet: a value the leader never reports, so that it
+                        // answers at once.
+                        let known = (*s.tx.borrow()).unwrap_or(Offsets {
+                            error: -1,
+                            ..Offsets::default()
+                        });
+                        (t.clone(), *p, known)
+                    })
+                    .collect();
+                (leader, partitions)
+            };
+            let request = WatchOffsets {
+                max_wait_ms: POLL_WAIT_MS,
+                partitions,
+            };
+            let answer = self.peers.send(
+                Peer {
+                    node_id: leader.node_id,
+                    internal_addr: &leader.internal_addr,
+                    zone: &leader.zone,
+                },
+                Channel::Feed,
+                wire::WATCH_OFFSETS,
+                request.encode(),
+            );
+            let answer = tokio::select! {
+                a = answer => a,
+                _ = poke.notified() => continue,
+                _ = tokio::time::sleep(Duration::from_millis(u64::from(POLL_WAIT_MS) * 4)) => continue,
+            };
+            let decoded = answer
+                .map_err(|e| e.to_string())
+                .and_then(|b| wire::decode_offsets(b).map_err(|e| e.to_string()));
+            match decoded {
+                Ok(answers) => {
+                    let subs = self.subs();
+                    for (t, p, o) in answers {
+                        if let Some(s) = subs.get(&(t, p)) {
+                            if s.leader.node_id == node {
+                                s.tx.send_if_modified(|v| {
+                                    let changed = *v != Some(o);
+                                    *v = Some(o);
+                                    changed
+                                });
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(node, error = %e, "polling a leader's offsets failed");
+                    {
+                        let subs = self.subs();
+                        for s in subs.values().filter(|s| s.leader.node_id == node) {
+                            s.tx.send_replace(Some(Offsets {
+                                error: NOT_LEADER_OR_FOLLOWER,
+                                ..Offsets::default()
+                            }));
+                        }
+                    }
+                    tokio::time::sleep(RETRY).await;
+                }
+            }
+        }
+    }
+}

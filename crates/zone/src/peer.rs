@@ -1,0 +1,261 @@
+//! Connections to other brokers' internal listeners.
+//!
+//! One connection per peer and [`Channel`], opened on first use and again after it fails.
+//! Requests on a channel are written in the order [`Peers::send`] is called, which is what keeps
+//! a client connection's produce order through a forwarding broker; answers are matched by
+//! correlation id, so an answer nobody waits for any more is dropped. Long polls and forwarded
+//! produces use different channels, so a poll never holds up an acknowledgement.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use weir_metrics::Counter;
+
+use crate::meters::{Kind, NetMeters};
+
+/// How long opening a connection to a peer may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The largest answer a peer may send (answers are small: offsets and results).
+const MAX_ANSWER: usize = 64 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Channel {
+    /// Forwarded produces.
+    Forward,
+    /// The offsets feed and other small calls.
+    Feed,
+}
+
+impl Channel {
+    fn kind(self) -> Kind {
+        match self {
+            Channel::Forward => Kind::Forward,
+            Channel::Feed => Kind::Feed,
+        }
+    }
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PeerError {
+    #[error("broker {node} at {addr}: {reason}")]
+    Connection {
+        node: i32,
+        addr: String,
+        reason: String,
+    },
+}
+
+struct Outgoing {
+    key: i16,
+    body: BytesMut,
+    reply: oneshot::Sender<Result<Bytes, PeerError>>,
+}
+
+struct PeerConn {
+    addr: String,
+    tx: mpsc::UnboundedSender<Outgoing>,
+    dead: Arc<AtomicBool>,
+}
+
+/// The peer a request goes to.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer<'a> {
+    pub node_id: i32,
+    pub internal_addr: &'a str,
+    pub zone: &'a str,
+}
+
+/// Connections to peers, shared by the broker's tasks.
+pub struct Peers {
+    zone: String,
+    meters: Arc<NetMeters>,
+    conns: Mutex<HashMap<(i32, Channel), PeerConn>>,
+}
+
+impl Peers {
+    /// `zone` is this broker's, for the meters.
+    pub fn new(zone: &str, meters: Arc<NetMeters>) -> Arc<Peers> {
+        Arc::new(Peers {
+            zone: zone.to_string(),
+            meters,
+            conns: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Queues a request to `peer` now (requests on one channel are written in the order of
+    /// these calls) and returns its answer's body.
+    pub fn send(
+        &self,
+        peer: Peer<'_>,
+        channel: Channel,
+        key: i16,
+        body: BytesMut,
+    ) -> impl std::future::Future<Output = Result<Bytes, PeerError>> + Send + 'static {
+        let (reply, answer) = oneshot::channel();
+        let mut out = Some(Outgoing { key, body, reply });
+        {
+            let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+            let slot = (peer.node_id, channel);
+            let usable = conns.get(&slot).is_some_and(|c| {
+                c.addr == peer.internal_addr && !c.dead.load(Ordering::Acquire)
+            });
+            if !usable {
+                let sent = self.meters.counter(&self.zone, peer.zone, channel.kind());
+                conns.insert(slot, open(peer.node_id, peer.internal_addr, sent));
+            }
+            if let Some(c) = conns.get(&slot) {
+                if let Some(o) = out.take() {
+                    if let Err(mpsc::error::SendError(o)) = c.tx.send(o) {
+                        out = Some(o);
+                    }
+                }
+            }
+        }
+        let (node, addr) = (peer.node_id, peer.internal_addr.to_string());
+        if let Some(o) = out {
+            let _ = o.reply.send(Err(PeerError::Connection {
+                node,
+                addr: addr.clone(),
+                reason: "the connection closed".into(),
+            }));
+        }
+        async move {
+            answer.await.unwrap_or_else(|_| {
+                Err(PeerError::Connection {
+                    node,
+                    addr,
+                    reason: "the connection closed before the answer".into(),
+                })
+            })
+        }
+    }
+}
+
+type Pending = Arc<Mutex<HashMap<i32, oneshot::Sender<Result<Bytes, PeerError>>>>>;
+
+/// Starts a connection's task; requests queue until it is open.
+fn open(node: i32, addr: &str, sent: Arc<Counter>) -> PeerConn {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let dead = Arc::new(AtomicBool::new(false));
+    let conn = PeerConn {
+        addr: addr.to_string(),
+        tx,
+        dead: Arc::clone(&dead),
+    };
+    let addr = addr.to_string();
+    tokio::spawn(async move {
+        let pending: Pending = Arc::default();
+        let reason = run(&addr, rx, &pending, &sent).await;
+        dead.store(true, Ordering::Release);
+        tracing::debug!(node, %addr, %reason, "connection to a peer ended");
+        let fail = |tx: oneshot::Sender<Result<Bytes, PeerError>>| {
+            let _ = tx.send(Err(PeerError::Connection {
+                node,
+                addr: addr.clone(),
+                reason: reason.clone(),
+            }));
+        };
+        let waiting: Vec<_> = pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+            .collect();
+        for (_, tx) in waiting {
+            fail(tx);
+        }
+    });
+    conn
+}
+
+/// Runs one connection until it fails; returns why.
+async fn run(
+    addr: &str,
+    mut rx: mpsc::UnboundedReceiver<Outgoing>,
+    pending: &Pending,
+    sent: &Counter,
+) -> String {
+    let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            fail_queued(&mut rx, &format!("connecting: {e}"));
+            return format!("connecting: {e}");
+        }
+        Err(_) => {
+            fail_queued(&mut rx, "connecting timed out");
+            return "connecting timed out".into();
+        }
+    };
+    let _ = stream.set_nodelay(true);
+    let (mut rd, mut wr) = stream.into_split();
+    let reader = {
+        let pending = Arc::clone(pending);
+        async move {
+            loop {
+                let mut len = [0u8; 4];
+                if let Err(e) = rd.read_exact(&mut len).await {
+                    return format!("reading: {e}");
+                }
+                let n = u32::from_be_bytes(len) as usize;
+                if !(4..=MAX_ANSWER).contains(&n) {
+                    return format!("an answer of {n} bytes");
+                }
+                let mut buf = BytesMut::zeroed(n);
+                if let Err(e) = rd.read_exact(&mut buf).await {
+                    return format!("reading: {e}");
+                }
+                let mut buf = buf.freeze();
+                let correlation = buf.get_i32();
+                let waiter = pending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&correlation);
+                if let Some(w) = waiter {
+                    let _ = w.send(Ok(buf));
+                }
+            }
+        }
+    };
+    let writer = async {
+        let mut correlation: i32 = 0;
+        while let Some(o) = rx.recv().await {
+            correlation = correlation.wrapping_add(1);
+            let mut frame = BytesMut::with_capacity(12 + o.body.len());
+            frame.put_u32((8 + o.body.len()) as u32);
+            frame.put_i16(o.key);
+            frame.put_i16(0);
+            frame.put_i32(correlation);
+            frame.extend_from_slice(&o.body);
+            pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(correlation, o.reply);
+            if let Err(e) = wr.write_all(&frame).await {
+                return format!("writing: {e}");
+            }
+            sent.add(frame.len() as u64);
+        }
+        "closed".to_string()
+    };
+    tokio::select! {
+        r = reader => r,
+        w = writer => w,
+    }
+}
+
+fn fail_queued(rx: &mut mpsc::UnboundedReceiver<Outgoing>, reason: &str) {
+    rx.close();
+    while let Ok(o) = rx.try_recv() {
+        let _ = o.reply.send(Err(PeerError::Connection {
+            node: -1,
+            addr: String::new(),
+            reason: reason.to_string(),
+        }));
+    }
+}

@@ -1,0 +1,340 @@
+//! The internal API between brokers, on the internal listener.
+//!
+//! Framed like Kafka: a request is `length, api key, version, correlation id, body`, a response
+//! `length, correlation id, body`. The keys start at [`INTERNAL_KEY_BASE`], above every Kafka
+//! API key, and only the internal listener accepts them. Bodies are a few fixed-width integers
+//! and length-prefixed strings, big-endian; a body that does not decode is refused, never
+//! trusted.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+/// The first internal API key.
+pub const INTERNAL_KEY_BASE: i16 = 1000;
+/// A produce whose bytes are in object storage: see [`ForwardProduce`].
+pub const FORWARD_PRODUCE: i16 = 1000;
+/// Offsets of partitions a broker serves to its zone: see [`WatchOffsets`].
+pub const WATCH_OFFSETS: i16 = 1001;
+/// ListOffsets by timestamp for a partition served in another zone: see [`OffsetForTime`].
+pub const OFFSET_FOR_TIME: i16 = 1002;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("malformed internal message: {0}")]
+pub struct WireError(pub &'static str);
+
+type Result<T> = std::result::Result<T, WireError>;
+
+fn put_str(b: &mut BytesMut, s: &str) {
+    b.put_u16(u16::try_from(s.len()).unwrap_or(u16::MAX));
+    b.put_slice(&s.as_bytes()[..s.len().min(u16::MAX as usize)]);
+}
+
+fn need(b: &Bytes, n: usize, what: &'static str) -> Result<()> {
+    if b.remaining() < n {
+        Err(WireError(what))
+    } else {
+        Ok(())
+    }
+}
+
+fn get_str(b: &mut Bytes) -> Result<String> {
+    need(b, 2, "string length")?;
+    let n = b.get_u16() as usize;
+    need(b, n, "string")?;
+    let s = b.split_to(n);
+    String::from_utf8(s.to_vec()).map_err(|_| WireError("string is not UTF-8"))
+}
+
+fn get_i16(b: &mut Bytes) -> Result<i16> {
+    need(b, 2, "i16")?;
+    Ok(b.get_i16())
+}
+
+fn get_i32(b: &mut Bytes) -> Result<i32> {
+    need(b, 4, "i32")?;
+    Ok(b.get_i32())
+}
+
+fn get_u32(b: &mut Bytes) -> Result<u32> {
+    need(b, 4, "u32")?;
+    Ok(b.get_u32())
+}
+
+fn get_i64(b: &mut Bytes) -> Result<i64> {
+    need(b, 8, "i64")?;
+    Ok(b.get_i64())
+}
+
+fn get_u64(b: &mut Bytes) -> Result<u64> {
+    need(b, 8, "u64")?;
+    Ok(b.get_u64())
+}
+
+/// A count of items, each at least `min_item` bytes: refused if the body cannot hold them, so
+/// that a bad count cannot make the reader allocate.
+fn get_count(b: &mut Bytes, min_item: usize) -> Result<usize> {
+    let n = get_u32(b)? as usize;
+    if n.saturating_mul(min_item) > b.remaining() {
+        return Err(WireError("count larger than the message"));
+    }
+    Ok(n)
+}
+
+/// One partition's bytes in a hand-off object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardEntry {
+    pub topic: String,
+    pub partition: i32,
+    /// Bytes of this entry; entries follow each other from [`ForwardProduce::position`].
+    pub len: u32,
+}
+
+/// A produce sent through a broker in the client's zone: its records are in `object_key`, from
+/// `position` on, one entry after the other. The leader reads them (one ranged GET) and appends
+/// each entry as if a client had sent it, in this order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardProduce {
+    pub object_key: String,
+    pub position: u64,
+    pub entries: Vec<ForwardEntry>,
+}
+
+/// The leader's answer for one entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForwardResult {
+    /// A Kafka error code (0: appended and durable).
+    pub error: i16,
+    pub base_offset: i64,
+    pub log_start_offset: i64,
+}
+
+impl ForwardProduce {
+    pub fn span(&self) -> u64 {
+        self.entries.iter().map(|e| u64::from(e.len)).sum()
+    }
+
+    pub fn encode(&self) -> BytesMut {
+        let mut b = BytesMut::with_capacity(64 + self.entries.len() * 32);
+        put_str(&mut b, &self.object_key);
+        b.put_u64(self.position);
+        b.put_u32(self.entries.len() as u32);
+        for e in &self.entries {
+            put_str(&mut b, &e.topic);
+            b.put_i32(e.partition);
+            b.put_u32(e.len);
+        }
+        b
+    }
+
+    pub fn decode(mut b: Bytes) -> Result<ForwardProduce> {
+        let object_key = get_str(&mut b)?;
+        let position = get_u64(&mut b)?;
+        let n = get_count(&mut b, 10)?;
+        let mut entries = Vec::with_capacity(n);
+        for _ in 0..n {
+            entries.push(ForwardEntry {
+                topic: get_str(&mut b)?,
+                partition: get_i32(&mut b)?,
+                len: get_u32(&mut b)?,
+            });
+        }
+        Ok(ForwardProduce {
+            object_key,
+            position,
+            entries,
+        })
+    }
+}
+
+pub fn encode_forward_results(results: &[ForwardResult]) -> BytesMut {
+    let mut b = BytesMut::with_capacity(4 + results.len() * 18);
+    b.put_u32(results.len() as u32);
+    for r in results {
+        b.put_i16(r.error);
+        b.put_i64(r.base_offset);
+        b.put_i64(r.log_start_offset);
+    }
+    b
+}
+
+pub fn decode_forward_results(mut b: Bytes) -> Result<Vec<ForwardResult>> {
+    let n = get_count(&mut b, 18)?;
+    (0..n)
+        .map(|_| {
+            Ok(ForwardResult {
+                error: get_i16(&mut b)?,
+                base_offset: get_i64(&mut b)?,
+                log_start_offset: get_i64(&mut b)?,
+            })
+        })
+        .collect()
+}
+
+/// What a leader says of a partition: its epoch, start, the end of what is in object storage
+/// (what another zone can read) and the high watermark. `error` is a Kafka code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Offsets {
+    pub error: i16,
+    pub epoch: i32,
+    pub start: i64,
+    pub committed: i64,
+    pub high_watermark: i64,
+}
+
+impl Offsets {
+    fn put(&self, b: &mut BytesMut) {
+        b.put_i16(self.error);
+        b.put_i32(self.epoch);
+        b.put_i64(self.start);
+        b.put_i64(self.committed);
+        b.put_i64(self.high_watermark);
+    }
+
+    fn get(b: &mut Bytes) -> Result<Offsets> {
+        Ok(Offsets {
+            error: get_i16(b)?,
+            epoch: get_i32(b)?,
+            start: get_i64(b)?,
+            committed: get_i64(b)?,
+            high_watermark: get_i64(b)?,
+        })
+    }
+}
+
+/// A long poll: the leader answers as soon as any partition's offsets differ from `known`, or
+/// after `max_wait_ms`, with the offsets of every partition, in the request's order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchOffsets {
+    pub max_wait_ms: u32,
+    pub partitions: Vec<(String, i32, Offsets)>,
+}
+
+impl WatchOffsets {
+    pub fn encode(&self) -> BytesMut {
+        let mut b = BytesMut::with_capacity(8 + self.partitions.len() * 48);
+        b.put_u32(self.max_wait_ms);
+        encode_offsets_into(&mut b, &self.partitions);
+        b
+    }
+
+    pub fn decode(mut b: Bytes) -> Result<WatchOffsets> {
+        let max_wait_ms = get_u32(&mut b)?;
+        Ok(WatchOffsets {
+            max_wait_ms,
+            partitions: decode_offsets(b)?,
+        })
+    }
+}
+
+fn encode_offsets_into(b: &mut BytesMut, parts: &[(String, i32, Offsets)]) {
+    b.put_u32(parts.len() as u32);
+    for (t, p, o) in parts {
+        put_str(b, t);
+        b.put_i32(*p);
+        o.put(b);
+    }
+}
+
+pub fn encode_offsets(parts: &[(String, i32, Offsets)]) -> BytesMut {
+    let mut b = BytesMut::with_capacity(4 + parts.len() * 48);
+    encode_offsets_into(&mut b, parts);
+    b
+}
+
+pub fn decode_offsets(mut b: Bytes) -> Result<Vec<(String, i32, Offsets)>> {
+    let n = get_count(&mut b, 36)?;
+    (0..n)
+        .map(|_| Ok((get_str(&mut b)?, get_i32(&mut b)?, Offsets::get(&mut b)?)))
+        .collect()
+}
+
+/// ListOffsets by timestamp (or `-3`, the largest timestamp) of one partition, asked of its
+/// leader by the broker that serves it in another zone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetForTime {
+    pub topic: String,
+    pub partition: i32,
+    pub timestamp: i64,
+}
+
+/// The answer: `offset` -1 when no batch is that recent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffsetForTimeResult {
+    pub error: i16,
+    pub offset: i64,
+    pub timestamp: i64,
+    pub epoch: i32,
+}
+
+impl OffsetForTime {
+    pub fn encode(&self) -> BytesMut {
+        let mut b = BytesMut::with_capacity(32);
+        put_str(&mut b, &self.topic);
+        b.put_i32(self.partition);
+        b.put_i64(self.timestamp);
+        b
+    }
+
+    pub fn decode(mut b: Bytes) -> Result<OffsetForTime> {
+        Ok(OffsetForTime {
+            topic: get_str(&mut b)?,
+            partition: get_i32(&mut b)?,
+            timestamp: get_i64(&mut b)?,
+        })
+    }
+}
+
+impl OffsetForTimeResult {
+    pub fn encode(&self) -> BytesMut {
+        let mut b = BytesMut::with_capacity(22);
+        b.put_i16(self.error);
+        b.put_i64(self.offset);
+        b.put_i64(self.timestamp);
+        b.put_i32(self.epoch);
+        b
+    }
+
+    pub fn decode(mut b: Bytes) -> Result<OffsetForTimeResult> {
+        Ok(OffsetForTimeResult {
+            error: get_i16(&mut b)?,
+            offset: get_i64(&mut b)?,
+            timestamp: get_i64(&mut b)?,
+            epoch: get_i32(&mut b)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip_and_truncations_are_refused() {
+        let f = ForwardProduce {
+            object_key: "handoff/1/x".into(),
+            position: 77,
+            entries: vec![
+                ForwardEntry { topic: "a".into(), partition: 3, len: 10 },
+                ForwardEntry { topic: "bb".into(), partition: 0, len: 5 },
+            ],
+        };
+        let bytes = f.encode().freeze();
+        assert_eq!(ForwardProduce::decode(bytes.clone()), Ok(f.clone()));
+        assert_eq!(f.span(), 15);
+        for cut in 0..bytes.len() {
+            assert!(ForwardProduce::decode(bytes.slice(..cut)).is_err(), "cut at {cut}");
+        }
+        let r = vec![ForwardResult { error: 6, base_offset: -1, log_start_offset: 2 }];
+        assert_eq!(decode_forward_results(encode_forward_results(&r).freeze()), Ok(r));
+        let o = Offsets { error: 0, epoch: 4, start: 1, committed: 9, high_watermark: 12 };
+        let w = WatchOffsets { max_wait_ms: 500, partitions: vec![("t".into(), 1, o)] };
+        assert_eq!(WatchOffsets::decode(w.encode().freeze()), Ok(w));
+        let q = OffsetForTime { topic: "t".into(), partition: 2, timestamp: -3 };
+        assert_eq!(OffsetForTime::decode(q.encode().freeze()), Ok(q));
+        let a = OffsetForTimeResult { error: 0, offset: 5, timestamp: 99, epoch: 2 };
+        assert_eq!(OffsetForTimeResult::decode(a.encode().freeze()), Ok(a));
+        // A count that the body cannot hold is refused before anything is allocated.
+        let mut huge = BytesMut::new();
+        huge.put_u32(u32::MAX);
+        assert!(decode_offsets(huge.freeze()).is_err());
+    }
+}
