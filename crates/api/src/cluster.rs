@@ -67,7 +67,12 @@ impl Broker {
         BrokerId(controller.unwrap_or(self.cluster.node_id()))
     }
 
-    pub(crate) async fn metadata(&self, r: MetadataRequest, version: i16) -> MetadataResponse {
+    pub(crate) async fn metadata(
+        &self,
+        r: MetadataRequest,
+        version: i16,
+        zone: Option<&str>,
+    ) -> MetadataResponse {
         // Auto-creation as Kafka does it: from Metadata requests that allow it (v0-3 always do).
         let allow_create = version < 4 || r.allow_auto_topic_creation;
         let wanted: Option<Vec<(Option<String>, Uuid)>> = r.topics.map(|ts| {
@@ -81,7 +86,7 @@ impl Broker {
                 .topics
                 .list()
                 .into_iter()
-                .map(|t| self.topic_metadata(&t, &view))
+                .map(|t| self.topic_metadata(&t, &view, zone))
                 .collect(),
             Some(wanted) => {
                 let mut out = Vec::with_capacity(wanted.len());
@@ -112,7 +117,7 @@ impl Broker {
                         None => self.topics.get_by_id(id.as_bytes()),
                     };
                     out.push(match (found, name) {
-                        (Some(t), _) => self.topic_metadata(&t, &self.cluster.view()),
+                        (Some(t), _) => self.topic_metadata(&t, &self.cluster.view(), zone),
                         (None, Some(n)) => {
                             let code = if validate_topic_name(&n).is_err() {
                                 ResponseError::InvalidTopicException
@@ -155,11 +160,15 @@ impl Broker {
             })
     }
 
+    /// A topic's partitions as a client of `zone` sees them: each names the broker that serves
+    /// it to that zone (its leader, or a broker of the zone that forwards to it).
     fn topic_metadata(
         &self,
         t: &weir_partition::Topic,
         view: &ClusterView,
+        zone: Option<&str>,
     ) -> MetadataResponseTopic {
+        let routing = self.routing(t);
         MetadataResponseTopic::default()
             .with_name(Some(TopicName(str(&t.name))))
             .with_topic_id(Uuid::from_bytes(t.id))
@@ -174,10 +183,10 @@ impl Broker {
                             .topics
                             .partition(&t.name, i as i32)
                             .map(|p| p.leader_epoch as u64);
-                        match view.leader(&t.name, i) {
-                            Some((b, epoch)) => {
-                                let epoch = local_epoch.unwrap_or(epoch);
-                                let id = BrokerId(b.node_id);
+                        match weir_zone::route(view, zone, routing, &t.name, i) {
+                            Some(route) => {
+                                let epoch = local_epoch.unwrap_or(route.epoch);
+                                let id = BrokerId(route.broker.node_id);
                                 p.with_leader_id(id)
                                     .with_leader_epoch(epoch as i32)
                                     .with_replica_nodes(vec![id])

@@ -4,6 +4,10 @@
 //! `fetch.max.bytes`, whichever is smaller, with KIP-74's exception: the first partition that
 //! has data returns at least one whole batch, so that a consumer makes progress past a batch
 //! larger than its limits.
+//!
+//! A partition led in another zone, fetched by a client of this broker's zone, is served here
+//! from object storage (and the block cache), up to the end its leader says is committed, with
+//! the leader's high watermark and epoch (`weir_zone::Feed`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,18 +19,56 @@ use kafka_protocol::messages::fetch_response::{
 };
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
+use tokio::sync::watch;
 use uuid::Uuid;
-use weir_partition::{Lookup, Partition};
+use weir_partition::{Lookup, Partition, Topics};
+use weir_zone::wire::Offsets;
 
 use crate::{str, Broker, Reply};
+
+/// How long a fetch of a partition served for another zone's leader waits for the leader's
+/// first word on its offsets.
+const FIRST_OFFSETS_WAIT: Duration = Duration::from_secs(2);
+
+/// Where a wanted partition is read from.
+enum Source {
+    Local(Arc<Partition>),
+    /// Led in another zone: read from object storage with the leader's offsets.
+    Remote {
+        stream_id: u64,
+        offsets: watch::Receiver<Option<Offsets>>,
+    },
+}
+
+impl Source {
+    /// (start, end of what can be read now, high watermark, leader epoch); an error when the
+    /// leader says so or has not said anything yet.
+    fn bounds(&self) -> Result<(i64, i64, i64, i32), ResponseError> {
+        match self {
+            Source::Local(p) => {
+                let (start, hw) = p.offsets();
+                Ok((start, hw, hw, p.leader_epoch))
+            }
+            Source::Remote { offsets, .. } => match *offsets.borrow() {
+                Some(o) if o.error == 0 => Ok((o.start, o.committed, o.high_watermark, o.epoch)),
+                Some(o) => Err(ResponseError::try_from_code(o.error)
+                    .unwrap_or(ResponseError::NotLeaderOrFollower)),
+                None => Err(ResponseError::NotLeaderOrFollower),
+            },
+        }
+    }
+}
 
 /// One partition a fetch asks for.
 struct Wanted {
     partition_index: i32,
-    partition: Result<Arc<Partition>, ResponseError>,
+    partition: Result<Source, ResponseError>,
     offset: i64,
     max_bytes: i32,
     current_leader_epoch: i32,
+    /// KIP-392: a broker of the client's zone to fetch from instead (this broker leads the
+    /// partition in another zone), told to clients placed by their RackId only.
+    preferred: Option<i32>,
 }
 
 struct WantedTopic {
@@ -36,8 +78,14 @@ struct WantedTopic {
 }
 
 impl Broker {
-    pub(crate) async fn fetch(self: &Arc<Self>, r: FetchRequest, version: i16) -> Reply {
+    pub(crate) async fn fetch(
+        self: &Arc<Self>,
+        r: FetchRequest,
+        version: i16,
+        zone: Option<&str>,
+    ) -> Reply {
         let started = Instant::now();
+        let zone_owned = zone.map(|z| z.to_string());
         let wanted: Vec<WantedTopic> = r
             .topics
             .into_iter()
@@ -62,15 +110,23 @@ impl Broker {
                             partition_index: p.partition,
                             partition: match topic
                                 .as_ref()
-                                .map(|t| self.topics.lookup(&t.name, p.partition))
+                                .map(|t| (t, self.topics.lookup(&t.name, p.partition)))
                             {
-                                Some(Lookup::Local(p)) => Ok(p),
-                                Some(Lookup::NotHere) => Err(ResponseError::NotLeaderOrFollower),
+                                Some((_, Lookup::Local(p))) => Ok(Source::Local(p)),
+                                Some((t, Lookup::NotHere)) => {
+                                    self.remote_source(zone, &t.name, p.partition)
+                                }
                                 _ => Err(missing),
                             },
                             offset: p.fetch_offset,
                             max_bytes: p.partition_max_bytes,
                             current_leader_epoch: p.current_leader_epoch,
+                            preferred: match (&topic, version >= 11) {
+                                (Some(t), true) => {
+                                    self.preferred_replica(zone, &t.name, p.partition)
+                                }
+                                _ => None,
+                            },
                         })
                         .collect(),
                 }
@@ -85,36 +141,39 @@ impl Broker {
         // (or the long poll could never be satisfied).
         let max_bytes = asked.min(self.limits.fetch_max_bytes.max(1));
         let min_bytes = (r.min_bytes.max(1) as usize).min(max_bytes);
-        let (response, bytes, errors) = fetch_once(&wanted, max_bytes).await;
+        first_offsets(&wanted).await;
+        let topics = Arc::clone(&self.topics);
+        let (response, bytes, errors) = fetch_once(&topics, &wanted, max_bytes).await;
         let waits = r.max_wait_ms > 0 && bytes < min_bytes && !errors;
         if !waits {
             self.meters.fetch_bytes.add(bytes as u64);
             self.meters.fetch_latency.record(started.elapsed());
-            let response = self.with_leader_hints(response);
+            let response = self.with_leader_hints(response, zone);
             return Reply::Now(Box::new(ResponseKind::Fetch(response)));
         }
         let deadline = started + Duration::from_millis(r.max_wait_ms as u64);
         let this = Arc::clone(self);
         Reply::Later(Box::pin(async move {
-            let mut receivers: Vec<_> = wanted
-                .iter()
-                .flat_map(|t| t.partitions.iter())
-                .filter_map(|w| {
-                    w.partition
-                        .as_ref()
-                        .ok()
-                        .and_then(|p| p.watch_high_watermark())
-                })
-                .collect();
+            let mut hws: Vec<_> = Vec::new();
+            let mut remotes: Vec<_> = Vec::new();
+            for w in wanted.iter().flat_map(|t| t.partitions.iter()) {
+                match &w.partition {
+                    Ok(Source::Local(p)) => hws.extend(p.watch_high_watermark()),
+                    Ok(Source::Remote { offsets, .. }) => remotes.push(offsets.clone()),
+                    Err(_) => {}
+                }
+            }
             let (mut response, mut bytes) = (response, bytes);
             loop {
-                if receivers.is_empty() {
+                if hws.is_empty() && remotes.is_empty() {
                     tokio::time::sleep_until(deadline.into()).await;
                     break;
                 }
                 let woke = {
                     let changed = futures::future::select_all(
-                        receivers.iter_mut().map(|rx| rx.changed().boxed()),
+                        hws.iter_mut()
+                            .map(|rx| rx.changed().boxed())
+                            .chain(remotes.iter_mut().map(|rx| rx.changed().boxed())),
                     );
                     tokio::time::timeout_at(deadline.into(), changed)
                         .await
@@ -123,7 +182,7 @@ impl Broker {
                 if !woke {
                     break;
                 }
-                let (r2, b2, e2) = fetch_once(&wanted, max_bytes).await;
+                let (r2, b2, e2) = fetch_once(&topics, &wanted, max_bytes).await;
                 (response, bytes) = (r2, b2);
                 if e2 || bytes >= min_bytes || Instant::now() >= deadline {
                     break;
@@ -131,18 +190,55 @@ impl Broker {
             }
             if Instant::now() >= deadline && bytes < min_bytes {
                 // The deadline passed: answer with what there is now.
-                let (r2, b2, _) = fetch_once(&wanted, max_bytes).await;
+                let (r2, b2, _) = fetch_once(&topics, &wanted, max_bytes).await;
                 (response, bytes) = (r2, b2);
             }
             this.meters.fetch_bytes.add(bytes as u64);
             this.meters.fetch_latency.record(started.elapsed());
-            ResponseKind::Fetch(this.with_leader_hints(response))
+            ResponseKind::Fetch(this.with_leader_hints(response, zone_owned.as_deref()))
         }))
+    }
+
+    /// For a partition led here and fetched by a client of another zone: the broker of the
+    /// client's zone that serves it, if the topic routes in-zone.
+    fn preferred_replica(&self, zone: Option<&str>, topic: &str, partition: i32) -> Option<i32> {
+        let zones = self.zones.as_ref()?;
+        let zone = zone?;
+        if zones.zone.is_empty() || zone == zones.zone {
+            return None;
+        }
+        if self.routing_by_name(topic) != weir_zone::Routing::InZone {
+            return None;
+        }
+        if !matches!(self.topics.lookup(topic, partition), Lookup::Local(_)) {
+            return None;
+        }
+        let view = self.cluster.view();
+        let b = weir_zone::in_zone_broker(&view, zone, topic, u32::try_from(partition).ok()?)?;
+        (b.node_id != self.cluster.node_id()).then_some(b.node_id)
+    }
+
+    /// A partition not led here: served from object storage when this broker serves it to
+    /// the client's zone, else NOT_LEADER_OR_FOLLOWER.
+    fn remote_source(
+        &self,
+        zone: Option<&str>,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Source, ResponseError> {
+        let (Some(zones), Some(remote)) = (&self.zones, self.remote(zone, topic, partition)) else {
+            return Err(ResponseError::NotLeaderOrFollower);
+        };
+        zones.meters.remote_fetches.inc();
+        Ok(Source::Remote {
+            stream_id: remote.stream_id,
+            offsets: zones.feed.offsets(topic, partition, &remote.leader),
+        })
     }
 
     /// KIP-951: partitions answered NOT_LEADER_OR_FOLLOWER name the new leader (v12+), and the
     /// response carries its endpoint (v16+), so consumers re-route without a metadata request.
-    fn with_leader_hints(&self, mut response: FetchResponse) -> FetchResponse {
+    fn with_leader_hints(&self, mut response: FetchResponse, zone: Option<&str>) -> FetchResponse {
         let mut endpoints: Vec<NodeEndpoint> = Vec::new();
         for t in &mut response.responses {
             let name = if t.topic_id.is_nil() {
@@ -157,7 +253,7 @@ impl Broker {
                 if p.error_code != ResponseError::NotLeaderOrFollower.code() {
                     continue;
                 }
-                let Some(h) = self.leader_hint(&name, p.partition_index) else {
+                let Some(h) = self.leader_hint(zone, &name, p.partition_index) else {
                     continue;
                 };
                 p.current_leader = LeaderIdAndEpoch::default()
@@ -181,7 +277,22 @@ impl Broker {
 
 /// Reads every wanted partition once. Returns the response, its record bytes, and whether any
 /// partition had an error (which answers at once, as Kafka does).
-async fn fetch_once(wanted: &[WantedTopic], max_bytes: usize) -> (FetchResponse, usize, bool) {
+/// Waits (a little, once) for the leader's first word on the offsets of partitions served
+/// for another zone's leader, subscribed to just now.
+async fn first_offsets(wanted: &[WantedTopic]) {
+    for w in wanted.iter().flat_map(|t| t.partitions.iter()) {
+        if let Ok(Source::Remote { offsets, .. }) = &w.partition {
+            let mut rx = offsets.clone();
+            let _ = tokio::time::timeout(FIRST_OFFSETS_WAIT, rx.wait_for(|o| o.is_some())).await;
+        }
+    }
+}
+
+async fn fetch_once(
+    topics: &Topics,
+    wanted: &[WantedTopic],
+    max_bytes: usize,
+) -> (FetchResponse, usize, bool) {
     // Partitions are read concurrently, so a catch-up read of many partitions waits for one
     // round of object GETs rather than one per partition. Each partition that has data gets its
     // share of the total up front, in request order (its own limit, while the total lasts), so
@@ -193,15 +304,12 @@ async fn fetch_once(wanted: &[WantedTopic], max_bytes: usize) -> (FetchResponse,
     for t in wanted {
         let mut parts = Vec::with_capacity(t.partitions.len());
         for w in &t.partitions {
-            let (has_data, in_range) = match &w.partition {
-                Ok(p) => {
-                    let (start, hw) = p.offsets();
-                    (
-                        w.offset >= start && w.offset < hw,
-                        (start..=hw).contains(&w.offset),
-                    )
-                }
-                Err(_) => (false, true),
+            let (has_data, in_range) = match w.partition.as_ref().map(Source::bounds) {
+                Ok(Ok((start, readable, hw, _))) => (
+                    w.offset >= start && w.offset < readable && w.preferred.is_none(),
+                    (start..=hw).contains(&w.offset),
+                ),
+                _ => (false, true),
             };
             let budget = if has_data {
                 (w.max_bytes.max(0) as usize).min(max_bytes.saturating_sub(reserved))
@@ -215,7 +323,7 @@ async fn fetch_once(wanted: &[WantedTopic], max_bytes: usize) -> (FetchResponse,
             // of range is still read, for its error.
             let read = (budget > 0 || at_least_one || !in_range).then_some(budget.max(1));
             parts.push(async move {
-                let (pd, bytes, error) = fetch_partition(w, read).await;
+                let (pd, bytes, error) = fetch_partition(topics, w, read).await;
                 // A partition's first batch may be larger than its share; only the first
                 // partition with data may send one whole (KIP-74), the others cut to their
                 // share, so that the response stays within `max_bytes`.
@@ -272,12 +380,21 @@ fn whole_batches(records: &Bytes, limit: usize) -> Bytes {
 
 /// One partition's part of a fetch: its data (up to about `read` bytes, at least one batch;
 /// none if `None`), the bytes of it, and whether it is an error.
-async fn fetch_partition(w: &Wanted, read: Option<usize>) -> (PartitionData, usize, bool) {
+async fn fetch_partition(
+    topics: &Topics,
+    w: &Wanted,
+    read: Option<usize>,
+) -> (PartitionData, usize, bool) {
     let pd = PartitionData::default()
         .with_partition_index(w.partition_index)
         .with_preferred_read_replica(BrokerId(-1));
-    let p = match &w.partition {
-        Ok(p) => p,
+    let bounds = w
+        .partition
+        .as_ref()
+        .map_err(|e| *e)
+        .and_then(|s| s.bounds().map(|b| (s, b)));
+    let (source, (start, readable, hw, epoch)) = match bounds {
+        Ok(b) => b,
         Err(e) => {
             let pd = pd
                 .with_error_code(e.code())
@@ -287,21 +404,46 @@ async fn fetch_partition(w: &Wanted, read: Option<usize>) -> (PartitionData, usi
             return (pd, 0, true);
         }
     };
-    let (start, hw) = p.offsets();
     let pd = pd
         .with_high_watermark(hw)
         .with_last_stable_offset(hw)
         .with_log_start_offset(start);
-    if w.current_leader_epoch >= 0 && w.current_leader_epoch != p.leader_epoch {
-        let e = if w.current_leader_epoch < p.leader_epoch {
+    if w.current_leader_epoch >= 0 && w.current_leader_epoch != epoch {
+        let e = if w.current_leader_epoch < epoch {
             ResponseError::FencedLeaderEpoch
         } else {
             ResponseError::UnknownLeaderEpoch
         };
         return (pd.with_error_code(e.code()), 0, true);
     }
+    if let Some(id) = w.preferred {
+        // As Kafka answers a fetch that should go to a follower: no records, the replica.
+        let pd = pd
+            .with_preferred_read_replica(BrokerId(id))
+            .with_records(Some(Default::default()));
+        return (pd, 0, false);
+    }
     let Some(budget) = read else {
         return (pd.with_records(Some(Default::default())), 0, false);
+    };
+    let p = match source {
+        Source::Local(p) => p,
+        Source::Remote { stream_id, .. } => {
+            if w.offset < start || w.offset > hw {
+                let e = ResponseError::OffsetOutOfRange;
+                return (pd.with_error_code(e.code()), 0, true);
+            }
+            return match topics
+                .read_remote(*stream_id, w.offset, readable, budget)
+                .await
+            {
+                Ok(records) => {
+                    let bytes = records.len();
+                    (pd.with_records(Some(records)), bytes, false)
+                }
+                Err(e) => (pd.with_error_code(e.code()), 0, true),
+            };
+        }
     };
     match p.fetch(w.offset, budget).await {
         Ok(data) => {

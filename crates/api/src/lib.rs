@@ -10,16 +10,25 @@
 //! - `admin.rs`: topics, partitions, configs, DeleteRecords.
 //! - `cluster.rs`: ApiVersions, Metadata, DescribeCluster, FindCoordinator, InitProducerId.
 //! - `reassign.rs`: AlterPartitionReassignments, ListPartitionReassignments (moving partitions).
+//! - `zones.rs`: a client's zone and the broker that serves a partition to it; `internal.rs`:
+//!   the internal API leaders answer for brokers of other zones (forwarded produces, offsets).
 //! - groups: delegated to [`weir_group::GroupCoordinator`].
 
 mod admin;
 mod cluster;
+mod conn;
 mod errors;
 mod fetch;
+mod internal;
 mod offsets;
 mod opening;
 mod produce;
 mod reassign;
+mod zones;
+
+pub use conn::Conn;
+pub use internal::InternalReply;
+pub use zones::{ZoneMeters, ZoneServices};
 
 use std::sync::{Arc, Mutex};
 
@@ -171,6 +180,8 @@ pub struct Broker {
     pub meta: Arc<dyn MetaStore>,
     pub limits: ApiLimits,
     pub meters: ApiMeters,
+    /// Zone routing; `None` in tests that build a broker without it.
+    pub zones: Option<Arc<ZoneServices>>,
     /// Producer ids handed out in blocks from the metadata store: (next, end).
     producer_ids: Mutex<(i64, i64)>,
     /// Serialises refills of `producer_ids`.
@@ -190,6 +201,18 @@ impl Broker {
         meta: Arc<dyn MetaStore>,
         limits: ApiLimits,
     ) -> Arc<Broker> {
+        Self::with_zones(identity, cluster, topics, groups, meta, limits, None)
+    }
+
+    pub fn with_zones(
+        identity: BrokerIdentity,
+        cluster: Arc<Cluster>,
+        topics: Arc<Topics>,
+        groups: Arc<GroupCoordinator>,
+        meta: Arc<dyn MetaStore>,
+        limits: ApiLimits,
+        zones: Option<Arc<ZoneServices>>,
+    ) -> Arc<Broker> {
         Arc::new(Broker {
             identity,
             cluster,
@@ -197,6 +220,7 @@ impl Broker {
             groups,
             meta,
             limits,
+            zones,
             meters: ApiMeters::default(),
             producer_ids: Mutex::new((0, 0)),
             producer_id_refill: tokio::sync::Mutex::new(()),
@@ -210,6 +234,18 @@ impl Broker {
         request: RequestKind,
         client_host: &str,
     ) -> Reply {
+        self.handle_on(header, request, &Conn::from_host(client_host))
+            .await
+    }
+
+    /// Handles one request that arrived on `conn`.
+    pub async fn handle_on(
+        self: &Arc<Self>,
+        header: &RequestHeader,
+        request: RequestKind,
+        conn: &Conn,
+    ) -> Reply {
+        let client_host = conn.host.as_str();
         let v = header.request_api_version;
         if let Some(c) = usize::try_from(header.request_api_key)
             .ok()
@@ -218,11 +254,15 @@ impl Broker {
             c.inc();
         }
         let client_id = header.client_id.as_ref().map_or("", |c| c.as_str());
+        let zone = self.client_zone(conn, client_id, &request);
+        let zone = zone.as_deref();
         let now = |r: ResponseKind| Reply::Now(Box::new(r));
         self.wait_for_opening(&request, v).await;
         match request {
             RequestKind::ApiVersions(_) => now(ResponseKind::ApiVersions(cluster::api_versions(0))),
-            RequestKind::Metadata(r) => now(ResponseKind::Metadata(self.metadata(r, v).await)),
+            RequestKind::Metadata(r) => {
+                now(ResponseKind::Metadata(self.metadata(r, v, zone).await))
+            }
             RequestKind::DescribeCluster(r) => {
                 now(ResponseKind::DescribeCluster(self.describe_cluster(r, v)))
             }
@@ -232,13 +272,13 @@ impl Broker {
             RequestKind::InitProducerId(r) => {
                 now(ResponseKind::InitProducerId(self.init_producer_id(r).await))
             }
-            RequestKind::Produce(r) => self.produce(r, v).await,
-            RequestKind::Fetch(r) => self.fetch(r, v).await,
-            RequestKind::ListOffsets(r) => {
-                now(ResponseKind::ListOffsets(self.list_offsets(r, v).await))
-            }
+            RequestKind::Produce(r) => self.produce(r, v, zone).await,
+            RequestKind::Fetch(r) => self.fetch(r, v, zone).await,
+            RequestKind::ListOffsets(r) => now(ResponseKind::ListOffsets(
+                self.list_offsets(r, v, zone).await,
+            )),
             RequestKind::OffsetForLeaderEpoch(r) => now(ResponseKind::OffsetForLeaderEpoch(
-                self.offset_for_leader_epoch(r),
+                self.offset_for_leader_epoch(r, zone).await,
             )),
             RequestKind::CreateTopics(r) => {
                 now(ResponseKind::CreateTopics(self.create_topics(r, v).await))
@@ -418,15 +458,36 @@ impl Broker {
     /// The broker that leads, or is about to lead, `topic`-`partition`: a move's target (at the
     /// epoch it will open with), else the leader in this broker's view if that is another
     /// broker. `None` when there is nothing better to say than "refresh your metadata".
-    pub(crate) fn leader_hint(&self, topic: &str, partition: i32) -> Option<LeaderHint> {
+    ///
+    /// A client of a zone is named the broker that serves the partition to its zone (the same
+    /// id and address Metadata gives it), never the leader's id with another address: a client
+    /// that gets a hint naming a broker it cannot map back strands the partition (AutoMQ
+    /// #3546, franz-go).
+    pub(crate) fn leader_hint(
+        &self,
+        zone: Option<&str>,
+        topic: &str,
+        partition: i32,
+    ) -> Option<LeaderHint> {
         let view = self.cluster.view();
-        let a = view.assignment(topic, u32::try_from(partition).ok()?)?;
+        let index = u32::try_from(partition).ok()?;
+        let a = view.assignment(topic, index)?;
         let (node, epoch) = match (a.target, a.leader) {
             (Some(t), _) => (t, a.epoch + 1),
             (None, Some(l)) if l != self.cluster.node_id() => (l, a.epoch),
             _ => return None,
         };
-        let b = view.reachable_brokers().find(|b| b.node_id == node)?;
+        let mut b = view.reachable_brokers().find(|b| b.node_id == node)?;
+        if let Some(zone) = zone {
+            if self.routing_by_name(topic) == weir_zone::Routing::InZone
+                && !b.zone.is_empty()
+                && b.zone != zone
+            {
+                if let Some(z) = weir_zone::in_zone_broker(&view, zone, topic, index) {
+                    b = z;
+                }
+            }
+        }
         Some(LeaderHint {
             node_id: b.node_id,
             epoch: i32::try_from(epoch).unwrap_or(i32::MAX),

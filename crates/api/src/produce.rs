@@ -1,4 +1,8 @@
 //! Produce: validate, append through each partition's leader, answer once durable.
+//!
+//! A partition led in another zone, produced by a client of this broker's zone, is forwarded
+//! (`weir_zone::Forwarder`): its bytes go to object storage and the leader appends them. It
+//! is handed over here, in request order, like the appends of partitions led here.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,12 +13,46 @@ use kafka_protocol::messages::produce_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
 
-use weir_partition::Lookup;
+use tokio::sync::oneshot;
+use weir_partition::{Lookup, ProduceTicket, Produced};
+use weir_zone::handoff::Outcome;
 
 use crate::{str, Broker, Reply};
 
+/// A partition's produce, started.
+enum Started {
+    Local(ProduceTicket),
+    Forwarded(oneshot::Receiver<Outcome>),
+}
+
+impl Started {
+    async fn wait(self) -> Result<Produced, ResponseError> {
+        match self {
+            Started::Local(t) => t.wait().await,
+            Started::Forwarded(rx) => match rx.await {
+                Ok(Ok(r)) if r.error == 0 => Ok(Produced {
+                    base_offset: r.base_offset,
+                    log_start_offset: r.log_start_offset,
+                }),
+                Ok(Ok(r)) => Err(error_of(r.error)),
+                Ok(Err(code)) => Err(error_of(code)),
+                Err(_) => Err(ResponseError::NotLeaderOrFollower),
+            },
+        }
+    }
+}
+
+fn error_of(code: i16) -> ResponseError {
+    ResponseError::try_from_code(code).unwrap_or(ResponseError::UnknownServerError)
+}
+
 impl Broker {
-    pub(crate) async fn produce(self: &Arc<Self>, r: ProduceRequest, version: i16) -> Reply {
+    pub(crate) async fn produce(
+        self: &Arc<Self>,
+        r: ProduceRequest,
+        version: i16,
+        zone: Option<&str>,
+    ) -> Reply {
         let started = Instant::now();
         if r.transactional_id.is_some() {
             // Transactions are not implemented yet; say so per partition rather than hang up.
@@ -47,8 +85,24 @@ impl Broker {
                 self.meters.produce_bytes.add(records.len() as u64);
                 let ticket = match lookup {
                     Lookup::Local(_) if !may_acknowledge => Err(ResponseError::NotLeaderOrFollower),
-                    Lookup::Local(partition) => partition.start_produce(&records),
-                    Lookup::NotHere => Err(ResponseError::NotLeaderOrFollower),
+                    Lookup::Local(partition) => {
+                        partition.start_produce(&records).map(Started::Local)
+                    }
+                    Lookup::NotHere => match (&topic, &self.zones) {
+                        (Some(t), Some(zones)) => match self.remote(zone, &t.name, p.index) {
+                            Some(remote) => {
+                                zones.meters.forwarded_partitions.inc();
+                                Ok(Started::Forwarded(zones.forwarder.submit(
+                                    remote.leader,
+                                    &t.name,
+                                    p.index,
+                                    records,
+                                )))
+                            }
+                            None => Err(ResponseError::NotLeaderOrFollower),
+                        },
+                        _ => Err(ResponseError::NotLeaderOrFollower),
+                    },
                     Lookup::Unknown if version >= 13 => Err(ResponseError::UnknownTopicId),
                     Lookup::Unknown => Err(ResponseError::UnknownTopicOrPartition),
                 };
@@ -58,6 +112,7 @@ impl Broker {
             started_parts.push((t.name, t.topic_id, name, ps));
         }
         let this = Arc::clone(self);
+        let zone = zone.map(|z| z.to_string());
         let reply = async move {
             let mut responses = Vec::new();
             let mut endpoints: Vec<NodeEndpoint> = Vec::new();
@@ -73,7 +128,7 @@ impl Broker {
                         .with_log_append_time_ms(-1);
                     let hint = match (&result, &topic_name) {
                         (Err(ResponseError::NotLeaderOrFollower), Some(t)) => {
-                            this.leader_hint(t, index)
+                            this.leader_hint(zone.as_deref(), t, index)
                         }
                         _ => None,
                     };

@@ -13,9 +13,13 @@
 //! of requests read but not yet answered, per connection and in total: a reader takes a
 //! request's size from both budgets before reading its body and the budget comes back once the
 //! response is written, so at a bound the connection stops reading and TCP pushes back.
+//!
+//! The internal listener (`NetworkConfig::internal`) also takes the internal API keys of
+//! broker-to-broker calls ([`weir_zone::wire`]); their answers may go out in any order (they
+//! carry correlation ids), so a long poll never holds up an acknowledgement. Every connection's
+//! bytes are counted by zone pair and kind ([`weir_zone::NetMeters`]).
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -30,8 +34,10 @@ use kafka_protocol::ResponseError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore, TryAcquireError};
-use weir_api::{encode_response, error_response, supported_versions, Broker, Reply};
+use weir_api::{encode_response, error_response, supported_versions, Broker, Conn, Reply};
 use weir_metrics::Counter;
+use weir_zone::wire::INTERNAL_KEY_BASE;
+use weir_zone::{Kind, NetMeters};
 
 #[derive(Debug, Clone)]
 pub struct NetworkConfig {
@@ -49,6 +55,10 @@ pub struct NetworkConfig {
     /// The same bound for one connection, so that one pipelining client cannot take the whole
     /// budget (0: no limit).
     pub queued_max_request_bytes_per_connection: usize,
+    /// The internal listener: peers' internal API keys are accepted.
+    pub internal: bool,
+    /// The zone of the listener, for clients that nothing else places in a zone.
+    pub zone: Option<String>,
 }
 
 impl Default for NetworkConfig {
@@ -59,6 +69,8 @@ impl Default for NetworkConfig {
             max_connections: 10_000,
             queued_max_request_bytes: 256 << 20,
             queued_max_request_bytes_per_connection: 64 << 20,
+            internal: false,
+            zone: None,
         }
     }
 }
@@ -86,13 +98,30 @@ pub struct NetworkMeters {
 
 /// What requests are dispatched to: [`Broker`], or a stand-in in tests.
 pub trait Handler: Send + Sync + 'static {
-    /// Handles one decoded request; see [`Broker::handle`].
+    /// Handles one decoded request; see [`Broker::handle_on`].
     fn handle<'a>(
         self: &'a Arc<Self>,
         header: &'a RequestHeader,
         request: RequestKind,
-        client_host: &'a str,
+        conn: &'a Conn,
     ) -> impl Future<Output = Reply> + Send + 'a;
+
+    /// Handles one internal request (internal listener only); see
+    /// [`Broker::handle_internal`]. `Err` closes the connection.
+    fn handle_internal<'a>(
+        self: &'a Arc<Self>,
+        key: i16,
+        body: Bytes,
+        conn: &'a Conn,
+    ) -> impl Future<Output = Result<weir_api::InternalReply, String>> + Send + 'a {
+        let _ = (key, body, conn);
+        async { Err("this listener has no internal API".to_string()) }
+    }
+
+    /// This broker's zone and the meters of bytes per zone pair, if it counts them.
+    fn net_meters(&self) -> Option<(&str, &Arc<NetMeters>)> {
+        None
+    }
 }
 
 impl Handler for Broker {
@@ -100,9 +129,72 @@ impl Handler for Broker {
         self: &'a Arc<Self>,
         header: &'a RequestHeader,
         request: RequestKind,
-        client_host: &'a str,
+        conn: &'a Conn,
     ) -> impl Future<Output = Reply> + Send + 'a {
-        Broker::handle(self, header, request, client_host)
+        Broker::handle_on(self, header, request, conn)
+    }
+
+    fn handle_internal<'a>(
+        self: &'a Arc<Self>,
+        key: i16,
+        body: Bytes,
+        conn: &'a Conn,
+    ) -> impl Future<Output = Result<weir_api::InternalReply, String>> + Send + 'a {
+        Broker::handle_internal(self, key, body, conn)
+    }
+
+    fn net_meters(&self) -> Option<(&str, &Arc<NetMeters>)> {
+        self.zones.as_ref().map(|z| (z.zone.as_str(), &z.net))
+    }
+}
+
+/// A connection's counters of bytes by zone pair, looked up again only when the zone of the
+/// other end changes.
+struct ZoneCounters {
+    zone: Option<Arc<str>>,
+    counters: std::collections::HashMap<(Kind, bool), Arc<Counter>>,
+}
+
+impl ZoneCounters {
+    fn new() -> Self {
+        ZoneCounters {
+            zone: None,
+            counters: std::collections::HashMap::new(),
+        }
+    }
+
+    /// Counts `n` bytes of `kind` received (`outbound` false) or sent on `conn`.
+    fn count<H: Handler>(&mut self, handler: &H, conn: &Conn, kind: Kind, outbound: bool, n: u64) {
+        let Some((mine, net)) = handler.net_meters() else {
+            return;
+        };
+        let zone = conn.zone();
+        if zone != self.zone {
+            self.zone = zone;
+            self.counters.clear();
+        }
+        let theirs = self.zone.as_deref().unwrap_or("");
+        self.counters
+            .entry((kind, outbound))
+            .or_insert_with(|| {
+                if outbound {
+                    net.counter(mine, theirs, kind)
+                } else {
+                    net.counter(theirs, mine, kind)
+                }
+            })
+            .add(n);
+    }
+}
+
+/// The meters' kind of a request's bytes.
+fn kind_of(api_key: i16) -> Kind {
+    match api_key {
+        0 => Kind::Produce,
+        1 => Kind::Fetch,
+        weir_zone::wire::FORWARD_PRODUCE => Kind::Forward,
+        k if k >= INTERNAL_KEY_BASE => Kind::Feed,
+        _ => Kind::Control,
     }
 }
 
@@ -158,7 +250,8 @@ pub async fn serve<H: Handler>(
                     let (handler, config, meters, budgets) = (Arc::clone(&handler), config.clone(), Arc::clone(&meters), Arc::clone(&budgets));
                     let shutdown = shutdown.clone();
                     tokio::spawn(async move {
-                        if let Err(e) = connection(stream, peer, handler, config, budgets, &meters, shutdown).await {
+                        let conn = Conn::new(peer, config.internal, config.zone.clone());
+                        if let Err(e) = connection(stream, conn, handler, config, budgets, &meters, shutdown).await {
                             tracing::debug!(%peer, error = %e, "connection ended");
                         }
                         // The slot first: a client that sees the close counted may connect again.
@@ -202,6 +295,8 @@ impl From<std::io::Error> for Close {
 /// share of the connection's and of the total budget, and the gauge of queued bytes.
 struct Held {
     bytes: u64,
+    /// What the request (and so its answer) carries, for the zone meters.
+    kind: Kind,
     meters: Arc<NetworkMeters>,
     _permits: [Option<OwnedSemaphorePermit>; 2],
 }
@@ -277,6 +372,7 @@ async fn read_frames(
             .fetch_add(n as u64, Ordering::Relaxed);
         let held = Held {
             bytes: n as u64,
+            kind: Kind::Control,
             meters: Arc::clone(&meters),
             _permits: [mine, shared],
         };
@@ -297,7 +393,7 @@ type Pending = BoxFuture<'static, (Option<Result<BytesMut, String>>, Held)>;
 
 async fn connection<H: Handler>(
     stream: TcpStream,
-    peer: SocketAddr,
+    conn: Conn,
     handler: Arc<H>,
     config: NetworkConfig,
     budgets: Arc<Budgets>,
@@ -314,16 +410,22 @@ async fn connection<H: Handler>(
         Arc::clone(meters),
     ));
     let _stop_reader = AbortOnDrop(reader);
-    let host = peer.ip().to_string();
+    let peer = conn.peer;
     let mut pending: FuturesOrdered<Pending> = FuturesOrdered::new();
+    // Answers to internal requests, written as they come.
+    let mut unordered: futures::stream::FuturesUnordered<Pending> =
+        futures::stream::FuturesUnordered::new();
+    let mut zone_bytes = ZoneCounters::new();
     let mut reading = true;
     loop {
+        let in_flight = pending.len() + unordered.len();
         tokio::select! {
             biased;
             Some((out, held)) = pending.next(), if !pending.is_empty() => {
                 match out {
                     Some(Ok(bytes)) => {
                         meters.bytes_out.add(bytes.len() as u64);
+                        zone_bytes.count(&*handler, &conn, held.kind, true, bytes.len() as u64);
                         wr.write_all(&bytes).await?;
                     }
                     Some(Err(e)) => return Err(Close::Protocol(e)),
@@ -331,9 +433,33 @@ async fn connection<H: Handler>(
                 }
                 drop(held);
             }
-            frame = rx.recv(), if reading && pending.len() < config.max_in_flight => match frame {
-                Some(Ok((frame, held))) => match request(&handler, frame, &host, held, meters).await {
-                    Ok(Some(p)) => pending.push_back(p),
+            Some((out, held)) = unordered.next(), if !unordered.is_empty() => {
+                if let Some(Ok(bytes)) = out {
+                    meters.bytes_out.add(bytes.len() as u64);
+                    zone_bytes.count(&*handler, &conn, held.kind, true, bytes.len() as u64);
+                    wr.write_all(&bytes).await?;
+                }
+                drop(held);
+            }
+            frame = rx.recv(), if reading && in_flight < config.max_in_flight => match frame {
+                Some(Ok((frame, mut held))) => {
+                    let key = frame.get(..2).map_or(-1, |k| i16::from_be_bytes([k[0], k[1]]));
+                    held.kind = kind_of(key);
+                    let size = 4 + frame.len() as u64;
+                    let internal = conn.internal && key >= INTERNAL_KEY_BASE;
+                    let started = if internal {
+                        internal_request(&handler, frame, &conn, held).await.map(|p| p.map(|p| (p, true)))
+                    } else {
+                        request(&handler, frame, &conn, held, meters).await.map(|p| p.map(|p| (p, false)))
+                    };
+                    // Between brokers each side counts what it sends; a client's bytes are
+                    // counted here both ways.
+                    if !conn.internal {
+                        zone_bytes.count(&*handler, &conn, kind_of(key), false, size);
+                    }
+                    match started {
+                    Ok(Some((p, false))) => pending.push_back(p),
+                    Ok(Some((p, true))) => unordered.push(p),
                     Ok(None) => {}
                     Err(Close::Protocol(msg)) => {
                         meters.rejected_frames.inc();
@@ -341,6 +467,7 @@ async fn connection<H: Handler>(
                         return Ok(());
                     }
                     Err(e) => return Err(e),
+                    }
                 },
                 Some(Err(msg)) => {
                     tracing::warn!(%peer, "{msg}");
@@ -351,7 +478,7 @@ async fn connection<H: Handler>(
             _ = shutdown.changed() => return Ok(()),
             else => return Ok(()),
         }
-        if !reading && pending.is_empty() {
+        if !reading && pending.is_empty() && unordered.is_empty() {
             return Ok(());
         }
     }
@@ -427,10 +554,58 @@ pub fn decode_request(frame: Bytes) -> Result<Decoded, String> {
 /// Decodes and dispatches one request; the returned future yields its encoded response.
 /// A handler that panics (now or in its later answer), or whose response does not encode at
 /// the request's version, is answered with the API's error response, not a closed connection.
+/// Dispatches one internal request: `length, key, version, correlation id, body`; the answer
+/// is `length, correlation id, body`.
+async fn internal_request<H: Handler>(
+    handler: &Arc<H>,
+    mut frame: Bytes,
+    conn: &Conn,
+    held: Held,
+) -> Result<Option<Pending>, Close> {
+    if frame.len() < 8 {
+        return Err(Close::Protocol(
+            "internal request too short for a header".into(),
+        ));
+    }
+    let key = frame.get_i16();
+    let _version = frame.get_i16();
+    let correlation = frame.get_i32();
+    let reply = handler
+        .handle_internal(key, frame, conn)
+        .await
+        .map_err(|e| {
+            Close::Protocol(format!(
+                "internal request {key}: {e}; closing the connection"
+            ))
+        })?;
+    Ok(Some(
+        AssertUnwindSafe(reply)
+            .catch_unwind()
+            .map(move |r| {
+                let out = match r {
+                    Ok(Some(body)) => {
+                        let mut b = BytesMut::with_capacity(8 + body.len());
+                        b.extend_from_slice(&((4 + body.len()) as u32).to_be_bytes());
+                        b.extend_from_slice(&correlation.to_be_bytes());
+                        b.extend_from_slice(&body);
+                        Some(Ok(b))
+                    }
+                    Ok(None) => None,
+                    Err(panic) => {
+                        tracing::error!(key, panic = %panic_message(panic), "an internal request handler panicked; the peer's call fails");
+                        None
+                    }
+                };
+                (out, held)
+            })
+            .boxed(),
+    ))
+}
+
 async fn request<H: Handler>(
     handler: &Arc<H>,
     frame: Bytes,
-    host: &str,
+    conn: &Conn,
     held: Held,
     meters: &Arc<NetworkMeters>,
 ) -> Result<Option<Pending>, Close> {
@@ -458,7 +633,7 @@ async fn request<H: Handler>(
     };
     let key = ApiKey::try_from(header.request_api_key)
         .map_err(|_| Close::Protocol("unknown API key".into()))?;
-    let reply = AssertUnwindSafe(handler.handle(&header, body, host))
+    let reply = AssertUnwindSafe(handler.handle(&header, body, conn))
         .catch_unwind()
         .await;
     let meters = Arc::clone(meters);

@@ -33,7 +33,7 @@ impl Handler for Stub {
         self: &Arc<Self>,
         _header: &RequestHeader,
         request: RequestKind,
-        _client_host: &str,
+        _conn: &weir_api::Conn,
     ) -> Reply {
         match request {
             RequestKind::ApiVersions(_) => Reply::Now(Box::new(ResponseKind::ApiVersions(

@@ -20,4 +20,7 @@ pub mod topics;
 mod rewind_tests;
 
 pub use partition::{kafka_error, FetchData, Partition, ProduceTicket, Produced};
-pub use topics::{AdminError, ConfigEntry, Lookup, Topic, TopicDefaults, Topics, WAL_KIND_CONFIG};
+pub use topics::{
+    AdminError, ConfigEntry, Lookup, Topic, TopicDefaults, Topics, WAL_KIND_CONFIG,
+    ZONE_ROUTING_CONFIG, ZONE_ROUTING_IN_ZONE, ZONE_ROUTING_LEADER,
+};

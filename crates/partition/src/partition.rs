@@ -37,6 +37,21 @@ pub fn kafka_error(e: &StorageError) -> ResponseError {
     }
 }
 
+/// The payloads of `frames`, one after the other.
+pub(crate) fn concat(frames: &[weir_storage::Frame]) -> Bytes {
+    match frames.len() {
+        0 => Bytes::new(),
+        1 => frames[0].payload.clone(),
+        _ => {
+            let mut b = BytesMut::with_capacity(frames.iter().map(|f| f.payload.len()).sum());
+            for f in frames {
+                b.extend_from_slice(&f.payload);
+            }
+            b.freeze()
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Produced {
     pub base_offset: i64,
@@ -275,23 +290,30 @@ impl Partition {
             .read(self.stream_id, offset as u64, max_bytes)
             .await
             .map_err(|e| kafka_error(&e))?;
-        let records = match r.batches.len() {
-            0 => Bytes::new(),
-            1 => r.batches[0].payload.clone(),
-            _ => {
-                let mut b =
-                    BytesMut::with_capacity(r.batches.iter().map(|f| f.payload.len()).sum());
-                for f in &r.batches {
-                    b.extend_from_slice(&f.payload);
-                }
-                b.freeze()
-            }
-        };
+        let records = concat(&r.batches);
         Ok(FetchData {
             records,
             high_watermark: r.high_watermark as i64,
             log_start_offset: r.start_offset as i64,
         })
+    }
+
+    /// (log start offset, end of what is in object storage, high watermark).
+    pub fn stream_offsets(&self) -> (i64, i64, i64) {
+        self.engine
+            .stream_info(self.stream_id)
+            .map_or((0, 0, 0), |i| {
+                (
+                    i.start_offset as i64,
+                    i.committed_end as i64,
+                    i.high_watermark as i64,
+                )
+            })
+    }
+
+    /// A receiver of the end of what is in object storage.
+    pub fn watch_committed(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.engine.watch_committed(self.stream_id)
     }
 
     /// A receiver of the high watermark, for fetches that wait for data.

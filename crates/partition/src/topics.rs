@@ -27,6 +27,9 @@ pub struct TopicDefaults {
     pub producer_id_expiration_ms: i64,
     /// `wal.kind`: the WAL of topics that do not set `weir.wal.kind`.
     pub wal_kind: WalKind,
+    /// `zones.routing`: how topics that do not set `weir.zone.routing` serve clients outside
+    /// their leader's zone (`in-zone` or `leader`).
+    pub zone_routing: String,
 }
 
 impl Default for TopicDefaults {
@@ -39,6 +42,7 @@ impl Default for TopicDefaults {
             retention_bytes: -1,
             producer_id_expiration_ms: 86_400_000,
             wal_kind: WalKind::File,
+            zone_routing: ZONE_ROUTING_IN_ZONE.to_string(),
         }
     }
 }
@@ -354,6 +358,15 @@ impl Topics {
             .collect()
     }
 
+    /// The partition of `stream_id`, if this broker leads it.
+    pub fn partition_by_stream(&self, stream_id: u64) -> Option<Arc<Partition>> {
+        self.local
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&stream_id)
+            .cloned()
+    }
+
     /// The partition, if this broker leads it.
     pub fn partition(&self, topic: &str, index: i32) -> Option<Arc<Partition>> {
         match self.lookup(topic, index) {
@@ -604,6 +617,7 @@ impl Topics {
             ("segment.ms", "604800000".to_string()),
             ("unclean.leader.election.enable", "false".to_string()),
             (WAL_KIND_CONFIG, d.wal_kind.to_string()),
+            (ZONE_ROUTING_CONFIG, d.zone_routing.clone()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -615,6 +629,13 @@ impl Topics {
             .get(WAL_KIND_CONFIG)
             .and_then(|v| v.parse().ok())
             .unwrap_or(self.defaults.wal_kind)
+    }
+
+    /// The topic's `weir.zone.routing`, or the broker's default.
+    pub fn zone_routing<'a>(&'a self, t: &'a Topic) -> &'a str {
+        t.configs
+            .get(ZONE_ROUTING_CONFIG)
+            .map_or(self.defaults.zone_routing.as_str(), String::as_str)
     }
 
     fn max_message_bytes(&self, configs: &BTreeMap<String, String>) -> usize {
@@ -643,6 +664,33 @@ impl Topics {
             ms: u64::try_from(ms).ok(),
             bytes: u64::try_from(bytes).ok(),
         }
+    }
+
+    /// Whole batches of a partition led by another broker, from `from` up to `until` (an end its
+    /// leader says is in object storage), up to about `max_bytes` (at least one batch if any),
+    /// read from object storage: what a broker serving the partition in its zone returns.
+    pub async fn read_remote(
+        &self,
+        stream_id: u64,
+        from: i64,
+        until: i64,
+        max_bytes: usize,
+    ) -> Result<bytes::Bytes, ResponseError> {
+        let (Ok(from), Ok(until)) = (u64::try_from(from), u64::try_from(until)) else {
+            return Err(ResponseError::OffsetOutOfRange);
+        };
+        let frames = self
+            .engine
+            .read_objects(stream_id, from, until, max_bytes)
+            .await
+            .map_err(|e| crate::partition::kafka_error(&e))?;
+        Ok(crate::partition::concat(&frames))
+    }
+
+    /// Uploads these streams' durable data now, so that brokers serving them in other zones
+    /// can read it.
+    pub async fn upload_streams(&self, stream_ids: &[u64]) -> Result<(), StorageError> {
+        self.engine.flush_streams(stream_ids).await
     }
 
     /// Forgets idle idempotent producers, then saves every partition's producer state.
@@ -683,6 +731,13 @@ fn new_topic_id() -> [u8; 16] {
 /// `object` (acknowledged once in object storage; no disk).
 pub const WAL_KIND_CONFIG: &str = "weir.wal.kind";
 
+/// The topic config that chooses how clients outside the leader's zone are served: `in-zone`
+/// (through a broker of their zone, by way of object storage: no data byte crosses a zone) or
+/// `leader` (straight to the leader, as Kafka does).
+pub const ZONE_ROUTING_CONFIG: &str = "weir.zone.routing";
+pub const ZONE_ROUTING_IN_ZONE: &str = "in-zone";
+pub const ZONE_ROUTING_LEADER: &str = "leader";
+
 /// Checks a topic config against the names and values Kafka accepts.
 pub fn validate_config(name: &str, value: &str) -> Result<(), AdminError> {
     let invalid = |why: &str| {
@@ -715,6 +770,10 @@ pub fn validate_config(name: &str, value: &str) -> Result<(), AdminError> {
         | "message.timestamp.difference.max.ms"
         | "message.timestamp.before.max.ms"
         | "message.timestamp.after.max.ms" => long_at_least(0),
+        ZONE_ROUTING_CONFIG => match value {
+            ZONE_ROUTING_IN_ZONE | ZONE_ROUTING_LEADER => Ok(()),
+            _ => invalid("must be in-zone or leader"),
+        },
         WAL_KIND_CONFIG => match value.parse::<WalKind>() {
             Ok(_) => Ok(()),
             Err(why) => invalid(&why),

@@ -656,6 +656,47 @@ impl Engine {
         self.inner.stream(stream_id).map(|s| s.end_tx.subscribe())
     }
 
+    /// A receiver of the end of what the stream has in object storage, for a leader that feeds
+    /// brokers serving the stream in other zones.
+    pub fn watch_committed(&self, stream_id: u64) -> Option<watch::Receiver<u64>> {
+        self.inner
+            .stream(stream_id)
+            .map(|s| s.committed_tx.subscribe())
+    }
+
+    /// Frames of any stream, open here or not, from `from` up to `until` (an end the stream's
+    /// leader says is committed), up to about `max_bytes` (at least one frame if any): what a
+    /// broker serving the stream in another zone than its leader's reads. Only object storage
+    /// is read.
+    pub async fn read_objects(
+        &self,
+        stream_id: u64,
+        from: u64,
+        until: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<Frame>> {
+        if from >= until {
+            return Ok(Vec::new());
+        }
+        self.inner
+            .reader
+            .read(stream_id, from, until, max_bytes)
+            .await
+    }
+
+    /// Uploads the durable data of these streams now (one upload for all of them).
+    pub async fn flush_streams(&self, stream_ids: &[u64]) -> Result<()> {
+        let Some((&first, rest)) = stream_ids.split_first() else {
+            return Ok(());
+        };
+        self.inner
+            .flush_requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(rest.iter().copied());
+        self.inner.upload_stream(first).await
+    }
+
     /// Moves the start offset forward (DeleteRecords); never beyond the high watermark.
     pub async fn trim(&self, stream_id: u64, start_offset: u64) -> Result<u64> {
         let s = self
@@ -738,6 +779,12 @@ impl Engine {
 
     pub fn meters(&self) -> &StorageMeters {
         &self.inner.meters
+    }
+
+    /// The object store as the engine uses it (its requests counted in the engine's meters),
+    /// for other writers of objects (zone routing's hand-off objects).
+    pub fn object_store(&self) -> Arc<dyn ObjectStore> {
+        Arc::clone(&self.inner.store)
     }
 
     pub fn object_meters(&self) -> &ObjectMeters {

@@ -307,6 +307,7 @@ impl EngineInner {
             }
             if end > first {
                 st.committed(first, end);
+                share.stream.committed_tx.send_replace(end);
                 share.stream.end_tx.send_replace(st.durable_end());
             }
             st.check_invariants();

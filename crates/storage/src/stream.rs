@@ -556,6 +556,8 @@ pub(crate) struct Stream {
     state: Mutex<StreamState>,
     /// The high watermark, for readers that wait for new data.
     pub end_tx: watch::Sender<u64>,
+    /// The end of what is in object storage, for brokers that serve the stream from there.
+    pub committed_tx: watch::Sender<u64>,
 }
 
 impl Stream {
@@ -591,6 +593,7 @@ impl Stream {
                 totals,
             }),
             end_tx: watch::channel(end_offset).0,
+            committed_tx: watch::channel(end_offset).0,
         }
     }
 

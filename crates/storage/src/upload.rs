@@ -106,6 +106,7 @@ impl EngineInner {
             st.committed(p.frames[0].base_offset, end);
             st.check_invariants();
             drop(st);
+            s.committed_tx.send_replace(end);
             self.evictable
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())

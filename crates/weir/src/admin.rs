@@ -527,6 +527,79 @@ fn histogram(out: &mut String, name: &str, help: &str, h: &Histogram) {
     let _ = writeln!(out, "weir_{name}_seconds_count {}", s.count);
 }
 
+/// Bytes per zone pair, and zone routing's counters.
+fn render_zones(o: &mut String, z: &weir_api::ZoneServices) {
+    let _ = writeln!(
+        o,
+        "# HELP weir_net_bytes_total Bytes on sockets by source zone, destination zone and kind (produce and fetch are data; a client's bytes are counted by its broker both ways, bytes between brokers by their sender).\n# TYPE weir_net_bytes_total counter"
+    );
+    for (src, dst, kind, bytes) in z.net.snapshot() {
+        let _ = writeln!(
+            o,
+            "weir_net_bytes_total{{src_zone=\"{src}\",dst_zone=\"{dst}\",kind=\"{}\"}} {bytes}",
+            kind.as_str()
+        );
+    }
+    let m = &z.meters;
+    counter(o, "zone_unknown_clients", "Client connections (or client ids) placed in no zone while this broker has one; routed to leaders.", "", &m.unknown_zone_clients);
+    counter(
+        o,
+        "zone_forwarded_partitions",
+        "Partitions of produce requests forwarded to a leader in another zone.",
+        "",
+        &m.forwarded_partitions,
+    );
+    counter(
+        o,
+        "zone_remote_fetches",
+        "Partitions of fetch requests served here for a leader in another zone.",
+        "",
+        &m.remote_fetches,
+    );
+    counter(
+        o,
+        "zone_remote_read_uploads",
+        "Uploads started so that other zones read partitions led here.",
+        "",
+        &m.remote_read_uploads,
+    );
+    let h = &z.forwarder.meters;
+    counter(
+        o,
+        "handoff_objects",
+        "Hand-off objects written (produce forwarded to another zone's leader).",
+        "",
+        &h.objects,
+    );
+    counter(
+        o,
+        "handoff_bytes",
+        "Record bytes written in hand-off objects.",
+        "",
+        &h.bytes,
+    );
+    counter(
+        o,
+        "handoff_entries",
+        "Partitions' produces forwarded through hand-off objects.",
+        "",
+        &h.entries,
+    );
+    counter(
+        o,
+        "handoff_failures",
+        "Forwarded produces that failed (a PUT, an unreachable leader, a timeout).",
+        "",
+        &h.failures,
+    );
+    histogram(
+        o,
+        "handoff",
+        "From sealing a hand-off object to its leaders' answers.",
+        &h.latency,
+    );
+}
+
 fn render(state: &State) -> String {
     let mut o = String::with_capacity(16 << 10);
     let w = state.engine.wal().meters();
@@ -875,6 +948,9 @@ fn render(state: &State) -> String {
         "",
         &a.fetch_bytes,
     );
+    if let Some(z) = &state.broker.zones {
+        render_zones(&mut o, z);
+    }
 
     let n = &state.network;
     counter(

@@ -15,6 +15,45 @@ pub struct Config {
     pub metadata: MetadataConfig,
     pub object_store: ObjectStoreConfig,
     pub cluster: ClusterSection,
+    pub zones: ZonesSection,
+}
+
+/// Zone routing: clients of a zone are served by brokers of their zone (`broker.zone` is this
+/// broker's).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ZonesSection {
+    /// How topics that do not set `weir.zone.routing` serve clients outside their leader's
+    /// zone: `in-zone` (through a broker of the client's zone, by way of object storage; no
+    /// data byte crosses a zone) or `leader` (straight to the leader, as Kafka does).
+    pub routing: String,
+    /// How long a produce forwarded to another zone's leader waits for others to share its
+    /// hand-off object.
+    pub handoff_linger_ms: u64,
+    /// A hand-off object is written once it holds this many bytes.
+    pub handoff_bytes: usize,
+    /// Hand-off objects being written or waiting for their leaders at once.
+    pub handoff_max_in_flight: usize,
+    /// How often a leader uploads what partitions read from other zones hold beyond object
+    /// storage (only for `file` WAL partitions: those zones' consumers read objects only).
+    pub remote_upload_interval_ms: u64,
+    /// The zone of every client of this broker's Kafka listener that nothing else places (one
+    /// listener per zone). Empty: none.
+    pub listener_zone: String,
+}
+
+impl Default for ZonesSection {
+    fn default() -> Self {
+        let h = weir_zone::HandoffConfig::default();
+        ZonesSection {
+            routing: "in-zone".into(),
+            handoff_linger_ms: h.linger.as_millis() as u64,
+            handoff_bytes: h.max_bytes,
+            handoff_max_in_flight: h.max_in_flight,
+            remote_upload_interval_ms: 200,
+            listener_zone: String::new(),
+        }
+    }
 }
 
 /// The cluster protocol's timings and the internal listener.
@@ -293,8 +332,9 @@ impl Default for StorageSection {
     }
 }
 
-const SECTIONS: [&str; 6] = [
+const SECTIONS: [&str; 7] = [
     "object_store",
+    "zones",
     "broker",
     "wal",
     "storage",
@@ -411,6 +451,24 @@ impl Config {
     }
 
     /// The broker's WAL kind: `object` means no WAL file at all.
+    /// The zone routing default, checked.
+    pub fn zone_routing(&self) -> Result<weir_zone::Routing, String> {
+        weir_zone::Routing::parse(&self.zones.routing).ok_or_else(|| {
+            format!(
+                "zones.routing is {:?}: it must be in-zone or leader",
+                self.zones.routing
+            )
+        })
+    }
+
+    pub fn handoff(&self) -> weir_zone::HandoffConfig {
+        weir_zone::HandoffConfig {
+            linger: std::time::Duration::from_millis(self.zones.handoff_linger_ms),
+            max_bytes: self.zones.handoff_bytes.max(1),
+            max_in_flight: self.zones.handoff_max_in_flight.max(1),
+        }
+    }
+
     pub fn wal_kind(&self) -> Result<weir_storage::WalKind, String> {
         self.wal.kind.parse()
     }

@@ -262,6 +262,7 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
         .await
         .context("reading the cluster id")?;
     let wal_kind = config.wal_kind().map_err(anyhow::Error::msg)?;
+    let zone_routing = config.zone_routing().map_err(anyhow::Error::msg)?;
     let defaults = weir_partition::TopicDefaults {
         num_partitions: config.broker.num_partitions.max(1),
         auto_create: config.broker.auto_create_topics,
@@ -270,6 +271,7 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
         retention_bytes: config.broker.log_retention_bytes,
         producer_id_expiration_ms: config.broker.producer_id_expiration_ms,
         wal_kind,
+        zone_routing: zone_routing.as_str().to_string(),
     };
     // Join the cluster (one broker on SQLite is a cluster of one): register, then open the
     // partitions the controller assigns here before taking clients.
@@ -401,7 +403,40 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
             }
         });
     }
-    let broker = weir_api::Broker::new(
+    // Zone routing: hand-off objects go to the engine's store (its requests are metered with
+    // the engine's), and a previous run's leftovers are deleted first.
+    let zone_net = Arc::new(weir_zone::NetMeters::default());
+    let zone_peers = weir_zone::Peers::new(
+        cluster.node_id(),
+        &config.broker.zone,
+        Arc::clone(&zone_net),
+    );
+    let forwarder = weir_zone::Forwarder::start(
+        cluster.node_id(),
+        engine.object_store(),
+        Arc::clone(&zone_peers),
+        config.handoff(),
+    );
+    {
+        let forwarder = Arc::clone(&forwarder);
+        tokio::spawn(async move {
+            let n = forwarder.sweep().await;
+            if n > 0 {
+                tracing::info!(
+                    objects = n,
+                    "deleted hand-off objects left by the previous run"
+                );
+            }
+        });
+    }
+    let zones = Arc::new(weir_api::ZoneServices::new(
+        &config.broker.zone,
+        engine.object_store(),
+        zone_peers,
+        forwarder,
+        zone_net,
+    ));
+    let broker = weir_api::Broker::with_zones(
         weir_api::BrokerIdentity {
             node_id: cluster.node_id(),
             host,
@@ -416,7 +451,13 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
         weir_api::ApiLimits {
             fetch_max_bytes: config.broker.fetch_max_bytes,
         },
+        Some(Arc::clone(&zones)),
     );
+    if !config.broker.zone.is_empty() {
+        broker.start_remote_read_uploads(Duration::from_millis(
+            config.zones.remote_upload_interval_ms.max(10),
+        ));
+    }
 
     let listener = TcpListener::bind(&config.broker.listen)
         .await
@@ -434,6 +475,7 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
         queued_max_request_bytes_per_connection: config
             .broker
             .queued_max_request_bytes_per_connection,
+        zone: (!config.zones.listener_zone.is_empty()).then(|| config.zones.listener_zone.clone()),
         ..Default::default()
     };
     let network = tokio::spawn(weir_network::serve(
@@ -443,12 +485,15 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
         Arc::clone(&net_meters),
         shutdown_rx.clone(),
     ));
-    // Broker-to-broker traffic: Kafka framing on its own port (internal API keys join the
-    // Kafka ones here as brokers start calling each other).
+    // Broker-to-broker traffic: Kafka framing on its own port, with the internal API keys.
     let internal = tokio::spawn(weir_network::serve(
         internal_listener,
         Arc::clone(&broker),
-        net_config,
+        weir_network::NetworkConfig {
+            internal: true,
+            zone: None,
+            ..net_config
+        },
         Arc::clone(&net_meters),
         shutdown_rx.clone(),
     ));

@@ -83,7 +83,9 @@ impl CidrZone {
             match (self.network, ip) {
                 (IpAddr::V4(_), IpAddr::V4(a)) => Some(u128::from(u32::from(a)) << 96),
                 (IpAddr::V6(_), IpAddr::V6(a)) => Some(u128::from(a)),
-                (IpAddr::V4(_), IpAddr::V6(a)) => a.to_ipv4_mapped().map(|a| u128::from(u32::from(a)) << 96),
+                (IpAddr::V4(_), IpAddr::V6(a)) => {
+                    a.to_ipv4_mapped().map(|a| u128::from(u32::from(a)) << 96)
+                }
                 _ => None,
             }
         };
@@ -146,7 +148,16 @@ mod tests {
         assert!(CidrZone::parse("10.0.0.0/33", "z").is_err());
         assert!(CidrZone::parse("nope/8", "z").is_err());
         assert!(CidrZone::parse("10.0.0.0/8", " ").is_err());
-        assert_eq!(CidrZone::parse("0.0.0.0/0", "all").unwrap().cidr(), "0.0.0.0/0");
-        assert_eq!(zone_of_address(&[CidrZone::parse("0.0.0.0/0", "all").unwrap()], "1.2.3.4".parse().unwrap()), Some("all"));
+        assert_eq!(
+            CidrZone::parse("0.0.0.0/0", "all").unwrap().cidr(),
+            "0.0.0.0/0"
+        );
+        assert_eq!(
+            zone_of_address(
+                &[CidrZone::parse("0.0.0.0/0", "all").unwrap()],
+                "1.2.3.4".parse().unwrap()
+            ),
+            Some("all")
+        );
     }
 }

@@ -296,7 +296,10 @@ impl Forwarder {
         while let Some(first) = rest.next() {
             let leader = first.leader.clone();
             let mut group = vec![first];
-            while rest.peek().is_some_and(|e| e.leader.node_id == leader.node_id) {
+            while rest
+                .peek()
+                .is_some_and(|e| e.leader.node_id == leader.node_id)
+            {
                 group.extend(rest.next());
             }
             let message = ForwardProduce {
@@ -325,21 +328,22 @@ impl Forwarder {
             calls.push((group, answer));
         }
         let _ = sent.send(());
-        let answers = futures::future::join_all(calls.into_iter().map(|(group, answer)| async move {
-            let outcome = match tokio::time::timeout(ANSWER_TIMEOUT, answer).await {
-                Ok(Ok(body)) => match wire::decode_forward_results(body) {
-                    Ok(r) if r.len() == group.len() => Ok(r),
-                    Ok(_) | Err(_) => Err(NOT_LEADER_OR_FOLLOWER),
-                },
-                Ok(Err(e)) => {
-                    tracing::debug!(error = %e, "forwarding a produce failed");
-                    Err(NOT_LEADER_OR_FOLLOWER)
-                }
-                Err(_) => Err(REQUEST_TIMED_OUT),
-            };
-            (group, outcome)
-        }))
-        .await;
+        let answers =
+            futures::future::join_all(calls.into_iter().map(|(group, answer)| async move {
+                let outcome = match tokio::time::timeout(ANSWER_TIMEOUT, answer).await {
+                    Ok(Ok(body)) => match wire::decode_forward_results(body) {
+                        Ok(r) if r.len() == group.len() => Ok(r),
+                        Ok(_) | Err(_) => Err(NOT_LEADER_OR_FOLLOWER),
+                    },
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, "forwarding a produce failed");
+                        Err(NOT_LEADER_OR_FOLLOWER)
+                    }
+                    Err(_) => Err(REQUEST_TIMED_OUT),
+                };
+                (group, outcome)
+            }))
+            .await;
         for (group, outcome) in answers {
             match outcome {
                 Ok(results) => {

@@ -56,12 +56,15 @@ impl NetMeters {
     /// The counter of bytes from `src` to `dst` of `kind`. Callers keep it (a connection keeps
     /// its own), so the map is looked up once per connection and zone, not per byte.
     pub fn counter(&self, src: &str, dst: &str, kind: Kind) -> Arc<Counter> {
-        let label = |z: &str| if z.is_empty() { UNKNOWN_ZONE.to_string() } else { z.to_string() };
+        let label = |z: &str| {
+            if z.is_empty() {
+                UNKNOWN_ZONE.to_string()
+            } else {
+                z.to_string()
+            }
+        };
         let mut map = self.counters.lock().unwrap_or_else(|e| e.into_inner());
-        Arc::clone(
-            map.entry((label(src), label(dst), kind))
-                .or_default(),
-        )
+        Arc::clone(map.entry((label(src), label(dst), kind)).or_default())
     }
 
     /// Every counter: (source zone, destination zone, kind, bytes), sorted.

@@ -74,15 +74,18 @@ pub struct Peer<'a> {
 
 /// Connections to peers, shared by the broker's tasks.
 pub struct Peers {
+    node_id: i32,
     zone: String,
     meters: Arc<NetMeters>,
     conns: Mutex<HashMap<(i32, Channel), PeerConn>>,
 }
 
 impl Peers {
-    /// `zone` is this broker's, for the meters.
-    pub fn new(zone: &str, meters: Arc<NetMeters>) -> Arc<Peers> {
+    /// `node_id` and `zone` are this broker's: peers learn them from the first frame, and the
+    /// meters count what is sent from `zone`.
+    pub fn new(node_id: i32, zone: &str, meters: Arc<NetMeters>) -> Arc<Peers> {
         Arc::new(Peers {
+            node_id,
             zone: zone.to_string(),
             meters,
             conns: Mutex::new(HashMap::new()),
@@ -103,12 +106,16 @@ impl Peers {
         {
             let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
             let slot = (peer.node_id, channel);
-            let usable = conns.get(&slot).is_some_and(|c| {
-                c.addr == peer.internal_addr && !c.dead.load(Ordering::Acquire)
-            });
+            let usable = conns
+                .get(&slot)
+                .is_some_and(|c| c.addr == peer.internal_addr && !c.dead.load(Ordering::Acquire));
             if !usable {
                 let sent = self.meters.counter(&self.zone, peer.zone, channel.kind());
-                conns.insert(slot, open(peer.node_id, peer.internal_addr, sent));
+                let hello = crate::wire::Hello {
+                    node_id: self.node_id,
+                    zone: self.zone.clone(),
+                };
+                conns.insert(slot, open(peer.node_id, peer.internal_addr, hello, sent));
             }
             if let Some(c) = conns.get(&slot) {
                 if let Some(o) = out.take() {
@@ -141,7 +148,7 @@ impl Peers {
 type Pending = Arc<Mutex<HashMap<i32, oneshot::Sender<Result<Bytes, PeerError>>>>>;
 
 /// Starts a connection's task; requests queue until it is open.
-fn open(node: i32, addr: &str, sent: Arc<Counter>) -> PeerConn {
+fn open(node: i32, addr: &str, hello: crate::wire::Hello, sent: Arc<Counter>) -> PeerConn {
     let (tx, rx) = mpsc::unbounded_channel();
     let dead = Arc::new(AtomicBool::new(false));
     let conn = PeerConn {
@@ -152,7 +159,7 @@ fn open(node: i32, addr: &str, sent: Arc<Counter>) -> PeerConn {
     let addr = addr.to_string();
     tokio::spawn(async move {
         let pending: Pending = Arc::default();
-        let reason = run(&addr, rx, &pending, &sent).await;
+        let reason = run(&addr, rx, &pending, hello, &sent).await;
         dead.store(true, Ordering::Release);
         tracing::debug!(node, %addr, %reason, "connection to a peer ended");
         let fail = |tx: oneshot::Sender<Result<Bytes, PeerError>>| {
@@ -179,6 +186,7 @@ async fn run(
     addr: &str,
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
     pending: &Pending,
+    hello: crate::wire::Hello,
     sent: &Counter,
 ) -> String {
     let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
@@ -223,6 +231,17 @@ async fn run(
         }
     };
     let writer = async {
+        let hello = hello.encode();
+        let mut frame = BytesMut::with_capacity(12 + hello.len());
+        frame.put_u32((8 + hello.len()) as u32);
+        frame.put_i16(crate::wire::HELLO);
+        frame.put_i16(0);
+        frame.put_i32(0);
+        frame.extend_from_slice(&hello);
+        if let Err(e) = wr.write_all(&frame).await {
+            return format!("writing: {e}");
+        }
+        sent.add(frame.len() as u64);
         let mut correlation: i32 = 0;
         while let Some(o) = rx.recv().await {
             correlation = correlation.wrapping_add(1);

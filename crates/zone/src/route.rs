@@ -153,7 +153,10 @@ mod tests {
                 assert_eq!(r.broker.zone, zone);
                 assert_eq!((r.leader.node_id, r.epoch), (1, 3));
                 if zone == "a" {
-                    assert_eq!(r.broker.node_id, 1, "the leader's own zone goes to the leader");
+                    assert_eq!(
+                        r.broker.node_id, 1,
+                        "the leader's own zone goes to the leader"
+                    );
                     assert!(!r.proxied());
                 } else {
                     *counts.entry(r.broker.node_id).or_default() += 1;
@@ -183,8 +186,14 @@ mod tests {
         brokers[4].alive = false; // node 5, zone b
         let after = view(brokers, 300, 1);
         for p in 0..300 {
-            let b = route(&before, Some("b"), Routing::InZone, "t", p).unwrap().broker.node_id;
-            let a = route(&after, Some("b"), Routing::InZone, "t", p).unwrap().broker.node_id;
+            let b = route(&before, Some("b"), Routing::InZone, "t", p)
+                .unwrap()
+                .broker
+                .node_id;
+            let a = route(&after, Some("b"), Routing::InZone, "t", p)
+                .unwrap()
+                .broker
+                .node_id;
             if b != 5 {
                 assert_eq!(a, b, "partition {p} moved though its broker stayed");
             } else {

@@ -16,6 +16,32 @@ pub const FORWARD_PRODUCE: i16 = 1000;
 pub const WATCH_OFFSETS: i16 = 1001;
 /// ListOffsets by timestamp for a partition served in another zone: see [`OffsetForTime`].
 pub const OFFSET_FOR_TIME: i16 = 1002;
+/// The first frame on a connection between brokers: who is calling (see [`Hello`]). No answer.
+pub const HELLO: i16 = 1003;
+
+/// A peer broker introduces itself, so that the listener's side meters its answers with the
+/// peer's zone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    pub node_id: i32,
+    pub zone: String,
+}
+
+impl Hello {
+    pub fn encode(&self) -> BytesMut {
+        let mut b = BytesMut::with_capacity(8 + self.zone.len());
+        b.put_i32(self.node_id);
+        put_str(&mut b, &self.zone);
+        b
+    }
+
+    pub fn decode(mut b: Bytes) -> Result<Hello> {
+        Ok(Hello {
+            node_id: get_i32(&mut b)?,
+            zone: get_str(&mut b)?,
+        })
+    }
+}
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("malformed internal message: {0}")]
@@ -313,24 +339,65 @@ mod tests {
             object_key: "handoff/1/x".into(),
             position: 77,
             entries: vec![
-                ForwardEntry { topic: "a".into(), partition: 3, len: 10 },
-                ForwardEntry { topic: "bb".into(), partition: 0, len: 5 },
+                ForwardEntry {
+                    topic: "a".into(),
+                    partition: 3,
+                    len: 10,
+                },
+                ForwardEntry {
+                    topic: "bb".into(),
+                    partition: 0,
+                    len: 5,
+                },
             ],
         };
         let bytes = f.encode().freeze();
         assert_eq!(ForwardProduce::decode(bytes.clone()), Ok(f.clone()));
         assert_eq!(f.span(), 15);
         for cut in 0..bytes.len() {
-            assert!(ForwardProduce::decode(bytes.slice(..cut)).is_err(), "cut at {cut}");
+            assert!(
+                ForwardProduce::decode(bytes.slice(..cut)).is_err(),
+                "cut at {cut}"
+            );
         }
-        let r = vec![ForwardResult { error: 6, base_offset: -1, log_start_offset: 2 }];
-        assert_eq!(decode_forward_results(encode_forward_results(&r).freeze()), Ok(r));
-        let o = Offsets { error: 0, epoch: 4, start: 1, committed: 9, high_watermark: 12 };
-        let w = WatchOffsets { max_wait_ms: 500, partitions: vec![("t".into(), 1, o)] };
+        let r = vec![ForwardResult {
+            error: 6,
+            base_offset: -1,
+            log_start_offset: 2,
+        }];
+        assert_eq!(
+            decode_forward_results(encode_forward_results(&r).freeze()),
+            Ok(r)
+        );
+        let o = Offsets {
+            error: 0,
+            epoch: 4,
+            start: 1,
+            committed: 9,
+            high_watermark: 12,
+        };
+        let w = WatchOffsets {
+            max_wait_ms: 500,
+            partitions: vec![("t".into(), 1, o)],
+        };
         assert_eq!(WatchOffsets::decode(w.encode().freeze()), Ok(w));
-        let q = OffsetForTime { topic: "t".into(), partition: 2, timestamp: -3 };
+        let h = Hello {
+            node_id: 3,
+            zone: "z".into(),
+        };
+        assert_eq!(Hello::decode(h.encode().freeze()), Ok(h));
+        let q = OffsetForTime {
+            topic: "t".into(),
+            partition: 2,
+            timestamp: -3,
+        };
         assert_eq!(OffsetForTime::decode(q.encode().freeze()), Ok(q));
-        let a = OffsetForTimeResult { error: 0, offset: 5, timestamp: 99, epoch: 2 };
+        let a = OffsetForTimeResult {
+            error: 0,
+            offset: 5,
+            timestamp: 99,
+            epoch: 2,
+        };
         assert_eq!(OffsetForTimeResult::decode(a.encode().freeze()), Ok(a));
         // A count that the body cannot hold is refused before anything is allocated.
         let mut huge = BytesMut::new();

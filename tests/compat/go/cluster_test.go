@@ -259,6 +259,9 @@ type Cluster struct {
 	MetadataURL    string
 	ObjectStoreURL string
 
+	// Zones, if set: broker with node id n is in Zones[(n-1) % len(Zones)] (--zone).
+	Zones []string
+
 	root string
 	pg   *pgServer
 	s3   *s3sFs
@@ -268,6 +271,11 @@ type Cluster struct {
 // StartCluster starts PostgreSQL, s3s-fs and n brokers (node ids 1..n, each ready); the
 // caller must Close it.
 func StartCluster(name string, n int) (*Cluster, error) {
+	return StartZonedCluster(name, n, nil)
+}
+
+// StartZonedCluster is StartCluster with brokers spread over zones, round robin by node id.
+func StartZonedCluster(name string, n int, zones []string) (*Cluster, error) {
 	if kind, err := brokerKind(); err != nil || kind != "weir" {
 		return nil, fmt.Errorf("a cluster is of Weir brokers: WEIR_COMPAT_TARGET=cluster needs WEIR_TEST_BROKER=weir (%v)", err)
 	}
@@ -281,7 +289,7 @@ func StartCluster(name string, n int) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{Name: name, root: root, ObjectStoreURL: "s3://" + s3Bucket + "/weir",
-		env: []string{"WEIR_WAL_FORMAT=false"}}
+		env: []string{"WEIR_WAL_FORMAT=false"}, Zones: zones}
 	liveMu.Lock()
 	live[c] = true
 	liveMu.Unlock()
@@ -334,6 +342,10 @@ func (c *Cluster) AddBroker() (*Broker, error) {
 	b.NodeID = id
 	b.args = []string{"--node-id", strconv.Itoa(int(id)), "--advertised", b.Addr(),
 		"--metadata-url", c.MetadataURL, "--object-store-url", c.ObjectStoreURL}
+	if len(c.Zones) > 0 {
+		b.Zone = c.Zones[int(id-1)%len(c.Zones)]
+		b.args = append(b.args, "--zone", b.Zone)
+	}
 	b.env = c.env
 	// A broker whose test process died is killed: a clean stop would wait on a gone s3s-fs.
 	b.deathSig = syscall.SIGKILL

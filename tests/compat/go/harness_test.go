@@ -82,6 +82,7 @@ type Broker struct {
 	Port   int   // Kafka protocol listener
 	Port2  int   // Weir: admin HTTP; Kafka: controller
 	NodeID int32 // 1 unless the broker is one of a cluster's
+	Zone   string // --zone, in a zoned cluster
 
 	root    string
 	dataDir string

@@ -1,0 +1,242 @@
+//! The leader's side of the internal API (keys from [`weir_zone::wire::INTERNAL_KEY_BASE`], on
+//! the internal listener only): produces forwarded by brokers of other zones, the offsets feed
+//! they serve fetches with, and ListOffsets by time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use kafka_protocol::ResponseError;
+use object_store::path::Path;
+use object_store::ObjectStoreExt;
+use weir_partition::{Lookup, ProduceTicket};
+use weir_zone::wire::{
+    self, ForwardProduce, ForwardResult, OffsetForTime, OffsetForTimeResult, Offsets,
+};
+
+use crate::conn::Conn;
+use crate::Broker;
+
+/// The answer to an internal request, once it is known; `None`: the request has none.
+pub type InternalReply = BoxFuture<'static, Option<BytesMut>>;
+
+fn ready(b: Option<BytesMut>) -> InternalReply {
+    futures::future::ready(b).boxed()
+}
+
+impl Broker {
+    /// Handles one internal request. What must happen in arrival order (a forwarded produce's
+    /// appends) happens before this returns; the answer may come later. `Err` closes the
+    /// connection: a peer sent something that is not an internal request.
+    pub async fn handle_internal(
+        self: &Arc<Self>,
+        key: i16,
+        body: Bytes,
+        conn: &Conn,
+    ) -> Result<InternalReply, String> {
+        match key {
+            wire::HELLO => {
+                let hello = wire::Hello::decode(body).map_err(|e| e.to_string())?;
+                conn.set_peer_zone(&hello.zone);
+                Ok(ready(None))
+            }
+            wire::FORWARD_PRODUCE => {
+                let m = ForwardProduce::decode(body).map_err(|e| e.to_string())?;
+                Ok(self.forwarded_produce(m).await)
+            }
+            wire::WATCH_OFFSETS => {
+                let m = wire::WatchOffsets::decode(body).map_err(|e| e.to_string())?;
+                Ok(self.watch_offsets(m))
+            }
+            wire::OFFSET_FOR_TIME => {
+                let m = OffsetForTime::decode(body).map_err(|e| e.to_string())?;
+                let this = Arc::clone(self);
+                Ok(async move { Some(this.offset_for_time(m).await.encode()) }.boxed())
+            }
+            other => Err(format!("unknown internal API key {other}")),
+        }
+    }
+
+    /// Reads a forwarded produce's span of the hand-off object and starts each entry's append
+    /// in order, as if a client had sent it here.
+    async fn forwarded_produce(self: &Arc<Self>, m: ForwardProduce) -> InternalReply {
+        let fail_all = |e: ResponseError| {
+            let results: Vec<_> = m
+                .entries
+                .iter()
+                .map(|_| ForwardResult {
+                    error: e.code(),
+                    base_offset: -1,
+                    log_start_offset: -1,
+                })
+                .collect();
+            ready(Some(wire::encode_forward_results(&results)))
+        };
+        let Some(zones) = self.zones.as_ref() else {
+            return fail_all(ResponseError::NotLeaderOrFollower);
+        };
+        let span = m.span();
+        let range = m.position..m.position + span;
+        let data = match zones
+            .store
+            .get_range(&Path::from(m.object_key.as_str()), range)
+            .await
+        {
+            Ok(d) if d.len() as u64 == span => d,
+            Ok(d) => {
+                tracing::warn!(key = %m.object_key, got = d.len(), span, "a hand-off object is shorter than its reference");
+                return fail_all(ResponseError::KafkaStorageError);
+            }
+            Err(e) => {
+                tracing::warn!(key = %m.object_key, error = %e, "reading a hand-off object failed");
+                return fail_all(ResponseError::KafkaStorageError);
+            }
+        };
+        let may_acknowledge = self.cluster.may_acknowledge();
+        let mut at = 0usize;
+        let mut tickets: Vec<Result<ProduceTicket, ResponseError>> = Vec::new();
+        for e in &m.entries {
+            let records = data.slice(at..at + e.len as usize);
+            at += e.len as usize;
+            self.meters.produce_bytes.add(records.len() as u64);
+            tickets.push(match self.topics.lookup(&e.topic, e.partition) {
+                Lookup::Local(_) if !may_acknowledge => Err(ResponseError::NotLeaderOrFollower),
+                Lookup::Local(p) => p.start_produce(&records),
+                Lookup::NotHere => Err(ResponseError::NotLeaderOrFollower),
+                Lookup::Unknown => Err(ResponseError::UnknownTopicOrPartition),
+            });
+        }
+        async move {
+            let mut results = Vec::with_capacity(tickets.len());
+            for t in tickets {
+                let r = match t {
+                    Ok(t) => t.wait().await,
+                    Err(e) => Err(e),
+                };
+                results.push(match r {
+                    Ok(p) => ForwardResult {
+                        error: 0,
+                        base_offset: p.base_offset,
+                        log_start_offset: p.log_start_offset,
+                    },
+                    Err(e) => ForwardResult {
+                        error: e.code(),
+                        base_offset: -1,
+                        log_start_offset: -1,
+                    },
+                });
+            }
+            Some(wire::encode_forward_results(&results))
+        }
+        .boxed()
+    }
+
+    /// The offsets a broker of another zone serves fetches with.
+    fn offsets_of(&self, topic: &str, partition: i32) -> Offsets {
+        match self.topics.lookup(topic, partition) {
+            Lookup::Local(p) => {
+                if let Some(zones) = &self.zones {
+                    zones.note_remote_reader(p.stream_id);
+                }
+                let (start, committed, hw) = p.stream_offsets();
+                Offsets {
+                    error: 0,
+                    epoch: p.leader_epoch,
+                    start,
+                    committed,
+                    high_watermark: hw,
+                }
+            }
+            Lookup::NotHere => Offsets {
+                error: ResponseError::NotLeaderOrFollower.code(),
+                ..Offsets::default()
+            },
+            Lookup::Unknown => Offsets {
+                error: ResponseError::UnknownTopicOrPartition.code(),
+                ..Offsets::default()
+            },
+        }
+    }
+
+    /// Answers as soon as any partition's offsets differ from what the caller knows, or after
+    /// the poll's wait.
+    fn watch_offsets(self: &Arc<Self>, m: wire::WatchOffsets) -> InternalReply {
+        let this = Arc::clone(self);
+        async move {
+            let wait = Duration::from_millis(u64::from(m.max_wait_ms.min(5_000)));
+            let deadline = tokio::time::Instant::now() + wait;
+            // Receivers first, then the offsets: a change after the look is not missed.
+            let mut receivers = Vec::new();
+            for (t, p, _) in &m.partitions {
+                if let Some(part) = this.topics.partition(t, *p) {
+                    receivers.extend(part.watch_high_watermark());
+                    receivers.extend(part.watch_committed());
+                }
+            }
+            loop {
+                let now: Vec<_> = m
+                    .partitions
+                    .iter()
+                    .map(|(t, p, _)| (t.clone(), *p, this.offsets_of(t, *p)))
+                    .collect();
+                let changed = now
+                    .iter()
+                    .zip(&m.partitions)
+                    .any(|((_, _, o), (_, _, known))| o != known);
+                if changed || receivers.is_empty() || tokio::time::Instant::now() >= deadline {
+                    return Some(wire::encode_offsets(&now));
+                }
+                let any = futures::future::select_all(
+                    receivers.iter_mut().map(|rx| rx.changed().boxed()),
+                );
+                // A stream closed (the partition moved): answer with what is there now.
+                let closed = matches!(
+                    tokio::time::timeout_at(deadline, any).await,
+                    Ok((Err(_), _, _))
+                );
+                if closed {
+                    receivers.clear();
+                }
+            }
+        }
+        .boxed()
+    }
+
+    async fn offset_for_time(&self, m: OffsetForTime) -> OffsetForTimeResult {
+        let Some(p) = self.topics.partition(&m.topic, m.partition) else {
+            return OffsetForTimeResult {
+                error: self.topics.missing_error(&m.topic, m.partition).code(),
+                offset: -1,
+                timestamp: -1,
+                epoch: -1,
+            };
+        };
+        let found = if m.timestamp == -3 {
+            p.max_timestamp().await
+        } else {
+            p.offset_for_timestamp(m.timestamp).await
+        };
+        match found {
+            Ok(Some((offset, timestamp))) => OffsetForTimeResult {
+                error: 0,
+                offset,
+                timestamp,
+                epoch: p.leader_epoch,
+            },
+            Ok(None) => OffsetForTimeResult {
+                error: 0,
+                offset: -1,
+                timestamp: -1,
+                epoch: p.leader_epoch,
+            },
+            Err(e) => OffsetForTimeResult {
+                error: e.code(),
+                offset: -1,
+                timestamp: -1,
+                epoch: -1,
+            },
+        }
+    }
+}
