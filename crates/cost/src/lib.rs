@@ -106,6 +106,9 @@ pub struct Rates {
     pub read_bytes: f64,
     pub puts: f64,
     pub gets: f64,
+    /// Bytes that crossed zones, from the broker's meters (`weir_net_bytes_total`); `None`
+    /// for a described workload, which assumes zone-aware clients (or `--not-zone-aware`).
+    pub cross_zone_bytes: Option<f64>,
 }
 
 /// One line of the bill.
@@ -125,6 +128,7 @@ pub fn model(a: &CostArgs, write_bytes: f64) -> Rates {
         read_bytes: a.read_mib_s * MIB,
         puts: write_bytes / part * (1.0 + a.compaction_rewrites),
         gets: write_bytes / part * a.compaction_rewrites + catchup / (a.readahead_mib * MIB),
+        cross_zone_bytes: None,
     }
 }
 
@@ -132,10 +136,10 @@ pub fn weir_bill(a: &CostArgs, r: &Rates) -> Vec<Line> {
     let stored_gib = r.write_bytes * a.retention_days * 86_400.0 / GIB;
     let puts = r.puts * MONTH_SECS;
     let gets = r.gets * MONTH_SECS;
-    let cross_gib = if a.not_zone_aware {
-        (r.write_bytes + r.read_bytes) * 2.0 / 3.0 * MONTH_SECS / GIB
-    } else {
-        0.0
+    let cross_gib = match r.cross_zone_bytes {
+        Some(measured) => measured * MONTH_SECS / GIB,
+        None if a.not_zone_aware => (r.write_bytes + r.read_bytes) * 2.0 / 3.0 * MONTH_SECS / GIB,
+        None => 0.0,
     };
     let mut lines = vec![
         Line {
@@ -247,7 +251,35 @@ pub fn rates_between(
         puts: d("weir_object_requests_total{kind=\"put\"}")
             + d("weir_object_requests_total{kind=\"multipart_part\"}"),
         gets: d("weir_object_requests_total{kind=\"get\"}"),
+        cross_zone_bytes: cross_zone(after)
+            .map(|a| (a - cross_zone(before).unwrap_or(0.0)).max(0.0) / secs),
     }
+}
+
+/// Bytes the broker counted between different zones (`weir_net_bytes_total` with different
+/// source and destination zones; a client in no known zone is taken to cross two times in
+/// three, as with three zones). `None` when the broker has no zone meters.
+pub fn cross_zone(m: &HashMap<String, f64>) -> Option<f64> {
+    let mut found = false;
+    let mut cross = 0.0;
+    for (k, v) in m {
+        let Some(labels) = k.strip_prefix("weir_net_bytes_total{") else {
+            continue;
+        };
+        found = true;
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix("=\""))
+                .map(|v| v.trim_end_matches('}').trim_end_matches('"'))
+        };
+        match (label("src_zone"), label("dst_zone")) {
+            (Some(s), Some(d)) if s == "unknown" || d == "unknown" => cross += v * 2.0 / 3.0,
+            (Some(s), Some(d)) if s != d => cross += v,
+            _ => {}
+        }
+    }
+    found.then_some(cross)
 }
 
 fn print_bill(out: &mut impl Write, title: &str, lines: &[Line]) -> std::io::Result<()> {
@@ -375,8 +407,31 @@ mod tests {
                 write_bytes: 1000.0,
                 read_bytes: 0.0,
                 puts: 2.0,
-                gets: 1.0
+                gets: 1.0,
+                cross_zone_bytes: None,
             }
+        );
+    }
+
+    #[test]
+    fn cross_zone_bytes_come_from_the_meters() {
+        let before = parse_metrics(
+            "weir_net_bytes_total{src_zone=\"a\",dst_zone=\"b\",kind=\"fetch\"} 100\n",
+        );
+        let after = parse_metrics(
+            "weir_net_bytes_total{src_zone=\"a\",dst_zone=\"b\",kind=\"fetch\"} 1100\n\
+             weir_net_bytes_total{src_zone=\"a\",dst_zone=\"a\",kind=\"produce\"} 9000\n\
+             weir_net_bytes_total{src_zone=\"unknown\",dst_zone=\"a\",kind=\"produce\"} 300\n",
+        );
+        let r = rates_between(&before, &after, 10.0);
+        assert_eq!(r.cross_zone_bytes, Some((1000.0 + 200.0) / 10.0));
+        let a = args(&[]);
+        let bill = weir_bill(&a, &r);
+        assert!((bill[3].dollars - 120.0 * MONTH_SECS / GIB * 0.02).abs() < 1e-6);
+        // No zone meters: nothing measured.
+        assert_eq!(
+            rates_between(&HashMap::new(), &HashMap::new(), 1.0).cross_zone_bytes,
+            None
         );
     }
 

@@ -310,6 +310,12 @@ pub trait Catalog: Send + Sync + 'static {
 
     /// Returns the value stored under `key`, storing `default` first if there is none.
     async fn get_or_init(&self, key: &str, default: &str) -> Result<String>;
+
+    /// The value stored under `key`, if any.
+    async fn get_value(&self, key: &str) -> Result<Option<String>>;
+
+    /// Stores `value` under `key`, replacing what was there.
+    async fn set_value(&self, key: &str, value: &str) -> Result<()>;
 }
 
 /// Consumer groups' committed offsets.

@@ -180,6 +180,8 @@ struct App {
     metrics: Arc<dyn Fn() -> String + Send + Sync>,
     cluster: Option<Arc<dyn ClusterAdmin>>,
     faults: Option<Arc<FaultSwitch>>,
+    /// The broker, for the zone routes (`None` in tests of the HTTP layer alone).
+    broker: Option<Arc<weir_api::Broker>>,
 }
 
 /// Serves admin HTTP on `listener` until `shutdown` turns true (or its sender goes away), then
@@ -193,6 +195,7 @@ pub async fn serve(
         ready: Arc::clone(&state.ready),
         cluster: state.cluster.clone(),
         faults: state.faults.clone(),
+        broker: Some(Arc::clone(&state.broker)),
         metrics: Arc::new(move || render(&state)),
     };
     serve_app(listener, app, shutdown, SHUTDOWN_GRACE).await
@@ -239,6 +242,7 @@ fn router(app: App) -> Router {
         )
         .route("/v1/brokers/{id}/drain", post(drain))
         .route("/v1/faults", get(show_faults).put(switch_faults))
+        .route("/v1/zones/cidrs", get(show_cidrs).put(set_cidrs))
         // After the routes: it applies to those already added.
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
@@ -389,6 +393,48 @@ fn no_fault_switch() -> Response {
         404,
         "the fault switch is off: start the broker with broker.fault_switch = true (WEIR_BROKER_FAULT_SWITCH=true)",
     )
+}
+
+/// The CIDR map that places clients in zones, as stored: `CIDR ZONE` per line.
+async fn show_cidrs(Shared(app): Shared<App>) -> Response {
+    let Some(broker) = &app.broker else {
+        return json_error(503, "no broker");
+    };
+    match broker.meta.get_value(weir_zone::CIDR_MAP_KEY).await {
+        Ok(v) => text(StatusCode::OK, "text/plain", v.unwrap_or_default()),
+        Err(e) => json_error(503, format!("reading the CIDR map: {e}")),
+    }
+}
+
+/// Replaces the CIDR map (every broker reloads it within seconds). The body is `CIDR ZONE` per
+/// line; a line that does not parse refuses the whole map.
+async fn set_cidrs(Shared(app): Shared<App>, request: Request) -> Response {
+    let Some(broker) = app.broker.clone() else {
+        return json_error(503, "no broker");
+    };
+    let body = match body_bytes(request).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let Ok(text_body) = std::str::from_utf8(&body) else {
+        return json_error(400, "the CIDR map must be UTF-8 text");
+    };
+    let map = match weir_zone::parse_cidr_map(text_body) {
+        Ok(m) => m,
+        Err(e) => return json_error(400, format!("CIDR map: {e}")),
+    };
+    if let Err(e) = broker
+        .meta
+        .set_value(weir_zone::CIDR_MAP_KEY, text_body)
+        .await
+    {
+        return json_error(503, format!("storing the CIDR map: {e}"));
+    }
+    if let Some(z) = &broker.zones {
+        z.set_cidrs(map.clone());
+    }
+    tracing::info!(entries = map.len(), "admin: CIDR map replaced");
+    json(StatusCode::OK, &serde_json::json!({ "entries": map.len() }))
 }
 
 async fn show_faults(Shared(app): Shared<App>) -> Response {
@@ -1097,6 +1143,7 @@ mod tests {
             metrics: Arc::new(|| "# TYPE weir_x_total counter\nweir_x_total 7\n".to_string()),
             cluster,
             faults: None,
+            broker: None,
         };
         let task = tokio::spawn(serve_app(listener, app, stop_rx, grace));
         Server {

@@ -453,6 +453,29 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
         },
         Some(Arc::clone(&zones)),
     );
+    // The CIDR map (PUT /v1/zones/cidrs on any broker) is read every few seconds.
+    {
+        let (zones, meta) = (Arc::clone(&zones), Arc::clone(&meta));
+        tokio::spawn(async move {
+            let mut last: Option<String> = None;
+            loop {
+                match meta.get_value(weir_zone::CIDR_MAP_KEY).await {
+                    Ok(v) if v != last => {
+                        match weir_zone::parse_cidr_map(v.as_deref().unwrap_or("")) {
+                            Ok(map) => zones.set_cidrs(map),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "the stored CIDR map does not parse; keeping the previous one")
+                            }
+                        }
+                        last = v;
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!(error = %e, "reading the CIDR map failed"),
+                }
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        });
+    }
     if !config.broker.zone.is_empty() {
         broker.start_remote_read_uploads(Duration::from_millis(
             config.zones.remote_upload_interval_ms.max(10),

@@ -102,6 +102,29 @@ impl CidrZone {
     }
 }
 
+/// The key of the CIDR map in the metadata store.
+pub const CIDR_MAP_KEY: &str = "zones.cidrs";
+
+/// Parses a CIDR map: one `CIDR ZONE` per line; blank lines and `#` comments are skipped.
+pub fn parse_cidr_map(text: &str) -> Result<Vec<CidrZone>, String> {
+    let mut map = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        let (Some(cidr), Some(zone), None) = (words.next(), words.next(), words.next()) else {
+            return Err(format!(
+                "line {}: expected `CIDR ZONE`, got {line:?}",
+                n + 1
+            ));
+        };
+        map.push(CidrZone::parse(cidr, zone).map_err(|e| format!("line {}: {e}", n + 1))?);
+    }
+    Ok(map)
+}
+
 /// The zone of `ip` by the longest matching prefix of `map`.
 pub fn zone_of_address(map: &[CidrZone], ip: IpAddr) -> Option<&str> {
     map.iter()
@@ -128,6 +151,21 @@ mod tests {
         assert_eq!(zone_from_client_id("rdkafka"), None);
         assert_eq!(zone_from_client_id("weir_az="), None);
         assert_eq!(zone_from_client_id("myzone=x"), None);
+    }
+
+    #[test]
+    fn cidr_maps_parse_line_by_line() {
+        let map =
+            parse_cidr_map("# zones\n10.0.0.0/16 use1-az1\n\n10.1.0.0/16 use1-az2 # b\n").unwrap();
+        assert_eq!(map.len(), 2);
+        assert_eq!(map[1].zone, "use1-az2");
+        assert!(parse_cidr_map("10.0.0.0/16")
+            .unwrap_err()
+            .contains("line 1"));
+        assert!(parse_cidr_map("ok 1 2").is_err());
+        assert!(parse_cidr_map("10.0.0.0/40 z")
+            .unwrap_err()
+            .contains("line 1"));
     }
 
     #[test]

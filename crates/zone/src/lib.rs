@@ -18,7 +18,7 @@ pub mod peer;
 pub mod route;
 pub mod wire;
 
-pub use client::{zone_from_client_id, zone_of_address, CidrZone};
+pub use client::{parse_cidr_map, zone_from_client_id, zone_of_address, CidrZone, CIDR_MAP_KEY};
 pub use feed::Feed;
 pub use handoff::{Forwarder, HandoffConfig, Leader};
 pub use meters::{Kind, NetMeters, UNKNOWN_ZONE};

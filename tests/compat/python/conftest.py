@@ -582,7 +582,7 @@ class Cluster:
     over a raw socket.
     """
 
-    def __init__(self, name, root, size=CLUSTER_SIZE, env=None):
+    def __init__(self, name, root, size=CLUSTER_SIZE, env=None, zones=None):
         if KIND != "weir":
             raise RuntimeError("a cluster is of Weir brokers: WEIR_COMPAT_TARGET=cluster "
                                "needs WEIR_TEST_BROKER=weir")
@@ -598,6 +598,8 @@ class Cluster:
         self.metadata_url = None
         self.object_store_url = f"s3://{S3_BUCKET}/weir"
         self.brokers = []
+        # Zones, if any: broker n is in zones[(n - 1) % len(zones)] (--zone).
+        self.zones = zones or []
 
     # ------------------------------------------------------------- lifecycle
     def launch(self):
@@ -627,6 +629,9 @@ class Cluster:
         b.args = ["--node-id", str(node_id), "--advertised", b.bootstrap,
                   "--metadata-url", self.metadata_url,
                   "--object-store-url", self.object_store_url]
+        b.zone = self.zones[(node_id - 1) % len(self.zones)] if self.zones else ""
+        if b.zone:
+            b.args += ["--zone", b.zone]
         self.brokers.append(b)
         b.start()
         return b
@@ -732,10 +737,11 @@ class BrokerFactory:
             b.start()
         return b
 
-    def cluster(self, name, size=CLUSTER_SIZE, start=True, env=None):
-        """A cluster of `size` Weir brokers on a PostgreSQL and an s3s-fs of its own."""
+    def cluster(self, name, size=CLUSTER_SIZE, start=True, env=None, zones=None):
+        """A cluster of `size` Weir brokers on a PostgreSQL and an s3s-fs of its own (spread
+        over `zones`, round robin by node id, if given)."""
         root = tempfile.mkdtemp(prefix=f"{name}-", dir=self.base)
-        c = Cluster(name, root, size, env)
+        c = Cluster(name, root, size, env, zones)
         self.brokers.append(c)
         if start:
             c.launch()

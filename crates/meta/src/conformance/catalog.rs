@@ -96,4 +96,19 @@ pub async fn counters_and_keys(m: &dyn Catalog) {
     assert_eq!(m.get_or_init("cluster.id", "x").await.expect("kv"), "x");
     assert_eq!(m.get_or_init("cluster.id", "y").await.expect("kv"), "x");
     assert_eq!(m.get_or_init("other", "y").await.expect("kv"), "y");
+    assert_eq!(m.get_value("unset").await.expect("kv"), None);
+    m.set_value("zones.cidrs", "10.0.0.0/8 a")
+        .await
+        .expect("kv");
+    m.set_value("zones.cidrs", "10.1.0.0/16 b")
+        .await
+        .expect("kv");
+    assert_eq!(
+        m.get_value("zones.cidrs").await.expect("kv").as_deref(),
+        Some("10.1.0.0/16 b")
+    );
+    assert_eq!(
+        m.get_value("cluster.id").await.expect("kv").as_deref(),
+        Some("x")
+    );
 }

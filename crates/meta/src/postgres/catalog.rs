@@ -158,6 +158,27 @@ impl Catalog for PostgresMetaStore {
             .map_err(backend("reading a key"))?;
         Ok(row.get(0))
     }
+
+    async fn get_value(&self, key: &str) -> Result<Option<String>> {
+        let c = self.client().await?;
+        let row = c
+            .query_opt("SELECT value FROM kv WHERE key = $1", &[&key])
+            .await
+            .map_err(backend("reading a key"))?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    async fn set_value(&self, key: &str, value: &str) -> Result<()> {
+        let c = self.client().await?;
+        c.execute(
+            "INSERT INTO kv (key, value) VALUES ($1, $2)
+             ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+            &[&key, &value],
+        )
+        .await
+        .map_err(backend("writing a key"))?;
+        Ok(())
+    }
 }
 
 /// Takes `count` ids from the named counter, atomically (the upsert locks the counter's row).

@@ -172,6 +172,32 @@ impl Catalog for SqliteMetaStore {
         })
         .await
     }
+
+    async fn get_value(&self, key: &str) -> Result<Option<String>> {
+        let key = key.to_string();
+        self.with(move |c| {
+            c.query_row("SELECT value FROM kv WHERE key = ?1", params![key], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(backend("reading a key"))
+        })
+        .await
+    }
+
+    async fn set_value(&self, key: &str, value: &str) -> Result<()> {
+        let (key, value) = (key.to_string(), value.to_string());
+        self.with(move |c| {
+            c.execute(
+                "INSERT INTO kv (key, value) VALUES (?1, ?2)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                params![key, value],
+            )
+            .map(|_| ())
+            .map_err(backend("writing a key"))
+        })
+        .await
+    }
 }
 
 /// Takes `count` ids from the counter stored under `key`.

@@ -1,0 +1,210 @@
+"""Zones, with confluent-kafka (librdkafka) clients (runs with WEIR_COMPAT_TARGET=cluster only).
+
+Six brokers in three zones on one PostgreSQL and one s3s-fs. In each zone an idempotent
+producer (zone from its client.id tag) and a consumer group (az1, az2: client.id tag; az3:
+client.rack only, KIP-392) produce and read one topic: every acknowledged record is read back
+once, in order, by every zone's group, and the data bytes that cross zones, by the brokers'
+own meters (weir_net_bytes_total), stay within 1% of all data bytes. A topic set to
+`weir.zone.routing=leader` goes straight to its leaders instead: its bytes cross zones, and the
+meters show it. The Go suite (franz-go) runs the same through a partition move and a kill -9
+(tests/compat/go/zones_test.go).
+"""
+
+import os
+import re
+import time
+import urllib.error
+import urllib.request
+from collections import defaultdict
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+from compat_util import admin, create_topic, unique
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("WEIR_COMPAT_TARGET", "").strip().lower() != "cluster",
+    reason="zones run with WEIR_COMPAT_TARGET=cluster")
+
+ZONES = ["az1", "az2", "az3"]
+LINE = re.compile(r'^weir_net_bytes_total\{src_zone="([^"]*)",dst_zone="([^"]*)",kind="([^"]*)"\} (\S+)$')
+
+
+def zone_bytes(brokers):
+    """weir_net_bytes_total summed over brokers: {(src, dst, kind): bytes}."""
+    out = defaultdict(float)
+    for b in brokers:
+        with urllib.request.urlopen(f"http://127.0.0.1:{b.aux_port}/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                m = LINE.match(line)
+                if m:
+                    out[(m[1], m[2], m[3])] += float(m[4])
+    return out
+
+
+def data_ratio(before, after, kinds=("produce", "fetch")):
+    """Cross-zone share of the data bytes counted between two scrapes (an unknown zone
+    counts as crossing)."""
+    cross = total = 0.0
+    for k, v in after.items():
+        if k[2] not in kinds:
+            continue
+        d = v - before.get(k, 0.0)
+        total += d
+        if k[0] != k[1] or k[0] == "unknown":
+            cross += d
+    return (cross / total if total else 0.0), cross, total
+
+
+def counter(brokers, name):
+    total = 0.0
+    for b in brokers:
+        with urllib.request.urlopen(f"http://127.0.0.1:{b.aux_port}/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    total += float(line.split()[-1])
+    return total
+
+
+@pytest.fixture(scope="module")
+def zoned(broker_factory):
+    c = broker_factory.cluster("zones", size=6, zones=ZONES)
+    try:
+        yield c
+    finally:
+        broker_factory.close(c)
+
+
+def produce_from_zones(bootstrap, topic, per_zone, routing_tag=True):
+    """Each zone's idempotent producer sends `per_zone` records; returns the acknowledged
+    ones as {partition: {offset: value}}."""
+    acked = defaultdict(dict)
+    errors = []
+
+    def report(err, msg):
+        if err is not None:
+            errors.append(err)
+        else:
+            acked[msg.partition()][msg.offset()] = msg.value().decode()
+
+    for z in ZONES:
+        p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                      "linger.ms": 5, "client.id": f"py-producer,weir_az={z}"})
+        for i in range(per_zone):
+            p.produce(topic, key=f"{z}-key-{i % 24}".encode(), value=f"{z}#{i:06d}".encode(),
+                      on_delivery=report)
+            p.poll(0)
+        assert p.flush(60) == 0, f"zone {z}: records left unacknowledged"
+    assert not errors, f"{len(errors)} deliveries failed; first: {errors[0]}"
+    return acked
+
+
+def consume_zone(bootstrap, topic, zone, want, by_rack):
+    conf = {"bootstrap.servers": bootstrap, "group.id": unique(f"py-zones-{zone}"),
+            "auto.offset.reset": "earliest", "enable.auto.commit": True,
+            "fetch.wait.max.ms": 200}
+    if by_rack:
+        conf.update({"client.id": f"py-consumer-{zone}", "client.rack": zone})
+    else:
+        conf["client.id"] = f"py-consumer,weir_az={zone}"
+    c = Consumer(conf)
+    c.subscribe([topic])
+    got = defaultdict(dict)
+    deadline = time.monotonic() + 90
+    try:
+        while sum(len(v) for v in got.values()) < want and time.monotonic() < deadline:
+            for m in c.consume(500, timeout=0.5):
+                if m.error():
+                    raise KafkaException(m.error())
+                prev = got[m.partition()].get(m.offset())
+                assert prev in (None, m.value().decode()), \
+                    f"zone {zone}: partition {m.partition()} offset {m.offset()} read as {prev!r} and {m.value()!r}"
+                got[m.partition()][m.offset()] = m.value().decode()
+    finally:
+        c.close()
+    return got
+
+
+def test_confluent_clients_stay_in_their_zone(zoned):
+    topic = unique("py-zones")
+    create_topic(zoned.bootstrap, topic, 6)
+    before = zone_bytes(zoned.brokers)
+    forwarded0 = counter(zoned.brokers, "weir_handoff_entries_total")
+    acked = produce_from_zones(zoned.bootstrap, topic, 1500)
+    want = sum(len(v) for v in acked.values())
+    assert want == 3 * 1500
+    for p, offs in acked.items():
+        assert sorted(offs) == list(range(len(offs))), f"partition {p}: offsets have a gap"
+    for z in ZONES:
+        got = consume_zone(zoned.bootstrap, topic, z, want, by_rack=(z == "az3"))
+        assert got == acked, f"zone {z}: read {sum(len(v) for v in got.values())} of {want}"
+    ratio, cross, total = data_ratio(before, zone_bytes(zoned.brokers))
+    print(f"confluent-kafka in three zones: cross-zone data bytes {cross:.0f} of {total:.0f} "
+          f"({100 * ratio:.3f}%)")
+    assert total > 0 and ratio <= 0.01, f"{100 * ratio:.3f}% of data bytes crossed zones"
+    assert counter(zoned.brokers, "weir_handoff_entries_total") > forwarded0, \
+        "produces were not forwarded through object storage"
+
+
+def test_leader_routing_goes_to_the_leader_and_is_metered(zoned):
+    topic = unique("py-zones-leader")
+    a = admin(zoned.bootstrap)
+    bad = ConfigResource(ResourceType.TOPIC, topic)
+    create_topic(zoned.bootstrap, topic, 6, config={"weir.zone.routing": "leader"})
+    desc = a.describe_configs([ConfigResource(ResourceType.TOPIC, topic)])
+    entries = list(desc.values())[0].result()
+    assert entries["weir.zone.routing"].value == "leader"
+    # Any other value is refused with INVALID_CONFIG.
+    bad = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("weir.zone.routing", "nearby", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException, match="INVALID_CONFIG|in-zone or leader"):
+        list(a.incremental_alter_configs([bad]).values())[0].result()
+    before = zone_bytes(zoned.brokers)
+    acked = produce_from_zones(zoned.bootstrap, topic, 1000)
+    ratio, cross, total = data_ratio(before, zone_bytes(zoned.brokers), kinds=("produce",))
+    print(f"weir.zone.routing=leader: cross-zone produce bytes {cross:.0f} of {total:.0f} "
+          f"({100 * ratio:.1f}%)")
+    # Producers in three zones, leaders spread over them: about two thirds cross.
+    assert ratio > 0.3, f"only {100 * ratio:.1f}% of a leader-routed topic's bytes crossed zones"
+    assert sum(len(v) for v in acked.values()) == 3 * 1000
+
+
+def test_a_cidr_map_places_untagged_clients(zoned):
+    """Clients that say nothing are placed by their address once the CIDR map names it: their
+    bytes are metered in that zone, and cross no zone."""
+    topic = unique("py-zones-cidr")
+    create_topic(zoned.bootstrap, topic, 6)
+    b0 = zoned.brokers[0]
+    req = urllib.request.Request(f"http://127.0.0.1:{b0.aux_port}/v1/zones/cidrs",
+                                 data=b"not-a-cidr az2\n", method="PUT")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(req, timeout=5)
+    assert refused.value.code == 400
+    req = urllib.request.Request(f"http://127.0.0.1:{b0.aux_port}/v1/zones/cidrs",
+                                 data=b"# loopback is az2 here\n127.0.0.0/8 az2\n", method="PUT")
+    with urllib.request.urlopen(req, timeout=5) as r:
+        assert r.status == 200
+    with urllib.request.urlopen(f"http://127.0.0.1:{zoned.brokers[1].aux_port}/v1/zones/cidrs",
+                                timeout=5) as r:
+        assert "127.0.0.0/8 az2" in r.read().decode()
+    time.sleep(6)  # every broker reloads the map within 5 s
+    try:
+        before = zone_bytes(zoned.brokers)
+        p = Producer({"bootstrap.servers": zoned.bootstrap, "enable.idempotence": True,
+                      "linger.ms": 5, "client.id": "py-untagged"})
+        for i in range(600):
+            p.produce(topic, key=f"k{i % 12}".encode(), value=f"v{i}".encode())
+        assert p.flush(60) == 0
+        after = zone_bytes(zoned.brokers)
+        placed = sum(v - before.get(k, 0.0) for k, v in after.items()
+                     if k[0] == "az2" and k[2] == "produce")
+        unknown = sum(v - before.get(k, 0.0) for k, v in after.items()
+                      if k[0] == "unknown" and k[2] == "produce")
+        ratio, cross, total = data_ratio(before, after, kinds=("produce",))
+        assert placed > 0 and unknown == 0, f"az2: {placed}, unknown: {unknown}"
+        assert ratio <= 0.01, f"{100 * ratio:.2f}% of the placed client's produce bytes crossed"
+    finally:
+        req = urllib.request.Request(f"http://127.0.0.1:{b0.aux_port}/v1/zones/cidrs",
+                                     data=b"", method="PUT")
+        urllib.request.urlopen(req, timeout=5).close()
