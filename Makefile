@@ -72,6 +72,16 @@ bench-object-wal:
 # their latency under `weir perf` at full speed, then PostgreSQL stopped for 10 s and started
 # again under produce and consume load: stalls, client errors, every acked record read back.
 # Writes bench/results/pg-YYYY-MM-DD-HHMM.md. Settings: BENCH_PG_* (bench/pg_restart.py).
+# Zones (about 6 minutes): produce and end-to-end latency for clients in and out of the leader's
+# zone, per routing choice and WAL kind, with cross-zone bytes from the meters, beside Kafka
+# (three brokers in three racks, follower fetching). Writes bench/results/zones-*.md.
+.PHONY: bench-zones
+bench-zones:
+	$(CARGO) build --release -p weir
+	tools/kafka/kafka.sh install
+	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
+	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/zones.py
+
 .PHONY: bench-pg
 bench-pg:
 	$(CARGO) build --release -p weir

@@ -5,6 +5,10 @@
 #   kafka.sh install
 #   kafka.sh start --data-dir DIR --port PORT [--controller-port CPORT]
 #                  [--prop key=value]... [--timeout SECS]
+#   kafka.sh start --data-dir DIR --port PORT --node-id N --join CPORT --cluster-id ID
+#                  [--prop key=value]...
+#       a broker-only node joining the quorum of the node whose controller port is CPORT
+#       (its cluster id is in that node's DIR/logs/meta.properties): a cluster on one machine
 #   kafka.sh stop --data-dir DIR [--timeout SECS]
 #   kafka.sh status --data-dir DIR
 #   kafka.sh classpath
@@ -160,12 +164,15 @@ log_tail() {
 # ---------------------------------------------------------------- start
 
 cmd_start() {
-  local dir="" port="" cport="" timeout=60 props=()
+  local dir="" port="" cport="" timeout=60 props=() node_id=1 join="" cluster_id=""
   while [[ $# -gt 0 ]]; do
     case "$1" in
       --data-dir)        dir=${2:?}; shift 2 ;;
       --port)            port=${2:?}; shift 2 ;;
       --controller-port) cport=${2:?}; shift 2 ;;
+      --node-id)         node_id=${2:?}; shift 2 ;;
+      --join)            join=${2:?}; shift 2 ;;
+      --cluster-id)      cluster_id=${2:?}; shift 2 ;;
       --prop)            props+=("${2:?}"); shift 2 ;;
       --timeout)         timeout=${2:?}; shift 2 ;;
       -h|--help)         usage 0 ;;
@@ -188,9 +195,16 @@ cmd_start() {
     rm -f "$pidfile"
   fi
   port_in_use "$port" && die "port $port on 127.0.0.1 is already in use"
-  port_in_use "$cport" && die "controller port $cport on 127.0.0.1 is already in use"
+  [[ -n $join ]] || ! port_in_use "$cport" || die "controller port $cport on 127.0.0.1 is already in use"
+  [[ -z $join || -n $cluster_id ]] || die "--join needs --cluster-id"
 
   local listeners="PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport"
+  local roles="broker,controller" quorum="127.0.0.1:$cport"
+  if [[ -n $join ]]; then
+    listeners="PLAINTEXT://127.0.0.1:$port"
+    roles="broker"
+    quorum="127.0.0.1:$join"
+  fi
   local formatted=0
   [[ -f $dir/logs/meta.properties ]] && formatted=1
   if ((formatted)) && [[ -f $props_file ]] && ! grep -qxF "listeners=$listeners" "$props_file"; then
@@ -200,9 +214,9 @@ cmd_start() {
 
   {
     echo "# Written by tools/kafka/kafka.sh start; rewritten on every start."
-    echo "process.roles=broker,controller"
-    echo "node.id=1"
-    echo "controller.quorum.bootstrap.servers=127.0.0.1:$cport"
+    echo "process.roles=$roles"
+    echo "node.id=$node_id"
+    echo "controller.quorum.bootstrap.servers=$quorum"
     echo "listeners=$listeners"
     echo "advertised.listeners=$listeners"
     echo "inter.broker.listener.name=PLAINTEXT"
@@ -225,10 +239,12 @@ cmd_start() {
 
   local cp; cp=$(classpath)
   if ((!formatted)); then
-    local cid; cid=$(gen_cluster_id)
+    local cid=$cluster_id mode=(--standalone)
+    [[ -n $cid ]] || cid=$(gen_cluster_id)
+    [[ -z $join ]] || mode=()
     # shellcheck disable=SC2086
     if ! "$JAVA" -Xmx256m ${KAFKA_JVM_OPTS:-} -cp "$cp" kafka.tools.StorageTool \
-        format --standalone -t "$cid" -c "$props_file" >"$dir/format.log" 2>&1; then
+        format "${mode[@]}" -t "$cid" -c "$props_file" >"$dir/format.log" 2>&1; then
       cat "$dir/format.log" >&2
       die "kafka-storage format failed (log: $dir/format.log)"
     fi

@@ -14,6 +14,9 @@ pub struct Conn {
     /// The zone of the listener it connected to, if the listener has one.
     pub listener_zone: Option<String>,
     state: Mutex<State>,
+    /// Resolves once the appends of the last forwarded produce read on this connection have
+    /// started: the next one's start after them, whatever order their reads finish in.
+    pub(crate) forward_tail: Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
 }
 
 #[derive(Debug, Default)]
@@ -34,6 +37,7 @@ impl Conn {
             internal,
             listener_zone,
             state: Mutex::new(State::default()),
+            forward_tail: Mutex::new(None),
         }
     }
 

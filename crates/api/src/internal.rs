@@ -44,7 +44,7 @@ impl Broker {
             }
             wire::FORWARD_PRODUCE => {
                 let m = ForwardProduce::decode(body).map_err(|e| e.to_string())?;
-                Ok(self.forwarded_produce(m).await)
+                Ok(self.forwarded_produce(m, conn))
             }
             wire::WATCH_OFFSETS => {
                 let m = wire::WatchOffsets::decode(body).map_err(|e| e.to_string())?;
@@ -60,55 +60,77 @@ impl Broker {
     }
 
     /// Reads a forwarded produce's span of the hand-off object and starts each entry's append
-    /// in order, as if a client had sent it here.
-    async fn forwarded_produce(self: &Arc<Self>, m: ForwardProduce) -> InternalReply {
-        let fail_all = |e: ResponseError| {
-            let results: Vec<_> = m
-                .entries
-                .iter()
+    /// in order, as if a client had sent it here. The read starts at once, so the reads of
+    /// several forwarded produces overlap; the appends start in the order the produces arrived
+    /// on the connection (`Conn::forward_tail`), whatever order the reads finish in.
+    fn forwarded_produce(self: &Arc<Self>, m: ForwardProduce, conn: &Conn) -> InternalReply {
+        let fail_all = |e: ResponseError, n: usize| {
+            let results: Vec<_> = (0..n)
                 .map(|_| ForwardResult {
                     error: e.code(),
                     base_offset: -1,
                     log_start_offset: -1,
                 })
                 .collect();
-            ready(Some(wire::encode_forward_results(&results)))
+            Some(wire::encode_forward_results(&results))
         };
         let Some(zones) = self.zones.as_ref() else {
-            return fail_all(ResponseError::NotLeaderOrFollower);
+            return ready(fail_all(
+                ResponseError::NotLeaderOrFollower,
+                m.entries.len(),
+            ));
         };
         let span = m.span();
         let range = m.position..m.position + span;
-        let data = match zones
-            .store
-            .get_range(&Path::from(m.object_key.as_str()), range)
-            .await
-        {
-            Ok(d) if d.len() as u64 == span => d,
-            Ok(d) => {
-                tracing::warn!(key = %m.object_key, got = d.len(), span, "a hand-off object is shorter than its reference");
-                return fail_all(ResponseError::KafkaStorageError);
-            }
-            Err(e) => {
-                tracing::warn!(key = %m.object_key, error = %e, "reading a hand-off object failed");
-                return fail_all(ResponseError::KafkaStorageError);
-            }
+        let read = {
+            let (store, key) = (Arc::clone(&zones.store), Path::from(m.object_key.as_str()));
+            tokio::spawn(async move { store.get_range(&key, range).await })
         };
-        let may_acknowledge = self.cluster.may_acknowledge();
-        let mut at = 0usize;
-        let mut tickets: Vec<Result<ProduceTicket, ResponseError>> = Vec::new();
-        for e in &m.entries {
-            let records = data.slice(at..at + e.len as usize);
-            at += e.len as usize;
-            self.meters.produce_bytes.add(records.len() as u64);
-            tickets.push(match self.topics.lookup(&e.topic, e.partition) {
-                Lookup::Local(_) if !may_acknowledge => Err(ResponseError::NotLeaderOrFollower),
-                Lookup::Local(p) => p.start_produce(&records),
-                Lookup::NotHere => Err(ResponseError::NotLeaderOrFollower),
-                Lookup::Unknown => Err(ResponseError::UnknownTopicOrPartition),
-            });
-        }
+        let (started, tail) = tokio::sync::oneshot::channel::<()>();
+        let previous = conn
+            .forward_tail
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(tail);
+        let this = Arc::clone(self);
         async move {
+            let data = read.await;
+            if let Some(p) = previous {
+                let _ = p.await;
+            }
+            let data = match data {
+                Ok(Ok(d)) if d.len() as u64 == span => d,
+                Ok(Ok(d)) => {
+                    tracing::warn!(key = %m.object_key, got = d.len(), span, "a hand-off object is shorter than its reference");
+                    return fail_all(ResponseError::KafkaStorageError, m.entries.len());
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(key = %m.object_key, error = %e, "reading a hand-off object failed");
+                    return fail_all(ResponseError::KafkaStorageError, m.entries.len());
+                }
+                Err(e) => {
+                    tracing::warn!(key = %m.object_key, error = %e, "reading a hand-off object failed");
+                    return fail_all(ResponseError::KafkaStorageError, m.entries.len());
+                }
+            };
+            let may_acknowledge = this.cluster.may_acknowledge();
+            let mut at = 0usize;
+            let mut tickets: Vec<Result<ProduceTicket, ResponseError>> = Vec::new();
+            for e in &m.entries {
+                let records = data.slice(at..at + e.len as usize);
+                at += e.len as usize;
+                this.meters.produce_bytes.add(records.len() as u64);
+                tickets.push(match this.topics.lookup(&e.topic, e.partition) {
+                    Lookup::Local(_) if !may_acknowledge => {
+                        Err(ResponseError::NotLeaderOrFollower)
+                    }
+                    Lookup::Local(p) => p.start_produce(&records),
+                    Lookup::NotHere => Err(ResponseError::NotLeaderOrFollower),
+                    Lookup::Unknown => Err(ResponseError::UnknownTopicOrPartition),
+                });
+            }
+            // The next forwarded produce of this connection may start its appends now.
+            drop(started);
             let mut results = Vec::with_capacity(tickets.len());
             for t in tickets {
                 let r = match t {

@@ -231,6 +231,25 @@ func produceZones(t *testing.T, producers map[string]*kgo.Client, topic string, 
 	}
 }
 
+// produceWhile produces from every zone in rounds of `batch` records (values numbered on from
+// *next) until `until` is closed, so that records are in flight through whatever happens
+// meanwhile; returns the number of records each zone sent.
+func produceWhile(t *testing.T, producers map[string]*kgo.Client, topic string, next *int, batch int, until <-chan struct{}, acked map[int32]map[int64]string, mu *sync.Mutex) int {
+	t.Helper()
+	rounds := 0
+	for {
+		select {
+		case <-until:
+			return rounds * batch
+		default:
+		}
+		produceZones(t, producers, topic, *next, batch, acked, mu)
+		*next += batch
+		rounds++
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func TestZones(t *testing.T) {
 	if cluster, _ := clusterMode(); !cluster {
 		t.Skip("zones run with WEIR_COMPAT_TARGET=cluster")
@@ -332,8 +351,10 @@ func TestZones(t *testing.T) {
 		}
 	}
 	moved := make(chan error, 1)
+	moveDone := make(chan struct{})
 	go func() {
-		time.Sleep(300 * time.Millisecond)
+		defer close(moveDone)
+		time.Sleep(500 * time.Millisecond)
 		req := kadm.AlterPartitionAssignmentsReq{}
 		req.Assign(topic, 0, []int32{target})
 		resp, err := adm.AlterPartitionAssignments(ctxFor(t, 20*time.Second), req)
@@ -341,11 +362,14 @@ func TestZones(t *testing.T) {
 			err = resp.Error()
 		}
 		moved <- err
+		time.Sleep(1 * time.Second) // records keep flowing after the move
 	}()
-	produceZones(t, producers, topic, 2000, 2000, acked, &mu)
+	next := 2000
+	sent := produceWhile(t, producers, topic, &next, 100, moveDone, acked, &mu)
 	if err := <-moved; err != nil {
 		t.Fatalf("moving partition 0 to broker %d: %v", target, err)
 	}
+	t.Logf("move: %d records from each zone while partition 0 moved", sent)
 	waitRead("move")
 	afterMove := sumBytes(c.Brokers)
 	ratio, cross, all = afterMove.dataRatio()
@@ -361,18 +385,24 @@ func TestZones(t *testing.T) {
 	survivors := append(append([]*Broker{}, c.Brokers[:4]...), c.Brokers[5])
 	before := sumBytes(survivors)
 	killed := make(chan error, 1)
+	killDone := make(chan struct{})
 	go func() {
-		time.Sleep(300 * time.Millisecond)
-		killed <- c.Kill(4)
+		defer close(killDone)
+		time.Sleep(500 * time.Millisecond)
+		if err := c.Kill(4); err != nil {
+			killed <- err
+			return
+		}
+		// Down past its session: its zone's clients move to the zone's other broker.
+		time.Sleep(5 * time.Second)
+		killed <- c.Start(4)
+		time.Sleep(1 * time.Second)
 	}()
-	produceZones(t, producers, topic, 4000, 2000, acked, &mu)
+	sent = produceWhile(t, producers, topic, &next, 100, killDone, acked, &mu)
 	if err := <-killed; err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Start(4); err != nil {
-		t.Fatal(err)
-	}
-	produceZones(t, producers, topic, 6000, 1000, acked, &mu)
+	t.Logf("kill: %d records from each zone while broker %d was killed, down and started again", sent, victim.NodeID)
 	waitRead("kill")
 	run := sumBytes(survivors)
 	run.add(before, -1)
