@@ -35,6 +35,7 @@ enum Source {
     Local(Arc<Partition>),
     /// Led in another zone: read from object storage with the leader's offsets.
     Remote {
+        topic: String,
         stream_id: u64,
         offsets: watch::Receiver<Option<Offsets>>,
     },
@@ -141,7 +142,9 @@ impl Broker {
         // (or the long poll could never be satisfied).
         let max_bytes = asked.min(self.limits.fetch_max_bytes.max(1));
         let min_bytes = (r.min_bytes.max(1) as usize).min(max_bytes);
-        first_offsets(&wanted).await;
+        if let Some(zones) = &self.zones {
+            first_offsets(&wanted, &zones.feed).await;
+        }
         let topics = Arc::clone(&self.topics);
         let (response, bytes, errors) = fetch_once(&topics, &wanted, max_bytes).await;
         let waits = r.max_wait_ms > 0 && bytes < min_bytes && !errors;
@@ -231,6 +234,7 @@ impl Broker {
         };
         zones.meters.remote_fetches.inc();
         Ok(Source::Remote {
+            topic: topic.to_string(),
             stream_id: remote.stream_id,
             offsets: zones.feed.offsets(topic, partition, &remote.leader),
         })
@@ -278,12 +282,19 @@ impl Broker {
 /// Reads every wanted partition once. Returns the response, its record bytes, and whether any
 /// partition had an error (which answers at once, as Kafka does).
 /// Waits (a little, once) for the leader's first word on the offsets of partitions served
-/// for another zone's leader, subscribed to just now.
-async fn first_offsets(wanted: &[WantedTopic]) {
+/// for another zone's leader, subscribed to just now; and asks the leader again for a
+/// partition fetched beyond the high watermark known here, which may only be late (the client
+/// read further elsewhere): OFFSET_OUT_OF_RANGE is for offsets beyond the leader's.
+async fn first_offsets(wanted: &[WantedTopic], feed: &Arc<weir_zone::Feed>) {
     for w in wanted.iter().flat_map(|t| t.partitions.iter()) {
-        if let Ok(Source::Remote { offsets, .. }) = &w.partition {
+        if let Ok(Source::Remote { topic, offsets, .. }) = &w.partition {
             let mut rx = offsets.clone();
             let _ = tokio::time::timeout(FIRST_OFFSETS_WAIT, rx.wait_for(|o| o.is_some())).await;
+            let beyond = matches!(*rx.borrow_and_update(), Some(o) if o.error == 0 && w.offset > o.high_watermark);
+            if beyond {
+                feed.refresh(topic, w.partition_index);
+                let _ = tokio::time::timeout(FIRST_OFFSETS_WAIT, rx.changed()).await;
+            }
         }
     }
 }

@@ -19,6 +19,9 @@ use weir_zone::wire::{
 use crate::conn::Conn;
 use crate::Broker;
 
+/// How long a poll of the offsets feed holds an answer whose only news is the high watermark.
+const HIGH_WATERMARK_DELAY: Duration = Duration::from_millis(100);
+
 /// The answer to an internal request, once it is known; `None`: the request has none.
 pub type InternalReply = BoxFuture<'static, Option<BytesMut>>;
 
@@ -197,19 +200,38 @@ impl Broker {
                     receivers.extend(part.watch_committed());
                 }
             }
+            let started = tokio::time::Instant::now();
             loop {
                 let now: Vec<_> = m
                     .partitions
                     .iter()
                     .map(|(t, p, _)| (t.clone(), *p, this.offsets_of(t, *p)))
                     .collect();
-                let changed = now
+                // What the caller can serve (committed data, the start, the epoch, an error)
+                // is answered at once; a high watermark that moved alone waits a little, so
+                // that a partition on the file WAL, whose high watermark moves with every
+                // produce, does not cost an answer each time.
+                let significant = now.iter().zip(&m.partitions).any(|((_, _, o), (_, _, k))| {
+                    (o.error, o.epoch, o.start, o.committed)
+                        != (k.error, k.epoch, k.start, k.committed)
+                });
+                let watermark = now
                     .iter()
                     .zip(&m.partitions)
-                    .any(|((_, _, o), (_, _, known))| o != known);
-                if changed || receivers.is_empty() || tokio::time::Instant::now() >= deadline {
+                    .any(|((_, _, o), (_, _, k))| o.high_watermark != k.high_watermark);
+                let at = tokio::time::Instant::now();
+                if significant
+                    || (watermark && at >= started + HIGH_WATERMARK_DELAY)
+                    || receivers.is_empty()
+                    || at >= deadline
+                {
                     return Some(wire::encode_offsets(&now));
                 }
+                let deadline = if watermark {
+                    deadline.min(started + HIGH_WATERMARK_DELAY)
+                } else {
+                    deadline
+                };
                 let any = futures::future::select_all(
                     receivers.iter_mut().map(|rx| rx.changed().boxed()),
                 );

@@ -32,6 +32,9 @@ struct Sub {
     tx: watch::Sender<Option<Offsets>>,
     leader: Leader,
     used: Instant,
+    /// A reader needs the leader's current offsets now (it asked beyond the high watermark
+    /// known here): the next poll claims to know nothing, so the leader answers at once.
+    stale: bool,
 }
 
 struct Poller {
@@ -82,6 +85,7 @@ impl Feed {
                             tx,
                             leader: leader.clone(),
                             used: Instant::now(),
+                            stale: false,
                         },
                     );
                     (rx, true)
@@ -92,6 +96,20 @@ impl Feed {
             self.poller_for(leader);
         }
         rx
+    }
+
+    /// Asks `topic`-`partition`'s leader for its offsets now, rather than when they next
+    /// change; the subscription's receivers see the answer.
+    pub fn refresh(self: &Arc<Self>, topic: &str, partition: i32) {
+        let leader = {
+            let mut subs = self.subs();
+            let Some(s) = subs.get_mut(&(topic.to_string(), partition)) else {
+                return;
+            };
+            s.stale = true;
+            s.leader.clone()
+        };
+        self.poller_for(&leader);
     }
 
     /// Starts the poller of `leader`, or pokes it so that it polls the new subscription now.
@@ -138,10 +156,15 @@ impl Feed {
                     .map(|((t, p), s)| {
                         // Nothing known yet: a value the leader never reports, so that it
                         // answers at once.
-                        let known = (*s.tx.borrow()).unwrap_or(Offsets {
+                        let unknown = Offsets {
                             error: -1,
                             ..Offsets::default()
-                        });
+                        };
+                        let known = if s.stale {
+                            unknown
+                        } else {
+                            (*s.tx.borrow()).unwrap_or(unknown)
+                        };
                         (t.clone(), *p, known)
                     })
                     .collect();
@@ -171,10 +194,17 @@ impl Feed {
                 .and_then(|b| wire::decode_offsets(b).map_err(|e| e.to_string()));
             match decoded {
                 Ok(answers) => {
-                    let subs = self.subs();
+                    let mut subs = self.subs();
                     for (t, p, o) in answers {
-                        if let Some(s) = subs.get(&(t, p)) {
-                            if s.leader.node_id == node {
+                        if let Some(s) = subs.get_mut(&(t, p)) {
+                            if s.leader.node_id != node {
+                                continue;
+                            }
+                            if std::mem::take(&mut s.stale) {
+                                // A reader waiting on a refresh learns that the answer came,
+                                // changed or not.
+                                s.tx.send_replace(Some(o));
+                            } else {
                                 s.tx.send_if_modified(|v| {
                                     let changed = *v != Some(o);
                                     *v = Some(o);
