@@ -186,7 +186,7 @@ impl Broker {
     }
 
     /// Answers as soon as any partition's offsets differ from what the caller knows, or after
-    /// the poll's wait.
+    /// the poll's wait, with the partitions whose offsets differ.
     fn watch_offsets(self: &Arc<Self>, m: wire::WatchOffsets) -> InternalReply {
         let this = Arc::clone(self);
         async move {
@@ -225,7 +225,14 @@ impl Broker {
                     || receivers.is_empty()
                     || at >= deadline
                 {
-                    return Some(wire::encode_offsets(&now));
+                    // Only what changed: the caller keeps what it knows of the others.
+                    let changed: Vec<_> = now
+                        .into_iter()
+                        .zip(&m.partitions)
+                        .filter(|((_, _, o), (_, _, known))| o != known)
+                        .map(|(n, _)| n)
+                        .collect();
+                    return Some(wire::encode_offsets(&changed));
                 }
                 let deadline = if watermark {
                     deadline.min(started + HIGH_WATERMARK_DELAY)

@@ -226,8 +226,9 @@ impl Offsets {
     }
 }
 
-/// A long poll: the leader answers as soon as any partition's offsets differ from `known`, or
-/// after `max_wait_ms`, with the offsets of every partition, in the request's order.
+/// A long poll: the leader answers as soon as any partition's offsets differ from the ones
+/// given (what the caller knows), or after `max_wait_ms`, with the offsets of the partitions
+/// that differ (none, if the wait ran out).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatchOffsets {
     pub max_wait_ms: u32,

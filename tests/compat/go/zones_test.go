@@ -23,6 +23,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 var zoneNames = []string{"az1", "az2", "az3"}
@@ -411,5 +412,95 @@ func TestZones(t *testing.T) {
 	t.Logf("through a kill -9 of broker %d: %d records in all; cross-zone data bytes %.0f of %.0f (%.3f%%): %s", victim.NodeID, total(), cross, all, 100*ratio, run.crossing())
 	if ratio > 0.01 {
 		t.Fatalf("kill: cross-zone data bytes %.3f%% (over 1%%): %s", 100*ratio, run)
+	}
+}
+
+// fetchAt sends one Fetch for topic-p at `offset` straight to broker `node`, with the client id
+// that places the caller in `zone`, and returns the partition's error code and high watermark.
+func fetchAt(t *testing.T, c *Cluster, zone string, node int32, topic string, id [16]byte, p int32, offset int64) (int16, int64) {
+	t.Helper()
+	cl := newClient(t, c, kgo.ClientID("zones-raw,weir_az="+zone))
+	req := kmsg.NewPtrFetchRequest()
+	req.MaxWaitMillis = 0
+	req.MinBytes = 1
+	req.MaxBytes = 1 << 20
+	ft := kmsg.NewFetchRequestTopic()
+	ft.Topic = topic
+	ft.TopicID = id
+	fp := kmsg.NewFetchRequestTopicPartition()
+	fp.Partition = p
+	fp.FetchOffset = offset
+	fp.PartitionMaxBytes = 1 << 20
+	fp.CurrentLeaderEpoch = -1
+	ft.Partitions = append(ft.Partitions, fp)
+	req.Topics = append(req.Topics, ft)
+	resp, err := req.RequestWith(ctxFor(t, 10*time.Second), cl.Broker(int(node)))
+	if err != nil {
+		t.Fatalf("fetch from broker %d: %v", node, err)
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		t.Fatalf("fetch from broker %d: %+v", node, resp)
+	}
+	r := resp.Topics[0].Partitions[0]
+	return r.ErrorCode, r.HighWatermark
+}
+
+// TestZonesFetchBeyondAStaleWatermark (WEIR_COMPAT_TARGET=cluster): a broker serving a
+// partition to its zone learns the leader's high watermark through the offsets feed, which
+// may be a little late (a watermark that moved alone is held up to 100 ms). A fetch at the
+// leader's new high watermark, sent there right after a produce to the leader, must wait for
+// data, not get OFFSET_OUT_OF_RANGE (which resets a consumer's position).
+func TestZonesFetchBeyondAStaleWatermark(t *testing.T) {
+	if cluster, _ := clusterMode(); !cluster {
+		t.Skip("zones run with WEIR_COMPAT_TARGET=cluster")
+	}
+	c, err := StartZonedCluster("zones-watermark", 3, zoneNames)
+	if err != nil {
+		t.Fatalf("start the zoned cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("broker log tails:\n%s", c.LogTail(30))
+		}
+		if err := c.Close(); err != nil {
+			t.Errorf("stop cluster: %v", err)
+		}
+	})
+	topic := unique("zones-watermark")
+	adm := newAdmin(t, c)
+	createTopic(t, adm, topic, 1)
+	meta, err := adm.Metadata(ctxFor(t, 10*time.Second), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	td := meta.Topics[topic]
+	leader := td.Partitions[0].Leader
+	leaderZone := c.Brokers[leader-1].Zone
+	var other *Broker
+	for _, b := range c.Brokers {
+		if b.Zone != leaderZone {
+			other = b
+			break
+		}
+	}
+	producer := newProducer(t, c, kgo.ClientID("zones-raw-producer,weir_az="+leaderZone))
+	for round := 0; round < 5; round++ {
+		// The zone's broker subscribes to the partition's offsets and learns them.
+		if code, _ := fetchAt(t, c, other.Zone, other.NodeID, topic, td.ID, 0, 0); code != 0 {
+			t.Fatalf("round %d: first fetch through broker %d: error %d", round, other.NodeID, code)
+		}
+		rs := keyedRecords(topic, round*50, 50, 5)
+		for _, r := range rs {
+			r.Partition = 0
+		}
+		produceAll(t, producer, rs)
+		end := rs[len(rs)-1].Offset + 1
+		code, hw := fetchAt(t, c, other.Zone, other.NodeID, topic, td.ID, 0, end)
+		if code != 0 {
+			t.Fatalf("round %d: fetch at the leader's high watermark %d through broker %d: error %d (high watermark there %d)", round, end, other.NodeID, code, hw)
+		}
+		if hw < end {
+			t.Fatalf("round %d: high watermark %d through broker %d, below the leader's %d", round, hw, other.NodeID, end)
+		}
 	}
 }
