@@ -46,6 +46,8 @@
 #   BENCH_NO_BUILD [0]                             1: use target/release/weir as it is
 #   BENCH_OBJECT_WAL [1]                           0: leave out the object WAL's section
 #                                                  (bench/object_wal.py, BENCH_OW_* settings)
+#   BENCH_ZONES [1]                                0: leave out the zones section
+#                                                  (bench/zones.py, BENCH_Z_* settings)
 #   BENCH_KEEP_DATA [0]                            1: keep the last data dir of each broker
 #                                                  (and the s3s-fs root)
 set -euo pipefail
@@ -388,6 +390,14 @@ if [[ ${BENCH_OBJECT_WAL:-1} == 1 ]]; then
     python3 "$ROOT/bench/object_wal.py"; then
     log "the object WAL section failed"
     echo "object-wal failed" >>"$OUT/failures.txt"
+  fi
+fi
+# Zones (bench/zones.py): a zoned cluster and a three-broker Kafka of its own, appended too.
+if [[ ${BENCH_ZONES:-1} == 1 ]]; then
+  if ! WEIR_BIN=$WEIR BENCH_Z_RESULTS=$OUT BENCH_Z_APPEND_TO=$RESULTS/$STAMP.md \
+    python3 "$ROOT/bench/zones.py"; then
+    log "the zones section failed"
+    echo "zones failed" >>"$OUT/failures.txt"
   fi
 fi
 log "written: $RESULTS/$STAMP.md and $RESULTS/$STAMP/ ($ELAPSED s)"

@@ -43,6 +43,7 @@ Environment (defaults in brackets):
                              its GET responses wait 40 ms for a delayed ACK)
   BENCH_Z_DIR [target/bench-zones]   data dirs and logs (emptied first)
   BENCH_Z_RESULTS [bench/results]
+  BENCH_Z_APPEND_TO          also append the section to this report (make bench does)
 """
 
 import datetime
@@ -376,6 +377,10 @@ def main():
     with open(path, "w") as f:
         f.write(text)
     print(f"wrote {path}")
+    extra = os.environ.get("BENCH_Z_APPEND_TO")
+    if extra:
+        with open(extra, "a") as f:
+            f.write("\n" + text.replace("# Zones", "## Zones", 1))
 
 
 if __name__ == "__main__":

@@ -419,12 +419,7 @@ async fn fetch_partition(
         .with_high_watermark(hw)
         .with_last_stable_offset(hw)
         .with_log_start_offset(start);
-    if w.current_leader_epoch >= 0 && w.current_leader_epoch != epoch {
-        let e = if w.current_leader_epoch < epoch {
-            ResponseError::FencedLeaderEpoch
-        } else {
-            ResponseError::UnknownLeaderEpoch
-        };
+    if let Some(e) = crate::epoch_mismatch(w.current_leader_epoch, epoch) {
         return (pd.with_error_code(e.code()), 0, true);
     }
     if let Some(id) = w.preferred {

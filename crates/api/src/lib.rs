@@ -444,6 +444,17 @@ pub mod anyhow_free {
     pub type Result<T> = std::result::Result<T, Error>;
 }
 
+/// The error for a request that names leader epoch `client` (-1: none) of a partition at epoch
+/// `current`, as Kafka answers (KIP-320): an older epoch is fenced, a newer one unknown.
+pub(crate) fn epoch_mismatch(client: i32, current: i32) -> Option<kafka_protocol::ResponseError> {
+    use kafka_protocol::ResponseError::{FencedLeaderEpoch, UnknownLeaderEpoch};
+    match client {
+        c if c < 0 || c == current => None,
+        c if c < current => Some(FencedLeaderEpoch),
+        _ => Some(UnknownLeaderEpoch),
+    }
+}
+
 /// Where a client should send requests for a partition this broker does not lead (KIP-951).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LeaderHint {

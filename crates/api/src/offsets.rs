@@ -9,7 +9,7 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
 
-use crate::Broker;
+use crate::{epoch_mismatch, Broker};
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
@@ -46,12 +46,7 @@ impl Broker {
                                 continue;
                             }
                         };
-                        if p.current_leader_epoch >= 0 && p.current_leader_epoch != o.epoch {
-                            let e = if p.current_leader_epoch < o.epoch {
-                                ResponseError::FencedLeaderEpoch
-                            } else {
-                                ResponseError::UnknownLeaderEpoch
-                            };
+                        if let Some(e) = epoch_mismatch(p.current_leader_epoch, o.epoch) {
                             parts.push(resp.with_error_code(e.code()));
                             continue;
                         }
@@ -79,12 +74,7 @@ impl Broker {
                     parts.push(resp.with_error_code(e.code()));
                     continue;
                 };
-                if p.current_leader_epoch >= 0 && p.current_leader_epoch != partition.leader_epoch {
-                    let e = if p.current_leader_epoch < partition.leader_epoch {
-                        ResponseError::FencedLeaderEpoch
-                    } else {
-                        ResponseError::UnknownLeaderEpoch
-                    };
+                if let Some(e) = epoch_mismatch(p.current_leader_epoch, partition.leader_epoch) {
                     parts.push(resp.with_error_code(e.code()));
                     continue;
                 }
@@ -123,93 +113,44 @@ impl Broker {
         r: OffsetForLeaderEpochRequest,
         zone: Option<&str>,
     ) -> OffsetForLeaderEpochResponse {
-        // Partitions served here for a leader in another zone: that leader's epoch and high
-        // watermark, from the offsets feed.
-        let mut remote = std::collections::HashMap::new();
-        for t in &r.topics {
+        let mut topics = Vec::with_capacity(r.topics.len());
+        for t in r.topics {
+            let mut parts = Vec::with_capacity(t.partitions.len());
             for p in &t.partitions {
                 let (topic, index) = (t.topic.0.as_str(), p.partition);
-                if self.topics.partition(topic, index).is_some() {
-                    continue;
-                }
-                if let Some((_, o)) = self.remote_offsets(zone, topic, index).await {
-                    remote.insert((topic.to_string(), index), o);
-                }
+                // (leader epoch, high watermark): of the partition led here, or, for one
+                // served here for a leader in another zone, that leader's from the feed.
+                let current = match self.topics.partition(topic, index) {
+                    Some(part) => Ok((part.leader_epoch, part.offsets().1)),
+                    None => match self.remote_offsets(zone, topic, index).await {
+                        Some((_, o)) => o.map(|o| (o.epoch, o.high_watermark)),
+                        None => Err(self.topics.missing_error(topic, index)),
+                    },
+                };
+                let e = EpochEndOffset::default().with_partition(index);
+                let fail = |err: ResponseError| {
+                    e.clone()
+                        .with_error_code(err.code())
+                        .with_leader_epoch(-1)
+                        .with_end_offset(-1)
+                };
+                parts.push(match current {
+                    Err(err) => fail(err),
+                    Ok((epoch, hw)) => match epoch_mismatch(p.current_leader_epoch, epoch) {
+                        Some(err) => fail(err),
+                        None if p.leader_epoch > epoch => {
+                            e.with_leader_epoch(-1).with_end_offset(-1)
+                        }
+                        None => e.with_leader_epoch(p.leader_epoch).with_end_offset(hw),
+                    },
+                });
             }
-        }
-        let topics = r
-            .topics
-            .into_iter()
-            .map(|t| {
-                let parts = t
-                    .partitions
-                    .iter()
-                    .map(|p| {
-                        let e = EpochEndOffset::default().with_partition(p.partition);
-                        if let Some(o) = remote.get(&(t.topic.0.to_string(), p.partition)) {
-                            return match o {
-                                Err(err) => e
-                                    .with_error_code(err.code())
-                                    .with_leader_epoch(-1)
-                                    .with_end_offset(-1),
-                                Ok(o)
-                                    if p.current_leader_epoch >= 0
-                                        && p.current_leader_epoch != o.epoch =>
-                                {
-                                    let code = if p.current_leader_epoch < o.epoch {
-                                        ResponseError::FencedLeaderEpoch
-                                    } else {
-                                        ResponseError::UnknownLeaderEpoch
-                                    };
-                                    e.with_error_code(code.code())
-                                        .with_leader_epoch(-1)
-                                        .with_end_offset(-1)
-                                }
-                                Ok(o) if p.leader_epoch > o.epoch => {
-                                    e.with_leader_epoch(-1).with_end_offset(-1)
-                                }
-                                Ok(o) => e
-                                    .with_leader_epoch(p.leader_epoch)
-                                    .with_end_offset(o.high_watermark),
-                            };
-                        }
-                        match self.topics.partition(t.topic.0.as_str(), p.partition) {
-                            None => e
-                                .with_error_code(
-                                    self.topics
-                                        .missing_error(t.topic.0.as_str(), p.partition)
-                                        .code(),
-                                )
-                                .with_leader_epoch(-1)
-                                .with_end_offset(-1),
-                            Some(part)
-                                if p.current_leader_epoch >= 0
-                                    && p.current_leader_epoch != part.leader_epoch =>
-                            {
-                                let code = if p.current_leader_epoch < part.leader_epoch {
-                                    ResponseError::FencedLeaderEpoch
-                                } else {
-                                    ResponseError::UnknownLeaderEpoch
-                                };
-                                e.with_error_code(code.code())
-                                    .with_leader_epoch(-1)
-                                    .with_end_offset(-1)
-                            }
-                            Some(part) if p.leader_epoch > part.leader_epoch => {
-                                e.with_leader_epoch(-1).with_end_offset(-1)
-                            }
-                            Some(part) => {
-                                let (_, hw) = part.offsets();
-                                e.with_leader_epoch(p.leader_epoch).with_end_offset(hw)
-                            }
-                        }
-                    })
-                    .collect();
+            topics.push(
                 OffsetForLeaderTopicResult::default()
                     .with_topic(t.topic)
-                    .with_partitions(parts)
-            })
-            .collect();
+                    .with_partitions(parts),
+            );
+        }
         OffsetForLeaderEpochResponse::default().with_topics(topics)
     }
 }

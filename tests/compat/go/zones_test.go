@@ -251,11 +251,11 @@ func produceWhile(t *testing.T, producers map[string]*kgo.Client, topic string, 
 	}
 }
 
-func TestZones(t *testing.T) {
-	if cluster, _ := clusterMode(); !cluster {
-		t.Skip("zones run with WEIR_COMPAT_TARGET=cluster")
-	}
-	c, err := StartZonedCluster("zones", 6, zoneNames)
+// startZonedCluster starts n brokers over the three zones for one test and closes them when it
+// ends (broker log tails in the output if it failed).
+func startZonedCluster(t *testing.T, name string, n int) *Cluster {
+	t.Helper()
+	c, err := StartZonedCluster(name, n, zoneNames)
 	if err != nil {
 		t.Fatalf("start the zoned cluster: %v", err)
 	}
@@ -267,6 +267,14 @@ func TestZones(t *testing.T) {
 			t.Errorf("stop cluster: %v", err)
 		}
 	})
+	return c
+}
+
+func TestZones(t *testing.T) {
+	if cluster, _ := clusterMode(); !cluster {
+		t.Skip("zones run with WEIR_COMPAT_TARGET=cluster")
+	}
+	c := startZonedCluster(t, "zones", 6)
 	topic := unique("zones")
 	adm := newAdmin(t, c)
 	createTopic(t, adm, topic, 6)
@@ -454,18 +462,7 @@ func TestZonesFetchBeyondAStaleWatermark(t *testing.T) {
 	if cluster, _ := clusterMode(); !cluster {
 		t.Skip("zones run with WEIR_COMPAT_TARGET=cluster")
 	}
-	c, err := StartZonedCluster("zones-watermark", 3, zoneNames)
-	if err != nil {
-		t.Fatalf("start the zoned cluster: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("broker log tails:\n%s", c.LogTail(30))
-		}
-		if err := c.Close(); err != nil {
-			t.Errorf("stop cluster: %v", err)
-		}
-	})
+	c := startZonedCluster(t, "zones-watermark", 3)
 	topic := unique("zones-watermark")
 	adm := newAdmin(t, c)
 	createTopic(t, adm, topic, 1)
