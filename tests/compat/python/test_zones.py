@@ -6,7 +6,9 @@ client.rack only, KIP-392) produce and read one topic: every acknowledged record
 once, in order, by every zone's group, and the data bytes that cross zones, by the brokers'
 own meters (weir_net_bytes_total), stay within 1% of all data bytes. A topic set to
 `weir.zone.routing=leader` goes straight to its leaders instead: its bytes cross zones, and the
-meters show it. The Go suite (franz-go) runs the same through a partition move and a kill -9
+meters show it. A CIDR map places an untagged client. Bad internal requests close their
+connection (or answer KAFKA_STORAGE_ERROR for an object that is not there) and nothing else.
+The Go suite (franz-go) runs the zones through a partition move and a kill -9
 (tests/compat/go/zones_test.go).
 """
 
@@ -208,3 +210,46 @@ def test_a_cidr_map_places_untagged_clients(zoned):
         req = urllib.request.Request(f"http://127.0.0.1:{b0.aux_port}/v1/zones/cidrs",
                                      data=b"", method="PUT")
         urllib.request.urlopen(req, timeout=5).close()
+
+
+def test_bad_internal_requests_close_their_connection_and_nothing_else(zoned):
+    """The internal API's keys are taken on the internal listener only; a malformed internal
+    request closes its connection, a reference to an object that does not exist answers
+    KAFKA_STORAGE_ERROR, and the broker goes on serving both listeners."""
+    import json
+    import struct
+
+    import kproto as kp
+
+    b = zoned.brokers[0]
+    with urllib.request.urlopen(f"http://127.0.0.1:{b.aux_port}/v1/cluster", timeout=5) as r:
+        info = json.loads(r.read())
+    internal = next(x["internal"] for x in info["brokers"] if x["node_id"] == b.node_id)
+    host, port = internal.rsplit(":", 1)
+
+    def internal_frame(key, correlation, body):
+        return kp.frame(struct.pack(">hhi", key, 0, correlation) + body)
+
+    # On the Kafka listener an internal key is an unknown API: the connection closes.
+    with kp.connect(b.host, b.port) as s:
+        s.sendall(internal_frame(1000, 1, b""))
+        assert kp.wait_closed_or_response(s, 5)[0] == "closed"
+    # A ForwardProduce whose body is cut short: closed.
+    with kp.connect(host, int(port)) as s:
+        s.sendall(internal_frame(1000, 2, b"\x00\x10abc"))
+        assert kp.wait_closed_or_response(s, 5)[0] == "closed"
+    # A reference to an object that is not there: each entry answers KAFKA_STORAGE_ERROR (56).
+    key = b"handoff/99/missing"
+    topic = b"no-such-topic"
+    body = (struct.pack(">H", len(key)) + key + struct.pack(">QI", 0, 1)
+            + struct.pack(">H", len(topic)) + topic + struct.pack(">iI", 0, 10))
+    with kp.connect(host, int(port)) as s:
+        s.sendall(internal_frame(1000, 3, body))
+        answer = kp.recv_frame(s)
+        correlation, count, error = struct.unpack(">iIh", answer[:10])
+        assert (correlation, count, error) == (3, 1, 56)
+    # Both listeners still serve.
+    with kp.connect(b.host, b.port) as s:
+        assert kp.api_versions(s, version=3, correlation_id=9)[:2] == (9, kp.ERR_NONE)
+    with kp.connect(host, int(port)) as s:
+        assert kp.api_versions(s, version=3, correlation_id=10)[:2] == (10, kp.ERR_NONE)
