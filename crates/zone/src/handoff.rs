@@ -53,6 +53,11 @@ pub struct HandoffConfig {
     pub max_bytes: usize,
     /// Objects being written or waiting for their leaders at once.
     pub max_in_flight: usize,
+    /// At most this many objects a second that are not full (0: no bound). A PUT costs the
+    /// same whatever it holds, so at low rates a 5 ms linger writes hundreds of tiny objects a
+    /// second; the bound lengthens the linger until the rate fits. Full objects (`max_bytes`)
+    /// are never held back, so throughput is not bounded.
+    pub max_puts_per_sec: f64,
 }
 
 impl Default for HandoffConfig {
@@ -61,6 +66,7 @@ impl Default for HandoffConfig {
             linger: Duration::from_millis(5),
             max_bytes: 4 << 20,
             max_in_flight: 16,
+            max_puts_per_sec: 20.0,
         }
     }
 }
@@ -112,6 +118,8 @@ pub struct Forwarder {
     slots: Arc<Semaphore>,
     /// Resolves once the last sealed object's messages are sent.
     tail: Mutex<Option<oneshot::Receiver<()>>>,
+    /// When the last object was sealed, for `max_puts_per_sec`.
+    last_seal: Mutex<Option<Instant>>,
     pub meters: HandoffMeters,
 }
 
@@ -136,6 +144,7 @@ impl Forwarder {
             collecting: Mutex::new(Collecting::default()),
             wake: Notify::new(),
             tail: Mutex::new(None),
+            last_seal: Mutex::new(None),
             meters: HandoffMeters::default(),
         });
         let weak = Arc::downgrade(&f);
@@ -211,7 +220,14 @@ impl Forwarder {
             }
             notified.await;
         };
-        let deadline = since + self.config.linger;
+        let mut deadline = since + self.config.linger;
+        if self.config.max_puts_per_sec > 0.0 {
+            let last = *self.last_seal.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(last) = last {
+                let gap = Duration::from_secs_f64(1.0 / self.config.max_puts_per_sec);
+                deadline = deadline.max(last + gap);
+            }
+        }
         loop {
             if self.lock().bytes >= self.config.max_bytes || Instant::now() >= deadline {
                 break;
@@ -229,6 +245,7 @@ impl Forwarder {
         if batch.entries.is_empty() {
             return;
         }
+        *self.last_seal.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         let (sent_tx, sent_rx) = oneshot::channel();
         let previous = self
             .tail

@@ -103,6 +103,7 @@ fn forwarder(store: Arc<dyn ObjectStore>, linger_ms: u64) -> Arc<Forwarder> {
             linger: Duration::from_millis(linger_ms),
             max_bytes: 4 << 10,
             max_in_flight: 4,
+            max_puts_per_sec: 0.0,
         },
     )
 }
@@ -132,7 +133,10 @@ async fn references_reach_the_leader_in_submission_order_and_objects_are_deleted
     }
     for (i, o) in outcomes.into_iter().enumerate() {
         let r = o.await.expect("answered").expect("appended");
-        assert_eq!(r.base_offset, i as i64, "entry {i} was appended out of order");
+        assert_eq!(
+            r.base_offset, i as i64,
+            "entry {i} was appended out of order"
+        );
     }
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 300);
@@ -143,7 +147,11 @@ async fn references_reach_the_leader_in_submission_order_and_objects_are_deleted
     let objects: std::collections::BTreeSet<_> = seen.iter().map(|s| s.0.clone()).collect();
     // Several objects (4 KiB each, a little more when entries arrive while one is sealed),
     // so the order holds across objects, not only inside one.
-    assert!(objects.len() >= 4, "{} objects for 30 KB at 4 KiB each", objects.len());
+    assert!(
+        objects.len() >= 4,
+        "{} objects for 30 KB at 4 KiB each",
+        objects.len()
+    );
     assert_eq!(f.meters.objects.get(), objects.len() as u64);
     // Deleted once answered (the delete follows the answers).
     for _ in 0..100 {
@@ -152,13 +160,90 @@ async fn references_reach_the_leader_in_submission_order_and_objects_are_deleted
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(keys(&store).await.is_empty(), "hand-off objects left behind");
+    assert!(
+        keys(&store).await.is_empty(),
+        "hand-off objects left behind"
+    );
+}
+
+#[tokio::test]
+async fn objects_that_are_not_full_are_bounded_per_second() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let (addr, _) = stand_in_leader(Arc::clone(&store), false).await;
+    let peers = Peers::new(3, "az2", Arc::new(NetMeters::default()));
+    let f = Forwarder::start(
+        3,
+        Arc::clone(&store),
+        peers,
+        HandoffConfig {
+            linger: Duration::from_millis(1),
+            max_bytes: 4 << 10,
+            max_in_flight: 4,
+            max_puts_per_sec: 10.0,
+        },
+    );
+    // Small entries every 5 ms for a second: without the bound, an object each (about 200).
+    let started = std::time::Instant::now();
+    let mut outcomes = Vec::new();
+    while started.elapsed() < Duration::from_secs(1) {
+        outcomes.push(f.submit(leader(&addr), "t", 0, Bytes::from_static(b"small")));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for o in outcomes {
+        o.await.expect("answered").expect("appended");
+    }
+    let small = f.meters.objects.get();
+    assert!(
+        (3..=12).contains(&small),
+        "{small} objects in a second at 10 a second"
+    );
+}
+
+#[tokio::test]
+async fn full_objects_are_not_held_back_by_the_bound() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let (addr, _) = stand_in_leader(Arc::clone(&store), false).await;
+    let peers = Peers::new(3, "az2", Arc::new(NetMeters::default()));
+    let f = Forwarder::start(
+        3,
+        Arc::clone(&store),
+        peers,
+        HandoffConfig {
+            linger: Duration::from_millis(1),
+            max_bytes: 4 << 10,
+            max_in_flight: 4,
+            // One object that is not full every 5 s.
+            max_puts_per_sec: 0.2,
+        },
+    );
+    let first = f.submit(leader(&addr), "t", 0, Bytes::from_static(b"small"));
+    first.await.expect("answered").expect("appended");
+    // Ten full objects right after: none waits the 5 s a small one would.
+    let started = std::time::Instant::now();
+    let full: Vec<_> = (0..10)
+        .map(|_| f.submit(leader(&addr), "t", 0, Bytes::from(vec![b'x'; 4 << 10])))
+        .collect();
+    for o in full {
+        o.await.expect("answered").expect("appended");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "full objects waited for the bound: {:?}",
+        started.elapsed()
+    );
+    // The burst arrived at once: one object or a few, sealed as soon as they were full.
+    assert!(f.meters.objects.get() >= 2);
 }
 
 #[tokio::test]
 async fn a_restart_sweeps_its_own_leftovers_only() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    for key in ["handoff/3/old-a", "handoff/3/old-b", "handoff/4/other", "objects/x"] {
+    for key in [
+        "handoff/3/old-a",
+        "handoff/3/old-b",
+        "handoff/4/other",
+        "objects/x",
+    ] {
         store
             .put(&Path::from(key), Bytes::from_static(b"x").into())
             .await
@@ -168,7 +253,10 @@ async fn a_restart_sweeps_its_own_leftovers_only() {
     assert_eq!(f.sweep().await, 2);
     let left: Vec<String> = keys(&store).await.iter().map(|p| p.to_string()).collect();
     assert_eq!(left.len(), 2);
-    assert!(left.iter().all(|k| !k.starts_with("handoff/3/")), "{left:?}");
+    assert!(
+        left.iter().all(|k| !k.starts_with("handoff/3/")),
+        "{left:?}"
+    );
 }
 
 #[tokio::test]
@@ -186,7 +274,10 @@ async fn a_failed_put_answers_kafka_storage_error() {
     let f = forwarder(store, 1);
     let o = f.submit(leader(&addr), "t", 0, Bytes::from_static(b"records"));
     assert_eq!(o.await.expect("answered"), Err(KAFKA_STORAGE_ERROR));
-    assert!(seen.lock().unwrap().is_empty(), "the leader was sent a reference to nothing");
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "the leader was sent a reference to nothing"
+    );
     assert_eq!(f.meters.failures.get(), 1);
 }
 
