@@ -71,6 +71,9 @@ pub struct StorageMeters {
     pub block_cache_hits: Counter,
     pub block_cache_misses: Counter,
     pub block_cache_fill_bytes: Counter,
+    /// Look-ups of a stream's ranges in the metadata store by reads from object storage
+    /// (a broker serving another zone's leader makes one per read of new data).
+    pub index_lookups: Counter,
     /// Bytes held by the cache of object indexes (a gauge; bounded by
     /// `StorageConfig::index_cache_bytes`).
     pub object_index_cache_bytes: std::sync::atomic::AtomicU64,

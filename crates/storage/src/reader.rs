@@ -173,6 +173,7 @@ impl ObjectReader {
         let mut bytes = 0usize;
         let mut next = from;
         'ranges: while next < until {
+            self.meters.index_lookups.inc();
             let ranges = self.meta.ranges(stream_id, next, RANGES_PER_LOOKUP).await?;
             if ranges.is_empty() {
                 break;

@@ -790,6 +790,13 @@ fn render(state: &State) -> String {
     );
     counter(
         &mut o,
+        "index_lookups",
+        "Look-ups of a stream's ranges in the metadata store by reads from object storage.",
+        "",
+        &s.index_lookups,
+    );
+    counter(
+        &mut o,
         "log_cache_evicted_bytes",
         "Bytes evicted from the log cache.",
         "",

@@ -143,7 +143,9 @@ def test_confluent_clients_stay_in_their_zone(zoned):
         assert got == acked, f"zone {z}: read {sum(len(v) for v in got.values())} of {want}"
     ratio, cross, total = data_ratio(before, zone_bytes(zoned.brokers))
     print(f"confluent-kafka in three zones: cross-zone data bytes {cross:.0f} of {total:.0f} "
-          f"({100 * ratio:.3f}%)")
+          f"({100 * ratio:.3f}%); partition fetches served for another zone's leader "
+          f"{counter(zoned.brokers, 'weir_zone_remote_fetches_total'):.0f}, range look-ups in "
+          f"the metadata store {counter(zoned.brokers, 'weir_index_lookups_total'):.0f}")
     assert total > 0 and ratio <= 0.01, f"{100 * ratio:.3f}% of data bytes crossed zones"
     assert counter(zoned.brokers, "weir_handoff_entries_total") > forwarded0, \
         "produces were not forwarded through object storage"
