@@ -38,6 +38,8 @@ enum Source {
         topic: String,
         stream_id: u64,
         offsets: watch::Receiver<Option<Offsets>>,
+        /// For the ranges the leader fed.
+        feed: Arc<weir_zone::Feed>,
     },
 }
 
@@ -236,6 +238,7 @@ impl Broker {
         Ok(Source::Remote {
             topic: topic.to_string(),
             stream_id: remote.stream_id,
+            feed: Arc::clone(&zones.feed),
             offsets: zones.feed.offsets(topic, partition, &remote.leader),
         })
     }
@@ -434,13 +437,19 @@ async fn fetch_partition(
     };
     let p = match source {
         Source::Local(p) => p,
-        Source::Remote { stream_id, .. } => {
+        Source::Remote {
+            topic,
+            stream_id,
+            feed,
+            ..
+        } => {
             if w.offset < start || w.offset > hw {
                 let e = ResponseError::OffsetOutOfRange;
                 return (pd.with_error_code(e.code()), 0, true);
             }
+            let known = feed.ranges(topic, w.partition_index, w.offset);
             return match topics
-                .read_remote(*stream_id, w.offset, readable, budget)
+                .read_remote(*stream_id, w.offset, readable, budget, &known)
                 .await
             {
                 Ok(records) => {

@@ -225,14 +225,33 @@ impl Broker {
                     || receivers.is_empty()
                     || at >= deadline
                 {
-                    // Only what changed: the caller keeps what it knows of the others.
+                    // Only what changed: the caller keeps what it knows of the others. With the
+                    // offsets go the ranges committed since the end the caller knew.
                     let changed: Vec<_> = now
                         .into_iter()
                         .zip(&m.partitions)
                         .filter(|((_, _, o), (_, _, known))| o != known)
-                        .map(|(n, _)| n)
+                        .map(|((topic, partition, offsets), (_, _, known))| {
+                            let ranges = match this.topics.partition(&topic, partition) {
+                                Some(p)
+                                    if offsets.error == 0
+                                        && offsets.committed > known.committed =>
+                                {
+                                    let from = u64::try_from(known.committed.max(offsets.start))
+                                        .unwrap_or(0);
+                                    this.topics.ranges_since(p.stream_id, from)
+                                }
+                                _ => Vec::new(),
+                            };
+                            wire::Fed {
+                                topic,
+                                partition,
+                                offsets,
+                                ranges,
+                            }
+                        })
                         .collect();
-                    return Some(wire::encode_offsets(&changed));
+                    return Some(wire::encode_fed(&changed));
                 }
                 let deadline = if watermark {
                     deadline.min(started + HIGH_WATERMARK_DELAY)

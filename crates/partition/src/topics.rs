@@ -675,16 +675,23 @@ impl Topics {
         from: i64,
         until: i64,
         max_bytes: usize,
+        known: &[weir_meta::RangeInfo],
     ) -> Result<bytes::Bytes, ResponseError> {
         let (Ok(from), Ok(until)) = (u64::try_from(from), u64::try_from(until)) else {
             return Err(ResponseError::OffsetOutOfRange);
         };
         let frames = self
             .engine
-            .read_objects(stream_id, from, until, max_bytes)
+            .read_objects(stream_id, from, until, max_bytes, known)
             .await
             .map_err(|e| crate::partition::kafka_error(&e))?;
         Ok(crate::partition::concat(&frames))
+    }
+
+    /// The recent index of a stream led here: its ranges that end after `from` (see
+    /// [`weir_storage::Engine::ranges_since`]).
+    pub fn ranges_since(&self, stream_id: u64, from: u64) -> Vec<weir_meta::RangeInfo> {
+        self.engine.ranges_since(stream_id, from)
     }
 
     /// Uploads these streams' durable data now, so that brokers serving them in other zones

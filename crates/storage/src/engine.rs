@@ -668,20 +668,49 @@ impl Engine {
     /// leader says is committed), up to about `max_bytes` (at least one frame if any): what a
     /// broker serving the stream in another zone than its leader's reads. Only object storage
     /// is read.
+    ///
+    /// `known` are ranges of the stream its leader fed (its recent index): where they cover
+    /// the read, the metadata store is not asked. A read through them that fails (compaction
+    /// replaced an object and it is gone) is done again through the metadata store.
     pub async fn read_objects(
         &self,
         stream_id: u64,
         from: u64,
         until: u64,
         max_bytes: usize,
+        known: &[weir_meta::RangeInfo],
     ) -> Result<Vec<Frame>> {
         if from >= until {
             return Ok(Vec::new());
         }
-        self.inner
-            .reader
-            .read(stream_id, from, until, max_bytes)
-            .await
+        let reader = &self.inner.reader;
+        if !known.is_empty() {
+            match reader
+                .read_with(stream_id, from, until, max_bytes, known)
+                .await
+            {
+                Ok(frames) => return Ok(frames),
+                Err(e) => {
+                    tracing::debug!(stream_id, error = %e, "a read through fed ranges failed; reading through the metadata store");
+                }
+            }
+        }
+        reader.read(stream_id, from, until, max_bytes).await
+    }
+
+    /// The ranges committed for a stream led here that end after `from`, oldest first, as far
+    /// as the stream remembers them (its recent index): what its leader feeds to brokers that
+    /// serve it in other zones.
+    pub fn ranges_since(&self, stream_id: u64, from: u64) -> Vec<weir_meta::RangeInfo> {
+        let Some(s) = self.inner.stream(stream_id) else {
+            return Vec::new();
+        };
+        let recent = s.recent.lock().unwrap_or_else(|e| e.into_inner());
+        recent
+            .iter()
+            .filter(|r| r.end_offset > from)
+            .cloned()
+            .collect()
     }
 
     /// Uploads the durable data of these streams now (one upload for all of them).

@@ -280,6 +280,7 @@ impl EngineInner {
                     self.meters
                         .object_wal_object_bytes
                         .add(commits.iter().map(|c| c.size).sum());
+                    self.remember_ranges(&commits);
                     break;
                 }
                 Err(e @ MetaError::Backend { .. }) if started.elapsed() < COMMIT_PATIENCE => {

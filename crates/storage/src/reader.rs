@@ -101,6 +101,27 @@ impl<K: Copy + Eq + std::hash::Hash, V: Clone> Lru<K, V> {
     }
 }
 
+/// The contiguous ranges of `known` from the one holding `next` on (at most
+/// [`RANGES_PER_LOOKUP`]); `None` if none holds it.
+fn known_run(known: &[RangeInfo], stream_id: u64, next: u64) -> Option<Vec<RangeInfo>> {
+    let i = known
+        .iter()
+        .position(|r| r.stream_id == stream_id && r.start_offset <= next && next < r.end_offset)?;
+    let mut run = vec![known[i].clone()];
+    for r in &known[i + 1..] {
+        if run.len() >= RANGES_PER_LOOKUP
+            || r.stream_id != stream_id
+            || run
+                .last()
+                .is_some_and(|last| last.end_offset != r.start_offset)
+        {
+            break;
+        }
+        run.push(r.clone());
+    }
+    Some(run)
+}
+
 #[derive(Clone, Copy)]
 struct ReadAhead {
     next_offset: u64,
@@ -156,6 +177,19 @@ impl ObjectReader {
         until: u64,
         max_bytes: usize,
     ) -> Result<Vec<Frame>> {
+        self.read_with(stream_id, from, until, max_bytes, &[]).await
+    }
+
+    /// [`ObjectReader::read`], taking the ranges from `known` (the stream's, in offset order)
+    /// where they cover the offsets read, and from the metadata store elsewhere.
+    pub async fn read_with(
+        &self,
+        stream_id: u64,
+        from: u64,
+        until: u64,
+        max_bytes: usize,
+        known: &[RangeInfo],
+    ) -> Result<Vec<Frame>> {
         let window = {
             let mut ra = self.readahead.lock().unwrap_or_else(|e| e.into_inner());
             let e = ra.entry(stream_id).or_insert(ReadAhead {
@@ -173,8 +207,13 @@ impl ObjectReader {
         let mut bytes = 0usize;
         let mut next = from;
         'ranges: while next < until {
-            self.meters.index_lookups.inc();
-            let ranges = self.meta.ranges(stream_id, next, RANGES_PER_LOOKUP).await?;
+            let ranges = match known_run(known, stream_id, next) {
+                Some(run) => run,
+                None => {
+                    self.meters.index_lookups.inc();
+                    self.meta.ranges(stream_id, next, RANGES_PER_LOOKUP).await?
+                }
+            };
             if ranges.is_empty() {
                 break;
             }

@@ -558,7 +558,13 @@ pub(crate) struct Stream {
     pub end_tx: watch::Sender<u64>,
     /// The end of what is in object storage, for brokers that serve the stream from there.
     pub committed_tx: watch::Sender<u64>,
+    /// The last ranges committed for the stream, oldest first (at most [`RECENT_RANGES`]): the
+    /// index a leader feeds to brokers that serve the stream in other zones.
+    pub recent: Mutex<VecDeque<weir_meta::RangeInfo>>,
 }
+
+/// Ranges a stream remembers for brokers that read it in other zones.
+pub(crate) const RECENT_RANGES: usize = 64;
 
 impl Stream {
     pub fn new(
@@ -594,6 +600,7 @@ impl Stream {
             }),
             end_tx: watch::channel(end_offset).0,
             committed_tx: watch::channel(end_offset).0,
+            recent: Mutex::new(VecDeque::new()),
         }
     }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
-use weir_meta::{MetaError, ObjectCommit, RangeCommit};
+use weir_meta::{MetaError, ObjectCommit, RangeCommit, RangeInfo};
 
 use crate::engine::EngineInner;
 use crate::error::{Result, StorageError};
@@ -194,12 +194,47 @@ impl EngineInner {
         let bytes: u64 = commits.iter().map(|c| c.size).sum();
         let count = commits.len() as u64;
         let committing = std::time::Instant::now();
-        self.meta.commit_objects(commits).await?;
+        self.meta.commit_objects(commits.clone()).await?;
         self.meters.commit_latency.record(committing.elapsed());
+        self.remember_ranges(&commits);
         self.meters.uploads.inc();
         self.meters.objects_uploaded.add(count);
         self.meters.upload_bytes.add(bytes);
         Ok(())
+    }
+
+    /// Keeps the ranges just committed with their streams (the index a leader feeds to brokers
+    /// serving its streams in other zones).
+    pub(crate) fn remember_ranges(&self, commits: &[ObjectCommit]) {
+        for c in commits {
+            for r in &c.ranges {
+                let Some(s) = self.stream(r.stream_id) else {
+                    continue;
+                };
+                let mut recent = s.recent.lock().unwrap_or_else(|e| e.into_inner());
+                if recent
+                    .back()
+                    .is_some_and(|last| last.end_offset != r.start_offset)
+                {
+                    // Not contiguous (a range committed by someone else in between): start over.
+                    recent.clear();
+                }
+                recent.push_back(RangeInfo {
+                    stream_id: r.stream_id,
+                    start_offset: r.start_offset,
+                    end_offset: r.end_offset,
+                    object_id: c.object_id,
+                    object_key: object_key(c.object_id),
+                    object_size: c.size,
+                    position: r.position,
+                    size: r.size,
+                    max_timestamp: r.max_timestamp,
+                });
+                while recent.len() > crate::stream::RECENT_RANGES {
+                    recent.pop_front();
+                }
+            }
+        }
     }
 
     /// Builds objects from `parts` (a stream-set object, and stream objects for large streams)

@@ -7,7 +7,7 @@
 //! wait on the partition's [`watch`] receiver, as fetches of a local partition wait on its high
 //! watermark. A subscription nobody used for [`IDLE`] is dropped.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,10 @@ use tokio::sync::{watch, Notify};
 use crate::handoff::{Leader, NOT_LEADER_OR_FOLLOWER};
 use crate::peer::{Channel, Peer, Peers};
 use crate::wire::{self, Offsets, WatchOffsets};
+use weir_meta::RangeInfo;
+
+/// Fed ranges a subscription keeps.
+const RANGES_KEPT: usize = 256;
 
 /// A subscription unused this long is dropped.
 const IDLE: Duration = Duration::from_secs(30);
@@ -30,6 +34,9 @@ type Key = (String, i32);
 
 struct Sub {
     tx: watch::Sender<Option<Offsets>>,
+    /// The partition's ranges the leader fed, oldest first, contiguous (at most
+    /// [`RANGES_KEPT`]).
+    ranges: VecDeque<RangeInfo>,
     leader: Leader,
     used: Instant,
     /// A reader needs the leader's current offsets now (it asked beyond the high watermark
@@ -83,6 +90,7 @@ impl Feed {
                         key,
                         Sub {
                             tx,
+                            ranges: VecDeque::new(),
                             leader: leader.clone(),
                             used: Instant::now(),
                             stale: false,
@@ -96,6 +104,20 @@ impl Feed {
             self.poller_for(leader);
         }
         rx
+    }
+
+    /// The ranges of `topic`-`partition` its leader fed that end after `from`, oldest first and
+    /// contiguous: a read of them needs no look-up in the metadata store.
+    pub fn ranges(&self, topic: &str, partition: i32, from: i64) -> Vec<RangeInfo> {
+        let subs = self.subs();
+        let Some(s) = subs.get(&(topic.to_string(), partition)) else {
+            return Vec::new();
+        };
+        s.ranges
+            .iter()
+            .filter(|r| i64::try_from(r.end_offset).is_ok_and(|e| e > from))
+            .cloned()
+            .collect()
     }
 
     /// Asks `topic`-`partition`'s leader for its offsets now, rather than when they next
@@ -191,15 +213,17 @@ impl Feed {
             };
             let decoded = answer
                 .map_err(|e| e.to_string())
-                .and_then(|b| wire::decode_offsets(b).map_err(|e| e.to_string()));
+                .and_then(|b| wire::decode_fed(b).map_err(|e| e.to_string()));
             match decoded {
                 Ok(answers) => {
                     let mut subs = self.subs();
-                    for (t, p, o) in answers {
-                        if let Some(s) = subs.get_mut(&(t, p)) {
+                    for fed in answers {
+                        let o = fed.offsets;
+                        if let Some(s) = subs.get_mut(&(fed.topic, fed.partition)) {
                             if s.leader.node_id != node {
                                 continue;
                             }
+                            keep_ranges(&mut s.ranges, fed.ranges, o.start);
                             if std::mem::take(&mut s.stale) {
                                 // A reader waiting on a refresh learns that the answer came,
                                 // changed or not.
@@ -229,5 +253,62 @@ impl Feed {
                 }
             }
         }
+    }
+}
+
+/// Adds fed ranges to what a subscription keeps: contiguous, oldest first, none wholly below
+/// the partition's start, at most [`RANGES_KEPT`]. Ranges that do not continue the kept ones
+/// (the feed started over, compaction replaced objects) replace them.
+fn keep_ranges(kept: &mut VecDeque<RangeInfo>, fed: Vec<RangeInfo>, start: i64) {
+    for r in fed {
+        match kept.back() {
+            Some(last) if r.end_offset <= last.end_offset => continue,
+            Some(last) if r.start_offset != last.end_offset => kept.clear(),
+            _ => {}
+        }
+        kept.push_back(r);
+    }
+    while kept
+        .front()
+        .is_some_and(|r| i64::try_from(r.end_offset).is_ok_and(|e| e <= start))
+        || kept.len() > RANGES_KEPT
+    {
+        kept.pop_front();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range(start: u64, end: u64) -> RangeInfo {
+        RangeInfo {
+            stream_id: 1,
+            start_offset: start,
+            end_offset: end,
+            object_id: start,
+            object_key: format!("k/{start}"),
+            object_size: 10,
+            position: 0,
+            size: 10,
+            max_timestamp: 0,
+        }
+    }
+
+    #[test]
+    fn kept_ranges_stay_contiguous() {
+        let mut kept = VecDeque::new();
+        keep_ranges(&mut kept, vec![range(0, 5), range(5, 9)], 0);
+        // Repeated and continued.
+        keep_ranges(&mut kept, vec![range(5, 9), range(9, 12)], 0);
+        let ends: Vec<u64> = kept.iter().map(|r| r.end_offset).collect();
+        assert_eq!(ends, vec![5, 9, 12]);
+        // A gap starts over.
+        keep_ranges(&mut kept, vec![range(20, 25)], 0);
+        assert_eq!(kept.len(), 1);
+        // Below the start: dropped.
+        keep_ranges(&mut kept, vec![range(25, 30)], 26);
+        let starts: Vec<u64> = kept.iter().map(|r| r.start_offset).collect();
+        assert_eq!(starts, vec![25]);
     }
 }

@@ -274,6 +274,72 @@ pub fn decode_offsets(mut b: Bytes) -> Result<Vec<(String, i32, Offsets)>> {
         .collect()
 }
 
+/// One partition in a leader's answer to [`WatchOffsets`]: its offsets, and the ranges committed
+/// since the end the caller knew (the leader's recent index of the partition, which spares the
+/// caller a look-up in the metadata store before it reads them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fed {
+    pub topic: String,
+    pub partition: i32,
+    pub offsets: Offsets,
+    pub ranges: Vec<weir_meta::RangeInfo>,
+}
+
+pub fn encode_fed(parts: &[Fed]) -> BytesMut {
+    let mut b = BytesMut::with_capacity(4 + parts.len() * 64);
+    b.put_u32(parts.len() as u32);
+    for f in parts {
+        put_str(&mut b, &f.topic);
+        b.put_i32(f.partition);
+        f.offsets.put(&mut b);
+        b.put_u32(f.ranges.len() as u32);
+        for r in &f.ranges {
+            b.put_u64(r.stream_id);
+            b.put_u64(r.start_offset);
+            b.put_u64(r.end_offset);
+            b.put_u64(r.object_id);
+            put_str(&mut b, &r.object_key);
+            b.put_u64(r.object_size);
+            b.put_u64(r.position);
+            b.put_u64(r.size);
+            b.put_i64(r.max_timestamp);
+        }
+    }
+    b
+}
+
+pub fn decode_fed(mut b: Bytes) -> Result<Vec<Fed>> {
+    let n = get_count(&mut b, 40)?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let topic = get_str(&mut b)?;
+        let partition = get_i32(&mut b)?;
+        let offsets = Offsets::get(&mut b)?;
+        let m = get_count(&mut b, 66)?;
+        let mut ranges = Vec::with_capacity(m);
+        for _ in 0..m {
+            ranges.push(weir_meta::RangeInfo {
+                stream_id: get_u64(&mut b)?,
+                start_offset: get_u64(&mut b)?,
+                end_offset: get_u64(&mut b)?,
+                object_id: get_u64(&mut b)?,
+                object_key: get_str(&mut b)?,
+                object_size: get_u64(&mut b)?,
+                position: get_u64(&mut b)?,
+                size: get_u64(&mut b)?,
+                max_timestamp: get_i64(&mut b)?,
+            });
+        }
+        out.push(Fed {
+            topic,
+            partition,
+            offsets,
+            ranges,
+        });
+    }
+    Ok(out)
+}
+
 /// ListOffsets by timestamp (or `-3`, the largest timestamp) of one partition, asked of its
 /// leader by the broker that serves it in another zone.
 #[derive(Debug, Clone, PartialEq, Eq)]
