@@ -441,3 +441,64 @@ async fn bytes_handed_to_a_slow_object_wal_are_bounded_and_the_rest_wait() {
     assert_eq!(left(), 0, "bytes still counted as handed over");
     engine.close().await.unwrap();
 }
+
+/// The recent index a leader feeds to brokers of other zones: each commit's ranges are kept
+/// with the stream, contiguous; a read through them asks the metadata store nothing; a read
+/// through ranges whose object is gone (compaction replaced and deleted it) is done again
+/// through the metadata store and returns the same batches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fed_ranges_spare_the_metadata_store_and_a_stale_one_falls_back_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let meta = sqlite(dir.path());
+    let store: Arc<dyn object_store::ObjectStore> = Arc::new(slow_store(0));
+    let engine = diskless(Arc::clone(&meta), Arc::clone(&store), object_config()).await;
+    engine.open_stream(1, 1).await.unwrap();
+    for i in 0..20u64 {
+        engine
+            .append(1, 1, 2, i as i64, |base| payload(1, base, i, 500))
+            .await
+            .unwrap();
+    }
+    let end = engine.stream_info(1).unwrap().committed_end;
+    assert_eq!(end, 40);
+    let ranges = engine.ranges_since(1, 0);
+    assert_eq!(ranges.first().map(|r| r.start_offset), Some(0));
+    assert_eq!(ranges.last().map(|r| r.end_offset), Some(end));
+    assert!(ranges
+        .windows(2)
+        .all(|w| w[0].end_offset == w[1].start_offset));
+    assert!(engine.ranges_since(1, 30).iter().all(|r| r.end_offset > 30));
+    // As the metadata store says them.
+    let stored = meta.ranges(1, 0, 1000).await.unwrap();
+    assert_eq!(ranges, stored);
+
+    let expected = engine.read_objects(1, 0, end, 1 << 20, &[]).await.unwrap();
+    assert_eq!(expected.last().map(|f| f.end_offset()), Some(end));
+    let lookups = engine.meters().index_lookups.get();
+    let through_fed = engine
+        .read_objects(1, 0, end, 1 << 20, &ranges)
+        .await
+        .unwrap();
+    assert_eq!(through_fed, expected);
+    assert_eq!(
+        engine.meters().index_lookups.get(),
+        lookups,
+        "the metadata store was asked"
+    );
+
+    // Ranges naming objects that are not there any more.
+    let stale: Vec<_> = ranges
+        .iter()
+        .map(|r| weir_meta::RangeInfo {
+            object_id: r.object_id + 1_000_000,
+            object_key: format!("gone/{}", r.object_id),
+            ..r.clone()
+        })
+        .collect();
+    let fallback = engine
+        .read_objects(1, 0, end, 1 << 20, &stale)
+        .await
+        .unwrap();
+    assert_eq!(fallback, expected);
+    assert!(engine.meters().index_lookups.get() > lookups);
+}
