@@ -261,12 +261,6 @@ fn encode_offsets_into(b: &mut BytesMut, parts: &[(String, i32, Offsets)]) {
     }
 }
 
-pub fn encode_offsets(parts: &[(String, i32, Offsets)]) -> BytesMut {
-    let mut b = BytesMut::with_capacity(4 + parts.len() * 48);
-    encode_offsets_into(&mut b, parts);
-    b
-}
-
 pub fn decode_offsets(mut b: Bytes) -> Result<Vec<(String, i32, Offsets)>> {
     let n = get_count(&mut b, 36)?;
     (0..n)

@@ -94,6 +94,16 @@ fn leader(addr: &str) -> Leader {
 }
 
 fn forwarder(store: Arc<dyn ObjectStore>, linger_ms: u64) -> Arc<Forwarder> {
+    bounded_forwarder(store, linger_ms, 0.0)
+}
+
+/// A forwarder with 4 KiB objects, 4 in flight, and at most `puts_per_sec` objects a second
+/// that are not full (0: no bound).
+fn bounded_forwarder(
+    store: Arc<dyn ObjectStore>,
+    linger_ms: u64,
+    puts_per_sec: f64,
+) -> Arc<Forwarder> {
     let peers = Peers::new(3, "az2", Arc::new(NetMeters::default()));
     Forwarder::start(
         3,
@@ -103,7 +113,7 @@ fn forwarder(store: Arc<dyn ObjectStore>, linger_ms: u64) -> Arc<Forwarder> {
             linger: Duration::from_millis(linger_ms),
             max_bytes: 4 << 10,
             max_in_flight: 4,
-            max_puts_per_sec: 0.0,
+            max_puts_per_sec: puts_per_sec,
         },
     )
 }
@@ -170,18 +180,7 @@ async fn references_reach_the_leader_in_submission_order_and_objects_are_deleted
 async fn objects_that_are_not_full_are_bounded_per_second() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let (addr, _) = stand_in_leader(Arc::clone(&store), false).await;
-    let peers = Peers::new(3, "az2", Arc::new(NetMeters::default()));
-    let f = Forwarder::start(
-        3,
-        Arc::clone(&store),
-        peers,
-        HandoffConfig {
-            linger: Duration::from_millis(1),
-            max_bytes: 4 << 10,
-            max_in_flight: 4,
-            max_puts_per_sec: 10.0,
-        },
-    );
+    let f = bounded_forwarder(Arc::clone(&store), 1, 10.0);
     // Small entries every 5 ms for a second: without the bound, an object each (about 200).
     let started = std::time::Instant::now();
     let mut outcomes = Vec::new();
@@ -203,19 +202,8 @@ async fn objects_that_are_not_full_are_bounded_per_second() {
 async fn full_objects_are_not_held_back_by_the_bound() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let (addr, _) = stand_in_leader(Arc::clone(&store), false).await;
-    let peers = Peers::new(3, "az2", Arc::new(NetMeters::default()));
-    let f = Forwarder::start(
-        3,
-        Arc::clone(&store),
-        peers,
-        HandoffConfig {
-            linger: Duration::from_millis(1),
-            max_bytes: 4 << 10,
-            max_in_flight: 4,
-            // One object that is not full every 5 s.
-            max_puts_per_sec: 0.2,
-        },
-    );
+    // One object that is not full every 5 s.
+    let f = bounded_forwarder(Arc::clone(&store), 1, 0.2);
     let first = f.submit(leader(&addr), "t", 0, Bytes::from_static(b"small"));
     first.await.expect("answered").expect("appended");
     // Ten full objects right after: none waits the 5 s a small one would.

@@ -252,9 +252,13 @@ func produceWhile(t *testing.T, producers map[string]*kgo.Client, topic string, 
 }
 
 // startZonedCluster starts n brokers over the three zones for one test and closes them when it
-// ends (broker log tails in the output if it failed).
+// ends (broker log tails in the output if it failed); the test skips outside
+// WEIR_COMPAT_TARGET=cluster.
 func startZonedCluster(t *testing.T, name string, n int) *Cluster {
 	t.Helper()
+	if cluster, _ := clusterMode(); !cluster {
+		t.Skip("zones run with WEIR_COMPAT_TARGET=cluster")
+	}
 	c, err := StartZonedCluster(name, n, zoneNames)
 	if err != nil {
 		t.Fatalf("start the zoned cluster: %v", err)
@@ -271,9 +275,6 @@ func startZonedCluster(t *testing.T, name string, n int) *Cluster {
 }
 
 func TestZones(t *testing.T) {
-	if cluster, _ := clusterMode(); !cluster {
-		t.Skip("zones run with WEIR_COMPAT_TARGET=cluster")
-	}
 	c := startZonedCluster(t, "zones", 6)
 	topic := unique("zones")
 	adm := newAdmin(t, c)
@@ -459,9 +460,6 @@ func fetchAt(t *testing.T, c *Cluster, zone string, node int32, topic string, id
 // leader's new high watermark, sent there right after a produce to the leader, must wait for
 // data, not get OFFSET_OUT_OF_RANGE (which resets a consumer's position).
 func TestZonesFetchBeyondAStaleWatermark(t *testing.T) {
-	if cluster, _ := clusterMode(); !cluster {
-		t.Skip("zones run with WEIR_COMPAT_TARGET=cluster")
-	}
 	c := startZonedCluster(t, "zones-watermark", 3)
 	topic := unique("zones-watermark")
 	adm := newAdmin(t, c)
