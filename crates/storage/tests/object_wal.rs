@@ -501,4 +501,18 @@ async fn fed_ranges_spare_the_metadata_store_and_a_stale_one_falls_back_to_it() 
         .unwrap();
     assert_eq!(fallback, expected);
     assert!(engine.meters().index_lookups.get() > lookups);
+
+    // A stream remembers its last 64 ranges, no more: one object per append here.
+    for i in 20..100u64 {
+        engine
+            .append(1, 1, 2, i as i64, |base| payload(1, base, i, 500))
+            .await
+            .unwrap();
+    }
+    let recent = engine.ranges_since(1, 0);
+    assert_eq!(recent.len(), 64);
+    assert_eq!(recent.last().map(|r| r.end_offset), Some(200));
+    assert!(recent
+        .windows(2)
+        .all(|w| w[0].end_offset == w[1].start_offset));
 }

@@ -311,4 +311,15 @@ mod tests {
         let starts: Vec<u64> = kept.iter().map(|r| r.start_offset).collect();
         assert_eq!(starts, vec![25]);
     }
+
+    #[test]
+    fn at_most_the_newest_ranges_are_kept() {
+        let mut kept = VecDeque::new();
+        let fed: Vec<_> = (0..RANGES_KEPT as u64 + 44)
+            .map(|i| range(i, i + 1))
+            .collect();
+        keep_ranges(&mut kept, fed, 0);
+        assert_eq!(kept.len(), RANGES_KEPT);
+        assert_eq!(kept.front().map(|r| r.start_offset), Some(44));
+    }
 }
