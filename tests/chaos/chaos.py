@@ -247,7 +247,8 @@ def client_logger(out_dir, name):
     h = logging.FileHandler(os.path.join(out_dir, f"{name}.log"))
     h.setFormatter(logging.Formatter("%(created).3f %(message)s"))
     log.addHandler(h)
-    log.setLevel(logging.INFO)
+    # librdkafka's debug trace (CHAOS_CLIENT_DEBUG) comes at DEBUG level.
+    log.setLevel(logging.DEBUG if os.environ.get("CHAOS_CLIENT_DEBUG") else logging.INFO)
     return log
 
 

@@ -44,15 +44,34 @@ impl ClusterView {
         self.brokers.iter().find(|b| b.node_id == node_id)
     }
 
-    /// Brokers clients may talk to: within their session and not fenced (a broker shutting
-    /// down still leads its partitions until they have moved).
+    /// Brokers clients may talk to: every broker the controller has not fenced (a broker
+    /// shutting down still leads its partitions until they have moved).
+    ///
+    /// A session that looks expired does not remove a broker: only the controller's fencing
+    /// does, and it waits until the store has been reachable for a whole session. An outage of
+    /// the metadata store expires every session at once, and each broker reads its view back
+    /// before its peers have renewed. Were those brokers left out of Metadata, clients would drop
+    /// them: librdkafka (2.10 and later) tears down the connection to a broker that Metadata no
+    /// longer names and fails its requests in flight as not persisted, although they are on
+    /// their way to durability; after an epoch bump it then sends those records again under new
+    /// sequence numbers, as duplicates. Kafka keeps a broker in Metadata until it is fenced too.
     pub fn reachable_brokers(&self) -> impl Iterator<Item = &BrokerInfo> {
         self.brokers
             .iter()
-            .filter(|b| b.alive && b.state != BrokerState::Fenced)
+            .filter(|b| b.state != BrokerState::Fenced)
     }
 
-    /// Brokers that take partitions and coordinate groups.
+    /// Brokers that serve clients' groups and zones: running and not fenced, whatever their
+    /// session looks like now (see [`ClusterView::reachable_brokers`]). Every broker computes
+    /// the same answer from the same states, which change only through the controller.
+    pub fn serving_brokers(&self) -> impl Iterator<Item = &BrokerInfo> {
+        self.brokers
+            .iter()
+            .filter(|b| b.state == BrokerState::Running)
+    }
+
+    /// Brokers that take partitions: running and within their session (the controller's
+    /// placement, moves and drains).
     pub fn live_brokers(&self) -> impl Iterator<Item = &BrokerInfo> {
         self.brokers.iter().filter(|b| b.is_live())
     }
@@ -67,14 +86,14 @@ impl ClusterView {
     pub fn leader(&self, topic: &str, partition: u32) -> Option<(&BrokerInfo, u64)> {
         let a = self.assignment(topic, partition)?;
         let b = self.broker(a.leader?)?;
-        (b.alive && b.state != BrokerState::Fenced).then_some((b, a.epoch))
+        (b.state != BrokerState::Fenced).then_some((b, a.epoch))
     }
 
-    /// The broker that coordinates `key` (a group id): highest rendezvous weight among live
+    /// The broker that coordinates `key` (a group id): highest rendezvous weight among serving
     /// brokers, so every broker computes the same answer from the same membership, and a
     /// broker leaving moves only its own keys.
     pub fn coordinator(&self, key: &str) -> Option<&BrokerInfo> {
-        self.live_brokers()
+        self.serving_brokers()
             .max_by_key(|b| (rendezvous_weight(key, b.node_id), b.node_id))
     }
 }
@@ -164,5 +183,71 @@ pub(crate) mod tests {
         let v = ClusterView::new(brokers, None, vec![a(Some(2))]);
         assert!(v.leader("t", 0).is_none());
         assert!(v.leader("t", 1).is_none());
+    }
+
+    #[test]
+    fn a_session_that_looks_expired_keeps_a_broker_until_it_is_fenced() {
+        // After an outage of the metadata store every session has expired, and a broker reads
+        // its view back before its peers renew: they must stay in Metadata, keep leading and
+        // keep coordinating until the controller fences them.
+        let a = |partition, leader| Assignment {
+            topic: "t".into(),
+            partition,
+            stream_id: u64::from(partition) + 1,
+            leader: Some(leader),
+            target: None,
+            epoch: 2,
+        };
+        let fresh = ClusterView::new(
+            (1..=3)
+                .map(|i| broker(i, "z", BrokerState::Running, true))
+                .collect(),
+            None,
+            vec![a(0, 1), a(1, 2), a(2, 3)],
+        );
+        let after_outage = ClusterView::new(
+            vec![
+                broker(1, "z", BrokerState::Running, true),
+                broker(2, "z", BrokerState::Running, false),
+                broker(3, "z", BrokerState::Running, false),
+            ],
+            None,
+            vec![a(0, 1), a(1, 2), a(2, 3)],
+        );
+        let ids = |v: &ClusterView| v.reachable_brokers().map(|b| b.node_id).collect::<Vec<_>>();
+        assert_eq!(ids(&after_outage), vec![1, 2, 3]);
+        for p in 0..3 {
+            assert_eq!(
+                after_outage.leader("t", p).map(|(b, _)| b.node_id),
+                fresh.leader("t", p).map(|(b, _)| b.node_id)
+            );
+        }
+        for g in 0..100 {
+            let key = format!("group-{g}");
+            assert_eq!(
+                after_outage.coordinator(&key).map(|b| b.node_id),
+                fresh.coordinator(&key).map(|b| b.node_id),
+                "{key} moved"
+            );
+        }
+        // Partitions are placed only on brokers within their session.
+        assert_eq!(
+            after_outage
+                .live_brokers()
+                .map(|b| b.node_id)
+                .collect::<Vec<_>>(),
+            vec![1]
+        );
+        // Fencing is what removes a broker.
+        let fenced = ClusterView::new(
+            vec![
+                broker(1, "z", BrokerState::Running, true),
+                broker(2, "z", BrokerState::Fenced, false),
+            ],
+            None,
+            vec![a(1, 2)],
+        );
+        assert_eq!(ids(&fenced), vec![1]);
+        assert!(fenced.leader("t", 1).is_none());
     }
 }

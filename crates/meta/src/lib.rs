@@ -232,9 +232,12 @@ pub trait ObjectIndex: Send + Sync + 'static {
     /// object whose commit never happens is found and deleted.
     async fn prepare_object(&self, key: KeyFn) -> Result<ObjectId>;
 
-    /// Commits prepared objects and their ranges, all or nothing. Fails with
-    /// [`MetaError::UnknownObject`] for an object that is not prepared (already committed, or
-    /// claimed for deletion as an orphan), [`MetaError::Fenced`] for a range of another epoch,
+    /// Commits prepared objects and their ranges, all or nothing. Repeating a commit that
+    /// landed (the caller never heard: the connection broke during COMMIT) succeeds and changes
+    /// nothing: an object live with exactly the ranges given is done already, whatever happened
+    /// to its streams since. Fails with [`MetaError::UnknownObject`] for an object that is not
+    /// prepared (committed with other ranges, or claimed for deletion as an orphan),
+    /// [`MetaError::Fenced`] for a range of another epoch,
     /// [`MetaError::Discontinuity`] for a range that does not start at its stream's committed end
     /// offset and [`MetaError::InvalidRange`] for an empty one.
     async fn commit_objects(&self, objects: Vec<ObjectCommit>) -> Result<()>;

@@ -28,6 +28,12 @@ pub(crate) struct Part {
 /// Attempts of a PUT of the uploader and of compaction, whose data is safe meanwhile.
 pub(crate) const PUT_ATTEMPTS: u32 = 8;
 
+/// How long preparing an object is retried while the metadata store fails (it is down, or the
+/// connections it broke when it restarted are still pooled) before the upload fails. For the
+/// object WAL a failure fails its producers' appends, which makes them retry and librdkafka bump
+/// its producer epoch: worth avoiding for a blip.
+const PREPARE_PATIENCE: Duration = Duration::from_secs(10);
+
 impl EngineInner {
     /// Uploads every stream's durable, uncommitted data, commits it, then trims the WAL and
     /// hands waiting appends to it. A commit refused because of one stream (a newer leader
@@ -263,7 +269,7 @@ impl EngineInner {
         }
         let epochs: HashMap<u64, u64> = parts.iter().map(|p| (p.stream_id, p.epoch)).collect();
         let puts = builders.into_iter().map(|b| async {
-            let id = self.meta.prepare_object(object_key).await?;
+            let id = self.prepare_patiently().await?;
             let (data, size, placements) = b.finish();
             self.put_with_retry(&object_key(id), data, size, attempts)
                 .await?;
@@ -285,6 +291,23 @@ impl EngineInner {
             })
         });
         futures::future::try_join_all(puts).await
+    }
+
+    /// Allocates an object id, retrying while the metadata store fails for up to
+    /// [`PREPARE_PATIENCE`]. A prepare whose answer was lost leaves an orphan, collected as one.
+    async fn prepare_patiently(&self) -> Result<u64> {
+        let started = Instant::now();
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            match self.meta.prepare_object(object_key).await {
+                Err(e @ MetaError::Backend { .. }) if started.elapsed() < PREPARE_PATIENCE => {
+                    tracing::warn!(error = %e, "preparing an object failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                r => return Ok(r?),
+            }
+        }
     }
 
     pub(crate) async fn put_with_retry(

@@ -55,7 +55,7 @@ fn key(topic: &str, partition: u32) -> String {
     format!("{topic}\u{0}{partition}")
 }
 
-/// The live broker of `zone` that serves `topic`-`partition` to that zone's clients: the leader
+/// The serving broker of `zone` (running, not fenced) that serves `topic`-`partition` to that zone's clients: the leader
 /// when it is in the zone, else the one with the highest rendezvous weight. Every broker
 /// computes the same answer from the same membership, the answer does not change while the
 /// zone's membership does not, and a broker leaving moves only its own partitions.
@@ -66,7 +66,7 @@ pub fn in_zone_broker<'a>(
     partition: u32,
 ) -> Option<&'a BrokerInfo> {
     let key = key(topic, partition);
-    view.live_brokers()
+    view.serving_brokers()
         .filter(|b| b.zone == zone)
         .max_by_key(|b| (rendezvous_weight(&key, b.node_id), b.node_id))
 }
@@ -183,7 +183,7 @@ mod tests {
     fn only_a_leaving_brokers_partitions_change_broker() {
         let before = view(six(), 300, 1);
         let mut brokers = six();
-        brokers[4].alive = false; // node 5, zone b
+        brokers[4].state = weir_meta::BrokerState::Fenced; // node 5, zone b
         let after = view(brokers, 300, 1);
         for p in 0..300 {
             let b = route(&before, Some("b"), Routing::InZone, "t", p)

@@ -209,8 +209,25 @@ pub async fn commits_are_atomic(m: &dyn ObjectIndex) {
         ranges: vec![range(1, 1, 0, 10)],
     };
     m.commit_objects(vec![o.clone()]).await.expect("commit");
+    // The same commit again (its first answer was lost with the connection) succeeds and
+    // changes nothing, even after the stream moved on and its leader changed.
+    commit(m, vec![range(1, 1, 10, 15)]).await.expect("commit");
+    m.open_stream(1, 2).await.expect("open");
+    m.commit_objects(vec![o.clone()])
+        .await
+        .expect("a repeated commit is done already");
+    assert_eq!(
+        m.get_stream(1).await.expect("get").map(|s| s.end_offset),
+        Some(15)
+    );
+    assert_eq!(m.ranges(1, 0, 10).await.expect("ranges").len(), 2);
+    // Anything else of a committed object is refused.
+    let other = ObjectCommit {
+        ranges: vec![range(1, 2, 15, 20)],
+        ..o
+    };
     assert!(matches!(
-        m.commit_objects(vec![o]).await,
+        m.commit_objects(vec![other]).await,
         Err(MetaError::UnknownObject(_))
     ));
 }

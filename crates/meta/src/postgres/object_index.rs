@@ -92,6 +92,11 @@ impl ObjectIndex for PostgresMetaStore {
             }
             let now = now_ms();
             for o in &objects {
+                // A commit repeated after it landed (its answer was lost with the connection)
+                // finds its object live with exactly these ranges: it is done already.
+                if committed_before(&tx, o).await? {
+                    continue;
+                }
                 mark_live(&tx, o.object_id, o.size, now).await?;
                 for r in &o.ranges {
                     // An empty or inverted range would move the end offset back.
@@ -334,6 +339,42 @@ async fn mark_live(c: &impl GenericClient, object_id: u64, size: u64, now: i64) 
         return Err(MetaError::UnknownObject(object_id));
     }
     Ok(())
+}
+
+/// Whether `o` is committed already: live, with each of its ranges in place. Only the commit
+/// that prepared the object can have put them there.
+async fn committed_before(c: &impl GenericClient, o: &ObjectCommit) -> Result<bool> {
+    let live = c
+        .query_opt(
+            "SELECT 1 FROM objects WHERE object_id = $1 AND state = 'live'",
+            &[&i(o.object_id)],
+        )
+        .await
+        .map_err(backend("reading an object"))?
+        .is_some();
+    if !live {
+        return Ok(false);
+    }
+    for r in &o.ranges {
+        let found = c
+            .query_opt(
+                "SELECT 1 FROM ranges WHERE object_id = $1 AND stream_id = $2
+                 AND start_offset = $3 AND end_offset = $4",
+                &[
+                    &i(o.object_id),
+                    &i(r.stream_id),
+                    &i(r.start_offset),
+                    &i(r.end_offset),
+                ],
+            )
+            .await
+            .map_err(backend("reading a range"))?
+            .is_some();
+        if !found {
+            return Ok(false);
+        }
+    }
+    Ok(!o.ranges.is_empty())
 }
 
 async fn insert_range(

@@ -89,6 +89,11 @@ impl ObjectIndex for SqliteMetaStore {
                 .map_err(backend("begin"))?;
             let now = now_ms();
             for o in &objects {
+                // A commit repeated after it landed (its answer was lost) finds its object
+                // live with exactly these ranges: it is done already.
+                if committed_before(&tx, o)? {
+                    continue;
+                }
                 mark_live(&tx, o.object_id, o.size, now)?;
                 for r in &o.ranges {
                     // An empty or inverted range would move the end offset back.
@@ -372,6 +377,44 @@ fn mark_live(c: &rusqlite::Connection, object_id: u64, size: u64, now: i64) -> R
         return Err(MetaError::UnknownObject(object_id));
     }
     Ok(())
+}
+
+/// Whether `o` is committed already: live, with each of its ranges in place. Only the commit
+/// that prepared the object can have put them there.
+fn committed_before(c: &rusqlite::Connection, o: &ObjectCommit) -> Result<bool> {
+    let live = c
+        .query_row(
+            "SELECT 1 FROM objects WHERE object_id = ?1 AND state = 'live'",
+            params![i(o.object_id)],
+            |_| Ok(()),
+        )
+        .optional()
+        .map_err(backend("reading an object"))?
+        .is_some();
+    if !live {
+        return Ok(false);
+    }
+    for r in &o.ranges {
+        let found = c
+            .query_row(
+                "SELECT 1 FROM ranges WHERE object_id = ?1 AND stream_id = ?2
+                 AND start_offset = ?3 AND end_offset = ?4",
+                params![
+                    i(o.object_id),
+                    i(r.stream_id),
+                    i(r.start_offset),
+                    i(r.end_offset)
+                ],
+                |_| Ok(()),
+            )
+            .optional()
+            .map_err(backend("reading a range"))?
+            .is_some();
+        if !found {
+            return Ok(false);
+        }
+    }
+    Ok(!o.ranges.is_empty())
 }
 
 fn stream_deleted(c: &rusqlite::Connection, stream_id: u64) -> Result<bool> {
