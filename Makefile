@@ -82,6 +82,16 @@ bench-zones:
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
 	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/zones.py
 
+# Elasticity (about 2 minutes): one broker under steady load on 100 partitions, then two more
+# join; the time until every broker's bytes in and out are within 10 % of the mean, the moves,
+# produce p99 before, during and after, beside AutoMQ's published 90 s of balancing. Writes
+# bench/results/elastic-YYYY-MM-DD-HHMM.md. Settings: BENCH_EL_* (bench/elastic.py).
+.PHONY: bench-elastic
+bench-elastic:
+	$(CARGO) build --release -p weir
+	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
+	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/elastic.py
+
 .PHONY: bench-pg
 bench-pg:
 	$(CARGO) build --release -p weir

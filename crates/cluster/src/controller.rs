@@ -1,5 +1,6 @@
-//! The controller: whichever broker holds the lease fences expired brokers and applies the
-//! placement plan. Every broker runs this loop; all but one find the lease taken.
+//! The controller: whichever broker holds the lease fences expired brokers, applies the
+//! placement plan and, every `balancer.interval`, the balancer's moves (`balance.rs`). Every
+//! broker runs this loop; all but one find the lease taken.
 //!
 //! A broker's session can only be judged by a controller that has been able to reach the
 //! metadata store for a whole session timeout (failures shorter than a heartbeat interval do not
@@ -10,11 +11,14 @@
 //! reached the store all along (also while another broker held the lease) fences at once, so a
 //! controller change does not delay fencing.
 
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use weir_meta::{ControllerLease, MetaError};
+use weir_meta::{AssignmentChange, ControllerLease, MetaError};
 
+use crate::balance::{self, Goal};
 use crate::{placement, Cluster, ClusterView};
 
 impl Cluster {
@@ -87,7 +91,8 @@ impl Cluster {
             Some(lease),
             self.meta.assignments().await?,
         )
-        .with_wals(self.meta.wals().await?);
+        .with_wals(self.meta.wals().await?)
+        .with_draining(crate::draining(&*self.meta).await?);
         // Recoveries first: they release partitions, which placement then gives to live brokers
         // (in the next round, which their release announces).
         if may_fence {
@@ -97,7 +102,82 @@ impl Cluster {
         if !changes.is_empty() {
             tracing::info!(changes = ?changes, "controller: assignment changes");
             self.meta.change_assignments(lease, &changes).await?;
+        } else if may_fence && self.config.balancer.enabled {
+            // Placement first; balancing only on a store reached long enough to trust the
+            // brokers' reports (the same condition as fencing).
+            self.balance_round(lease, &view).await?;
         }
         Ok(Some(lease))
     }
+
+    /// One balancing round, when one is due: reads every broker's load, plans the moves and
+    /// asks for them. Every decision is logged with its reason and counted by goal.
+    async fn balance_round(
+        &self,
+        lease: ControllerLease,
+        view: &ClusterView,
+    ) -> Result<(), MetaError> {
+        let config = &self.config.balancer;
+        let cooling: HashSet<u64> = {
+            let mut b = self.balancing.lock().unwrap_or_else(|e| e.into_inner());
+            if b.last.is_some_and(|t| t.elapsed() < config.interval) {
+                return Ok(());
+            }
+            b.last = Some(Instant::now());
+            b.moved.retain(|_, t| t.elapsed() < config.cooldown);
+            b.moved.keys().copied().collect()
+        };
+        let loads = self.meta.loads().await?;
+        let m = &self.balancer_meters;
+        m.rounds.inc();
+        let before = balance::imbalance(view, &loads, config);
+        m.imbalance_in_permille
+            .store((before.bytes_in * 1000.0) as u64, Ordering::Relaxed);
+        m.imbalance_out_permille
+            .store((before.bytes_out * 1000.0) as u64, Ordering::Relaxed);
+        m.cluster_bytes_per_sec
+            .store(before.total_bytes_per_sec as u64, Ordering::Relaxed);
+        let capacity = config.capacity_bytes_per_sec * before.brokers as f64;
+        m.cluster_load_permille.store(
+            if capacity > 0.0 {
+                (before.total_bytes_per_sec / capacity * 1000.0) as u64
+            } else {
+                0
+            },
+            Ordering::Relaxed,
+        );
+        let decisions = balance::plan(view, &loads, &cooling, config);
+        if decisions.is_empty() {
+            return Ok(());
+        }
+        let changes: Vec<AssignmentChange> = decisions
+            .iter()
+            .map(|d| AssignmentChange::Move {
+                stream_id: d.stream_id,
+                target: Some(d.to),
+            })
+            .collect();
+        self.meta.change_assignments(lease, &changes).await?;
+        let mut b = self.balancing.lock().unwrap_or_else(|e| e.into_inner());
+        for d in &decisions {
+            tracing::info!(decision = %d, "balancer: moving a partition");
+            b.moved.insert(d.stream_id, Instant::now());
+            match d.goal {
+                Goal::Capacity => m.moves_capacity.inc(),
+                Goal::BytesIn => m.moves_bytes_in.inc(),
+                Goal::BytesOut => m.moves_bytes_out.inc(),
+                Goal::Count => m.moves_count.inc(),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The controller's memory between balancing rounds: when the last ran and when partitions
+/// moved (for their cooldown). Each broker keeps its own; a new controller starts without the
+/// cooldowns of the one before, which at worst moves a partition a little early.
+#[derive(Debug, Default)]
+pub(crate) struct Balancing {
+    last: Option<Instant>,
+    moved: HashMap<u64, Instant>,
 }

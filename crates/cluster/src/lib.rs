@@ -22,9 +22,11 @@
 //!   by its own clock ([`SessionLease`]); once the controller has fenced it, a live peer
 //!   recovers its WAL and its partitions are placed on live brokers.
 
+pub mod balance;
 mod controller;
 pub mod failover;
 mod leadership;
+pub mod load;
 pub mod placement;
 mod view;
 
@@ -65,6 +67,8 @@ pub struct ClusterConfig {
     /// Whether the broker stops acknowledging writes when its session lapses. On in a cluster,
     /// where a peer may take its partitions over; off for a single node, which has no peer.
     pub fence_acks: bool,
+    /// Load reports and the controller's balancer.
+    pub balancer: balance::BalancerConfig,
 }
 
 impl Default for ClusterConfig {
@@ -82,6 +86,7 @@ impl Default for ClusterConfig {
             clock_drift_margin: Duration::from_millis(250),
             wal_retry_interval: Duration::from_secs(5),
             fence_acks: true,
+            balancer: balance::BalancerConfig::default(),
         }
     }
 }
@@ -108,6 +113,27 @@ impl ClusterError {
     }
 }
 
+/// The metadata store key listing the brokers being drained, comma-separated.
+const DRAINING_KEY: &str = "cluster.draining";
+
+/// The brokers being drained (`Cluster::drain`).
+async fn draining(meta: &dyn MetaStore) -> Result<Vec<i32>, MetaError> {
+    Ok(meta
+        .get_value(DRAINING_KEY)
+        .await?
+        .map(|v| {
+            v.split(',')
+                .filter_map(|id| id.trim().parse().ok())
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+async fn set_draining(meta: &dyn MetaStore, ids: &[i32]) -> Result<(), MetaError> {
+    let v: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
+    meta.set_value(DRAINING_KEY, &v.join(",")).await
+}
+
 /// This broker's membership of the cluster.
 pub struct Cluster {
     meta: Arc<dyn MetaStore>,
@@ -122,6 +148,9 @@ pub struct Cluster {
     /// Set once this broker learns it was replaced (a peer recovered its WAL).
     replaced: watch::Sender<bool>,
     pub failover: FailoverMeters,
+    pub balancer_meters: Arc<load::BalancerMeters>,
+    /// The controller's balancing: when it last ran, and when partitions last moved.
+    balancing: Mutex<controller::Balancing>,
 }
 
 impl Cluster {
@@ -139,6 +168,12 @@ impl Cluster {
             .await?;
         lease.renewed(sent);
         tracing::info!(node_id = me.node_id, incarnation = me.incarnation, zone = %me.zone, "joined the cluster");
+        // A drained broker that registers again is a broker like any other.
+        let marked = draining(&*meta).await?;
+        if marked.contains(&me.node_id) {
+            let rest: Vec<i32> = marked.into_iter().filter(|&n| n != me.node_id).collect();
+            set_draining(&*meta, &rest).await?;
+        }
         let cluster = Arc::new(Cluster {
             meta,
             config,
@@ -154,6 +189,8 @@ impl Cluster {
             lease,
             replaced: watch::Sender::new(false),
             failover: FailoverMeters::default(),
+            balancer_meters: Arc::new(load::BalancerMeters::default()),
+            balancing: Mutex::new(controller::Balancing::default()),
         });
         cluster.refresh().await?;
         let tasks = vec![
@@ -213,7 +250,12 @@ impl Cluster {
         let controller = self.meta.controller().await?;
         let assignments = self.meta.assignments().await?;
         let wals = self.meta.wals().await?;
-        let view = Arc::new(ClusterView::new(brokers, controller, assignments).with_wals(wals));
+        let draining = draining(&*self.meta).await?;
+        let view = Arc::new(
+            ClusterView::new(brokers, controller, assignments)
+                .with_wals(wals)
+                .with_draining(draining),
+        );
         self.view.send_replace(Arc::clone(&view));
         Ok(view)
     }
@@ -331,10 +373,20 @@ impl Cluster {
     /// first), as operator requests. Returns how many moves were requested. The broker keeps
     /// running and may be given new partitions; stopping it (SIGTERM) is what keeps it empty.
     pub async fn drain(&self, broker: i32) -> Result<usize, ClusterError> {
-        let view = self.refresh().await?;
-        if view.broker(broker).is_none() {
+        if self.view().broker(broker).is_none() {
+            self.refresh().await?;
+        }
+        if self.view().broker(broker).is_none() {
             return Err(ClusterError::UnknownBroker(broker));
         }
+        // Marked first, so that neither placement nor the balancer gives it partitions back.
+        let mut marked = draining(&*self.meta).await?;
+        if !marked.contains(&broker) {
+            marked.push(broker);
+            set_draining(&*self.meta, &marked).await?;
+            self.meta.notify_cluster().await?;
+        }
+        let view = self.refresh().await?;
         let mut load: std::collections::BTreeMap<i32, usize> = view
             .live_brokers()
             .filter(|b| b.node_id != broker)

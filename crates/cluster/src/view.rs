@@ -12,6 +12,9 @@ pub struct ClusterView {
     pub assignments: Vec<Assignment>,
     /// Brokers' WALs and their recoveries.
     pub wals: Vec<WalInfo>,
+    /// Brokers being drained for removal (`Cluster::drain`): they take no partitions, from
+    /// placement or from the balancer, until they register again.
+    pub draining: Vec<i32>,
     by_partition: HashMap<(String, u32), usize>,
 }
 
@@ -31,8 +34,14 @@ impl ClusterView {
             controller,
             assignments,
             wals: Vec::new(),
+            draining: Vec::new(),
             by_partition,
         }
+    }
+
+    pub fn with_draining(mut self, draining: Vec<i32>) -> ClusterView {
+        self.draining = draining;
+        self
     }
 
     pub fn with_wals(mut self, wals: Vec<WalInfo>) -> ClusterView {
@@ -70,10 +79,12 @@ impl ClusterView {
             .filter(|b| b.state == BrokerState::Running)
     }
 
-    /// Brokers that take partitions: running and within their session (the controller's
-    /// placement, moves and drains).
+    /// Brokers that take partitions: running, within their session and not being drained
+    /// (the controller's placement and balancing, moves and drains).
     pub fn live_brokers(&self) -> impl Iterator<Item = &BrokerInfo> {
-        self.brokers.iter().filter(|b| b.is_live())
+        self.brokers
+            .iter()
+            .filter(|b| b.is_live() && !self.draining.contains(&b.node_id))
     }
 
     pub fn assignment(&self, topic: &str, partition: u32) -> Option<&Assignment> {

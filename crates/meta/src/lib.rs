@@ -456,6 +456,57 @@ impl BrokerInfo {
     }
 }
 
+/// One partition's measured load, as its leader reports it: bytes per second produced to it
+/// (in) and fetched from it (out).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PartitionLoad {
+    pub stream_id: u64,
+    pub bytes_in: f64,
+    pub bytes_out: f64,
+}
+
+/// A broker's last load report (`Coordination::report_load`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BrokerLoad {
+    pub node_id: i32,
+    /// How long ago the report was made, by the store's clock, when it was read.
+    pub age_ms: i64,
+    /// CPU seconds the broker's process used per second (1.0: one core busy).
+    pub cpu: f64,
+    pub partitions: Vec<PartitionLoad>,
+}
+
+impl BrokerLoad {
+    /// The partitions' loads as one text column: `stream:in:out` joined by `;`.
+    pub fn encode_partitions(&self) -> String {
+        let mut s = String::new();
+        for (i, p) in self.partitions.iter().enumerate() {
+            if i > 0 {
+                s.push(';');
+            }
+            s.push_str(&format!(
+                "{}:{:.0}:{:.0}",
+                p.stream_id, p.bytes_in, p.bytes_out
+            ));
+        }
+        s
+    }
+
+    /// The inverse of [`BrokerLoad::encode_partitions`]; malformed entries are skipped.
+    pub fn decode_partitions(s: &str) -> Vec<PartitionLoad> {
+        s.split(';')
+            .filter_map(|e| {
+                let mut f = e.split(':');
+                Some(PartitionLoad {
+                    stream_id: f.next()?.parse().ok()?,
+                    bytes_in: f.next()?.parse().ok()?,
+                    bytes_out: f.next()?.parse().ok()?,
+                })
+            })
+            .collect()
+    }
+}
+
 /// The controller lease as one broker holds it. `epoch` grows each time the lease changes hands:
 /// the store refuses changes made under an older one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -657,6 +708,14 @@ pub trait Coordination: Send + Sync + 'static {
         node_id: i32,
         incarnation: u64,
     ) -> Result<Vec<u64>>;
+
+    /// Replaces broker `load.node_id`'s load report (its `age_ms` is ignored: the report is
+    /// stamped with the store's clock). Fails with [`MetaError::BrokerFenced`] unless
+    /// `incarnation` is the broker's current, unfenced one.
+    async fn report_load(&self, incarnation: u64, load: BrokerLoad) -> Result<()>;
+
+    /// Every broker's last load report, with its age by the store's clock.
+    async fn loads(&self) -> Result<Vec<BrokerLoad>>;
 
     /// A counter that moves whenever the store learns of a change, from this process or
     /// another; a broker re-reads the cluster when it does.

@@ -1,7 +1,7 @@
 //! The leader of one partition: validates produced batches, checks producer sequences, assigns
 //! offsets through the storage engine, and serves reads.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::{Bytes, BytesMut};
@@ -112,6 +112,10 @@ pub struct Partition {
     /// hook with it held), so it always agrees with the stream's offsets.
     producers: Arc<Mutex<ProducerStates>>,
     max_message_bytes: AtomicUsize,
+    /// Bytes appended to it and fetched from it here since it opened: the balancer's measure
+    /// of its load.
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
 }
 
 fn now_ms() -> i64 {
@@ -179,7 +183,17 @@ impl Partition {
             engine,
             producers,
             max_message_bytes: AtomicUsize::new(max_message_bytes),
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
         }))
+    }
+
+    /// (bytes appended, bytes fetched) here since the partition opened.
+    pub fn byte_counters(&self) -> (u64, u64) {
+        (
+            self.bytes_in.load(Ordering::Relaxed),
+            self.bytes_out.load(Ordering::Relaxed),
+        )
     }
 
     fn producers(&self) -> MutexGuard<'_, ProducerStates> {
@@ -267,7 +281,11 @@ impl Partition {
                 })
             });
         let kind = match appended {
-            Ok(Some(pending)) => TicketKind::Appended(pending),
+            Ok(Some(pending)) => {
+                self.bytes_in
+                    .fetch_add(records.len() as u64, Ordering::Relaxed);
+                TicketKind::Appended(pending)
+            }
             Ok(None) => verdict?.ok_or(ResponseError::UnknownServerError)?,
             Err(e) => {
                 tracing::debug!(topic = %self.topic, partition = self.index, error = %e, "append failed");
@@ -291,6 +309,8 @@ impl Partition {
             .await
             .map_err(|e| kafka_error(&e))?;
         let records = concat(&r.batches);
+        self.bytes_out
+            .fetch_add(records.len() as u64, Ordering::Relaxed);
         Ok(FetchData {
             records,
             high_watermark: r.high_watermark as i64,

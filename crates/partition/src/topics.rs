@@ -904,3 +904,21 @@ impl weir_cluster::PartitionHost for Topics {
             .map_err(|e| e.to_string())
     }
 }
+
+impl weir_cluster::load::LoadSource for Topics {
+    fn partitions(&self) -> Vec<weir_cluster::load::PartitionCounters> {
+        self.local_partitions()
+            .into_iter()
+            .map(|p| {
+                let (bytes_in, bytes_out) = p.byte_counters();
+                weir_cluster::load::PartitionCounters {
+                    stream_id: p.stream_id,
+                    topic: p.topic.clone(),
+                    partition: u32::try_from(p.index).unwrap_or(0),
+                    bytes_in,
+                    bytes_out,
+                }
+            })
+            .collect()
+    }
+}

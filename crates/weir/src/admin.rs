@@ -573,6 +573,83 @@ fn histogram(out: &mut String, name: &str, help: &str, h: &Histogram) {
     let _ = writeln!(out, "weir_{name}_seconds_count {}", s.count);
 }
 
+/// Load (this broker's and its partitions') and the balancer's rounds, moves and gauges.
+fn render_balancer(o: &mut String, m: &weir_cluster::load::BalancerMeters) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let _ = writeln!(
+        o,
+        "# HELP weir_balancer_moves_total Partition moves the balancer asked for (on the controller), by goal.\n# TYPE weir_balancer_moves_total counter"
+    );
+    for (goal, c) in [
+        ("capacity", &m.moves_capacity),
+        ("bytes_in", &m.moves_bytes_in),
+        ("bytes_out", &m.moves_bytes_out),
+        ("count", &m.moves_count),
+    ] {
+        let _ = writeln!(
+            o,
+            "weir_balancer_moves_total{{goal=\"{goal}\"}} {}",
+            c.get()
+        );
+    }
+    counter(
+        o,
+        "balancer_rounds",
+        "Balancing rounds run (on the controller).",
+        "",
+        &m.rounds,
+    );
+    let ratio = |v: u64| v as f64 / 1000.0;
+    let _ = writeln!(
+        o,
+        "# HELP weir_balancer_imbalance Controller: the largest deviation of a broker's bytes from the mean, relative to the mean, by direction.\n# TYPE weir_balancer_imbalance gauge\nweir_balancer_imbalance{{direction=\"in\"}} {}\nweir_balancer_imbalance{{direction=\"out\"}} {}",
+        ratio(m.imbalance_in_permille.load(Relaxed)),
+        ratio(m.imbalance_out_permille.load(Relaxed))
+    );
+    gauge(
+        o,
+        "cluster_bytes_per_sec",
+        "Controller: bytes in plus out per second of the brokers that take partitions.",
+        m.cluster_bytes_per_sec.load(Relaxed),
+    );
+    let _ = writeln!(
+        o,
+        "# HELP weir_cluster_load_ratio Controller: the cluster's bytes in plus out against the capacity of its brokers (balancer.capacity_bytes_per_sec each; 0 without one): scale out above about 0.8, in below about 0.3.\n# TYPE weir_cluster_load_ratio gauge\nweir_cluster_load_ratio {}",
+        ratio(m.cluster_load_permille.load(Relaxed))
+    );
+    gauge(
+        o,
+        "broker_bytes_in_per_sec",
+        "This broker's produce bytes per second, as last reported to the balancer.",
+        m.bytes_in_per_sec.load(Relaxed),
+    );
+    gauge(
+        o,
+        "broker_bytes_out_per_sec",
+        "This broker's fetch bytes per second, as last reported to the balancer.",
+        m.bytes_out_per_sec.load(Relaxed),
+    );
+    let _ = writeln!(
+        o,
+        "# HELP weir_broker_cpu This broker's CPU seconds per second, as last reported.\n# TYPE weir_broker_cpu gauge\nweir_broker_cpu {}",
+        ratio(m.cpu_permille.load(Relaxed))
+    );
+    let rates = m.partition_rates();
+    let _ = writeln!(
+        o,
+        "# HELP weir_partition_bytes_per_sec Bytes per second of each partition led here, by direction, as last reported.\n# TYPE weir_partition_bytes_per_sec gauge"
+    );
+    for r in rates {
+        for (dir, v) in [("in", r.bytes_in), ("out", r.bytes_out)] {
+            let _ = writeln!(
+                o,
+                "weir_partition_bytes_per_sec{{topic=\"{}\",partition=\"{}\",direction=\"{dir}\"}} {v:.0}",
+                r.topic, r.partition
+            );
+        }
+    }
+}
+
 /// Bytes per zone pair, and zone routing's counters.
 fn render_zones(o: &mut String, z: &weir_api::ZoneServices) {
     let _ = writeln!(
@@ -699,6 +776,7 @@ fn render(state: &State) -> String {
         &w.refused_acks,
     );
     let cluster = &state.broker.cluster;
+    render_balancer(&mut o, &cluster.balancer_meters);
     let f = &cluster.failover;
     gauge(
         &mut o,

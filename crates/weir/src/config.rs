@@ -16,6 +16,46 @@ pub struct Config {
     pub object_store: ObjectStoreConfig,
     pub cluster: ClusterSection,
     pub zones: ZonesSection,
+    pub balancer: BalancerSection,
+}
+
+/// Load reports and the controller's balancer: which partitions move so that no broker is over
+/// its capacity and brokers' bytes in and out stay near the mean.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BalancerSection {
+    /// Whether the controller moves partitions to balance load (brokers report their load
+    /// either way).
+    pub enabled: bool,
+    /// How often brokers report their load and the controller runs a round.
+    pub interval_ms: u64,
+    /// How far from the mean a broker's bytes in or out may be, in percent.
+    pub tolerance_percent: u64,
+    /// Moves per round at most.
+    pub max_moves_per_round: usize,
+    /// A partition moved this recently is not moved again.
+    pub cooldown_ms: u64,
+    /// A broker's bytes in plus out per second not to exceed (0: no limit); also what
+    /// `weir_cluster_load_ratio` compares the cluster's load with.
+    pub capacity_bytes_per_sec: u64,
+    /// Imbalances smaller than this many bytes per second are left alone (partition counts
+    /// decide instead).
+    pub min_bytes_per_sec: u64,
+}
+
+impl Default for BalancerSection {
+    fn default() -> Self {
+        let d = weir_cluster::balance::BalancerConfig::default();
+        BalancerSection {
+            enabled: d.enabled,
+            interval_ms: d.interval.as_millis() as u64,
+            tolerance_percent: (d.tolerance * 100.0).round() as u64,
+            max_moves_per_round: d.max_moves,
+            cooldown_ms: d.cooldown.as_millis() as u64,
+            capacity_bytes_per_sec: d.capacity_bytes_per_sec as u64,
+            min_bytes_per_sec: d.min_bytes_per_sec as u64,
+        }
+    }
 }
 
 /// Zone routing: clients of a zone are served by brokers of their zone (`broker.zone` is this
@@ -338,8 +378,9 @@ impl Default for StorageSection {
     }
 }
 
-const SECTIONS: [&str; 7] = [
+const SECTIONS: [&str; 8] = [
     "object_store",
+    "balancer",
     "zones",
     "broker",
     "wal",
@@ -440,6 +481,21 @@ impl Config {
             wal_retry_interval: ms(c.wal_retry_interval_ms.max(100)),
             // A single node on SQLite has no peer to take over: it never stops acknowledging.
             fence_acks: !self.metadata_url().starts_with("sqlite://"),
+            balancer: {
+                let b = &self.balancer;
+                let interval = ms(b.interval_ms.max(100));
+                weir_cluster::balance::BalancerConfig {
+                    enabled: b.enabled,
+                    interval,
+                    tolerance: b.tolerance_percent as f64 / 100.0,
+                    max_moves: b.max_moves_per_round,
+                    cooldown: ms(b.cooldown_ms),
+                    capacity_bytes_per_sec: b.capacity_bytes_per_sec as f64,
+                    min_bytes_per_sec: b.min_bytes_per_sec as f64,
+                    // Reports missed for four intervals: the broker is too slow to be given more.
+                    stale_after: interval * 4,
+                }
+            },
         }
     }
 

@@ -4,6 +4,7 @@
 mod admin;
 mod cluster_admin;
 mod config;
+mod drain;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,6 +37,8 @@ enum Command {
     Cost(weir_cost::CostArgs),
     /// Load generator: produce and consume, report rates and latency percentiles.
     Perf(weir_perf::PerfArgs),
+    /// Drain a broker for removal: move all its partitions away, wait until it leads none.
+    Drain(drain::DrainArgs),
 }
 
 #[derive(clap::Args)]
@@ -109,6 +112,7 @@ fn main() -> anyhow::Result<()> {
             }
         }
         Command::Perf(args) => weir_perf::run(args),
+        Command::Drain(args) => drain::run(args),
     }
 }
 
@@ -371,6 +375,7 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
         .context("opening topics")?;
     cluster.start_leadership(Arc::clone(&topics) as Arc<dyn weir_cluster::PartitionHost>);
     cluster.start_recovery(Arc::clone(&topics) as Arc<dyn weir_cluster::WalRecoverer>);
+    cluster.start_load_reports(Arc::clone(&topics) as Arc<dyn weir_cluster::load::LoadSource>);
     if !cluster
         .wait_until_serving(&*topics, Duration::from_secs(30))
         .await

@@ -18,6 +18,58 @@ pub async fn run(open: impl Fn() -> Box<dyn MetaStore>) {
     changes_are_announced(&*open()).await;
     wal_claims_and_recovery(&*open()).await;
     brokers_without_a_wal_release_their_partitions_when_fenced(&*open()).await;
+    load_reports(&*open()).await;
+}
+
+/// Brokers' load reports: the last one of each broker, aged by the store's clock; only the
+/// current incarnation reports.
+pub async fn load_reports(m: &dyn Coordination) {
+    use crate::{BrokerLoad, PartitionLoad};
+    assert!(m.loads().await.expect("loads").is_empty());
+    m.register_broker(&reg(Some(1)), LONG)
+        .await
+        .expect("register");
+    m.register_broker(&reg(Some(2)), LONG)
+        .await
+        .expect("register");
+    let load = |node_id, partitions: Vec<PartitionLoad>| BrokerLoad {
+        node_id,
+        age_ms: 12_345,
+        cpu: 0.5,
+        partitions,
+    };
+    let p = |stream_id, bytes_in, bytes_out| PartitionLoad {
+        stream_id,
+        bytes_in,
+        bytes_out,
+    };
+    m.report_load(1, load(1, vec![p(1, 1000.0, 2000.0), p(4, 0.0, 7.0)]))
+        .await
+        .expect("report");
+    m.report_load(1, load(2, Vec::new())).await.expect("report");
+    // A newer report replaces the older.
+    m.report_load(1, load(1, vec![p(1, 1500.0, 2500.0)]))
+        .await
+        .expect("report");
+    let all = m.loads().await.expect("loads");
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert_eq!((all[0].node_id, all[1].node_id), (1, 2));
+    assert_eq!(all[0].partitions, vec![p(1, 1500.0, 2500.0)]);
+    assert!(all[1].partitions.is_empty());
+    assert!((all[0].cpu - 0.5).abs() < 1e-9);
+    assert!(
+        (0..5_000).contains(&all[0].age_ms),
+        "aged by the store's clock, not the reporter's: {}",
+        all[0].age_ms
+    );
+    // A zombie incarnation cannot report.
+    m.register_broker(&reg(Some(1)), LONG)
+        .await
+        .expect("register");
+    assert!(matches!(
+        m.report_load(1, load(1, Vec::new())).await,
+        Err(MetaError::BrokerFenced { .. })
+    ));
 }
 
 fn reg(node_id: Option<i32>) -> BrokerRegistration {

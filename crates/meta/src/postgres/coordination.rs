@@ -14,8 +14,8 @@ use tokio_postgres::{AsyncMessage, Config, GenericClient, NoTls};
 use super::{backend, i, in_tx, PostgresMetaStore};
 use crate::{check_wal_claim, tried_list, wal_state};
 use crate::{
-    Assignment, AssignmentChange, BrokerInfo, BrokerRegistration, BrokerState, ControllerLease,
-    Coordination, MetaError, Result, WalInfo, WalRegistration,
+    Assignment, AssignmentChange, BrokerInfo, BrokerLoad, BrokerRegistration, BrokerState,
+    ControllerLease, Coordination, MetaError, Result, WalInfo, WalRegistration,
 };
 
 /// The server's clock in milliseconds: brokers' clocks never decide a session or a lease.
@@ -718,6 +718,48 @@ impl Coordination for PostgresMetaStore {
         })?;
         self.changed();
         Ok(streams)
+    }
+
+    async fn report_load(&self, incarnation: u64, load: BrokerLoad) -> Result<()> {
+        let partitions = load.encode_partitions();
+        in_tx!(self, |tx| {
+            check_incarnation(&tx, load.node_id, incarnation).await?;
+            tx.execute(
+                &format!(
+                    "INSERT INTO broker_loads (node_id, at_ms, cpu, partitions)
+                     VALUES ($1, {NOW_MS}, $2, $3)
+                     ON CONFLICT (node_id) DO UPDATE
+                     SET at_ms = EXCLUDED.at_ms, cpu = EXCLUDED.cpu, partitions = EXCLUDED.partitions"
+                ),
+                &[&load.node_id, &load.cpu, &partitions],
+            )
+            .await
+            .map_err(backend("reporting a load"))?;
+            Ok(())
+        })
+    }
+
+    async fn loads(&self) -> Result<Vec<BrokerLoad>> {
+        let c = self.client().await?;
+        let rows = c
+            .query(
+                &format!(
+                    "SELECT node_id, {NOW_MS} - at_ms, cpu, partitions FROM broker_loads
+                     ORDER BY node_id"
+                ),
+                &[],
+            )
+            .await
+            .map_err(backend("reading loads"))?;
+        Ok(rows
+            .iter()
+            .map(|r| BrokerLoad {
+                node_id: r.get(0),
+                age_ms: r.get(1),
+                cpu: r.get(2),
+                partitions: BrokerLoad::decode_partitions(r.get(3)),
+            })
+            .collect())
     }
 
     fn cluster_changes(&self) -> watch::Receiver<u64> {

@@ -154,6 +154,16 @@ CREATE TABLE wals (
 );
 CREATE INDEX wals_by_node ON wals(node_id);
 ",
+    "
+-- Each broker's last load report, for the balancer: partitions as 'stream:in:out;...' (bytes
+-- per second), cpu in seconds per second, at_ms by the server's clock.
+CREATE TABLE broker_loads (
+    node_id    INTEGER PRIMARY KEY,
+    at_ms      BIGINT NOT NULL,
+    cpu        DOUBLE PRECISION NOT NULL,
+    partitions TEXT NOT NULL
+);
+",
 ];
 
 /// Key of the advisory lock held while migrating ("weirmeta" in ASCII).

@@ -9,8 +9,8 @@ use tokio::sync::watch;
 use super::{backend, i, now_ms, SqliteMetaStore};
 use crate::{check_wal_claim, tried_list, wal_state, WalRow};
 use crate::{
-    Assignment, AssignmentChange, BrokerInfo, BrokerRegistration, BrokerState, ControllerLease,
-    Coordination, MetaError, Result, WalInfo, WalRegistration,
+    Assignment, AssignmentChange, BrokerInfo, BrokerLoad, BrokerRegistration, BrokerState,
+    ControllerLease, Coordination, MetaError, Result, WalInfo, WalRegistration,
 };
 
 fn ms(d: Duration) -> i64 {
@@ -656,6 +656,49 @@ impl Coordination for SqliteMetaStore {
     async fn notify_cluster(&self) -> Result<()> {
         self.changed();
         Ok(())
+    }
+
+    async fn report_load(&self, incarnation: u64, load: BrokerLoad) -> Result<()> {
+        let partitions = load.encode_partitions();
+        self.with(move |c| {
+            let tx = c
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(backend("begin"))?;
+            check_incarnation(&tx, load.node_id, incarnation)?;
+            tx.execute(
+                "INSERT INTO broker_loads (node_id, at_ms, cpu, partitions) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (node_id) DO UPDATE
+                 SET at_ms = excluded.at_ms, cpu = excluded.cpu, partitions = excluded.partitions",
+                params![load.node_id, now_ms(), load.cpu, partitions],
+            )
+            .map_err(backend("reporting a load"))?;
+            tx.commit().map_err(backend("commit"))
+        })
+        .await
+    }
+
+    async fn loads(&self) -> Result<Vec<BrokerLoad>> {
+        self.with(move |c| {
+            let now = now_ms();
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT node_id, at_ms, cpu, partitions FROM broker_loads ORDER BY node_id",
+                )
+                .map_err(backend("reading loads"))?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok(BrokerLoad {
+                        node_id: r.get(0)?,
+                        age_ms: now.saturating_sub(r.get::<_, i64>(1)?),
+                        cpu: r.get(2)?,
+                        partitions: BrokerLoad::decode_partitions(&r.get::<_, String>(3)?),
+                    })
+                })
+                .map_err(backend("reading loads"))?;
+            rows.collect::<rusqlite::Result<_>>()
+                .map_err(backend("reading loads"))
+        })
+        .await
     }
 
     fn cluster_changes(&self) -> watch::Receiver<u64> {

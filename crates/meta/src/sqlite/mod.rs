@@ -123,6 +123,12 @@ CREATE TABLE IF NOT EXISTS wals (
     tried       TEXT NOT NULL DEFAULT '',
     since_ms    INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS broker_loads (
+    node_id    INTEGER PRIMARY KEY,
+    at_ms      INTEGER NOT NULL,
+    cpu        REAL NOT NULL,
+    partitions TEXT NOT NULL
+);
 ";
 
 pub struct SqliteMetaStore {

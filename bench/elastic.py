@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Elasticity benchmark, modelled on AutoMQ's: one broker under steady load on a topic of many
+partitions, then two more brokers join; how long until every broker carries its share.
+
+    WEIR_BIN=target/release/weir bench/elastic.py        (or: make bench-elastic)
+
+Starts a one-broker Weir cluster on this machine (private PostgreSQL and s3s-fs: the `Cluster`
+of tests/compat/python/conftest.py), runs `weir perf` on a topic of BENCH_EL_PARTITIONS
+partitions (one idempotent producer at BENCH_EL_MIB MiB/s of 1 KiB records, acks=all, and one
+consumer group), and after BENCH_EL_BEFORE seconds of measured load starts two more brokers.
+Every 0.5 s it reads each broker's `weir_broker_bytes_in_per_sec` and `_out_per_sec` (what the
+balancer itself measures) and the partitions' leaders. It prints:
+
+- balanced after: from the join until every broker's bytes in and out are within 10 % of the
+  mean and stay so until the end (the issue's goal: under 30 s);
+- moves: partition moves from the join to the end (leader changes seen);
+- produce latency p99 before the join, during the rebalance (join to balanced) and after, from
+  `weir perf`'s per-second timeline (the median and the worst of the per-second p99s);
+
+beside AutoMQ's published figures (its balancer took 90 s, scaling out 4 minutes in all). No
+assertions: it prints figures, and writes bench/results/elastic-YYYY-MM-DD-HHMM.md.
+
+Environment (defaults in brackets):
+  WEIR_BIN                       the weir binary (make bench-elastic: target/release/weir)
+  BENCH_EL_PARTITIONS [100]      partitions of the topic
+  BENCH_EL_MIB [6]               produce MiB/s (1 KiB records; consumed once too)
+  BENCH_EL_BEFORE [20]           seconds of measured load before the brokers join
+  BENCH_EL_AFTER [70]            seconds after the join
+  BENCH_EL_INTERVAL_MS [2000]    the brokers' balancer.interval_ms
+  BENCH_EL_DIR [target/bench-elastic]   data dirs, PostgreSQL, logs (emptied first)
+  BENCH_EL_RESULTS [bench/results]
+"""
+
+import datetime
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(REPO, "tests", "compat", "python"))
+
+import conftest  # noqa: E402  (the harness: Cluster)
+
+PARTITIONS = int(os.environ.get("BENCH_EL_PARTITIONS", "100"))
+MIB = float(os.environ.get("BENCH_EL_MIB", "6"))
+BEFORE = int(os.environ.get("BENCH_EL_BEFORE", "20"))
+AFTER = int(os.environ.get("BENCH_EL_AFTER", "70"))
+INTERVAL_MS = os.environ.get("BENCH_EL_INTERVAL_MS", "2000")
+WORK = os.path.abspath(os.environ.get("BENCH_EL_DIR", os.path.join(REPO, "target", "bench-elastic")))
+RESULTS = os.path.abspath(os.environ.get("BENCH_EL_RESULTS", os.path.join(REPO, "bench", "results")))
+WARMUP = 10
+TOLERANCE = 0.10
+AUTOMQ = ("AutoMQ (white paper, 0 to 1 GiB/s by adding brokers): its balancer took 90 s, "
+          "scaling out 4 minutes in all.")
+
+
+def metrics(port):
+    out = {}
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            for name in ("weir_broker_bytes_in_per_sec", "weir_broker_bytes_out_per_sec"):
+                if line.startswith(name + " "):
+                    out[name] = float(line.split()[-1])
+    return out
+
+
+def leaders(cluster, topic):
+    for b in cluster.brokers:
+        try:
+            status, body = b.admin("GET", "/v1/partitions", timeout=2)
+        except OSError:
+            continue
+        if status == 200:
+            return {p["partition"]: p["leader"] for p in body if p["topic"] == topic}
+    return {}
+
+
+def within(loads):
+    for key in ("weir_broker_bytes_in_per_sec", "weir_broker_bytes_out_per_sec"):
+        xs = [l.get(key, 0.0) for l in loads]
+        mean = sum(xs) / len(xs)
+        if mean <= 0 or any(abs(x - mean) / mean > TOLERANCE for x in xs):
+            return False
+    return True
+
+
+def p99s(timeline, start, end):
+    xs = [t["figures"]["produce_latency_ms"]["p99"] for t in timeline
+          if t["figures"].get("produce_latency_ms") and start <= t["figures"]["end_s"] < end]
+    if not xs:
+        return "-"
+    return f"{statistics.median(xs):.1f} / {max(xs):.1f}"
+
+
+def main():
+    if os.path.exists(WORK):
+        shutil.rmtree(WORK)
+    os.makedirs(WORK)
+    env = {"WEIR_WAL_CAPACITY": str(1 << 30), "WEIR_BALANCER_INTERVAL_MS": INTERVAL_MS}
+    cluster = conftest.Cluster("bench-elastic", WORK, size=1, env=env)
+    cluster.launch()
+    topic = "elastic-0"
+    out = os.path.join(WORK, "perf.json")
+    duration = BEFORE + AFTER
+    cmd = [os.environ["WEIR_BIN"], "perf", "--bootstrap-servers", cluster.bootstrap,
+           "--topic-prefix", "elastic", "--partitions", str(PARTITIONS), "--producers", "1",
+           "--groups", "1", "--consumers", "1", "--record-size", "1024",
+           "--throughput-mib", str(MIB), "--warmup", f"{WARMUP}s", "--duration", f"{duration}s",
+           "--quiet", "--output", out, "--producer-config", "enable.idempotence=true",
+           "--producer-config", "linger.ms=5"]
+    print("bench: " + " ".join(cmd), flush=True)
+    perf = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    try:
+        t0 = time.monotonic()
+        time.sleep(WARMUP + BEFORE)
+        joined = time.monotonic() - t0 - WARMUP
+        cluster.add_broker()
+        cluster.add_broker()
+        samples = []
+        before = leaders(cluster, topic)
+        moves = 0
+        last = dict(before)
+        while perf.poll() is None and time.monotonic() - t0 < WARMUP + duration:
+            try:
+                loads = [metrics(b.aux_port) for b in cluster.brokers]
+            except OSError:
+                loads = None
+            now = leaders(cluster, topic)
+            moves += sum(1 for p, l in now.items() if last.get(p) not in (None, l))
+            last = now or last
+            samples.append((time.monotonic() - t0 - WARMUP, loads is not None and within(loads),
+                            loads))
+            time.sleep(0.5)
+        perf.wait(120)
+    finally:
+        if perf.poll() is None:
+            perf.kill()
+        cluster.cleanup()
+    balanced_at = None
+    for t, ok, _ in samples:
+        if ok and balanced_at is None:
+            balanced_at = t
+        elif not ok:
+            balanced_at = None
+    with open(out) as f:
+        timeline = json.load(f).get("timeline", [])
+    end = balanced_at if balanced_at is not None else BEFORE + AFTER
+    final = samples[-1][2] if samples and samples[-1][2] else []
+    counts = {}
+    for l in last.values():
+        counts[l] = counts.get(l, 0) + 1
+    rows = [
+        ("balanced after (from the join)",
+         f"{balanced_at - joined:.1f} s" if balanced_at is not None else "not balanced"),
+        ("partition moves", str(moves)),
+        ("partitions per broker at the end", json.dumps(dict(sorted(counts.items())))),
+        ("bytes in per broker at the end (B/s)",
+         ", ".join(f"{l.get('weir_broker_bytes_in_per_sec', 0):.0f}" for l in final)),
+        ("produce p99 ms before the join (median / worst second)", p99s(timeline, 0, joined)),
+        ("produce p99 ms during the rebalance", p99s(timeline, joined, end)),
+        ("produce p99 ms after", p99s(timeline, end, BEFORE + AFTER)),
+    ]
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H%M")
+    lines = [f"# Elasticity: 1 broker, then 2 more join ({stamp})", "",
+             f"{PARTITIONS} partitions, {MIB:g} MiB/s of 1 KiB records produced and consumed "
+             f"(weir perf, idempotent, acks=all, linger.ms=5), balancer.interval_ms "
+             f"{INTERVAL_MS}; brokers join {BEFORE} s into the measured load.", "",
+             "| figure | Weir |", "|---|---:|"]
+    lines += [f"| {k} | {v} |" for k, v in rows]
+    lines += ["", AUTOMQ, "", "Reproduce: `make bench-elastic` (settings: BENCH_EL_*, "
+              "bench/elastic.py)."]
+    text = "\n".join(lines) + "\n"
+    print("\n" + text)
+    os.makedirs(RESULTS, exist_ok=True)
+    path = os.path.join(RESULTS, f"elastic-{stamp}.md")
+    with open(path, "w") as f:
+        f.write(text)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,248 @@
+//! Load measurement for the balancer: each broker samples the byte counters of the partitions
+//! it leads and its process's CPU time, turns them into rates, and reports them to the metadata
+//! store every `balancer.interval`, where the controller reads every broker's last report.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use weir_meta::{BrokerLoad, PartitionLoad};
+use weir_metrics::Counter;
+
+use crate::Cluster;
+
+/// One partition led here, with its byte counters since it opened here.
+#[derive(Debug, Clone)]
+pub struct PartitionCounters {
+    pub stream_id: u64,
+    pub topic: String,
+    pub partition: u32,
+    /// Bytes produced to it (record batches appended).
+    pub bytes_in: u64,
+    /// Bytes fetched from it (record batches returned to consumers).
+    pub bytes_out: u64,
+}
+
+/// Where the broker's partitions' counters come from (the partition layer, above this crate).
+pub trait LoadSource: Send + Sync + 'static {
+    fn partitions(&self) -> Vec<PartitionCounters>;
+}
+
+/// One partition's rates, as last measured here (for the `weir_partition_*` metrics).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionRate {
+    pub topic: String,
+    pub partition: u32,
+    pub bytes_in: f64,
+    pub bytes_out: f64,
+}
+
+/// What the load reporter and the balancer count, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct BalancerMeters {
+    /// Rounds the balancer ran (on the controller).
+    pub rounds: Counter,
+    /// Moves it asked for, by goal.
+    pub moves_capacity: Counter,
+    pub moves_bytes_in: Counter,
+    pub moves_bytes_out: Counter,
+    pub moves_count: Counter,
+    /// Set by the controller: the largest deviation of a broker's bytes in (and out) from the
+    /// mean, in thousandths of the mean.
+    pub imbalance_in_permille: AtomicU64,
+    pub imbalance_out_permille: AtomicU64,
+    /// Set by the controller: the cluster's bytes in plus out per second, and that against the
+    /// configured capacity of its brokers, in thousandths (0 without a capacity): the gauge for
+    /// autoscalers.
+    pub cluster_bytes_per_sec: AtomicU64,
+    pub cluster_load_permille: AtomicU64,
+    /// This broker's last measured rates (bytes per second, CPU in thousandths of a core).
+    pub bytes_in_per_sec: AtomicU64,
+    pub bytes_out_per_sec: AtomicU64,
+    pub cpu_permille: AtomicU64,
+    /// This broker's partitions' last measured rates.
+    pub partitions: Mutex<Vec<PartitionRate>>,
+}
+
+impl BalancerMeters {
+    pub fn partition_rates(&self) -> Vec<PartitionRate> {
+        self.partitions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// CPU seconds this process has used (user and system).
+fn cpu_seconds() -> f64 {
+    let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage fills the struct it is given; it is zeroed and of the right type.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr()) };
+    if rc != 0 {
+        return 0.0;
+    }
+    // SAFETY: getrusage returned 0, so the struct is initialised.
+    let u = unsafe { u.assume_init() };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(u.ru_utime) + secs(u.ru_stime)
+}
+
+/// Rates from cumulative counters: the change over the last interval, smoothed with the rate
+/// before (half each), so one burst does not move partitions and a sustained change shows
+/// within two intervals.
+#[derive(Default)]
+pub(crate) struct Rates {
+    last: HashMap<u64, (u64, u64)>,
+    smoothed: HashMap<u64, (f64, f64)>,
+    last_cpu: f64,
+    cpu: Option<f64>,
+    at: Option<Instant>,
+}
+
+impl Rates {
+    pub(crate) fn sample(
+        &mut self,
+        parts: &[PartitionCounters],
+        cpu_seconds: f64,
+        now: Instant,
+    ) -> Vec<PartitionLoad> {
+        let elapsed = self
+            .at
+            .map(|t| now.duration_since(t).as_secs_f64())
+            .filter(|&e| e > 0.0);
+        let mut out = Vec::with_capacity(parts.len());
+        let mut last = HashMap::with_capacity(parts.len());
+        let mut smoothed = HashMap::with_capacity(parts.len());
+        for p in parts {
+            let rate = match (elapsed, self.last.get(&p.stream_id)) {
+                // Counters start over when a partition opens again here.
+                (Some(e), Some(&(i, o))) if p.bytes_in >= i && p.bytes_out >= o => {
+                    let now = ((p.bytes_in - i) as f64 / e, (p.bytes_out - o) as f64 / e);
+                    match self.smoothed.get(&p.stream_id) {
+                        Some(&(si, so)) => ((si + now.0) / 2.0, (so + now.1) / 2.0),
+                        None => now,
+                    }
+                }
+                _ => (0.0, 0.0),
+            };
+            last.insert(p.stream_id, (p.bytes_in, p.bytes_out));
+            if elapsed.is_some() {
+                smoothed.insert(p.stream_id, rate);
+            }
+            out.push(PartitionLoad {
+                stream_id: p.stream_id,
+                bytes_in: rate.0,
+                bytes_out: rate.1,
+            });
+        }
+        if let Some(e) = elapsed {
+            let now = ((cpu_seconds - self.last_cpu) / e).max(0.0);
+            self.cpu = Some(self.cpu.map_or(now, |c| (c + now) / 2.0));
+        }
+        self.last_cpu = cpu_seconds;
+        self.last = last;
+        self.smoothed = smoothed;
+        self.at = Some(now);
+        out
+    }
+
+    pub(crate) fn cpu(&self) -> f64 {
+        self.cpu.unwrap_or(0.0)
+    }
+}
+
+impl Cluster {
+    /// Starts reporting this broker's load to the store every `balancer.interval`, from the
+    /// partitions `source` names. Reports also without a balancer: they are what an operator
+    /// or an autoscaler reads.
+    pub fn start_load_reports(self: &Arc<Self>, source: Arc<dyn LoadSource>) {
+        let task = tokio::spawn(Arc::clone(self).load_loop(source));
+        self.tasks().push(task);
+    }
+
+    async fn load_loop(self: Arc<Self>, source: Arc<dyn LoadSource>) {
+        let mut stop = self.stop.subscribe();
+        let mut rates = Rates::default();
+        let interval = self
+            .config
+            .balancer
+            .interval
+            .max(Duration::from_millis(100));
+        loop {
+            let parts = source.partitions();
+            let loads = rates.sample(&parts, cpu_seconds(), Instant::now());
+            let m = &self.balancer_meters;
+            let (sum_in, sum_out) = loads
+                .iter()
+                .fold((0.0, 0.0), |(i, o), l| (i + l.bytes_in, o + l.bytes_out));
+            m.bytes_in_per_sec.store(sum_in as u64, Ordering::Relaxed);
+            m.bytes_out_per_sec.store(sum_out as u64, Ordering::Relaxed);
+            m.cpu_permille
+                .store((rates.cpu() * 1000.0) as u64, Ordering::Relaxed);
+            *m.partitions.lock().unwrap_or_else(|e| e.into_inner()) = parts
+                .iter()
+                .zip(&loads)
+                .map(|(p, l)| PartitionRate {
+                    topic: p.topic.clone(),
+                    partition: p.partition,
+                    bytes_in: l.bytes_in,
+                    bytes_out: l.bytes_out,
+                })
+                .collect();
+            let report = BrokerLoad {
+                node_id: self.node_id,
+                age_ms: 0,
+                cpu: rates.cpu(),
+                partitions: loads,
+            };
+            if let Err(e) = self.meta.report_load(self.incarnation(), report).await {
+                tracing::debug!(error = %e, "reporting the load failed; next interval");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(stream_id: u64, bytes_in: u64, bytes_out: u64) -> PartitionCounters {
+        PartitionCounters {
+            stream_id,
+            topic: "t".into(),
+            partition: stream_id as u32,
+            bytes_in,
+            bytes_out,
+        }
+    }
+
+    #[test]
+    fn rates_are_deltas_over_time_smoothed_and_restart_with_the_counters() {
+        let mut r = Rates::default();
+        let t0 = Instant::now();
+        let s = r.sample(&[part(1, 0, 0)], 0.0, t0);
+        assert_eq!(s[0].bytes_in, 0.0, "no rate from one sample");
+        let s = r.sample(&[part(1, 1000, 4000)], 0.5, t0 + Duration::from_secs(1));
+        assert_eq!((s[0].bytes_in, s[0].bytes_out), (1000.0, 4000.0));
+        assert!((r.cpu() - 0.5).abs() < 1e-9);
+        // Half the last rate and half the new one.
+        let s = r.sample(&[part(1, 4000, 4000)], 0.5, t0 + Duration::from_secs(2));
+        assert_eq!((s[0].bytes_in, s[0].bytes_out), (2000.0, 2000.0));
+        // The partition opened again here: its counters start over, no negative rate.
+        let s = r.sample(&[part(1, 10, 10)], 0.5, t0 + Duration::from_secs(3));
+        assert_eq!((s[0].bytes_in, s[0].bytes_out), (0.0, 0.0));
+        // A partition that arrives has no rate until its second sample.
+        let s = r.sample(
+            &[part(1, 10, 10), part(2, 500, 0)],
+            0.5,
+            t0 + Duration::from_secs(4),
+        );
+        assert_eq!(s[1].bytes_in, 0.0);
+        assert!(cpu_seconds() > 0.0);
+    }
+}

@@ -1,0 +1,96 @@
+//! `weir drain`: moves every partition off a broker through any broker's admin API, waits until
+//! it leads none, then tells the operator it can be stopped. The broker is marked as draining
+//! meanwhile, so neither placement nor the balancer gives it partitions back (until it
+//! registers again, e.g. after a restart).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+#[derive(clap::Args)]
+pub struct DrainArgs {
+    /// The broker to drain (its node id).
+    broker: i32,
+    /// Admin address (host:port) of any broker of the cluster.
+    #[arg(long, default_value = "127.0.0.1:9644")]
+    admin: String,
+    /// How long to wait for its partitions to move.
+    #[arg(long, default_value_t = 120)]
+    timeout_secs: u64,
+}
+
+/// One HTTP/1.1 request to the admin API; returns the status and the body.
+fn call(admin: &str, method: &str, path: &str) -> anyhow::Result<(u16, String)> {
+    let mut s = TcpStream::connect(admin).with_context(|| format!("connecting to {admin}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {admin}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw)?;
+    let Some((head, body)) = raw.split_once("\r\n\r\n") else {
+        bail!("no HTTP answer from {admin}")
+    };
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .context("no HTTP status")?;
+    Ok((status, body.to_string()))
+}
+
+/// Partitions still led by, or moving to, `broker`.
+fn left_on(admin: &str, broker: i32) -> anyhow::Result<usize> {
+    let (status, body) = call(admin, "GET", "/v1/partitions")?;
+    if status != 200 {
+        bail!("GET /v1/partitions answered {status}: {body}");
+    }
+    let parts: Vec<serde_json::Value> =
+        serde_json::from_str(&body).context("reading /v1/partitions")?;
+    Ok(parts
+        .iter()
+        .filter(|p| {
+            p["leader"].as_i64() == Some(i64::from(broker))
+                || p["target"].as_i64() == Some(i64::from(broker))
+        })
+        .count())
+}
+
+pub fn run(args: DrainArgs) -> anyhow::Result<()> {
+    let (status, body) = call(
+        &args.admin,
+        "POST",
+        &format!("/v1/brokers/{}/drain", args.broker),
+    )?;
+    if status != 200 {
+        bail!(
+            "draining broker {} was refused ({status}): {body}",
+            args.broker
+        );
+    }
+    println!("draining broker {}: {body}", args.broker);
+    let started = Instant::now();
+    let deadline = Duration::from_secs(args.timeout_secs);
+    loop {
+        let left = left_on(&args.admin, args.broker)?;
+        if left == 0 {
+            println!(
+                "broker {} leads no partition after {:.1} s: it can be stopped",
+                args.broker,
+                started.elapsed().as_secs_f64()
+            );
+            return Ok(());
+        }
+        if started.elapsed() > deadline {
+            bail!(
+                "broker {} still leads {left} partition(s) after {} s",
+                args.broker,
+                args.timeout_secs
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
