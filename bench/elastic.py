@@ -16,6 +16,7 @@ balancer itself measures) and the partitions' leaders. It prints:
 - moves: partition moves from the join to the end (leader changes seen);
 - produce latency p99 before the join, during the rebalance (join to balanced) and after, from
   `weir perf`'s per-second timeline (the median and the worst of the per-second p99s);
+- the drain of one broker under load (`weir drain`, 20 s before the end), timed;
 
 beside AutoMQ's published figures (its balancer took 90 s, scaling out 4 minutes in all). No
 assertions: it prints figures, and writes bench/results/elastic-YYYY-MM-DD-HHMM.md.
@@ -25,7 +26,8 @@ Environment (defaults in brackets):
   BENCH_EL_PARTITIONS [100]      partitions of the topic
   BENCH_EL_MIB [6]               produce MiB/s (1 KiB records; consumed once too)
   BENCH_EL_BEFORE [20]           seconds of measured load before the brokers join
-  BENCH_EL_AFTER [70]            seconds after the join
+  BENCH_EL_AFTER [70]            seconds after the join; 20 s before the end the last broker that
+                                 joined is drained under load (`weir drain`), and timed
   BENCH_EL_INTERVAL_MS [2000]    the brokers' balancer.interval_ms
   BENCH_EL_DIR [target/bench-elastic]   data dirs, PostgreSQL, logs (emptied first)
   BENCH_EL_RESULTS [bench/results]
@@ -126,7 +128,16 @@ def main():
         before = leaders(cluster, topic)
         moves = 0
         last = dict(before)
+        drained = None
+        drain_at = joined + AFTER - 20
         while perf.poll() is None and time.monotonic() - t0 < WARMUP + duration:
+            if drained is None and time.monotonic() - t0 - WARMUP >= drain_at:
+                # Scale in under load: drain the last broker that joined.
+                d0 = time.monotonic()
+                r = subprocess.run([os.environ["WEIR_BIN"], "drain", "3", "--admin",
+                                    f"127.0.0.1:{cluster.brokers[0].aux_port}"],
+                                   capture_output=True, text=True, timeout=120)
+                drained = (time.monotonic() - d0, r.returncode, r.stdout.strip()[-200:])
             try:
                 loads = [metrics(b.aux_port) for b in cluster.brokers]
             except OSError:
@@ -142,15 +153,18 @@ def main():
         if perf.poll() is None:
             perf.kill()
         cluster.cleanup()
+    with open(out) as f:
+        timeline = json.load(f).get("timeline", [])
+    # Balanced for good before the drain (the drain unbalances it on purpose).
     balanced_at = None
     for t, ok, _ in samples:
+        if t >= drain_at:
+            break
         if ok and balanced_at is None:
             balanced_at = t
         elif not ok:
             balanced_at = None
-    with open(out) as f:
-        timeline = json.load(f).get("timeline", [])
-    end = balanced_at if balanced_at is not None else BEFORE + AFTER
+    end = balanced_at if balanced_at is not None else drain_at
     final = samples[-1][2] if samples and samples[-1][2] else []
     counts = {}
     for l in last.values():
@@ -164,7 +178,10 @@ def main():
          ", ".join(f"{l.get('weir_broker_bytes_in_per_sec', 0):.0f}" for l in final)),
         ("produce p99 ms before the join (median / worst second)", p99s(timeline, 0, joined)),
         ("produce p99 ms during the rebalance", p99s(timeline, joined, end)),
-        ("produce p99 ms after", p99s(timeline, end, BEFORE + AFTER)),
+        ("produce p99 ms after, until the drain", p99s(timeline, end, drain_at)),
+        ("drain of broker 3 under load (weir drain)",
+         f"{drained[0]:.1f} s (exit {drained[1]})" if drained else "not run"),
+        ("produce p99 ms during and after the drain", p99s(timeline, drain_at, BEFORE + AFTER)),
     ]
     stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H%M")
     lines = [f"# Elasticity: 1 broker, then 2 more join ({stamp})", "",

@@ -573,6 +573,7 @@ mod tests {
                         stream_id: i as u64 + 1,
                         bytes_in: bytes[i],
                         bytes_out: bytes[i],
+                        requests: 0.0,
                     })
                     .collect(),
             })

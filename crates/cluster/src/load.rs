@@ -22,6 +22,8 @@ pub struct PartitionCounters {
     pub bytes_in: u64,
     /// Bytes fetched from it (record batches returned to consumers).
     pub bytes_out: u64,
+    /// Produce and fetch requests served for it.
+    pub requests: u64,
 }
 
 /// Where the broker's partitions' counters come from (the partition layer, above this crate).
@@ -36,6 +38,7 @@ pub struct PartitionRate {
     pub partition: u32,
     pub bytes_in: f64,
     pub bytes_out: f64,
+    pub requests: f64,
 }
 
 /// What the load reporter and the balancer count, for `/metrics`.
@@ -60,6 +63,7 @@ pub struct BalancerMeters {
     /// This broker's last measured rates (bytes per second, CPU in thousandths of a core).
     pub bytes_in_per_sec: AtomicU64,
     pub bytes_out_per_sec: AtomicU64,
+    pub requests_per_sec: AtomicU64,
     pub cpu_permille: AtomicU64,
     /// This broker's partitions' last measured rates.
     pub partitions: Mutex<Vec<PartitionRate>>,
@@ -93,8 +97,8 @@ fn cpu_seconds() -> f64 {
 /// within two intervals.
 #[derive(Default)]
 pub(crate) struct Rates {
-    last: HashMap<u64, (u64, u64)>,
-    smoothed: HashMap<u64, (f64, f64)>,
+    last: HashMap<u64, (u64, u64, u64)>,
+    smoothed: HashMap<u64, (f64, f64, f64)>,
     last_cpu: f64,
     cpu: Option<f64>,
     at: Option<Instant>,
@@ -117,16 +121,24 @@ impl Rates {
         for p in parts {
             let rate = match (elapsed, self.last.get(&p.stream_id)) {
                 // Counters start over when a partition opens again here.
-                (Some(e), Some(&(i, o))) if p.bytes_in >= i && p.bytes_out >= o => {
-                    let now = ((p.bytes_in - i) as f64 / e, (p.bytes_out - o) as f64 / e);
+                (Some(e), Some(&(i, o, r)))
+                    if p.bytes_in >= i && p.bytes_out >= o && p.requests >= r =>
+                {
+                    let now = (
+                        (p.bytes_in - i) as f64 / e,
+                        (p.bytes_out - o) as f64 / e,
+                        (p.requests - r) as f64 / e,
+                    );
                     match self.smoothed.get(&p.stream_id) {
-                        Some(&(si, so)) => ((si + now.0) / 2.0, (so + now.1) / 2.0),
+                        Some(&(si, so, sr)) => {
+                            ((si + now.0) / 2.0, (so + now.1) / 2.0, (sr + now.2) / 2.0)
+                        }
                         None => now,
                     }
                 }
-                _ => (0.0, 0.0),
+                _ => (0.0, 0.0, 0.0),
             };
-            last.insert(p.stream_id, (p.bytes_in, p.bytes_out));
+            last.insert(p.stream_id, (p.bytes_in, p.bytes_out, p.requests));
             if elapsed.is_some() {
                 smoothed.insert(p.stream_id, rate);
             }
@@ -134,6 +146,7 @@ impl Rates {
                 stream_id: p.stream_id,
                 bytes_in: rate.0,
                 bytes_out: rate.1,
+                requests: rate.2,
             });
         }
         if let Some(e) = elapsed {
@@ -173,11 +186,12 @@ impl Cluster {
             let parts = source.partitions();
             let loads = rates.sample(&parts, cpu_seconds(), Instant::now());
             let m = &self.balancer_meters;
-            let (sum_in, sum_out) = loads
-                .iter()
-                .fold((0.0, 0.0), |(i, o), l| (i + l.bytes_in, o + l.bytes_out));
+            let (sum_in, sum_out, sum_req) = loads.iter().fold((0.0, 0.0, 0.0), |(i, o, r), l| {
+                (i + l.bytes_in, o + l.bytes_out, r + l.requests)
+            });
             m.bytes_in_per_sec.store(sum_in as u64, Ordering::Relaxed);
             m.bytes_out_per_sec.store(sum_out as u64, Ordering::Relaxed);
+            m.requests_per_sec.store(sum_req as u64, Ordering::Relaxed);
             m.cpu_permille
                 .store((rates.cpu() * 1000.0) as u64, Ordering::Relaxed);
             *m.partitions.lock().unwrap_or_else(|e| e.into_inner()) = parts
@@ -188,6 +202,7 @@ impl Cluster {
                     partition: p.partition,
                     bytes_in: l.bytes_in,
                     bytes_out: l.bytes_out,
+                    requests: l.requests,
                 })
                 .collect();
             let report = BrokerLoad {
@@ -218,6 +233,7 @@ mod tests {
             partition: stream_id as u32,
             bytes_in,
             bytes_out,
+            requests: bytes_in / 100,
         }
     }
 
@@ -229,6 +245,7 @@ mod tests {
         assert_eq!(s[0].bytes_in, 0.0, "no rate from one sample");
         let s = r.sample(&[part(1, 1000, 4000)], 0.5, t0 + Duration::from_secs(1));
         assert_eq!((s[0].bytes_in, s[0].bytes_out), (1000.0, 4000.0));
+        assert_eq!(s[0].requests, 10.0);
         assert!((r.cpu() - 0.5).abs() < 1e-9);
         // Half the last rate and half the new one.
         let s = r.sample(&[part(1, 4000, 4000)], 0.5, t0 + Duration::from_secs(2));

@@ -457,12 +457,13 @@ impl BrokerInfo {
 }
 
 /// One partition's measured load, as its leader reports it: bytes per second produced to it
-/// (in) and fetched from it (out).
+/// (in) and fetched from it (out), and produce and fetch requests per second.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PartitionLoad {
     pub stream_id: u64,
     pub bytes_in: f64,
     pub bytes_out: f64,
+    pub requests: f64,
 }
 
 /// A broker's last load report (`Coordination::report_load`).
@@ -477,7 +478,7 @@ pub struct BrokerLoad {
 }
 
 impl BrokerLoad {
-    /// The partitions' loads as one text column: `stream:in:out` joined by `;`.
+    /// The partitions' loads as one text column: `stream:in:out:requests` joined by `;`.
     pub fn encode_partitions(&self) -> String {
         let mut s = String::new();
         for (i, p) in self.partitions.iter().enumerate() {
@@ -485,8 +486,8 @@ impl BrokerLoad {
                 s.push(';');
             }
             s.push_str(&format!(
-                "{}:{:.0}:{:.0}",
-                p.stream_id, p.bytes_in, p.bytes_out
+                "{}:{:.0}:{:.0}:{:.1}",
+                p.stream_id, p.bytes_in, p.bytes_out, p.requests
             ));
         }
         s
@@ -501,6 +502,7 @@ impl BrokerLoad {
                     stream_id: f.next()?.parse().ok()?,
                     bytes_in: f.next()?.parse().ok()?,
                     bytes_out: f.next()?.parse().ok()?,
+                    requests: f.next().and_then(|r| r.parse().ok()).unwrap_or(0.0),
                 })
             })
             .collect()

@@ -116,6 +116,8 @@ pub struct Partition {
     /// of its load.
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
+    /// Produce and fetch requests served for it here since it opened.
+    requests: AtomicU64,
 }
 
 fn now_ms() -> i64 {
@@ -185,14 +187,17 @@ impl Partition {
             max_message_bytes: AtomicUsize::new(max_message_bytes),
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
         }))
     }
 
-    /// (bytes appended, bytes fetched) here since the partition opened.
-    pub fn byte_counters(&self) -> (u64, u64) {
+    /// (bytes appended, bytes fetched, produce and fetch requests) here since the partition
+    /// opened.
+    pub fn load_counters(&self) -> (u64, u64, u64) {
         (
             self.bytes_in.load(Ordering::Relaxed),
             self.bytes_out.load(Ordering::Relaxed),
+            self.requests.load(Ordering::Relaxed),
         )
     }
 
@@ -284,6 +289,7 @@ impl Partition {
             Ok(Some(pending)) => {
                 self.bytes_in
                     .fetch_add(records.len() as u64, Ordering::Relaxed);
+                self.requests.fetch_add(1, Ordering::Relaxed);
                 TicketKind::Appended(pending)
             }
             Ok(None) => verdict?.ok_or(ResponseError::UnknownServerError)?,
@@ -311,6 +317,7 @@ impl Partition {
         let records = concat(&r.batches);
         self.bytes_out
             .fetch_add(records.len() as u64, Ordering::Relaxed);
+        self.requests.fetch_add(1, Ordering::Relaxed);
         Ok(FetchData {
             records,
             high_watermark: r.high_watermark as i64,

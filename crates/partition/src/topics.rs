@@ -910,13 +910,14 @@ impl weir_cluster::load::LoadSource for Topics {
         self.local_partitions()
             .into_iter()
             .map(|p| {
-                let (bytes_in, bytes_out) = p.byte_counters();
+                let (bytes_in, bytes_out, requests) = p.load_counters();
                 weir_cluster::load::PartitionCounters {
                     stream_id: p.stream_id,
                     topic: p.topic.clone(),
                     partition: u32::try_from(p.index).unwrap_or(0),
                     bytes_in,
                     bytes_out,
+                    requests,
                 }
             })
             .collect()

@@ -629,6 +629,12 @@ fn render_balancer(o: &mut String, m: &weir_cluster::load::BalancerMeters) {
         "This broker's fetch bytes per second, as last reported to the balancer.",
         m.bytes_out_per_sec.load(Relaxed),
     );
+    gauge(
+        o,
+        "broker_requests_per_sec",
+        "This broker's produce and fetch requests per second (per partition served), as last reported to the balancer.",
+        m.requests_per_sec.load(Relaxed),
+    );
     let _ = writeln!(
         o,
         "# HELP weir_broker_cpu This broker's CPU seconds per second, as last reported.\n# TYPE weir_broker_cpu gauge\nweir_broker_cpu {}",
@@ -639,7 +645,7 @@ fn render_balancer(o: &mut String, m: &weir_cluster::load::BalancerMeters) {
         o,
         "# HELP weir_partition_bytes_per_sec Bytes per second of each partition led here, by direction, as last reported.\n# TYPE weir_partition_bytes_per_sec gauge"
     );
-    for r in rates {
+    for r in &rates {
         for (dir, v) in [("in", r.bytes_in), ("out", r.bytes_out)] {
             let _ = writeln!(
                 o,
@@ -647,6 +653,17 @@ fn render_balancer(o: &mut String, m: &weir_cluster::load::BalancerMeters) {
                 r.topic, r.partition
             );
         }
+    }
+    let _ = writeln!(
+        o,
+        "# HELP weir_partition_requests_per_sec Produce and fetch requests per second of each partition led here, as last reported.\n# TYPE weir_partition_requests_per_sec gauge"
+    );
+    for r in &rates {
+        let _ = writeln!(
+            o,
+            "weir_partition_requests_per_sec{{topic=\"{}\",partition=\"{}\"}} {:.1}",
+            r.topic, r.partition, r.requests
+        );
     }
 }
 

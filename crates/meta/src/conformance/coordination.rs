@@ -42,6 +42,7 @@ pub async fn load_reports(m: &dyn Coordination) {
         stream_id,
         bytes_in,
         bytes_out,
+        requests: 12.5,
     };
     m.report_load(1, load(1, vec![p(1, 1000.0, 2000.0), p(4, 0.0, 7.0)]))
         .await
