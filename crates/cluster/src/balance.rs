@@ -10,8 +10,11 @@
 //!    of the brokers that take partitions.
 //! 3. **Counts**: while the bytes are balanced (or too few to matter), partition counts differ
 //!    by at most one, so that a broker that joins an idle cluster gets its share too.
+//! 4. **Zones**: then each topic's partitions spread over the zones (their leaders' zones
+//!    differ by at most one partition), so that losing a zone loses no topic's majority of
+//!    leaders, by moves that keep the goals above met.
 //!
-//! Zones are a tie-break: of two equally good targets, the one whose zone holds fewer of the
+//! Of two equally good targets the balancer also takes the one whose zone holds fewer of the
 //! topic's partitions.
 //!
 //! Hysteresis, so that it does not oscillate: a goal acts only outside its tolerance band, a move
@@ -73,6 +76,7 @@ pub enum Goal {
     BytesIn,
     BytesOut,
     Count,
+    Zones,
 }
 
 impl Goal {
@@ -82,6 +86,7 @@ impl Goal {
             Goal::BytesIn => "bytes_in",
             Goal::BytesOut => "bytes_out",
             Goal::Count => "count",
+            Goal::Zones => "zones",
         }
     }
 }
@@ -296,17 +301,24 @@ pub fn plan(
     let movable = |p: &Part| !cooling.contains(&p.stream_id);
     let mut out = Vec::new();
     while out.len() < config.max_moves {
-        let Some(d) = capacity_move(&s, config, &movable)
+        let ds = match capacity_move(&s, config, &movable)
             .or_else(|| bytes_move(&s, config, &movable))
             .or_else(|| count_move(&s, config, &movable))
-        else {
-            break;
+        {
+            Some(d) => vec![d],
+            None => zone_move(&s, config, &movable),
         };
-        if let Some(p) = s.parts.iter_mut().find(|p| p.stream_id == d.stream_id) {
-            debug_assert_eq!(p.on, d.from, "a move starts where the partition is");
-            p.on = d.to;
+        // A swap is two moves: both or neither.
+        if ds.is_empty() || out.len() + ds.len() > config.max_moves {
+            break;
         }
-        out.push(d);
+        for d in ds {
+            if let Some(p) = s.parts.iter_mut().find(|p| p.stream_id == d.stream_id) {
+                debug_assert_eq!(p.on, d.from, "a move starts where the partition is");
+                p.on = d.to;
+            }
+            out.push(d);
+        }
     }
     out
 }
@@ -525,6 +537,124 @@ fn count_move(
     ))
 }
 
+fn zone_move(s: &State, config: &BalancerConfig, movable: &dyn Fn(&Part) -> bool) -> Vec<Decision> {
+    let mut zones: Vec<&str> = s.brokers.iter().map(|&(_, z)| z).collect();
+    zones.sort_unstable();
+    zones.dedup();
+    if zones.len() < 2 {
+        return Vec::new();
+    }
+    let mean = s.mean();
+    let acceptable = |goal: Goal, load: f64| {
+        let m = mean.get(goal);
+        load <= m * (1.0 + config.tolerance) || load - m < config.min_bytes_per_sec
+    };
+    let zone = |p: &Part| s.zone_of.get(&p.on).copied().unwrap_or("");
+    let in_zone = |topic: &str, z: &str| {
+        s.parts
+            .iter()
+            .filter(|p| p.topic == topic && zone(p) == z)
+            .count()
+    };
+    let fits = |p: &Part, to: i32, gives: Option<&Part>| {
+        let load = s.load(to);
+        [Goal::BytesIn, Goal::BytesOut].into_iter().all(|g| {
+            let back = gives.map_or(0.0, |q| q.bytes.get(g));
+            acceptable(g, load.get(g) + p.bytes.get(g) - back)
+        })
+    };
+    let mut topics: Vec<&str> = s.parts.iter().map(|p| p.topic).collect();
+    topics.sort_unstable();
+    topics.dedup();
+    for topic in topics {
+        let Some((most, n_most)) = zones
+            .iter()
+            .map(|&z| (z, in_zone(topic, z)))
+            .max_by_key(|&(z, n)| (n, std::cmp::Reverse(z)))
+        else {
+            continue;
+        };
+        let Some((least, n_least)) = zones
+            .iter()
+            .map(|&z| (z, in_zone(topic, z)))
+            .min_by_key(|&(z, n)| (n, z))
+        else {
+            continue;
+        };
+        if n_most <= n_least + 1 {
+            continue;
+        }
+        let reason =
+            format!("{topic} has {n_most} partitions in zone {most}, {n_least} in {least}");
+        let mut from: Vec<&Part> = s
+            .parts
+            .iter()
+            .filter(|p| p.topic == topic && zone(p) == most && movable(p))
+            .collect();
+        from.sort_by(|a, b| {
+            a.bytes
+                .get(Goal::Capacity)
+                .total_cmp(&b.bytes.get(Goal::Capacity))
+        });
+        let mut to: Vec<i32> = s
+            .brokers
+            .iter()
+            .filter(|&&(_, z)| z == least)
+            .map(|&(id, _)| id)
+            .collect();
+        to.sort_by_key(|&id| (s.count(id), id));
+        // Partition counts after moving one from `a` to `b`: still within one of each other?
+        let counts_even_after = |a: i32, b: i32| {
+            let after: Vec<usize> = s
+                .brokers
+                .iter()
+                .map(|&(id, _)| {
+                    let n = s.count(id);
+                    if id == a {
+                        n.saturating_sub(1)
+                    } else if id == b {
+                        n + 1
+                    } else {
+                        n
+                    }
+                })
+                .collect();
+            after.iter().max().unwrap_or(&0) - after.iter().min().unwrap_or(&0) <= 1
+        };
+        for p in &from {
+            for &t in &to {
+                // A plain move, if partition counts stay within one of each other.
+                if counts_even_after(p.on, t) && fits(p, t, None) {
+                    return vec![decision(p, t, Goal::Zones, reason)];
+                }
+                // Else a swap: a partition of another topic comes back from `t` to `p`'s
+                // broker, if that does not leave its own topic's zones further apart than one.
+                for q in s
+                    .parts
+                    .iter()
+                    .filter(|q| q.on == t && q.topic != topic && movable(q))
+                {
+                    let (q_most, q_least) =
+                        (in_zone(q.topic, least) - 1, in_zone(q.topic, most) + 1);
+                    if q_least > q_most + 1 || !fits(p, t, Some(q)) || !fits(q, p.on, Some(p)) {
+                        continue;
+                    }
+                    return vec![
+                        decision(p, t, Goal::Zones, reason.clone()),
+                        decision(
+                            q,
+                            p.on,
+                            Goal::Zones,
+                            format!("swapped with {}-{}", p.topic, p.partition),
+                        ),
+                    ];
+                }
+            }
+        }
+    }
+    Vec::new()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -736,6 +866,82 @@ mod tests {
         let some: HashSet<u64> = (1..=3).collect();
         let d = plan(&view, &loads, &some, &BalancerConfig::default());
         assert!(!d.is_empty() && d.iter().all(|m| m.stream_id > 3), "{d:?}");
+    }
+
+    #[test]
+    fn a_topic_spreads_over_zones_once_the_other_goals_are_met() {
+        // Four brokers in two zones; topic t's six partitions all lead in zone a (brokers 1
+        // and 2), idle; counts are even with topic u's partitions in zone b.
+        let mut brokers: Vec<_> = (1..=4)
+            .map(|i| {
+                broker(
+                    i,
+                    if i <= 2 { "a" } else { "b" },
+                    BrokerState::Running,
+                    true,
+                )
+            })
+            .collect();
+        brokers.sort_by_key(|b| b.node_id);
+        let mut assignments: Vec<Assignment> =
+            (0..6).map(|i| assignment(i, 1 + (i as i32 % 2))).collect();
+        for i in 0..6u32 {
+            assignments.push(Assignment {
+                topic: "u".into(),
+                partition: i,
+                stream_id: 100 + u64::from(i),
+                leader: Some(3 + (i as i32 % 2)),
+                target: None,
+                epoch: 1,
+            });
+        }
+        let mut on: HashMap<u64, i32> = assignments
+            .iter()
+            .map(|a| (a.stream_id, a.leader.unwrap()))
+            .collect();
+        for round in 0..20 {
+            let view = ClusterView::new(
+                brokers.clone(),
+                None,
+                assignments
+                    .iter()
+                    .map(|a| Assignment {
+                        leader: Some(on[&a.stream_id]),
+                        ..a.clone()
+                    })
+                    .collect(),
+            );
+            let loads: Vec<BrokerLoad> = (1..=4)
+                .map(|b| BrokerLoad {
+                    node_id: b,
+                    age_ms: 0,
+                    cpu: 0.0,
+                    partitions: Vec::new(),
+                })
+                .collect();
+            let d = plan(&view, &loads, &HashSet::new(), &BalancerConfig::default());
+            if d.is_empty() {
+                let zone = |id: i32| if id <= 2 { "a" } else { "b" };
+                for t in ["t", "u"] {
+                    let in_a = assignments
+                        .iter()
+                        .filter(|a| a.topic == t && zone(on[&a.stream_id]) == "a")
+                        .count();
+                    assert_eq!(in_a, 3, "topic {t} after {round} rounds: {on:?}");
+                }
+                let mut counts = HashMap::new();
+                for b in on.values() {
+                    *counts.entry(*b).or_insert(0) += 1;
+                }
+                assert!(counts.values().all(|&n| n == 3), "{counts:?}");
+                return;
+            }
+            assert!(d.iter().all(|m| m.goal == Goal::Zones), "{d:?}");
+            for m in d {
+                on.insert(m.stream_id, m.to);
+            }
+        }
+        panic!("zones never settled: {on:?}");
     }
 
     #[test]

@@ -167,6 +167,7 @@ impl Cluster {
                 Goal::BytesIn => m.moves_bytes_in.inc(),
                 Goal::BytesOut => m.moves_bytes_out.inc(),
                 Goal::Count => m.moves_count.inc(),
+                Goal::Zones => m.moves_zones.inc(),
             }
         }
         Ok(())

@@ -51,6 +51,7 @@ pub struct BalancerMeters {
     pub moves_bytes_in: Counter,
     pub moves_bytes_out: Counter,
     pub moves_count: Counter,
+    pub moves_zones: Counter,
     /// Set by the controller: the largest deviation of a broker's bytes in (and out) from the
     /// mean, in thousandths of the mean.
     pub imbalance_in_permille: AtomicU64,

@@ -585,6 +585,7 @@ fn render_balancer(o: &mut String, m: &weir_cluster::load::BalancerMeters) {
         ("bytes_in", &m.moves_bytes_in),
         ("bytes_out", &m.moves_bytes_out),
         ("count", &m.moves_count),
+        ("zones", &m.moves_zones),
     ] {
         let _ = writeln!(
             o,
