@@ -58,9 +58,9 @@ impl Default for BalancerConfig {
     fn default() -> Self {
         BalancerConfig {
             enabled: true,
-            interval: Duration::from_secs(5),
+            interval: Duration::from_secs(2),
             tolerance: 0.1,
-            max_moves: 8,
+            max_moves: 16,
             cooldown: Duration::from_secs(30),
             capacity_bytes_per_sec: 0.0,
             min_bytes_per_sec: 256.0 * 1024.0,
@@ -197,8 +197,14 @@ impl State<'_> {
     }
 }
 
-/// The brokers' measured loads, by partition stream id (from the partition's current leader's
-/// report) and the brokers with a fresh report.
+/// The node id of a pseudo-report carrying partition loads remembered from earlier rounds, for
+/// partitions that no broker reports now: a partition that just moved has no rate at its new
+/// leader until its second sample, and counting it as idle would pile more onto that broker.
+/// Real reports take precedence over it.
+pub const REMEMBERED: i32 = i32::MIN;
+
+/// The brokers' measured loads, by partition stream id (from the report of the partition's
+/// current leader, else remembered) and the brokers with a fresh report.
 fn measured(
     loads: &[BrokerLoad],
     stale_after: Duration,
@@ -206,7 +212,12 @@ fn measured(
     let stale = i64::try_from(stale_after.as_millis()).unwrap_or(i64::MAX);
     let mut parts = HashMap::new();
     let mut fresh = Vec::new();
-    for l in loads {
+    for l in loads.iter().filter(|l| l.node_id == REMEMBERED) {
+        for p in &l.partitions {
+            parts.insert(p.stream_id, *p);
+        }
+    }
+    for l in loads.iter().filter(|l| l.node_id != REMEMBERED) {
         if l.age_ms > stale {
             continue;
         }
@@ -942,6 +953,38 @@ mod tests {
             }
         }
         panic!("zones never settled: {on:?}");
+    }
+
+    #[test]
+    fn a_partition_its_new_leader_has_not_measured_yet_keeps_its_remembered_load() {
+        // Broker 2 just took partitions 0-3 and reports no rate for them yet: without memory
+        // they look idle and broker 2 would be given more.
+        let on = vec![2, 2, 2, 2, 1, 1, 1, 1];
+        let bytes = vec![MIB; 8];
+        let (view, mut loads) = cluster(2, &on, &bytes);
+        loads[1].partitions.clear();
+        let config = BalancerConfig::default();
+        assert!(
+            !plan(&view, &loads, &HashSet::new(), &config).is_empty(),
+            "looks idle"
+        );
+        loads.insert(
+            0,
+            BrokerLoad {
+                node_id: REMEMBERED,
+                age_ms: 0,
+                cpu: 0.0,
+                partitions: (1..=8)
+                    .map(|s| PartitionLoad {
+                        stream_id: s,
+                        bytes_in: MIB,
+                        bytes_out: MIB,
+                        requests: 0.0,
+                    })
+                    .collect(),
+            },
+        );
+        assert!(plan(&view, &loads, &HashSet::new(), &config).is_empty());
     }
 
     #[test]

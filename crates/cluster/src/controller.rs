@@ -127,7 +127,30 @@ impl Cluster {
             b.moved.retain(|_, t| t.elapsed() < config.cooldown);
             b.moved.keys().copied().collect()
         };
-        let loads = self.meta.loads().await?;
+        let mut loads = self.meta.loads().await?;
+        // Partition loads remembered from earlier rounds, for partitions no report has a rate
+        // for now (they just moved); forgotten after the stale bound.
+        {
+            let mut b = self.balancing.lock().unwrap_or_else(|e| e.into_inner());
+            let stale = i64::try_from(config.stale_after.as_millis()).unwrap_or(i64::MAX);
+            for l in loads.iter().filter(|l| l.age_ms <= stale) {
+                for p in &l.partitions {
+                    b.known.insert(p.stream_id, (*p, Instant::now()));
+                }
+            }
+            b.known
+                .retain(|_, (_, at)| at.elapsed() < config.stale_after);
+            let remembered = b.known.values().map(|(p, _)| *p).collect();
+            loads.insert(
+                0,
+                weir_meta::BrokerLoad {
+                    node_id: balance::REMEMBERED,
+                    age_ms: 0,
+                    cpu: 0.0,
+                    partitions: remembered,
+                },
+            );
+        }
         let m = &self.balancer_meters;
         m.rounds.inc();
         let before = balance::imbalance(view, &loads, config);
@@ -181,4 +204,6 @@ impl Cluster {
 pub(crate) struct Balancing {
     last: Option<Instant>,
     moved: HashMap<u64, Instant>,
+    /// The last rate measured for each partition, and when.
+    known: HashMap<u64, (weir_meta::PartitionLoad, Instant)>,
 }

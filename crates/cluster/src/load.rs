@@ -93,9 +93,11 @@ fn cpu_seconds() -> f64 {
     secs(u.ru_utime) + secs(u.ru_stime)
 }
 
-/// Rates from cumulative counters: the change over the last interval, smoothed with the rate
-/// before (half each), so one burst does not move partitions and a sustained change shows
-/// within two intervals.
+/// Rates from cumulative counters: the change over the last interval, smoothed with the rates
+/// before (a quarter for the new interval: about four intervals' memory), so that neither one
+/// burst nor the noise of librdkafka's sticky partitioner (a partition per batch) moves
+/// partitions, while a sustained change shows within a few intervals. A partition's first
+/// sample here has no rate and is left out of the report (see [`Rates::sample`]).
 #[derive(Default)]
 pub(crate) struct Rates {
     last: HashMap<u64, (u64, u64, u64)>,
@@ -105,7 +107,13 @@ pub(crate) struct Rates {
     at: Option<Instant>,
 }
 
+/// The weight of the newest interval in a smoothed rate.
+const NEW_WEIGHT: f64 = 0.25;
+
 impl Rates {
+    /// The partitions' rates now. A partition without one yet (it just opened here: one sample)
+    /// is left out, so that the controller keeps the rate its previous leader measured rather
+    /// than seeing an idle partition and piling more onto this broker.
     pub(crate) fn sample(
         &mut self,
         parts: &[PartitionCounters],
@@ -130,19 +138,20 @@ impl Rates {
                         (p.bytes_out - o) as f64 / e,
                         (p.requests - r) as f64 / e,
                     );
+                    let mix = |old: f64, new: f64| old + NEW_WEIGHT * (new - old);
                     match self.smoothed.get(&p.stream_id) {
-                        Some(&(si, so, sr)) => {
-                            ((si + now.0) / 2.0, (so + now.1) / 2.0, (sr + now.2) / 2.0)
-                        }
+                        Some(&(si, so, sr)) => (mix(si, now.0), mix(so, now.1), mix(sr, now.2)),
                         None => now,
                     }
                 }
-                _ => (0.0, 0.0, 0.0),
+                // No rate yet (one sample, or the counters started over).
+                _ => {
+                    last.insert(p.stream_id, (p.bytes_in, p.bytes_out, p.requests));
+                    continue;
+                }
             };
             last.insert(p.stream_id, (p.bytes_in, p.bytes_out, p.requests));
-            if elapsed.is_some() {
-                smoothed.insert(p.stream_id, rate);
-            }
+            smoothed.insert(p.stream_id, rate);
             out.push(PartitionLoad {
                 stream_id: p.stream_id,
                 bytes_in: rate.0,
@@ -152,7 +161,7 @@ impl Rates {
         }
         if let Some(e) = elapsed {
             let now = ((cpu_seconds - self.last_cpu) / e).max(0.0);
-            self.cpu = Some(self.cpu.map_or(now, |c| (c + now) / 2.0));
+            self.cpu = Some(self.cpu.map_or(now, |c| c + NEW_WEIGHT * (now - c)));
         }
         self.last_cpu = cpu_seconds;
         self.last = last;
@@ -195,15 +204,19 @@ impl Cluster {
             m.requests_per_sec.store(sum_req as u64, Ordering::Relaxed);
             m.cpu_permille
                 .store((rates.cpu() * 1000.0) as u64, Ordering::Relaxed);
+            let by_stream: HashMap<u64, &PartitionLoad> =
+                loads.iter().map(|l| (l.stream_id, l)).collect();
             *m.partitions.lock().unwrap_or_else(|e| e.into_inner()) = parts
                 .iter()
-                .zip(&loads)
-                .map(|(p, l)| PartitionRate {
-                    topic: p.topic.clone(),
-                    partition: p.partition,
-                    bytes_in: l.bytes_in,
-                    bytes_out: l.bytes_out,
-                    requests: l.requests,
+                .filter_map(|p| {
+                    let l = by_stream.get(&p.stream_id)?;
+                    Some(PartitionRate {
+                        topic: p.topic.clone(),
+                        partition: p.partition,
+                        bytes_in: l.bytes_in,
+                        bytes_out: l.bytes_out,
+                        requests: l.requests,
+                    })
                 })
                 .collect();
             let report = BrokerLoad {
@@ -243,24 +256,32 @@ mod tests {
         let mut r = Rates::default();
         let t0 = Instant::now();
         let s = r.sample(&[part(1, 0, 0)], 0.0, t0);
-        assert_eq!(s[0].bytes_in, 0.0, "no rate from one sample");
+        assert!(s.is_empty(), "no rate from one sample: not reported");
         let s = r.sample(&[part(1, 1000, 4000)], 0.5, t0 + Duration::from_secs(1));
         assert_eq!((s[0].bytes_in, s[0].bytes_out), (1000.0, 4000.0));
         assert_eq!(s[0].requests, 10.0);
         assert!((r.cpu() - 0.5).abs() < 1e-9);
-        // Half the last rate and half the new one.
-        let s = r.sample(&[part(1, 4000, 4000)], 0.5, t0 + Duration::from_secs(2));
-        assert_eq!((s[0].bytes_in, s[0].bytes_out), (2000.0, 2000.0));
-        // The partition opened again here: its counters start over, no negative rate.
+        // Three quarters of the rate before and a quarter of the new one.
+        let s = r.sample(&[part(1, 6000, 4000)], 0.5, t0 + Duration::from_secs(2));
+        assert_eq!((s[0].bytes_in, s[0].bytes_out), (2000.0, 3000.0));
+        // The partition opened again here: its counters start over; no rate (and no negative
+        // one) until the next sample.
         let s = r.sample(&[part(1, 10, 10)], 0.5, t0 + Duration::from_secs(3));
-        assert_eq!((s[0].bytes_in, s[0].bytes_out), (0.0, 0.0));
+        assert!(s.is_empty());
         // A partition that arrives has no rate until its second sample.
         let s = r.sample(
-            &[part(1, 10, 10), part(2, 500, 0)],
+            &[part(1, 20, 10), part(2, 500, 0)],
             0.5,
             t0 + Duration::from_secs(4),
         );
-        assert_eq!(s[1].bytes_in, 0.0);
+        assert_eq!(s.len(), 1);
+        assert_eq!((s[0].stream_id, s[0].bytes_in), (1, 10.0));
+        let s = r.sample(
+            &[part(1, 20, 10), part(2, 600, 0)],
+            0.5,
+            t0 + Duration::from_secs(5),
+        );
+        assert_eq!((s[1].stream_id, s[1].bytes_in), (2, 100.0));
         assert!(cpu_seconds() > 0.0);
     }
 }
