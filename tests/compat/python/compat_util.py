@@ -125,3 +125,27 @@ def eventually(check, timeout=15, interval=0.1):
             if time.monotonic() > deadline:
                 raise
             time.sleep(interval)
+
+
+def check_exactly_once(bootstrap, topic, partitions, acked, timeout=120):
+    """Reads every partition of `topic` from the start (a fresh consumer, no group offsets) and
+    checks that each acknowledged (partition, offset, value) is there and that no value was
+    read twice."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("exactly-once-check"),
+                  "enable.auto.commit": False})
+    ends = {i: c.get_watermark_offsets(TopicPartition(topic, i), timeout=30)[1]
+            for i in range(partitions)}
+    c.assign([TopicPartition(topic, i, 0) for i in range(partitions)])
+    read = {}
+    deadline = time.monotonic() + timeout
+    while len(read) < sum(ends.values()):
+        assert time.monotonic() < deadline, "read-back timed out"
+        for m in c.consume(num_messages=2000, timeout=1.0):
+            if m.error() is None:
+                read[(m.partition(), m.offset())] = m.value()
+    c.close()
+    for part, off, value in acked:
+        assert read.get((part, off)) == value, f"{value!r} acknowledged at {part}/{off}"
+    values = list(read.values())
+    assert len(values) == len(set(values)), \
+        f"{len(values) - len(set(values))} records read more than once"

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from compat_util import create_topic
+from compat_util import check_exactly_once, create_topic
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("WEIR_COMPAT_TARGET", "").strip().lower() != "cluster",
@@ -108,27 +108,6 @@ class Load:
             t.join(150)
 
 
-def _read_back(bootstrap, acked):
-    from confluent_kafka import Consumer, TopicPartition
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "balanced-check",
-                  "enable.auto.commit": False})
-    ends = {i: c.get_watermark_offsets(TopicPartition(TOPIC, i), timeout=30)[1]
-            for i in range(PARTITIONS)}
-    c.assign([TopicPartition(TOPIC, i, 0) for i in range(PARTITIONS)])
-    read = {}
-    deadline = time.monotonic() + 120
-    while len(read) < sum(ends.values()):
-        assert time.monotonic() < deadline, "read-back timed out"
-        for m in c.consume(num_messages=2000, timeout=1.0):
-            if m.error() is None:
-                read[(m.partition(), m.offset())] = m.value()
-    c.close()
-    for part, off, value in acked:
-        assert read.get((part, off)) == value, f"acknowledged at {part}/{off}, not read back"
-    values = list(read.values())
-    assert len(values) == len(set(values)), "a record read more than once"
-
-
 def test_skew_is_spread_a_joining_broker_takes_a_share_and_a_drained_one_ends_empty(broker_factory):
     c = broker_factory.cluster("balancer", size=2, env=ENV)
     create_topic(c.bootstrap, TOPIC, partitions=PARTITIONS)
@@ -177,4 +156,4 @@ def test_skew_is_spread_a_joining_broker_takes_a_share_and_a_drained_one_ends_em
         load.finish()
     assert not load.failed, load.failed[:5]
     assert len(load.acked) > 1000, len(load.acked)
-    _read_back(c.bootstrap, load.acked)
+    check_exactly_once(c.bootstrap, TOPIC, PARTITIONS, load.acked)

@@ -20,7 +20,7 @@ import time
 import pytest
 
 import kproto as kp
-from compat_util import create_topic
+from compat_util import check_exactly_once, create_topic
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("WEIR_COMPAT_TARGET", "").strip().lower() != "cluster",
@@ -136,7 +136,7 @@ def test_an_object_wal_cluster_rides_out_a_store_outage(broker_factory):
     outage shorter than their patience (10 s) appends wait, and none fails - a failure would
     make the idempotent producers retry and bump their epochs. Every acknowledged record is
     read back exactly once."""
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka import Producer
 
     c = broker_factory.cluster("store-outage-object", env={**SESSION, "WEIR_WAL_KIND": "object"})
     topic = "store-outage-object"
@@ -177,21 +177,4 @@ def test_an_object_wal_cluster_rides_out_a_store_outage(broker_factory):
         assert _metric(b, "weir_object_wal_failures_total") == 0, \
             f"broker {b.node_id}: object WAL writes failed during the outage"
 
-    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "store-outage-check",
-                     "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    ends = {i: cons.get_watermark_offsets(TopicPartition(topic, i), timeout=30)[1]
-            for i in range(partitions)}
-    cons.assign([TopicPartition(topic, i, 0) for i in range(partitions)])
-    read = {}
-    deadline = time.monotonic() + 60
-    while len(read) < sum(ends.values()):
-        assert time.monotonic() < deadline, "read-back timed out"
-        for m in cons.consume(num_messages=1000, timeout=1.0):
-            if m.error() is None:
-                read[(m.partition(), m.offset())] = m.value()
-    cons.close()
-    for part, off, value in acked:
-        assert read.get((part, off)) == value, f"{value} acknowledged at {part}/{off}"
-    values = list(read.values())
-    assert len(values) == len(set(values)), \
-        f"{len(values) - len(set(values))} records read more than once"
+    check_exactly_once(c.bootstrap, topic, partitions, acked)
