@@ -21,6 +21,10 @@
 //! - **Failover** (`failover.rs`): a broker acknowledges writes only while its session is valid
 //!   by its own clock ([`SessionLease`]); once the controller has fenced it, a live peer
 //!   recovers its WAL and its partitions are placed on live brokers.
+//! - **Balancing** (`load.rs`, `balance.rs`): each broker reports its partitions' bytes and
+//!   requests per second and its CPU to the store; the controller's [`balance::plan`] moves
+//!   partitions so that no broker is over capacity and bytes in and out stay near the mean.
+//!   [`Cluster::drain`] empties a broker for removal.
 
 pub mod balance;
 mod controller;
