@@ -1295,7 +1295,6 @@ def kill_table(faults, recoveries):
 
 
 def summary(r, a):
-    s = r["settings"]
     out = []
     out.append("| fault | injected | acknowledged in its windows | lost | duplicated | reordered "
                "| longest produce unavailability ms |")
