@@ -155,25 +155,95 @@ struct Part<'a> {
     bytes: Bytes,
 }
 
+/// The cluster as a round sees it, with each broker's load and partition count and each
+/// topic's partitions per zone kept up to date as moves are planned (a round over thousands of
+/// partitions must not rescan them for every candidate).
 struct State<'a> {
     /// Brokers that take part, with their zone.
     brokers: Vec<(i32, &'a str)>,
     parts: Vec<Part<'a>>,
     zone_of: HashMap<i32, &'a str>,
+    /// Index in `parts` by stream id.
+    index: HashMap<u64, usize>,
+    loads: HashMap<i32, Bytes>,
+    counts: HashMap<i32, usize>,
+    /// Partitions of (topic, zone).
+    topic_zone: HashMap<(&'a str, &'a str), usize>,
 }
 
-impl State<'_> {
-    fn load(&self, node: i32) -> Bytes {
-        let mut b = Bytes::default();
-        for p in self.parts.iter().filter(|p| p.on == node) {
-            b.inb += p.bytes.inb;
-            b.out += p.bytes.out;
+impl<'a> State<'a> {
+    fn new(
+        brokers: Vec<(i32, &'a str)>,
+        parts: Vec<Part<'a>>,
+        zone_of: HashMap<i32, &'a str>,
+    ) -> Self {
+        let mut s = State {
+            brokers,
+            index: parts
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.stream_id, i))
+                .collect(),
+            parts,
+            zone_of,
+            loads: HashMap::new(),
+            counts: HashMap::new(),
+            topic_zone: HashMap::new(),
+        };
+        for i in 0..s.parts.len() {
+            s.add(i, 1);
         }
-        b
+        s
+    }
+
+    fn zone(&self, node: i32) -> &'a str {
+        self.zone_of.get(&node).copied().unwrap_or("")
+    }
+
+    /// Counts partition `i` on its broker (`sign` 1) or takes it off (-1).
+    fn add(&mut self, i: usize, sign: i32) {
+        let (on, topic, bytes) = (self.parts[i].on, self.parts[i].topic, self.parts[i].bytes);
+        let zone = self.zone(on);
+        let f = f64::from(sign);
+        let l = self.loads.entry(on).or_default();
+        l.inb += f * bytes.inb;
+        l.out += f * bytes.out;
+        let c = self.counts.entry(on).or_default();
+        let z = self.topic_zone.entry((topic, zone)).or_default();
+        if sign > 0 {
+            *c += 1;
+            *z += 1;
+        } else {
+            *c = c.saturating_sub(1);
+            *z = z.saturating_sub(1);
+        }
+    }
+
+    /// Plans a move: the partition is on `to` from now on.
+    fn move_part(&mut self, stream_id: u64, from: i32, to: i32) {
+        let Some(&i) = self.index.get(&stream_id) else {
+            return;
+        };
+        debug_assert_eq!(
+            self.parts[i].on, from,
+            "a move starts where the partition is"
+        );
+        self.add(i, -1);
+        self.parts[i].on = to;
+        self.add(i, 1);
+    }
+
+    fn load(&self, node: i32) -> Bytes {
+        self.loads.get(&node).copied().unwrap_or_default()
     }
 
     fn count(&self, node: i32) -> usize {
-        self.parts.iter().filter(|p| p.on == node).count()
+        self.counts.get(&node).copied().unwrap_or(0)
+    }
+
+    /// How many of `topic`'s partitions zone `zone` holds.
+    fn in_zone(&self, topic: &str, zone: &str) -> usize {
+        self.topic_zone.get(&(topic, zone)).copied().unwrap_or(0)
     }
 
     fn mean(&self) -> Bytes {
@@ -189,11 +259,7 @@ impl State<'_> {
 
     /// How many of `topic`'s partitions the zone of `node` holds.
     fn topic_in_zone(&self, topic: &str, node: i32) -> usize {
-        let zone = self.zone_of.get(&node).copied().unwrap_or("");
-        self.parts
-            .iter()
-            .filter(|p| p.topic == topic && self.zone_of.get(&p.on).copied().unwrap_or("") == zone)
-            .count()
+        self.in_zone(topic, self.zone(node))
     }
 }
 
@@ -264,11 +330,7 @@ fn state<'a>(view: &'a ClusterView, loads: &[BrokerLoad], config: &BalancerConfi
             })
         })
         .collect();
-    State {
-        brokers,
-        parts,
-        zone_of,
-    }
+    State::new(brokers, parts, zone_of)
 }
 
 /// How far the cluster is from balanced now (for metrics and the autoscaling gauge).
@@ -324,10 +386,7 @@ pub fn plan(
             break;
         }
         for d in ds {
-            if let Some(p) = s.parts.iter_mut().find(|p| p.stream_id == d.stream_id) {
-                debug_assert_eq!(p.on, d.from, "a move starts where the partition is");
-                p.on = d.to;
-            }
+            s.move_part(d.stream_id, d.from, d.to);
             out.push(d);
         }
     }
@@ -560,13 +619,8 @@ fn zone_move(s: &State, config: &BalancerConfig, movable: &dyn Fn(&Part) -> bool
         let m = mean.get(goal);
         load <= m * (1.0 + config.tolerance) || load - m < config.min_bytes_per_sec
     };
-    let zone = |p: &Part| s.zone_of.get(&p.on).copied().unwrap_or("");
-    let in_zone = |topic: &str, z: &str| {
-        s.parts
-            .iter()
-            .filter(|p| p.topic == topic && zone(p) == z)
-            .count()
-    };
+    let zone = |p: &Part| s.zone(p.on);
+    let in_zone = |topic: &str, z: &str| s.in_zone(topic, z);
     let fits = |p: &Part, to: i32, gives: Option<&Part>| {
         let load = s.load(to);
         [Goal::BytesIn, Goal::BytesOut].into_iter().all(|g| {

@@ -133,9 +133,10 @@ impl Cluster {
         {
             let mut b = self.balancing.lock().unwrap_or_else(|e| e.into_inner());
             let stale = i64::try_from(config.stale_after.as_millis()).unwrap_or(i64::MAX);
+            let now = Instant::now();
             for l in loads.iter().filter(|l| l.age_ms <= stale) {
                 for p in &l.partitions {
-                    b.known.insert(p.stream_id, (*p, Instant::now()));
+                    b.known.insert(p.stream_id, (*p, now));
                 }
             }
             b.known

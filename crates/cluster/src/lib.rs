@@ -373,14 +373,12 @@ impl Cluster {
         Ok(())
     }
 
-    /// Moves every partition led by `broker` to the other live brokers (fewest partitions
-    /// first), as operator requests. Returns how many moves were requested. The broker keeps
-    /// running and may be given new partitions; stopping it (SIGTERM) is what keeps it empty.
+    /// Drains `broker` for removal: marks it as draining (placement and the balancer give it
+    /// nothing from then on, until it registers again) and moves every partition it leads to
+    /// the other live brokers (fewest partitions first). Returns how many moves were requested.
     pub async fn drain(&self, broker: i32) -> Result<usize, ClusterError> {
-        if self.view().broker(broker).is_none() {
-            self.refresh().await?;
-        }
-        if self.view().broker(broker).is_none() {
+        let view = self.refresh().await?;
+        if view.broker(broker).is_none() {
             return Err(ClusterError::UnknownBroker(broker));
         }
         // Marked first, so that neither placement nor the balancer gives it partitions back.
@@ -390,7 +388,6 @@ impl Cluster {
             set_draining(&*self.meta, &marked).await?;
             self.meta.notify_cluster().await?;
         }
-        let view = self.refresh().await?;
         let mut load: std::collections::BTreeMap<i32, usize> = view
             .live_brokers()
             .filter(|b| b.node_id != broker)

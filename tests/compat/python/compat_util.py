@@ -149,3 +149,14 @@ def check_exactly_once(bootstrap, topic, partitions, acked, timeout=120):
     values = list(read.values())
     assert len(values) == len(set(values)), \
         f"{len(values) - len(set(values))} records read more than once"
+
+
+def metric(broker, name, labels=""):
+    """The value of metric `name` (with `labels`, e.g. '{goal="count"}'; without, its first
+    series) on a Weir broker's /metrics."""
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{broker.aux_port}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + labels + " ") or (not labels and line.startswith(name + "{")):
+                return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"metric {name}{labels} not found")

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from compat_util import check_exactly_once, create_topic
+from compat_util import check_exactly_once, create_topic, metric
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("WEIR_COMPAT_TARGET", "").strip().lower() != "cluster",
@@ -51,15 +51,6 @@ def _wait(what, cond, timeout):
             return time.monotonic() - t0, v
         time.sleep(0.25)
     raise AssertionError(f"{what}: not within {timeout} s")
-
-
-def _metric(b, name, labels=""):
-    import urllib.request
-    with urllib.request.urlopen(f"http://127.0.0.1:{b.aux_port}/metrics", timeout=5) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + labels + " "):
-                return float(line.rsplit(" ", 1)[1])
-    return None
 
 
 class Load:
@@ -126,7 +117,7 @@ def test_skew_is_spread_a_joining_broker_takes_a_share_and_a_drained_one_ends_em
             lambda: (lambda l: l and sorted(list(l.values()).count(b) for b in (1, 2)) == [4, 4]
                      and l)(_leaders(c)), 45)
         print(f"skew spread in {took:.1f} s: {spread}")
-        moves = sum(_metric(b, "weir_balancer_moves_total", f'{{goal="{g}"}}') or 0
+        moves = sum(metric(b, "weir_balancer_moves_total", f'{{goal="{g}"}}')
                     for b in c.brokers for g in ("bytes_in", "bytes_out", "count"))
         assert moves >= 4, f"the balancer made the moves ({moves})"
 

@@ -29,7 +29,7 @@ try:
 except ImportError:  # pragma: no cover
     from confluent_kafka.admin import ConsumerGroupTopicPartitions
 
-from compat_util import admin, create_topic, eventually, retry, unique
+from compat_util import admin, create_topic, eventually, metric, retry, unique
 
 # These tests stop, SIGKILL and restart the broker process, or start it with WAL faults.
 pytestmark = pytest.mark.single_broker("stops, kills and restarts one broker process "
@@ -401,9 +401,4 @@ def test_idempotent_producers_through_wal_write_and_sync_errors(faulty_wal_broke
 
 
 def _metric(broker, name):
-    import urllib.request
-    with urllib.request.urlopen(f"http://127.0.0.1:{broker.aux_port}/metrics", timeout=5) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"metric {name} not found")
+    return metric(broker, name)

@@ -20,7 +20,7 @@ import time
 import pytest
 
 import kproto as kp
-from compat_util import check_exactly_once, create_topic
+from compat_util import check_exactly_once, create_topic, metric
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("WEIR_COMPAT_TARGET", "").strip().lower() != "cluster",
@@ -122,15 +122,6 @@ def test_metadata_names_every_broker_through_a_store_outage(broker_factory):
                                 f"{leaderless[:10]}")
 
 
-def _metric(broker, name):
-    import urllib.request
-    with urllib.request.urlopen(f"http://127.0.0.1:{broker.aux_port}/metrics", timeout=5) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"metric {name} not found")
-
-
 def test_an_object_wal_cluster_rides_out_a_store_outage(broker_factory):
     """Brokers without a WAL file acknowledge only once PostgreSQL has the commit: during an
     outage shorter than their patience (10 s) appends wait, and none fails - a failure would
@@ -174,7 +165,7 @@ def test_an_object_wal_cluster_rides_out_a_store_outage(broker_factory):
     assert not failed, failed[:5]
     assert len(acked) > 500, len(acked)
     for b in c.brokers:
-        assert _metric(b, "weir_object_wal_failures_total") == 0, \
+        assert metric(b, "weir_object_wal_failures_total") == 0, \
             f"broker {b.node_id}: object WAL writes failed during the outage"
 
     check_exactly_once(c.bootstrap, topic, partitions, acked)
