@@ -516,3 +516,59 @@ async fn fed_ranges_spare_the_metadata_store_and_a_stale_one_falls_back_to_it() 
         .windows(2)
         .all(|w| w[0].end_offset == w[1].start_offset));
 }
+
+/// PostgreSQL down under the object WAL: an append waits while the store is down for less than
+/// the patience of preparing an object (10 s; a restarted store also leaves dead connections in
+/// the pool), and fails, retriable, once that is spent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_waits_out_a_short_store_outage_and_fails_after_the_patience() {
+    use weir_meta::testing::PgServer;
+    let pg = PgServer::start().expect("postgres");
+    let url = pg.create_database().await.expect("database");
+    let meta: Arc<dyn MetaStore> = Arc::new(
+        weir_meta::PostgresMetaStore::connect(&url)
+            .await
+            .expect("connect"),
+    );
+    let store: Arc<dyn object_store::ObjectStore> = Arc::new(slow_store(0));
+    let engine = diskless(meta, store, object_config()).await;
+    engine.open_stream(1, 1).await.unwrap();
+    engine
+        .append(1, 1, 1, 0, |b| payload(1, b, 0, 100))
+        .await
+        .unwrap();
+
+    pg.stop().expect("stop");
+    let waiting = {
+        let engine = engine.clone();
+        tokio::spawn(async move { engine.append(1, 1, 1, 0, |b| payload(1, b, 1, 100)).await })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!waiting.is_finished(), "the append failed at once");
+    pg.start_again().expect("start");
+    let a = waiting
+        .await
+        .unwrap()
+        .expect("the append rode out the outage");
+    assert_eq!(a.base_offset, 1);
+    assert_eq!(engine.meters().object_wal_failures.get(), 0);
+
+    pg.stop().expect("stop");
+    let started = std::time::Instant::now();
+    let e = engine
+        .append(1, 1, 1, 0, |b| payload(1, b, 2, 100))
+        .await
+        .unwrap_err();
+    assert!(e.is_retriable(), "{e}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(9),
+        "failed after {:?}, before the patience was spent",
+        started.elapsed()
+    );
+    assert_eq!(engine.meters().object_wal_failures.get(), 1);
+    pg.start_again().expect("start");
+    let frames = read_all(&engine, 1, 0).await;
+    let msgs: Vec<u64> = frames.iter().map(|f| check_payload(&f.payload).2).collect();
+    assert_eq!(msgs, vec![0, 1]);
+    engine.close().await.unwrap();
+}
