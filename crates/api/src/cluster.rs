@@ -238,9 +238,9 @@ impl Broker {
         r: FindCoordinatorRequest,
         version: i16,
     ) -> FindCoordinatorResponse {
-        // Each group has one coordinator among the live brokers (rendezvous hashing over the
-        // cluster's membership, so every broker gives the same answer); transactions are not
-        // implemented yet.
+        // Each group and each transactional id has one coordinator among the serving brokers
+        // (rendezvous hashing over the cluster's membership, so every broker gives the same
+        // answer).
         let view = self.cluster.view();
         let answer = |key: StrBytesAlias| {
             let found = match r.key_type {
@@ -248,9 +248,13 @@ impl Broker {
                     ResponseError::CoordinatorNotAvailable,
                     "no live broker to coordinate the group",
                 )),
-                _ => Err((
+                1 => view.coordinator(&txn_key(key.as_str())).ok_or((
                     ResponseError::CoordinatorNotAvailable,
-                    "Weir does not implement transactions yet",
+                    "no live broker to coordinate the transactional id",
+                )),
+                _ => Err((
+                    ResponseError::InvalidRequest,
+                    "unknown coordinator key type",
                 )),
             };
             let c = Coordinator::default().with_key(key);
@@ -284,6 +288,7 @@ impl Broker {
     pub(crate) async fn init_producer_id(
         &self,
         r: InitProducerIdRequest,
+        version: i16,
     ) -> InitProducerIdResponse {
         let fail = |e: ResponseError| {
             InitProducerIdResponse::default()
@@ -291,8 +296,22 @@ impl Broker {
                 .with_producer_id(ProducerId(-1))
                 .with_producer_epoch(-1)
         };
-        if r.transactional_id.is_some() {
-            return fail(ResponseError::TransactionalIdAuthorizationFailed);
+        if let Some(id) = r.transactional_id.as_ref().filter(|t| !t.is_empty()) {
+            let expected =
+                (r.producer_id.0 >= 0 && r.producer_epoch >= 0).then_some((r.producer_id.0, r.producer_epoch));
+            return match self
+                .txns
+                .init_producer_id(id, r.transaction_timeout_ms, expected)
+                .await
+            {
+                Ok((pid, epoch)) => InitProducerIdResponse::default()
+                    .with_producer_id(ProducerId(pid))
+                    .with_producer_epoch(epoch),
+                Err(ResponseError::ProducerFenced) if version < 4 => {
+                    fail(ResponseError::InvalidProducerEpoch)
+                }
+                Err(e) => fail(e),
+            };
         }
         // An idempotent producer that asks with its id and epoch gets the epoch bumped (KIP-360),
         // which resets its sequences; a new producer gets a new id.
@@ -301,7 +320,7 @@ impl Broker {
                 .with_producer_id(r.producer_id)
                 .with_producer_epoch(r.producer_epoch + 1);
         }
-        match self.next_producer_id().await {
+        match self.txns.ids.next().await {
             Ok(id) => InitProducerIdResponse::default()
                 .with_producer_id(ProducerId(id))
                 .with_producer_epoch(0),
@@ -311,29 +330,12 @@ impl Broker {
             }
         }
     }
-
-    async fn next_producer_id(&self) -> Result<i64, weir_meta::MetaError> {
-        const BLOCK: u64 = 1000;
-        loop {
-            {
-                let mut ids = self.producer_ids.lock().unwrap_or_else(|e| e.into_inner());
-                if ids.0 < ids.1 {
-                    ids.0 += 1;
-                    return Ok(ids.0 - 1);
-                }
-            }
-            let _refill = self.producer_id_refill.lock().await;
-            let empty = {
-                let ids = self.producer_ids.lock().unwrap_or_else(|e| e.into_inner());
-                ids.0 >= ids.1
-            };
-            if empty {
-                let first = self.meta.allocate_ids("producer", BLOCK).await? as i64;
-                *self.producer_ids.lock().unwrap_or_else(|e| e.into_inner()) =
-                    (first, first + BLOCK as i64);
-            }
-        }
-    }
 }
 
 type StrBytesAlias = kafka_protocol::protocol::StrBytes;
+
+/// The key a transactional id's coordinator is chosen by: apart from the groups' keys, so that a
+/// group and a transactional id of the same name need not share a broker.
+pub fn txn_key(id: &str) -> String {
+    format!("txn:{id}")
+}

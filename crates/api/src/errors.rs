@@ -463,6 +463,84 @@ pub fn error_response_for(
                 .with_error_code(code)
                 .with_endpoint_type(r.endpoint_type),
         ),
+        RequestKind::AddPartitionsToTxn(r) => {
+            use add_partitions_to_txn_response::*;
+            let topics = |ts: &[add_partitions_to_txn_request::AddPartitionsToTxnTopic]| {
+                ts.iter()
+                    .map(|t| {
+                        AddPartitionsToTxnTopicResult::default()
+                            .with_name(t.name.clone())
+                            .with_results_by_partition(
+                                t.partitions
+                                    .iter()
+                                    .map(|&p| {
+                                        AddPartitionsToTxnPartitionResult::default()
+                                            .with_partition_index(p)
+                                            .with_partition_error_code(code)
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect::<Vec<_>>()
+            };
+            ResponseKind::AddPartitionsToTxn(if version <= 3 {
+                AddPartitionsToTxnResponse::default()
+                    .with_results_by_topic_v3_and_below(topics(&r.v3_and_below_topics))
+            } else {
+                AddPartitionsToTxnResponse::default().with_error_code(code)
+            })
+        }
+        RequestKind::AddOffsetsToTxn(_) => ResponseKind::AddOffsetsToTxn(
+            AddOffsetsToTxnResponse::default().with_error_code(code),
+        ),
+        RequestKind::EndTxn(r) => ResponseKind::EndTxn(
+            EndTxnResponse::default()
+                .with_error_code(code)
+                .with_producer_id(r.producer_id)
+                .with_producer_epoch(r.producer_epoch),
+        ),
+        RequestKind::TxnOffsetCommit(r) => {
+            use txn_offset_commit_response::*;
+            ResponseKind::TxnOffsetCommit(
+                TxnOffsetCommitResponse::default().with_topics(
+                    r.topics
+                        .iter()
+                        .map(|t| {
+                            TxnOffsetCommitResponseTopic::default()
+                                .with_name(t.name.clone())
+                                .with_partitions(
+                                    t.partitions
+                                        .iter()
+                                        .map(|p| {
+                                            TxnOffsetCommitResponsePartition::default()
+                                                .with_partition_index(p.partition_index)
+                                                .with_error_code(code)
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                ),
+            )
+        }
+        RequestKind::DescribeTransactions(r) => {
+            use describe_transactions_response::TransactionState;
+            ResponseKind::DescribeTransactions(
+                DescribeTransactionsResponse::default().with_transaction_states(
+                    r.transactional_ids
+                        .iter()
+                        .map(|id| {
+                            TransactionState::default()
+                                .with_transactional_id(id.clone())
+                                .with_error_code(code)
+                        })
+                        .collect(),
+                ),
+            )
+        }
+        RequestKind::ListTransactions(_) => ResponseKind::ListTransactions(
+            ListTransactionsResponse::default().with_error_code(code),
+        ),
         _ => return None,
     })
 }

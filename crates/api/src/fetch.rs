@@ -45,12 +45,18 @@ enum Source {
 
 impl Source {
     /// (start, end of what can be read now, high watermark, leader epoch); an error when the
-    /// leader says so or has not said anything yet.
-    fn bounds(&self) -> Result<(i64, i64, i64, i32), ResponseError> {
+    /// leader says so or has not said anything yet. A `read_committed` fetch (`committed`) can
+    /// read up to the last stable offset.
+    fn bounds(&self, committed: bool) -> Result<(i64, i64, i64, i32), ResponseError> {
         match self {
             Source::Local(p) => {
                 let (start, hw) = p.offsets();
-                Ok((start, hw, hw, p.leader_epoch))
+                let readable = if committed {
+                    p.last_stable_offset()
+                } else {
+                    hw
+                };
+                Ok((start, readable, hw, p.leader_epoch))
             }
             Source::Remote { offsets, .. } => match *offsets.borrow() {
                 Some(o) if o.error == 0 => Ok((o.start, o.committed, o.high_watermark, o.epoch)),
@@ -69,6 +75,8 @@ struct Wanted {
     offset: i64,
     max_bytes: i32,
     current_leader_epoch: i32,
+    /// `read_committed`: up to the last stable offset, with the aborted transactions.
+    committed: bool,
     /// KIP-392: a broker of the client's zone to fetch from instead (this broker leads the
     /// partition in another zone), told to clients placed by their RackId only.
     preferred: Option<i32>,
@@ -88,6 +96,11 @@ impl Broker {
         zone: Option<&str>,
     ) -> Reply {
         let started = Instant::now();
+        let committed = version >= 4 && r.isolation_level == 1;
+        // A partition led in another zone is served here from object storage with the offsets
+        // its leader feeds, which do not yet say which transactions were aborted: a
+        // read_committed client is sent to the leader itself.
+        let zone = if committed { None } else { zone };
         let zone_owned = zone.map(|z| z.to_string());
         let wanted: Vec<WantedTopic> = r
             .topics
@@ -124,6 +137,7 @@ impl Broker {
                             offset: p.fetch_offset,
                             max_bytes: p.partition_max_bytes,
                             current_leader_epoch: p.current_leader_epoch,
+                            committed,
                             preferred: match (&topic, version >= 11) {
                                 (Some(t), true) => {
                                     self.preferred_replica(zone, &t.name, p.partition)
@@ -318,7 +332,7 @@ async fn fetch_once(
     for t in wanted {
         let mut parts = Vec::with_capacity(t.partitions.len());
         for w in &t.partitions {
-            let (has_data, in_range) = match w.partition.as_ref().map(Source::bounds) {
+            let (has_data, in_range) = match w.partition.as_ref().map(|s| s.bounds(w.committed)) {
                 Ok(Ok((start, readable, hw, _))) => (
                     w.offset >= start && w.offset < readable && w.preferred.is_none(),
                     (start..=hw).contains(&w.offset),
@@ -406,7 +420,7 @@ async fn fetch_partition(
         .partition
         .as_ref()
         .map_err(|e| *e)
-        .and_then(|s| s.bounds().map(|b| (s, b)));
+        .and_then(|s| s.bounds(w.committed).map(|b| (s, b)));
     let (source, (start, readable, hw, epoch)) = match bounds {
         Ok(b) => b,
         Err(e) => {
@@ -418,9 +432,13 @@ async fn fetch_partition(
             return (pd, 0, true);
         }
     };
+    let lso = match source {
+        Source::Local(p) => p.last_stable_offset(),
+        Source::Remote { .. } => hw,
+    };
     let pd = pd
         .with_high_watermark(hw)
-        .with_last_stable_offset(hw)
+        .with_last_stable_offset(lso)
         .with_log_start_offset(start);
     if let Some(e) = crate::epoch_mismatch(w.current_leader_epoch, epoch) {
         return (pd.with_error_code(e.code()), 0, true);
@@ -460,13 +478,24 @@ async fn fetch_partition(
             };
         }
     };
-    match p.fetch(w.offset, budget).await {
+    match p.fetch(w.offset, budget, w.committed).await {
         Ok(data) => {
             let bytes = data.records.len();
+            let aborted = w.committed.then(|| {
+                data.aborted
+                    .iter()
+                    .map(|a| {
+                        fetch_response::AbortedTransaction::default()
+                            .with_producer_id(ProducerId(a.producer_id))
+                            .with_first_offset(a.first_offset as i64)
+                    })
+                    .collect()
+            });
             let pd = pd
                 .with_high_watermark(data.high_watermark)
-                .with_last_stable_offset(data.high_watermark)
+                .with_last_stable_offset(data.last_stable_offset)
                 .with_log_start_offset(data.log_start_offset)
+                .with_aborted_transactions(aborted)
                 .with_records(Some(data.records));
             (pd, bytes, false)
         }

@@ -58,6 +58,12 @@ impl Broker {
                 let this = Arc::clone(self);
                 Ok(async move { Some(this.offset_for_time(m).await.encode()) }.boxed())
             }
+            wire::TXN_MARKERS => {
+                let m = wire::TxnMarkers::decode(body).map_err(|e| e.to_string())?;
+                let this = Arc::clone(self);
+                Ok(async move { Some(wire::encode_codes(&this.write_local_markers(&m).await)) }
+                    .boxed())
+            }
             other => Err(format!("unknown internal API key {other}")),
         }
     }

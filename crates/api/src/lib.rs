@@ -10,6 +10,8 @@
 //! - `admin.rs`: topics, partitions, configs, DeleteRecords.
 //! - `cluster.rs`: ApiVersions, Metadata, DescribeCluster, FindCoordinator, InitProducerId.
 //! - `reassign.rs`: AlterPartitionReassignments, ListPartitionReassignments (moving partitions).
+//! - `txn.rs`: transactions (the coordinator is [`weir_txn::TxnCoordinator`]), the KIP-890
+//!   verification of transactional produces, and the writing of transaction markers.
 //! - `zones.rs`: a client's zone and the broker that serves a partition to it; `internal.rs`:
 //!   the internal API leaders answer for brokers of other zones (forwarded produces, offsets).
 //! - groups: delegated to [`weir_group::GroupCoordinator`].
@@ -24,13 +26,15 @@ mod offsets;
 mod opening;
 mod produce;
 mod reassign;
+mod txn;
 mod zones;
 
+pub use cluster::txn_key;
 pub use conn::Conn;
 pub use internal::InternalReply;
 pub use zones::{ZoneMeters, ZoneServices};
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::BytesMut;
 use futures::future::BoxFuture;
@@ -75,6 +79,12 @@ pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
             | DescribeCluster
             | AlterPartitionReassignments
             | ListPartitionReassignments
+            | AddPartitionsToTxn
+            | AddOffsetsToTxn
+            | EndTxn
+            | TxnOffsetCommit
+            | DescribeTransactions
+            | ListTransactions
     );
     if !implemented {
         return None;
@@ -86,6 +96,8 @@ pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
     let max = match key {
         OffsetCommit | OffsetFetch => 9,
         InitProducerId => 5,
+        // v2 filters by a regular expression (KIP-1152), which Weir does not evaluate yet.
+        ListTransactions => 1,
         _ => v.max,
     };
     Some((v.min, v.max.min(max)))
@@ -182,10 +194,8 @@ pub struct Broker {
     pub meters: ApiMeters,
     /// Zone routing; `None` in tests that build a broker without it.
     pub zones: Option<Arc<ZoneServices>>,
-    /// Producer ids handed out in blocks from the metadata store: (next, end).
-    producer_ids: Mutex<(i64, i64)>,
-    /// Serialises refills of `producer_ids`.
-    producer_id_refill: tokio::sync::Mutex<()>,
+    /// The transaction coordinator (and the producer ids of every producer).
+    pub txns: Arc<weir_txn::TxnCoordinator>,
 }
 
 pub(crate) fn str(s: &str) -> StrBytes {
@@ -213,7 +223,8 @@ impl Broker {
         limits: ApiLimits,
         zones: Option<Arc<ZoneServices>>,
     ) -> Arc<Broker> {
-        Arc::new(Broker {
+        let txns = weir_txn::TxnCoordinator::new(Arc::clone(&meta), weir_txn::TxnConfig::default());
+        let broker = Arc::new(Broker {
             identity,
             cluster,
             topics,
@@ -222,9 +233,12 @@ impl Broker {
             limits,
             zones,
             meters: ApiMeters::default(),
-            producer_ids: Mutex::new((0, 0)),
-            producer_id_refill: tokio::sync::Mutex::new(()),
-        })
+            txns,
+        });
+        let writer: std::sync::Weak<dyn weir_txn::MarkerWriter> =
+            Arc::downgrade(&(Arc::clone(&broker) as Arc<dyn weir_txn::MarkerWriter>));
+        broker.txns.set_marker_writer(writer);
+        broker
     }
 
     /// Handles one request. `client_host` is the peer's address, for group membership.
@@ -270,7 +284,7 @@ impl Broker {
                 now(ResponseKind::FindCoordinator(self.find_coordinator(r, v)))
             }
             RequestKind::InitProducerId(r) => {
-                now(ResponseKind::InitProducerId(self.init_producer_id(r).await))
+                now(ResponseKind::InitProducerId(self.init_producer_id(r, v).await))
             }
             RequestKind::Produce(r) => self.produce(r, v, zone).await,
             RequestKind::Fetch(r) => self.fetch(r, v, zone).await,
@@ -339,8 +353,30 @@ impl Broker {
                     self.groups.offset_commit(r, v, &exists).await,
                 ))
             }
-            RequestKind::OffsetFetch(r) => now(ResponseKind::OffsetFetch(
-                self.groups.offset_fetch(r, v).await,
+            RequestKind::OffsetFetch(r) => {
+                now(ResponseKind::OffsetFetch(self.offset_fetch(r, v).await))
+            }
+            RequestKind::AddPartitionsToTxn(r) => now(ResponseKind::AddPartitionsToTxn(
+                self.add_partitions_to_txn(r, v).await,
+            )),
+            RequestKind::AddOffsetsToTxn(r) => now(ResponseKind::AddOffsetsToTxn(
+                self.add_offsets_to_txn(r, v).await,
+            )),
+            RequestKind::EndTxn(r) => {
+                // Markers take a WAL write or two: answer later, so the connection keeps going.
+                let this = Arc::clone(self);
+                Reply::Later(Box::pin(async move {
+                    ResponseKind::EndTxn(this.end_txn(r, v).await)
+                }))
+            }
+            RequestKind::TxnOffsetCommit(r) => now(ResponseKind::TxnOffsetCommit(
+                self.txn_offset_commit(r, v).await,
+            )),
+            RequestKind::DescribeTransactions(r) => now(ResponseKind::DescribeTransactions(
+                self.describe_transactions(r).await,
+            )),
+            RequestKind::ListTransactions(r) => now(ResponseKind::ListTransactions(
+                self.list_transactions(r, v).await,
             )),
             RequestKind::DescribeGroups(r) => now(ResponseKind::DescribeGroups(
                 self.groups.describe_groups(r, v).await,
@@ -389,14 +425,11 @@ fn refusal(request: &RequestKind) -> Option<ResponseKind> {
     }
     refuse!(
         SaslAuthenticate => SaslAuthenticateResponse,
-        AddOffsetsToTxn => AddOffsetsToTxnResponse,
-        EndTxn => EndTxnResponse,
         DescribeAcls => DescribeAclsResponse,
         AlterPartitionReassignments => AlterPartitionReassignmentsResponse,
         ListPartitionReassignments => ListPartitionReassignmentsResponse,
         DescribeClientQuotas => DescribeClientQuotasResponse,
         DescribeUserScramCredentials => DescribeUserScramCredentialsResponse,
-        ListTransactions => ListTransactionsResponse,
         ConsumerGroupHeartbeat => ConsumerGroupHeartbeatResponse,
         GetTelemetrySubscriptions => GetTelemetrySubscriptionsResponse,
         PushTelemetry => PushTelemetryResponse,

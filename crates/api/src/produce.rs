@@ -54,14 +54,11 @@ impl Broker {
         zone: Option<&str>,
     ) -> Reply {
         let started = Instant::now();
-        if r.transactional_id.is_some() {
-            // Transactions are not implemented yet; say so per partition rather than hang up.
-            let e = ResponseError::TransactionalIdAuthorizationFailed;
-            return crate::errors::error_response_for(&RequestKind::Produce(r), version, e)
-                .map_or(Reply::Unsupported, |response| {
-                    Reply::Now(Box::new(response))
-                });
-        }
+        let transactional_id = r
+            .transactional_id
+            .as_ref()
+            .map(|t| t.to_string())
+            .filter(|t| !t.is_empty());
         let acks = r.acks;
         // Offsets are assigned here, in request order, before the next request on this
         // connection is read; durability is awaited in the reply.
@@ -86,7 +83,16 @@ impl Broker {
                 let ticket = match lookup {
                     Lookup::Local(_) if !may_acknowledge => Err(ResponseError::NotLeaderOrFollower),
                     Lookup::Local(partition) => {
-                        partition.start_produce(&records).map(Started::Local)
+                        // KIP-890: a transaction's first write here is checked against its
+                        // state first. This waits before the next request of the connection
+                        // is read, so the connection's order holds.
+                        let check = match &transactional_id {
+                            Some(id) => self.verify_txn_produce(id, &partition, &records).await,
+                            None => Ok(weir_partition::TxnCheck::None),
+                        };
+                        check
+                            .and_then(|c| partition.start_produce_checked(&records, c))
+                            .map(Started::Local)
                     }
                     Lookup::NotHere => match (&topic, &self.zones) {
                         (Some(t), Some(zones)) => match self.remote(zone, &t.name, p.index) {

@@ -723,6 +723,85 @@ async fn requests(e: &Env, key: ApiKey, v: i16) -> Vec<(&'static str, RequestKin
                 ),
             ),
         ],
+        ApiKey::AddPartitionsToTxn => {
+            let topics = vec![
+                add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                    .with_name(topic(TOPIC))
+                    .with_partitions(vec![0, 1]),
+                add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                    .with_name(topic(MISSING))
+                    .with_partitions(vec![0]),
+            ];
+            let r = if v <= 3 {
+                AddPartitionsToTxnRequest::default()
+                    .with_v3_and_below_transactional_id(TransactionalId(s("tx")))
+                    .with_v3_and_below_producer_id(ProducerId(7))
+                    .with_v3_and_below_producer_epoch(0)
+                    .with_v3_and_below_topics(topics)
+            } else {
+                AddPartitionsToTxnRequest::default().with_transactions(vec![
+                    add_partitions_to_txn_request::AddPartitionsToTxnTransaction::default()
+                        .with_transactional_id(TransactionalId(s("tx")))
+                        .with_producer_id(ProducerId(7))
+                        .with_verify_only(true)
+                        .with_topics(topics),
+                ])
+            };
+            vec![("unknown producer, a missing topic", R::AddPartitionsToTxn(r))]
+        }
+        ApiKey::AddOffsetsToTxn => vec![(
+            "unknown producer",
+            R::AddOffsetsToTxn(
+                AddOffsetsToTxnRequest::default()
+                    .with_transactional_id(TransactionalId(s("tx")))
+                    .with_producer_id(ProducerId(7))
+                    .with_group_id(GroupId(s(GROUP))),
+            ),
+        )],
+        ApiKey::EndTxn => vec![(
+            "unknown producer",
+            R::EndTxn(
+                EndTxnRequest::default()
+                    .with_transactional_id(TransactionalId(s("tx")))
+                    .with_producer_id(ProducerId(7))
+                    .with_committed(true),
+            ),
+        )],
+        ApiKey::TxnOffsetCommit => vec![(
+            "no such transaction",
+            R::TxnOffsetCommit(
+                TxnOffsetCommitRequest::default()
+                    .with_transactional_id(TransactionalId(s("tx")))
+                    .with_group_id(GroupId(s(GROUP)))
+                    .with_producer_id(ProducerId(7))
+                    .with_generation_id(-1)
+                    .with_topics(vec![
+                        txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+                            .with_name(topic(TOPIC))
+                            .with_partitions(vec![
+                                txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
+                                    .with_partition_index(0)
+                                    .with_committed_offset(1),
+                            ]),
+                    ]),
+            ),
+        )],
+        ApiKey::DescribeTransactions => vec![(
+            "known and unknown ids",
+            R::DescribeTransactions(DescribeTransactionsRequest::default().with_transactional_ids(
+                vec![TransactionalId(s("tx")), TransactionalId(s("nope"))],
+            )),
+        )],
+        ApiKey::ListTransactions => {
+            let r = ListTransactionsRequest::default()
+                .with_state_filters(vec![s("Ongoing"), s("NoSuchState")]);
+            let r = if v >= 1 {
+                r.with_duration_filter(-1)
+            } else {
+                r
+            };
+            vec![("filters", R::ListTransactions(r))]
+        }
         other => panic!("{other:?} is advertised but this test has no request for it"),
     }
 }

@@ -1035,6 +1035,26 @@ impl Group {
         Ok(())
     }
 
+    /// Kafka's checks of a transactional offset commit (TxnOffsetCommit v3+, KIP-447): a
+    /// member that names itself must be one, at the group's generation if it names one. No
+    /// rebalance check: the transaction's commit or abort settles the offsets later.
+    pub(crate) fn validate_txn_offset_commit(
+        &mut self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        cx: &Cx,
+    ) -> Result<(), i16> {
+        if !member_id.is_empty() || instance_id.is_some() {
+            let i = self.validate_member(member_id, instance_id)?;
+            self.members[i].last_heard = cx.now;
+        }
+        if generation >= 0 && generation != self.generation {
+            return Err(ILLEGAL_GENERATION);
+        }
+        Ok(())
+    }
+
     /// Topics the members subscribe to, from their ConsumerProtocolSubscription metadata; None
     /// when unknown (not the consumer protocol, no protocol chosen yet, or metadata that does
     /// not parse).

@@ -743,6 +743,36 @@ impl GroupCoordinator {
         resp
     }
 
+    /// Checks a transactional offset commit against the group (coordinated here, the member
+    /// and generation it names); the caller stages the offsets with the transaction. Returns
+    /// the Kafka error code to answer every partition with.
+    pub async fn validate_txn_offset_commit(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+    ) -> Result<(), i16> {
+        self.inner.load(group_id).await?;
+        let cx = self.inner.cx();
+        let mut state = self.inner.lock();
+        if !state.owns(group_id) {
+            return Err(NOT_COORDINATOR);
+        }
+        let result = match state.groups.get_mut(group_id) {
+            Some(g) => {
+                g.poll(&cx);
+                g.validate_txn_offset_commit(member_id, instance_id, generation, &cx)
+            }
+            // A group without members (a producer committing for a "simple" consumer).
+            None if generation < 0 && member_id.is_empty() => Ok(()),
+            None => Err(UNKNOWN_MEMBER_ID),
+        };
+        state.settle(group_id);
+        self.inner.rearm(&mut state, group_id);
+        result
+    }
+
     /// `partition_exists(topic, partition)` says whether a partition exists (else
     /// UNKNOWN_TOPIC_OR_PARTITION for it).
     pub async fn offset_commit(

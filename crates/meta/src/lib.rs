@@ -4,7 +4,7 @@
 //! engine calls it when it opens a stream, commits uploaded objects, moves a start offset and
 //! deletes objects; the Kafka layer when topics, group offsets or producer ids change.
 //!
-//! It has five parts, one trait each, so that a backend can be built and tested part by part,
+//! It has seven parts, one trait each, so that a backend can be built and tested part by part,
 //! and a caller that needs one part takes only that trait:
 //!
 //! - [`ObjectIndex`]: streams (leader epoch, start offset, committed end offset), the objects in
@@ -19,6 +19,9 @@
 //! - [`ProducerSnapshots`]: each stream's idempotent-producer state, valid up to an offset.
 //! - [`Coordination`]: the cluster: brokers and their sessions, the controller lease, which
 //!   broker leads each partition, and change notifications.
+//! - [`Transactions`]: each transactional id's state (producer id and epoch, the partitions and
+//!   groups of its transaction, where the transaction is), and the group offsets a transaction
+//!   stages until it commits.
 //!
 //! [`GroupStore`] is the two group parts, what the group coordinator takes. [`MetaStore`] is all
 //! of them together, implemented for every type that implements them, so a
@@ -69,6 +72,7 @@ pub mod postgres;
 pub mod sqlite;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+mod txn;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -77,6 +81,7 @@ use tokio::sync::watch;
 
 pub use postgres::PostgresMetaStore;
 pub use sqlite::SqliteMetaStore;
+pub use txn::{Transactions, TxnRecord, TxnState};
 
 pub type ObjectId = u64;
 
@@ -208,6 +213,10 @@ pub enum MetaError {
     },
     #[error("WAL {0} is not being recovered by this broker")]
     NotRecovering(String),
+    #[error("transactional id {0}: its state changed since it was read (another coordinator wrote it, or the transaction is no longer the one named)")]
+    TxnConflict(String),
+    #[error("metadata store: {0} does not decode")]
+    Corrupt(String),
     #[error("metadata store: {context}: {source}")]
     Backend {
         context: &'static str,
@@ -749,9 +758,19 @@ impl<T: GroupOffsets + GroupStates + ?Sized> GroupStore for T {}
 /// The whole metadata store: every part, over one database. (Its group parts are spelled as
 /// [`GroupStore`], so that an `Arc<dyn MetaStore>` upcasts to the `Arc<dyn GroupStore>` the group
 /// coordinator takes.)
-pub trait MetaStore: ObjectIndex + Catalog + GroupStore + ProducerSnapshots + Coordination {}
+pub trait MetaStore:
+    ObjectIndex + Catalog + GroupStore + ProducerSnapshots + Coordination + Transactions
+{
+}
 
-impl<T: ObjectIndex + Catalog + GroupOffsets + GroupStates + ProducerSnapshots + Coordination>
-    MetaStore for T
+impl<
+        T: ObjectIndex
+            + Catalog
+            + GroupOffsets
+            + GroupStates
+            + ProducerSnapshots
+            + Coordination
+            + Transactions,
+    > MetaStore for T
 {
 }

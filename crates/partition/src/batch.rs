@@ -193,15 +193,99 @@ pub fn split(payload: &Bytes) -> impl Iterator<Item = Bytes> + '_ {
 
 /// The headers of the batches stored in one payload, with the offsets each takes.
 pub fn headers(payload: &[u8]) -> impl Iterator<Item = (BatchHeader, u64, u64)> + '_ {
+    batches(payload).map(|(h, base, end, _)| (h, base, end))
+}
+
+/// The batches stored in one payload: header, the offsets it takes, and its bytes.
+pub fn batches(payload: &[u8]) -> impl Iterator<Item = (BatchHeader, u64, u64, &[u8])> + '_ {
     let mut rest = payload;
     std::iter::from_fn(move || {
         let h = BatchHeader::parse(rest)?;
         let len = i32::from_be_bytes([rest[8], rest[9], rest[10], rest[11]]);
         let total = LOG_OVERHEAD + usize::try_from(len).ok()?;
+        let bytes = rest.get(..total).unwrap_or(rest);
         rest = rest.get(total..).unwrap_or(&[]);
         let base = u64::try_from(h.base_offset).ok()?;
-        Some((h, base, base + u64::from(h.offset_count())))
+        Some((h, base, base + u64::from(h.offset_count()), bytes))
     })
+}
+
+/// Attributes of a transaction marker: transactional and control.
+const MARKER_ATTRIBUTES: i16 = 0x10 | 0x20;
+
+/// A transaction marker (a control batch of one record) for producer `pid` at `epoch`: its
+/// key is (version 0, type: 0 abort, 1 commit), its value (version 0, coordinator epoch), as
+/// Kafka writes them. Offsets are assigned when it is appended.
+pub fn marker(pid: i64, epoch: i16, commit: bool, coordinator_epoch: i32, ts: i64) -> Bytes {
+    let mut record = BytesMut::new();
+    record.put_u8(0); // attributes
+    put_varint(&mut record, 0); // timestamp delta
+    put_varint(&mut record, 0); // offset delta
+    put_varint(&mut record, 4);
+    record.put_i16(0);
+    record.put_i16(i16::from(commit));
+    put_varint(&mut record, 6);
+    record.put_i16(0);
+    record.put_i32(coordinator_epoch);
+    put_varint(&mut record, 0); // headers
+    let mut b = BytesMut::with_capacity(HEADER_LEN + record.len() + 2);
+    b.put_i64(0);
+    b.put_i32(0); // length, below
+    b.put_i32(-1);
+    b.put_u8(2);
+    b.put_u32(0); // crc, below
+    b.put_i16(MARKER_ATTRIBUTES);
+    b.put_i32(0);
+    b.put_i64(ts);
+    b.put_i64(ts);
+    b.put_i64(pid);
+    b.put_i16(epoch);
+    b.put_i32(-1);
+    b.put_i32(1);
+    put_varint(&mut b, record.len() as i64);
+    b.put_slice(&record);
+    let len = (b.len() - LOG_OVERHEAD) as i32;
+    (&mut b[8..12]).put_i32(len);
+    let crc = crc32c::crc32c(&b[21..]);
+    (&mut b[17..21]).put_u32(crc);
+    b.freeze()
+}
+
+/// Whether a control batch is a commit marker (`Some(true)`), an abort marker
+/// (`Some(false)`), or not a transaction marker.
+pub fn marker_kind(batch: &[u8]) -> Option<bool> {
+    let h = BatchHeader::parse(batch)?;
+    if !h.is_control() || h.compression() != 0 {
+        return None;
+    }
+    let mut b = batch.get(HEADER_LEN..)?;
+    let _len = read_varint(&mut b)?;
+    b = b.get(1..)?; // attributes
+    read_varint(&mut b)?; // timestamp delta
+    read_varint(&mut b)?; // offset delta
+    if read_varint(&mut b)? < 4 {
+        return None;
+    }
+    let mut key = b.get(..4)?;
+    let _version = key.get_i16();
+    match key.get_i16() {
+        0 => Some(false),
+        1 => Some(true),
+        _ => None,
+    }
+}
+
+/// Writes a zigzag varint.
+fn put_varint(out: &mut BytesMut, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    loop {
+        if z < 0x80 {
+            out.put_u8(z as u8);
+            return;
+        }
+        out.put_u8((z as u8 & 0x7f) | 0x80);
+        z >>= 7;
+    }
 }
 
 /// The offset and timestamp of the first record of an uncompressed batch with a timestamp of
@@ -251,18 +335,6 @@ fn read_varint(b: &mut &[u8]) -> Option<i64> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-
-    fn put_varint(out: &mut BytesMut, v: i64) {
-        let mut z = ((v << 1) ^ (v >> 63)) as u64;
-        loop {
-            if z < 0x80 {
-                out.put_u8(z as u8);
-                return;
-            }
-            out.put_u8((z as u8 & 0x7f) | 0x80);
-            z >>= 7;
-        }
-    }
 
     /// An uncompressed batch of `n` records, timestamps `ts0 + i`.
     pub fn make_batch(n: i32, ts0: i64, pid: i64, epoch: i16, seq: i32) -> Bytes {
@@ -388,6 +460,23 @@ pub(crate) mod tests {
         // ListOffsets by time looks into every batch of a stored payload.
         let found = split(&payload).find_map(|b| first_record_at_or_after(&b, 2001));
         assert_eq!(found, Some((44, 2001)));
+    }
+
+    #[test]
+    fn markers_are_valid_control_batches_kafka_can_read() {
+        for commit in [true, false] {
+            let m = marker(7, 3, commit, 5, 1000);
+            let h = BatchHeader::parse(&m).expect("header");
+            assert!(h.is_control() && h.is_transactional());
+            assert_eq!((h.producer_id, h.producer_epoch, h.record_count), (7, 3, 1));
+            assert_eq!(h.base_sequence, -1);
+            assert_eq!(marker_kind(&m), Some(commit));
+            let crc = u32::from_be_bytes([m[17], m[18], m[19], m[20]]);
+            assert_eq!(crc32c::crc32c(&m[21..]), crc);
+            let len = i32::from_be_bytes([m[8], m[9], m[10], m[11]]) as usize;
+            assert_eq!(len + LOG_OVERHEAD, m.len());
+        }
+        assert_eq!(marker_kind(&make_batch(1, 0, 7, 0, 0)), None);
     }
 
     #[test]

@@ -13,6 +13,7 @@ use weir_storage::{
 
 use crate::batch;
 use crate::producer::{Check, ProducerStates};
+use crate::txn::AbortedTxn;
 
 /// The Kafka error a storage error stands for.
 pub fn kafka_error(e: &StorageError) -> ResponseError {
@@ -35,6 +36,19 @@ pub fn kafka_error(e: &StorageError) -> ResponseError {
             ResponseError::KafkaStorageError
         }
     }
+}
+
+/// The batches of `records` that begin below `limit` (a `read_committed` read stops at the last
+/// stable offset).
+fn batches_below(records: &Bytes, limit: u64) -> Bytes {
+    let mut end = 0usize;
+    for (h, _, _, bytes) in batch::batches(records) {
+        if u64::try_from(h.base_offset).map_or(true, |b| b >= limit) {
+            break;
+        }
+        end += bytes.len();
+    }
+    records.slice(..end)
 }
 
 /// The payloads of `frames`, one after the other.
@@ -62,7 +76,22 @@ pub struct Produced {
 pub struct FetchData {
     pub records: Bytes,
     pub high_watermark: i64,
+    /// The first offset of the oldest open transaction, at most the high watermark: what a
+    /// `read_committed` consumer may read up to.
+    pub last_stable_offset: i64,
     pub log_start_offset: i64,
+    /// For `read_committed` fetches: aborted transactions with records in what was read.
+    pub aborted: Vec<AbortedTxn>,
+}
+
+/// How a produce request's transactional batches were checked against their transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnCheck {
+    /// Not checked: a transactional batch is accepted only from a producer whose transaction
+    /// is already open here.
+    None,
+    /// Verified with the transaction's state under this guard ([`Partition::verification_guard`]).
+    Guard(u64),
 }
 
 /// A produce whose offsets are assigned (or that retries a batch already appended), on its
@@ -171,8 +200,15 @@ impl Partition {
             from = last.end_offset();
             for f in &r.batches {
                 // A stored frame holds one produce request's batches for the partition.
-                for (h, base, end) in batch::headers(&f.payload) {
-                    state.record(&h, base, end, None, now);
+                for (h, base, end, bytes) in batch::batches(&f.payload) {
+                    if h.is_control() {
+                        if let Some(commit) = batch::marker_kind(bytes) {
+                            // A marker's epoch was checked when it was appended.
+                            let _ = state.end_txn(h.producer_id, h.producer_epoch, base, commit, now);
+                        }
+                    } else {
+                        state.record(&h, base, end, None, now);
+                    }
                 }
             }
         }
@@ -232,6 +268,25 @@ impl Partition {
         self: &Arc<Self>,
         records: &Bytes,
     ) -> Result<ProduceTicket, ResponseError> {
+        self.start_produce_checked(records, TxnCheck::None)
+    }
+
+    /// Whether producer `pid`'s transactional batches need verifying before they are appended
+    /// here (KIP-890): `Some(guard)` to verify under, `None` when its transaction is open here
+    /// already.
+    pub fn verification_guard(&self, pid: i64) -> Option<u64> {
+        let mut producers = self.producers();
+        (!producers.txns.is_open(pid)).then(|| producers.txns.guard(pid))
+    }
+
+    /// [`Partition::start_produce`] for a request whose transactional batches were checked as
+    /// `txn` says. A transactional batch that would open a transaction here is refused with
+    /// INVALID_TXN_STATE unless it was verified and no marker of its producer came since.
+    pub fn start_produce_checked(
+        self: &Arc<Self>,
+        records: &Bytes,
+        txn: TxnCheck,
+    ) -> Result<ProduceTicket, ResponseError> {
         let batches =
             batch::split_and_validate(records, self.max_message_bytes.load(Ordering::Relaxed))?;
         let epoch = self.leader_epoch;
@@ -245,9 +300,17 @@ impl Partition {
                 let now = now_ms();
                 let mut next = base;
                 // Each batch is checked after the ones before it are recorded, as Kafka does.
+                let unverified = |p: &ProducerStates, h: &batch::BatchHeader| {
+                    h.is_transactional()
+                        && !p.txns.is_open(h.producer_id)
+                        && !matches!(txn, TxnCheck::Guard(g) if p.txns.verified(h.producer_id, g))
+                };
                 let refusal = batches
                     .iter()
                     .find_map(|b| match producers.check(&b.header) {
+                        Ok(Check::New) if unverified(&producers, &b.header) => {
+                            Some(Err(ResponseError::InvalidTxnState))
+                        }
                         Ok(Check::New) => {
                             let end = next + u64::from(b.header.offset_count());
                             producers.record(&b.header, next, end, Some(outcome.clone()), now);
@@ -304,24 +367,95 @@ impl Partition {
         })
     }
 
-    /// Batches from `offset`, up to about `max_bytes` (at least one whole batch if any).
-    pub async fn fetch(&self, offset: i64, max_bytes: usize) -> Result<FetchData, ResponseError> {
+    /// Writes a transaction marker for producer `pid` at `epoch` (a commit or an abort),
+    /// ending its open transaction here. Returns `None` when it has none open here (it never
+    /// wrote, or the marker was written already): nothing is appended, but a verification of
+    /// a late write of the ended transaction no longer holds. A marker at an older epoch than
+    /// the producer's is refused with INVALID_PRODUCER_EPOCH.
+    pub fn start_marker(
+        self: &Arc<Self>,
+        pid: i64,
+        epoch: i16,
+        commit: bool,
+        coordinator_epoch: i32,
+    ) -> Result<Option<ProduceTicket>, ResponseError> {
+        let leader_epoch = self.leader_epoch;
+        let marker = batch::marker(pid, epoch, commit, coordinator_epoch, now_ms());
+        let mut verdict: Result<(), ResponseError> = Ok(());
+        let appended = self
+            .engine
+            .append_with(self.stream_id, leader_epoch as u64, |base, _outcome| {
+                let mut producers = self.producers();
+                if !producers.txns.is_open(pid) {
+                    producers.txns.drop_guard(pid);
+                    return None;
+                }
+                match producers.end_txn(pid, epoch, base, commit, now_ms()) {
+                    Ok(_) => Some(NewBatch {
+                        record_count: 1,
+                        max_timestamp: batch::BatchHeader::parse(&marker)
+                            .map_or(-1, |h| h.max_timestamp),
+                        payload: batch::assign(&marker, base, leader_epoch),
+                    }),
+                    Err(e) => {
+                        verdict = Err(e);
+                        None
+                    }
+                }
+            });
+        match appended {
+            Ok(Some(pending)) => Ok(Some(ProduceTicket {
+                partition: Arc::clone(self),
+                kind: TicketKind::Appended(pending),
+            })),
+            Ok(None) => verdict.map(|()| None),
+            Err(e) => Err(kafka_error(&e)),
+        }
+    }
+
+    /// The last stable offset: where `read_committed` consumers stop.
+    pub fn last_stable_offset(&self) -> i64 {
+        let (_, hw) = self.offsets();
+        self.producers().txns.last_stable_offset(hw as u64) as i64
+    }
+
+    /// Batches from `offset`, up to about `max_bytes` (at least one whole batch if any). A
+    /// `read_committed` fetch (`committed`) stops at the last stable offset and is told the
+    /// aborted transactions among what it read.
+    pub async fn fetch(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        committed: bool,
+    ) -> Result<FetchData, ResponseError> {
         if offset < 0 {
             return Err(ResponseError::OffsetOutOfRange);
         }
+        let lso = self.last_stable_offset();
         let r = self
             .engine
             .read(self.stream_id, offset as u64, max_bytes)
             .await
             .map_err(|e| kafka_error(&e))?;
-        let records = concat(&r.batches);
+        let mut records = concat(&r.batches);
+        let mut aborted = Vec::new();
+        if committed {
+            let limit = u64::try_from(lso).unwrap_or(0);
+            records = batches_below(&records, limit);
+            aborted = self
+                .producers()
+                .txns
+                .aborted_between(offset as u64, limit);
+        }
         self.bytes_out
             .fetch_add(records.len() as u64, Ordering::Relaxed);
         self.requests.fetch_add(1, Ordering::Relaxed);
         Ok(FetchData {
             records,
             high_watermark: r.high_watermark as i64,
+            last_stable_offset: lso.min(r.high_watermark as i64),
             log_start_offset: r.start_offset as i64,
+            aborted,
         })
     }
 
@@ -396,9 +530,10 @@ impl Partition {
     /// Forgets producers idle for `expiration_ms` (`producer.id.expiration.ms`); returns how
     /// many were forgotten.
     pub fn expire_producers(&self, expiration_ms: i64) -> usize {
-        let (_, hw) = self.offsets();
+        let (start, hw) = self.offsets();
         let mut producers = self.producers();
         producers.settle(hw as u64);
+        producers.txns.trim(start as u64);
         producers.expire(now_ms(), expiration_ms)
     }
 

@@ -26,6 +26,7 @@ use kafka_protocol::ResponseError;
 use weir_storage::AppendOutcome;
 
 use crate::batch::BatchHeader;
+use crate::txn::TxnIndex;
 
 /// Batches remembered per producer: Kafka's max.in.flight.requests.per.connection bound.
 const KEPT_BATCHES: usize = 5;
@@ -68,6 +69,8 @@ pub enum Check {
 #[derive(Clone, Default)]
 pub struct ProducerStates {
     producers: HashMap<i64, ProducerEntry>,
+    /// Open and aborted transactions, which change with the producers' batches and markers.
+    pub(crate) txns: TxnIndex,
 }
 
 fn after(last: i32) -> i32 {
@@ -136,6 +139,9 @@ impl ProducerStates {
         );
         e.last_write_ms = e.last_write_ms.max(now_ms);
         e.next_seq = Some(after(h.last_sequence()));
+        if h.is_transactional() {
+            self.txns.begin(h.producer_id, base_offset);
+        }
         e.batches.push_back(Recorded {
             meta: BatchMeta {
                 first_seq: h.base_sequence,
@@ -150,10 +156,37 @@ impl ProducerStates {
         }
     }
 
+    /// A transaction marker of producer `pid` at `epoch` got offset `marker`: it ends the
+    /// producer's open transaction here. A marker at an older epoch than the producer's is
+    /// refused (a stale coordinator); one at a newer epoch fences the producer's older batches.
+    /// Returns whether a transaction was open.
+    pub fn end_txn(
+        &mut self,
+        pid: i64,
+        epoch: i16,
+        marker: u64,
+        commit: bool,
+        now_ms: i64,
+    ) -> Result<bool, ResponseError> {
+        if let Some(e) = self.producers.get_mut(&pid) {
+            if epoch < e.epoch {
+                return Err(ResponseError::InvalidProducerEpoch);
+            }
+            if epoch > e.epoch {
+                e.epoch = epoch;
+                e.batches.clear();
+                e.next_seq = None;
+            }
+            e.last_write_ms = e.last_write_ms.max(now_ms);
+        }
+        Ok(self.txns.end(pid, marker, commit))
+    }
+
     /// Forgets batches at or after `offset`: their append failed and the partition rewound.
     /// Each producer goes on from the first sequence it lost, even when none of its batches is
     /// left to say so.
     pub fn rewind(&mut self, offset: u64) {
+        self.txns.rewind(offset);
         for e in self.producers.values_mut() {
             while let Some(b) = e.batches.back().filter(|b| b.meta.base_offset >= offset) {
                 e.next_seq = Some(b.meta.first_seq);
@@ -172,9 +205,11 @@ impl ProducerStates {
     /// batch on its way; returns how many were forgotten.
     pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
         let before = self.producers.len();
-        self.producers.retain(|_, e| {
+        let txns = &self.txns;
+        self.producers.retain(|pid, e| {
             now_ms.saturating_sub(e.last_write_ms) < expiration_ms
                 || e.batches.iter().any(|b| b.outcome.is_some())
+                || txns.is_open(*pid)
         });
         before - self.producers.len()
     }
@@ -191,6 +226,7 @@ impl ProducerStates {
     /// Marks the batches that end at or below `offset` as durable: their outcomes are no longer
     /// needed.
     pub fn settle(&mut self, offset: u64) {
+        self.txns.settle(offset);
         for e in self.producers.values_mut() {
             for b in e.batches.iter_mut() {
                 if b.meta.end_offset <= offset {
@@ -206,7 +242,7 @@ impl ProducerStates {
     /// failed leader, the next leader must still refuse a batch that skips them.
     pub fn encode_until(&self, offset: u64) -> Vec<u8> {
         let mut out = Vec::new();
-        out.put_u8(3);
+        out.put_u8(4);
         out.put_u32(self.producers.len() as u32);
         for (pid, e) in &self.producers {
             let kept: Vec<&BatchMeta> = e
@@ -237,17 +273,19 @@ impl ProducerStates {
                 out.put_u64(b.end_offset);
             }
         }
+        self.txns.encode_until(offset, &mut out);
         out
     }
 
     /// Decodes a snapshot. Version 1 snapshots have no write times; their producers count as
     /// written at `now_ms`. Before version 3 the next sequence is the one after the last batch.
+    /// Before version 4 there are no transactions.
     pub fn decode(mut b: &[u8], now_ms: i64) -> Option<ProducerStates> {
         if b.remaining() < 5 {
             return None;
         }
         let version = b.get_u8();
-        if !(1..=3).contains(&version) {
+        if !(1..=4).contains(&version) {
             return None;
         }
         let n = b.get_u32();
@@ -294,7 +332,13 @@ impl ProducerStates {
                 },
             );
         }
-        Some(ProducerStates { producers })
+        let txns = if version >= 4 {
+            let mut rest: &[u8] = b;
+            TxnIndex::decode(&mut rest)?
+        } else {
+            TxnIndex::default()
+        };
+        Some(ProducerStates { producers, txns })
     }
 }
 

@@ -171,7 +171,7 @@ async fn setup() -> Setup {
 
 /// (producer id, base timestamp, base offset) of every batch in the partition.
 async fn contents(p: &Partition) -> Vec<(i64, i64, i64)> {
-    let data = p.fetch(0, 1 << 20).await.unwrap();
+    let data = p.fetch(0, 1 << 20, false).await.unwrap();
     headers(&data.records)
         .map(|(h, _, _): (BatchHeader, u64, u64)| (h.producer_id, h.base_timestamp, h.base_offset))
         .collect()
@@ -441,7 +441,7 @@ async fn idempotent_producers_retrying_through_wal_errors_land_exactly_once_in_o
         let mut out = Vec::new();
         let mut from = 0;
         loop {
-            let d = partition.fetch(from, 1 << 20).await.unwrap();
+            let d = partition.fetch(from, 1 << 20, false).await.unwrap();
             let hs: Vec<_> = headers(&d.records).collect();
             if hs.is_empty() {
                 break;

@@ -458,6 +458,20 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
         },
         Some(Arc::clone(&zones)),
     );
+    // Each transactional id is coordinated by one serving broker, as groups are; its state is
+    // in the metadata store, so the broker it moves to goes on from there.
+    {
+        let view_cluster = Arc::clone(&cluster);
+        let me = cluster.node_id();
+        broker.txns.set_ownership(Arc::new(move |id: &str| {
+            view_cluster
+                .view()
+                .coordinator(&weir_api::txn_key(id))
+                .map(|b| b.node_id)
+                == Some(me)
+        }));
+        broker.txns.start();
+    }
     // The CIDR map (PUT /v1/zones/cidrs on any broker) is read every few seconds.
     {
         let (zones, meta) = (Arc::clone(&zones), Arc::clone(&meta));

@@ -18,6 +18,8 @@ pub const WATCH_OFFSETS: i16 = 1001;
 pub const OFFSET_FOR_TIME: i16 = 1002;
 /// The first frame on a connection between brokers: who is calling (see [`Hello`]). No answer.
 pub const HELLO: i16 = 1003;
+/// Transaction markers for partitions the receiver leads: see [`TxnMarkers`].
+pub const TXN_MARKERS: i16 = 1004;
 
 /// A peer broker introduces itself, so that the listener's side meters its answers with the
 /// peer's zone.
@@ -169,6 +171,73 @@ impl ForwardProduce {
             entries,
         })
     }
+}
+
+/// A transaction coordinator asks the leader of `partitions` to write a commit or abort marker
+/// for producer `producer_id` at `producer_epoch` in each (Kafka's WriteTxnMarkers). The answer
+/// is one Kafka error code per partition, in order ([`encode_codes`]), once each is durable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnMarkers {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub commit: bool,
+    pub coordinator_epoch: i32,
+    pub partitions: Vec<(String, i32)>,
+}
+
+impl TxnMarkers {
+    pub fn encode(&self) -> BytesMut {
+        let mut b = BytesMut::with_capacity(24 + self.partitions.len() * 24);
+        b.put_i64(self.producer_id);
+        b.put_i16(self.producer_epoch);
+        b.put_u8(u8::from(self.commit));
+        b.put_i32(self.coordinator_epoch);
+        b.put_u32(self.partitions.len() as u32);
+        for (t, p) in &self.partitions {
+            put_str(&mut b, t);
+            b.put_i32(*p);
+        }
+        b
+    }
+
+    pub fn decode(mut b: Bytes) -> Result<TxnMarkers> {
+        let producer_id = get_i64(&mut b)?;
+        let producer_epoch = get_i16(&mut b)?;
+        need(&b, 1, "commit")?;
+        let commit = match b.get_u8() {
+            0 => false,
+            1 => true,
+            _ => return Err(WireError("commit is neither 0 nor 1")),
+        };
+        let coordinator_epoch = get_i32(&mut b)?;
+        let n = get_count(&mut b, 6)?;
+        let mut partitions = Vec::with_capacity(n);
+        for _ in 0..n {
+            partitions.push((get_str(&mut b)?, get_i32(&mut b)?));
+        }
+        Ok(TxnMarkers {
+            producer_id,
+            producer_epoch,
+            commit,
+            coordinator_epoch,
+            partitions,
+        })
+    }
+}
+
+/// A list of Kafka error codes.
+pub fn encode_codes(codes: &[i16]) -> BytesMut {
+    let mut b = BytesMut::with_capacity(4 + codes.len() * 2);
+    b.put_u32(codes.len() as u32);
+    for c in codes {
+        b.put_i16(*c);
+    }
+    b
+}
+
+pub fn decode_codes(mut b: Bytes) -> Result<Vec<i16>> {
+    let n = get_count(&mut b, 2)?;
+    (0..n).map(|_| get_i16(&mut b)).collect()
 }
 
 pub fn encode_forward_results(results: &[ForwardResult]) -> BytesMut {
@@ -460,6 +529,19 @@ mod tests {
             epoch: 2,
         };
         assert_eq!(OffsetForTimeResult::decode(a.encode().freeze()), Ok(a));
+        let m = TxnMarkers {
+            producer_id: 42,
+            producer_epoch: 3,
+            commit: true,
+            coordinator_epoch: 9,
+            partitions: vec![("t".into(), 0), ("u".into(), 7)],
+        };
+        let bytes = m.encode().freeze();
+        assert_eq!(TxnMarkers::decode(bytes.clone()), Ok(m));
+        for cut in 0..bytes.len() {
+            assert!(TxnMarkers::decode(bytes.slice(..cut)).is_err(), "cut at {cut}");
+        }
+        assert_eq!(decode_codes(encode_codes(&[0, 6]).freeze()), Ok(vec![0, 6]));
         // A count that the body cannot hold is refused before anything is allocated.
         let mut huge = BytesMut::new();
         huge.put_u32(u32::MAX);

@@ -10,6 +10,7 @@ pub mod group_offsets;
 pub mod group_states;
 pub mod object_index;
 pub mod producer_snapshots;
+pub mod transactions;
 pub mod whole_store;
 
 use crate::{MetaError, MetaStore, ObjectCommit, ObjectIndex, RangeCommit};
@@ -22,6 +23,7 @@ pub async fn run_all(open: impl Fn() -> Box<dyn MetaStore>) {
     group_states::run(|| open()).await;
     producer_snapshots::run(|| open()).await;
     coordination::run(|| open()).await;
+    transactions::run(|| open()).await;
     whole_store::run(open).await;
 }
 

@@ -25,6 +25,7 @@ mod group_offsets;
 mod group_states;
 mod object_index;
 mod producer_snapshots;
+mod transactions;
 
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -163,6 +164,27 @@ CREATE TABLE broker_loads (
     cpu        DOUBLE PRECISION NOT NULL,
     partitions TEXT NOT NULL
 );
+",
+    "
+-- Each transactional id's state, encoded by weir_meta::TxnRecord; version grows by one a write.
+CREATE TABLE transactions (
+    transactional_id TEXT PRIMARY KEY,
+    version          BIGINT NOT NULL,
+    data             BYTEA NOT NULL
+);
+-- Group offsets a transaction commits, staged until it ends.
+CREATE TABLE txn_offsets (
+    transactional_id TEXT NOT NULL,
+    group_id         TEXT NOT NULL,
+    topic            TEXT NOT NULL,
+    partition        INTEGER NOT NULL,
+    commit_offset    BIGINT NOT NULL,
+    leader_epoch     INTEGER NOT NULL,
+    metadata         TEXT,
+    commit_ms        BIGINT NOT NULL,
+    PRIMARY KEY (transactional_id, group_id, topic, partition)
+);
+CREATE INDEX txn_offsets_by_group ON txn_offsets(group_id);
 ",
 ];
 
@@ -553,6 +575,12 @@ mod tests {
     async fn conformance_producer_snapshots() {
         let s = server();
         conformance::producer_snapshots::run(|| Box::new(store(&s))).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn conformance_transactions() {
+        let s = server();
+        conformance::transactions::run(|| Box::new(store(&s)) as Box<dyn conformance::transactions::TxnStore>).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,6 +13,7 @@ mod group_offsets;
 mod group_states;
 mod object_index;
 mod producer_snapshots;
+mod transactions;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -129,6 +130,25 @@ CREATE TABLE IF NOT EXISTS broker_loads (
     cpu        REAL NOT NULL,
     partitions TEXT NOT NULL
 );
+-- Each transactional id's state, encoded by weir_meta::TxnRecord; version grows by one a write.
+CREATE TABLE IF NOT EXISTS transactions (
+    transactional_id TEXT PRIMARY KEY,
+    version          INTEGER NOT NULL,
+    data             BLOB NOT NULL
+);
+-- Group offsets a transaction commits, staged until it ends.
+CREATE TABLE IF NOT EXISTS txn_offsets (
+    transactional_id TEXT NOT NULL,
+    group_id         TEXT NOT NULL,
+    topic            TEXT NOT NULL,
+    partition        INTEGER NOT NULL,
+    offset           INTEGER NOT NULL,
+    leader_epoch     INTEGER NOT NULL,
+    metadata         TEXT,
+    commit_ms        INTEGER NOT NULL,
+    PRIMARY KEY (transactional_id, group_id, topic, partition)
+);
+CREATE INDEX IF NOT EXISTS txn_offsets_by_group ON txn_offsets(group_id);
 ";
 
 pub struct SqliteMetaStore {
@@ -304,6 +324,11 @@ mod tests {
     #[tokio::test]
     async fn conformance_coordination() {
         conformance::coordination::run(|| Box::new(store())).await;
+    }
+
+    #[tokio::test]
+    async fn conformance_transactions() {
+        conformance::transactions::run(|| Box::new(store()) as Box<dyn conformance::transactions::TxnStore>).await;
     }
 
     #[tokio::test]

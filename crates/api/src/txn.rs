@@ -1,0 +1,605 @@
+//! Transactions: AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn,
+//! DescribeTransactions, ListTransactions (InitProducerId is in `cluster.rs`), the verification
+//! of a produce's transactional batches (KIP-890), and the writing of markers: in partitions led
+//! here directly, in others through their leader's internal listener.
+//!
+//! The coordinator itself is [`weir_txn::TxnCoordinator`]; this module turns requests into its
+//! calls and its errors into each version's codes.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
+use weir_meta::{GroupOffset, MetaError, TxnState};
+use weir_partition::{Lookup, TxnCheck};
+use weir_txn::{MarkerWriter, Markers};
+use weir_zone::wire::{self, TxnMarkers};
+
+use crate::{str, Broker};
+
+/// PRODUCER_FENCED exists for clients of these versions and later (KIP-588); older ones are
+/// told INVALID_PRODUCER_EPOCH, which they treat the same way.
+fn fenced_for(e: ResponseError, version: i16, since: i16) -> ResponseError {
+    if e == ResponseError::ProducerFenced && version < since {
+        ResponseError::InvalidProducerEpoch
+    } else {
+        e
+    }
+}
+
+fn code(r: Result<(), ResponseError>) -> i16 {
+    r.err().map_or(0, |e| e.code())
+}
+
+impl Broker {
+    pub(crate) async fn add_partitions_to_txn(
+        &self,
+        r: AddPartitionsToTxnRequest,
+        version: i16,
+    ) -> AddPartitionsToTxnResponse {
+        use add_partitions_to_txn_response::*;
+        let results = |topics: &[add_partitions_to_txn_request::AddPartitionsToTxnTopic],
+                       codes: &dyn Fn(&str, i32) -> i16| {
+            topics
+                .iter()
+                .map(|t| {
+                    AddPartitionsToTxnTopicResult::default()
+                        .with_name(t.name.clone())
+                        .with_results_by_partition(
+                            t.partitions
+                                .iter()
+                                .map(|&p| {
+                                    AddPartitionsToTxnPartitionResult::default()
+                                        .with_partition_index(p)
+                                        .with_partition_error_code(codes(t.name.0.as_str(), p))
+                                })
+                                .collect(),
+                        )
+                })
+                .collect::<Vec<_>>()
+        };
+        if version <= 3 {
+            let topics = &r.v3_and_below_topics;
+            let outcome = self
+                .add_partitions(
+                    &r.v3_and_below_transactional_id,
+                    r.v3_and_below_producer_id.0,
+                    r.v3_and_below_producer_epoch,
+                    topics,
+                    false,
+                )
+                .await;
+            return AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(
+                results(topics, &|t, p| outcome(t, p, version)),
+            );
+        }
+        let mut out = Vec::with_capacity(r.transactions.len());
+        for t in &r.transactions {
+            let outcome = self
+                .add_partitions(
+                    &t.transactional_id,
+                    t.producer_id.0,
+                    t.producer_epoch,
+                    &t.topics,
+                    t.verify_only,
+                )
+                .await;
+            out.push(
+                AddPartitionsToTxnResult::default()
+                    .with_transactional_id(t.transactional_id.clone())
+                    .with_topic_results(results(&t.topics, &|n, p| outcome(n, p, version))),
+            );
+        }
+        AddPartitionsToTxnResponse::default().with_results_by_transaction(out)
+    }
+
+    /// Adds (or with `verify_only`, checks) partitions of one transaction; returns each
+    /// partition's code, given the request's version.
+    async fn add_partitions(
+        &self,
+        id: &TransactionalId,
+        pid: i64,
+        epoch: i16,
+        topics: &[add_partitions_to_txn_request::AddPartitionsToTxnTopic],
+        verify_only: bool,
+    ) -> impl Fn(&str, i32, i16) -> i16 {
+        let wanted: Vec<(String, i32)> = topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|&p| (t.name.to_string(), p)))
+            .collect();
+        let unknown: Vec<(String, i32)> = wanted
+            .iter()
+            .filter(|(t, p)| matches!(self.topics.lookup(t, *p), Lookup::Unknown))
+            .cloned()
+            .collect();
+        // As Kafka: if any partition is unknown, none is added.
+        let verdict: Result<BTreeMap<(String, i32), i16>, ResponseError> = if !unknown.is_empty() {
+            Ok(BTreeMap::new())
+        } else if verify_only {
+            self.txns
+                .verify_partitions(id, pid, epoch, &wanted)
+                .await
+                .map(|ok| {
+                    wanted
+                        .iter()
+                        .cloned()
+                        .zip(ok)
+                        .map(|(p, ok)| {
+                            let c = if ok {
+                                0
+                            } else {
+                                ResponseError::InvalidTxnState.code()
+                            };
+                            (p, c)
+                        })
+                        .collect()
+                })
+        } else {
+            self.txns
+                .add_partitions(id, pid, epoch, &wanted)
+                .await
+                .map(|()| BTreeMap::new())
+        };
+        move |t: &str, p: i32, version: i16| -> i16 {
+            let key = (t.to_string(), p);
+            if !unknown.is_empty() {
+                return if unknown.contains(&key) {
+                    ResponseError::UnknownTopicOrPartition.code()
+                } else {
+                    ResponseError::OperationNotAttempted.code()
+                };
+            }
+            match &verdict {
+                Ok(codes) => codes.get(&key).copied().unwrap_or(0),
+                Err(e) => fenced_for(*e, version, 2).code(),
+            }
+        }
+    }
+
+    pub(crate) async fn add_offsets_to_txn(
+        &self,
+        r: AddOffsetsToTxnRequest,
+        version: i16,
+    ) -> AddOffsetsToTxnResponse {
+        let result = self
+            .txns
+            .add_offsets(
+                &r.transactional_id,
+                r.producer_id.0,
+                r.producer_epoch,
+                &r.group_id,
+            )
+            .await
+            .map_err(|e| fenced_for(e, version, 2));
+        AddOffsetsToTxnResponse::default().with_error_code(code(result))
+    }
+
+    pub(crate) async fn end_txn(&self, r: EndTxnRequest, version: i16) -> EndTxnResponse {
+        let result = self
+            .txns
+            .end_txn(
+                &r.transactional_id,
+                r.producer_id.0,
+                r.producer_epoch,
+                r.committed,
+            )
+            .await
+            .map_err(|e| fenced_for(e, version, 2));
+        EndTxnResponse::default()
+            .with_error_code(code(result))
+            .with_producer_id(r.producer_id)
+            .with_producer_epoch(r.producer_epoch)
+    }
+
+    /// TxnOffsetCommit: checked against the group (this broker must coordinate it), then staged
+    /// in the metadata store with the transaction, which commits or drops them when it ends.
+    pub(crate) async fn txn_offset_commit(
+        &self,
+        r: TxnOffsetCommitRequest,
+        version: i16,
+    ) -> TxnOffsetCommitResponse {
+        use txn_offset_commit_response::*;
+        let group_error = self
+            .groups
+            .validate_txn_offset_commit(
+                &r.group_id,
+                &r.member_id,
+                r.group_instance_id.as_deref(),
+                r.generation_id,
+            )
+            .await
+            .err();
+        let commit_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let mut staged = Vec::new();
+        let mut unknown = Vec::new();
+        for t in &r.topics {
+            for p in &t.partitions {
+                if p.partition_index < 0
+                    || matches!(
+                        self.topics.lookup(&t.name, p.partition_index),
+                        Lookup::Unknown
+                    )
+                {
+                    unknown.push((t.name.to_string(), p.partition_index));
+                    continue;
+                }
+                staged.push(GroupOffset {
+                    topic: t.name.to_string(),
+                    partition: p.partition_index as u32,
+                    offset: p.committed_offset,
+                    leader_epoch: p.committed_leader_epoch,
+                    metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+                    commit_ms,
+                });
+            }
+        }
+        let error = match group_error {
+            Some(e) => e,
+            None if staged.is_empty() => 0,
+            None => match self
+                .meta
+                .stage_txn_offsets(
+                    &r.transactional_id,
+                    r.producer_id.0,
+                    r.producer_epoch,
+                    &r.group_id,
+                    staged,
+                )
+                .await
+            {
+                Ok(()) => 0,
+                Err(MetaError::TxnConflict(_)) => self
+                    .txn_offset_refusal(&r.transactional_id, r.producer_id.0, r.producer_epoch)
+                    .await
+                    .map_or(0, |e| fenced_for(e, version, 3).code()),
+                Err(e) => {
+                    tracing::warn!(error = %e, "staging transactional offsets failed");
+                    ResponseError::CoordinatorNotAvailable.code()
+                }
+            },
+        };
+        let topics = r
+            .topics
+            .iter()
+            .map(|t| {
+                TxnOffsetCommitResponseTopic::default()
+                    .with_name(t.name.clone())
+                    .with_partitions(
+                        t.partitions
+                            .iter()
+                            .map(|p| {
+                                let c = if unknown
+                                    .iter()
+                                    .any(|(n, i)| n.as_str() == t.name.0.as_str() && *i == p.partition_index)
+                                {
+                                    ResponseError::UnknownTopicOrPartition.code()
+                                } else {
+                                    error
+                                };
+                                TxnOffsetCommitResponsePartition::default()
+                                    .with_partition_index(p.partition_index)
+                                    .with_error_code(c)
+                            })
+                            .collect(),
+                    )
+            })
+            .collect();
+        TxnOffsetCommitResponse::default().with_topics(topics)
+    }
+
+    /// Why the transaction refused offsets: its producer was fenced, or the group was not added
+    /// (or the transaction is not open).
+    async fn txn_offset_refusal(&self, id: &str, pid: i64, epoch: i16) -> Option<ResponseError> {
+        match self.meta.load_transaction(id).await {
+            Ok(Some(t)) if t.producer_id == pid && t.producer_epoch > epoch => {
+                Some(ResponseError::ProducerFenced)
+            }
+            Ok(Some(t)) if t.producer_id != pid => Some(ResponseError::InvalidProducerIdMapping),
+            Ok(_) => Some(ResponseError::InvalidTxnState),
+            Err(_) => Some(ResponseError::CoordinatorNotAvailable),
+        }
+    }
+
+    pub(crate) async fn describe_transactions(
+        &self,
+        r: DescribeTransactionsRequest,
+    ) -> DescribeTransactionsResponse {
+        use describe_transactions_response::*;
+        let mut states = Vec::with_capacity(r.transactional_ids.len());
+        for id in r.transactional_ids {
+            let s = TransactionState::default().with_transactional_id(id.clone());
+            states.push(match self.txns.describe(&id).await {
+                Ok(t) => {
+                    let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+                    if t.state == TxnState::Ongoing || t.state.is_preparing() {
+                        for (topic, p) in &t.partitions {
+                            by_topic.entry(topic).or_default().push(*p);
+                        }
+                    }
+                    s.with_transaction_state(str(t.state.name()))
+                        .with_transaction_timeout_ms(t.timeout_ms)
+                        .with_transaction_start_time_ms(t.start_ms)
+                        .with_producer_id(ProducerId(t.producer_id))
+                        .with_producer_epoch(t.producer_epoch)
+                        .with_topics(
+                            by_topic
+                                .into_iter()
+                                .map(|(topic, ps)| {
+                                    TopicData::default()
+                                        .with_topic(TopicName(str(topic)))
+                                        .with_partitions(ps)
+                                })
+                                .collect(),
+                        )
+                }
+                Err(e) => s
+                    .with_error_code(e.code())
+                    .with_transaction_state(str(""))
+                    .with_producer_id(ProducerId(-1))
+                    .with_producer_epoch(-1)
+                    .with_transaction_start_time_ms(-1),
+            });
+        }
+        DescribeTransactionsResponse::default().with_transaction_states(states)
+    }
+
+    pub(crate) async fn list_transactions(
+        &self,
+        r: ListTransactionsRequest,
+        version: i16,
+    ) -> ListTransactionsResponse {
+        use list_transactions_response::TransactionState as Listed;
+        const STATES: [&str; 6] = [
+            "Empty",
+            "Ongoing",
+            "PrepareCommit",
+            "PrepareAbort",
+            "CompleteCommit",
+            "CompleteAbort",
+        ];
+        let unknown: Vec<_> = r
+            .state_filters
+            .iter()
+            .filter(|s| !STATES.contains(&s.as_str()) && s.as_str() != "Dead")
+            .cloned()
+            .collect();
+        let all = match self.txns.list().await {
+            Ok(all) => all,
+            Err(e) => return ListTransactionsResponse::default().with_error_code(e.code()),
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let listed = all
+            .into_iter()
+            .filter(|t| {
+                r.state_filters.is_empty()
+                    || r.state_filters.iter().any(|s| s.as_str() == t.state.name())
+            })
+            .filter(|t| {
+                r.producer_id_filters.is_empty()
+                    || r.producer_id_filters.contains(&ProducerId(t.producer_id))
+            })
+            .filter(|t| {
+                version < 1
+                    || r.duration_filter < 0
+                    || (t.state == TxnState::Ongoing && now - t.start_ms >= r.duration_filter)
+            })
+            .map(|t| {
+                Listed::default()
+                    .with_transactional_id(TransactionalId(str(&t.transactional_id)))
+                    .with_producer_id(ProducerId(t.producer_id))
+                    .with_transaction_state(str(t.state.name()))
+            })
+            .collect();
+        ListTransactionsResponse::default()
+            .with_unknown_state_filters(unknown)
+            .with_transaction_states(listed)
+    }
+
+    /// KIP-890: for each partition of a transactional produce led here whose producer has no
+    /// transaction open in it, checks with the transaction's state that the partition was
+    /// added, under a guard that a marker arriving meanwhile revokes. `None`: refuse the
+    /// partition's batches with the error.
+    pub(crate) async fn verify_txn_produce(
+        &self,
+        transactional_id: &str,
+        partition: &weir_partition::Partition,
+        records: &bytes::Bytes,
+    ) -> Result<TxnCheck, ResponseError> {
+        let Some(h) = weir_partition::batch::BatchHeader::parse(records) else {
+            // Not a batch: validation refuses it with the right error.
+            return Ok(TxnCheck::None);
+        };
+        if !h.is_transactional() {
+            return Ok(TxnCheck::None);
+        }
+        let Some(guard) = partition.verification_guard(h.producer_id) else {
+            return Ok(TxnCheck::None);
+        };
+        let record = self
+            .meta
+            .load_transaction(transactional_id)
+            .await
+            .map_err(|_| ResponseError::KafkaStorageError)?;
+        let key = (partition.topic.clone(), partition.index);
+        match record {
+            Some(t)
+                if t.producer_id == h.producer_id
+                    && t.producer_epoch == h.producer_epoch
+                    && t.state == TxnState::Ongoing
+                    && t.partitions.contains(&key) =>
+            {
+                Ok(TxnCheck::Guard(guard))
+            }
+            Some(t) if t.producer_id == h.producer_id && t.producer_epoch > h.producer_epoch => {
+                Err(ResponseError::InvalidProducerEpoch)
+            }
+            _ => {
+                tracing::debug!(transactional_id, topic = %key.0, partition = key.1, "a transactional write to a partition not in its transaction was refused");
+                Err(ResponseError::InvalidTxnState)
+            }
+        }
+    }
+
+    /// Writes markers in partitions led here; the answer once each is durable.
+    pub(crate) async fn write_local_markers(&self, m: &TxnMarkers) -> Vec<i16> {
+        let started: Vec<_> = m
+            .partitions
+            .iter()
+            .map(|(t, p)| match self.topics.lookup(t, *p) {
+                Lookup::Local(part) => {
+                    part.start_marker(m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch)
+                }
+                Lookup::NotHere => Err(ResponseError::NotLeaderOrFollower),
+                Lookup::Unknown => Err(ResponseError::UnknownTopicOrPartition),
+            })
+            .collect();
+        let mut codes = Vec::with_capacity(started.len());
+        for s in started {
+            codes.push(match s {
+                Ok(Some(ticket)) => code(ticket.wait().await.map(|_| ())),
+                Ok(None) => 0,
+                Err(e) => e.code(),
+            });
+        }
+        codes
+    }
+}
+
+#[async_trait::async_trait]
+impl MarkerWriter for Broker {
+    async fn write_markers(&self, m: Markers) -> Vec<Result<(), ResponseError>> {
+        // Partitions by the broker that leads them now: this one, others, or none yet.
+        let view = self.cluster.view();
+        let me = self.cluster.node_id();
+        let mut by_leader: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
+        let mut out: Vec<Result<(), ResponseError>> = vec![Ok(()); m.partitions.len()];
+        for (i, (t, p)) in m.partitions.iter().enumerate() {
+            let leader = match self.topics.lookup(t, *p) {
+                Lookup::Local(_) => Some(me),
+                Lookup::Unknown => {
+                    out[i] = Err(ResponseError::UnknownTopicOrPartition);
+                    continue;
+                }
+                Lookup::NotHere => u32::try_from(*p)
+                    .ok()
+                    .and_then(|i| view.assignment(t, i))
+                    .and_then(|a| a.leader),
+            };
+            match leader {
+                Some(l) => by_leader.entry(l).or_default().push(i),
+                None => out[i] = Err(ResponseError::NotLeaderOrFollower),
+            }
+        }
+        let sends = by_leader.into_iter().map(|(leader, idx)| {
+            let msg = TxnMarkers {
+                producer_id: m.producer_id,
+                producer_epoch: m.producer_epoch,
+                commit: m.commit,
+                coordinator_epoch: m.coordinator_epoch,
+                partitions: idx.iter().map(|&i| m.partitions[i].clone()).collect(),
+            };
+            let peer = view.broker(leader).cloned();
+            async move {
+                let codes = if leader == me {
+                    self.write_local_markers(&msg).await
+                } else {
+                    match (peer, &self.zones) {
+                        (Some(b), Some(zones)) => {
+                            let answer = zones
+                                .peers
+                                .send(
+                                    weir_zone::Peer {
+                                        node_id: b.node_id,
+                                        internal_addr: &b.internal_addr,
+                                        zone: &b.zone,
+                                    },
+                                    weir_zone::Channel::Feed,
+                                    wire::TXN_MARKERS,
+                                    msg.encode(),
+                                )
+                                .await;
+                            match answer.ok().and_then(|a| wire::decode_codes(a).ok()) {
+                                Some(c) if c.len() == msg.partitions.len() => c,
+                                _ => vec![
+                                    ResponseError::NotLeaderOrFollower.code();
+                                    msg.partitions.len()
+                                ],
+                            }
+                        }
+                        _ => vec![ResponseError::NotLeaderOrFollower.code(); msg.partitions.len()],
+                    }
+                };
+                (idx, codes)
+            }
+        });
+        for (idx, codes) in futures::future::join_all(sends).await {
+            for (i, c) in idx.into_iter().zip(codes) {
+                out[i] = match c {
+                    0 => Ok(()),
+                    c => Err(ResponseError::try_from_code(c)
+                        .unwrap_or(ResponseError::UnknownServerError)),
+                };
+            }
+        }
+        out
+    }
+}
+
+impl Broker {
+    /// OffsetFetch, and with `require_stable` (v7+, read_committed consumers), partitions with
+    /// offsets staged by an open transaction answer UNSTABLE_OFFSET_COMMIT: the consumer asks
+    /// again once the transaction ended, rather than start from an offset about to change.
+    pub(crate) async fn offset_fetch(
+        &self,
+        r: OffsetFetchRequest,
+        version: i16,
+    ) -> OffsetFetchResponse {
+        let stable = version >= 7 && r.require_stable;
+        let single = r.group_id.to_string();
+        let mut resp = self.groups.offset_fetch(r, version).await;
+        if !stable {
+            return resp;
+        }
+        let unstable = ResponseError::UnstableOffsetCommit.code();
+        let mut groups: Vec<(String, Vec<(String, u32)>)> = Vec::new();
+        if version >= 8 {
+            for g in &resp.groups {
+                groups.push((g.group_id.to_string(), Vec::new()));
+            }
+        } else {
+            groups.push((single, Vec::new()));
+        }
+        for (g, staged) in groups.iter_mut() {
+            match self.meta.staged_offsets(g).await {
+                Ok(s) => *staged = s,
+                Err(e) => tracing::warn!(group = %g, error = %e, "reading staged offsets failed"),
+            }
+        }
+        if version >= 8 {
+            for (g, (_, staged)) in resp.groups.iter_mut().zip(&groups) {
+                for t in g.topics.iter_mut() {
+                    for p in t.partitions.iter_mut() {
+                        if staged.contains(&(t.name.to_string(), p.partition_index as u32)) {
+                            p.error_code = unstable;
+                            p.committed_offset = -1;
+                        }
+                    }
+                }
+            }
+        } else if let Some((_, staged)) = groups.first() {
+            for t in resp.topics.iter_mut() {
+                for p in t.partitions.iter_mut() {
+                    if staged.contains(&(t.name.to_string(), p.partition_index as u32)) {
+                        p.error_code = unstable;
+                        p.committed_offset = -1;
+                    }
+                }
+            }
+        }
+        resp
+    }
+}

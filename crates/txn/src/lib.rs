@@ -1,0 +1,568 @@
+//! Weir's transaction coordinator: Kafka transactions (KIP-98) over the metadata store.
+//!
+//! Each transactional id has one record in the metadata store ([`weir_meta::TxnRecord`]): its
+//! producer id and epoch, where its transaction is (Empty, Ongoing, PrepareCommit/Abort,
+//! CompleteCommit/Abort), and the partitions and groups it touched. The record is the truth;
+//! this coordinator keeps nothing that a restart or another broker could not read back, so a
+//! transactional id's coordinator can move to any broker (rendezvous hashing over the serving
+//! brokers, as groups) and go on where the last one stopped.
+//!
+//! How the parts fit:
+//!
+//! - The Kafka API layer turns InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+//!   DescribeTransactions and ListTransactions into calls on [`TxnCoordinator`], which answers
+//!   with Kafka's errors. Requests for one id are serialised on this broker; across brokers,
+//!   every write names the version it read, so a coordinator that lost the id learns it
+//!   (`NOT_COORDINATOR`) instead of overwriting its successor.
+//! - Ending a transaction is two-phase, as in Kafka: the decision (PrepareCommit or
+//!   PrepareAbort) is stored first; then a marker goes to every partition of the transaction
+//!   through the [`MarkerWriter`] (the partition's leader, here or on another broker); then the
+//!   record is completed, which in the same database transaction commits (or drops) the
+//!   offsets the transaction staged for consumer groups. A decision once stored is carried out
+//!   by whoever coordinates the id, even after a crash between the phases.
+//! - A background task aborts transactions that outlive their timeout (bumping the epoch, so
+//!   the producer's late writes are fenced), finishes decisions whose coordinator died midway,
+//!   and forgets transactional ids idle for `transactional.id.expiration.ms`.
+//! - [`ProducerIds`] hands out producer ids in blocks from the metadata store, for idempotent
+//!   and transactional producers alike.
+
+mod ids;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use kafka_protocol::ResponseError;
+use weir_meta::{MetaError, MetaStore, TxnRecord, TxnState};
+use weir_metrics::Counter;
+
+pub use ids::ProducerIds;
+
+/// Settings, with Kafka's names and defaults.
+#[derive(Debug, Clone)]
+pub struct TxnConfig {
+    /// `transaction.max.timeout.ms`: the longest timeout a producer may ask for.
+    pub max_timeout_ms: i32,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`: how often timed-out
+    /// transactions are looked for (Kafka: 10 s; shorter here, the check is one query).
+    pub check_interval: Duration,
+    /// `transactional.id.expiration.ms`: an id idle this long is forgotten.
+    pub id_expiration_ms: i64,
+    /// How long ending a transaction keeps trying to write its markers before it answers and
+    /// leaves the rest to the background task.
+    pub marker_patience: Duration,
+}
+
+impl Default for TxnConfig {
+    fn default() -> Self {
+        TxnConfig {
+            max_timeout_ms: 900_000,
+            check_interval: Duration::from_secs(1),
+            id_expiration_ms: 7 * 24 * 3600 * 1000,
+            marker_patience: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The markers that end one transaction in its partitions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Markers {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub commit: bool,
+    pub coordinator_epoch: i32,
+    pub partitions: Vec<(String, i32)>,
+}
+
+/// Writes transaction markers to the leaders of partitions.
+#[async_trait::async_trait]
+pub trait MarkerWriter: Send + Sync + 'static {
+    /// One outcome per partition, in order: `Ok` once the marker is durable (or the producer
+    /// had nothing open there), else the Kafka error (the coordinator retries the retriable
+    /// ones).
+    async fn write_markers(&self, markers: Markers) -> Vec<Result<(), ResponseError>>;
+}
+
+/// Says whether this broker coordinates a transactional id.
+pub type Ownership = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// Transactions started, committed, aborted (by the producer or by its timeout).
+#[derive(Debug, Default)]
+pub struct TxnMeters {
+    pub begun: Counter,
+    pub committed: Counter,
+    pub aborted: Counter,
+    pub timed_out: Counter,
+    pub markers: Counter,
+}
+
+pub struct TxnCoordinator {
+    meta: Arc<dyn MetaStore>,
+    config: TxnConfig,
+    pub ids: ProducerIds,
+    owns: RwLock<Ownership>,
+    writer: OnceLock<Weak<dyn MarkerWriter>>,
+    /// Serialises the requests for one id on this broker.
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    pub meters: TxnMeters,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The Kafka error for a metadata store failure: another coordinator wrote the record (this
+/// one is stale), or the store is unreachable (retriable).
+fn store_error(e: MetaError) -> ResponseError {
+    match e {
+        MetaError::TxnConflict(_) => ResponseError::NotCoordinator,
+        e => {
+            tracing::warn!(error = %e, "transaction state: metadata store failed");
+            ResponseError::CoordinatorNotAvailable
+        }
+    }
+}
+
+/// One transaction in a DescribeTransactions or ListTransactions answer.
+pub type Described = TxnRecord;
+
+impl TxnCoordinator {
+    pub fn new(meta: Arc<dyn MetaStore>, config: TxnConfig) -> Arc<TxnCoordinator> {
+        Arc::new(TxnCoordinator {
+            ids: ProducerIds::new(Arc::clone(&meta)),
+            meta,
+            config,
+            owns: RwLock::new(Arc::new(|_: &str| true)),
+            writer: OnceLock::new(),
+            locks: Mutex::new(HashMap::new()),
+            meters: TxnMeters::default(),
+        })
+    }
+
+    /// Which ids this broker coordinates (by default all of them).
+    pub fn set_ownership(&self, owns: Ownership) {
+        *self.owns.write().unwrap_or_else(|e| e.into_inner()) = owns;
+    }
+
+    /// Where markers go; set once the broker exists.
+    pub fn set_marker_writer(&self, writer: Weak<dyn MarkerWriter>) {
+        let _ = self.writer.set(writer);
+    }
+
+    pub fn owns(&self, id: &str) -> bool {
+        let owns = Arc::clone(&self.owns.read().unwrap_or_else(|e| e.into_inner()));
+        owns(id)
+    }
+
+    async fn lock(&self, id: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let m = {
+            let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+            if locks.len() > 1024 {
+                locks.retain(|_, m| Arc::strong_count(m) > 1);
+            }
+            Arc::clone(locks.entry(id.to_string()).or_default())
+        };
+        m.lock_owned().await
+    }
+
+    /// Checks that this broker coordinates `id`, and takes its lock.
+    async fn enter(&self, id: &str) -> Result<tokio::sync::OwnedMutexGuard<()>, ResponseError> {
+        if id.is_empty() {
+            return Err(ResponseError::InvalidRequest);
+        }
+        if !self.owns(id) {
+            return Err(ResponseError::NotCoordinator);
+        }
+        Ok(self.lock(id).await)
+    }
+
+    async fn load(&self, id: &str) -> Result<Option<TxnRecord>, ResponseError> {
+        self.meta.load_transaction(id).await.map_err(store_error)
+    }
+
+    /// The record of `id`, which producer `pid` at `epoch` must own.
+    async fn load_for(&self, id: &str, pid: i64, epoch: i16) -> Result<TxnRecord, ResponseError> {
+        let r = self
+            .load(id)
+            .await?
+            .ok_or(ResponseError::InvalidProducerIdMapping)?;
+        if r.producer_id != pid {
+            return Err(ResponseError::InvalidProducerIdMapping);
+        }
+        if r.producer_epoch != epoch {
+            return Err(ResponseError::ProducerFenced);
+        }
+        Ok(r)
+    }
+
+    async fn save(&self, r: &mut TxnRecord) -> Result<(), ResponseError> {
+        r.update_ms = now_ms();
+        r.version = self.meta.save_transaction(r).await.map_err(store_error)?;
+        Ok(())
+    }
+
+    /// InitProducerId with a transactional id: the producer's id and a new epoch, which fences
+    /// every older producer of the id. An open transaction of the id is aborted first (the
+    /// answer is then CONCURRENT_TRANSACTIONS and the client asks again, as with Kafka).
+    /// `expected`: the id and epoch the client already has (KIP-360), if any.
+    pub async fn init_producer_id(
+        &self,
+        id: &str,
+        timeout_ms: i32,
+        expected: Option<(i64, i16)>,
+    ) -> Result<(i64, i16), ResponseError> {
+        if timeout_ms <= 0 || timeout_ms > self.config.max_timeout_ms {
+            return Err(ResponseError::InvalidTransactionTimeout);
+        }
+        let _guard = self.enter(id).await?;
+        let Some(mut r) = self.load(id).await? else {
+            let pid = self
+                .ids
+                .next()
+                .await
+                .map_err(|_| ResponseError::CoordinatorNotAvailable)?;
+            let mut r = TxnRecord {
+                transactional_id: id.to_string(),
+                producer_id: pid,
+                producer_epoch: 0,
+                last_producer_id: -1,
+                last_producer_epoch: -1,
+                state: TxnState::Empty,
+                timeout_ms,
+                start_ms: -1,
+                update_ms: 0,
+                partitions: vec![],
+                groups: vec![],
+                version: 0,
+            };
+            self.save(&mut r).await?;
+            return Ok((pid, 0));
+        };
+        if let Some((pid, epoch)) = expected {
+            let is_last = (pid, epoch) == (r.last_producer_id, r.last_producer_epoch);
+            if is_last && r.state == TxnState::Empty {
+                // A retry of the InitProducerId that made the current epoch.
+                return Ok((r.producer_id, r.producer_epoch));
+            }
+            if !is_last && (pid, epoch) != (r.producer_id, r.producer_epoch) {
+                return Err(ResponseError::ProducerFenced);
+            }
+        }
+        match r.state {
+            TxnState::PrepareCommit | TxnState::PrepareAbort => {
+                return Err(ResponseError::ConcurrentTransactions)
+            }
+            TxnState::Ongoing => {
+                // Fence the producer of the open transaction and abort it; the client retries
+                // and then gets an epoch of its own (this one is only the markers').
+                r.last_producer_id = r.producer_id;
+                r.last_producer_epoch = r.producer_epoch;
+                bump_epoch(&mut r);
+                r.state = TxnState::PrepareAbort;
+                self.save(&mut r).await?;
+                self.meters.aborted.inc();
+                tracing::info!(transactional_id = id, producer_id = r.producer_id, epoch = r.producer_epoch, "a new producer fenced an open transaction: aborting it");
+                if let Err(e) = self.complete(r).await {
+                    tracing::debug!(transactional_id = id, error = %e, "aborting the fenced transaction goes on in the background");
+                }
+                return Err(ResponseError::ConcurrentTransactions);
+            }
+            TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {}
+        }
+        let (last_pid, last_epoch) = (r.producer_id, r.producer_epoch);
+        if r.producer_epoch >= i16::MAX - 1 {
+            r.producer_id = self
+                .ids
+                .next()
+                .await
+                .map_err(|_| ResponseError::CoordinatorNotAvailable)?;
+            r.producer_epoch = 0;
+        } else {
+            r.producer_epoch += 1;
+        }
+        r.last_producer_id = last_pid;
+        r.last_producer_epoch = last_epoch;
+        r.state = TxnState::Empty;
+        r.timeout_ms = timeout_ms;
+        r.partitions.clear();
+        r.groups.clear();
+        r.start_ms = -1;
+        self.save(&mut r).await?;
+        Ok((r.producer_id, r.producer_epoch))
+    }
+
+    /// Opens the transaction (if it is not) and adds `partitions` and `group` to it.
+    async fn add(
+        &self,
+        id: &str,
+        pid: i64,
+        epoch: i16,
+        partitions: &[(String, i32)],
+        group: Option<&str>,
+    ) -> Result<(), ResponseError> {
+        let _guard = self.enter(id).await?;
+        let mut r = self.load_for(id, pid, epoch).await?;
+        match r.state {
+            TxnState::PrepareCommit | TxnState::PrepareAbort => {
+                return Err(ResponseError::ConcurrentTransactions)
+            }
+            TxnState::Ongoing => {
+                let known = partitions.iter().all(|p| r.partitions.contains(p))
+                    && group.is_none_or(|g| r.groups.iter().any(|x| x == g));
+                if known {
+                    return Ok(());
+                }
+            }
+            TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
+                r.state = TxnState::Ongoing;
+                r.start_ms = now_ms();
+                r.partitions.clear();
+                r.groups.clear();
+                self.meters.begun.inc();
+            }
+        }
+        for p in partitions {
+            if !r.partitions.contains(p) {
+                r.partitions.push(p.clone());
+            }
+        }
+        if let Some(g) = group {
+            if !r.groups.iter().any(|x| x == g) {
+                r.groups.push(g.to_string());
+            }
+        }
+        self.save(&mut r).await
+    }
+
+    /// AddPartitionsToTxn.
+    pub async fn add_partitions(
+        &self,
+        id: &str,
+        pid: i64,
+        epoch: i16,
+        partitions: &[(String, i32)],
+    ) -> Result<(), ResponseError> {
+        self.add(id, pid, epoch, partitions, None).await
+    }
+
+    /// AddPartitionsToTxn with `verify_only` (KIP-890): whether each partition is in the open
+    /// transaction of `pid` at `epoch`.
+    pub async fn verify_partitions(
+        &self,
+        id: &str,
+        pid: i64,
+        epoch: i16,
+        partitions: &[(String, i32)],
+    ) -> Result<Vec<bool>, ResponseError> {
+        let r = self.load_for(id, pid, epoch).await?;
+        Ok(partitions
+            .iter()
+            .map(|p| r.state == TxnState::Ongoing && r.partitions.contains(p))
+            .collect())
+    }
+
+    /// AddOffsetsToTxn.
+    pub async fn add_offsets(
+        &self,
+        id: &str,
+        pid: i64,
+        epoch: i16,
+        group: &str,
+    ) -> Result<(), ResponseError> {
+        self.add(id, pid, epoch, &[], Some(group)).await
+    }
+
+    /// EndTxn: stores the decision, writes the markers, completes the transaction. A retry of
+    /// a decision already made answers as the first did.
+    pub async fn end_txn(
+        &self,
+        id: &str,
+        pid: i64,
+        epoch: i16,
+        commit: bool,
+    ) -> Result<(), ResponseError> {
+        let _guard = self.enter(id).await?;
+        let mut r = self.load_for(id, pid, epoch).await?;
+        match (r.state, commit) {
+            (TxnState::Ongoing, _) => {}
+            (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => return Ok(()),
+            (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
+                return Err(ResponseError::ConcurrentTransactions)
+            }
+            _ => return Err(ResponseError::InvalidTxnState),
+        }
+        r.state = if commit {
+            TxnState::PrepareCommit
+        } else {
+            TxnState::PrepareAbort
+        };
+        self.save(&mut r).await?;
+        if commit {
+            self.meters.committed.inc();
+        } else {
+            self.meters.aborted.inc();
+        }
+        // The decision is stored: it stands, whatever happens to the markers from here on.
+        if let Err(e) = self.complete(r).await {
+            tracing::info!(transactional_id = id, error = %e, "the transaction is decided; its markers are being written in the background");
+        }
+        Ok(())
+    }
+
+    /// Writes the markers of a decided transaction and completes it.
+    async fn complete(&self, mut r: TxnRecord) -> Result<TxnRecord, ResponseError> {
+        debug_assert!(r.state.is_preparing(), "only a decided transaction completes");
+        let commit = r.state == TxnState::PrepareCommit;
+        let writer = self
+            .writer
+            .get()
+            .and_then(Weak::upgrade)
+            .ok_or(ResponseError::CoordinatorNotAvailable)?;
+        let deadline = tokio::time::Instant::now() + self.config.marker_patience;
+        let mut pending = r.partitions.clone();
+        let mut backoff = Duration::from_millis(20);
+        while !pending.is_empty() {
+            let markers = Markers {
+                producer_id: r.producer_id,
+                producer_epoch: r.producer_epoch,
+                commit,
+                coordinator_epoch: (r.version & 0x7fff_ffff) as i32,
+                partitions: pending.clone(),
+            };
+            let results = writer.write_markers(markers).await;
+            let mut left = Vec::new();
+            for (p, result) in pending.into_iter().zip(results) {
+                match result {
+                    Ok(()) => self.meters.markers.inc(),
+                    // The partition is gone, or a newer epoch of the producer ended what it had
+                    // there: nothing of this transaction is left open in it.
+                    Err(
+                        ResponseError::UnknownTopicOrPartition
+                        | ResponseError::InvalidProducerEpoch
+                        | ResponseError::ProducerFenced,
+                    ) => {}
+                    Err(e) => {
+                        tracing::debug!(transactional_id = %r.transactional_id, topic = %p.0, partition = p.1, error = %e, "writing a marker failed; retrying");
+                        left.push(p);
+                    }
+                }
+            }
+            pending = left;
+            if pending.is_empty() {
+                break;
+            }
+            if tokio::time::Instant::now() + backoff > deadline {
+                return Err(ResponseError::CoordinatorLoadInProgress);
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
+        r.state = if commit {
+            TxnState::CompleteCommit
+        } else {
+            TxnState::CompleteAbort
+        };
+        r.update_ms = now_ms();
+        r.version = self
+            .meta
+            .complete_transaction(&r, commit)
+            .await
+            .map_err(store_error)?;
+        Ok(r)
+    }
+
+    /// The record of `id` (DescribeTransactions).
+    pub async fn describe(&self, id: &str) -> Result<TxnRecord, ResponseError> {
+        if !self.owns(id) {
+            return Err(ResponseError::NotCoordinator);
+        }
+        self.load(id)
+            .await?
+            .ok_or(ResponseError::TransactionalIdNotFound)
+    }
+
+    /// The ids this broker coordinates (ListTransactions: the admin client asks every broker).
+    pub async fn list(&self) -> Result<Vec<TxnRecord>, ResponseError> {
+        let all = self.meta.list_transactions().await.map_err(store_error)?;
+        Ok(all
+            .into_iter()
+            .filter(|r| self.owns(&r.transactional_id))
+            .collect())
+    }
+
+    /// Starts the background task: timeouts, unfinished decisions, expired ids.
+    pub fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let this = Arc::downgrade(self);
+        let interval = self.config.check_interval;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(interval).await;
+                let Some(this) = this.upgrade() else { return };
+                if let Err(e) = this.check().await {
+                    tracing::debug!(error = %e, "transaction check failed; trying again");
+                }
+            }
+        })
+    }
+
+    /// One round of the background task.
+    pub async fn check(&self) -> Result<(), MetaError> {
+        let now = now_ms();
+        let stuck_after = 2 * self.config.check_interval.as_millis() as i64;
+        for r in self.meta.list_transactions().await? {
+            if !self.owns(&r.transactional_id) {
+                continue;
+            }
+            let timed_out =
+                r.state == TxnState::Ongoing && now - r.start_ms > i64::from(r.timeout_ms);
+            let stuck = r.state.is_preparing() && now - r.update_ms > stuck_after;
+            let expired = matches!(
+                r.state,
+                TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
+            ) && now - r.update_ms > self.config.id_expiration_ms;
+            if !(timed_out || stuck || expired) {
+                continue;
+            }
+            let id = r.transactional_id.clone();
+            let _guard = self.lock(&id).await;
+            // Read again under the lock: a request may have moved it on.
+            let Some(mut r) = self.meta.load_transaction(&id).await? else {
+                continue;
+            };
+            if expired && r.state != TxnState::Ongoing && !r.state.is_preparing() {
+                tracing::info!(transactional_id = %id, "transactional id expired");
+                self.meta.delete_transaction(&id, r.version).await?;
+                continue;
+            }
+            if r.state == TxnState::Ongoing && now - r.start_ms > i64::from(r.timeout_ms) {
+                // Kafka's timeout: fence the producer (its late writes are refused) and abort.
+                bump_epoch(&mut r);
+                r.state = TxnState::PrepareAbort;
+                r.update_ms = now_ms();
+                r.version = self.meta.save_transaction(&r).await?;
+                self.meters.timed_out.inc();
+                self.meters.aborted.inc();
+                tracing::info!(transactional_id = %id, producer_id = r.producer_id, timeout_ms = r.timeout_ms, "transaction timed out: aborting it");
+            }
+            if r.state.is_preparing() {
+                if let Err(e) = self.complete(r).await {
+                    tracing::debug!(transactional_id = %id, error = %e, "completing a transaction failed; trying again");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A fencing epoch bump (a new producer of the id, or a timeout): the old producer's requests
+/// and late writes are refused from here on.
+fn bump_epoch(r: &mut TxnRecord) {
+    if r.producer_epoch < i16::MAX - 1 {
+        r.producer_epoch += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,238 @@
+//! The coordinator's state machine against a real (SQLite) store and a fake marker writer.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use weir_meta::{GroupOffset, SqliteMetaStore, Transactions};
+
+use super::*;
+
+/// Records every marker; fails the first `failures` writes of each partition.
+#[derive(Default)]
+struct FakeWriter {
+    written: Mutex<Vec<(String, i32, i64, i16, bool)>>,
+    failures: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl MarkerWriter for FakeWriter {
+    async fn write_markers(&self, m: Markers) -> Vec<Result<(), ResponseError>> {
+        m.partitions
+            .iter()
+            .map(|(t, p)| {
+                let fail = self
+                    .failures
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok();
+                if fail {
+                    return Err(ResponseError::NotLeaderOrFollower);
+                }
+                self.written.lock().unwrap().push((
+                    t.clone(),
+                    *p,
+                    m.producer_id,
+                    m.producer_epoch,
+                    m.commit,
+                ));
+                Ok(())
+            })
+            .collect()
+    }
+}
+
+fn setup(config: TxnConfig) -> (Arc<TxnCoordinator>, Arc<FakeWriter>, Arc<SqliteMetaStore>) {
+    let meta = Arc::new(SqliteMetaStore::in_memory().expect("store"));
+    let c = TxnCoordinator::new(Arc::clone(&meta) as Arc<dyn MetaStore>, config);
+    let w = Arc::new(FakeWriter::default());
+    let weak: Weak<dyn MarkerWriter> = Arc::downgrade(&(Arc::clone(&w) as Arc<dyn MarkerWriter>));
+    c.set_marker_writer(weak);
+    (c, w, meta)
+}
+
+fn p(t: &str, i: i32) -> (String, i32) {
+    (t.to_string(), i)
+}
+
+#[tokio::test]
+async fn a_transaction_commits_with_a_marker_in_each_partition() {
+    let (c, w, meta) = setup(TxnConfig::default());
+    let (pid, epoch) = c.init_producer_id("tx", 60_000, None).await.expect("init");
+    assert_eq!(epoch, 0);
+    c.add_partitions("tx", pid, epoch, &[p("a", 0), p("b", 1)])
+        .await
+        .expect("add");
+    c.add_partitions("tx", pid, epoch, &[p("a", 0)])
+        .await
+        .expect("add again");
+    assert_eq!(
+        c.verify_partitions("tx", pid, epoch, &[p("a", 0), p("a", 1)])
+            .await
+            .expect("verify"),
+        vec![true, false]
+    );
+    let r = c.describe("tx").await.expect("describe");
+    assert_eq!(r.state, TxnState::Ongoing);
+    assert_eq!(r.partitions, vec![p("a", 0), p("b", 1)]);
+    c.end_txn("tx", pid, epoch, true).await.expect("commit");
+    assert_eq!(
+        *w.written.lock().unwrap(),
+        vec![
+            ("a".to_string(), 0, pid, 0, true),
+            ("b".to_string(), 1, pid, 0, true)
+        ]
+    );
+    let r = meta.load_transaction("tx").await.expect("load").expect("some");
+    assert_eq!(r.state, TxnState::CompleteCommit);
+    // A retried EndTxn gets the same answer; the opposite decision is refused.
+    c.end_txn("tx", pid, epoch, true).await.expect("retry");
+    assert_eq!(
+        c.end_txn("tx", pid, epoch, false).await,
+        Err(ResponseError::InvalidTxnState)
+    );
+    // The next transaction starts with only its own partitions.
+    c.add_partitions("tx", pid, epoch, &[p("c", 0)])
+        .await
+        .expect("add");
+    assert_eq!(c.describe("tx").await.expect("d").partitions, vec![p("c", 0)]);
+}
+
+#[tokio::test]
+async fn a_new_producer_fences_the_old_one_and_aborts_its_transaction() {
+    let (c, w, _meta) = setup(TxnConfig::default());
+    let (pid, e0) = c.init_producer_id("tx", 60_000, None).await.expect("init");
+    c.add_partitions("tx", pid, e0, &[p("a", 0)])
+        .await
+        .expect("add");
+    // The new instance's first InitProducerId aborts the open transaction at a fencing epoch.
+    assert_eq!(
+        c.init_producer_id("tx", 60_000, None).await,
+        Err(ResponseError::ConcurrentTransactions)
+    );
+    assert_eq!(
+        *w.written.lock().unwrap(),
+        vec![("a".to_string(), 0, pid, e0 + 1, false)]
+    );
+    let (pid2, e2) = c.init_producer_id("tx", 60_000, None).await.expect("retry");
+    assert_eq!((pid2, e2), (pid, e0 + 2));
+    // The old producer is fenced everywhere.
+    for r in [
+        c.add_partitions("tx", pid, e0, &[p("a", 0)]).await,
+        c.add_offsets("tx", pid, e0, "g").await,
+        c.end_txn("tx", pid, e0, true).await,
+    ] {
+        assert_eq!(r, Err(ResponseError::ProducerFenced));
+    }
+    assert_eq!(
+        c.add_partitions("tx", 99, e2, &[p("a", 0)]).await,
+        Err(ResponseError::InvalidProducerIdMapping)
+    );
+    // KIP-360: a retry of the InitProducerId that made the epoch gets the same epoch.
+    assert_eq!(
+        c.init_producer_id("tx", 60_000, Some((pid, e0 + 1))).await,
+        Ok((pid, e2))
+    );
+    // The current producer asking with its epoch gets it bumped; a stale one is fenced.
+    assert_eq!(
+        c.init_producer_id("tx", 60_000, Some((pid, e2))).await,
+        Ok((pid, e2 + 1))
+    );
+    assert_eq!(
+        c.init_producer_id("tx", 60_000, Some((pid, e0))).await,
+        Err(ResponseError::ProducerFenced)
+    );
+}
+
+#[tokio::test]
+async fn a_timed_out_transaction_is_aborted_and_its_producer_fenced() {
+    let (c, w, meta) = setup(TxnConfig::default());
+    let (pid, e) = c.init_producer_id("tx", 1, None).await.expect("init");
+    c.add_partitions("tx", pid, e, &[p("a", 0)]).await.expect("add");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    c.check().await.expect("check");
+    assert_eq!(
+        *w.written.lock().unwrap(),
+        vec![("a".to_string(), 0, pid, e + 1, false)]
+    );
+    let r = meta.load_transaction("tx").await.expect("load").expect("some");
+    assert_eq!((r.state, r.producer_epoch), (TxnState::CompleteAbort, e + 1));
+    assert_eq!(
+        c.end_txn("tx", pid, e, true).await,
+        Err(ResponseError::ProducerFenced)
+    );
+    assert_eq!(c.meters.timed_out.get(), 1);
+}
+
+#[tokio::test]
+async fn a_decision_whose_markers_fail_is_finished_later() {
+    let (c, w, meta) = setup(TxnConfig {
+        marker_patience: Duration::from_millis(50),
+        check_interval: Duration::from_millis(1),
+        ..TxnConfig::default()
+    });
+    let (pid, e) = c.init_producer_id("tx", 60_000, None).await.expect("init");
+    c.add_partitions("tx", pid, e, &[p("a", 0), p("a", 1)])
+        .await
+        .expect("add");
+    w.failures.store(1_000, Ordering::SeqCst);
+    // The decision is stored, so the commit is acknowledged even though no marker is written.
+    c.end_txn("tx", pid, e, true).await.expect("commit");
+    let r = meta.load_transaction("tx").await.expect("load").expect("some");
+    assert_eq!(r.state, TxnState::PrepareCommit);
+    assert_eq!(
+        c.add_partitions("tx", pid, e, &[p("a", 0)]).await,
+        Err(ResponseError::ConcurrentTransactions)
+    );
+    w.failures.store(0, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    c.check().await.expect("check");
+    let r = meta.load_transaction("tx").await.expect("load").expect("some");
+    assert_eq!(r.state, TxnState::CompleteCommit);
+    assert_eq!(w.written.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn staged_offsets_are_committed_with_the_transaction_only() {
+    let (c, _w, meta) = setup(TxnConfig::default());
+    let (pid, e) = c.init_producer_id("tx", 60_000, None).await.expect("init");
+    let offset = |o| GroupOffset {
+        topic: "in".into(),
+        partition: 0,
+        offset: o,
+        leader_epoch: -1,
+        metadata: None,
+        commit_ms: 1,
+    };
+    // Not added yet: refused.
+    assert!(meta
+        .stage_txn_offsets("tx", pid, e, "g", vec![offset(5)])
+        .await
+        .is_err());
+    c.add_offsets("tx", pid, e, "g").await.expect("add offsets");
+    meta.stage_txn_offsets("tx", pid, e, "g", vec![offset(5)])
+        .await
+        .expect("stage");
+    c.end_txn("tx", pid, e, false).await.expect("abort");
+    use weir_meta::GroupOffsets;
+    assert!(meta.fetch_offsets("g").await.expect("fetch").is_empty());
+    c.add_offsets("tx", pid, e, "g").await.expect("add offsets");
+    meta.stage_txn_offsets("tx", pid, e, "g", vec![offset(7)])
+        .await
+        .expect("stage");
+    c.end_txn("tx", pid, e, true).await.expect("commit");
+    assert_eq!(meta.fetch_offsets("g").await.expect("fetch"), vec![offset(7)]);
+}
+
+#[tokio::test]
+async fn another_brokers_ids_are_not_coordinated_here() {
+    let (c, _w, _meta) = setup(TxnConfig::default());
+    c.set_ownership(Arc::new(|id: &str| id != "theirs"));
+    assert_eq!(
+        c.init_producer_id("theirs", 60_000, None).await,
+        Err(ResponseError::NotCoordinator)
+    );
+    assert_eq!(
+        c.init_producer_id("mine", 0, None).await,
+        Err(ResponseError::InvalidTransactionTimeout)
+    );
+    c.init_producer_id("mine", 60_000, None).await.expect("init");
+    assert_eq!(c.list().await.expect("list").len(), 1);
+}
