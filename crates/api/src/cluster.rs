@@ -297,8 +297,8 @@ impl Broker {
                 .with_producer_epoch(-1)
         };
         if let Some(id) = r.transactional_id.as_ref().filter(|t| !t.is_empty()) {
-            let expected =
-                (r.producer_id.0 >= 0 && r.producer_epoch >= 0).then_some((r.producer_id.0, r.producer_epoch));
+            let expected = (r.producer_id.0 >= 0 && r.producer_epoch >= 0)
+                .then_some((r.producer_id.0, r.producer_epoch));
             return match self
                 .txns
                 .init_producer_id(id, r.transaction_timeout_ms, expected)

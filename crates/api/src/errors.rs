@@ -490,9 +490,9 @@ pub fn error_response_for(
                 AddPartitionsToTxnResponse::default().with_error_code(code)
             })
         }
-        RequestKind::AddOffsetsToTxn(_) => ResponseKind::AddOffsetsToTxn(
-            AddOffsetsToTxnResponse::default().with_error_code(code),
-        ),
+        RequestKind::AddOffsetsToTxn(_) => {
+            ResponseKind::AddOffsetsToTxn(AddOffsetsToTxnResponse::default().with_error_code(code))
+        }
         RequestKind::EndTxn(r) => ResponseKind::EndTxn(
             EndTxnResponse::default()
                 .with_error_code(code)

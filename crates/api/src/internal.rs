@@ -61,8 +61,10 @@ impl Broker {
             wire::TXN_MARKERS => {
                 let m = wire::TxnMarkers::decode(body).map_err(|e| e.to_string())?;
                 let this = Arc::clone(self);
-                Ok(async move { Some(wire::encode_codes(&this.write_local_markers(&m).await)) }
-                    .boxed())
+                Ok(
+                    async move { Some(wire::encode_codes(&this.write_local_markers(&m).await)) }
+                        .boxed(),
+                )
             }
             other => Err(format!("unknown internal API key {other}")),
         }

@@ -283,9 +283,9 @@ impl Broker {
             RequestKind::FindCoordinator(r) => {
                 now(ResponseKind::FindCoordinator(self.find_coordinator(r, v)))
             }
-            RequestKind::InitProducerId(r) => {
-                now(ResponseKind::InitProducerId(self.init_producer_id(r, v).await))
-            }
+            RequestKind::InitProducerId(r) => now(ResponseKind::InitProducerId(
+                self.init_producer_id(r, v).await,
+            )),
             RequestKind::Produce(r) => self.produce(r, v, zone).await,
             RequestKind::Fetch(r) => self.fetch(r, v, zone).await,
             RequestKind::ListOffsets(r) => now(ResponseKind::ListOffsets(

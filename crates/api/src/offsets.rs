@@ -26,6 +26,11 @@ impl Broker {
     ) -> ListOffsetsResponse {
         // The leader epoch of an answer exists from v4 on; older clients must not be sent one.
         let epoch_of = |epoch: i32| if version >= 4 { epoch } else { -1 };
+        // read_committed (v2+): the latest offset is the last stable offset, and lookups by
+        // time find nothing at or beyond it, as in Kafka. Offsets of partitions led in another
+        // zone do not carry it: such a client is answered by the leader.
+        let committed = version >= 2 && r.isolation_level == 1;
+        let zone = if committed { None } else { zone };
         let mut topics = Vec::with_capacity(r.topics.len());
         for t in r.topics {
             let mut parts = Vec::with_capacity(t.partitions.len());
@@ -79,14 +84,24 @@ impl Broker {
                     continue;
                 }
                 let (start, hw) = partition.offsets();
+                let end = if committed {
+                    partition.last_stable_offset()
+                } else {
+                    hw
+                };
                 let found = match p.timestamp {
-                    LATEST => Ok(Some((hw, -1))),
+                    LATEST => Ok(Some((end, -1))),
                     EARLIEST | EARLIEST_LOCAL => Ok(Some((start, -1))),
                     LATEST_TIERED => Ok(Some((hw, -1))),
                     MAX_TIMESTAMP => partition.max_timestamp().await,
                     ts if ts >= 0 => partition.offset_for_timestamp(ts).await,
                     _ => Err(ResponseError::InvalidRequest),
-                };
+                }
+                .map(|f| {
+                    f.filter(|&(offset, _)| {
+                        (p.timestamp < 0 && p.timestamp != MAX_TIMESTAMP) || offset < end
+                    })
+                });
                 parts.push(match found {
                     Ok(Some((offset, ts))) => resp
                         .with_offset(offset)

@@ -270,10 +270,9 @@ impl Broker {
                         t.partitions
                             .iter()
                             .map(|p| {
-                                let c = if unknown
-                                    .iter()
-                                    .any(|(n, i)| n.as_str() == t.name.0.as_str() && *i == p.partition_index)
-                                {
+                                let c = if unknown.iter().any(|(n, i)| {
+                                    n.as_str() == t.name.0.as_str() && *i == p.partition_index
+                                }) {
                                     ResponseError::UnknownTopicOrPartition.code()
                                 } else {
                                     error
@@ -450,9 +449,12 @@ impl Broker {
             .partitions
             .iter()
             .map(|(t, p)| match self.topics.lookup(t, *p) {
-                Lookup::Local(part) => {
-                    part.start_marker(m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch)
-                }
+                Lookup::Local(part) => part.start_marker(
+                    m.producer_id,
+                    m.producer_epoch,
+                    m.commit,
+                    m.coordinator_epoch,
+                ),
                 Lookup::NotHere => Err(ResponseError::NotLeaderOrFollower),
                 Lookup::Unknown => Err(ResponseError::UnknownTopicOrPartition),
             })

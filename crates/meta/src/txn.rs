@@ -124,10 +124,7 @@ impl TxnRecord {
         let producer_epoch = r.i16().ok_or_else(corrupt)?;
         let last_producer_id = r.i64().ok_or_else(corrupt)?;
         let last_producer_epoch = r.i16().ok_or_else(corrupt)?;
-        let state = r
-            .u8()
-            .and_then(TxnState::from_code)
-            .ok_or_else(corrupt)?;
+        let state = r.u8().and_then(TxnState::from_code).ok_or_else(corrupt)?;
         let timeout_ms = r.i32().ok_or_else(corrupt)?;
         let start_ms = r.i64().ok_or_else(corrupt)?;
         let update_ms = r.i64().ok_or_else(corrupt)?;

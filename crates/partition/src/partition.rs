@@ -204,7 +204,8 @@ impl Partition {
                     if h.is_control() {
                         if let Some(commit) = batch::marker_kind(bytes) {
                             // A marker's epoch was checked when it was appended.
-                            let _ = state.end_txn(h.producer_id, h.producer_epoch, base, commit, now);
+                            let _ =
+                                state.end_txn(h.producer_id, h.producer_epoch, base, commit, now);
                         }
                     } else {
                         state.record(&h, base, end, None, now);
@@ -382,27 +383,27 @@ impl Partition {
         let leader_epoch = self.leader_epoch;
         let marker = batch::marker(pid, epoch, commit, coordinator_epoch, now_ms());
         let mut verdict: Result<(), ResponseError> = Ok(());
-        let appended = self
-            .engine
-            .append_with(self.stream_id, leader_epoch as u64, |base, _outcome| {
-                let mut producers = self.producers();
-                if !producers.txns.is_open(pid) {
-                    producers.txns.drop_guard(pid);
-                    return None;
-                }
-                match producers.end_txn(pid, epoch, base, commit, now_ms()) {
-                    Ok(_) => Some(NewBatch {
-                        record_count: 1,
-                        max_timestamp: batch::BatchHeader::parse(&marker)
-                            .map_or(-1, |h| h.max_timestamp),
-                        payload: batch::assign(&marker, base, leader_epoch),
-                    }),
-                    Err(e) => {
-                        verdict = Err(e);
-                        None
+        let appended =
+            self.engine
+                .append_with(self.stream_id, leader_epoch as u64, |base, _outcome| {
+                    let mut producers = self.producers();
+                    if !producers.txns.is_open(pid) {
+                        producers.txns.drop_guard(pid);
+                        return None;
                     }
-                }
-            });
+                    match producers.end_txn(pid, epoch, base, commit, now_ms()) {
+                        Ok(_) => Some(NewBatch {
+                            record_count: 1,
+                            max_timestamp: batch::BatchHeader::parse(&marker)
+                                .map_or(-1, |h| h.max_timestamp),
+                            payload: batch::assign(&marker, base, leader_epoch),
+                        }),
+                        Err(e) => {
+                            verdict = Err(e);
+                            None
+                        }
+                    }
+                });
         match appended {
             Ok(Some(pending)) => Ok(Some(ProduceTicket {
                 partition: Arc::clone(self),
@@ -442,10 +443,7 @@ impl Partition {
         if committed {
             let limit = u64::try_from(lso).unwrap_or(0);
             records = batches_below(&records, limit);
-            aborted = self
-                .producers()
-                .txns
-                .aborted_between(offset as u64, limit);
+            aborted = self.producers().txns.aborted_between(offset as u64, limit);
         }
         self.bytes_out
             .fetch_add(records.len() as u64, Ordering::Relaxed);

@@ -308,7 +308,10 @@ mod tests {
         let g = t.guard(1);
         assert!(t.verified(1, g));
         t.end(1, 0, false);
-        assert!(!t.verified(1, g), "a marker drops the guard: the transaction ended");
+        assert!(
+            !t.verified(1, g),
+            "a marker drops the guard: the transaction ended"
+        );
         let g = t.guard(1);
         let g2 = t.guard(1);
         assert!(!t.verified(1, g) && t.verified(1, g2));

@@ -263,7 +263,12 @@ impl TxnCoordinator {
                 r.state = TxnState::PrepareAbort;
                 self.save(&mut r).await?;
                 self.meters.aborted.inc();
-                tracing::info!(transactional_id = id, producer_id = r.producer_id, epoch = r.producer_epoch, "a new producer fenced an open transaction: aborting it");
+                tracing::info!(
+                    transactional_id = id,
+                    producer_id = r.producer_id,
+                    epoch = r.producer_epoch,
+                    "a new producer fenced an open transaction: aborting it"
+                );
                 if let Err(e) = self.complete(r).await {
                     tracing::debug!(transactional_id = id, error = %e, "aborting the fenced transaction goes on in the background");
                 }
@@ -413,7 +418,10 @@ impl TxnCoordinator {
 
     /// Writes the markers of a decided transaction and completes it.
     async fn complete(&self, mut r: TxnRecord) -> Result<TxnRecord, ResponseError> {
-        debug_assert!(r.state.is_preparing(), "only a decided transaction completes");
+        debug_assert!(
+            r.state.is_preparing(),
+            "only a decided transaction completes"
+        );
         let commit = r.state == TxnState::PrepareCommit;
         let writer = self
             .writer

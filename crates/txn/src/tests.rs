@@ -6,10 +6,13 @@ use weir_meta::{GroupOffset, SqliteMetaStore, Transactions};
 
 use super::*;
 
+/// A marker written: topic, partition, producer id, epoch, commit.
+type Written = (String, i32, i64, i16, bool);
+
 /// Records every marker; fails the first `failures` writes of each partition.
 #[derive(Default)]
 struct FakeWriter {
-    written: Mutex<Vec<(String, i32, i64, i16, bool)>>,
+    written: Mutex<Vec<Written>>,
     failures: AtomicUsize,
 }
 
@@ -80,7 +83,11 @@ async fn a_transaction_commits_with_a_marker_in_each_partition() {
             ("b".to_string(), 1, pid, 0, true)
         ]
     );
-    let r = meta.load_transaction("tx").await.expect("load").expect("some");
+    let r = meta
+        .load_transaction("tx")
+        .await
+        .expect("load")
+        .expect("some");
     assert_eq!(r.state, TxnState::CompleteCommit);
     // A retried EndTxn gets the same answer; the opposite decision is refused.
     c.end_txn("tx", pid, epoch, true).await.expect("retry");
@@ -92,7 +99,10 @@ async fn a_transaction_commits_with_a_marker_in_each_partition() {
     c.add_partitions("tx", pid, epoch, &[p("c", 0)])
         .await
         .expect("add");
-    assert_eq!(c.describe("tx").await.expect("d").partitions, vec![p("c", 0)]);
+    assert_eq!(
+        c.describe("tx").await.expect("d").partitions,
+        vec![p("c", 0)]
+    );
 }
 
 #[tokio::test]
@@ -145,15 +155,24 @@ async fn a_new_producer_fences_the_old_one_and_aborts_its_transaction() {
 async fn a_timed_out_transaction_is_aborted_and_its_producer_fenced() {
     let (c, w, meta) = setup(TxnConfig::default());
     let (pid, e) = c.init_producer_id("tx", 1, None).await.expect("init");
-    c.add_partitions("tx", pid, e, &[p("a", 0)]).await.expect("add");
+    c.add_partitions("tx", pid, e, &[p("a", 0)])
+        .await
+        .expect("add");
     tokio::time::sleep(Duration::from_millis(20)).await;
     c.check().await.expect("check");
     assert_eq!(
         *w.written.lock().unwrap(),
         vec![("a".to_string(), 0, pid, e + 1, false)]
     );
-    let r = meta.load_transaction("tx").await.expect("load").expect("some");
-    assert_eq!((r.state, r.producer_epoch), (TxnState::CompleteAbort, e + 1));
+    let r = meta
+        .load_transaction("tx")
+        .await
+        .expect("load")
+        .expect("some");
+    assert_eq!(
+        (r.state, r.producer_epoch),
+        (TxnState::CompleteAbort, e + 1)
+    );
     assert_eq!(
         c.end_txn("tx", pid, e, true).await,
         Err(ResponseError::ProducerFenced)
@@ -175,7 +194,11 @@ async fn a_decision_whose_markers_fail_is_finished_later() {
     w.failures.store(1_000, Ordering::SeqCst);
     // The decision is stored, so the commit is acknowledged even though no marker is written.
     c.end_txn("tx", pid, e, true).await.expect("commit");
-    let r = meta.load_transaction("tx").await.expect("load").expect("some");
+    let r = meta
+        .load_transaction("tx")
+        .await
+        .expect("load")
+        .expect("some");
     assert_eq!(r.state, TxnState::PrepareCommit);
     assert_eq!(
         c.add_partitions("tx", pid, e, &[p("a", 0)]).await,
@@ -184,7 +207,11 @@ async fn a_decision_whose_markers_fail_is_finished_later() {
     w.failures.store(0, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(5)).await;
     c.check().await.expect("check");
-    let r = meta.load_transaction("tx").await.expect("load").expect("some");
+    let r = meta
+        .load_transaction("tx")
+        .await
+        .expect("load")
+        .expect("some");
     assert_eq!(r.state, TxnState::CompleteCommit);
     assert_eq!(w.written.lock().unwrap().len(), 2);
 }
@@ -218,7 +245,10 @@ async fn staged_offsets_are_committed_with_the_transaction_only() {
         .await
         .expect("stage");
     c.end_txn("tx", pid, e, true).await.expect("commit");
-    assert_eq!(meta.fetch_offsets("g").await.expect("fetch"), vec![offset(7)]);
+    assert_eq!(
+        meta.fetch_offsets("g").await.expect("fetch"),
+        vec![offset(7)]
+    );
 }
 
 #[tokio::test]
@@ -233,6 +263,8 @@ async fn another_brokers_ids_are_not_coordinated_here() {
         c.init_producer_id("mine", 0, None).await,
         Err(ResponseError::InvalidTransactionTimeout)
     );
-    c.init_producer_id("mine", 60_000, None).await.expect("init");
+    c.init_producer_id("mine", 60_000, None)
+        .await
+        .expect("init");
     assert_eq!(c.list().await.expect("list").len(), 1);
 }

@@ -539,7 +539,10 @@ mod tests {
         let bytes = m.encode().freeze();
         assert_eq!(TxnMarkers::decode(bytes.clone()), Ok(m));
         for cut in 0..bytes.len() {
-            assert!(TxnMarkers::decode(bytes.slice(..cut)).is_err(), "cut at {cut}");
+            assert!(
+                TxnMarkers::decode(bytes.slice(..cut)).is_err(),
+                "cut at {cut}"
+            );
         }
         assert_eq!(decode_codes(encode_codes(&[0, 6]).freeze()), Ok(vec![0, 6]));
         // A count that the body cannot hold is refused before anything is allocated.

@@ -23,7 +23,7 @@ pub async fn run_all(open: impl Fn() -> Box<dyn MetaStore>) {
     group_states::run(|| open()).await;
     producer_snapshots::run(|| open()).await;
     coordination::run(|| open()).await;
-    transactions::run(|| open()).await;
+    transactions::run(&open).await;
     whole_store::run(open).await;
 }
 

@@ -47,7 +47,10 @@ pub async fn records_are_written_by_version<S: TxnStore + ?Sized>(m: &S) {
     let mut a = record("a");
     a.version = m.save_transaction(&a).await.expect("insert");
     assert_eq!(a.version, 1);
-    assert_eq!(m.load_transaction("a").await.expect("load"), Some(a.clone()));
+    assert_eq!(
+        m.load_transaction("a").await.expect("load"),
+        Some(a.clone())
+    );
     // A second insert (another coordinator that read nothing) loses.
     assert!(matches!(
         m.save_transaction(&record("a")).await,
@@ -67,8 +70,14 @@ pub async fn records_are_written_by_version<S: TxnStore + ?Sized>(m: &S) {
         m.save_transaction(&stale).await,
         Err(MetaError::TxnConflict(_))
     ));
-    assert_eq!(m.load_transaction("a").await.expect("load"), Some(a.clone()));
-    assert_eq!(m.list_transactions().await.expect("list"), vec![a.clone(), b]);
+    assert_eq!(
+        m.load_transaction("a").await.expect("load"),
+        Some(a.clone())
+    );
+    assert_eq!(
+        m.list_transactions().await.expect("list"),
+        vec![a.clone(), b]
+    );
     assert!(matches!(
         m.delete_transaction("a", 1).await,
         Err(MetaError::TxnConflict(_))
@@ -88,9 +97,15 @@ pub async fn offsets_are_staged_then_committed_or_dropped<S: TxnStore + ?Sized>(
     m.stage_txn_offsets("tx", 1000, 0, "g", vec![offset("t", 0, 10)])
         .await
         .expect("stage");
-    m.stage_txn_offsets("tx", 1000, 0, "g", vec![offset("t", 0, 12), offset("t", 2, 3)])
-        .await
-        .expect("stage again");
+    m.stage_txn_offsets(
+        "tx",
+        1000,
+        0,
+        "g",
+        vec![offset("t", 0, 12), offset("t", 2, 3)],
+    )
+    .await
+    .expect("stage again");
     // Staged offsets are not committed ones, and say which partitions are unstable.
     assert_eq!(
         m.fetch_offsets("g").await.expect("fetch"),

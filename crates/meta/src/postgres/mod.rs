@@ -580,7 +580,10 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn conformance_transactions() {
         let s = server();
-        conformance::transactions::run(|| Box::new(store(&s)) as Box<dyn conformance::transactions::TxnStore>).await;
+        conformance::transactions::run(|| {
+            Box::new(store(&s)) as Box<dyn conformance::transactions::TxnStore>
+        })
+        .await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -158,9 +158,12 @@ impl Transactions for PostgresMetaStore {
                 .await
                 .map_err(backend("committing staged offsets"))?;
             }
-            tx.execute("DELETE FROM txn_offsets WHERE transactional_id = $1", &[&id])
-                .await
-                .map_err(backend("dropping staged offsets"))?;
+            tx.execute(
+                "DELETE FROM txn_offsets WHERE transactional_id = $1",
+                &[&id],
+            )
+            .await
+            .map_err(backend("dropping staged offsets"))?;
             Ok(v)
         })
     }

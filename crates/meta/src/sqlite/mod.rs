@@ -328,7 +328,10 @@ mod tests {
 
     #[tokio::test]
     async fn conformance_transactions() {
-        conformance::transactions::run(|| Box::new(store()) as Box<dyn conformance::transactions::TxnStore>).await;
+        conformance::transactions::run(|| {
+            Box::new(store()) as Box<dyn conformance::transactions::TxnStore>
+        })
+        .await;
     }
 
     #[tokio::test]
