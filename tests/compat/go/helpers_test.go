@@ -16,8 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// The target shared by every test but TestBrokerRestart (a broker, or a cluster with
-// WEIR_COMPAT_TARGET=cluster); started on first use.
+// The target shared by every test but TestBrokerRestart and TestTransactSessionBrokerRestart
+// (a broker, or a cluster with WEIR_COMPAT_TARGET=cluster); started on first use.
 var shared struct {
 	once sync.Once
 	b    Target

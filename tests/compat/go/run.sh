@@ -5,10 +5,12 @@
 #   WEIR_TEST_BROKER=kafka tests/compat/go/run.sh # against Apache Kafka (tools/kafka/kafka.sh)
 #   WEIR_COMPAT_TARGET=cluster tests/compat/go/run.sh
 #       the shared target is a three-broker Weir cluster (PostgreSQL + s3s-fs + 3 brokers,
-#       cluster_test.go); TestBrokerRestart skips, TestClusterHarness runs.
+#       cluster_test.go); TestBrokerRestart and TestTransactSessionBrokerRestart skip,
+#       TestClusterHarness runs.
 #
 # Extra arguments go to `go test`, e.g. -run TestBrokerRestart or -v.
-# The tests share one broker (TestBrokerRestart has its own), on free loopback ports in a temp dir.
+# The tests share one broker (TestBrokerRestart and TestTransactSessionBrokerRestart have their
+# own), on free loopback ports in a temp dir.
 set -euo pipefail
 
 if [[ -n ${WEIR_BIN:-} && ${WEIR_BIN} != /* ]]; then
