@@ -59,6 +59,13 @@ impl Broker {
             .as_ref()
             .map(|t| t.to_string())
             .filter(|t| !t.is_empty());
+        // A forwarded produce carries no transactional id, so the leader could not verify a
+        // transaction's batches: a transactional producer is sent to the leader itself.
+        let zone = if transactional_id.is_some() {
+            None
+        } else {
+            zone
+        };
         let acks = r.acks;
         // Offsets are assigned here, in request order, before the next request on this
         // connection is read; durability is awaited in the reply.
