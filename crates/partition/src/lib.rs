@@ -7,6 +7,7 @@
 //!   aborted ones (for `read_committed` fetches), verification guards (KIP-890).
 //! - [`partition`]: the leader of one partition: produce (validate, check sequences, append
 //!   through the engine in order, wait for durability), fetch, offsets by time, DeleteRecords.
+//! - [`clean`]: the cleaner of compacted topics: the latest record of each key stays.
 //! - [`topics`]: the topic catalog: topics, partitions (one stream each) and configs, kept in the
 //!   metadata store.
 //!
@@ -14,6 +15,7 @@
 //! nothing of Kafka.
 
 pub mod batch;
+pub mod clean;
 pub mod partition;
 pub mod producer;
 pub mod topics;
@@ -22,7 +24,9 @@ pub mod txn;
 #[cfg(test)]
 mod rewind_tests;
 
-pub use partition::{kafka_error, FetchData, Partition, ProduceTicket, Produced, TxnCheck};
+pub use partition::{
+    kafka_error, Cleaned, FetchData, Partition, ProduceTicket, Produced, TxnCheck,
+};
 pub use topics::{
     AdminError, ConfigEntry, Lookup, Topic, TopicDefaults, Topics, WAL_KIND_CONFIG,
     ZONE_ROUTING_CONFIG, ZONE_ROUTING_IN_ZONE, ZONE_ROUTING_LEADER,

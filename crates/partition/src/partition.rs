@@ -12,6 +12,7 @@ use weir_storage::{
 };
 
 use crate::batch;
+use crate::clean::{self, CleanerPolicy, OffsetMap, Removed, Rules};
 use crate::producer::{Check, ProducerStates};
 use crate::txn::AbortedTxn;
 
@@ -84,6 +85,18 @@ pub struct FetchData {
     pub aborted: Vec<AbortedTxn>,
 }
 
+/// What one clean of a compacted partition did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cleaned {
+    /// The new cleaner checkpoint: everything below it is clean.
+    pub checkpoint: u64,
+    /// Keys of the dirty part.
+    pub keys: usize,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    pub records_removed: u64,
+}
+
 /// How a produce request's transactional batches were checked against their transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TxnCheck {
@@ -147,6 +160,10 @@ pub struct Partition {
     bytes_out: AtomicU64,
     /// Produce and fetch requests served for it here since it opened.
     requests: AtomicU64,
+    /// `cleanup.policy` includes `compact`: records need keys, the cleaner runs.
+    compacted: std::sync::atomic::AtomicBool,
+    /// The offset of the last producer snapshot saved (the cleaner stays below it).
+    snapshot_at: AtomicU64,
 }
 
 fn now_ms() -> i64 {
@@ -225,6 +242,8 @@ impl Partition {
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
             requests: AtomicU64::new(0),
+            compacted: std::sync::atomic::AtomicBool::new(false),
+            snapshot_at: AtomicU64::new(0),
         }))
     }
 
@@ -244,6 +263,15 @@ impl Partition {
 
     pub fn set_max_message_bytes(&self, n: usize) {
         self.max_message_bytes.store(n, Ordering::Relaxed);
+    }
+
+    /// Whether the topic is compacted (`cleanup.policy` includes `compact`).
+    pub fn set_compacted(&self, compacted: bool) {
+        self.compacted.store(compacted, Ordering::Relaxed);
+    }
+
+    pub fn is_compacted(&self) -> bool {
+        self.compacted.load(Ordering::Relaxed)
     }
 
     /// (log start offset, high watermark)
@@ -290,6 +318,10 @@ impl Partition {
     ) -> Result<ProduceTicket, ResponseError> {
         let batches =
             batch::split_and_validate(records, self.max_message_bytes.load(Ordering::Relaxed))?;
+        if self.is_compacted() && !batches.iter().all(|b| clean::all_records_keyed(&b.bytes)) {
+            // Kafka: "Compacted topic cannot accept message without key".
+            return Err(ResponseError::InvalidRecord);
+        }
         let epoch = self.leader_epoch;
         let mut verdict: Result<Option<TicketKind>, ResponseError> = Ok(None);
         let appended = self
@@ -546,7 +578,103 @@ impl Partition {
         let data = self.producers().encode_until(hw as u64);
         meta.save_producer_snapshot(self.stream_id, hw as u64, data)
             .await?;
+        self.snapshot_at.fetch_max(hw as u64, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Cleans the partition of a compacted topic once (see [`crate::clean`]): `None` when
+    /// there is not enough to clean.
+    pub async fn clean(
+        &self,
+        meta: &dyn MetaStore,
+        policy: CleanerPolicy,
+        now_ms: i64,
+    ) -> Result<Option<Cleaned>, StorageError> {
+        let key = format!("cleaner.{}", self.stream_id);
+        let (start, committed, _) = self.stream_offsets();
+        let (start, committed) = (start as u64, committed as u64);
+        let checkpoint = meta
+            .get_value(&key)
+            .await?
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+            .max(start);
+        let ranges = meta.ranges(self.stream_id, start, usize::MAX >> 1).await?;
+        // Never the last range (Kafka never cleans the active segment): a reader at any offset
+        // always finds a record ahead of it.
+        let last_start = ranges.last().map_or(start, |r| r.start_offset);
+        let mut until = committed
+            .min(self.last_stable_offset().max(0) as u64)
+            .min(self.snapshot_at.load(Ordering::Relaxed))
+            .min(last_start);
+        if until <= checkpoint {
+            return Ok(None);
+        }
+        let size_in = |from: u64| -> u64 {
+            ranges
+                .iter()
+                .filter(|r| r.start_offset >= from && r.end_offset <= until)
+                .map(|r| r.size)
+                .sum()
+        };
+        let (total, dirty) = (size_in(start), size_in(checkpoint));
+        if total == 0 || (dirty as f64) < policy.min_cleanable_dirty_ratio * total as f64 {
+            return Ok(None);
+        }
+        // The dirty part's keys, up to min.compaction.lag.ms and the map's bound.
+        let aborted = self.producers().txns.aborted_between(start, until);
+        let mut map = OffsetMap::new(&aborted);
+        let young = now_ms.saturating_sub(policy.min_compaction_lag_ms);
+        let mut from = checkpoint;
+        'read: while from < until {
+            let r = self.engine.read(self.stream_id, from, 4 << 20).await?;
+            let Some(last) = r.batches.last() else { break };
+            let next = last.end_offset();
+            for f in &r.batches {
+                if f.base_offset >= until || f.max_timestamp > young || map.len() >= clean::MAX_KEYS
+                {
+                    until = until.min(f.base_offset);
+                    break 'read;
+                }
+                map.add(&f.payload);
+            }
+            from = next;
+        }
+        if until <= checkpoint {
+            return Ok(None);
+        }
+        let rules = Rules {
+            map: &map,
+            cleaned: checkpoint,
+            delete_before_ms: now_ms.saturating_sub(policy.delete_retention_ms),
+        };
+        let removed = std::sync::Mutex::new(Removed::default());
+        let transform = |f: &weir_storage::Frame| {
+            let mut r = removed.lock().unwrap_or_else(|e| e.into_inner());
+            match rules.rewrite(&f.payload, &mut r) {
+                Some(payload) => weir_storage::Frame {
+                    payload,
+                    ..f.clone()
+                },
+                None => f.clone(),
+            }
+        };
+        let done = self
+            .engine
+            .rewrite_stream(self.stream_id, until, &transform)
+            .await?;
+        if done.runs == 0 {
+            return Ok(None);
+        }
+        meta.set_value(&key, &done.end.to_string()).await?;
+        let removed = *removed.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(Some(Cleaned {
+            checkpoint: done.end,
+            keys: map.len(),
+            bytes_before: done.bytes_before,
+            bytes_after: done.bytes_after,
+            records_removed: removed.records,
+        }))
     }
 
     pub fn set_retention(&self, retention: weir_storage::Retention) {

@@ -8,6 +8,7 @@ use kafka_protocol::ResponseError;
 use weir_meta::{MetaError, MetaStore, TopicMeta};
 use weir_storage::{Engine, Retention, StorageError, WalKind};
 
+use crate::clean::CleanerPolicy;
 use crate::partition::Partition;
 
 /// Broker-wide topic defaults (Kafka's broker configs of the same names).
@@ -248,6 +249,7 @@ impl Topics {
         )
         .await?;
         p.set_retention(self.retention(&t.configs));
+        p.set_compacted(Self::compacted(&t.configs));
         self.write_local().insert(stream_id, Arc::clone(&p));
         self.opened.notify_waiters();
         Ok(p)
@@ -304,6 +306,7 @@ impl Topics {
             if let Some(p) = local.get(s) {
                 p.set_retention(retention);
                 p.set_max_message_bytes(max);
+                p.set_compacted(Self::compacted(&t.configs));
                 // Switching waits for the appends in flight on the old WAL (and, to the
                 // object WAL, for the upload of what the WAL file holds): in the background.
                 let (engine, stream_id, topic, index) =
@@ -643,6 +646,66 @@ impl Topics {
             .get("max.message.bytes")
             .and_then(|v| v.parse().ok())
             .unwrap_or(self.defaults.max_message_bytes)
+    }
+
+    /// `cleanup.policy` includes `compact`.
+    fn compacted(configs: &BTreeMap<String, String>) -> bool {
+        configs
+            .get("cleanup.policy")
+            .is_some_and(|p| p.split(',').any(|p| p.trim() == "compact"))
+    }
+
+    /// A compacted topic's cleaning settings.
+    fn cleaner_policy(configs: &BTreeMap<String, String>) -> CleanerPolicy {
+        let d = CleanerPolicy::default();
+        let num = |k: &str, d: i64| {
+            configs
+                .get(k)
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(d)
+        };
+        CleanerPolicy {
+            delete_retention_ms: num("delete.retention.ms", d.delete_retention_ms),
+            min_compaction_lag_ms: num("min.compaction.lag.ms", d.min_compaction_lag_ms),
+            min_cleanable_dirty_ratio: configs
+                .get("min.cleanable.dirty.ratio")
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(d.min_cleanable_dirty_ratio),
+        }
+    }
+
+    /// Cleans every compacted partition led here that has enough to clean (see
+    /// [`crate::clean`]); returns how many were cleaned. Each first saves its producer state,
+    /// so that the cleaner may go up to the high watermark it is at.
+    pub async fn clean_compacted(&self) -> usize {
+        let mut cleaned = 0;
+        for p in self.local_partitions() {
+            if !p.is_compacted() {
+                continue;
+            }
+            let Some(t) = self.get(&p.topic) else {
+                continue;
+            };
+            let policy = Self::cleaner_policy(&t.configs);
+            if let Err(e) = p.snapshot_producers(&*self.meta).await {
+                tracing::debug!(topic = %p.topic, partition = p.index, error = %e, "producer snapshot before cleaning failed");
+                continue;
+            }
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64);
+            match p.clean(&*self.meta, policy, now).await {
+                Ok(Some(c)) => {
+                    cleaned += 1;
+                    tracing::info!(topic = %p.topic, partition = p.index, checkpoint = c.checkpoint, keys = c.keys, records_removed = c.records_removed, bytes_before = c.bytes_before, bytes_after = c.bytes_after, "cleaned a compacted partition");
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "cleaning a compacted partition failed; will retry")
+                }
+            }
+        }
+        cleaned
     }
 
     fn retention(&self, configs: &BTreeMap<String, String>) -> Retention {

@@ -4,6 +4,11 @@
 //! ([`weir_meta::MetaStore::replace_ranges`]). A stream-set object is deleted (after the grace
 //! period) once every stream has moved its slice out; so a catch-up reader of one partition
 //! reads few, large objects, and the number of objects per partition stays bounded.
+//!
+//! [`EngineInner::rewrite_stream`] uses the same step to rewrite a stream's frames through a
+//! caller's transform (the partition layer's cleaner of compacted topics drops superseded
+//! records): each frame keeps its offsets, only its payload shrinks, so the ranges still tile
+//! the stream and readers skip the removed offsets.
 
 use std::sync::atomic::Ordering;
 
@@ -14,6 +19,17 @@ use crate::error::{Result, StorageError};
 use crate::format::{Frame, ObjectBuilder};
 use crate::objstore::object_key;
 use crate::stream::Stream;
+
+/// What [`EngineInner::rewrite_stream`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rewritten {
+    /// Runs of ranges rewritten, each into one object.
+    pub runs: usize,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    /// The end of the last run rewritten (0: none).
+    pub end: u64,
+}
 
 /// Streams compacted at once.
 const COMPACTION_CONCURRENCY: usize = 4;
@@ -92,8 +108,73 @@ impl EngineInner {
         Ok(written)
     }
 
+    /// Rewrites the frames of stream `stream_id` below `until` through `transform`, a run of
+    /// consecutive ranges (up to the compaction target size) at a time, each run one object and
+    /// one swap of ranges. A transform keeps each frame's base offset and offset count.
+    pub async fn rewrite_stream(
+        &self,
+        stream_id: u64,
+        until: u64,
+        transform: &(dyn Fn(&Frame) -> Frame + Sync),
+    ) -> Result<Rewritten> {
+        let s = self
+            .stream(stream_id)
+            .ok_or(StorageError::NotOpen(stream_id))?;
+        let (epoch, start, fenced) = {
+            let st = s.lock();
+            (st.epoch(), st.start_offset(), st.fenced_by().is_some())
+        };
+        let mut out = Rewritten::default();
+        if fenced {
+            return Ok(out);
+        }
+        let target = self.config.compaction_target_bytes;
+        let ranges = self.meta.ranges(stream_id, start, usize::MAX >> 1).await?;
+        let mut runs: Vec<Vec<&RangeInfo>> = Vec::new();
+        let mut run: Vec<&RangeInfo> = Vec::new();
+        let mut bytes = 0;
+        for r in ranges.iter().take_while(|r| r.end_offset <= until) {
+            if !run.is_empty() && bytes + r.size > target {
+                runs.push(std::mem::take(&mut run));
+                bytes = 0;
+            }
+            bytes += r.size;
+            run.push(r);
+        }
+        if !run.is_empty() {
+            runs.push(run);
+        }
+        for run in runs {
+            out.bytes_before += run.iter().map(|r| r.size).sum::<u64>();
+            match self
+                .compact_run_with(&s, epoch, &run, Some(transform))
+                .await?
+            {
+                Some(size) => {
+                    out.runs += 1;
+                    out.bytes_after += size;
+                    out.end = run[run.len() - 1].end_offset;
+                }
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+
     /// Rewrites the ranges of `run` (consecutive, of one stream) into one stream object.
     async fn compact_run(&self, s: &Stream, epoch: u64, run: &[&RangeInfo]) -> Result<bool> {
+        Ok(self.compact_run_with(s, epoch, run, None).await?.is_some())
+    }
+
+    /// [`EngineInner::compact_run`], each frame through `transform` if any; the new object's
+    /// size, or `None` when the ranges changed meanwhile.
+    async fn compact_run_with(
+        &self,
+        s: &Stream,
+        epoch: u64,
+        run: &[&RangeInfo],
+        transform: Option<&(dyn Fn(&Frame) -> Frame + Sync)>,
+    ) -> Result<Option<u64>> {
         let (start, end) = (run[0].start_offset, run[run.len() - 1].end_offset);
         let mut frames: Vec<Frame> = Vec::new();
         let mut next = start;
@@ -113,7 +194,20 @@ impl EngineInner {
             && next == end;
         if !contiguous {
             // Retention moved the start meanwhile, or the ranges changed: try again later.
-            return Ok(false);
+            return Ok(None);
+        }
+        if let Some(transform) = transform {
+            frames = frames
+                .iter()
+                .map(|f| {
+                    let t = transform(f);
+                    debug_assert!(
+                        t.base_offset == f.base_offset && t.record_count == f.record_count,
+                        "a rewrite keeps each frame's offsets"
+                    );
+                    t
+                })
+                .collect();
         }
         let mut b = ObjectBuilder::new(self.config.block_bytes as usize);
         b.add_stream(s.id, &frames);
@@ -148,7 +242,12 @@ impl EngineInner {
                     replaced = run.len(),
                     "compacted"
                 );
-                Ok(true)
+                if transform.is_some() {
+                    // The log cache holds the frames as they were: readers of these offsets
+                    // go to the rewritten object from now on.
+                    s.lock().evict_until(end);
+                }
+                Ok(Some(size))
             }
             // Another writer (retention, a newer leader) changed the ranges, or the new object
             // took so long that orphan collection claimed it: it is an orphan now and is cleaned
@@ -160,7 +259,7 @@ impl EngineInner {
                 | MetaError::UnknownStream(_)),
             ) => {
                 tracing::debug!(stream_id = s.id, error = %e, "compaction lost a race; skipped");
-                Ok(false)
+                Ok(None)
             }
             Err(e) => Err(StorageError::Meta(e)),
         }

@@ -553,7 +553,7 @@ impl Engine {
             if let Some(more) = s.lock().read_cached(next, max_bytes - got) {
                 let mut bytes = got;
                 for f in more {
-                    if !batches.is_empty() && bytes + f.payload.len() > max_bytes {
+                    if bytes > 0 && bytes + f.payload.len() > max_bytes {
                         break;
                     }
                     bytes += f.payload.len();
@@ -768,6 +768,15 @@ impl Engine {
 
     /// Compacts every open stream that needs it now, as the maintenance task does; returns the
     /// number of objects written.
+    pub async fn rewrite_stream(
+        &self,
+        stream_id: u64,
+        until: u64,
+        transform: &(dyn Fn(&Frame) -> Frame + Sync),
+    ) -> Result<crate::compaction::Rewritten> {
+        self.inner.rewrite_stream(stream_id, until, transform).await
+    }
+
     pub async fn compact(&self) -> Result<usize> {
         self.inner.compact().await
     }

@@ -49,6 +49,7 @@ mod recovery;
 mod stream;
 mod upload;
 
+pub use compaction::Rewritten;
 pub use config::{Retention, StorageConfig, WalKind};
 pub use engine::{
     AppendOutcome, Appended, Engine, NewBatch, PendingAppend, ReadResult, StreamInfo, StreamOptions,

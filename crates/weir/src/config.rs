@@ -202,6 +202,9 @@ pub struct BrokerConfig {
     /// `producer.id.expiration.ms`: an idempotent producer that has not written for this long
     /// is forgotten, as in Kafka (its next batch may start at any sequence).
     pub producer_id_expiration_ms: i64,
+    /// `log.cleaner.backoff.ms`: how often compacted partitions are checked for enough dirty
+    /// data to clean.
+    pub log_cleaner_backoff_ms: u64,
     /// Chaos drills and tests: the admin API's `PUT /v1/faults` switches the WAL's and the
     /// object store's fault injection while the broker runs. Off by default; never on in
     /// production.
@@ -328,6 +331,7 @@ impl Default for BrokerConfig {
             group_initial_rebalance_delay_ms: 0,
             producer_snapshot_interval_ms: 30_000,
             producer_id_expiration_ms: 86_400_000,
+            log_cleaner_backoff_ms: 15_000,
             fault_switch: false,
         }
     }

@@ -564,6 +564,20 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
             }
         })
     };
+    // The cleaner of compacted topics.
+    let cleaner = {
+        let topics = Arc::clone(&topics);
+        let every = Duration::from_millis(config.broker.log_cleaner_backoff_ms.max(100));
+        let mut shutdown = shutdown_rx.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => { topics.clean_compacted().await; }
+                    _ = shutdown.changed() => return,
+                }
+            }
+        })
+    };
     ready.store(true, Ordering::SeqCst);
     tracing::info!(node_id = cluster.node_id(), listen = %config.broker.listen, advertised = %config.advertised(), internal_port, admin = %config.broker.admin_listen, "Weir is serving");
 
@@ -593,6 +607,7 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
     let _ = network.await;
     let _ = internal.await;
     let _ = snapshots.await;
+    let _ = cleaner.await;
     if !groups.store_states().await {
         tracing::warn!("some group states were not stored; their members will rejoin");
     }
