@@ -231,6 +231,8 @@ cmd_start() {
     echo "share.coordinator.state.topic.replication.factor=1"
     echo "share.coordinator.state.topic.min.isr=1"
     echo "group.initial.rebalance.delay.ms=0"
+    # Compaction tests (tests/compat) want the cleaner within seconds, not 15 s.
+    echo "log.cleaner.backoff.ms=1000"
     if ((${#props[@]})); then
       echo "# --prop overrides"
       printf '%s\n' "${props[@]}"

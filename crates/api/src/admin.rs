@@ -52,6 +52,16 @@ impl Broker {
                 }
             }
             let res = CreatableTopicResult::default().with_name(t.name.clone());
+            if name == crate::surface::OFFSETS_TOPIC {
+                // Kafka's internal offsets topic always exists (see `surface.rs`).
+                results.push(
+                    res.with_error_code(ResponseError::TopicAlreadyExists.code())
+                        .with_error_message(Some(crate::str(
+                            "__consumer_offsets is internal: offsets live in the metadata store",
+                        ))),
+                );
+                continue;
+            }
             let replication = if t.replication_factor == -1 {
                 1
             } else {
@@ -198,6 +208,28 @@ impl Broker {
                         .is_none_or(|keys| keys.iter().any(|k| k.as_str() == name))
                 };
                 match res.resource_type {
+                    RESOURCE_TOPIC
+                        if res.resource_name.as_str() == crate::surface::OFFSETS_TOPIC =>
+                    {
+                        // Kafka's settings of its offsets topic (see `surface.rs`).
+                        out.with_configs(
+                            [
+                                ("cleanup.policy", "compact"),
+                                ("compression.type", "producer"),
+                                ("segment.bytes", "104857600"),
+                            ]
+                            .into_iter()
+                            .filter(|(k, _)| wanted(k))
+                            .map(|(k, v)| {
+                                DescribeConfigsResourceResult::default()
+                                    .with_name(str(k))
+                                    .with_value(Some(str(v)))
+                                    .with_read_only(true)
+                                    .with_config_source(SOURCE_DEFAULT)
+                            })
+                            .collect(),
+                        )
+                    }
                     RESOURCE_TOPIC => match self.topics.get(res.resource_name.as_str()) {
                         None => out
                             .with_error_code(ResponseError::UnknownTopicOrPartition.code())

@@ -87,6 +87,7 @@ impl Broker {
                 .list()
                 .into_iter()
                 .map(|t| self.topic_metadata(&t, &view, zone))
+                .chain(std::iter::once(self.offsets_topic_metadata(&view)))
                 .collect(),
             Some(wanted) => {
                 let mut out = Vec::with_capacity(wanted.len());
@@ -94,6 +95,10 @@ impl Broker {
                     // A topic asked for by id (Java sends an empty name beside it) is looked up by
                     // id and never created.
                     let name = if id.is_nil() { name } else { None };
+                    if name.as_deref() == Some(crate::surface::OFFSETS_TOPIC) {
+                        out.push(self.offsets_topic_metadata(&view));
+                        continue;
+                    }
                     let found = match &name {
                         Some(n) if allow_create => {
                             let existed = self.topics.get(n).is_some();

@@ -538,6 +538,15 @@ pub fn error_response_for(
                 ),
             )
         }
+        RequestKind::DescribeLogDirs(_) => ResponseKind::DescribeLogDirs(
+            // The top-level code exists from v3; before, each directory carries it.
+            DescribeLogDirsResponse::default()
+                .with_error_code(code)
+                .with_results(vec![
+                    describe_log_dirs_response::DescribeLogDirsResult::default()
+                        .with_error_code(code),
+                ]),
+        ),
         RequestKind::ListTransactions(_) => ResponseKind::ListTransactions(
             ListTransactionsResponse::default().with_error_code(code),
         ),

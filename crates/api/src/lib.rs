@@ -10,6 +10,7 @@
 //! - `admin.rs`: topics, partitions, configs, DeleteRecords.
 //! - `cluster.rs`: ApiVersions, Metadata, DescribeCluster, FindCoordinator, InitProducerId.
 //! - `reassign.rs`: AlterPartitionReassignments, ListPartitionReassignments (moving partitions).
+//! - `surface.rs`: `__consumer_offsets` as Metadata lists it, DescribeLogDirs.
 //! - `txn.rs`: transactions (the coordinator is [`weir_txn::TxnCoordinator`]), the KIP-890
 //!   verification of transactional produces, and the writing of transaction markers.
 //! - `zones.rs`: a client's zone and the broker that serves a partition to it; `internal.rs`:
@@ -26,6 +27,7 @@ mod offsets;
 mod opening;
 mod produce;
 mod reassign;
+mod surface;
 mod txn;
 mod zones;
 
@@ -85,6 +87,7 @@ pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
             | TxnOffsetCommit
             | DescribeTransactions
             | ListTransactions
+            | DescribeLogDirs
     );
     if !implemented {
         return None;
@@ -140,6 +143,8 @@ pub struct BrokerIdentity {
     pub port: i32,
     pub rack: Option<String>,
     pub cluster_id: String,
+    /// What DescribeLogDirs names this broker's one log directory.
+    pub log_dir: String,
 }
 
 /// Bounds the API layer puts on what clients ask for.
@@ -377,6 +382,9 @@ impl Broker {
             )),
             RequestKind::ListTransactions(r) => now(ResponseKind::ListTransactions(
                 self.list_transactions(r, v).await,
+            )),
+            RequestKind::DescribeLogDirs(r) => now(ResponseKind::DescribeLogDirs(
+                self.describe_log_dirs(r).await,
             )),
             RequestKind::DescribeGroups(r) => now(ResponseKind::DescribeGroups(
                 self.groups.describe_groups(r, v).await,

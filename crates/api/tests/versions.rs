@@ -802,6 +802,17 @@ async fn requests(e: &Env, key: ApiKey, v: i16) -> Vec<(&'static str, RequestKin
             };
             vec![("filters", R::ListTransactions(r))]
         }
+        ApiKey::DescribeLogDirs => vec![
+            ("all", R::DescribeLogDirs(DescribeLogDirsRequest::default())),
+            (
+                "one topic",
+                R::DescribeLogDirs(DescribeLogDirsRequest::default().with_topics(Some(vec![
+                    describe_log_dirs_request::DescribableLogDirTopic::default()
+                        .with_topic(topic(TOPIC))
+                        .with_partitions(vec![0, 1]),
+                ]))),
+            ),
+        ],
         other => panic!("{other:?} is advertised but this test has no request for it"),
     }
 }

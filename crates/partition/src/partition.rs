@@ -600,25 +600,32 @@ impl Partition {
             .unwrap_or(0)
             .max(start);
         let ranges = meta.ranges(self.stream_id, start, usize::MAX >> 1).await?;
-        // Never the last range (Kafka never cleans the active segment): a reader at any offset
-        // always finds a record ahead of it.
-        let last_start = ranges.last().map_or(start, |r| r.start_offset);
+        // Never the last frame in object storage (Kafka never cleans the active segment): a
+        // reader at any offset always finds a record ahead of it. Frames that end at or below
+        // `until` are cleaned, so the one that ends at `committed` is not.
         let mut until = committed
+            .saturating_sub(1)
             .min(self.last_stable_offset().max(0) as u64)
-            .min(self.snapshot_at.load(Ordering::Relaxed))
-            .min(last_start);
+            .min(self.snapshot_at.load(Ordering::Relaxed));
+        tracing::trace!(topic = %self.topic, partition = self.index, checkpoint, until, committed, snapshot = self.snapshot_at.load(Ordering::Relaxed), "cleaner: the cleanable part");
         if until <= checkpoint {
             return Ok(None);
         }
-        let size_in = |from: u64| -> u64 {
+        // Bytes of the log and of its dirty part, below `until` (a range counts in proportion
+        // to its offsets there).
+        let size_in = |from: u64| -> f64 {
             ranges
                 .iter()
-                .filter(|r| r.start_offset >= from && r.end_offset <= until)
-                .map(|r| r.size)
+                .map(|r| {
+                    let (lo, hi) = (r.start_offset.max(from), r.end_offset.min(until));
+                    let span = r.end_offset.saturating_sub(r.start_offset).max(1);
+                    r.size as f64 * hi.saturating_sub(lo) as f64 / span as f64
+                })
                 .sum()
         };
         let (total, dirty) = (size_in(start), size_in(checkpoint));
-        if total == 0 || (dirty as f64) < policy.min_cleanable_dirty_ratio * total as f64 {
+        if total <= 0.0 || dirty < policy.min_cleanable_dirty_ratio * total {
+            tracing::trace!(topic = %self.topic, partition = self.index, total, dirty, "cleaner: not enough dirty data");
             return Ok(None);
         }
         // The dirty part's keys, up to min.compaction.lag.ms and the map's bound.
@@ -631,7 +638,7 @@ impl Partition {
             let Some(last) = r.batches.last() else { break };
             let next = last.end_offset();
             for f in &r.batches {
-                if f.base_offset >= until || f.max_timestamp > young || map.len() >= clean::MAX_KEYS
+                if f.end_offset() > until || f.max_timestamp > young || map.len() >= clean::MAX_KEYS
                 {
                     until = until.min(f.base_offset);
                     break 'read;
@@ -663,7 +670,8 @@ impl Partition {
             .engine
             .rewrite_stream(self.stream_id, until, &transform)
             .await?;
-        if done.runs == 0 {
+        if done.runs == 0 || done.end <= checkpoint {
+            tracing::trace!(topic = %self.topic, partition = self.index, ?done, until, "cleaner: nothing rewritten");
             return Ok(None);
         }
         meta.set_value(&key, &done.end.to_string()).await?;

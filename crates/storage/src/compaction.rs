@@ -27,7 +27,8 @@ pub struct Rewritten {
     pub runs: usize,
     pub bytes_before: u64,
     pub bytes_after: u64,
-    /// The end of the last run rewritten (0: none).
+    /// The end of the last frame rewritten through the transform (0: none): everything
+    /// below it went through it.
     pub end: u64,
 }
 
@@ -108,9 +109,10 @@ impl EngineInner {
         Ok(written)
     }
 
-    /// Rewrites the frames of stream `stream_id` below `until` through `transform`, a run of
-    /// consecutive ranges (up to the compaction target size) at a time, each run one object and
-    /// one swap of ranges. A transform keeps each frame's base offset and offset count.
+    /// Rewrites the frames of stream `stream_id` that end at or below `until` through
+    /// `transform`, a run of consecutive ranges (up to the compaction target size) at a time,
+    /// each run one object and one swap of ranges; frames of those ranges beyond `until` are
+    /// copied as they are. A transform keeps each frame's base offset and offset count.
     pub async fn rewrite_stream(
         &self,
         stream_id: u64,
@@ -133,7 +135,7 @@ impl EngineInner {
         let mut runs: Vec<Vec<&RangeInfo>> = Vec::new();
         let mut run: Vec<&RangeInfo> = Vec::new();
         let mut bytes = 0;
-        for r in ranges.iter().take_while(|r| r.end_offset <= until) {
+        for r in ranges.iter().take_while(|r| r.start_offset < until) {
             if !run.is_empty() && bytes + r.size > target {
                 runs.push(std::mem::take(&mut run));
                 bytes = 0;
@@ -144,18 +146,29 @@ impl EngineInner {
         if !run.is_empty() {
             runs.push(run);
         }
+        let done = std::sync::atomic::AtomicU64::new(0);
+        let below = |f: &Frame| {
+            if f.end_offset() <= until {
+                done.fetch_max(f.end_offset(), Ordering::Relaxed);
+                transform(f)
+            } else {
+                f.clone()
+            }
+        };
         for run in runs {
             out.bytes_before += run.iter().map(|r| r.size).sum::<u64>();
-            match self
-                .compact_run_with(&s, epoch, &run, Some(transform))
-                .await?
-            {
+            let before = done.load(Ordering::Relaxed);
+            match self.compact_run_with(&s, epoch, &run, Some(&below)).await? {
                 Some(size) => {
                     out.runs += 1;
                     out.bytes_after += size;
-                    out.end = run[run.len() - 1].end_offset;
+                    out.end = done.load(Ordering::Relaxed);
                 }
-                None => break,
+                None => {
+                    // Not swapped in: what this run transformed does not count.
+                    done.store(before, Ordering::Relaxed);
+                    break;
+                }
             }
         }
         Ok(out)

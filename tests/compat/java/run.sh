@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Compatibility tests with the official Java client (org.apache.kafka:kafka-clients).
+# Compatibility tests with the official Java client (org.apache.kafka:kafka-clients), and with
+# Kafka Streams and Kafka Connect (kafka-streams, connect-runtime) on top of it.
 #
 #   tests/compat/java/run.sh                        # against Weir: needs WEIR_BIN=/path/to/weir
 #   WEIR_TEST_BROKER=kafka tests/compat/java/run.sh # against Apache Kafka (tools/kafka/kafka.sh)
@@ -10,6 +11,20 @@
 # Extra arguments go to Maven, e.g. -Dtest=ConsumerGroupTest.
 # Each test class starts its own single-node broker on free loopback ports in a temp dir.
 # Client logs: target/surefire-reports/*-output.txt; broker logs: target/broker-logs/.
+#
+# The test classes (src/test/java/dev/weir/compat; each class's javadoc says what it checks):
+#   AdminTopicsTest, DeleteRecordsTest, ListOffsetsTest   topics, configs, log start, offsets by time
+#   ConsumerGroupTest       a classic group: split, commit, a member lost and restarted
+#   TransactionsTest        ListTransactions/DescribeTransactions, read_committed, the LSO
+#   ExactlyOnceTest         consume-transform-produce in transactions, fenced and restarted
+#   StreamsEosTest          Kafka Streams (kafka-streams) exactly_once_v2 word count: a stream
+#                           thread dies mid-transaction, a second instance restores from the
+#                           changelog; exact counts, read_committed; the changelog compacted
+#   ConnectDistributedTest  a Kafka Connect worker (connect-runtime) in distributed mode in this
+#                           JVM: FileStreamSource through REST, the worker restarted, the
+#                           connector's config and offsets read back from its compacted topics,
+#                           each line once; again with exactly.once.source.support=enabled
+#   ClusterHarnessTest      the cluster harness (WEIR_COMPAT_TARGET=cluster only)
 set -euo pipefail
 
 # Resolve a relative WEIR_BIN against the caller's directory before moving.

@@ -122,7 +122,11 @@ class Broker:
         self.node_id = node_id
         # Weir only: extra environment (WEIR_<SECTION>_<KEY> settings). Test brokers get a
         # small WAL, not the 2 GiB default.
-        self.env = {"WEIR_WAL_CAPACITY": str(64 << 20), **(env or {})}
+        # The cleaner of compacted topics looks for work every half second (Kafka's
+        # log.cleaner.backoff.ms is 15 s; tools/kafka/kafka.sh sets 1 s), so that compaction
+        # tests see it within seconds.
+        self.env = {"WEIR_WAL_CAPACITY": str(64 << 20),
+                    "WEIR_BROKER_LOG_CLEANER_BACKOFF_MS": "500", **(env or {})}
         self.data_dir = os.path.join(root, "data")
         os.makedirs(self.data_dir, exist_ok=True)
         self.log_path = os.path.join(root, "broker.log")

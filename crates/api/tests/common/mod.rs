@@ -128,6 +128,7 @@ pub async fn env_with(limits: weir_api::ApiLimits) -> Env {
             port: 9092,
             rack: Some("zone-a".into()),
             cluster_id: "versions-test".into(),
+            log_dir: "/tmp/weir-test".into(),
         },
         Arc::clone(&cluster),
         Arc::clone(&topics),
