@@ -17,10 +17,21 @@ ROUND_GAP = 1.5  # seconds between rounds: Kafka's segment.ms (1 s) rolls a segm
 
 
 def _produce(bootstrap, topic, records):
+    """Writes the records to partition 0; returns what was acknowledged: [(offset, key, value)]."""
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 0})
+    acked = []
+
+    def report(err, msg):
+        assert err is None, err
+        key = msg.key().decode()
+        value = msg.value().decode() if msg.value() is not None else None
+        acked.append((msg.offset(), key, value))
+
     for k, v in records:
-        p.produce(topic, key=k, value=v, partition=0)
+        p.produce(topic, key=k, value=v, partition=0, on_delivery=report)
     assert p.flush(30) == 0
+    assert len(acked) == len(records)
+    return acked
 
 
 def _log(bootstrap, topic, timeout=30):
@@ -57,19 +68,17 @@ def test_compaction_keeps_the_latest_value_of_each_key(broker):
         "min.compaction.lag.ms": "0",
     })
     # Round 1: ten keys. Round 2: new values for k0..k3, tombstones for k4 and k5.
-    _produce(broker.bootstrap, topic, [(f"k{i}", f"v1-{i}") for i in range(10)])
+    acked = _produce(broker.bootstrap, topic, [(f"k{i}", f"v1-{i}") for i in range(10)])
     time.sleep(ROUND_GAP)
-    _produce(broker.bootstrap, topic, [(f"k{i}", f"v2-{i}") for i in range(4)]
-             + [("k4", None), ("k5", None)])
+    acked += _produce(broker.bootstrap, topic, [(f"k{i}", f"v2-{i}") for i in range(4)]
+                      + [("k4", None), ("k5", None)])
     time.sleep(ROUND_GAP)
     # Round 3 makes rounds 1 and 2 cleanable.
-    _produce(broker.bootstrap, topic, [("k9", "v3-9")])
+    acked += _produce(broker.bootstrap, topic, [("k9", "v3-9")])
     time.sleep(ROUND_GAP)
-    _produce(broker.bootstrap, topic, [("k8", "v4-8")])
-
-    before = _log(broker.bootstrap, topic)
-    assert [o for o, _, _ in before] == list(range(18))
-    written = {o: (k, v) for o, k, v in before}
+    acked += _produce(broker.bootstrap, topic, [("k8", "v4-8")])
+    assert sorted(o for o, _, _ in acked) == list(range(18))
+    written = {o: (k, v) for o, k, v in acked}
 
     superseded = {0, 1, 2, 3, 4, 5}  # k0..k3 by round 2, k4 and k5 by their tombstones
 
