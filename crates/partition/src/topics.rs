@@ -120,6 +120,20 @@ pub struct Topics {
     opened: tokio::sync::Notify,
     /// Streams whose last attempt to open here failed: requests do not wait for them.
     open_failed: Mutex<HashSet<u64>>,
+    /// What the cleaner of compacted topics did here.
+    pub cleaner: CleanerMeters,
+}
+
+/// The cleaner of compacted topics, counted.
+#[derive(Debug, Default)]
+pub struct CleanerMeters {
+    /// Cleans of a partition that rewrote something.
+    pub cleans: weir_metrics::Counter,
+    pub records_removed: weir_metrics::Counter,
+    /// Bytes of the ranges rewritten, before and after.
+    pub bytes_read: weir_metrics::Counter,
+    pub bytes_written: weir_metrics::Counter,
+    pub failures: weir_metrics::Counter,
 }
 
 /// Kafka's rule for topic names.
@@ -162,6 +176,7 @@ impl Topics {
             changes: tokio::sync::Mutex::new(()),
             opened: tokio::sync::Notify::new(),
             open_failed: Mutex::new(HashSet::new()),
+            cleaner: CleanerMeters::default(),
         });
         topics.refresh().await?;
         Ok(topics)
@@ -697,10 +712,15 @@ impl Topics {
             match p.clean(&*self.meta, policy, now).await {
                 Ok(Some(c)) => {
                     cleaned += 1;
+                    self.cleaner.cleans.inc();
+                    self.cleaner.records_removed.add(c.records_removed);
+                    self.cleaner.bytes_read.add(c.bytes_before);
+                    self.cleaner.bytes_written.add(c.bytes_after);
                     tracing::info!(topic = %p.topic, partition = p.index, checkpoint = c.checkpoint, keys = c.keys, records_removed = c.records_removed, bytes_before = c.bytes_before, bytes_after = c.bytes_after, "cleaned a compacted partition");
                 }
                 Ok(None) => {}
                 Err(e) => {
+                    self.cleaner.failures.inc();
                     tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "cleaning a compacted partition failed; will retry")
                 }
             }

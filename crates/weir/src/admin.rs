@@ -574,6 +574,70 @@ fn histogram(out: &mut String, name: &str, help: &str, h: &Histogram) {
 }
 
 /// Load (this broker's and its partitions') and the balancer's rounds, moves and gauges.
+fn render_txns(o: &mut String, m: &weir_txn::TxnMeters) {
+    let _ = writeln!(
+        o,
+        "# HELP weir_transactions_total Transactions this broker coordinated, by what happened: begun, committed, aborted (by the producer, a new producer of the id, or a timeout), timed_out.\n# TYPE weir_transactions_total counter"
+    );
+    for (event, c) in [
+        ("begun", &m.begun),
+        ("committed", &m.committed),
+        ("aborted", &m.aborted),
+        ("timed_out", &m.timed_out),
+    ] {
+        let _ = writeln!(
+            o,
+            "weir_transactions_total{{event=\"{event}\"}} {}",
+            c.get()
+        );
+    }
+    counter(
+        o,
+        "transaction_markers",
+        "Transaction markers written for transactions this broker coordinated.",
+        "",
+        &m.markers,
+    );
+}
+
+fn render_cleaner(o: &mut String, m: &weir_partition::CleanerMeters) {
+    counter(
+        o,
+        "cleaner_cleans",
+        "Cleans of compacted partitions that rewrote data.",
+        "",
+        &m.cleans,
+    );
+    counter(
+        o,
+        "cleaner_records_removed",
+        "Records the cleaner of compacted topics removed (superseded, deleted, aborted).",
+        "",
+        &m.records_removed,
+    );
+    counter(
+        o,
+        "cleaner_bytes_read",
+        "Bytes of the ranges the cleaner rewrote.",
+        "",
+        &m.bytes_read,
+    );
+    counter(
+        o,
+        "cleaner_bytes_written",
+        "Bytes the cleaner wrote in their place.",
+        "",
+        &m.bytes_written,
+    );
+    counter(
+        o,
+        "cleaner_failures",
+        "Cleans that failed (retried at the next round).",
+        "",
+        &m.failures,
+    );
+}
+
 fn render_balancer(o: &mut String, m: &weir_cluster::load::BalancerMeters) {
     use std::sync::atomic::Ordering::Relaxed;
     let _ = writeln!(
@@ -795,6 +859,8 @@ fn render(state: &State) -> String {
     );
     let cluster = &state.broker.cluster;
     render_balancer(&mut o, &cluster.balancer_meters);
+    render_txns(&mut o, &state.broker.txns.meters);
+    render_cleaner(&mut o, &state.broker.topics.cleaner);
     let f = &cluster.failover;
     gauge(
         &mut o,

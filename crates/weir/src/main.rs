@@ -448,7 +448,7 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
             port,
             rack: (!config.broker.zone.is_empty()).then(|| config.broker.zone.clone()),
             cluster_id,
-            log_dir: std::fs::canonicalize(&data_dir)
+            log_dir: std::fs::canonicalize(data_dir)
                 .unwrap_or_else(|_| data_dir.clone())
                 .display()
                 .to_string(),
