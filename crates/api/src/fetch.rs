@@ -40,6 +40,9 @@ enum Source {
         offsets: watch::Receiver<Option<Offsets>>,
         /// For the ranges the leader fed.
         feed: Arc<weir_zone::Feed>,
+        /// For the aborted transactions of `read_committed` reads.
+        leader: weir_zone::Leader,
+        peers: Arc<weir_zone::Peers>,
     },
 }
 
@@ -59,7 +62,14 @@ impl Source {
                 Ok((start, readable, hw, p.leader_epoch))
             }
             Source::Remote { offsets, .. } => match *offsets.borrow() {
-                Some(o) if o.error == 0 => Ok((o.start, o.committed, o.high_watermark, o.epoch)),
+                Some(o) if o.error == 0 => {
+                    let readable = if committed {
+                        o.committed.min(o.last_stable)
+                    } else {
+                        o.committed
+                    };
+                    Ok((o.start, readable, o.high_watermark, o.epoch))
+                }
                 Some(o) => Err(ResponseError::try_from_code(o.error)
                     .unwrap_or(ResponseError::NotLeaderOrFollower)),
                 None => Err(ResponseError::NotLeaderOrFollower),
@@ -97,10 +107,6 @@ impl Broker {
     ) -> Reply {
         let started = Instant::now();
         let committed = version >= 4 && r.isolation_level == 1;
-        // A partition led in another zone is served here from object storage with the offsets
-        // its leader feeds, which do not yet say which transactions were aborted: a
-        // read_committed client is sent to the leader itself.
-        let zone = if committed { None } else { zone };
         let zone_owned = zone.map(|z| z.to_string());
         let wanted: Vec<WantedTopic> = r
             .topics
@@ -254,6 +260,8 @@ impl Broker {
             stream_id: remote.stream_id,
             feed: Arc::clone(&zones.feed),
             offsets: zones.feed.offsets(topic, partition, &remote.leader),
+            leader: remote.leader,
+            peers: Arc::clone(&zones.peers),
         })
     }
 
@@ -434,7 +442,7 @@ async fn fetch_partition(
     };
     let lso = match source {
         Source::Local(p) => p.last_stable_offset(),
-        Source::Remote { .. } => hw,
+        Source::Remote { offsets, .. } => offsets.borrow().map_or(hw, |o| o.last_stable),
     };
     let pd = pd
         .with_high_watermark(hw)
@@ -459,23 +467,72 @@ async fn fetch_partition(
             topic,
             stream_id,
             feed,
-            ..
+            offsets,
+            leader,
+            peers,
         } => {
             if w.offset < start || w.offset > hw {
                 let e = ResponseError::OffsetOutOfRange;
                 return (pd.with_error_code(e.code()), 0, true);
             }
             let known = feed.ranges(topic, w.partition_index, w.offset);
-            return match topics
+            let records = match topics
                 .read_remote(*stream_id, w.offset, readable, budget, &known)
                 .await
             {
-                Ok(records) => {
-                    let bytes = records.len();
-                    (pd.with_records(Some(records)), bytes, false)
-                }
-                Err(e) => (pd.with_error_code(e.code()), 0, true),
+                Ok(records) => records,
+                Err(e) => return (pd.with_error_code(e.code()), 0, true),
             };
+            if !w.committed {
+                let bytes = records.len();
+                return (pd.with_records(Some(records)), bytes, false);
+            }
+            // read_committed: up to the last stable offset, with the aborted transactions
+            // among what was read, which the leader knows (asked only when it has any).
+            let records =
+                weir_partition::partition::batches_below(&records, readable.max(0) as u64);
+            let has_aborted = offsets.borrow().is_some_and(|o| o.aborted > 0);
+            let mut aborted = Vec::new();
+            if has_aborted && !records.is_empty() {
+                let q = weir_zone::wire::AbortedTxns {
+                    topic: topic.clone(),
+                    partition: w.partition_index,
+                    from: w.offset,
+                    to: readable,
+                };
+                let answer = peers
+                    .send(
+                        weir_zone::Peer {
+                            node_id: leader.node_id,
+                            internal_addr: &leader.internal_addr,
+                            zone: &leader.zone,
+                        },
+                        weir_zone::Channel::Feed,
+                        weir_zone::wire::ABORTED_TXNS,
+                        q.encode(),
+                    )
+                    .await;
+                match answer.map(weir_zone::wire::decode_aborted) {
+                    Ok(Ok((0, list))) => aborted = list,
+                    _ => {
+                        let e = ResponseError::NotLeaderOrFollower;
+                        return (pd.with_error_code(e.code()), 0, true);
+                    }
+                }
+            }
+            let aborted = aborted
+                .into_iter()
+                .map(|(pid, first)| {
+                    fetch_response::AbortedTransaction::default()
+                        .with_producer_id(ProducerId(pid))
+                        .with_first_offset(first)
+                })
+                .collect();
+            let bytes = records.len();
+            let pd = pd
+                .with_aborted_transactions(Some(aborted))
+                .with_records(Some(records));
+            return (pd, bytes, false);
         }
     };
     match p.fetch(w.offset, budget, w.committed).await {

@@ -58,6 +58,26 @@ impl Broker {
                 let this = Arc::clone(self);
                 Ok(async move { Some(this.offset_for_time(m).await.encode()) }.boxed())
             }
+            wire::ABORTED_TXNS => {
+                let q = wire::AbortedTxns::decode(body).map_err(|e| e.to_string())?;
+                let answer = match self.topics.lookup(&q.topic, q.partition) {
+                    Lookup::Local(p) => {
+                        let list: Vec<(i64, i64)> = p
+                            .aborted_between(q.from.max(0) as u64, q.to.max(0) as u64)
+                            .iter()
+                            .map(|a| (a.producer_id, a.first_offset as i64))
+                            .collect();
+                        wire::encode_aborted(0, &list)
+                    }
+                    Lookup::NotHere => {
+                        wire::encode_aborted(ResponseError::NotLeaderOrFollower.code(), &[])
+                    }
+                    Lookup::Unknown => {
+                        wire::encode_aborted(ResponseError::UnknownTopicOrPartition.code(), &[])
+                    }
+                };
+                Ok(ready(Some(answer)))
+            }
             wire::TXN_MARKERS => {
                 let m = wire::TxnMarkers::decode(body).map_err(|e| e.to_string())?;
                 let this = Arc::clone(self);
@@ -135,7 +155,16 @@ impl Broker {
                     Lookup::Local(_) if !may_acknowledge => {
                         Err(ResponseError::NotLeaderOrFollower)
                     }
-                    Lookup::Local(p) => p.start_produce(&records),
+                    Lookup::Local(p) => {
+                        // A transaction's batches are verified as a client's would be.
+                        let check = if e.transactional_id.is_empty() {
+                            Ok(weir_partition::TxnCheck::None)
+                        } else {
+                            this.verify_txn_produce(&e.transactional_id, &p, &records)
+                                .await
+                        };
+                        check.and_then(|c| p.start_produce_checked(&records, c))
+                    }
                     Lookup::NotHere => Err(ResponseError::NotLeaderOrFollower),
                     Lookup::Unknown => Err(ResponseError::UnknownTopicOrPartition),
                 });
@@ -180,6 +209,8 @@ impl Broker {
                     start,
                     committed,
                     high_watermark: hw,
+                    last_stable: p.last_stable_offset(),
+                    aborted: p.aborted_count(),
                 }
             }
             Lookup::NotHere => Offsets {
@@ -220,8 +251,21 @@ impl Broker {
                 // that a partition on the file WAL, whose high watermark moves with every
                 // produce, does not cost an answer each time.
                 let significant = now.iter().zip(&m.partitions).any(|((_, _, o), (_, _, k))| {
-                    (o.error, o.epoch, o.start, o.committed)
-                        != (k.error, k.epoch, k.start, k.committed)
+                    (
+                        o.error,
+                        o.epoch,
+                        o.start,
+                        o.committed,
+                        o.last_stable,
+                        o.aborted,
+                    ) != (
+                        k.error,
+                        k.epoch,
+                        k.start,
+                        k.committed,
+                        k.last_stable,
+                        k.aborted,
+                    )
                 });
                 let watermark = now
                     .iter()

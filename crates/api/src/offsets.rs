@@ -27,10 +27,8 @@ impl Broker {
         // The leader epoch of an answer exists from v4 on; older clients must not be sent one.
         let epoch_of = |epoch: i32| if version >= 4 { epoch } else { -1 };
         // read_committed (v2+): the latest offset is the last stable offset, and lookups by
-        // time find nothing at or beyond it, as in Kafka. Offsets of partitions led in another
-        // zone do not carry it: such a client is answered by the leader.
+        // time find nothing at or beyond it, as in Kafka.
         let committed = version >= 2 && r.isolation_level == 1;
-        let zone = if committed { None } else { zone };
         let mut topics = Vec::with_capacity(r.topics.len());
         for t in r.topics {
             let mut parts = Vec::with_capacity(t.partitions.len());
@@ -56,6 +54,7 @@ impl Broker {
                             continue;
                         }
                         let found = match p.timestamp {
+                            LATEST if committed => Ok((o.last_stable, -1, o.epoch)),
                             LATEST | LATEST_TIERED => Ok((o.high_watermark, -1, o.epoch)),
                             EARLIEST | EARLIEST_LOCAL => Ok((o.start, -1, o.epoch)),
                             ts if ts >= 0 || ts == MAX_TIMESTAMP => {

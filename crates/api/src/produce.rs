@@ -59,13 +59,6 @@ impl Broker {
             .as_ref()
             .map(|t| t.to_string())
             .filter(|t| !t.is_empty());
-        // A forwarded produce carries no transactional id, so the leader could not verify a
-        // transaction's batches: a transactional producer is sent to the leader itself.
-        let zone = if transactional_id.is_some() {
-            None
-        } else {
-            zone
-        };
         let acks = r.acks;
         // Offsets are assigned here, in request order, before the next request on this
         // connection is read; durability is awaited in the reply.
@@ -105,11 +98,12 @@ impl Broker {
                         (Some(t), Some(zones)) => match self.remote(zone, &t.name, p.index) {
                             Some(remote) => {
                                 zones.meters.forwarded_partitions.inc();
-                                Ok(Started::Forwarded(zones.forwarder.submit(
+                                Ok(Started::Forwarded(zones.forwarder.submit_transactional(
                                     remote.leader,
                                     &t.name,
                                     p.index,
                                     records,
+                                    transactional_id.as_deref().unwrap_or(""),
                                 )))
                             }
                             None => Err(ResponseError::NotLeaderOrFollower),

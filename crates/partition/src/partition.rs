@@ -41,7 +41,7 @@ pub fn kafka_error(e: &StorageError) -> ResponseError {
 
 /// The batches of `records` that begin below `limit` (a `read_committed` read stops at the last
 /// stable offset).
-fn batches_below(records: &Bytes, limit: u64) -> Bytes {
+pub fn batches_below(records: &Bytes, limit: u64) -> Bytes {
     let mut end = 0usize;
     for (h, _, _, bytes) in batch::batches(records) {
         if u64::try_from(h.base_offset).map_or(true, |b| b >= limit) {
@@ -444,6 +444,17 @@ impl Partition {
             Ok(None) => verdict.map(|()| None),
             Err(e) => Err(kafka_error(&e)),
         }
+    }
+
+    /// How many aborted transactions the partition knows of (a reader elsewhere asks for them
+    /// only when there are any).
+    pub fn aborted_count(&self) -> u32 {
+        u32::try_from(self.producers().txns.aborted_count()).unwrap_or(u32::MAX)
+    }
+
+    /// Aborted transactions with records in `[from, to)`.
+    pub fn aborted_between(&self, from: u64, to: u64) -> Vec<AbortedTxn> {
+        self.producers().txns.aborted_between(from, to)
     }
 
     /// The last stable offset: where `read_committed` consumers stop.

@@ -109,6 +109,11 @@ impl TxnIndex {
         self.guards.remove(&pid);
     }
 
+    /// How many aborted transactions the index holds.
+    pub fn aborted_count(&self) -> usize {
+        self.aborted.len()
+    }
+
     /// The last stable offset: the first offset of the oldest open transaction, at most `hw`.
     pub fn last_stable_offset(&self, hw: u64) -> u64 {
         self.by_first.first().map_or(hw, |&(f, _)| f.min(hw))

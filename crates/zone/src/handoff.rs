@@ -98,6 +98,7 @@ struct Entry {
     topic: String,
     partition: i32,
     records: Bytes,
+    transactional_id: String,
     reply: oneshot::Sender<Outcome>,
 }
 
@@ -188,6 +189,18 @@ impl Forwarder {
         partition: i32,
         records: Bytes,
     ) -> oneshot::Receiver<Outcome> {
+        self.submit_transactional(leader, topic, partition, records, "")
+    }
+
+    /// [`Forwarder::submit`] for a produce request with a transactional id ("" for none).
+    pub fn submit_transactional(
+        &self,
+        leader: Leader,
+        topic: &str,
+        partition: i32,
+        records: Bytes,
+        transactional_id: &str,
+    ) -> oneshot::Receiver<Outcome> {
         let (reply, outcome) = oneshot::channel();
         let (first, full) = {
             let mut c = self.lock();
@@ -197,6 +210,7 @@ impl Forwarder {
                 topic: topic.to_string(),
                 partition,
                 records,
+                transactional_id: transactional_id.to_string(),
                 reply,
             });
             let first = c.since.is_none();
@@ -328,6 +342,7 @@ impl Forwarder {
                         topic: e.topic.clone(),
                         partition: e.partition,
                         len: e.records.len() as u32,
+                        transactional_id: e.transactional_id.clone(),
                     })
                     .collect(),
             };

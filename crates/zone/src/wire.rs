@@ -20,6 +20,8 @@ pub const OFFSET_FOR_TIME: i16 = 1002;
 pub const HELLO: i16 = 1003;
 /// Transaction markers for partitions the receiver leads: see [`TxnMarkers`].
 pub const TXN_MARKERS: i16 = 1004;
+/// The aborted transactions of a partition in a span of offsets: see [`AbortedTxns`].
+pub const ABORTED_TXNS: i16 = 1005;
 
 /// A peer broker introduces itself, so that the listener's side meters its answers with the
 /// peer's zone.
@@ -114,6 +116,9 @@ pub struct ForwardEntry {
     pub partition: i32,
     /// Bytes of this entry; entries follow each other from [`ForwardProduce::position`].
     pub len: u32,
+    /// The produce request's transactional id ("" for none): the leader verifies a
+    /// transaction's batches against it (KIP-890) as it would a client's.
+    pub transactional_id: String,
 }
 
 /// A produce sent through a broker in the client's zone: its records are in `object_key`, from
@@ -149,6 +154,7 @@ impl ForwardProduce {
             put_str(&mut b, &e.topic);
             b.put_i32(e.partition);
             b.put_u32(e.len);
+            put_str(&mut b, &e.transactional_id);
         }
         b
     }
@@ -156,13 +162,14 @@ impl ForwardProduce {
     pub fn decode(mut b: Bytes) -> Result<ForwardProduce> {
         let object_key = get_str(&mut b)?;
         let position = get_u64(&mut b)?;
-        let n = get_count(&mut b, 10)?;
+        let n = get_count(&mut b, 12)?;
         let mut entries = Vec::with_capacity(n);
         for _ in 0..n {
             entries.push(ForwardEntry {
                 topic: get_str(&mut b)?,
                 partition: get_i32(&mut b)?,
                 len: get_u32(&mut b)?,
+                transactional_id: get_str(&mut b)?,
             });
         }
         Ok(ForwardProduce {
@@ -265,7 +272,9 @@ pub fn decode_forward_results(mut b: Bytes) -> Result<Vec<ForwardResult>> {
 }
 
 /// What a leader says of a partition: its epoch, start, the end of what is in object storage
-/// (what another zone can read) and the high watermark. `error` is a Kafka code.
+/// (what another zone can read), the high watermark, the last stable offset (where
+/// `read_committed` readers stop) and how many aborted transactions it knows of (a reader asks
+/// for them, [`AbortedTxns`], only when there are any). `error` is a Kafka code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Offsets {
     pub error: i16,
@@ -273,6 +282,8 @@ pub struct Offsets {
     pub start: i64,
     pub committed: i64,
     pub high_watermark: i64,
+    pub last_stable: i64,
+    pub aborted: u32,
 }
 
 impl Offsets {
@@ -282,6 +293,8 @@ impl Offsets {
         b.put_i64(self.start);
         b.put_i64(self.committed);
         b.put_i64(self.high_watermark);
+        b.put_i64(self.last_stable);
+        b.put_u32(self.aborted);
     }
 
     fn get(b: &mut Bytes) -> Result<Offsets> {
@@ -291,8 +304,62 @@ impl Offsets {
             start: get_i64(b)?,
             committed: get_i64(b)?,
             high_watermark: get_i64(b)?,
+            last_stable: get_i64(b)?,
+            aborted: get_u32(b)?,
         })
     }
+}
+
+/// A question to a partition's leader: its aborted transactions with records in
+/// `[from, to)`. The answer is an error code and `(producer id, first offset)` pairs, what a
+/// `read_committed` Fetch response carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AbortedTxns {
+    pub topic: String,
+    pub partition: i32,
+    pub from: i64,
+    pub to: i64,
+}
+
+impl AbortedTxns {
+    pub fn encode(&self) -> BytesMut {
+        let mut b = BytesMut::with_capacity(24 + self.topic.len());
+        put_str(&mut b, &self.topic);
+        b.put_i32(self.partition);
+        b.put_i64(self.from);
+        b.put_i64(self.to);
+        b
+    }
+
+    pub fn decode(mut b: Bytes) -> Result<AbortedTxns> {
+        Ok(AbortedTxns {
+            topic: get_str(&mut b)?,
+            partition: get_i32(&mut b)?,
+            from: get_i64(&mut b)?,
+            to: get_i64(&mut b)?,
+        })
+    }
+}
+
+/// The answer to [`AbortedTxns`].
+pub fn encode_aborted(error: i16, aborted: &[(i64, i64)]) -> BytesMut {
+    let mut b = BytesMut::with_capacity(6 + aborted.len() * 16);
+    b.put_i16(error);
+    b.put_u32(aborted.len() as u32);
+    for (pid, first) in aborted {
+        b.put_i64(*pid);
+        b.put_i64(*first);
+    }
+    b
+}
+
+pub fn decode_aborted(mut b: Bytes) -> Result<(i16, Vec<(i64, i64)>)> {
+    let error = get_i16(&mut b)?;
+    let n = get_count(&mut b, 16)?;
+    let list = (0..n)
+        .map(|_| Ok((get_i64(&mut b)?, get_i64(&mut b)?)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((error, list))
 }
 
 /// A long poll: the leader answers as soon as any partition's offsets differ from the ones
@@ -473,11 +540,13 @@ mod tests {
                     topic: "a".into(),
                     partition: 3,
                     len: 10,
+                    transactional_id: String::new(),
                 },
                 ForwardEntry {
                     topic: "bb".into(),
                     partition: 0,
                     len: 5,
+                    transactional_id: "tx".into(),
                 },
             ],
         };
@@ -505,6 +574,8 @@ mod tests {
             start: 1,
             committed: 9,
             high_watermark: 12,
+            last_stable: 10,
+            aborted: 2,
         };
         let w = WatchOffsets {
             max_wait_ms: 500,
@@ -545,6 +616,17 @@ mod tests {
             );
         }
         assert_eq!(decode_codes(encode_codes(&[0, 6]).freeze()), Ok(vec![0, 6]));
+        let q = AbortedTxns {
+            topic: "t".into(),
+            partition: 1,
+            from: 5,
+            to: 9,
+        };
+        assert_eq!(AbortedTxns::decode(q.encode().freeze()), Ok(q));
+        assert_eq!(
+            decode_aborted(encode_aborted(0, &[(7, 5)]).freeze()),
+            Ok((0, vec![(7, 5)]))
+        );
         // A count that the body cannot hold is refused before anything is allocated.
         let mut huge = BytesMut::new();
         huge.put_u32(u32::MAX);

@@ -157,6 +157,70 @@ def test_confluent_clients_stay_in_their_zone(zoned):
         "produces were not forwarded through object storage"
 
 
+def test_transactions_stay_in_their_zone(zoned):
+    """A transactional producer in each zone commits and aborts transactions through its
+    zone's brokers (forwarded produces verified by the leader); read_committed consumers in
+    each zone, served by brokers of their own zone with the leader's last stable offset and
+    aborted transactions, read every committed record once and no aborted one, and the data
+    bytes stay in their zone."""
+    topic = unique("py-zones-txn")
+    create_topic(zoned.bootstrap, topic, 6)
+    before = zone_bytes(zoned.brokers)
+    remote0 = counter(zoned.brokers, "weir_zone_remote_fetches_total")
+    committed, aborted = defaultdict(dict), set()
+    for z in ZONES:
+        p = Producer({"bootstrap.servers": zoned.bootstrap, "linger.ms": 5,
+                      "transactional.id": unique(f"py-zones-txn-{z}"),
+                      "client.id": f"py-txn-producer,weir_az={z}"})
+        p.init_transactions(30)
+        for t in range(6):
+            acked = []
+            p.begin_transaction()
+            for i in range(50):
+                v = f"{z}#{t}#{i:03d}"
+                p.produce(topic, key=f"{z}-{i % 12}".encode(), value=v.encode(),
+                          on_delivery=lambda err, m, acked=acked: acked.append((err, m)))
+            p.flush(60)
+            assert all(err is None for err, _ in acked), [e for e, _ in acked if e]
+            if t % 3 == 1:
+                p.abort_transaction(30)
+                aborted.update(m.value().decode() for _, m in acked)
+            else:
+                p.commit_transaction(30)
+                for _, m in acked:
+                    committed[m.partition()][m.offset()] = m.value().decode()
+    want = sum(len(v) for v in committed.values())
+    assert want == 3 * 4 * 50 and len(aborted) == 3 * 2 * 50
+    for z in ZONES:
+        c = Consumer({"bootstrap.servers": zoned.bootstrap, "group.id": unique(f"py-ztxn-{z}"),
+                      "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                      "fetch.wait.max.ms": 200, "client.id": f"py-txn-consumer,weir_az={z}"})
+        c.subscribe([topic])
+        got = defaultdict(dict)
+        deadline = time.monotonic() + 90
+        try:
+            while sum(len(v) for v in got.values()) < want and time.monotonic() < deadline:
+                for m in c.consume(500, timeout=0.5):
+                    if m.error():
+                        raise KafkaException(m.error())
+                    v = m.value().decode()
+                    assert v not in aborted, f"zone {z}: aborted record {v} read"
+                    assert m.offset() not in got[m.partition()], f"zone {z}: {v} read twice"
+                    got[m.partition()][m.offset()] = v
+            # Anything still to come would be an aborted record: look a moment longer.
+            for m in c.consume(500, timeout=1.0):
+                assert m.error() or m.value().decode() not in aborted
+        finally:
+            c.close()
+        assert got == committed, f"zone {z}: read {sum(len(v) for v in got.values())} of {want}"
+    ratio, cross, total = data_ratio(before, zone_bytes(zoned.brokers))
+    remote = counter(zoned.brokers, "weir_zone_remote_fetches_total") - remote0
+    print(f"transactions in three zones: cross-zone data bytes {cross:.0f} of {total:.0f} "
+          f"({100 * ratio:.3f}%); fetches served for another zone's leader {remote:.0f}")
+    assert remote > 0, "no read_committed fetch was served in-zone"
+    assert total > 0 and ratio <= 0.01, f"{100 * ratio:.3f}% of data bytes crossed zones"
+
+
 def test_leader_routing_goes_to_the_leader_and_is_metered(zoned):
     topic = unique("py-zones-leader")
     a = admin(zoned.bootstrap)
@@ -250,7 +314,8 @@ def test_bad_internal_requests_close_their_connection_and_nothing_else(zoned):
     key = b"handoff/99/missing"
     topic = b"no-such-topic"
     body = (struct.pack(">H", len(key)) + key + struct.pack(">QI", 0, 1)
-            + struct.pack(">H", len(topic)) + topic + struct.pack(">iI", 0, 10))
+            + struct.pack(">H", len(topic)) + topic + struct.pack(">iI", 0, 10)
+            + struct.pack(">H", 0))  # no transactional id
     with kp.connect(host, int(port)) as s:
         s.sendall(internal_frame(1000, 3, body))
         answer = kp.recv_frame(s)
