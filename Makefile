@@ -100,9 +100,11 @@ bench-pg:
 
 # The chaos suite's long form (tests/chaos/chaos.py --mode long; about 20 minutes): 102 faults in
 # turn (kill -9 of a leader, SIGSTOP past the session timeout, PostgreSQL restarts, object-store
-# and WAL errors, an unreachable WAL) on a three-broker cluster under idempotent load, then every
-# acknowledged record read back: per fault kind, lost / duplicated / reordered and the longest
-# produce unavailability. Exits non-zero on any loss. Writes bench/results/chaos-YYYY-MM-DD-HHMM.md.
+# and WAL errors, an unreachable WAL) on a three-broker cluster under idempotent and transactional
+# load, then every acknowledged record read back: per fault kind, lost / duplicated / reordered,
+# the longest produce unavailability, and transactions committed / aborted / unknown with the
+# read_committed checks (committed lost, aborted visible, not atomic). Exits non-zero on any
+# loss. Writes bench/results/chaos-YYYY-MM-DD-HHMM.md.
 # Settings: CHAOS_SEED, CHAOS_FAULTS, CHAOS_KINDS, ... (tests/chaos/chaos.py); CHAOS_WAL_KIND=object
 # runs it on brokers without a WAL file (the WAL faults left out; report chaos-object-wal-*.md).
 .PHONY: chaos

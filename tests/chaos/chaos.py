@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Chaos suite: faults injected in turn into a three-broker Weir cluster under idempotent load;
-afterwards every acknowledged record must be read back exactly once, at its acknowledged offset,
-in order.
+"""Chaos suite: faults injected in turn into a three-broker Weir cluster under idempotent and
+transactional load; afterwards every acknowledged record must be read back exactly once, at its
+acknowledged offset, in order, and read_committed must see every committed transaction whole,
+once, and nothing of an aborted one.
 
     WEIR_BIN=target/debug/weir tests/chaos/chaos.py                 # short (make test)
     WEIR_BIN=target/release/weir tests/chaos/chaos.py --mode long   # make chaos
@@ -21,6 +22,24 @@ recording every acknowledgement (time, partition, offset, value); CHAOS_CONSUMER
 one consumer group read throughout (their counts and errors are reported). A producer that hits
 a fatal error is replaced by a new instance (the next incarnation), and the fatal error fails the
 run.
+
+Transactions: CHAOS_TXN_PRODUCERS processes, each a transactional confluent-kafka producer
+(transactional.id chaos-txn-<producer>, the same for all its incarnations; acks=all) writing to a
+second topic, chaos-txn (CHAOS_PARTITIONS partitions), CHAOS_TXN_RATE transactions/s in all, each
+of 2 to 6 records spread over 2 to 4 partitions, values "<producer>.<incarnation>.<txn>.<i>."
+(unique). About CHAOS_TXN_ABORT of them (drawn from the seed) are aborted on purpose
+(abort_transaction after the records are flushed and acknowledged, so aborted records are in the
+log). Errors are handled as librdkafka documents: a retriable error of commit_transaction or
+abort_transaction retries it; an abortable one (txn_requires_abort) aborts the transaction (it
+counts as aborted once abort_transaction succeeds); a fatal one (fenced, say) or an outcome left
+unknown (retries spent) records the transaction as unknown and starts the next incarnation (a
+new producer with the same transactional.id: init_transactions fences the old one, aborting its
+open transaction or completing a decided one). Each transaction is logged with its outcome
+(committed, aborted, unknown) and its values with their acknowledged offsets. Fatal errors of
+transactional producers do not fail the run (fencing during faults is legitimate): the outcome of
+their transactions is checked; they are counted and reported. The idempotent topic's partitions
+and chaos-txn's are both rebalanced after faults; the faults' victims are chosen by the idempotent
+topic's partitions.
 
 Faults, in an order drawn from the seed (printed; a failure prints the command to replay):
 
@@ -49,12 +68,27 @@ during that kind's windows (a fault's window runs from its injection to the next
 once), reordered (a value of one producer instance after a later one of the same instance in a
 partition), and the longest produce unavailability (the longest time without an acknowledgement
 on a partition the fault affected - the victim's partitions, or all for pg and objstore - within
-its window). For kills it also prints the failover time: from the kill to the first
-acknowledgement, at a leader epoch above the one at the kill, on each partition the victim led.
+its window), and the transactions that ended in the windows (committed / aborted / unknown, and
+violations of the checks below). For kills it also prints the failover time: from the kill to
+the first acknowledgement, at a leader epoch above the one at the kill, on each partition the
+victim led.
 
-Exit code: 0 when nothing was lost, duplicated or reordered and the cluster held (no broker
-process died unexpectedly, no "panicked" in a broker log, no producer fatal error, no partition
-led elsewhere while its WAL was unreachable); 1 otherwise; 2 when the run could not be made.
+chaos-txn is read back once no transaction is open in it (ListOffsets read_committed equal to
+read_uncommitted on every partition, waited for up to a minute; a partition still held back then
+is a hanging transaction and fails the run), by a fresh read_committed consumer and a fresh
+read_uncommitted one, each from the start to the end offsets. Violations: lost (a value of a
+committed transaction not read by read_committed, or read elsewhere than acknowledged), aborted
+visible (a value of an aborted transaction read by read_committed), partial (a transaction of
+unknown outcome of which read_committed read some values but not all: not atomic), duplicated (a
+value read twice by either reader), unexpected (a value no transaction produced, malformed, or
+out of order within a producer instance in a partition), aborted absent (a value of an aborted
+transaction acknowledged at an offset, not in the log there for read_uncommitted: the abort was
+not of records really written, or acknowledged records went missing).
+
+Exit code: 0 when nothing was lost, duplicated or reordered, no transactional check was
+violated and the cluster held (no broker process died unexpectedly, no "panicked" in a broker
+log, no idempotent producer fatal error, no partition led elsewhere while its WAL was
+unreachable, no transaction left hanging); 1 otherwise; 2 when the run could not be made.
 
 Modes (--mode or CHAOS_MODE):
   short  one fault of each kind (about a minute and a half with start-up and read-back): the
@@ -81,11 +115,16 @@ Environment only (defaults in brackets):
   CHAOS_RESULTS [bench/results] where long and bench write their report
   CHAOS_PRODUCERS [3]  CHAOS_CONSUMERS [2]  CHAOS_PARTITIONS [12]
   CHAOS_RATE [600]             records/s over all producers
+  CHAOS_TXN_PRODUCERS [2]      transactional producers (0: none, chaos-txn not checked)
+  CHAOS_TXN_RATE [10]          transactions/s over all transactional producers (at most: each
+                               producer runs its transactions one after the other)
+  CHAOS_TXN_ABORT [0.2]        the share of transactions aborted on purpose
   CHAOS_RECORD_BYTES [128]
   CHAOS_WAL_CAPACITY [134217728]  CHAOS_UPLOAD_INTERVAL_MS [2000]
   CHAOS_RESTART_BOUND [20]     seconds a killed broker stays down at most
   CHAOS_REBALANCE [1]
-  CHAOS_CLIENT_DEBUG           librdkafka debug contexts for the producers (e.g. eos,msg)
+  CHAOS_CLIENT_DEBUG           librdkafka debug contexts for the producers, transactional
+                               ones included (e.g. eos,msg)
   S3S_FS, WEIR_PG_BIN          as for the cluster tests (tests/compat/python/conftest.py)
 """
 
@@ -111,6 +150,7 @@ sys.path.insert(0, os.path.join(REPO, "bench"))
 
 KINDS = ("kill", "pause", "pg", "objstore", "wal", "walpath")
 TOPIC = "chaos"
+TXN_TOPIC = "chaos-txn"
 GROUP = "chaos-group"
 AUTOMQ = ("AutoMQ's open-source edition starts a failover at least 69 s after a kill: the "
           "broker session timeout (9 s), then a one-minute wait before a fenced node's WAL is "
@@ -177,6 +217,9 @@ class Settings:
         self.consumers = env_int("CHAOS_CONSUMERS", 2)
         self.partitions = env_int("CHAOS_PARTITIONS", 12)
         self.rate = env_float("CHAOS_RATE", 600)
+        self.txn_producers = env_int("CHAOS_TXN_PRODUCERS", 2)
+        self.txn_rate = env_float("CHAOS_TXN_RATE", 10)
+        self.txn_abort = env_float("CHAOS_TXN_ABORT", 0.2)
         self.record_bytes = max(env_int("CHAOS_RECORD_BYTES", 128), 32)
         self.wal_capacity = env_int("CHAOS_WAL_CAPACITY", 128 << 20)
         self.upload_interval_ms = env_int("CHAOS_UPLOAD_INTERVAL_MS", 2000)
@@ -409,6 +452,197 @@ def consumer_main(idx, bootstrap, topic, out_dir, stop):
                    "error_count": sum(errors.values())}, f)
 
 
+def txn_producer_main(idx, bootstrap, topic, partitions, rate, record_bytes, seed, abort_share,
+                      out_dir, stop):
+    """One transactional producer (transactional.id chaos-txn-<idx> for every incarnation): `rate`
+    transactions/s at most, one after the other, each of 2 to 6 records over 2 to 4 partitions,
+    values "<idx>.<incarnation>.<txn>.<i>." padded; about `abort_share` of them aborted on purpose
+    once their records are acknowledged. The plan (sizes, partitions, which to abort) is drawn
+    from `seed`. Appends to txns-<idx>.jsonl, per transaction, a line before it produces (its
+    values: if the process dies, its outcome is unknown) and one with its outcome; a summary to
+    txn-producer-<idx>.json at the end."""
+    from confluent_kafka import KafkaException, Producer
+
+    logger = client_logger(out_dir, f"txn-producer-{idx}")
+    rng = random.Random(f"{seed}/txn/{idx}")
+    errors = collections.Counter()
+    fatal = []  # (time, incarnation, transaction or None, error): each ends an incarnation
+    counts = collections.Counter()
+    log_f = open(os.path.join(out_dir, f"txns-{idx}.jsonl"), "w")
+
+    def on_error(err):
+        errors[str(err)] += 1
+
+    def make():
+        extra = {}
+        if os.environ.get("CHAOS_CLIENT_DEBUG"):
+            extra["debug"] = os.environ["CHAOS_CLIENT_DEBUG"]
+        return Producer({
+            **extra,
+            "bootstrap.servers": bootstrap, "client.id": f"chaos-txn-producer-{idx}",
+            "transactional.id": f"chaos-txn-{idx}", "acks": "all", "linger.ms": 5,
+            # A transaction open longer than this is aborted by the broker (and its producer
+            # fenced); a record not acknowledged within it fails (the transaction must abort).
+            "transaction.timeout.ms": 30000, "message.timeout.ms": 30000,
+            "request.timeout.ms": 5000,
+            "retry.backoff.ms": 100, "retry.backoff.max.ms": 1000,
+            "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 1000,
+            "socket.connection.setup.timeout.ms": 5000,
+            "error_cb": on_error, "logger": logger})
+
+    def start():
+        """A new instance, initialised: InitProducerId with the transactional.id fences the
+        previous incarnation (the broker aborts its open transaction, or completes a decided
+        one, before answering). Retriable errors retry; others make a new instance."""
+        deadline = time.monotonic() + 120
+        while True:
+            p = make()
+            while True:
+                try:
+                    p.init_transactions(30)
+                    return p
+                except KafkaException as e:
+                    err = e.args[0]
+                    errors[f"init_transactions: {err}"] += 1
+                    if time.monotonic() > deadline:
+                        raise
+                    if not err.retriable():
+                        break
+                    time.sleep(0.2)
+
+    def finish(p, commit):
+        """commit_transaction (or abort_transaction) as librdkafka documents: retriable errors
+        retry the call; an abortable error on commit aborts. (outcome, error, restart): outcome
+        committed or aborted when the call succeeded, else unknown, and then a new incarnation
+        must take over."""
+        deadline = time.monotonic() + 60
+        last = None
+        while True:
+            try:
+                if commit:
+                    p.commit_transaction(30)
+                    return "committed", last, False
+                p.abort_transaction(30)
+                return "aborted", last, False
+            except KafkaException as e:
+                err = e.args[0]
+                last = f"{'commit' if commit else 'abort'}_transaction: {err}"
+                errors[last] += 1
+                if err.fatal():
+                    return "unknown", last, True
+                if commit and err.txn_requires_abort():
+                    commit = False
+                    continue
+                if err.retriable() and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                    continue
+                return "unknown", last, True
+
+    def run_txn(p, recs, abort):
+        """(outcome, error, restart, acks {value: [partition, offset or None, error or None]},
+        values enqueued)."""
+        acks = {}
+        produced = []
+
+        def delivered(value):
+            def cb(err, msg):
+                acks[value] = [msg.partition(), msg.offset() if err is None else None,
+                               None if err is None else str(err)]
+            return cb
+
+        try:
+            p.begin_transaction()
+            for part, value in recs:
+                payload = value.encode()
+                payload += b"x" * max(0, record_bytes - len(payload))
+                while True:
+                    try:
+                        p.produce(topic, value=payload, partition=part,
+                                  on_delivery=delivered(value))
+                        break
+                    except BufferError:
+                        p.poll(0.05)
+                produced.append(value)
+            # Every record acknowledged (or failed) before the end: an aborted transaction's
+            # records are then really in the log.
+            p.flush(45)
+            outcome, error, restart = finish(p, not abort)
+        except KafkaException as e:
+            err = e.args[0]
+            error = f"in the transaction: {err}"
+            errors[error] += 1
+            if err.fatal():
+                outcome, restart = "unknown", True
+            else:  # abortable (or an unexpected state): abort it
+                outcome, error2, restart = finish(p, False)
+                error = error if error2 is None else f"{error}; {error2}"
+        try:
+            p.poll(0)
+        except KafkaException:  # poll raises a fatal error (the next incarnation follows)
+            pass
+        return outcome, error, restart, acks, produced
+
+    def restart_after(p):
+        """The next instance after a failed one (which the caller then drops): its
+        init_transactions fences the old one."""
+        try:
+            p.purge()
+        except Exception:  # noqa: BLE001 - a fatal producer may refuse
+            pass
+        return start()
+
+    p = start()
+    inc = 0
+    n = 0
+    next_at = time.monotonic()
+    while not stop.is_set():
+        now = time.monotonic()
+        if now < next_at:
+            try:
+                p.poll(min(0.05, next_at - now))
+            except KafkaException as e:  # fatal between transactions
+                fatal.append((time.monotonic(), inc, None, f"poll: {e.args[0]}"))
+                errors[f"poll: {e.args[0]}"] += 1
+                p = restart_after(p)
+                inc += 1
+            continue
+        next_at += 1 / rate
+        if next_at < now - 1:  # more than a second behind: do not burst
+            next_at = now
+        # The same draws whatever happens, so a seed plans the same transactions.
+        k = rng.randint(2, 6)
+        parts = rng.sample(range(partitions), min(partitions, rng.randint(2, 4)))
+        abort = rng.random() < abort_share
+        recs = [(parts[i % len(parts)], f"{idx}.{inc}.{n}.{i}.") for i in range(k)]
+        tid = f"{idx}.{inc}.{n}"
+        log_f.write(json.dumps({"id": tid, "producer": idx, "inc": inc, "n": n, "open": True,
+                                "planned": "abort" if abort else "commit",
+                                "values": [[part, v, None] for part, v in recs]}) + "\n")
+        log_f.flush()
+        t_begin = time.monotonic()
+        outcome, error, restart, acks, produced = run_txn(p, recs, abort)
+        t_end = time.monotonic()
+        values = [[acks.get(v, [part])[0], v, acks.get(v, [None, None])[1]]
+                  for part, v in recs if v in produced]
+        log_f.write(json.dumps({"id": tid, "producer": idx, "inc": inc, "n": n,
+                                "planned": "abort" if abort else "commit", "outcome": outcome,
+                                "t_begin": t_begin, "t_end": t_end, "error": error,
+                                "failed": sorted({e for _, _, e in acks.values() if e}),
+                                "values": values}) + "\n")
+        log_f.flush()
+        counts[outcome] += 1
+        n += 1
+        if restart:
+            fatal.append((t_end, inc, tid, error))
+            p = restart_after(p)
+            inc += 1
+    log_f.close()
+    with open(os.path.join(out_dir, f"txn-producer-{idx}.json"), "w") as f:
+        json.dump({"transactions": n, "outcomes": dict(counts), "incarnations": inc + 1,
+                   "fatal": fatal, "errors": errors.most_common(20),
+                   "error_count": sum(errors.values())}, f)
+
+
 # ------------------------------------------------------------------ the run
 class AckTail:
     """Reads the producers' ack files as they grow: the latest acknowledgement per partition
@@ -456,6 +690,8 @@ class Fault:
         self.params = {}
         self.notes = []
         self.moved_ms = {}  # partition -> ms from injection until led by another broker
+        self.txn_affected = []  # the victim's partitions of TXN_TOPIC
+        self.txn_epochs = {}  # their leader epochs at injection
         self.wall0 = None
         self.skipped = False
         self.restarted = None  # zombie: restarted in-process (log line seen)
@@ -464,7 +700,8 @@ class Fault:
     def describe(self):
         who = f" broker {self.broker}" if self.broker is not None else ""
         who += " (the controller)" if self.controller else ""
-        ps = "" if self.affected is None else f" ({len(self.affected)} partitions)"
+        ps = "" if self.affected is None else f" ({len(self.affected)} partitions" + (
+            f", {len(self.txn_affected)} of {TXN_TOPIC}" if self.txn_affected else "") + ")"
         params = ", ".join(f"{k}={v}" for k, v in self.params.items())
         return f"#{self.n} {self.kind}{who}{ps}{': ' + params if params else ''}"
 
@@ -477,7 +714,9 @@ class Chaos:
         self.gone = set()  # indexes of brokers that could not be started again
         self.failures = []  # what broke the cluster (beyond lost/duplicated/reordered)
         self.notes = []
-        self.view = {}
+        self.view = {}  # TOPIC's {partition: (leader, epoch)}
+        self.txn_view = {}  # TXN_TOPIC's, when there are transactional producers
+        self.txn = s.txn_producers > 0
         self.acks = AckTail(out_dir, s.producers)
         self.switch = None  # fault switch answers (None: not probed yet)
         self.watch = None  # callback on each leader poll during a fault (walpath)
@@ -505,16 +744,19 @@ class Chaos:
         return next(i for i, b in enumerate(self.c.brokers) if b.node_id == node_id)
 
     def leaders(self):
-        """{partition: (leader, epoch)} of the topic from the first live broker that answers, or
-        None."""
+        """{topic: {partition: (leader, epoch)}} of the topics from the first live broker that
+        answers, or None."""
         for i in self.live():
             try:
                 status, body = self.c.brokers[i].admin("GET", "/v1/partitions", timeout=2)
             except OSError:
                 continue
             if status == 200 and isinstance(body, list):
-                return {p["partition"]: (p["leader"], p["leader_epoch"])
-                        for p in body if p["topic"] == TOPIC}
+                out = {TOPIC: {}, TXN_TOPIC: {}}
+                for p in body:
+                    if p["topic"] in out:
+                        out[p["topic"]][p["partition"]] = (p["leader"], p["leader_epoch"])
+                return out
         return None
 
     def check_processes(self):
@@ -541,9 +783,11 @@ class Chaos:
     def observe(self):
         self.acks.poll()
         self.check_processes()
-        v = self.leaders()
-        if v is not None:
-            self.view = v
+        views = self.leaders()
+        v = None
+        if views is not None:
+            v = self.view = views[TOPIC]
+            self.txn_view = views[TXN_TOPIC]
         if self.watch is not None and v is not None:
             self.watch(v)
 
@@ -568,8 +812,9 @@ class Chaos:
 
     def healthy(self):
         live = {self.node(i) for i in self.live()}
-        return (len(self.view) == self.s.partitions
-                and all(leader in live for leader, _ in self.view.values())
+        views = [self.view] + ([self.txn_view] if self.txn else [])
+        return (all(len(v) == self.s.partitions
+                    and all(leader in live for leader, _ in v.values()) for v in views)
                 and all(self.ready(i) for i in self.live()))
 
     def controller(self):
@@ -583,8 +828,9 @@ class Chaos:
                 return (body.get("controller") or {}).get("node_id")
         return None
 
-    def led_by(self, node_id):
-        return sorted(p for p, (leader, _) in self.view.items() if leader == node_id)
+    def led_by(self, node_id, view=None):
+        view = self.view if view is None else view
+        return sorted(p for p, (leader, _) in view.items() if leader == node_id)
 
     def pick_victim(self, draw):
         """A live broker that leads partitions, chosen by `draw` (0..1)."""
@@ -647,16 +893,21 @@ class Chaos:
         live = [self.node(i) for i in self.live()]
         if len(live) < 2 or len(self.view) < self.s.partitions:
             return
-        led = {n: self.led_by(n) for n in live}
         moves = []
-        while True:
-            most = max(live, key=lambda n: (len(led[n]), n))
-            least = min(live, key=lambda n: (len(led[n]), n))
-            if len(led[most]) - len(led[least]) <= 1:
-                break
-            p = led[most].pop()
-            led[least].append(p)
-            moves.append({"topic": TOPIC, "partition": p, "broker": least})
+        # Each topic on its own: the transactional topic's partitions are balanced too.
+        for topic, view in ((TOPIC, self.view),) + (((TXN_TOPIC, self.txn_view),)
+                                                     if self.txn else ()):
+            if len(view) < self.s.partitions:
+                continue
+            led = {n: self.led_by(n, view) for n in live}
+            while True:
+                most = max(live, key=lambda n: (len(led[n]), n))
+                least = min(live, key=lambda n: (len(led[n]), n))
+                if len(led[most]) - len(led[least]) <= 1:
+                    break
+                p = led[most].pop()
+                led[least].append(p)
+                moves.append({"topic": topic, "partition": p, "broker": least})
         if not moves:
             return
         i = self.live()[0]
@@ -669,10 +920,19 @@ class Chaos:
         if status != 200:
             self.note(f"rebalance refused: {status} {body}")
             return
-        want = {m["partition"]: m["broker"] for m in moves}
-        ok = self.wait(30, lambda: all(self.view.get(p, (None,))[0] == n
-                                       for p, n in want.items()))
-        self.say(f"rebalanced {len(moves)} partitions" + ("" if ok else " (not all moved in 30 s)"))
+        # Each move is answered on its own: wait only for those started (one is refused when,
+        # say, the broker asked has not renewed its session since a PostgreSQL outage).
+        refused = {(x.get("topic"), x.get("partition")): x["error"]
+                   for x in (body.get("partitions") or [] if isinstance(body, dict) else [])
+                   if x.get("error")}
+        want = {(m["topic"], m["partition"]): m["broker"] for m in moves
+                if (m["topic"], m["partition"]) not in refused}
+        ok = self.wait(30, lambda: all(
+            (self.view if t == TOPIC else self.txn_view).get(p, (None,))[0] == n
+            for (t, p), n in want.items()))
+        self.say(f"rebalanced {len(want)} partitions" + ("" if ok else " (not all moved in 30 s)")
+                 + (f"; {len(refused)} moves refused ({next(iter(refused.values()))})"
+                    if refused else ""))
 
     # ----------------------------------------------------------- the faults
     def begin(self, f, victim=None):
@@ -682,6 +942,8 @@ class Chaos:
             f.broker = self.node(victim)
             f.affected = self.led_by(f.broker)
             f.epochs = {p: self.view[p][1] for p in f.affected}
+            f.txn_affected = self.led_by(f.broker, self.txn_view)
+            f.txn_epochs = {p: self.txn_view[p][1] for p in f.txn_affected}
             # Killing or pausing the controller also waits for its lease to pass.
             f.controller = self.controller() == f.broker
         self.say("fault " + f.describe())
@@ -790,12 +1052,19 @@ class Chaos:
         wrong = set()
 
         def still_waiting(v):
-            for p in f.affected:
-                leader, epoch = v.get(p, (None, None))
-                if leader is not None and leader != f.broker and p not in wrong:
-                    wrong.add(p)
-                    self.fail(f"partition {p} is led by broker {leader} (epoch {epoch}) while "
-                              f"broker {f.broker}'s WAL is unreachable")
+            # Led elsewhere: by another broker at an epoch above the one at injection. (A broker
+            # whose view lags may still name the previous leader, at a lower epoch, of a
+            # partition the victim had just taken over when it was killed.)
+            for topic, view, parts, epochs in ((TOPIC, v, f.affected, f.epochs),
+                                               (TXN_TOPIC, self.txn_view, f.txn_affected,
+                                                f.txn_epochs)):
+                for p in parts:
+                    leader, epoch = view.get(p, (None, None))
+                    if leader is not None and leader != f.broker and (topic, p) not in wrong \
+                            and epoch is not None and epoch > epochs.get(p, -1):
+                        wrong.add((topic, p))
+                        self.fail(f"partition {topic}/{p} is led by broker {leader} (epoch "
+                                  f"{epoch}) while broker {f.broker}'s WAL is unreachable")
 
         self.watch = still_waiting
         self.wait(hold)
@@ -869,13 +1138,13 @@ def plan(s, rng):
     return out[:s.faults]
 
 
-def create_topic(bootstrap, partitions, out_dir):
+def create_topic(bootstrap, partitions, out_dir, topics=(TOPIC,)):
     from confluent_kafka.admin import AdminClient, NewTopic
 
     a = AdminClient({"bootstrap.servers": bootstrap,
                      "logger": client_logger(out_dir, "admin")})
-    for f in a.create_topics([NewTopic(TOPIC, num_partitions=partitions,
-                                       replication_factor=1)]).values():
+    for f in a.create_topics([NewTopic(t, num_partitions=partitions, replication_factor=1)
+                              for t in topics]).values():
         f.result(30)
 
 
@@ -999,6 +1268,186 @@ def check(acks, log, ends):
     return lost, dups, reordered, at, gaps, malformed
 
 
+def txn_offsets(bootstrap, partitions, out_dir, settle=60):
+    """Waits (up to `settle` s) until no transaction is open in TXN_TOPIC: ListOffsets latest
+    under read_committed (the last stable offset) equal to read_uncommitted (the high watermark)
+    on every partition. Returns (high watermarks, {partition: (last stable offset, high
+    watermark)} of the partitions still held back)."""
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    a = AdminClient({"bootstrap.servers": bootstrap,
+                     "logger": client_logger(out_dir, "txn-offsets")})
+
+    def latest(isolation):
+        tps = {TopicPartition(TXN_TOPIC, p): OffsetSpec.latest() for p in range(partitions)}
+        res = a.list_offsets(tps, isolation_level=isolation, request_timeout=10)
+        return {tp.partition: f.result(timeout=30).offset for tp, f in res.items()}
+
+    deadline = time.monotonic() + settle
+    held = None
+    while True:
+        try:
+            lso = latest(IsolationLevel.READ_COMMITTED)
+            hw = latest(IsolationLevel.READ_UNCOMMITTED)
+            held = {p: (lso[p], hw[p]) for p in hw if lso.get(p) != hw[p]}
+            if not held:
+                return hw, {}
+        except Exception:  # noqa: BLE001 - a leader still opening: retry
+            if time.monotonic() > deadline:
+                raise
+        if time.monotonic() > deadline:
+            return hw, held
+        time.sleep(0.5)
+
+
+def read_txn_topic(bootstrap, partitions, ends, isolation, out_dir, timeout=120):
+    """({partition: [(offset, value)]} of TXN_TOPIC from the start, as an `isolation` consumer
+    gets it, until it reaches `ends` in every partition (its end-of-partition event); the
+    partitions it did not reach the end of)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap,
+                  "group.id": f"chaos-txn-check-{isolation}-{os.getpid()}",
+                  "isolation.level": isolation, "enable.auto.commit": False,
+                  "enable.partition.eof": True, "fetch.max.bytes": 8 << 20,
+                  "logger": client_logger(out_dir, f"read-back-{isolation}")})
+    try:
+        c.assign([TopicPartition(TXN_TOPIC, p, OFFSET_BEGINNING) for p in range(partitions)])
+        out = {p: [] for p in range(partitions)}
+        done = set()
+        deadline = time.monotonic() + timeout
+        while len(done) < partitions and time.monotonic() < deadline:
+            for m in c.consume(num_messages=5000, timeout=1.0):
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        if m.offset() >= ends.get(m.partition(), 0):
+                            done.add(m.partition())
+                    else:
+                        print(f"read-back {TXN_TOPIC} ({isolation}): {m.error()}")
+                    continue
+                out[m.partition()].append((m.offset(), (m.value() or b"").decode("utf-8",
+                                                                                   "replace")))
+        return out, sorted(set(range(partitions)) - done)
+    finally:
+        c.close()
+
+
+def txn_value(value):
+    """The value's name "<producer>.<incarnation>.<txn>.<i>" and its key (the four numbers), or
+    (None, None) when malformed."""
+    parts = value.split(".", 4)
+    try:
+        key = tuple(int(x) for x in parts[:4])
+    except ValueError:
+        return None, None
+    if len(key) != 4:
+        return None, None
+    return ".".join(parts[:4]) + ".", key
+
+
+def load_txns(out_dir, producers):
+    """{transaction id: record}, the last line of each in txns-<i>.jsonl: an "open" line alone
+    (the process died in the transaction) counts as outcome unknown."""
+    txns = {}
+    for i in range(producers):
+        try:
+            with open(os.path.join(out_dir, f"txns-{i}.jsonl")) as f:
+                for line in f:
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:
+                        continue
+                    if rec.get("open"):
+                        rec.update(outcome="unknown", t_end=None,
+                                   error="the producer process ended in the transaction")
+                    txns[rec["id"]] = rec
+        except OSError:
+            pass
+    return txns
+
+
+def check_txn(txns, committed, uncommitted):
+    """The transactional checks on what the read_committed (`committed`) and read_uncommitted
+    readers got: {violation: [(time or None, description)]}, and how the transactions of
+    unknown outcome turned out {"committed": n, "aborted": n}."""
+    owner = {}  # value -> (transaction, partition, acknowledged offset or None)
+    for t in txns.values():
+        for part, v, off in t["values"]:
+            owner[v] = (t, part, off)
+    bad = {k: [] for k in ("lost", "aborted_visible", "partial", "dup", "unexpected",
+                           "aborted_absent")}
+
+    def index(log, who):
+        where = collections.defaultdict(list)
+        for p, recs in log.items():
+            last = {}  # producer instance -> ((txn, i), offset)
+            for off, value in recs:
+                name, key = txn_value(value)
+                if name is None:
+                    bad["unexpected"].append((None, f"{who}: malformed record at {p}/{off}: "
+                                                    f"{value[:40]!r}"))
+                    continue
+                where[name].append((p, off))
+                t = owner.get(name)
+                if t is None:
+                    bad["unexpected"].append((None, f"{who}: {name} at {p}/{off}: no "
+                                                    "transaction produced it"))
+                inst, pos = key[:2], key[2:]
+                if inst in last and pos < last[inst][0]:
+                    bad["unexpected"].append((t[0].get("t_end") if t else None,
+                                              f"{who}: partition {p}: {name} at offset {off} "
+                                              f"after {inst[0]}.{inst[1]}.{last[inst][0][0]}."
+                                              f"{last[inst][0][1]}. at offset {last[inst][1]}"))
+                else:
+                    last[inst] = (pos, off)
+        for name, places in where.items():
+            if len(places) > 1:
+                t = owner.get(name)
+                bad["dup"].append((t[0].get("t_end") if t else None,
+                                   f"{who}: {name} read at {places}"))
+        return where
+
+    rc = index(committed, "read_committed")
+    ru = index(uncommitted, "read_uncommitted")
+    resolved = collections.Counter()
+    for t in sorted(txns.values(), key=lambda t: (t["producer"], t["n"])):
+        vals = t["values"]
+        seen = [v for _, v, _ in vals if v in rc]
+        desc = (f"transaction {t['id']} ({t['outcome']}, planned {t['planned']}"
+                + (f"; {t['error']}" if t.get("error") else "") + ")")
+        when = t.get("t_end")
+        if t["outcome"] == "committed":
+            for part, v, off in vals:
+                places = rc.get(v, [])
+                if not places:
+                    bad["lost"].append((when, f"{v} of {desc} acknowledged at {part}/{off}: "
+                                              "not read by read_committed (read_uncommitted: "
+                                              f"{ru.get(v, [])})"))
+                elif off is not None and (part, off) not in places or \
+                        off is None and all(p != part for p, _ in places):
+                    bad["lost"].append((when, f"{v} of {desc} acknowledged at {part}/{off}: "
+                                              f"read at {places}"))
+        elif t["outcome"] == "aborted":
+            for part, v, off in vals:
+                if v in rc:
+                    bad["aborted_visible"].append((when, f"{v} of {desc}: read by "
+                                                         f"read_committed at {rc[v]}"))
+                if off is not None and (part, off) not in ru.get(v, []):
+                    bad["aborted_absent"].append((when, f"{v} of {desc} acknowledged at "
+                                                        f"{part}/{off}: read_uncommitted read it "
+                                                        f"at {ru.get(v, [])}"))
+        else:
+            if seen and len(seen) < len(vals):
+                bad["partial"].append((when, f"{desc}: read_committed read {len(seen)} of its "
+                                             f"{len(vals)} values: "
+                                             f"{[(v, rc[v]) for v in seen]}; not read: "
+                                             f"{[(v, p, o) for p, v, o in vals if v not in rc]}"))
+            else:
+                resolved["committed" if seen else "aborted"] += 1
+    return bad, resolved
+
+
 def longest_gap(times, start, end):
     """The longest interval without a time in it, within [start, end] (ms): gaps between
     consecutive times, clipped to the window, so that an outage running into the next fault's
@@ -1065,12 +1514,14 @@ def run(s):
     chaos = None
     try:
         cluster.launch()
-        create_topic(cluster.bootstrap, s.partitions, out_dir)
+        create_topic(cluster.bootstrap, s.partitions, out_dir,
+                     (TOPIC, TXN_TOPIC) if s.txn_producers else (TOPIC,))
         chaos = Chaos(s, cluster, rng, out_dir)
         for key in sorted(s.unknown_keys()):
             chaos.note(f"{os.environ['WEIR_BIN']} does not know {key}: left out")
-        if not chaos.wait(30, lambda: len(chaos.view) == s.partitions and all(
-                leader is not None for leader, _ in chaos.view.values())):
+        views = [lambda: chaos.view] + ([lambda: chaos.txn_view] if s.txn_producers else [])
+        if not chaos.wait(30, lambda: all(len(v()) == s.partitions and all(
+                leader is not None for leader, _ in v().values()) for v in views)):
             raise RuntimeError(f"{TOPIC}: not every partition has a leader after 30 s:\n"
                                + cluster.log_tail(30))
         chaos.probe_switch()
@@ -1078,6 +1529,12 @@ def run(s):
                              args=(i, cluster.bootstrap, TOPIC, s.partitions,
                                    s.rate / s.producers, s.record_bytes, out_dir, stop_p))
                  for i in range(s.producers)]
+        procs += [ctx.Process(target=txn_producer_main,
+                              args=(i, cluster.bootstrap, TXN_TOPIC, s.partitions,
+                                    s.txn_rate / s.txn_producers, s.record_bytes, s.seed,
+                                    s.txn_abort, out_dir, stop_p))
+                  for i in range(s.txn_producers)]
+        n_producers = s.producers + s.txn_producers
         procs += [ctx.Process(target=consumer_main,
                               args=(i, cluster.bootstrap, TOPIC, out_dir, stop_c))
                   for i in range(s.consumers)]
@@ -1085,7 +1542,9 @@ def run(s):
             p.start()
         chaos.say(f"load: {s.producers} idempotent producers, {s.rate:g} records/s of "
                   f"{s.record_bytes} B over {s.partitions} partitions; {s.consumers} consumers "
-                  f"in group {GROUP}")
+                  f"in group {GROUP}"
+                  + (f"; {s.txn_producers} transactional producers, {s.txn_rate:g} "
+                     f"transactions/s to {TXN_TOPIC}" if s.txn_producers else ""))
         chaos.wait(s.warmup)
         if not chaos.wait(60, lambda: chaos.acks.acked_since(range(s.partitions),
                                                              chaos.t_start)):
@@ -1114,15 +1573,31 @@ def run(s):
             faults[-1].end = t_load_end
         chaos.say("stopping the load; producers flush")
         stop_p.set()
-        for p in procs[:s.producers]:
+        for p in procs[:n_producers]:
             p.join(180)
         stop_c.set()
-        for p in procs[s.producers:]:
+        for p in procs[n_producers:]:
             p.join(60)
         t_flushed = time.monotonic()
         chaos.check_processes()
         chaos.say("reading every partition back")
         log, ends = read_back(cluster.bootstrap, s.partitions, out_dir)
+        if s.txn_producers:
+            chaos.say(f"reading {TXN_TOPIC} back (read_committed, read_uncommitted)")
+            txn_ends, held = txn_offsets(cluster.bootstrap, s.partitions, out_dir)
+            for p, (lso, hw) in sorted(held.items()):
+                chaos.fail(f"{TXN_TOPIC}/{p}: a transaction still open a minute after the load "
+                           f"(last stable offset {lso}, high watermark {hw}): hanging")
+            ends_rc = {p: held.get(p, (hw, hw))[0] for p, hw in txn_ends.items()}
+            result["txn_log"] = {}
+            for isolation, e in (("read_committed", ends_rc), ("read_uncommitted", txn_ends)):
+                got, short = read_txn_topic(cluster.bootstrap, s.partitions, e, isolation,
+                                            out_dir)
+                if short:
+                    chaos.fail(f"{TXN_TOPIC}: the {isolation} read-back did not reach the end "
+                               f"offsets {e} of partitions {short}")
+                result["txn_log"][isolation] = got
+            result["txn_ends"] = txn_ends
         result.update(faults=sorted(faults + skipped, key=lambda f: f.n), failures=chaos.failures, notes=chaos.notes,
                       t_start=chaos.t_start, t_load_end=t_load_end, t_flushed=t_flushed,
                       log=log, ends=ends)
@@ -1150,6 +1625,9 @@ def run(s):
                            for i in range(s.producers)]
     result["consumers"] = [read_json(os.path.join(out_dir, f"consumer-{i}.json"))
                            for i in range(s.consumers)]
+    result["txn_producers"] = [read_json(os.path.join(out_dir, f"txn-producer-{i}.json"))
+                               for i in range(s.txn_producers)]
+    result["txns"] = load_txns(out_dir, s.txn_producers)
     return result
 
 
@@ -1235,7 +1713,8 @@ def analyse(r):
         return "none"
 
     rows = collections.OrderedDict((k, {"faults": 0, "skipped": 0, "acked": 0, "lost": 0,
-                                        "dup": 0, "reordered": 0, "unavail": None})
+                                        "dup": 0, "reordered": 0, "unavail": None,
+                                        "txn": collections.Counter(), "txn_bad": 0})
                                    for k in list(dict.fromkeys(f.kind for f in faults))
                                    + ["none", "-"])
     for f in faults:
@@ -1261,8 +1740,27 @@ def analyse(r):
     for name, items in (("lost", lost), ("dup", dups), ("reordered", reordered)):
         for t, _ in items:
             rows[kind_at(t)][name] += 1
+    txn_bad, resolved = {}, collections.Counter()
+    if "txn_log" in r:
+        txn_bad, resolved = check_txn(r["txns"], r["txn_log"]["read_committed"],
+                                      r["txn_log"]["read_uncommitted"])
+        for t in r["txns"].values():
+            rows[kind_at(t.get("t_end"))]["txn"][t["outcome"]] += 1
+        for items in txn_bad.values():
+            for t, _ in items:
+                rows[kind_at(t)]["txn_bad"] += 1
     return {"lost": lost, "dups": dups, "reordered": reordered, "gaps": gaps,
-            "malformed": malformed, "rows": rows}
+            "malformed": malformed, "rows": rows, "txn_bad": txn_bad, "resolved": resolved}
+
+
+TXN_CHECKS = (("lost", "lost committed"), ("aborted_visible", "aborted visible"),
+              ("partial", "partial (unknown outcome, not atomic)"), ("dup", "duplicated"),
+              ("unexpected", "unexpected"),
+              ("aborted_absent", "aborted absent (acknowledged, not in the log)"))
+
+
+def txn_violations(a):
+    return sum(len(v) for v in a["txn_bad"].values())
 
 
 def kill_table(faults, recoveries):
@@ -1295,19 +1793,26 @@ def kill_table(faults, recoveries):
 
 
 def summary(r, a):
+    txn = "txn_log" in r
     out = []
     out.append("| fault | injected | acknowledged in its windows | lost | duplicated | reordered "
-               "| longest produce unavailability ms |")
-    out.append("|---|---:|---:|---:|---:|---:|---:|")
+               "| longest produce unavailability ms |"
+               + (" transactions ended in its windows: committed / aborted / unknown "
+                  "| transactional violations |" if txn else ""))
+    out.append("|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if txn else ""))
     for k, row in a["rows"].items():
-        if k == "-" and not (row["lost"] or row["dup"] or row["reordered"]):
+        if k == "-" and not (row["lost"] or row["dup"] or row["reordered"] or row["txn"]
+                             or row["txn_bad"]):
             continue
         label = {"none": "(no fault: warm-up, settling, drain)",
-                 "-": "(records never acknowledged)"}.get(k, k)
+                 "-": "(records never acknowledged; transactions never ended)"}.get(k, k)
         inj = "-" if k in ("none", "-") else str(row["faults"]) + (
             f" (+{row['skipped']} skipped)" if row["skipped"] else "")
+        c = row["txn"]
         out.append(f"| {label} | {inj} | {row['acked']:,} | {row['lost']} | {row['dup']} "
-                   f"| {row['reordered']} | {ms(row['unavail'])} |")
+                   f"| {row['reordered']} | {ms(row['unavail'])} |"
+                   + (f" {c['committed']} / {c['aborted']} / {c['unknown']} | {row['txn_bad']} |"
+                      if txn else ""))
     return out
 
 
@@ -1366,7 +1871,8 @@ def report(r, a, stamp):
               f"between records at one member {ms(max((c['longest_gap_ms'] for c in cons), default=None))} ms; "
               f"offset commits ok {sum(c['commits']['ok'] for c in cons)}, failed "
               f"{sum(c['commits']['failed'] for c in cons)}; errors "
-              f"{sum(c['error_count'] for c in cons)}", ""]
+              f"{sum(c['error_count'] for c in cons)}"]
+    lines += txn_lines(r, a) + [""]
     for i, c in enumerate(r["consumers"]):
         if c is None:
             lines.append(f"- WARNING: consumer {i} did not report (it died?)")
@@ -1405,12 +1911,19 @@ def report(r, a, stamp):
              + [f"producer {i} fatal error: {e}" for i, p in enumerate(r["producers"]) if p
                 for _, _, e in p["fatal"]]
              + [f"producer {i} did not report (it died?)" for i, p in enumerate(r["producers"])
-                if p is None])
+                if p is None]
+             + [f"transactional producer {i} did not report (it died?)"
+                for i, p in enumerate(r.get("txn_producers", [])) if p is None])
     lines += [f"- {x}" for x in broke] or ["nothing"]
     for name, items in (("Lost", a["lost"]), ("Duplicated", a["dups"]),
                         ("Reordered", a["reordered"])):
         if items:
             lines += ["", f"{name} (first 20):", "", "```"]
+            lines += [d for _, d in items[:20]] + ["```"]
+    for key, name in TXN_CHECKS:
+        items = a["txn_bad"].get(key)
+        if items:
+            lines += ["", f"{TXN_TOPIC}, {name} (first 20):", "", "```"]
             lines += [d for _, d in items[:20]] + ["```"]
     if r["notes"]:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in r["notes"]]
@@ -1420,7 +1933,9 @@ def report(r, a, stamp):
     # Numbers folded (ports, timings, counts), so that the same error on different brokers
     # counts once.
     errs = collections.Counter()
-    for who, reports in (("producer", prod), ("consumer", cons)):
+    for who, reports in (("producer", prod), ("consumer", cons),
+                         ("transactional producer", [p for p in r.get("txn_producers", [])
+                                                     if p])):
         for rep in reports:
             for e, n in rep["errors"]:
                 errs[f"{who}: " + re.sub(r"\d+", "N", e)] += n
@@ -1433,10 +1948,49 @@ def report(r, a, stamp):
               + ", ".join(f"{k}={v}" for k, v in s.broker_env().items()),
               f"- load: {s.producers} confluent-kafka idempotent producers (acks=all, "
               f"linger.ms=5, request.timeout.ms=5000), {s.rate:g} records/s of {s.record_bytes} B "
-              f"in all over {s.partitions} partitions; {s.consumers} consumers in one group",
+              f"in all over {s.partitions} partitions; {s.consumers} consumers in one group"
+              + (f"; {s.txn_producers} confluent-kafka transactional producers "
+                 f"(transaction.timeout.ms=30000, request.timeout.ms=5000), at most "
+                 f"{s.txn_rate:g} transactions/s in all of 2 to 6 records over 2 to 4 of "
+                 f"{TXN_TOPIC}'s {s.partitions} partitions, {s.txn_abort:g} of them aborted on "
+                 "purpose" if s.txn_producers else ""),
               f"- seed {s.seed}; replay: `{s.replay()}`",
               f"- machine: {machine()}", ""]
     return "\n".join(lines), broke
+
+
+def txn_lines(r, a):
+    """The report's lines about the transactions (none without transactional producers)."""
+    if "txn_log" not in r:
+        return []
+    txns = r["txns"].values()
+    outcomes = collections.Counter(t["outcome"] for t in txns)
+    on_purpose = sum(1 for t in txns if t["outcome"] == "aborted" and t["planned"] == "abort")
+    reps = [p for p in r["txn_producers"] if p]
+    committed_values = sum(len(t["values"]) for t in txns if t["outcome"] == "committed")
+    aborted_acked = [(part, v, off) for t in txns if t["outcome"] == "aborted"
+                     for part, v, off in t["values"] if off is not None]
+    rc = r["txn_log"]["read_committed"]
+    ru = r["txn_log"]["read_uncommitted"]
+    bad = a["txn_bad"]
+    return [
+        f"- transactions ({TXN_TOPIC}): {len(txns):,}, committed {outcomes['committed']:,}, "
+        f"aborted {outcomes['aborted']:,} ({on_purpose:,} on purpose, "
+        f"{outcomes['aborted'] - on_purpose} after an abortable error), unknown "
+        f"{outcomes['unknown']} (as read back: {a['resolved']['committed']} committed, "
+        f"{a['resolved']['aborted']} aborted, {len(bad['partial'])} partial); records of "
+        f"committed transactions {committed_values:,}; read_committed read "
+        f"{sum(len(v) for v in rc.values()):,} records, read_uncommitted "
+        f"{sum(len(v) for v in ru.values()):,} (end offsets "
+        f"{sum(r['txn_ends'].values()):,}, markers included)",
+        "- transactional checks: " + ", ".join(f"{name} {len(bad[k])}"
+                                                for k, name in TXN_CHECKS)
+        + f"; acknowledged records of aborted transactions in the log (read_uncommitted): "
+          f"{len(aborted_acked) - len(bad['aborted_absent']):,} of {len(aborted_acked):,}",
+        f"- transactional producers: fatal errors (or outcomes left unknown after retries) "
+        f"{sum(len(p['fatal']) for p in reps)}, each followed by a new instance (instances "
+        f"{sum(p['incarnations'] for p in reps)}; the transactions then of unknown outcome are "
+        f"checked above); errors {sum(p['error_count'] for p in reps)}"]
 
 
 def machine():
@@ -1480,10 +2034,14 @@ def main(argv=None):
         with open(path, "w") as f:
             f.write(text)
         print(f"wrote {path}")
-    bad = a["lost"] or a["dups"] or a["reordered"] or a["malformed"] or broke
+    bad = (a["lost"] or a["dups"] or a["reordered"] or a["malformed"] or broke
+           or txn_violations(a))
     if bad:
         print(f"\nCHAOS FAILED: lost {len(a['lost'])}, duplicated {len(a['dups'])}, reordered "
-              f"{len(a['reordered'])}, malformed {len(a['malformed'])}, broken {len(broke)}\n"
+              f"{len(a['reordered'])}, malformed {len(a['malformed'])}, broken {len(broke)}"
+              + (f", transactional violations {txn_violations(a)} ("
+                 + ", ".join(f"{name} {len(a['txn_bad'][k])}" for k, name in TXN_CHECKS) + ")"
+                 if a["txn_bad"] else "") + "\n"
               f"seed {s.seed}; replay: {s.replay()}\ndata and logs kept in {s.dir}", flush=True)
         return 1
     if s.keep:
