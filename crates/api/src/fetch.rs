@@ -50,7 +50,11 @@ impl Source {
     /// (start, end of what can be read now, high watermark, leader epoch); an error when the
     /// leader says so or has not said anything yet. A `read_committed` fetch (`committed`) can
     /// read up to the last stable offset.
-    fn bounds(&self, committed: bool) -> Result<(i64, i64, i64, i32), ResponseError> {
+    ///
+    /// For a partition led in another zone, everything comes from one answer of its leader
+    /// (the feed may change under a read that awaits), with, last, the end of its aborted
+    /// transactions (0 for a partition led here, whose reads know them).
+    fn bounds(&self, committed: bool) -> Result<(i64, i64, i64, i32, i64), ResponseError> {
         match self {
             Source::Local(p) => {
                 let (start, hw) = p.offsets();
@@ -59,7 +63,7 @@ impl Source {
                 } else {
                     hw
                 };
-                Ok((start, readable, hw, p.leader_epoch))
+                Ok((start, readable, hw, p.leader_epoch, 0))
             }
             Source::Remote { offsets, .. } => match *offsets.borrow() {
                 Some(o) if o.error == 0 => {
@@ -68,7 +72,13 @@ impl Source {
                     } else {
                         o.committed
                     };
-                    Ok((o.start, readable, o.high_watermark, o.epoch))
+                    Ok((
+                        o.start,
+                        readable,
+                        o.high_watermark,
+                        o.epoch,
+                        o.aborted_until,
+                    ))
                 }
                 Some(o) => Err(ResponseError::try_from_code(o.error)
                     .unwrap_or(ResponseError::NotLeaderOrFollower)),
@@ -341,7 +351,7 @@ async fn fetch_once(
         let mut parts = Vec::with_capacity(t.partitions.len());
         for w in &t.partitions {
             let (has_data, in_range) = match w.partition.as_ref().map(|s| s.bounds(w.committed)) {
-                Ok(Ok((start, readable, hw, _))) => (
+                Ok(Ok((start, readable, hw, _, _))) => (
                     w.offset >= start && w.offset < readable && w.preferred.is_none(),
                     (start..=hw).contains(&w.offset),
                 ),
@@ -429,7 +439,7 @@ async fn fetch_partition(
         .as_ref()
         .map_err(|e| *e)
         .and_then(|s| s.bounds(w.committed).map(|b| (s, b)));
-    let (source, (start, readable, hw, epoch)) = match bounds {
+    let (source, (start, readable, hw, epoch, aborted_until)) = match bounds {
         Ok(b) => b,
         Err(e) => {
             let pd = pd
@@ -442,7 +452,8 @@ async fn fetch_partition(
     };
     let lso = match source {
         Source::Local(p) => p.last_stable_offset(),
-        Source::Remote { offsets, .. } => offsets.borrow().map_or(hw, |o| o.last_stable),
+        Source::Remote { .. } if w.committed => readable,
+        Source::Remote { .. } => hw,
     };
     let pd = pd
         .with_high_watermark(hw)
@@ -467,9 +478,9 @@ async fn fetch_partition(
             topic,
             stream_id,
             feed,
-            offsets,
             leader,
             peers,
+            ..
         } => {
             if w.offset < start || w.offset > hw {
                 let e = ResponseError::OffsetOutOfRange;
@@ -491,12 +502,17 @@ async fn fetch_partition(
             // among what was read, which the leader knows (asked only when it has any).
             let records =
                 weir_partition::partition::batches_below(&records, readable.max(0) as u64);
-            let has_aborted = offsets.borrow().is_some_and(|o| o.aborted > 0);
+            // Whether the read may hold aborted records, from the same answer of the leader
+            // as the last stable offset it stopped at.
+            let has_aborted = w.offset < aborted_until;
             let mut aborted = Vec::new();
             if has_aborted && !records.is_empty() {
+                // Asked of the leader at the epoch these offsets came from, so that the list
+                // goes with the last stable offset the read stopped at.
                 let q = weir_zone::wire::AbortedTxns {
                     topic: topic.clone(),
                     partition: w.partition_index,
+                    epoch,
                     from: w.offset,
                     to: readable,
                 };
@@ -520,6 +536,7 @@ async fn fetch_partition(
                     }
                 }
             }
+            tracing::debug!(topic = %topic, partition = w.partition_index, offset = w.offset, readable, epoch, has_aborted, aborted = aborted.len(), bytes = records.len(), "in-zone read_committed fetch");
             let aborted = aborted
                 .into_iter()
                 .map(|(pid, first)| {

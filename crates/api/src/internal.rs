@@ -61,6 +61,13 @@ impl Broker {
             wire::ABORTED_TXNS => {
                 let q = wire::AbortedTxns::decode(body).map_err(|e| e.to_string())?;
                 let answer = match self.topics.lookup(&q.topic, q.partition) {
+                    // Another epoch's index would not go with the asker's offsets (a leader
+                    // that is handing the partition over still has it open).
+                    Lookup::Local(p)
+                        if p.leader_epoch != q.epoch || !self.cluster.may_acknowledge() =>
+                    {
+                        wire::encode_aborted(ResponseError::NotLeaderOrFollower.code(), &[])
+                    }
                     Lookup::Local(p) => {
                         let list: Vec<(i64, i64)> = p
                             .aborted_between(q.from.max(0) as u64, q.to.max(0) as u64)
@@ -210,7 +217,7 @@ impl Broker {
                     committed,
                     high_watermark: hw,
                     last_stable: p.last_stable_offset(),
-                    aborted: p.aborted_count(),
+                    aborted_until: p.aborted_until(),
                 }
             }
             Lookup::NotHere => Offsets {
@@ -257,14 +264,14 @@ impl Broker {
                         o.start,
                         o.committed,
                         o.last_stable,
-                        o.aborted,
+                        o.aborted_until,
                     ) != (
                         k.error,
                         k.epoch,
                         k.start,
                         k.committed,
                         k.last_stable,
-                        k.aborted,
+                        k.aborted_until,
                     )
                 });
                 let watermark = now

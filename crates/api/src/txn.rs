@@ -424,31 +424,39 @@ impl Broker {
             .await
             .map_err(|_| ResponseError::KafkaStorageError)?;
         let key = (partition.topic.clone(), partition.index);
-        match record {
+        let refused = match record {
             Some(t)
                 if t.producer_id == h.producer_id
                     && t.producer_epoch == h.producer_epoch
                     && t.state == TxnState::Ongoing
                     && t.partitions.contains(&key) =>
             {
-                Ok(TxnCheck::Guard(guard))
+                return Ok(TxnCheck::Guard {
+                    guard,
+                    version: t.version,
+                });
             }
-            Some(t) if t.producer_id == h.producer_id && t.producer_epoch > h.producer_epoch => {
-                Err(ResponseError::InvalidProducerEpoch)
-            }
+            Some(t) if t.producer_id != h.producer_id => ResponseError::InvalidProducerIdMapping,
+            Some(t) if t.producer_epoch > h.producer_epoch => ResponseError::InvalidProducerEpoch,
+            Some(t) if t.state.is_preparing() => ResponseError::ConcurrentTransactions,
             _ => {
                 tracing::debug!(transactional_id, topic = %key.0, partition = key.1, "a transactional write to a partition not in its transaction was refused");
-                Err(ResponseError::InvalidTxnState)
+                ResponseError::InvalidTxnState
             }
-        }
+        };
+        partition.drop_guard(h.producer_id);
+        Err(refused)
     }
 
     /// Writes markers in partitions led here; the answer once each is durable.
     pub(crate) async fn write_local_markers(&self, m: &TxnMarkers) -> Vec<i16> {
+        // A broker whose session lapsed may be replaced at any moment: it writes nothing.
+        let may_acknowledge = self.cluster.may_acknowledge();
         let started: Vec<_> = m
             .partitions
             .iter()
             .map(|(t, p)| match self.topics.lookup(t, *p) {
+                Lookup::Local(_) if !may_acknowledge => Err(ResponseError::NotLeaderOrFollower),
                 Lookup::Local(part) => part.start_marker(
                     m.producer_id,
                     m.producer_epoch,
@@ -545,6 +553,21 @@ impl MarkerWriter for Broker {
                     c => Err(ResponseError::try_from_code(c)
                         .unwrap_or(ResponseError::UnknownServerError)),
                 };
+            }
+        }
+        // A partition unknown here or at its leader counts as gone (its marker is not needed)
+        // only if the catalog, read again, says so: a topic created a moment ago is not yet
+        // known everywhere.
+        if out.contains(&Err(ResponseError::UnknownTopicOrPartition)) {
+            if let Err(e) = self.topics.refresh().await {
+                tracing::debug!(error = %e, "reading topics failed");
+            }
+            for (i, (t, p)) in m.partitions.iter().enumerate() {
+                if out[i] == Err(ResponseError::UnknownTopicOrPartition)
+                    && !matches!(self.topics.lookup(t, *p), Lookup::Unknown)
+                {
+                    out[i] = Err(ResponseError::NotLeaderOrFollower);
+                }
             }
         }
         out

@@ -354,7 +354,7 @@ pub trait GroupOffsets: Send + Sync + 'static {
 #[async_trait::async_trait]
 pub trait ProducerSnapshots: Send + Sync + 'static {
     /// Stores the idempotent-producer state of a stream, valid up to `offset`, replacing the
-    /// previous one.
+    /// previous one unless that one is valid up to a later offset (snapshots never go back).
     async fn save_producer_snapshot(
         &self,
         stream_id: u64,

@@ -103,8 +103,9 @@ pub enum TxnCheck {
     /// Not checked: a transactional batch is accepted only from a producer whose transaction
     /// is already open here.
     None,
-    /// Verified with the transaction's state under this guard ([`Partition::verification_guard`]).
-    Guard(u64),
+    /// Verified with the transaction's record, read at `version`, under this guard
+    /// ([`Partition::verification_guard`]).
+    Guard { guard: u64, version: u64 },
 }
 
 /// A produce whose offsets are assigned (or that retries a batch already appended), on its
@@ -220,9 +221,8 @@ impl Partition {
                 for (h, base, end, bytes) in batch::batches(&f.payload) {
                     if h.is_control() {
                         if let Some(commit) = batch::marker_kind(bytes) {
-                            // A marker's epoch was checked when it was appended.
-                            let _ =
-                                state.end_txn(h.producer_id, h.producer_epoch, base, commit, now);
+                            // Checked when it was written: it ends what it ended then.
+                            state.replay_marker(h.producer_id, h.producer_epoch, base, commit, now);
                         }
                     } else {
                         state.record(&h, base, end, None, now);
@@ -336,7 +336,7 @@ impl Partition {
                 let unverified = |p: &ProducerStates, h: &batch::BatchHeader| {
                     h.is_transactional()
                         && !p.txns.is_open(h.producer_id)
-                        && !matches!(txn, TxnCheck::Guard(g) if p.txns.verified(h.producer_id, g))
+                        && !matches!(txn, TxnCheck::Guard { guard, .. } if p.txns.verified(h.producer_id, guard))
                 };
                 let refusal = batches
                     .iter()
@@ -347,6 +347,11 @@ impl Partition {
                         Ok(Check::New) => {
                             let end = next + u64::from(b.header.offset_count());
                             producers.record(&b.header, next, end, Some(outcome.clone()), now);
+                            if let (true, TxnCheck::Guard { version, .. }) =
+                                (b.header.is_transactional(), txn)
+                            {
+                                producers.txns.verified_at(b.header.producer_id, version);
+                            }
                             next = end;
                             None
                         }
@@ -401,10 +406,13 @@ impl Partition {
     }
 
     /// Writes a transaction marker for producer `pid` at `epoch` (a commit or an abort),
-    /// ending its open transaction here. Returns `None` when it has none open here (it never
-    /// wrote, or the marker was written already): nothing is appended, but a verification of
-    /// a late write of the ended transaction no longer holds. A marker at an older epoch than
-    /// the producer's is refused with INVALID_PRODUCER_EPOCH.
+    /// ending its open transaction here, if any, and revoking any verification of a late
+    /// write. The marker is appended even when nothing is open (as Kafka does), so that its
+    /// answer means durable, in order behind an earlier marker of the same decision still on
+    /// its way. Refused with INVALID_PRODUCER_EPOCH: a marker at an older epoch than the
+    /// producer's, or one decided at an older version of the transaction's record than the
+    /// open transaction was verified at (a late retry of a stale coordinator; nothing of it is
+    /// written).
     pub fn start_marker(
         self: &Arc<Self>,
         pid: i64,
@@ -419,8 +427,9 @@ impl Partition {
             self.engine
                 .append_with(self.stream_id, leader_epoch as u64, |base, _outcome| {
                     let mut producers = self.producers();
-                    if !producers.txns.is_open(pid) {
-                        producers.txns.drop_guard(pid);
+                    let version = u64::try_from(coordinator_epoch).unwrap_or(0);
+                    if producers.txns.stale_marker(pid, version) {
+                        verdict = Err(ResponseError::InvalidProducerEpoch);
                         return None;
                     }
                     match producers.end_txn(pid, epoch, base, commit, now_ms()) {
@@ -446,21 +455,26 @@ impl Partition {
         }
     }
 
-    /// How many aborted transactions the partition knows of (a reader elsewhere asks for them
-    /// only when there are any).
-    pub fn aborted_count(&self) -> u32 {
-        u32::try_from(self.producers().txns.aborted_count()).unwrap_or(u32::MAX)
-    }
-
     /// Aborted transactions with records in `[from, to)`.
     pub fn aborted_between(&self, from: u64, to: u64) -> Vec<AbortedTxn> {
         self.producers().txns.aborted_between(from, to)
     }
 
-    /// The last stable offset: where `read_committed` consumers stop.
+    /// The last stable offset: where `read_committed` consumers stop (never below the log
+    /// start: DeleteRecords may remove an open transaction's first records).
     pub fn last_stable_offset(&self) -> i64 {
-        let (_, hw) = self.offsets();
-        self.producers().txns.last_stable_offset(hw as u64) as i64
+        let (start, hw) = self.offsets();
+        (self.producers().txns.last_stable_offset(hw as u64) as i64).max(start)
+    }
+
+    /// One past the marker of the last aborted transaction (0: none).
+    pub fn aborted_until(&self) -> i64 {
+        self.producers().txns.aborted_until() as i64
+    }
+
+    /// Drops a verification guard of `pid` (its verification failed).
+    pub fn drop_guard(&self, pid: i64) {
+        self.producers().txns.drop_guard(pid);
     }
 
     /// Batches from `offset`, up to about `max_bytes` (at least one whole batch if any). A
@@ -571,9 +585,13 @@ impl Partition {
     /// Forgets producers idle for `expiration_ms` (`producer.id.expiration.ms`); returns how
     /// many were forgotten.
     pub fn expire_producers(&self, expiration_ms: i64) -> usize {
-        let (start, hw) = self.offsets();
+        // Ended transactions are settled up to what is in object storage only: a leader that
+        // is fenced rewinds to there, and must then be able to reopen a transaction whose
+        // marker was only in its WAL.
+        let (start, committed, hw) = self.stream_offsets();
         let mut producers = self.producers();
         producers.settle(hw as u64);
+        producers.txns.settle(committed as u64);
         producers.txns.trim(start as u64);
         producers.expire(now_ms(), expiration_ms)
     }
@@ -649,8 +667,8 @@ impl Partition {
             let Some(last) = r.batches.last() else { break };
             let next = last.end_offset();
             for f in &r.batches {
-                if f.end_offset() > until || f.max_timestamp > young || map.len() >= clean::MAX_KEYS
-                {
+                let too_young = policy.min_compaction_lag_ms > 0 && f.max_timestamp > young;
+                if f.end_offset() > until || too_young || map.len() >= clean::MAX_KEYS {
                     until = until.min(f.base_offset);
                     break 'read;
                 }

@@ -182,6 +182,22 @@ impl ProducerStates {
         Ok(self.txns.end(pid, marker, commit))
     }
 
+    /// A marker read back from the log (rebuilding the state on open): it was checked when it
+    /// was written, so it ends the producer's open transaction whatever epoch the snapshot
+    /// says (a snapshot keeps each producer's latest epoch, which may come from batches after
+    /// its offset, and so after this marker).
+    pub fn replay_marker(&mut self, pid: i64, epoch: i16, marker: u64, commit: bool, now_ms: i64) {
+        if let Some(e) = self.producers.get_mut(&pid) {
+            if epoch > e.epoch {
+                e.epoch = epoch;
+                e.batches.clear();
+                e.next_seq = None;
+            }
+            e.last_write_ms = e.last_write_ms.max(now_ms);
+        }
+        self.txns.end(pid, marker, commit);
+    }
+
     /// Forgets batches at or after `offset`: their append failed and the partition rewound.
     /// Each producer goes on from the first sequence it lost, even when none of its batches is
     /// left to say so.
@@ -226,7 +242,6 @@ impl ProducerStates {
     /// Marks the batches that end at or below `offset` as durable: their outcomes are no longer
     /// needed.
     pub fn settle(&mut self, offset: u64) {
-        self.txns.settle(offset);
         for e in self.producers.values_mut() {
             for b in e.batches.iter_mut() {
                 if b.meta.end_offset <= offset {
@@ -499,6 +514,29 @@ mod tests {
         let d = ProducerStates::decode(&v2, 0).unwrap();
         assert!(is_new(d.check(&h(1, 0, 2, 1))));
         assert!(error(d.check(&h(1, 0, 5, 1))).is_some());
+    }
+
+    #[test]
+    fn a_marker_replayed_after_a_snapshot_with_a_later_epoch_still_ends_its_transaction() {
+        // Producer 1's transaction (epoch 0) at 0, its abort marker at 2, then a batch at epoch 1
+        // at 3; the snapshot is taken at 1 but keeps the producer's latest epoch (1).
+        let mut s = ProducerStates::default();
+        let mut t = h(1, 0, 0, 2);
+        t.attributes = 0x10;
+        s.record(&t, 0, 2, None, 0);
+        let snap = s.encode_until(1);
+        let mut d = ProducerStates::decode(&snap, 0).expect("decode");
+        d.producers.get_mut(&1).expect("producer").epoch = 1;
+        assert!(d.txns.is_open(1));
+        // Rebuilding from the log: the marker at 2 was written at epoch 0.
+        assert_eq!(
+            d.clone().end_txn(1, 0, 2, false, 0),
+            Err(ResponseError::InvalidProducerEpoch),
+            "a new marker at an old epoch is refused"
+        );
+        d.replay_marker(1, 0, 2, false, 0);
+        assert!(!d.txns.is_open(1), "a replayed one ends the transaction");
+        assert_eq!(d.txns.last_stable_offset(10), 10);
     }
 
     #[test]

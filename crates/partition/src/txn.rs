@@ -35,12 +35,24 @@ struct Ended {
     producer_id: i64,
     first_offset: u64,
     marker: u64,
+    version: u64,
+}
+
+/// A producer's open transaction here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Open {
+    first: u64,
+    /// The version of the transaction's record its first write here was verified against: a
+    /// marker decided at an older version belongs to an earlier transaction of the producer
+    /// (a stale coordinator's late retry) and must not end this one. 0: unknown (rebuilt from
+    /// the log), any marker ends it.
+    version: u64,
 }
 
 #[derive(Debug, Clone, Default)]
 pub struct TxnIndex {
-    /// Producer id -> the first offset of its open transaction here.
-    open: HashMap<i64, u64>,
+    /// Producer id -> its open transaction here.
+    open: HashMap<i64, Open>,
     /// The same, by first offset: the smallest bounds the last stable offset.
     by_first: BTreeSet<(u64, i64)>,
     /// Aborted transactions in marker order.
@@ -74,17 +86,33 @@ impl TxnIndex {
     /// open.
     pub fn begin(&mut self, pid: i64, base: u64) {
         if let std::collections::hash_map::Entry::Vacant(e) = self.open.entry(pid) {
-            e.insert(base);
+            e.insert(Open {
+                first: base,
+                version: 0,
+            });
             self.by_first.insert((base, pid));
         }
         self.guards.remove(&pid);
+    }
+
+    /// The open transaction of `pid` was verified against its record at `version`.
+    pub fn verified_at(&mut self, pid: i64, version: u64) {
+        if let Some(o) = self.open.get_mut(&pid) {
+            o.version = o.version.max(version);
+        }
+    }
+
+    /// Whether a marker decided at record `version` is older than the open transaction of
+    /// `pid` here (it ended an earlier transaction, and is a late retry).
+    pub fn stale_marker(&self, pid: i64, version: u64) -> bool {
+        self.open.get(&pid).is_some_and(|o| version < o.version)
     }
 
     /// A marker of `pid` got offset `marker`: it ends the producer's open transaction here, if
     /// any. Returns whether one was open.
     pub fn end(&mut self, pid: i64, marker: u64, commit: bool) -> bool {
         self.guards.remove(&pid);
-        let Some(first) = self.open.remove(&pid) else {
+        let Some(Open { first, version }) = self.open.remove(&pid) else {
             return false;
         };
         debug_assert!(first < marker, "a marker follows its transaction's records");
@@ -93,6 +121,7 @@ impl TxnIndex {
             producer_id: pid,
             first_offset: first,
             marker,
+            version,
         });
         if !commit {
             self.aborted.push_back(AbortedTxn {
@@ -114,6 +143,12 @@ impl TxnIndex {
         self.aborted.len()
     }
 
+    /// One past the marker of the last aborted transaction (0: none): reads from here on meet
+    /// no aborted records.
+    pub fn aborted_until(&self) -> u64 {
+        self.aborted.back().map_or(0, |a| a.last_offset + 1)
+    }
+
     /// The last stable offset: the first offset of the oldest open transaction, at most `hw`.
     pub fn last_stable_offset(&self, hw: u64) -> u64 {
         self.by_first.first().map_or(hw, |&(f, _)| f.min(hw))
@@ -132,21 +167,31 @@ impl TxnIndex {
 
     /// Takes back what appends at or after `offset` did (they failed).
     pub fn rewind(&mut self, offset: u64) {
+        // Transactions opened by the failed appends go first: a producer may have one of those
+        // and, before it, a transaction whose marker failed, which opens again below.
+        let gone: Vec<(u64, i64)> = self.by_first.range((offset, i64::MIN)..).copied().collect();
+        for (first, pid) in gone {
+            self.by_first.remove(&(first, pid));
+            self.open.remove(&pid);
+        }
         while let Some(e) = self.ended.back().copied().filter(|e| e.marker >= offset) {
             self.ended.pop_back();
             if e.first_offset < offset {
-                self.open.insert(e.producer_id, e.first_offset);
+                debug_assert!(!self.open.contains_key(&e.producer_id));
+                self.open.insert(
+                    e.producer_id,
+                    Open {
+                        first: e.first_offset,
+                        version: e.version,
+                    },
+                );
                 self.by_first.insert((e.first_offset, e.producer_id));
             }
         }
         while self.aborted.back().is_some_and(|a| a.last_offset >= offset) {
             self.aborted.pop_back();
         }
-        let gone: Vec<(u64, i64)> = self.by_first.range((offset, i64::MIN)..).copied().collect();
-        for (first, pid) in gone {
-            self.by_first.remove(&(first, pid));
-            self.open.remove(&pid);
-        }
+        debug_assert_eq!(self.open.len(), self.by_first.len());
     }
 
     /// Everything below `offset` is durable: ended transactions need not be remembered for a
@@ -166,17 +211,20 @@ impl TxnIndex {
 
     /// The first offset of `pid`'s open transaction as of `offset` (records from `offset` on
     /// left out).
-    fn open_as_of(&self, pid: i64, offset: u64) -> Option<u64> {
-        if let Some(&f) = self.open.get(&pid) {
-            if f < offset {
-                return Some(f);
+    fn open_as_of(&self, pid: i64, offset: u64) -> Option<Open> {
+        if let Some(&o) = self.open.get(&pid) {
+            if o.first < offset {
+                return Some(o);
             }
         }
         self.ended
             .iter()
             .rev()
             .find(|e| e.producer_id == pid && e.first_offset < offset && e.marker >= offset)
-            .map(|e| e.first_offset)
+            .map(|e| Open {
+                first: e.first_offset,
+                version: e.version,
+            })
     }
 
     /// Producers with a transaction open as of `offset`.
@@ -184,7 +232,7 @@ impl TxnIndex {
         let mut out: BTreeSet<i64> = self
             .open
             .iter()
-            .filter(|(_, &f)| f < offset)
+            .filter(|(_, o)| o.first < offset)
             .map(|(&p, _)| p)
             .collect();
         out.extend(
@@ -201,8 +249,13 @@ impl TxnIndex {
         let open = self.producers_open_as_of(offset);
         out.put_u32(open.len() as u32);
         for pid in open {
+            let o = self.open_as_of(pid, offset).unwrap_or(Open {
+                first: 0,
+                version: 0,
+            });
             out.put_i64(pid);
-            out.put_u64(self.open_as_of(pid, offset).unwrap_or(0));
+            out.put_u64(o.first);
+            out.put_u64(o.version);
         }
         let aborted: Vec<&AbortedTxn> = self
             .aborted
@@ -223,7 +276,8 @@ impl TxnIndex {
         for _ in 0..n {
             let pid = b.try_get_i64().ok()?;
             let first = b.try_get_u64().ok()?;
-            t.open.insert(pid, first);
+            let version = b.try_get_u64().ok()?;
+            t.open.insert(pid, Open { first, version });
             t.by_first.insert((first, pid));
         }
         let n = b.try_get_u32().ok()?;
@@ -287,6 +341,39 @@ mod tests {
         t.settle(5);
         t.rewind(5);
         assert!(!t.is_open(1));
+    }
+
+    #[test]
+    fn a_rewind_past_a_failed_marker_and_a_newer_transaction_of_the_producer_stays_whole() {
+        // Producer 1: a transaction at 5 ended by a marker at 8, a new one opened at 10; the
+        // appends from 7 on fail.
+        let mut t = TxnIndex::default();
+        t.begin(1, 5);
+        t.end(1, 8, true);
+        t.begin(1, 10);
+        t.rewind(7);
+        assert!(
+            t.is_open(1),
+            "the transaction whose marker failed is open again"
+        );
+        assert_eq!(t.last_stable_offset(100), 5);
+        // Its marker, written again, ends it: nothing is left open.
+        assert!(t.end(1, 7, true));
+        assert_eq!(t.last_stable_offset(100), 100);
+    }
+
+    #[test]
+    fn a_marker_older_than_the_open_transaction_is_stale() {
+        let mut t = TxnIndex::default();
+        t.begin(1, 0);
+        t.verified_at(1, 7);
+        assert!(t.stale_marker(1, 6), "an earlier transaction's marker");
+        assert!(!t.stale_marker(1, 9));
+        assert!(!t.stale_marker(2, 1), "nothing open: nothing to protect");
+        let mut b = Vec::new();
+        t.encode_until(1, &mut b);
+        let d = TxnIndex::decode(&mut &b[..]).expect("decode");
+        assert!(d.stale_marker(1, 6), "the version survives a snapshot");
     }
 
     #[test]

@@ -64,6 +64,7 @@ impl EngineInner {
     }
 
     async fn compact_stream(&self, s: &Stream) -> Result<usize> {
+        let _rewriting = s.rewrite.lock().await;
         let (epoch, start, fenced) = {
             let st = s.lock();
             (st.epoch(), st.start_offset(), st.fenced_by().is_some())
@@ -122,6 +123,7 @@ impl EngineInner {
         let s = self
             .stream(stream_id)
             .ok_or(StorageError::NotOpen(stream_id))?;
+        let _rewriting = s.rewrite.lock().await;
         let (epoch, start, fenced) = {
             let st = s.lock();
             (st.epoch(), st.start_offset(), st.fenced_by().is_some())

@@ -561,6 +561,10 @@ pub(crate) struct Stream {
     /// The last ranges committed for the stream, oldest first (at most [`RECENT_RANGES`]): the
     /// index a leader feeds to brokers that serve the stream in other zones.
     pub recent: Mutex<VecDeque<weir_meta::RangeInfo>>,
+    /// Held while the stream's ranges are rewritten (merged into stream objects, or cleaned):
+    /// two rewrites of the same ranges would each swap in their own copy, and the cleaner's
+    /// work could be undone by a merge of the frames as they were.
+    pub rewrite: tokio::sync::Mutex<()>,
 }
 
 /// Ranges a stream remembers for brokers that read it in other zones.
@@ -601,6 +605,7 @@ impl Stream {
             end_tx: watch::channel(end_offset).0,
             committed_tx: watch::channel(end_offset).0,
             recent: Mutex::new(VecDeque::new()),
+            rewrite: tokio::sync::Mutex::new(()),
         }
     }
 

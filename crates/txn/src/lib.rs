@@ -83,6 +83,9 @@ pub trait MarkerWriter: Send + Sync + 'static {
     async fn write_markers(&self, markers: Markers) -> Vec<Result<(), ResponseError>>;
 }
 
+/// How long one round of marker writes may take before it counts as failed (and is retried).
+const MARKER_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Says whether this broker coordinates a transactional id.
 pub type Ownership = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
@@ -256,9 +259,12 @@ impl TxnCoordinator {
             }
             TxnState::Ongoing => {
                 // Fence the producer of the open transaction and abort it; the client retries
-                // and then gets an epoch of its own (this one is only the markers').
-                r.last_producer_id = r.producer_id;
-                r.last_producer_epoch = r.producer_epoch;
+                // and then gets an epoch of its own (this one is only the markers'). Only a
+                // client that named its epoch may later be answered as a retry (KIP-360).
+                (r.last_producer_id, r.last_producer_epoch) = match expected {
+                    Some(_) => (r.producer_id, r.producer_epoch),
+                    None => (-1, -1),
+                };
                 bump_epoch(&mut r);
                 r.state = TxnState::PrepareAbort;
                 self.save(&mut r).await?;
@@ -287,8 +293,13 @@ impl TxnCoordinator {
         } else {
             r.producer_epoch += 1;
         }
-        r.last_producer_id = last_pid;
-        r.last_producer_epoch = last_epoch;
+        // As Kafka: the previous epoch is kept only for a client that named it, so that its
+        // retry gets the same answer; a new producer (no epoch) leaves none, and a zombie that
+        // asks with the old epoch is fenced.
+        (r.last_producer_id, r.last_producer_epoch) = match expected {
+            Some(_) => (last_pid, last_epoch),
+            None => (-1, -1),
+        };
         r.state = TxnState::Empty;
         r.timeout_ms = timeout_ms;
         r.partitions.clear();
@@ -431,7 +442,18 @@ impl TxnCoordinator {
         let deadline = tokio::time::Instant::now() + self.config.marker_patience;
         let mut pending = r.partitions.clone();
         let mut backoff = Duration::from_millis(20);
+        let mut first = true;
         while !pending.is_empty() {
+            if !std::mem::take(&mut first) {
+                // Another coordinator may have finished this decision meanwhile (the id moved):
+                // its markers must not be followed by this one's late retries, which could end
+                // the producer's next transaction.
+                match self.meta.load_transaction(&r.transactional_id).await {
+                    Ok(Some(now)) if now.version == r.version => {}
+                    Ok(_) => return Err(ResponseError::NotCoordinator),
+                    Err(e) => return Err(store_error(e)),
+                }
+            }
             let markers = Markers {
                 producer_id: r.producer_id,
                 producer_epoch: r.producer_epoch,
@@ -439,7 +461,11 @@ impl TxnCoordinator {
                 coordinator_epoch: (r.version & 0x7fff_ffff) as i32,
                 partitions: pending.clone(),
             };
-            let results = writer.write_markers(markers).await;
+            // A leader that does not answer must not hold the id's lock for ever.
+            let n = markers.partitions.len();
+            let results = tokio::time::timeout(MARKER_TIMEOUT, writer.write_markers(markers))
+                .await
+                .unwrap_or_else(|_| vec![Err(ResponseError::RequestTimedOut); n]);
             let mut left = Vec::new();
             for (p, result) in pending.into_iter().zip(results) {
                 match result {
@@ -518,11 +544,23 @@ impl TxnCoordinator {
     /// One round of the background task.
     pub async fn check(&self) -> Result<(), MetaError> {
         let now = now_ms();
-        let stuck_after = 2 * self.config.check_interval.as_millis() as i64;
         for r in self.meta.list_transactions().await? {
             if !self.owns(&r.transactional_id) {
                 continue;
             }
+            // One id's trouble (a conflict with another coordinator, a failing leader) must not
+            // hold up the others.
+            if let Err(e) = self.check_one(r, now).await {
+                tracing::debug!(error = %e, "checking a transaction failed; trying again");
+            }
+        }
+        Ok(())
+    }
+
+    /// [`TxnCoordinator::check`] of one record.
+    async fn check_one(&self, r: TxnRecord, now: i64) -> Result<(), MetaError> {
+        let stuck_after = 2 * self.config.check_interval.as_millis() as i64;
+        {
             let timed_out =
                 r.state == TxnState::Ongoing && now - r.start_ms > i64::from(r.timeout_ms);
             let stuck = r.state.is_preparing() && now - r.update_ms > stuck_after;
@@ -531,18 +569,18 @@ impl TxnCoordinator {
                 TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
             ) && now - r.update_ms > self.config.id_expiration_ms;
             if !(timed_out || stuck || expired) {
-                continue;
+                return Ok(());
             }
             let id = r.transactional_id.clone();
             let _guard = self.lock(&id).await;
             // Read again under the lock: a request may have moved it on.
             let Some(mut r) = self.meta.load_transaction(&id).await? else {
-                continue;
+                return Ok(());
             };
             if expired && r.state != TxnState::Ongoing && !r.state.is_preparing() {
                 tracing::info!(transactional_id = %id, "transactional id expired");
                 self.meta.delete_transaction(&id, r.version).await?;
-                continue;
+                return Ok(());
             }
             if r.state == TxnState::Ongoing && now - r.start_ms > i64::from(r.timeout_ms) {
                 // Kafka's timeout: fence the producer (its late writes are refused) and abort.

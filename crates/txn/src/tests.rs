@@ -135,12 +135,18 @@ async fn a_new_producer_fences_the_old_one_and_aborts_its_transaction() {
         c.add_partitions("tx", 99, e2, &[p("a", 0)]).await,
         Err(ResponseError::InvalidProducerIdMapping)
     );
-    // KIP-360: a retry of the InitProducerId that made the epoch gets the same epoch.
+    // A zombie asking with an old epoch is fenced: a new producer's InitProducerId (without
+    // an epoch) leaves no "previous epoch" a retry could be taken for.
     assert_eq!(
         c.init_producer_id("tx", 60_000, Some((pid, e0 + 1))).await,
-        Ok((pid, e2))
+        Err(ResponseError::ProducerFenced)
     );
-    // The current producer asking with its epoch gets it bumped; a stale one is fenced.
+    // The current producer asking with its epoch gets it bumped (KIP-360), and a retry of that
+    // request gets the same answer; a stale one is fenced.
+    assert_eq!(
+        c.init_producer_id("tx", 60_000, Some((pid, e2))).await,
+        Ok((pid, e2 + 1))
+    );
     assert_eq!(
         c.init_producer_id("tx", 60_000, Some((pid, e2))).await,
         Ok((pid, e2 + 1))
@@ -249,6 +255,37 @@ async fn staged_offsets_are_committed_with_the_transaction_only() {
         meta.fetch_offsets("g").await.expect("fetch"),
         vec![offset(7)]
     );
+}
+
+#[tokio::test]
+async fn a_coordinator_whose_decision_was_finished_elsewhere_stops_retrying_its_markers() {
+    let (c, w, meta) = setup(TxnConfig {
+        marker_patience: Duration::from_secs(5),
+        ..TxnConfig::default()
+    });
+    let (pid, e) = c.init_producer_id("tx", 60_000, None).await.expect("init");
+    c.add_partitions("tx", pid, e, &[p("a", 0)])
+        .await
+        .expect("add");
+    w.failures.store(1_000, Ordering::SeqCst);
+    let c2 = Arc::clone(&c);
+    let ending = tokio::spawn(async move { c2.end_txn("tx", pid, e, true).await });
+    // Meanwhile another coordinator completes the decision (its version moves on).
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut r = meta
+        .load_transaction("tx")
+        .await
+        .expect("load")
+        .expect("some");
+    assert_eq!(r.state, TxnState::PrepareCommit);
+    r.state = TxnState::CompleteCommit;
+    meta.complete_transaction(&r, true)
+        .await
+        .expect("complete elsewhere");
+    w.failures.store(0, Ordering::SeqCst);
+    ending.await.expect("join").expect("the decision stood");
+    // This coordinator stopped: it wrote no marker after the other one finished.
+    assert!(w.written.lock().unwrap().is_empty());
 }
 
 #[tokio::test]

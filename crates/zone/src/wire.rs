@@ -273,8 +273,9 @@ pub fn decode_forward_results(mut b: Bytes) -> Result<Vec<ForwardResult>> {
 
 /// What a leader says of a partition: its epoch, start, the end of what is in object storage
 /// (what another zone can read), the high watermark, the last stable offset (where
-/// `read_committed` readers stop) and how many aborted transactions it knows of (a reader asks
-/// for them, [`AbortedTxns`], only when there are any). `error` is a Kafka code.
+/// `read_committed` readers stop) and one past the marker of its last aborted transaction (a
+/// reader asks for the aborted transactions, [`AbortedTxns`], only when it reads below that).
+/// `error` is a Kafka code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Offsets {
     pub error: i16,
@@ -283,7 +284,7 @@ pub struct Offsets {
     pub committed: i64,
     pub high_watermark: i64,
     pub last_stable: i64,
-    pub aborted: u32,
+    pub aborted_until: i64,
 }
 
 impl Offsets {
@@ -294,7 +295,7 @@ impl Offsets {
         b.put_i64(self.committed);
         b.put_i64(self.high_watermark);
         b.put_i64(self.last_stable);
-        b.put_u32(self.aborted);
+        b.put_i64(self.aborted_until);
     }
 
     fn get(b: &mut Bytes) -> Result<Offsets> {
@@ -305,27 +306,32 @@ impl Offsets {
             committed: get_i64(b)?,
             high_watermark: get_i64(b)?,
             last_stable: get_i64(b)?,
-            aborted: get_u32(b)?,
+            aborted_until: get_i64(b)?,
         })
     }
 }
 
 /// A question to a partition's leader: its aborted transactions with records in
-/// `[from, to)`. The answer is an error code and `(producer id, first offset)` pairs, what a
-/// `read_committed` Fetch response carries.
+/// `[from, to)`, as the leader at `epoch` knows them (the epoch of the offsets the asker
+/// serves with: a broker that no longer leads at that epoch, or not yet, answers
+/// NOT_LEADER_OR_FOLLOWER, never a list that does not go with those offsets). The answer is an
+/// error code and `(producer id, first offset)` pairs, what a `read_committed` Fetch response
+/// carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AbortedTxns {
     pub topic: String,
     pub partition: i32,
+    pub epoch: i32,
     pub from: i64,
     pub to: i64,
 }
 
 impl AbortedTxns {
     pub fn encode(&self) -> BytesMut {
-        let mut b = BytesMut::with_capacity(24 + self.topic.len());
+        let mut b = BytesMut::with_capacity(28 + self.topic.len());
         put_str(&mut b, &self.topic);
         b.put_i32(self.partition);
+        b.put_i32(self.epoch);
         b.put_i64(self.from);
         b.put_i64(self.to);
         b
@@ -335,6 +341,7 @@ impl AbortedTxns {
         Ok(AbortedTxns {
             topic: get_str(&mut b)?,
             partition: get_i32(&mut b)?,
+            epoch: get_i32(&mut b)?,
             from: get_i64(&mut b)?,
             to: get_i64(&mut b)?,
         })
@@ -575,7 +582,7 @@ mod tests {
             committed: 9,
             high_watermark: 12,
             last_stable: 10,
-            aborted: 2,
+            aborted_until: 4,
         };
         let w = WatchOffsets {
             max_wait_ms: 500,
@@ -619,6 +626,7 @@ mod tests {
         let q = AbortedTxns {
             topic: "t".into(),
             partition: 1,
+            epoch: 3,
             from: 5,
             to: 9,
         };

@@ -26,4 +26,13 @@ pub async fn snapshots_replace_each_other(m: &dyn ProducerSnapshots) {
         m.load_producer_snapshot(2).await.expect("load"),
         Some((7, Vec::new()))
     );
+    // A snapshot at a lower offset (a slow save, or a fenced leader's) replaces nothing: the
+    // state a leader rebuilds from must not go back in the log.
+    m.save_producer_snapshot(1, 150, vec![9])
+        .await
+        .expect("save");
+    assert_eq!(
+        m.load_producer_snapshot(1).await.expect("load"),
+        Some((200, vec![4]))
+    );
 }

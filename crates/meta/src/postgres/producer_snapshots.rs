@@ -14,7 +14,8 @@ impl ProducerSnapshots for PostgresMetaStore {
         let c = self.client().await?;
         c.execute(
             "INSERT INTO producer_snapshots (stream_id, snap_offset, data) VALUES ($1, $2, $3)
-             ON CONFLICT (stream_id) DO UPDATE SET snap_offset = excluded.snap_offset, data = excluded.data",
+             ON CONFLICT (stream_id) DO UPDATE SET snap_offset = excluded.snap_offset, data = excluded.data
+             WHERE producer_snapshots.snap_offset <= excluded.snap_offset",
             &[&i(stream_id), &i(offset), &data],
         )
         .await

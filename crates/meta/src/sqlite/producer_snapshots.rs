@@ -16,7 +16,8 @@ impl ProducerSnapshots for SqliteMetaStore {
         self.with(move |c| {
             c.execute(
                 "INSERT INTO producer_snapshots (stream_id, offset, data) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (stream_id) DO UPDATE SET offset = excluded.offset, data = excluded.data",
+                 ON CONFLICT (stream_id) DO UPDATE SET offset = excluded.offset, data = excluded.data
+                 WHERE producer_snapshots.offset <= excluded.offset",
                 params![i(stream_id), i(offset), data],
             )
             .map_err(backend("saving a producer snapshot"))?;
