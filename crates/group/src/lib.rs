@@ -36,6 +36,8 @@
 //! and one that never comes back expires as usual. A state this broker cannot read (a newer
 //! version) is logged and ignored: the group starts Empty, its offsets intact.
 
+pub mod assignor;
+pub mod consumer;
 mod group;
 mod snapshot;
 
@@ -100,6 +102,8 @@ mod codes {
     pub const MEMBER_ID_REQUIRED: i16 = E::MemberIdRequired.code();
     pub const FENCED_INSTANCE_ID: i16 = E::FencedInstanceId.code();
     pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = E::GroupSubscribedToTopic.code();
+    pub const FENCED_MEMBER_EPOCH: i16 = E::FencedMemberEpoch.code();
+    pub const INVALID_REQUEST: i16 = E::InvalidRequest.code();
 }
 
 /// At most this many group ids are remembered as having no stored state; past it the cache

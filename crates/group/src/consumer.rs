@@ -1,0 +1,547 @@
+//! One group of Kafka's consumer group protocol (KIP-848), without I/O: members heartbeat, the
+//! group computes a target assignment with a server-side assignor, and each member converges to
+//! its part of it, releasing partitions before anyone else is given them.
+//!
+//! Epochs: the *group epoch* grows whenever membership, a subscription or the partitions of a
+//! subscribed topic change; the *target assignment* is recomputed when it lags the group epoch;
+//! a member's *epoch* reaches the target's once it holds its whole target share. Reconciliation
+//! follows Kafka's `CurrentAssignmentBuilder`:
+//!
+//! ```text
+//!   Stable --target moved--> UnrevokedPartitions (keeps what stays, must give up the rest)
+//!   UnrevokedPartitions --the member reports it gave them up--> next step
+//!   next step: partitions still held by others -> UnreleasedPartitions (epoch = target's)
+//!              otherwise                         -> Stable (epoch = target's)
+//!   UnreleasedPartitions --others released them--> Stable
+//! ```
+//!
+//! Not wired to the Kafka API yet (ConsumerGroupHeartbeat is not advertised): this is the state
+//! machine and its tests; the coordinator, persistence and the APIs come next.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::assignor::{Assignment, Assignor, MemberSpec, TopicId};
+use crate::codes::*;
+
+/// Where a member is in converging to its target share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberState {
+    Stable,
+    UnrevokedPartitions,
+    UnreleasedPartitions,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConsumerMember {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub subscribed: BTreeSet<String>,
+    pub server_assignor: Option<String>,
+    pub rebalance_timeout_ms: i32,
+    pub epoch: i32,
+    pub previous_epoch: i32,
+    pub state: MemberState,
+    /// What it holds and may use.
+    pub assigned: Assignment,
+    /// What it holds but must give up.
+    pub revoking: Assignment,
+    /// When it was last heard from (milliseconds, the caller's clock).
+    pub last_heard_ms: i64,
+}
+
+/// One heartbeat, as the request says it (fields the client left null are `None`).
+#[derive(Debug, Clone, Default)]
+pub struct Heartbeat {
+    pub member_id: String,
+    pub member_epoch: i32,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub rebalance_timeout_ms: i32,
+    pub subscribed: Option<Vec<String>>,
+    pub server_assignor: Option<String>,
+    /// What the member owns now, by its own account.
+    pub owned: Option<Assignment>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    pub error: i16,
+    pub member_id: String,
+    pub member_epoch: i32,
+    /// The member's assignment (what it may hold now).
+    pub assignment: Option<Assignment>,
+}
+
+impl Answer {
+    fn error(member_id: &str, error: i16) -> Answer {
+        Answer {
+            error,
+            member_id: member_id.to_string(),
+            member_epoch: -1,
+            assignment: None,
+        }
+    }
+}
+
+/// Topics by name: id and partition count (the catalog, as the caller sees it now).
+pub type Topics = BTreeMap<String, (TopicId, i32)>;
+
+#[derive(Debug, Clone, Default)]
+pub struct ConsumerGroup {
+    pub group_epoch: i32,
+    pub target_epoch: i32,
+    pub members: BTreeMap<String, ConsumerMember>,
+    pub target: BTreeMap<String, Assignment>,
+    /// The partition counts of subscribed topics the group epoch last saw.
+    pub metadata: BTreeMap<TopicId, i32>,
+}
+
+fn without(a: &Assignment, b: &Assignment) -> Assignment {
+    let mut out = Assignment::new();
+    for (t, ps) in a {
+        let rest: BTreeSet<i32> = match b.get(t) {
+            Some(bs) => ps.difference(bs).copied().collect(),
+            None => ps.clone(),
+        };
+        if !rest.is_empty() {
+            out.insert(*t, rest);
+        }
+    }
+    out
+}
+
+fn intersect(a: &Assignment, b: &Assignment) -> Assignment {
+    let mut out = Assignment::new();
+    for (t, ps) in a {
+        if let Some(bs) = b.get(t) {
+            let both: BTreeSet<i32> = ps.intersection(bs).copied().collect();
+            if !both.is_empty() {
+                out.insert(*t, both);
+            }
+        }
+    }
+    out
+}
+
+fn overlaps(a: &Assignment, b: &Assignment) -> bool {
+    a.iter()
+        .any(|(t, ps)| b.get(t).is_some_and(|bs| !ps.is_disjoint(bs)))
+}
+
+impl ConsumerGroup {
+    /// The assignor the members ask for (the most common choice), else `uniform`.
+    fn assignor(&self) -> Assignor {
+        let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
+        for m in self.members.values() {
+            if let Some(a) = m.server_assignor.as_deref() {
+                *votes.entry(a).or_default() += 1;
+            }
+        }
+        votes
+            .into_iter()
+            .max_by_key(|(_, n)| *n)
+            .and_then(|(a, _)| Assignor::by_name(a))
+            .unwrap_or(Assignor::Uniform)
+    }
+
+    /// The partition counts of the topics the members subscribe to.
+    fn subscribed_metadata(&self, topics: &Topics) -> BTreeMap<TopicId, i32> {
+        self.members
+            .values()
+            .flat_map(|m| m.subscribed.iter())
+            .filter_map(|n| topics.get(n))
+            .map(|&(id, count)| (id, count))
+            .collect()
+    }
+
+    /// Whether another member holds (or still gives up) the partition.
+    fn held_by_other(&self, me: &str, topic: &TopicId, p: i32) -> bool {
+        self.members.values().any(|m| {
+            m.member_id != me
+                && (m.assigned.get(topic).is_some_and(|s| s.contains(&p))
+                    || m.revoking.get(topic).is_some_and(|s| s.contains(&p)))
+        })
+    }
+
+    /// Handles one heartbeat at `now_ms`.
+    pub fn heartbeat(&mut self, hb: Heartbeat, topics: &Topics, now_ms: i64) -> Answer {
+        let id = hb.member_id.clone();
+        // One new group epoch per heartbeat, whatever it changed (a join with its subscription
+        // is one change, as in Kafka).
+        let mut bump = false;
+        match hb.member_epoch {
+            -1 | -2 => {
+                // A leave (-2: a static member's, which Kafka keeps for its session; here it
+                // leaves like the others).
+                if self.members.remove(&id).is_some() {
+                    self.group_epoch += 1;
+                }
+                return Answer {
+                    error: NONE,
+                    member_id: id,
+                    member_epoch: hb.member_epoch,
+                    assignment: None,
+                };
+            }
+            0 => {
+                if id.is_empty() {
+                    return Answer::error(&id, INVALID_REQUEST);
+                }
+                if !self.members.contains_key(&id) {
+                    self.members.insert(
+                        id.clone(),
+                        ConsumerMember {
+                            member_id: id.clone(),
+                            instance_id: hb.instance_id.clone(),
+                            rack_id: hb.rack_id.clone(),
+                            subscribed: BTreeSet::new(),
+                            server_assignor: None,
+                            rebalance_timeout_ms: hb.rebalance_timeout_ms,
+                            epoch: 0,
+                            previous_epoch: -1,
+                            state: MemberState::Stable,
+                            assigned: Assignment::new(),
+                            revoking: Assignment::new(),
+                            last_heard_ms: now_ms,
+                        },
+                    );
+                    bump = true;
+                }
+            }
+            epoch => {
+                let Some(m) = self.members.get(&id) else {
+                    return Answer::error(&id, UNKNOWN_MEMBER_ID);
+                };
+                if epoch != m.epoch && epoch != m.previous_epoch {
+                    return Answer::error(&id, FENCED_MEMBER_EPOCH);
+                }
+            }
+        }
+        // Subscription and settings changes.
+        let mut changed = bump;
+        if let Some(m) = self.members.get_mut(&id) {
+            m.last_heard_ms = now_ms;
+            if let Some(names) = hb.subscribed {
+                let names: BTreeSet<String> = names.into_iter().collect();
+                if names != m.subscribed {
+                    m.subscribed = names;
+                    changed = true;
+                }
+            }
+            if hb.server_assignor.is_some() && hb.server_assignor != m.server_assignor {
+                m.server_assignor = hb.server_assignor;
+                changed = true;
+            }
+            if hb.rebalance_timeout_ms > 0 {
+                m.rebalance_timeout_ms = hb.rebalance_timeout_ms;
+            }
+            if let Some(owned) = &hb.owned {
+                // What it no longer owns, it has given up.
+                m.revoking = intersect(&m.revoking, owned);
+            }
+        }
+        // Partitions of subscribed topics changed: a new group epoch too.
+        let metadata = self.subscribed_metadata(topics);
+        if metadata != self.metadata {
+            self.metadata = metadata;
+            changed = true;
+        }
+        if changed {
+            self.group_epoch += 1;
+        }
+        if self.target_epoch < self.group_epoch {
+            self.compute_target(topics);
+        }
+        self.reconcile(&id);
+        debug_assert!(self.exclusive(), "a partition is never held by two members");
+        let m = &self.members[&id];
+        Answer {
+            error: NONE,
+            member_id: id.clone(),
+            member_epoch: m.epoch,
+            assignment: Some(m.assigned.clone()),
+        }
+    }
+
+    fn compute_target(&mut self, topics: &Topics) {
+        let specs: Vec<MemberSpec> = self
+            .members
+            .values()
+            .map(|m| MemberSpec {
+                member_id: m.member_id.clone(),
+                topics: m
+                    .subscribed
+                    .iter()
+                    .filter_map(|n| topics.get(n).map(|(id, _)| *id))
+                    .collect(),
+                current: m.assigned.clone(),
+            })
+            .collect();
+        self.target = self.assignor().assign(&specs, &self.metadata);
+        self.target_epoch = self.group_epoch;
+    }
+
+    /// Moves member `id` one step towards its target share.
+    fn reconcile(&mut self, id: &str) {
+        let Some(m) = self.members.get(id) else {
+            return;
+        };
+        let target = self.target.get(id).cloned().unwrap_or_default();
+        match m.state {
+            MemberState::UnrevokedPartitions if !m.revoking.is_empty() => return,
+            MemberState::Stable if m.epoch == self.target_epoch => return,
+            _ => {}
+        }
+        let m = &self.members[id];
+        let keep = intersect(&m.assigned, &target);
+        let give_up = without(&m.assigned, &target);
+        if !give_up.is_empty() {
+            // First release what goes elsewhere; the epoch stays until it is released.
+            let m = self.members.get_mut(id).expect("present");
+            m.assigned = keep;
+            m.revoking = give_up;
+            m.state = MemberState::UnrevokedPartitions;
+            return;
+        }
+        // Take what is free of the rest.
+        let wanted = without(&target, &keep);
+        let mut assigned = keep;
+        let mut unreleased = false;
+        for (t, ps) in &wanted {
+            for &p in ps {
+                if self.held_by_other(id, t, p) {
+                    unreleased = true;
+                } else {
+                    assigned.entry(*t).or_default().insert(p);
+                }
+            }
+        }
+        let epoch = self.target_epoch;
+        let m = self.members.get_mut(id).expect("present");
+        debug_assert!(m.revoking.is_empty());
+        m.assigned = assigned;
+        if m.epoch != epoch {
+            m.previous_epoch = m.epoch;
+            m.epoch = epoch;
+        }
+        m.state = if unreleased {
+            MemberState::UnreleasedPartitions
+        } else {
+            MemberState::Stable
+        };
+    }
+
+    /// Members not heard from within `session_timeout_ms`, or still giving up partitions after
+    /// their rebalance timeout, are removed (a new group epoch each); returns them.
+    pub fn expire(&mut self, now_ms: i64, session_timeout_ms: i64) -> Vec<String> {
+        let gone: Vec<String> = self
+            .members
+            .values()
+            .filter(|m| now_ms - m.last_heard_ms > session_timeout_ms)
+            .map(|m| m.member_id.clone())
+            .collect();
+        for id in &gone {
+            self.members.remove(id);
+            self.group_epoch += 1;
+        }
+        gone
+    }
+
+    /// Whether no two members hold (or give up) the same partition: the invariant the
+    /// reconciliation keeps.
+    pub fn exclusive(&self) -> bool {
+        let mut seen = Assignment::new();
+        for m in self.members.values() {
+            for a in [&m.assigned, &m.revoking] {
+                if overlaps(a, &seen) {
+                    return false;
+                }
+                for (t, ps) in a {
+                    seen.entry(*t).or_default().extend(ps);
+                }
+            }
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topics() -> Topics {
+        BTreeMap::from([
+            ("t".to_string(), ([1; 16], 6)),
+            ("u".to_string(), ([2; 16], 2)),
+        ])
+    }
+
+    fn join(id: &str, subs: &[&str]) -> Heartbeat {
+        Heartbeat {
+            member_id: id.into(),
+            member_epoch: 0,
+            rebalance_timeout_ms: 30_000,
+            subscribed: Some(subs.iter().map(|s| s.to_string()).collect()),
+            owned: Some(Assignment::new()),
+            ..Heartbeat::default()
+        }
+    }
+
+    fn beat(id: &str, epoch: i32, owned: &Assignment) -> Heartbeat {
+        Heartbeat {
+            member_id: id.into(),
+            member_epoch: epoch,
+            owned: Some(owned.clone()),
+            ..Heartbeat::default()
+        }
+    }
+
+    fn count(a: &Assignment) -> usize {
+        a.values().map(BTreeSet::len).sum()
+    }
+
+    #[test]
+    fn a_second_member_gets_partitions_only_once_the_first_gave_them_up() {
+        let mut g = ConsumerGroup::default();
+        let t = topics();
+        let a = g.heartbeat(join("a", &["t"]), &t, 0);
+        assert_eq!((a.error, a.member_epoch), (NONE, 1));
+        let a_owned = a.assignment.clone().expect("assignment");
+        assert_eq!(count(&a_owned), 6);
+        // b joins: the target splits 3/3, but a still holds everything.
+        let b = g.heartbeat(join("b", &["t"]), &t, 1);
+        assert_eq!(b.member_epoch, 2);
+        assert_eq!(
+            count(b.assignment.as_ref().expect("b")),
+            0,
+            "nothing is free yet"
+        );
+        assert_eq!(g.members["b"].state, MemberState::UnreleasedPartitions);
+        assert!(g.exclusive());
+        // a heartbeats: told to keep 3 (its epoch stays until it gives up the others).
+        let a = g.heartbeat(beat("a", 1, &a_owned), &t, 2);
+        assert_eq!(
+            (a.member_epoch, count(a.assignment.as_ref().unwrap())),
+            (1, 3)
+        );
+        assert_eq!(g.members["a"].state, MemberState::UnrevokedPartitions);
+        // b again: still nothing free (a has not confirmed).
+        let b = g.heartbeat(beat("b", 2, &Assignment::new()), &t, 3);
+        assert_eq!(count(b.assignment.as_ref().unwrap()), 0);
+        // a confirms it owns only its 3 now: it moves to the new epoch, and b gets the rest.
+        let kept = a.assignment.clone().unwrap();
+        let a = g.heartbeat(beat("a", 1, &kept), &t, 4);
+        assert_eq!(a.member_epoch, 2);
+        let b = g.heartbeat(beat("b", 2, &Assignment::new()), &t, 5);
+        assert_eq!(count(b.assignment.as_ref().unwrap()), 3);
+        assert_eq!(g.members["b"].state, MemberState::Stable);
+        assert!(g.exclusive());
+    }
+
+    /// Members that join, leave, resubscribe and heartbeat in a random order (a fixed seed),
+    /// each reporting what it was last told: no partition is ever held by two members, and once
+    /// everyone has heartbeated a few times in a quiet period, every member holds its target
+    /// share at the group's epoch.
+    #[test]
+    fn random_membership_changes_keep_partitions_exclusive_and_converge() {
+        let t = topics();
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let names = ["a", "b", "c", "d", "e"];
+        let subs: [&[&str]; 3] = [&["t"], &["t", "u"], &["u"]];
+        let mut g = ConsumerGroup::default();
+        // What each member was last told: (epoch, assignment).
+        let mut told: BTreeMap<&str, (i32, Assignment)> = BTreeMap::new();
+        for step in 0..2_000i64 {
+            let who = names[next(names.len() as u64) as usize];
+            let answer = match (told.get(who), next(20)) {
+                (None, _) => g.heartbeat(join(who, subs[next(3) as usize]), &t, step),
+                (Some(_), 0) => {
+                    told.remove(who);
+                    g.heartbeat(beat(who, -1, &Assignment::new()), &t, step);
+                    continue;
+                }
+                (Some((epoch, owned)), 1) => {
+                    let mut hb = beat(who, *epoch, owned);
+                    hb.subscribed = Some(
+                        subs[next(3) as usize]
+                            .iter()
+                            .map(|s| s.to_string())
+                            .collect(),
+                    );
+                    g.heartbeat(hb, &t, step)
+                }
+                (Some((epoch, owned)), _) => g.heartbeat(beat(who, *epoch, owned), &t, step),
+            };
+            assert_eq!(answer.error, NONE, "step {step}: {who}");
+            told.insert(
+                who,
+                (answer.member_epoch, answer.assignment.unwrap_or_default()),
+            );
+            assert!(g.exclusive(), "step {step}");
+        }
+        // Quiet: everyone heartbeats with what it was told until nothing changes.
+        for round in 0..6 {
+            for who in told.keys().copied().collect::<Vec<_>>() {
+                let (epoch, owned) = told[who].clone();
+                let a = g.heartbeat(beat(who, epoch, &owned), &t, 10_000 + round);
+                told.insert(who, (a.member_epoch, a.assignment.unwrap_or_default()));
+            }
+        }
+        for (who, (epoch, owned)) in &told {
+            assert_eq!(*epoch, g.target_epoch, "{who} reached the target epoch");
+            assert_eq!(owned, &g.target[*who], "{who} holds its target share");
+            assert_eq!(g.members[*who].state, MemberState::Stable);
+        }
+    }
+
+    #[test]
+    fn epochs_fence_and_unknown_members_are_told() {
+        let mut g = ConsumerGroup::default();
+        let t = topics();
+        g.heartbeat(join("a", &["t", "u"]), &t, 0);
+        assert_eq!(
+            g.heartbeat(beat("a", 7, &Assignment::new()), &t, 1).error,
+            FENCED_MEMBER_EPOCH
+        );
+        assert_eq!(
+            g.heartbeat(beat("x", 1, &Assignment::new()), &t, 1).error,
+            UNKNOWN_MEMBER_ID
+        );
+        // A leave removes it and moves the group epoch.
+        let e = g.group_epoch;
+        let left = g.heartbeat(beat("a", -1, &Assignment::new()), &t, 2);
+        assert_eq!((left.error, left.member_epoch), (NONE, -1));
+        assert!(g.members.is_empty() && g.group_epoch == e + 1);
+    }
+
+    #[test]
+    fn new_partitions_and_expired_members_move_the_group_epoch() {
+        let mut g = ConsumerGroup::default();
+        let mut t = topics();
+        let a = g.heartbeat(join("a", &["t"]), &t, 0);
+        let owned = a.assignment.unwrap();
+        t.insert("t".into(), ([1; 16], 8));
+        let a = g.heartbeat(beat("a", a.member_epoch, &owned), &t, 1);
+        assert_eq!(count(a.assignment.as_ref().unwrap()), 8);
+        g.heartbeat(join("b", &["t"]), &t, 10_000);
+        assert_eq!(g.expire(50_000, 45_000), vec!["a".to_string()]);
+        let b = g.heartbeat(
+            beat("b", g.members["b"].epoch, &Assignment::new()),
+            &t,
+            50_001,
+        );
+        assert_eq!(
+            count(b.assignment.as_ref().unwrap()),
+            8,
+            "a's partitions are free"
+        );
+        assert!(g.exclusive());
+    }
+}
