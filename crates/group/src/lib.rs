@@ -1,5 +1,9 @@
 //! Weir's consumer group coordinator for Kafka's classic group protocol.
 //!
+//! The consumer group protocol (KIP-848) is being built beside it: [`assignor`] (the
+//! server-side `uniform` and `range` assignors) and [`consumer`] (one consumer group's epochs,
+//! target assignment and reconciliation), pure and tested, not yet behind the Kafka API.
+//!
 //! The Kafka API layer hands each group request (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 //! OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete), already
 //! decoded, to [`GroupCoordinator`] and gets the response back filled for the request's version.
