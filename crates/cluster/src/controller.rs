@@ -124,6 +124,7 @@ impl Cluster {
                 return Ok(());
             }
             b.last = Some(Instant::now());
+            b.note_moves(view, Instant::now());
             b.moved.retain(|_, t| t.elapsed() < config.cooldown);
             b.moved.keys().copied().collect()
         };
@@ -207,4 +208,68 @@ pub(crate) struct Balancing {
     moved: HashMap<u64, Instant>,
     /// The last rate measured for each partition, and when.
     known: HashMap<u64, (weir_meta::PartitionLoad, Instant)>,
+    /// Each partition's leader when the last round looked.
+    leaders: HashMap<u64, Option<i32>>,
+}
+
+impl Balancing {
+    /// Partitions that moved since the last round by any hand (an operator's reassignment, a
+    /// drain, a failover), or are moving now, cool down like the balancer's own moves: the
+    /// balancer does not move back, within seconds, what someone else just moved.
+    fn note_moves(&mut self, view: &ClusterView, now: Instant) {
+        for a in &view.assignments {
+            let before = self.leaders.insert(a.stream_id, a.leader);
+            let changed = before.is_some_and(|b| b != a.leader);
+            if changed || a.target.is_some() {
+                self.moved.insert(a.stream_id, now);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_meta::Assignment;
+
+    fn view(leaders: &[(u64, Option<i32>, Option<i32>)]) -> ClusterView {
+        ClusterView::new(
+            Vec::new(),
+            None,
+            leaders
+                .iter()
+                .map(|&(stream_id, leader, target)| Assignment {
+                    topic: "t".into(),
+                    partition: stream_id as u32,
+                    stream_id,
+                    leader,
+                    target,
+                    epoch: 1,
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn partitions_moved_by_anyone_cool_down() {
+        let mut b = Balancing::default();
+        let now = Instant::now();
+        b.note_moves(
+            &view(&[(1, Some(1), None), (2, Some(1), None), (3, Some(2), None)]),
+            now,
+        );
+        assert!(b.moved.is_empty(), "the first look notes nothing");
+        // Stream 1 was moved by an operator, stream 3 is being moved.
+        b.note_moves(
+            &view(&[
+                (1, Some(2), None),
+                (2, Some(1), None),
+                (3, Some(2), Some(1)),
+            ]),
+            now,
+        );
+        let mut cooling: Vec<u64> = b.moved.keys().copied().collect();
+        cooling.sort_unstable();
+        assert_eq!(cooling, vec![1, 3]);
+    }
 }
