@@ -113,20 +113,32 @@ fn uniform(
         .filter(|(t, _)| members.iter().any(|m| m.topics.contains(*t)))
         .flat_map(|(&t, &n)| (0..n.max(0)).map(move |p| (t, p)))
         .collect();
-    // The most a member may hold: its fair share of the partitions it can take.
-    let quota = |m: &MemberSpec| -> usize {
-        let mine = all.iter().filter(|(t, _)| m.topics.contains(t)).count();
-        let sharers = members
-            .iter()
-            .filter(|o| o.topics == m.topics)
-            .count()
-            .max(1);
-        mine.div_ceil(sharers)
+    // The most each member may hold: what a balanced assignment without stickiness gives it
+    // (partitions with the fewest possible owners first, each to the least loaded of them), so
+    // that members with different subscriptions are balanced too.
+    let quotas: BTreeMap<&str, usize> = {
+        let mut order = all.clone();
+        order.sort_by_key(|(t, p)| {
+            (
+                members.iter().filter(|m| m.topics.contains(t)).count(),
+                *t,
+                *p,
+            )
+        });
+        let mut q: BTreeMap<&str, usize> =
+            members.iter().map(|m| (m.member_id.as_str(), 0)).collect();
+        for (t, _) in &order {
+            if let Some(m) = members
+                .iter()
+                .filter(|m| m.topics.contains(t))
+                .min_by_key(|m| (q[m.member_id.as_str()], m.member_id.as_str()))
+            {
+                *q.get_mut(m.member_id.as_str())
+                    .expect("every member has a quota") += 1;
+            }
+        }
+        q
     };
-    let quotas: BTreeMap<&str, usize> = members
-        .iter()
-        .map(|m| (m.member_id.as_str(), quota(m)))
-        .collect();
     let mut free: Vec<(TopicId, i32)> = Vec::new();
     // Sticky first: a partition stays with its current owner while the owner is under quota.
     let owner_of = |t: &TopicId, p: i32| -> Option<&MemberSpec> {

@@ -366,9 +366,225 @@ impl ConsumerGroup {
     }
 }
 
+/// The stored form of a consumer group (format 1), so that another broker can take it over:
+/// epochs, the metadata and target the group epoch saw, and each member with what it holds and
+/// gives up. Sessions are not stored: a group read back restarts them.
+mod stored {
+    use bytes::{Buf, BufMut};
+
+    use super::*;
+
+    fn put_str(b: &mut Vec<u8>, s: &str) {
+        b.put_u32(s.len() as u32);
+        b.put_slice(s.as_bytes());
+    }
+
+    fn put_opt(b: &mut Vec<u8>, s: &Option<String>) {
+        match s {
+            Some(s) => {
+                b.put_u8(1);
+                put_str(b, s);
+            }
+            None => b.put_u8(0),
+        }
+    }
+
+    fn put_assignment(b: &mut Vec<u8>, a: &Assignment) {
+        b.put_u32(a.len() as u32);
+        for (t, ps) in a {
+            b.put_slice(t);
+            b.put_u32(ps.len() as u32);
+            for p in ps {
+                b.put_i32(*p);
+            }
+        }
+    }
+
+    fn get_str(b: &mut &[u8]) -> Option<String> {
+        let n = b.try_get_u32().ok()? as usize;
+        if b.remaining() < n {
+            return None;
+        }
+        let s = String::from_utf8(b[..n].to_vec()).ok()?;
+        b.advance(n);
+        Some(s)
+    }
+
+    fn get_opt(b: &mut &[u8]) -> Option<Option<String>> {
+        match b.try_get_u8().ok()? {
+            0 => Some(None),
+            1 => get_str(b).map(Some),
+            _ => None,
+        }
+    }
+
+    fn get_topic(b: &mut &[u8]) -> Option<TopicId> {
+        if b.remaining() < 16 {
+            return None;
+        }
+        let mut t = [0u8; 16];
+        b.copy_to_slice(&mut t);
+        Some(t)
+    }
+
+    /// A count of items of at least `min` bytes each that the rest can hold (a bad count cannot
+    /// make the reader allocate).
+    fn get_count(b: &mut &[u8], min: usize) -> Option<usize> {
+        let n = b.try_get_u32().ok()? as usize;
+        (n.saturating_mul(min) <= b.remaining()).then_some(n)
+    }
+
+    fn get_assignment(b: &mut &[u8]) -> Option<Assignment> {
+        let mut a = Assignment::new();
+        for _ in 0..get_count(b, 20)? {
+            let t = get_topic(b)?;
+            let mut ps = BTreeSet::new();
+            for _ in 0..get_count(b, 4)? {
+                ps.insert(b.try_get_i32().ok()?);
+            }
+            a.insert(t, ps);
+        }
+        Some(a)
+    }
+
+    impl ConsumerGroup {
+        pub fn encode(&self) -> Vec<u8> {
+            let mut b = Vec::new();
+            b.put_u8(1);
+            b.put_i32(self.group_epoch);
+            b.put_i32(self.target_epoch);
+            b.put_u32(self.metadata.len() as u32);
+            for (t, n) in &self.metadata {
+                b.put_slice(t);
+                b.put_i32(*n);
+            }
+            b.put_u32(self.members.len() as u32);
+            for m in self.members.values() {
+                put_str(&mut b, &m.member_id);
+                put_opt(&mut b, &m.instance_id);
+                put_opt(&mut b, &m.rack_id);
+                b.put_u32(m.subscribed.len() as u32);
+                for s in &m.subscribed {
+                    put_str(&mut b, s);
+                }
+                put_opt(&mut b, &m.server_assignor);
+                b.put_i32(m.rebalance_timeout_ms);
+                b.put_i32(m.epoch);
+                b.put_i32(m.previous_epoch);
+                b.put_u8(match m.state {
+                    MemberState::Stable => 0,
+                    MemberState::UnrevokedPartitions => 1,
+                    MemberState::UnreleasedPartitions => 2,
+                });
+                put_assignment(&mut b, &m.assigned);
+                put_assignment(&mut b, &m.revoking);
+            }
+            b.put_u32(self.target.len() as u32);
+            for (id, a) in &self.target {
+                put_str(&mut b, id);
+                put_assignment(&mut b, a);
+            }
+            b
+        }
+
+        /// The group as stored; every member's session restarts at `now_ms`. `None` when the
+        /// bytes are not a stored group this version reads.
+        pub fn decode(mut b: &[u8], now_ms: i64) -> Option<ConsumerGroup> {
+            let b = &mut b;
+            if b.try_get_u8().ok()? != 1 {
+                return None;
+            }
+            let mut g = ConsumerGroup {
+                group_epoch: b.try_get_i32().ok()?,
+                target_epoch: b.try_get_i32().ok()?,
+                ..ConsumerGroup::default()
+            };
+            for _ in 0..get_count(b, 20)? {
+                let t = get_topic(b)?;
+                g.metadata.insert(t, b.try_get_i32().ok()?);
+            }
+            for _ in 0..get_count(b, 30)? {
+                let member_id = get_str(b)?;
+                let instance_id = get_opt(b)?;
+                let rack_id = get_opt(b)?;
+                let mut subscribed = BTreeSet::new();
+                for _ in 0..get_count(b, 4)? {
+                    subscribed.insert(get_str(b)?);
+                }
+                let server_assignor = get_opt(b)?;
+                let rebalance_timeout_ms = b.try_get_i32().ok()?;
+                let epoch = b.try_get_i32().ok()?;
+                let previous_epoch = b.try_get_i32().ok()?;
+                let state = match b.try_get_u8().ok()? {
+                    0 => MemberState::Stable,
+                    1 => MemberState::UnrevokedPartitions,
+                    2 => MemberState::UnreleasedPartitions,
+                    _ => return None,
+                };
+                let assigned = get_assignment(b)?;
+                let revoking = get_assignment(b)?;
+                g.members.insert(
+                    member_id.clone(),
+                    ConsumerMember {
+                        member_id,
+                        instance_id,
+                        rack_id,
+                        subscribed,
+                        server_assignor,
+                        rebalance_timeout_ms,
+                        epoch,
+                        previous_epoch,
+                        state,
+                        assigned,
+                        revoking,
+                        last_heard_ms: now_ms,
+                    },
+                );
+            }
+            for _ in 0..get_count(b, 8)? {
+                let id = get_str(b)?;
+                g.target.insert(id, get_assignment(b)?);
+            }
+            Some(g)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stored_group_reads_back_whole_and_a_cut_one_not_at_all() {
+        let mut g = ConsumerGroup::default();
+        let t = topics();
+        let a = g.heartbeat(join("a", &["t", "u"]), &t, 0);
+        g.heartbeat(join("b", &["t"]), &t, 1);
+        g.heartbeat(beat("a", a.member_epoch, &a.assignment.unwrap()), &t, 2);
+        assert_eq!(
+            g.members["a"].state,
+            MemberState::UnrevokedPartitions,
+            "a gives b a share"
+        );
+        let bytes = g.encode();
+        let back = ConsumerGroup::decode(&bytes, 2).expect("decode");
+        assert_eq!(back.group_epoch, g.group_epoch);
+        assert_eq!(back.target_epoch, g.target_epoch);
+        // Sessions restart when a group is read back.
+        let mut members = g.members.clone();
+        for m in members.values_mut() {
+            m.last_heard_ms = 2;
+        }
+        assert_eq!(back.members, members);
+        assert_eq!(back.target, g.target);
+        assert_eq!(back.metadata, g.metadata);
+        for cut in 0..bytes.len() {
+            assert!(
+                ConsumerGroup::decode(&bytes[..cut], 0).is_none(),
+                "cut at {cut}"
+            );
+        }
+    }
 
     fn topics() -> Topics {
         BTreeMap::from([
