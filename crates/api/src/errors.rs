@@ -464,25 +464,7 @@ pub fn error_response_for(
                 .with_endpoint_type(r.endpoint_type),
         ),
         RequestKind::AddPartitionsToTxn(r) => {
-            use add_partitions_to_txn_response::*;
-            let topics = |ts: &[add_partitions_to_txn_request::AddPartitionsToTxnTopic]| {
-                ts.iter()
-                    .map(|t| {
-                        AddPartitionsToTxnTopicResult::default()
-                            .with_name(t.name.clone())
-                            .with_results_by_partition(
-                                t.partitions
-                                    .iter()
-                                    .map(|&p| {
-                                        AddPartitionsToTxnPartitionResult::default()
-                                            .with_partition_index(p)
-                                            .with_partition_error_code(code)
-                                    })
-                                    .collect(),
-                            )
-                    })
-                    .collect::<Vec<_>>()
-            };
+            let topics = |ts| crate::txn::add_partitions_results(ts, &|_, _| code);
             ResponseKind::AddPartitionsToTxn(if version <= 3 {
                 AddPartitionsToTxnResponse::default()
                     .with_results_by_topic_v3_and_below(topics(&r.v3_and_below_topics))

@@ -17,6 +17,32 @@ use weir_zone::wire::{self, TxnMarkers};
 
 use crate::{str, Broker};
 
+/// Each partition of `topics` with the code `codes(topic, partition)` gives it (also the error
+/// response's shape, `errors.rs`).
+pub(crate) fn add_partitions_results(
+    topics: &[add_partitions_to_txn_request::AddPartitionsToTxnTopic],
+    codes: &dyn Fn(&str, i32) -> i16,
+) -> Vec<add_partitions_to_txn_response::AddPartitionsToTxnTopicResult> {
+    use add_partitions_to_txn_response::*;
+    topics
+        .iter()
+        .map(|t| {
+            AddPartitionsToTxnTopicResult::default()
+                .with_name(t.name.clone())
+                .with_results_by_partition(
+                    t.partitions
+                        .iter()
+                        .map(|&p| {
+                            AddPartitionsToTxnPartitionResult::default()
+                                .with_partition_index(p)
+                                .with_partition_error_code(codes(t.name.0.as_str(), p))
+                        })
+                        .collect(),
+                )
+        })
+        .collect()
+}
+
 /// PRODUCER_FENCED exists for clients of these versions and later (KIP-588); older ones are
 /// told INVALID_PRODUCER_EPOCH, which they treat the same way.
 fn fenced_for(e: ResponseError, version: i16, since: i16) -> ResponseError {
@@ -38,26 +64,6 @@ impl Broker {
         version: i16,
     ) -> AddPartitionsToTxnResponse {
         use add_partitions_to_txn_response::*;
-        let results = |topics: &[add_partitions_to_txn_request::AddPartitionsToTxnTopic],
-                       codes: &dyn Fn(&str, i32) -> i16| {
-            topics
-                .iter()
-                .map(|t| {
-                    AddPartitionsToTxnTopicResult::default()
-                        .with_name(t.name.clone())
-                        .with_results_by_partition(
-                            t.partitions
-                                .iter()
-                                .map(|&p| {
-                                    AddPartitionsToTxnPartitionResult::default()
-                                        .with_partition_index(p)
-                                        .with_partition_error_code(codes(t.name.0.as_str(), p))
-                                })
-                                .collect(),
-                        )
-                })
-                .collect::<Vec<_>>()
-        };
         if version <= 3 {
             let topics = &r.v3_and_below_topics;
             let outcome = self
@@ -70,7 +76,7 @@ impl Broker {
                 )
                 .await;
             return AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(
-                results(topics, &|t, p| outcome(t, p, version)),
+                add_partitions_results(topics, &|t, p| outcome(t, p, version)),
             );
         }
         let mut out = Vec::with_capacity(r.transactions.len());
@@ -87,7 +93,9 @@ impl Broker {
             out.push(
                 AddPartitionsToTxnResult::default()
                     .with_transactional_id(t.transactional_id.clone())
-                    .with_topic_results(results(&t.topics, &|n, p| outcome(n, p, version))),
+                    .with_topic_results(add_partitions_results(&t.topics, &|n, p| {
+                        outcome(n, p, version)
+                    })),
             );
         }
         AddPartitionsToTxnResponse::default().with_results_by_transaction(out)

@@ -6,7 +6,7 @@
 //! names the version it read and fails with [`MetaError::TxnConflict`] when the stored record has
 //! moved on: of two coordinators, one wins and the other learns it is stale.
 
-use bytes_free::{Reader, Writer};
+use bytes::{Buf, BufMut};
 
 use crate::{GroupOffset, MetaError, Result};
 
@@ -92,67 +92,69 @@ pub struct TxnRecord {
 
 impl TxnRecord {
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::default();
-        w.u8(1);
-        w.i64(self.producer_id);
-        w.i16(self.producer_epoch);
-        w.i64(self.last_producer_id);
-        w.i16(self.last_producer_epoch);
-        w.u8(self.state.code());
-        w.i32(self.timeout_ms);
-        w.i64(self.start_ms);
-        w.i64(self.update_ms);
-        w.u32(self.partitions.len() as u32);
+        let mut w = Vec::new();
+        w.put_u8(1);
+        w.put_i64(self.producer_id);
+        w.put_i16(self.producer_epoch);
+        w.put_i64(self.last_producer_id);
+        w.put_i16(self.last_producer_epoch);
+        w.put_u8(self.state.code());
+        w.put_i32(self.timeout_ms);
+        w.put_i64(self.start_ms);
+        w.put_i64(self.update_ms);
+        w.put_u32(self.partitions.len() as u32);
         for (t, p) in &self.partitions {
-            w.str(t);
-            w.i32(*p);
+            put_str(&mut w, t);
+            w.put_i32(*p);
         }
-        w.u32(self.groups.len() as u32);
+        w.put_u32(self.groups.len() as u32);
         for g in &self.groups {
-            w.str(g);
+            put_str(&mut w, g);
         }
-        w.0
+        w
     }
 
     pub fn decode(transactional_id: &str, version: u64, data: &[u8]) -> Result<TxnRecord> {
         let corrupt = || MetaError::Corrupt(format!("transaction state of {transactional_id}"));
-        let mut r = Reader(data);
-        if r.u8().ok_or_else(corrupt)? != 1 {
-            return Err(corrupt());
-        }
-        let producer_id = r.i64().ok_or_else(corrupt)?;
-        let producer_epoch = r.i16().ok_or_else(corrupt)?;
-        let last_producer_id = r.i64().ok_or_else(corrupt)?;
-        let last_producer_epoch = r.i16().ok_or_else(corrupt)?;
-        let state = r.u8().and_then(TxnState::from_code).ok_or_else(corrupt)?;
-        let timeout_ms = r.i32().ok_or_else(corrupt)?;
-        let start_ms = r.i64().ok_or_else(corrupt)?;
-        let update_ms = r.i64().ok_or_else(corrupt)?;
-        let n = r.u32().ok_or_else(corrupt)?;
-        let mut partitions = Vec::new();
-        for _ in 0..n {
-            let t = r.str().ok_or_else(corrupt)?;
-            partitions.push((t, r.i32().ok_or_else(corrupt)?));
-        }
-        let n = r.u32().ok_or_else(corrupt)?;
-        let mut groups = Vec::new();
-        for _ in 0..n {
-            groups.push(r.str().ok_or_else(corrupt)?);
-        }
-        Ok(TxnRecord {
-            transactional_id: transactional_id.to_string(),
-            producer_id,
-            producer_epoch,
-            last_producer_id,
-            last_producer_epoch,
-            state,
-            timeout_ms,
-            start_ms,
-            update_ms,
-            partitions,
-            groups,
-            version,
-        })
+        let mut r = data;
+        let r = &mut r;
+        let decoded = (|| {
+            if r.try_get_u8().ok()? != 1 {
+                return None;
+            }
+            let producer_id = r.try_get_i64().ok()?;
+            let producer_epoch = r.try_get_i16().ok()?;
+            let last_producer_id = r.try_get_i64().ok()?;
+            let last_producer_epoch = r.try_get_i16().ok()?;
+            let state = TxnState::from_code(r.try_get_u8().ok()?)?;
+            let timeout_ms = r.try_get_i32().ok()?;
+            let start_ms = r.try_get_i64().ok()?;
+            let update_ms = r.try_get_i64().ok()?;
+            let mut partitions = Vec::new();
+            for _ in 0..r.try_get_u32().ok()? {
+                let t = get_str(r)?;
+                partitions.push((t, r.try_get_i32().ok()?));
+            }
+            let mut groups = Vec::new();
+            for _ in 0..r.try_get_u32().ok()? {
+                groups.push(get_str(r)?);
+            }
+            Some(TxnRecord {
+                transactional_id: transactional_id.to_string(),
+                producer_id,
+                producer_epoch,
+                last_producer_id,
+                last_producer_epoch,
+                state,
+                timeout_ms,
+                start_ms,
+                update_ms,
+                partitions,
+                groups,
+                version,
+            })
+        })();
+        decoded.ok_or_else(corrupt)
     }
 
     /// Whether `group`'s offsets may be staged by producer `producer_id` at `epoch` now.
@@ -203,66 +205,19 @@ pub trait Transactions: Send + Sync + 'static {
     async fn delete_transaction(&self, transactional_id: &str, version: u64) -> Result<()>;
 }
 
-/// Fixed-width big-endian fields and length-prefixed strings, without a bytes dependency.
-mod bytes_free {
-    #[derive(Default)]
-    pub struct Writer(pub Vec<u8>);
+fn put_str(w: &mut Vec<u8>, s: &str) {
+    w.put_u32(s.len() as u32);
+    w.put_slice(s.as_bytes());
+}
 
-    impl Writer {
-        pub fn u8(&mut self, v: u8) {
-            self.0.push(v);
-        }
-        pub fn i16(&mut self, v: i16) {
-            self.0.extend_from_slice(&v.to_be_bytes());
-        }
-        pub fn i32(&mut self, v: i32) {
-            self.0.extend_from_slice(&v.to_be_bytes());
-        }
-        pub fn u32(&mut self, v: u32) {
-            self.0.extend_from_slice(&v.to_be_bytes());
-        }
-        pub fn i64(&mut self, v: i64) {
-            self.0.extend_from_slice(&v.to_be_bytes());
-        }
-        pub fn str(&mut self, s: &str) {
-            self.u32(s.len() as u32);
-            self.0.extend_from_slice(s.as_bytes());
-        }
+fn get_str(r: &mut &[u8]) -> Option<String> {
+    let n = r.try_get_u32().ok()? as usize;
+    if r.remaining() < n {
+        return None;
     }
-
-    pub struct Reader<'a>(pub &'a [u8]);
-
-    impl Reader<'_> {
-        fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
-            let (head, rest) = self.0.split_first_chunk::<N>()?;
-            self.0 = rest;
-            Some(*head)
-        }
-        pub fn u8(&mut self) -> Option<u8> {
-            self.take::<1>().map(|b| b[0])
-        }
-        pub fn i16(&mut self) -> Option<i16> {
-            self.take().map(i16::from_be_bytes)
-        }
-        pub fn i32(&mut self) -> Option<i32> {
-            self.take().map(i32::from_be_bytes)
-        }
-        pub fn u32(&mut self) -> Option<u32> {
-            self.take().map(u32::from_be_bytes)
-        }
-        pub fn i64(&mut self) -> Option<i64> {
-            self.take().map(i64::from_be_bytes)
-        }
-        pub fn str(&mut self) -> Option<String> {
-            let n = self.u32()? as usize;
-            if self.0.len() < n {
-                return None;
-            }
-            let (s, rest) = self.0.split_at(n);
-            self.0 = rest;
-            String::from_utf8(s.to_vec()).ok()
-        }
-    }
+    let s = String::from_utf8(r[..n].to_vec()).ok()?;
+    r.advance(n);
+    Some(s)
 }
 
 #[cfg(test)]

@@ -165,6 +165,8 @@ pub struct Partition {
     compacted: std::sync::atomic::AtomicBool,
     /// The offset of the last producer snapshot saved (the cleaner stays below it).
     snapshot_at: AtomicU64,
+    /// The end of what was in object storage when the cleaner last looked (`u64::MAX`: never).
+    cleaner_looked_at: AtomicU64,
 }
 
 fn now_ms() -> i64 {
@@ -244,6 +246,7 @@ impl Partition {
             requests: AtomicU64::new(0),
             compacted: std::sync::atomic::AtomicBool::new(false),
             snapshot_at: AtomicU64::new(0),
+            cleaner_looked_at: AtomicU64::new(u64::MAX),
         }))
     }
 
@@ -272,6 +275,18 @@ impl Partition {
 
     pub fn is_compacted(&self) -> bool {
         self.compacted.load(Ordering::Relaxed)
+    }
+
+    /// The end of what was in object storage (`stream_offsets().1`) when the cleaner last
+    /// looked at the partition.
+    pub fn cleaner_looked_at(&self) -> Option<i64> {
+        let v = self.cleaner_looked_at.load(Ordering::Relaxed);
+        (v != u64::MAX).then_some(v as i64)
+    }
+
+    pub fn set_cleaner_looked_at(&self, committed: i64) {
+        self.cleaner_looked_at
+            .store(u64::try_from(committed).unwrap_or(0), Ordering::Relaxed);
     }
 
     /// (log start offset, high watermark)

@@ -702,6 +702,12 @@ impl Topics {
                 continue;
             };
             let policy = Self::cleaner_policy(&t.configs);
+            // Nothing new in object storage since the last look finds nothing new to clean
+            // (unless records wait out min.compaction.lag.ms): no snapshot, no store reads.
+            let (_, committed, _) = p.stream_offsets();
+            if policy.min_compaction_lag_ms == 0 && p.cleaner_looked_at() == Some(committed) {
+                continue;
+            }
             if let Err(e) = p.snapshot_producers(&*self.meta).await {
                 tracing::debug!(topic = %p.topic, partition = p.index, error = %e, "producer snapshot before cleaning failed");
                 continue;
@@ -709,7 +715,11 @@ impl Topics {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as i64);
-            match p.clean(&*self.meta, policy, now).await {
+            let result = p.clean(&*self.meta, policy, now).await;
+            if result.is_ok() {
+                p.set_cleaner_looked_at(committed);
+            }
+            match result {
                 Ok(Some(c)) => {
                     cleaned += 1;
                     self.cleaner.cleans.inc();

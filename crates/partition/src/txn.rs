@@ -138,11 +138,6 @@ impl TxnIndex {
         self.guards.remove(&pid);
     }
 
-    /// How many aborted transactions the index holds.
-    pub fn aborted_count(&self) -> usize {
-        self.aborted.len()
-    }
-
     /// One past the marker of the last aborted transaction (0: none): reads from here on meet
     /// no aborted records.
     pub fn aborted_until(&self) -> u64 {

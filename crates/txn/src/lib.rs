@@ -128,9 +128,6 @@ fn store_error(e: MetaError) -> ResponseError {
     }
 }
 
-/// One transaction in a DescribeTransactions or ListTransactions answer.
-pub type Described = TxnRecord;
-
 impl TxnCoordinator {
     pub fn new(meta: Arc<dyn MetaStore>, config: TxnConfig) -> Arc<TxnCoordinator> {
         Arc::new(TxnCoordinator {
