@@ -532,6 +532,26 @@ pub fn error_response_for(
         RequestKind::ListTransactions(_) => ResponseKind::ListTransactions(
             ListTransactionsResponse::default().with_error_code(code),
         ),
+        RequestKind::ConsumerGroupHeartbeat(_) => ResponseKind::ConsumerGroupHeartbeat(
+            ConsumerGroupHeartbeatResponse::default()
+                .with_error_code(code)
+                .with_member_epoch(-1),
+        ),
+        RequestKind::ConsumerGroupDescribe(r) => {
+            use consumer_group_describe_response::DescribedGroup;
+            ResponseKind::ConsumerGroupDescribe(
+                ConsumerGroupDescribeResponse::default().with_groups(
+                    r.group_ids
+                        .iter()
+                        .map(|id| {
+                            DescribedGroup::default()
+                                .with_group_id(id.clone())
+                                .with_error_code(code)
+                        })
+                        .collect(),
+                ),
+            )
+        }
         _ => return None,
     })
 }

@@ -88,6 +88,8 @@ pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
             | DescribeTransactions
             | ListTransactions
             | DescribeLogDirs
+            | ConsumerGroupHeartbeat
+            | ConsumerGroupDescribe
     );
     if !implemented {
         return None;
@@ -101,6 +103,7 @@ pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
         InitProducerId => 5,
         // v2 filters by a regular expression (KIP-1152), which Weir does not evaluate yet.
         ListTransactions => 1,
+        ConsumerGroupHeartbeat | ConsumerGroupDescribe => 1,
         _ => v.max,
     };
     Some((v.min, v.max.min(max)))
@@ -201,6 +204,17 @@ pub struct Broker {
     pub zones: Option<Arc<ZoneServices>>,
     /// The transaction coordinator (and the producer ids of every producer).
     pub txns: Arc<weir_txn::TxnCoordinator>,
+}
+
+impl Broker {
+    /// The catalog as consumer groups see it: every topic's id and partition count, by name.
+    fn group_catalog(&self) -> weir_group::consumer::Topics {
+        self.topics
+            .list()
+            .iter()
+            .map(|t| (t.name.clone(), (t.id, t.partition_count() as i32)))
+            .collect()
+    }
 }
 
 pub(crate) fn str(s: &str) -> StrBytes {
@@ -398,6 +412,20 @@ impl Broker {
             RequestKind::OffsetDelete(r) => now(ResponseKind::OffsetDelete(
                 self.groups.offset_delete(r, v).await,
             )),
+            RequestKind::ConsumerGroupHeartbeat(r) => {
+                let topics = self.group_catalog();
+                now(ResponseKind::ConsumerGroupHeartbeat(
+                    self.groups
+                        .consumer_group_heartbeat(r, v, client_id, client_host, &topics)
+                        .await,
+                ))
+            }
+            RequestKind::ConsumerGroupDescribe(r) => {
+                let topics = self.group_catalog();
+                now(ResponseKind::ConsumerGroupDescribe(
+                    self.groups.consumer_group_describe(r, v, &topics).await,
+                ))
+            }
             other => {
                 self.meters.unsupported.inc();
                 tracing::debug!(
@@ -438,7 +466,6 @@ fn refusal(request: &RequestKind) -> Option<ResponseKind> {
         ListPartitionReassignments => ListPartitionReassignmentsResponse,
         DescribeClientQuotas => DescribeClientQuotasResponse,
         DescribeUserScramCredentials => DescribeUserScramCredentialsResponse,
-        ConsumerGroupHeartbeat => ConsumerGroupHeartbeatResponse,
         GetTelemetrySubscriptions => GetTelemetrySubscriptionsResponse,
         PushTelemetry => PushTelemetryResponse,
         CreateDelegationToken => CreateDelegationTokenResponse,

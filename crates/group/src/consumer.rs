@@ -15,10 +15,15 @@
 //!   UnreleasedPartitions --others released them--> Stable
 //! ```
 //!
-//! Not wired to the Kafka API yet (ConsumerGroupHeartbeat is not advertised): this is the state
-//! machine and its tests; the coordinator, persistence and the APIs come next.
+//! Subscriptions are topic names, a regular expression (Kafka 4.1's `SubscribedTopicRegex`,
+//! matched against whole names), or both; they are resolved against the catalog the caller
+//! passes with each heartbeat, so a topic created later that matches joins the subscription at
+//! the next heartbeat (a new group epoch).
+//!
+//! [`crate::GroupCoordinator`] keeps these groups beside the classic ones, stores them
+//! ([`ConsumerGroup::encode`]) whenever a heartbeat changed them, and expires members.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::assignor::{Assignment, Assignor, MemberSpec, TopicId};
 use crate::codes::*;
@@ -36,7 +41,12 @@ pub struct ConsumerMember {
     pub member_id: String,
     pub instance_id: Option<String>,
     pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    /// Topic names it subscribes to.
     pub subscribed: BTreeSet<String>,
+    /// A regular expression whose matching topics it subscribes to as well.
+    pub subscribed_regex: Option<String>,
     pub server_assignor: Option<String>,
     pub rebalance_timeout_ms: i32,
     pub epoch: i32,
@@ -48,6 +58,11 @@ pub struct ConsumerMember {
     pub revoking: Assignment,
     /// When it was last heard from (milliseconds, the caller's clock).
     pub last_heard_ms: i64,
+    /// While it gives up partitions: when its rebalance timeout runs out (it is removed then).
+    pub revoke_deadline_ms: Option<i64>,
+    /// A static member that left with epoch -2: it keeps its partitions for its session, for
+    /// the same instance to take them back under a new member id without a rebalance.
+    pub left_static: bool,
 }
 
 /// One heartbeat, as the request says it (fields the client left null are `None`).
@@ -57,19 +72,89 @@ pub struct Heartbeat {
     pub member_epoch: i32,
     pub instance_id: Option<String>,
     pub rack_id: Option<String>,
+    /// -1: unchanged.
     pub rebalance_timeout_ms: i32,
     pub subscribed: Option<Vec<String>>,
+    /// `Some("")` clears it.
+    pub subscribed_regex: Option<String>,
     pub server_assignor: Option<String>,
     /// What the member owns now, by its own account.
     pub owned: Option<Assignment>,
+    pub client_id: String,
+    pub client_host: String,
+}
+
+impl Heartbeat {
+    /// Kafka's checks of a heartbeat's fields before it touches the group.
+    pub fn validate(&self) -> Result<(), (i16, String)> {
+        let invalid = |m: &str| Err((INVALID_REQUEST, m.to_string()));
+        if self.instance_id.as_deref() == Some("") {
+            return invalid("InstanceId can't be empty.");
+        }
+        if self.rack_id.as_deref() == Some("") {
+            return invalid("RackId can't be empty.");
+        }
+        match self.member_epoch {
+            0 => {
+                if self.member_id.is_empty() {
+                    return invalid("MemberId can't be empty.");
+                }
+                if self.rebalance_timeout_ms == -1 {
+                    return invalid("RebalanceTimeoutMs must be provided in first request.");
+                }
+                if self.owned.as_ref().is_none_or(|o| !o.is_empty()) {
+                    return invalid("TopicPartitions must be empty when (re-)joining.");
+                }
+                let names = self.subscribed.as_ref().is_some_and(|n| !n.is_empty());
+                let regex = self
+                    .subscribed_regex
+                    .as_ref()
+                    .is_some_and(|r| !r.is_empty());
+                if !names && !regex {
+                    return invalid(
+                        "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.",
+                    );
+                }
+            }
+            -2 if self.instance_id.is_none() => return invalid("InstanceId can't be null."),
+            e if e > 0 || e == -1 || e == -2 => {
+                if self.member_id.is_empty() {
+                    return invalid("MemberId can't be empty.");
+                }
+            }
+            _ => return invalid("MemberEpoch is invalid."),
+        }
+        if let Some(a) = &self.server_assignor {
+            if Assignor::by_name(a).is_none() {
+                return Err((
+                    UNSUPPORTED_ASSIGNOR,
+                    format!(
+                        "ServerAssignor {a} is not supported. Supported assignors: uniform, range."
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A heartbeat with every field a member sends when it joins or recovers: it is answered
+    /// with the whole assignment.
+    fn is_full(&self) -> bool {
+        self.member_epoch == 0
+            || (self.rebalance_timeout_ms != -1
+                && self.subscribed.is_some()
+                && self.owned.is_some())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Answer {
     pub error: i16,
+    pub message: Option<String>,
     pub member_id: String,
     pub member_epoch: i32,
-    /// The member's assignment (what it may hold now).
+    /// The member's assignment (what it may hold now): sent when it changed, or to a full
+    /// heartbeat, as Kafka does.
     pub assignment: Option<Assignment>,
 }
 
@@ -77,9 +162,17 @@ impl Answer {
     fn error(member_id: &str, error: i16) -> Answer {
         Answer {
             error,
+            message: None,
             member_id: member_id.to_string(),
             member_epoch: -1,
             assignment: None,
+        }
+    }
+
+    fn error_with(member_id: &str, error: i16, message: String) -> Answer {
+        Answer {
+            message: Some(message),
+            ..Answer::error(member_id, error)
         }
     }
 }
@@ -95,6 +188,13 @@ pub struct ConsumerGroup {
     pub target: BTreeMap<String, Assignment>,
     /// The partition counts of subscribed topics the group epoch last saw.
     pub metadata: BTreeMap<TopicId, i32>,
+    /// Compiled subscription patterns (not stored: compiled again when needed).
+    regexes: HashMap<String, regex_lite::Regex>,
+}
+
+/// Compiles a subscription pattern: it must match a whole topic name, as Kafka matches them.
+fn compile(pattern: &str) -> Result<regex_lite::Regex, String> {
+    regex_lite::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| e.to_string())
 }
 
 fn without(a: &Assignment, b: &Assignment) -> Assignment {
@@ -145,14 +245,108 @@ impl ConsumerGroup {
             .unwrap_or(Assignor::Uniform)
     }
 
+    /// The topics a member subscribes to, by name or by pattern, as they exist now.
+    fn resolve<'t>(&self, m: &ConsumerMember, topics: &'t Topics) -> BTreeMap<&'t str, TopicId> {
+        let regex = m
+            .subscribed_regex
+            .as_ref()
+            .and_then(|r| self.regexes.get(r));
+        topics
+            .iter()
+            .filter(|(name, _)| {
+                m.subscribed.contains(*name) || regex.is_some_and(|r| r.is_match(name))
+            })
+            .map(|(name, (id, _))| (name.as_str(), *id))
+            .collect()
+    }
+
     /// The partition counts of the topics the members subscribe to.
     fn subscribed_metadata(&self, topics: &Topics) -> BTreeMap<TopicId, i32> {
+        let mut out = BTreeMap::new();
+        for m in self.members.values() {
+            for name in self.resolve(m, topics).keys() {
+                let (id, count) = topics[*name];
+                out.insert(id, count);
+            }
+        }
+        out
+    }
+
+    /// Compiles the patterns members subscribe with that are not compiled yet (after a group
+    /// is read back from the store).
+    fn compile_patterns(&mut self) {
+        for m in self.members.values() {
+            if let Some(r) = &m.subscribed_regex {
+                if !self.regexes.contains_key(r) {
+                    if let Ok(re) = compile(r) {
+                        self.regexes.insert(r.clone(), re);
+                    }
+                }
+            }
+        }
+        let used: BTreeSet<&String> = self
+            .members
+            .values()
+            .filter_map(|m| m.subscribed_regex.as_ref())
+            .collect();
+        self.regexes.retain(|r, _| used.contains(r));
+    }
+
+    /// Kafka's group states: Empty, Assigning (the target lags the group epoch), Reconciling
+    /// (some member is not at the target yet), Stable.
+    pub fn state_name(&self) -> &'static str {
+        if self.members.is_empty() {
+            "Empty"
+        } else if self.target_epoch < self.group_epoch {
+            "Assigning"
+        } else if self
+            .members
+            .values()
+            .any(|m| m.epoch != self.target_epoch || m.state != MemberState::Stable)
+        {
+            "Reconciling"
+        } else {
+            "Stable"
+        }
+    }
+
+    /// The assignor the group uses now.
+    pub fn assignor_name(&self) -> &'static str {
+        self.assignor().name()
+    }
+
+    /// The topics the group's members subscribe to, by name, as they exist now.
+    pub fn subscribed_topics(&self, topics: &Topics) -> BTreeSet<String> {
         self.members
             .values()
-            .flat_map(|m| m.subscribed.iter())
-            .filter_map(|n| topics.get(n))
-            .map(|&(id, count)| (id, count))
+            .flat_map(|m| self.resolve(m, topics).into_keys().map(str::to_string))
             .collect()
+    }
+
+    /// Whether some member subscribes to topic `name`, by name or by pattern.
+    pub fn is_subscribed_to(&self, name: &str) -> bool {
+        self.members.values().any(|m| {
+            m.subscribed.contains(name)
+                || m.subscribed_regex
+                    .as_ref()
+                    .and_then(|r| self.regexes.get(r))
+                    .is_some_and(|r| r.is_match(name))
+        })
+    }
+
+    /// Whether member `id` may commit or fetch offsets at `epoch` (OffsetCommit v9+,
+    /// TxnOffsetCommit, OffsetFetch v9+): else Kafka's UNKNOWN_MEMBER_ID, or STALE_MEMBER_EPOCH
+    /// for any other epoch than the member's.
+    pub fn validate_member_epoch(&self, id: &str, epoch: i32) -> Result<(), i16> {
+        let m = self.members.get(id).ok_or(UNKNOWN_MEMBER_ID)?;
+        if m.left_static {
+            return Err(UNKNOWN_MEMBER_ID);
+        }
+        if epoch == m.epoch {
+            Ok(())
+        } else {
+            Err(STALE_MEMBER_EPOCH)
+        }
     }
 
     /// Whether another member holds (or still gives up) the partition.
@@ -164,29 +358,80 @@ impl ConsumerGroup {
         })
     }
 
-    /// Handles one heartbeat at `now_ms`.
+    /// Handles one heartbeat at `now_ms` (already validated: [`Heartbeat::validate`]).
     pub fn heartbeat(&mut self, hb: Heartbeat, topics: &Topics, now_ms: i64) -> Answer {
+        debug_assert!(hb.validate().is_ok(), "validated first");
         let id = hb.member_id.clone();
+        let full = hb.is_full();
         // One new group epoch per heartbeat, whatever it changed (a join with its subscription
         // is one change, as in Kafka).
-        let mut bump = false;
+        let mut changed = false;
+        if let Some(r) = hb.subscribed_regex.as_deref().filter(|r| !r.is_empty()) {
+            if !self.regexes.contains_key(r) {
+                match compile(r) {
+                    Ok(re) => {
+                        self.regexes.insert(r.to_string(), re);
+                    }
+                    Err(e) => {
+                        return Answer::error_with(
+                            &id,
+                            INVALID_REGULAR_EXPRESSION,
+                            format!("SubscribedTopicRegex `{r}` is not a valid regular expression: {e}."),
+                        );
+                    }
+                }
+            }
+        }
         match hb.member_epoch {
-            -1 | -2 => {
-                // A leave (-2: a static member's, which Kafka keeps for its session; here it
-                // leaves like the others).
+            -1 => {
                 if self.members.remove(&id).is_some() {
                     self.group_epoch += 1;
                 }
                 return Answer {
-                    error: NONE,
-                    member_id: id,
-                    member_epoch: hb.member_epoch,
-                    assignment: None,
+                    member_epoch: -1,
+                    ..Answer::error(&id, NONE)
+                };
+            }
+            -2 => {
+                // A static member leaving for now: it keeps its partitions for its session.
+                if let Some(m) = self.members.get_mut(&id) {
+                    m.left_static = true;
+                    m.last_heard_ms = now_ms;
+                }
+                return Answer {
+                    member_epoch: -2,
+                    ..Answer::error(&id, NONE)
                 };
             }
             0 => {
-                if id.is_empty() {
-                    return Answer::error(&id, INVALID_REQUEST);
+                if let Some(instance) = &hb.instance_id {
+                    let holder = self
+                        .members
+                        .values()
+                        .find(|m| m.instance_id.as_ref() == Some(instance) && m.member_id != id)
+                        .map(|m| (m.member_id.clone(), m.left_static));
+                    match holder {
+                        Some((old, true)) => {
+                            // The same instance back under a new id: it takes over the member.
+                            let mut m = self.members.remove(&old).expect("found above");
+                            m.member_id = id.clone();
+                            m.left_static = false;
+                            if let Some(t) = self.target.remove(&old) {
+                                self.target.insert(id.clone(), t);
+                            }
+                            self.members.insert(id.clone(), m);
+                        }
+                        Some((_, false)) => {
+                            return Answer::error_with(
+                                &id,
+                                UNRELEASED_INSTANCE_ID,
+                                format!(
+                                    "Static member with unknown member id and instance id {instance} cannot replace an existing member that has not left."
+                                ),
+                            );
+                        }
+                        None => {}
+                    }
                 }
                 if !self.members.contains_key(&id) {
                     self.members.insert(
@@ -195,7 +440,10 @@ impl ConsumerGroup {
                             member_id: id.clone(),
                             instance_id: hb.instance_id.clone(),
                             rack_id: hb.rack_id.clone(),
+                            client_id: hb.client_id.clone(),
+                            client_host: hb.client_host.clone(),
                             subscribed: BTreeSet::new(),
+                            subscribed_regex: None,
                             server_assignor: None,
                             rebalance_timeout_ms: hb.rebalance_timeout_ms,
                             epoch: 0,
@@ -204,28 +452,52 @@ impl ConsumerGroup {
                             assigned: Assignment::new(),
                             revoking: Assignment::new(),
                             last_heard_ms: now_ms,
+                            revoke_deadline_ms: None,
+                            left_static: false,
                         },
                     );
-                    bump = true;
+                    changed = true;
                 }
             }
             epoch => {
                 let Some(m) = self.members.get(&id) else {
                     return Answer::error(&id, UNKNOWN_MEMBER_ID);
                 };
-                if epoch != m.epoch && epoch != m.previous_epoch {
+                if m.left_static {
+                    return Answer::error(&id, UNKNOWN_MEMBER_ID);
+                }
+                // The previous epoch is accepted from a member that holds no more than it is
+                // given now (the answer that moved it on may have been lost).
+                let previous_ok = epoch == m.previous_epoch
+                    && hb
+                        .owned
+                        .as_ref()
+                        .is_some_and(|o| without(o, &m.assigned).is_empty());
+                if epoch != m.epoch && !previous_ok {
                     return Answer::error(&id, FENCED_MEMBER_EPOCH);
                 }
             }
         }
         // Subscription and settings changes.
-        let mut changed = bump;
+        let before = self.members[&id].assigned.clone();
         if let Some(m) = self.members.get_mut(&id) {
             m.last_heard_ms = now_ms;
+            m.client_id = hb.client_id;
+            m.client_host = hb.client_host;
+            if hb.rack_id.is_some() {
+                m.rack_id = hb.rack_id;
+            }
             if let Some(names) = hb.subscribed {
                 let names: BTreeSet<String> = names.into_iter().collect();
                 if names != m.subscribed {
                     m.subscribed = names;
+                    changed = true;
+                }
+            }
+            if let Some(r) = hb.subscribed_regex {
+                let r = (!r.is_empty()).then_some(r);
+                if r != m.subscribed_regex {
+                    m.subscribed_regex = r;
                     changed = true;
                 }
             }
@@ -241,6 +513,9 @@ impl ConsumerGroup {
                 m.revoking = intersect(&m.revoking, owned);
             }
         }
+        if changed {
+            self.compile_patterns();
+        }
         // Partitions of subscribed topics changed: a new group epoch too.
         let metadata = self.subscribed_metadata(topics);
         if metadata != self.metadata {
@@ -254,13 +529,21 @@ impl ConsumerGroup {
             self.compute_target(topics);
         }
         self.reconcile(&id);
+        let m = self.members.get_mut(&id).expect("present");
+        if m.state == MemberState::UnrevokedPartitions {
+            let timeout = i64::from(m.rebalance_timeout_ms.max(0));
+            m.revoke_deadline_ms.get_or_insert(now_ms + timeout);
+        } else {
+            m.revoke_deadline_ms = None;
+        }
         debug_assert!(self.exclusive(), "a partition is never held by two members");
         let m = &self.members[&id];
         Answer {
             error: NONE,
+            message: None,
             member_id: id.clone(),
             member_epoch: m.epoch,
-            assignment: Some(m.assigned.clone()),
+            assignment: (full || m.assigned != before).then(|| m.assigned.clone()),
         }
     }
 
@@ -270,11 +553,7 @@ impl ConsumerGroup {
             .values()
             .map(|m| MemberSpec {
                 member_id: m.member_id.clone(),
-                topics: m
-                    .subscribed
-                    .iter()
-                    .filter_map(|n| topics.get(n).map(|(id, _)| *id))
-                    .collect(),
+                topics: self.resolve(m, topics).into_values().collect(),
                 current: m.assigned.clone(),
             })
             .collect();
@@ -338,7 +617,10 @@ impl ConsumerGroup {
         let gone: Vec<String> = self
             .members
             .values()
-            .filter(|m| now_ms - m.last_heard_ms > session_timeout_ms)
+            .filter(|m| {
+                now_ms - m.last_heard_ms > session_timeout_ms
+                    || m.revoke_deadline_ms.is_some_and(|d| now_ms > d)
+            })
             .map(|m| m.member_id.clone())
             .collect();
         for id in &gone {
@@ -346,6 +628,17 @@ impl ConsumerGroup {
             self.group_epoch += 1;
         }
         gone
+    }
+
+    /// When [`ConsumerGroup::expire`] has something to do next, if ever.
+    pub fn next_deadline_ms(&self, session_timeout_ms: i64) -> Option<i64> {
+        self.members
+            .values()
+            .map(|m| {
+                let session = m.last_heard_ms + session_timeout_ms + 1;
+                m.revoke_deadline_ms.map_or(session, |d| session.min(d + 1))
+            })
+            .min()
     }
 
     /// Whether no two members hold (or give up) the same partition: the invariant the
@@ -366,7 +659,9 @@ impl ConsumerGroup {
     }
 }
 
-/// The stored form of a consumer group (format 1), so that another broker can take it over:
+pub use stored::FORMAT;
+
+/// The stored form of a consumer group, so that another broker can take it over:
 /// epochs, the metadata and target the group epoch saw, and each member with what it holds and
 /// gives up. Sessions are not stored: a group read back restarts them.
 mod stored {
@@ -447,10 +742,14 @@ mod stored {
         Some(a)
     }
 
+    /// The first byte of the stored form: a classic group's stored state starts with its
+    /// format version (1), so the two kinds never read each other's bytes.
+    pub const FORMAT: u8 = 0x81;
+
     impl ConsumerGroup {
         pub fn encode(&self) -> Vec<u8> {
             let mut b = Vec::new();
-            b.put_u8(1);
+            b.put_u8(FORMAT);
             b.put_i32(self.group_epoch);
             b.put_i32(self.target_epoch);
             b.put_u32(self.metadata.len() as u32);
@@ -463,10 +762,14 @@ mod stored {
                 put_str(&mut b, &m.member_id);
                 put_opt(&mut b, &m.instance_id);
                 put_opt(&mut b, &m.rack_id);
+                put_str(&mut b, &m.client_id);
+                put_str(&mut b, &m.client_host);
                 b.put_u32(m.subscribed.len() as u32);
                 for s in &m.subscribed {
                     put_str(&mut b, s);
                 }
+                put_opt(&mut b, &m.subscribed_regex);
+                b.put_u8(u8::from(m.left_static));
                 put_opt(&mut b, &m.server_assignor);
                 b.put_i32(m.rebalance_timeout_ms);
                 b.put_i32(m.epoch);
@@ -491,7 +794,7 @@ mod stored {
         /// bytes are not a stored group this version reads.
         pub fn decode(mut b: &[u8], now_ms: i64) -> Option<ConsumerGroup> {
             let b = &mut b;
-            if b.try_get_u8().ok()? != 1 {
+            if b.try_get_u8().ok()? != FORMAT {
                 return None;
             }
             let mut g = ConsumerGroup {
@@ -507,10 +810,18 @@ mod stored {
                 let member_id = get_str(b)?;
                 let instance_id = get_opt(b)?;
                 let rack_id = get_opt(b)?;
+                let client_id = get_str(b)?;
+                let client_host = get_str(b)?;
                 let mut subscribed = BTreeSet::new();
                 for _ in 0..get_count(b, 4)? {
                     subscribed.insert(get_str(b)?);
                 }
+                let subscribed_regex = get_opt(b)?;
+                let left_static = match b.try_get_u8().ok()? {
+                    0 => false,
+                    1 => true,
+                    _ => return None,
+                };
                 let server_assignor = get_opt(b)?;
                 let rebalance_timeout_ms = b.try_get_i32().ok()?;
                 let epoch = b.try_get_i32().ok()?;
@@ -529,7 +840,10 @@ mod stored {
                         member_id,
                         instance_id,
                         rack_id,
+                        client_id,
+                        client_host,
                         subscribed,
+                        subscribed_regex,
                         server_assignor,
                         rebalance_timeout_ms,
                         epoch,
@@ -538,6 +852,10 @@ mod stored {
                         assigned,
                         revoking,
                         last_heard_ms: now_ms,
+                        // Whoever gives up partitions gets its whole rebalance timeout again.
+                        revoke_deadline_ms: (state == MemberState::UnrevokedPartitions)
+                            .then(|| now_ms + i64::from(rebalance_timeout_ms.max(0))),
+                        left_static,
                     },
                 );
             }
@@ -545,6 +863,10 @@ mod stored {
                 let id = get_str(b)?;
                 g.target.insert(id, get_assignment(b)?);
             }
+            if b.has_remaining() {
+                return None;
+            }
+            g.compile_patterns();
             Some(g)
         }
     }
@@ -642,9 +964,10 @@ mod tests {
             (1, 3)
         );
         assert_eq!(g.members["a"].state, MemberState::UnrevokedPartitions);
-        // b again: still nothing free (a has not confirmed).
+        // b again: still nothing free (a has not confirmed), so nothing new to tell it.
         let b = g.heartbeat(beat("b", 2, &Assignment::new()), &t, 3);
-        assert_eq!(count(b.assignment.as_ref().unwrap()), 0);
+        assert_eq!(b.assignment, None, "unchanged: not sent again");
+        assert_eq!(count(&g.members["b"].assigned), 0);
         // a confirms it owns only its 3 now: it moves to the new epoch, and b gets the rest.
         let kept = a.assignment.clone().unwrap();
         let a = g.heartbeat(beat("a", 1, &kept), &t, 4);
@@ -696,9 +1019,11 @@ mod tests {
                 (Some((epoch, owned)), _) => g.heartbeat(beat(who, *epoch, owned), &t, step),
             };
             assert_eq!(answer.error, NONE, "step {step}: {who}");
+            // No assignment in the answer: the one it was told last still holds.
+            let last = told.get(who).map(|(_, a)| a.clone()).unwrap_or_default();
             told.insert(
                 who,
-                (answer.member_epoch, answer.assignment.unwrap_or_default()),
+                (answer.member_epoch, answer.assignment.unwrap_or(last)),
             );
             assert!(g.exclusive(), "step {step}");
         }
@@ -707,7 +1032,7 @@ mod tests {
             for who in told.keys().copied().collect::<Vec<_>>() {
                 let (epoch, owned) = told[who].clone();
                 let a = g.heartbeat(beat(who, epoch, &owned), &t, 10_000 + round);
-                told.insert(who, (a.member_epoch, a.assignment.unwrap_or_default()));
+                told.insert(who, (a.member_epoch, a.assignment.unwrap_or(owned)));
             }
         }
         for (who, (epoch, owned)) in &told {

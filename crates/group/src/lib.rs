@@ -42,6 +42,7 @@
 
 pub mod assignor;
 pub mod consumer;
+mod consumer_api;
 mod group;
 mod snapshot;
 
@@ -80,6 +81,7 @@ use tokio::time::Instant;
 use weir_meta::{GroupOffset, GroupStore};
 
 use crate::codes::*;
+use crate::consumer::ConsumerGroup;
 use crate::group::{
     Cx, Group, GroupState, JoinOutcome, JoinParams, Reply, SyncOutcome, SyncParams,
 };
@@ -108,6 +110,11 @@ mod codes {
     pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = E::GroupSubscribedToTopic.code();
     pub const FENCED_MEMBER_EPOCH: i16 = E::FencedMemberEpoch.code();
     pub const INVALID_REQUEST: i16 = E::InvalidRequest.code();
+    pub const STALE_MEMBER_EPOCH: i16 = E::StaleMemberEpoch.code();
+    pub const UNRELEASED_INSTANCE_ID: i16 = E::UnreleasedInstanceId.code();
+    pub const UNSUPPORTED_ASSIGNOR: i16 = E::UnsupportedAssignor.code();
+    pub const INVALID_REGULAR_EXPRESSION: i16 = E::InvalidRegularExpression.code();
+    pub const UNSUPPORTED_VERSION: i16 = E::UnsupportedVersion.code();
 }
 
 /// At most this many group ids are remembered as having no stored state; past it the cache
@@ -130,6 +137,11 @@ pub struct GroupConfig {
     pub min_session_timeout: Duration,
     /// Kafka's `group.max.session.timeout.ms`.
     pub max_session_timeout: Duration,
+    /// Kafka's `group.consumer.session.timeout.ms`: a consumer group member not heard from for
+    /// this long is removed.
+    pub consumer_session_timeout: Duration,
+    /// Kafka's `group.consumer.heartbeat.interval.ms`, told to consumer group members.
+    pub consumer_heartbeat_interval: Duration,
 }
 
 impl Default for GroupConfig {
@@ -138,6 +150,8 @@ impl Default for GroupConfig {
             initial_rebalance_delay: Duration::ZERO,
             min_session_timeout: Duration::from_secs(6),
             max_session_timeout: Duration::from_secs(30 * 60),
+            consumer_session_timeout: Duration::from_secs(45),
+            consumer_heartbeat_interval: Duration::from_secs(5),
         }
     }
 }
@@ -161,10 +175,15 @@ struct Inner {
     /// Held while writing group states to the store: one writer at a time, so that a group's
     /// states reach the store in the order they were taken.
     writer: tokio::sync::Mutex<()>,
+    /// The origin of the millisecond clock consumer groups run on.
+    base: Instant,
 }
 
 struct State {
+    /// Classic groups.
     groups: HashMap<String, Group>,
+    /// Consumer groups (KIP-848). A group id is in one of the two maps at most.
+    consumers: HashMap<String, Consumer>,
     /// The deadline the timer task sleeps until, if any.
     timer_at: Option<Instant>,
     owns: Ownership,
@@ -186,6 +205,12 @@ struct State {
 struct Unsaved {
     seq: u64,
     write: Write,
+}
+
+/// A consumer group and the stored form of it last queued for the store.
+struct Consumer {
+    group: ConsumerGroup,
+    stored: Vec<u8>,
 }
 
 #[derive(Clone)]
@@ -225,6 +250,21 @@ impl State {
         }
     }
 
+    /// After a heartbeat or an expiry in a consumer group: queues its state if it changed.
+    /// Returns whether it did.
+    fn settle_consumer(&mut self, group_id: &str) -> bool {
+        let Some(c) = self.consumers.get_mut(group_id) else {
+            return false;
+        };
+        let bytes = c.group.encode();
+        if bytes == c.stored {
+            return false;
+        }
+        c.stored = bytes.clone();
+        self.queue(group_id, Write::Save(bytes));
+        true
+    }
+
     /// [`State::settle`] for every group.
     fn settle_all(&mut self) {
         let ids: Vec<String> = self.groups.keys().cloned().collect();
@@ -241,11 +281,35 @@ impl State {
     }
 
     /// Takes into memory a group's state read from the store (or from `unsaved`).
-    fn restore(&mut self, group_id: &str, data: Option<&[u8]>, now: Instant) {
+    fn restore(&mut self, group_id: &str, data: Option<&[u8]>, now: Instant, now_ms: i64) {
         let Some(data) = data else {
             self.mark_absent(group_id);
             return;
         };
+        if data.first() == Some(&consumer::FORMAT) {
+            match ConsumerGroup::decode(data, now_ms) {
+                Some(group) => {
+                    tracing::info!(
+                        group = %group_id,
+                        epoch = group.group_epoch,
+                        state = group.state_name(),
+                        members = group.members.len(),
+                        "consumer group loaded from the metadata store"
+                    );
+                    let stored = data.to_vec();
+                    self.consumers
+                        .insert(group_id.to_owned(), Consumer { group, stored });
+                }
+                None => {
+                    tracing::warn!(
+                        group = %group_id,
+                        "stored consumer group state ignored: the group starts empty (its offsets are kept)"
+                    );
+                    self.mark_absent(group_id);
+                }
+            }
+            return;
+        }
         match GroupSnapshot::decode(data) {
             Ok(snapshot) => {
                 let g = Group::restore(group_id.to_owned(), snapshot, now);
@@ -277,6 +341,27 @@ impl Inner {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Milliseconds on the consumer groups' clock.
+    fn now_ms(&self) -> i64 {
+        Instant::now().duration_since(self.base).as_millis() as i64
+    }
+
+    /// The instant of a time on the consumer groups' clock.
+    fn instant_of(&self, ms: i64) -> Instant {
+        self.base + Duration::from_millis(ms.max(0) as u64)
+    }
+
+    /// The earliest deadline of any consumer group member.
+    fn consumer_deadline(&self, state: &State) -> Option<Instant> {
+        let session = self.config.consumer_session_timeout.as_millis() as i64;
+        state
+            .consumers
+            .values()
+            .filter_map(|c| c.group.next_deadline_ms(session))
+            .min()
+            .map(|ms| self.instant_of(ms))
+    }
+
     fn cx(&self) -> Cx {
         Cx {
             now: Instant::now(),
@@ -287,7 +372,14 @@ impl Inner {
     /// After an operation on `group_id`: tells the timer task if the group now has a deadline
     /// earlier than the one it sleeps to.
     fn rearm(&self, state: &mut State, group_id: &str) {
-        let Some(deadline) = state.groups.get(group_id).and_then(Group::next_deadline) else {
+        let classic = state.groups.get(group_id).and_then(Group::next_deadline);
+        let consumer = state.consumers.get(group_id).and_then(|c| {
+            let session = self.config.consumer_session_timeout.as_millis() as i64;
+            c.group
+                .next_deadline_ms(session)
+                .map(|ms| self.instant_of(ms))
+        });
+        let Some(deadline) = classic.into_iter().chain(consumer).min() else {
             return;
         };
         if state.timer_at.is_none_or(|at| deadline < at) {
@@ -309,6 +401,20 @@ impl Inner {
         let mut state = self.lock();
         if !state.owns(group_id) {
             return Err(NOT_COORDINATOR);
+        }
+        if let Some(c) = state.consumers.get(group_id) {
+            // A consumer group: an empty one becomes a classic group when a classic member
+            // joins (its offsets stay), as in Kafka; a classic request to a member of one that
+            // is not empty finds no such member.
+            if !create {
+                return Ok(None);
+            }
+            if !c.group.members.is_empty() {
+                return Err(INCONSISTENT_GROUP_PROTOCOL);
+            }
+            tracing::info!(group = %group_id, "empty consumer group converted to a classic group");
+            state.consumers.remove(group_id);
+            state.queue(group_id, Write::Delete);
         }
         if create && !state.groups.contains_key(group_id) {
             state
@@ -336,7 +442,10 @@ impl Inner {
                 if !state.owns(group_id) {
                     return Err(NOT_COORDINATOR);
                 }
-                if state.groups.contains_key(group_id) || state.absent.contains(group_id) {
+                if state.groups.contains_key(group_id)
+                    || state.consumers.contains_key(group_id)
+                    || state.absent.contains(group_id)
+                {
                     return Ok(());
                 }
                 if let Some(u) = state.unsaved.get(group_id) {
@@ -345,7 +454,7 @@ impl Inner {
                         Write::Save(data) => Some(data.clone()),
                         Write::Delete => None,
                     };
-                    state.restore(group_id, data.as_deref(), Instant::now());
+                    state.restore(group_id, data.as_deref(), Instant::now(), self.now_ms());
                     self.rearm(&mut state, group_id);
                     return Ok(());
                 }
@@ -356,7 +465,7 @@ impl Inner {
             if !state.owns(group_id) {
                 return Err(NOT_COORDINATOR);
             }
-            if state.groups.contains_key(group_id) {
+            if state.groups.contains_key(group_id) || state.consumers.contains_key(group_id) {
                 // Another request loaded it (or created it after finding nothing) first.
                 return Ok(());
             }
@@ -366,7 +475,7 @@ impl Inner {
             }
             return match loaded {
                 Ok(data) => {
-                    state.restore(group_id, data.as_deref(), Instant::now());
+                    state.restore(group_id, data.as_deref(), Instant::now(), self.now_ms());
                     self.rearm(&mut state, group_id);
                     Ok(())
                 }
@@ -472,11 +581,27 @@ async fn run_timer(inner: Arc<Inner>) {
                 group.poll(&cx);
             }
             state.settle_all();
+            let now_ms = inner.now_ms();
+            let session = inner.config.consumer_session_timeout.as_millis() as i64;
+            let mut expired = Vec::new();
+            for (id, c) in state.consumers.iter_mut() {
+                for member in c.group.expire(now_ms, session) {
+                    tracing::info!(group = %id, member = %member, "consumer group member removed: its session or rebalance timeout ran out");
+                    expired.push(id.clone());
+                }
+            }
+            for id in expired {
+                state.settle_consumer(&id);
+            }
             if std::mem::take(&mut state.flush_wanted) {
                 // The timer never waits for the store.
                 inner.spawn_flush();
             }
-            let next = state.groups.values().filter_map(Group::next_deadline).min();
+            let classic = state.groups.values().filter_map(Group::next_deadline).min();
+            let next = classic
+                .into_iter()
+                .chain(inner.consumer_deadline(&state))
+                .min();
             state.timer_at = next;
             next
         };
@@ -502,6 +627,7 @@ impl GroupCoordinator {
             config,
             state: Mutex::new(State {
                 groups: HashMap::new(),
+                consumers: HashMap::new(),
                 timer_at: None,
                 owns: Arc::new(|_: &str| true),
                 unsaved: HashMap::new(),
@@ -512,6 +638,7 @@ impl GroupCoordinator {
             }),
             wake: Notify::new(),
             writer: tokio::sync::Mutex::new(()),
+            base: Instant::now(),
         });
         let timer = tokio::spawn(run_timer(Arc::clone(&inner)));
         Arc::new(GroupCoordinator {
@@ -544,13 +671,16 @@ impl GroupCoordinator {
                 g.unload();
             }
         }
+        let consumers_before = state.consumers.len();
+        state.consumers.retain(|id, _| owns(id));
+        let consumers_given_up = consumers_before - state.consumers.len();
         state.unsaved.retain(|id, _| owns(id));
         // Groups coordinated elsewhere for a while may have gained a state there.
         state.absent.clear();
         state.unloads += 1;
-        if !given_up.is_empty() {
+        if !given_up.is_empty() || consumers_given_up > 0 {
             tracing::info!(
-                groups = given_up.len(),
+                groups = given_up.len() + consumers_given_up,
                 "groups given up to other coordinators"
             );
         }
@@ -767,6 +897,13 @@ impl GroupCoordinator {
         if !state.owns(group_id) {
             return Err(NOT_COORDINATOR);
         }
+        if let Some(c) = state.consumers.get(group_id) {
+            // The generation is the member epoch.
+            if generation < 0 && c.group.members.is_empty() {
+                return Ok(());
+            }
+            return c.group.validate_member_epoch(member_id, generation);
+        }
         let result = match state.groups.get_mut(group_id) {
             Some(g) => {
                 g.poll(&cx);
@@ -803,7 +940,23 @@ impl GroupCoordinator {
                 drop(state);
                 return commit_error_response(&req, NOT_COORDINATOR);
             }
+            let consumer = state.consumers.get(&group_id).map(|c| {
+                if generation < 0 && c.group.members.is_empty() {
+                    // An admin tool, or a consumer without group management.
+                    None
+                } else if !c.group.members.contains_key(req.member_id.as_str()) {
+                    Some(UNKNOWN_MEMBER_ID)
+                } else if version < 9 {
+                    // Members of consumer groups commit with v9+ (their member epoch).
+                    Some(UNSUPPORTED_VERSION)
+                } else {
+                    c.group
+                        .validate_member_epoch(&req.member_id, generation)
+                        .err()
+                }
+            });
             let error = match state.groups.get_mut(&group_id) {
+                _ if consumer.is_some() => consumer.flatten(),
                 Some(g) => {
                     g.poll(&cx);
                     g.validate_offset_commit(
@@ -891,7 +1044,15 @@ impl GroupCoordinator {
                         .map(|t| (t.name, t.partition_indexes))
                         .collect()
                 });
-                let fetched = self.fetch_group_offsets(&g.group_id, topics).await;
+                // v9+: a consumer group member says who it is, and its epoch is checked.
+                let member =
+                    (version >= 9 && (g.member_id.is_some() || g.member_epoch >= 0)).then(|| {
+                        (
+                            g.member_id.as_ref().map_or("", |m| m.as_str()),
+                            g.member_epoch,
+                        )
+                    });
+                let fetched = self.fetch_group_offsets(&g.group_id, topics, member).await;
                 let mut rg = OffsetFetchResponseGroup::default();
                 rg.group_id = g.group_id;
                 rg.error_code = fetched.error;
@@ -924,7 +1085,7 @@ impl GroupCoordinator {
                     .map(|t| (t.name, t.partition_indexes))
                     .collect()
             });
-            let fetched = self.fetch_group_offsets(&req.group_id, topics).await;
+            let fetched = self.fetch_group_offsets(&req.group_id, topics, None).await;
             if version >= 2 {
                 resp.error_code = fetched.error;
             }
@@ -966,7 +1127,23 @@ impl GroupCoordinator {
         &self,
         group_id: &str,
         topics: Option<Vec<(TopicName, Vec<i32>)>>,
+        member: Option<(&str, i32)>,
     ) -> FetchedGroup {
+        if let Some((member_id, epoch)) = member {
+            let checked = match self.inner.load(group_id).await {
+                Err(error) => Err(error),
+                Ok(()) => match self.inner.lock().consumers.get(group_id) {
+                    Some(c) => c.group.validate_member_epoch(member_id, epoch),
+                    None => Ok(()),
+                },
+            };
+            if let Err(error) = checked {
+                return FetchedGroup {
+                    error,
+                    topics: Vec::new(),
+                };
+            }
+        }
         // Offsets do not need the group's membership: only that it is coordinated here.
         let owned = self.inner.lock().owns(group_id);
         let (stored, error) = if !owned {
@@ -1067,6 +1244,22 @@ impl GroupCoordinator {
                     described[i] = Some(error_described(group_id, NOT_COORDINATOR));
                     continue;
                 }
+                if state.consumers.contains_key(group_id.as_str()) {
+                    // As Kafka: DescribeGroups describes classic groups only (the admin client
+                    // asks ConsumerGroupDescribe first).
+                    let mut d = DescribedGroup::default();
+                    d.group_id = group_id.clone();
+                    d.group_state = StrBytes::from_static_str("Dead");
+                    if version >= 6 {
+                        d.error_code = GROUP_ID_NOT_FOUND;
+                        d.error_message = Some(StrBytes::from_string(format!(
+                            "Group {} is not a classic group.",
+                            group_id.as_str()
+                        )));
+                    }
+                    described[i] = Some(d);
+                    continue;
+                }
                 match state.groups.get_mut(group_id.as_str()) {
                     Some(g) => {
                         g.poll(&cx);
@@ -1134,8 +1327,7 @@ impl GroupCoordinator {
         } else {
             HashSet::new()
         };
-        // Every group here is a classic group.
-        let type_ok = types.is_empty() || types.contains("classic");
+        let type_ok = |t: &str| types.is_empty() || types.contains(t);
 
         let mut resp = ListGroupsResponse::default();
         // Groups stored but not in memory yet (this coordinator just took them over, or
@@ -1158,14 +1350,18 @@ impl GroupCoordinator {
                 return resp;
             }
         }
-        let (mut listed, owns): (BTreeMap<String, (String, &'static str)>, Ownership) = {
+        #[allow(clippy::type_complexity)]
+        let (mut listed, owns): (
+            BTreeMap<String, (String, &'static str, &'static str)>,
+            Ownership,
+        ) = {
             let cx = self.inner.cx();
             let mut state = self.inner.lock();
             for g in state.groups.values_mut() {
                 g.poll(&cx);
             }
             state.settle_all();
-            let listed = state
+            let classic = state
                 .groups
                 .values()
                 .filter(|g| state.owns(&g.id))
@@ -1175,10 +1371,22 @@ impl GroupCoordinator {
                         (
                             g.protocol_type.clone().unwrap_or_default(),
                             g.state.as_str(),
+                            "classic",
                         ),
                     )
-                })
-                .collect();
+                });
+            let consumer =
+                state
+                    .consumers
+                    .iter()
+                    .filter(|(id, _)| state.owns(id))
+                    .map(|(id, c)| {
+                        (
+                            id.clone(),
+                            ("consumer".to_string(), c.group.state_name(), "consumer"),
+                        )
+                    });
+            let listed = classic.chain(consumer).collect();
             (listed, Arc::clone(&state.owns))
         };
         self.inner.persist_later();
@@ -1186,9 +1394,11 @@ impl GroupCoordinator {
             Ok(ids) => {
                 // Called outside the lock here: ownership functions must not need it either way.
                 for id in ids.into_iter().filter(|id| owns(id)) {
-                    listed
-                        .entry(id)
-                        .or_insert((String::new(), GroupState::Empty.as_str()));
+                    listed.entry(id).or_insert((
+                        String::new(),
+                        GroupState::Empty.as_str(),
+                        "classic",
+                    ));
                 }
             }
             Err(e) => {
@@ -1197,13 +1407,12 @@ impl GroupCoordinator {
                 return resp;
             }
         }
-        if !type_ok {
-            return resp;
-        }
         resp.groups = listed
             .into_iter()
-            .filter(|(_, (_, state))| states.is_empty() || states.contains(&state.to_lowercase()))
-            .map(|(id, (protocol_type, state))| {
+            .filter(|(_, (_, state, kind))| {
+                type_ok(kind) && (states.is_empty() || states.contains(&state.to_lowercase()))
+            })
+            .map(|(id, (protocol_type, state, kind))| {
                 let mut g = ListedGroup::default();
                 g.group_id = GroupId(StrBytes::from_string(id));
                 g.protocol_type = StrBytes::from_string(protocol_type);
@@ -1211,7 +1420,7 @@ impl GroupCoordinator {
                     g.group_state = StrBytes::from_static_str(state);
                 }
                 if version >= 5 {
-                    g.group_type = StrBytes::from_static_str("classic");
+                    g.group_type = StrBytes::from_static_str(kind);
                 }
                 g
             })
@@ -1248,10 +1457,24 @@ impl GroupCoordinator {
             if !state.owns(group_id) {
                 return NOT_COORDINATOR;
             }
-            let active = state.groups.get_mut(group_id).map(|g| {
-                g.poll(&cx);
-                g.is_active()
-            });
+            let consumer = state
+                .consumers
+                .get(group_id)
+                .map(|c| !c.group.members.is_empty());
+            if consumer == Some(true) {
+                return NON_EMPTY_GROUP;
+            }
+            if consumer.is_some() {
+                state.consumers.remove(group_id);
+            }
+            let active = state
+                .groups
+                .get_mut(group_id)
+                .map(|g| {
+                    g.poll(&cx);
+                    g.is_active()
+                })
+                .or(consumer);
             if active == Some(true) {
                 state.settle(group_id);
                 self.inner.rearm(&mut state, group_id);
@@ -1316,7 +1539,15 @@ impl GroupCoordinator {
                 resp.error_code = NOT_COORDINATOR;
                 return resp;
             }
+            let consumer = state.consumers.get(&group_id).map(|c| {
+                req.topics
+                    .iter()
+                    .filter(|t| c.group.is_subscribed_to(&t.name))
+                    .map(|t| t.name.to_string())
+                    .collect::<HashSet<String>>()
+            });
             let check = match state.groups.get_mut(&group_id) {
+                _ if consumer.is_some() => consumer,
                 Some(g) => {
                     g.poll(&cx);
                     if g.is_active() && !g.uses_consumer_protocol() {
@@ -1559,3 +1790,6 @@ pub(crate) fn random_id() -> String {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod consumer_api_tests;

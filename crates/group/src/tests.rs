@@ -40,6 +40,7 @@ fn config() -> GroupConfig {
         initial_rebalance_delay: Duration::ZERO,
         min_session_timeout: Duration::from_millis(100),
         max_session_timeout: Duration::from_secs(300),
+        ..GroupConfig::default()
     }
 }
 

@@ -196,6 +196,12 @@ pub struct BrokerConfig {
     pub log_retention_bytes: i64,
     /// `group.initial.rebalance.delay.ms` (Kafka's default is 3000; 0 suits a single node).
     pub group_initial_rebalance_delay_ms: u64,
+    /// `group.consumer.session.timeout.ms`: a consumer group (KIP-848) member not heard from
+    /// for this long is removed.
+    pub group_consumer_session_timeout_ms: u64,
+    /// `group.consumer.heartbeat.interval.ms`: how often consumer group members heartbeat
+    /// (they learn of a new assignment at their next heartbeat).
+    pub group_consumer_heartbeat_interval_ms: u64,
     /// How often idempotent-producer state is snapshotted to the metadata store (idle
     /// producers are expired at the same time).
     pub producer_snapshot_interval_ms: u64,
@@ -329,6 +335,8 @@ impl Default for BrokerConfig {
             log_retention_ms: 604_800_000,
             log_retention_bytes: -1,
             group_initial_rebalance_delay_ms: 0,
+            group_consumer_session_timeout_ms: 45_000,
+            group_consumer_heartbeat_interval_ms: 5_000,
             producer_snapshot_interval_ms: 30_000,
             producer_id_expiration_ms: 86_400_000,
             log_cleaner_backoff_ms: 15_000,

@@ -388,6 +388,12 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
             initial_rebalance_delay: Duration::from_millis(
                 config.broker.group_initial_rebalance_delay_ms,
             ),
+            consumer_session_timeout: Duration::from_millis(
+                config.broker.group_consumer_session_timeout_ms,
+            ),
+            consumer_heartbeat_interval: Duration::from_millis(
+                config.broker.group_consumer_heartbeat_interval_ms,
+            ),
             ..weir_group::GroupConfig::default()
         },
     );

@@ -1,0 +1,254 @@
+//! The consumer group protocol's APIs (KIP-848) on [`GroupCoordinator`]: ConsumerGroupHeartbeat
+//! and ConsumerGroupDescribe. The group logic is [`crate::consumer`]; this turns requests into
+//! heartbeats, keeps consumer groups apart from classic ones, and stores a group before
+//! answering a heartbeat that changed it, so that a coordinator taking over never hands out a
+//! partition its predecessor told another member it holds.
+
+use kafka_protocol::messages::consumer_group_describe_response::{
+    Assignment as DescribedAssignment, DescribedGroup, Member, TopicPartitions as DescribedTopic,
+};
+use kafka_protocol::messages::consumer_group_heartbeat_response::{
+    Assignment as HeartbeatAssignment, TopicPartitions,
+};
+use kafka_protocol::messages::{
+    ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::assignor::{Assignment, TopicId};
+use crate::codes::*;
+use crate::consumer::{ConsumerGroup, Heartbeat, Topics};
+use crate::{Consumer, GroupCoordinator, GROUP_AUTHORIZED_OPERATIONS};
+
+fn heartbeat_error(error: i16, message: impl Into<String>) -> ConsumerGroupHeartbeatResponse {
+    let mut resp = ConsumerGroupHeartbeatResponse::default();
+    resp.error_code = error;
+    resp.error_message = Some(StrBytes::from_string(message.into()));
+    resp.member_epoch = -1;
+    resp
+}
+
+impl GroupCoordinator {
+    /// One ConsumerGroupHeartbeat. `topics` is the catalog now (names, ids, partition counts).
+    pub async fn consumer_group_heartbeat(
+        &self,
+        req: ConsumerGroupHeartbeatRequest,
+        version: i16,
+        client_id: &str,
+        client_host: &str,
+        topics: &Topics,
+    ) -> ConsumerGroupHeartbeatResponse {
+        let group_id = req.group_id.to_string();
+        if group_id.is_empty() {
+            return heartbeat_error(INVALID_REQUEST, "GroupId can't be empty.");
+        }
+        let mut member_id = req.member_id.to_string();
+        if version == 0 && req.member_epoch == 0 && member_id.is_empty() {
+            // v0: the coordinator names new members (v1 clients name themselves).
+            member_id = crate::random_id();
+        }
+        let hb = Heartbeat {
+            member_id,
+            member_epoch: req.member_epoch,
+            instance_id: req.instance_id.as_ref().map(|s| s.to_string()),
+            rack_id: req.rack_id.as_ref().map(|s| s.to_string()),
+            rebalance_timeout_ms: req.rebalance_timeout_ms,
+            subscribed: req
+                .subscribed_topic_names
+                .as_ref()
+                .map(|ns| ns.iter().map(|n| n.to_string()).collect()),
+            subscribed_regex: req.subscribed_topic_regex.as_ref().map(|s| s.to_string()),
+            server_assignor: req.server_assignor.as_ref().map(|s| s.to_string()),
+            owned: req.topic_partitions.as_ref().map(|tps| {
+                let mut a = Assignment::new();
+                for tp in tps {
+                    a.entry(*tp.topic_id.as_bytes())
+                        .or_default()
+                        .extend(tp.partitions.iter().copied());
+                }
+                a.retain(|_, ps| !ps.is_empty());
+                a
+            }),
+            client_id: client_id.to_string(),
+            client_host: client_host.to_string(),
+        };
+        if let Err((error, message)) = hb.validate() {
+            return heartbeat_error(error, message);
+        }
+        if let Err(error) = self.inner.load(&group_id).await {
+            return heartbeat_error(error, "");
+        }
+        let (answer, changed) = {
+            let now_ms = self.inner.now_ms();
+            let mut state = self.inner.lock();
+            if !state.owns(&group_id) {
+                return heartbeat_error(NOT_COORDINATOR, "");
+            }
+            if let Some(g) = state.groups.get_mut(&group_id) {
+                g.poll(&self.inner.cx());
+                if g.is_active() || hb.member_epoch != 0 {
+                    // A classic group with members: Kafka converts it online; Weir does not
+                    // yet (its members would have to be driven through JoinGroup and SyncGroup).
+                    return heartbeat_error(
+                        GROUP_ID_NOT_FOUND,
+                        format!("Group {group_id} is not a consumer group."),
+                    );
+                }
+                // An empty classic group becomes a consumer group (its offsets stay).
+                tracing::info!(group = %group_id, "empty classic group converted to a consumer group");
+                state.groups.remove(&group_id);
+            }
+            if !state.consumers.contains_key(&group_id) {
+                if hb.member_epoch != 0 {
+                    return heartbeat_error(
+                        GROUP_ID_NOT_FOUND,
+                        format!("Consumer group {group_id} not found."),
+                    );
+                }
+                state.absent.remove(&group_id);
+                state.consumers.insert(
+                    group_id.clone(),
+                    Consumer {
+                        group: ConsumerGroup::default(),
+                        stored: Vec::new(),
+                    },
+                );
+            }
+            let c = state.consumers.get_mut(&group_id).expect("inserted above");
+            let answer = c.group.heartbeat(hb, topics, now_ms);
+            let changed = state.settle_consumer(&group_id);
+            self.inner.rearm(&mut state, &group_id);
+            (answer, changed)
+        };
+        // A heartbeat that changed the group (a join, a new epoch, a partition released or
+        // given) is answered once the change is stored; the others never wait for the store.
+        if changed && !self.inner.persist(&group_id).await {
+            return heartbeat_error(COORDINATOR_NOT_AVAILABLE, "");
+        }
+        let mut resp = ConsumerGroupHeartbeatResponse::default();
+        resp.error_code = answer.error;
+        resp.error_message = answer.message.map(StrBytes::from_string);
+        resp.member_epoch = answer.member_epoch;
+        if answer.error != NONE {
+            return resp;
+        }
+        resp.member_id = Some(StrBytes::from_string(answer.member_id));
+        resp.heartbeat_interval_ms =
+            self.inner.config.consumer_heartbeat_interval.as_millis() as i32;
+        resp.assignment = answer.assignment.map(|a| {
+            let mut out = HeartbeatAssignment::default();
+            out.topic_partitions = a
+                .into_iter()
+                .map(|(t, ps)| {
+                    let mut tp = TopicPartitions::default();
+                    tp.topic_id = uuid(t);
+                    tp.partitions = ps.into_iter().collect();
+                    tp
+                })
+                .collect();
+            out
+        });
+        resp
+    }
+
+    /// ConsumerGroupDescribe. `topics` is the catalog, for topic names.
+    pub async fn consumer_group_describe(
+        &self,
+        req: ConsumerGroupDescribeRequest,
+        version: i16,
+        topics: &Topics,
+    ) -> ConsumerGroupDescribeResponse {
+        let names: std::collections::HashMap<TopicId, &str> = topics
+            .iter()
+            .map(|(name, (id, _))| (*id, name.as_str()))
+            .collect();
+        let described_assignment = |a: &Assignment| {
+            let mut out = DescribedAssignment::default();
+            out.topic_partitions = a
+                .iter()
+                .map(|(t, ps)| {
+                    let mut tp = DescribedTopic::default();
+                    tp.topic_id = uuid(*t);
+                    tp.topic_name = TopicName(StrBytes::from_string(
+                        names.get(t).copied().unwrap_or_default().to_string(),
+                    ));
+                    tp.partitions = ps.iter().copied().collect();
+                    tp
+                })
+                .collect();
+            out
+        };
+        let mut resp = ConsumerGroupDescribeResponse::default();
+        for group_id in req.group_ids {
+            let id = group_id.to_string();
+            let mut d = DescribedGroup::default();
+            d.group_id = group_id;
+            let loaded = self.inner.load(&id).await;
+            let state = self.inner.lock();
+            let error = match loaded {
+                Err(error) => Some((error, String::new())),
+                Ok(()) if !state.owns(&id) => Some((NOT_COORDINATOR, String::new())),
+                Ok(()) => match state.consumers.get(&id) {
+                    Some(_) => None,
+                    None if state.groups.contains_key(&id) => Some((
+                        GROUP_ID_NOT_FOUND,
+                        format!("Group {id} is not a consumer group."),
+                    )),
+                    None => Some((GROUP_ID_NOT_FOUND, format!("Group {id} not found."))),
+                },
+            };
+            if let Some((error, message)) = error {
+                d.error_code = error;
+                d.error_message = (!message.is_empty()).then(|| StrBytes::from_string(message));
+                d.group_state = StrBytes::from_static_str("Dead");
+                resp.groups.push(d);
+                continue;
+            }
+            let g = &state.consumers[&id].group;
+            d.group_state = StrBytes::from_static_str(g.state_name());
+            d.group_epoch = g.group_epoch;
+            d.assignment_epoch = g.target_epoch;
+            d.assignor_name = StrBytes::from_static_str(g.assignor_name());
+            if req.include_authorized_operations {
+                d.authorized_operations = GROUP_AUTHORIZED_OPERATIONS;
+            }
+            d.members = g
+                .members
+                .values()
+                .filter(|m| !m.left_static)
+                .map(|m| {
+                    let mut out = Member::default();
+                    out.member_id = StrBytes::from_string(m.member_id.clone());
+                    out.instance_id = m.instance_id.clone().map(StrBytes::from_string);
+                    out.rack_id = m.rack_id.clone().map(StrBytes::from_string);
+                    out.member_epoch = m.epoch;
+                    out.client_id = StrBytes::from_string(m.client_id.clone());
+                    out.client_host = StrBytes::from_string(m.client_host.clone());
+                    out.subscribed_topic_names = m
+                        .subscribed
+                        .iter()
+                        .map(|n| TopicName(StrBytes::from_string(n.clone())))
+                        .collect();
+                    out.subscribed_topic_regex =
+                        m.subscribed_regex.clone().map(StrBytes::from_string);
+                    out.assignment = described_assignment(&m.assigned);
+                    out.target_assignment = described_assignment(
+                        &g.target.get(&m.member_id).cloned().unwrap_or_default(),
+                    );
+                    if version >= 1 {
+                        // 1: a member speaking the consumer protocol (0 would be a classic one).
+                        out.member_type = 1;
+                    }
+                    out
+                })
+                .collect();
+            resp.groups.push(d);
+        }
+        resp
+    }
+}
+
+fn uuid(t: TopicId) -> uuid::Uuid {
+    uuid::Uuid::from_bytes(t)
+}

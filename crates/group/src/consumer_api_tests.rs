@@ -1,0 +1,417 @@
+//! Consumer groups (KIP-848) through the coordinator: heartbeats as clients send them, the
+//! group stored and taken over by another coordinator, offsets checked against member epochs,
+//! conversions between classic and consumer groups, expiry under tokio's paused clock.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use weir_meta::{GroupStore, SqliteMetaStore};
+
+use super::codes::*;
+use super::consumer::Topics;
+use super::{GroupConfig, GroupCoordinator};
+
+const GROUP: &str = "cg";
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_owned())
+}
+
+fn config() -> GroupConfig {
+    GroupConfig {
+        consumer_session_timeout: Duration::from_secs(10),
+        consumer_heartbeat_interval: Duration::from_secs(1),
+        ..GroupConfig::default()
+    }
+}
+
+fn catalog() -> Topics {
+    BTreeMap::from([
+        ("orders".to_string(), ([1; 16], 4)),
+        ("payments".to_string(), ([2; 16], 2)),
+        ("audit".to_string(), ([3; 16], 1)),
+    ])
+}
+
+type Owned = BTreeMap<[u8; 16], Vec<i32>>;
+
+fn join_req(member: &str, topics: &[&str]) -> ConsumerGroupHeartbeatRequest {
+    let mut req = ConsumerGroupHeartbeatRequest::default();
+    req.group_id = GroupId(s(GROUP));
+    req.member_id = s(member);
+    req.member_epoch = 0;
+    req.rebalance_timeout_ms = 30_000;
+    req.subscribed_topic_names = Some(topics.iter().map(|t| TopicName(s(t))).collect());
+    req.topic_partitions = Some(Vec::new());
+    req
+}
+
+fn beat_req(member: &str, epoch: i32, owned: &Owned) -> ConsumerGroupHeartbeatRequest {
+    let mut req = ConsumerGroupHeartbeatRequest::default();
+    req.group_id = GroupId(s(GROUP));
+    req.member_id = s(member);
+    req.member_epoch = epoch;
+    req.rebalance_timeout_ms = -1;
+    req.topic_partitions = Some(
+        owned
+            .iter()
+            .map(|(t, ps)| {
+                let mut tp = TopicPartitions::default();
+                tp.topic_id = uuid::Uuid::from_bytes(*t);
+                tp.partitions = ps.clone();
+                tp
+            })
+            .collect(),
+    );
+    req
+}
+
+fn owned_of(resp: &ConsumerGroupHeartbeatResponse) -> Option<Owned> {
+    resp.assignment.as_ref().map(|a| {
+        a.topic_partitions
+            .iter()
+            .map(|tp| (*tp.topic_id.as_bytes(), tp.partitions.clone()))
+            .collect()
+    })
+}
+
+fn count(o: &Owned) -> usize {
+    o.values().map(Vec::len).sum()
+}
+
+async fn hb(
+    co: &GroupCoordinator,
+    req: ConsumerGroupHeartbeatRequest,
+) -> ConsumerGroupHeartbeatResponse {
+    co.consumer_group_heartbeat(req, 1, "client", "/127.0.0.1", &catalog())
+        .await
+}
+
+/// A member as a client keeps it: its epoch and what it owns.
+struct Client {
+    id: String,
+    epoch: i32,
+    owned: Owned,
+}
+
+impl Client {
+    async fn join(co: &GroupCoordinator, id: &str, topics: &[&str]) -> Client {
+        let r = hb(co, join_req(id, topics)).await;
+        assert_eq!(r.error_code, NONE, "{:?}", r.error_message);
+        Client {
+            id: id.to_string(),
+            epoch: r.member_epoch,
+            owned: owned_of(&r).expect("a join gets its assignment"),
+        }
+    }
+
+    /// One heartbeat: takes what it is told (releasing at once what it is no longer given).
+    async fn beat(&mut self, co: &GroupCoordinator) -> i16 {
+        let r = hb(co, beat_req(&self.id, self.epoch, &self.owned)).await;
+        if r.error_code == NONE {
+            self.epoch = r.member_epoch;
+            if let Some(o) = owned_of(&r) {
+                self.owned = o;
+            }
+        }
+        r.error_code
+    }
+}
+
+async fn settle(co: &GroupCoordinator, clients: &mut [Client]) {
+    for _ in 0..4 {
+        for c in clients.iter_mut() {
+            assert_eq!(c.beat(co).await, NONE);
+        }
+    }
+}
+
+fn commit_req(member: &str, epoch: i32) -> OffsetCommitRequest {
+    let mut p = OffsetCommitRequestPartition::default();
+    p.partition_index = 0;
+    p.committed_offset = 42;
+    let mut t = OffsetCommitRequestTopic::default();
+    t.name = TopicName(s("orders"));
+    t.partitions = vec![p];
+    let mut req = OffsetCommitRequest::default();
+    req.group_id = GroupId(s(GROUP));
+    req.member_id = s(member);
+    req.generation_id_or_member_epoch = epoch;
+    req.topics = vec![t];
+    req
+}
+
+async fn commit(co: &GroupCoordinator, member: &str, epoch: i32, version: i16) -> i16 {
+    let exists = |_: &str, _: i32| true;
+    let r = co
+        .offset_commit(commit_req(member, epoch), version, &exists)
+        .await;
+    r.topics[0].partitions[0].error_code
+}
+
+#[tokio::test(start_paused = true)]
+async fn members_share_the_partitions_and_a_new_coordinator_takes_the_group_over() {
+    let store: Arc<dyn GroupStore> = Arc::new(SqliteMetaStore::in_memory().expect("store"));
+    let co = GroupCoordinator::new(Arc::clone(&store), config());
+    let a = Client::join(&co, "a", &["orders", "payments"]).await;
+    assert_eq!((a.epoch, count(&a.owned)), (1, 6));
+    let b = Client::join(&co, "b", &["orders", "payments"]).await;
+    let mut clients = [a, b];
+    settle(&co, &mut clients).await;
+    let [a, b] = &clients;
+    assert_eq!((count(&a.owned), count(&b.owned)), (3, 3));
+    assert_eq!(a.epoch, b.epoch);
+
+    // Described as Kafka describes it.
+    let mut req = ConsumerGroupDescribeRequest::default();
+    req.group_ids = vec![GroupId(s(GROUP)), GroupId(s("nobody"))];
+    let d = co.consumer_group_describe(req, 1, &catalog()).await;
+    let g = &d.groups[0];
+    assert_eq!((g.error_code, g.group_state.as_str()), (NONE, "Stable"));
+    assert_eq!((g.group_epoch, g.assignment_epoch), (a.epoch, a.epoch));
+    assert_eq!(g.assignor_name.as_str(), "uniform");
+    assert_eq!(g.members.len(), 2);
+    assert!(g.members.iter().all(|m| m.member_type == 1
+        && m.client_id.as_str() == "client"
+        && m.assignment
+            .topic_partitions
+            .iter()
+            .all(|tp| !tp.topic_name.is_empty())));
+    assert_eq!(d.groups[1].error_code, GROUP_ID_NOT_FOUND);
+
+    // Another coordinator (the first one's broker died) reads the group back: members carry on
+    // with their epochs and keep their partitions.
+    let epoch = a.epoch;
+    co.shutdown();
+    drop(co);
+    let co2 = GroupCoordinator::new(Arc::clone(&store), config());
+    for c in clients.iter_mut() {
+        let before = c.owned.clone();
+        assert_eq!(c.beat(&co2).await, NONE, "{} carries on", c.id);
+        assert_eq!((c.epoch, &c.owned), (epoch, &before));
+    }
+    // A third member: the others give up a share before it gets one.
+    let c = Client::join(&co2, "c", &["orders", "payments"]).await;
+    assert_eq!(count(&c.owned), 0, "nothing is free until released");
+    let [a, b] = clients;
+    let mut clients = [a, b, c];
+    settle(&co2, &mut clients).await;
+    let counts: Vec<usize> = clients.iter().map(|c| count(&c.owned)).collect();
+    assert_eq!(counts, vec![2, 2, 2]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn offsets_are_committed_at_the_member_epoch_only() {
+    let co = GroupCoordinator::new(
+        Arc::new(SqliteMetaStore::in_memory().expect("store")),
+        config(),
+    );
+    let mut a = Client::join(&co, "a", &["orders"]).await;
+    assert_eq!(commit(&co, "a", a.epoch, 9).await, NONE);
+    assert_eq!(commit(&co, "a", a.epoch - 1, 9).await, STALE_MEMBER_EPOCH);
+    assert_eq!(commit(&co, "a", a.epoch + 1, 9).await, STALE_MEMBER_EPOCH);
+    assert_eq!(commit(&co, "x", a.epoch, 9).await, UNKNOWN_MEMBER_ID);
+    assert_eq!(commit(&co, "a", a.epoch, 8).await, UNSUPPORTED_VERSION);
+    // Not a member: only while the group is empty.
+    assert_eq!(commit(&co, "", -1, 9).await, UNKNOWN_MEMBER_ID);
+    let mut leave = beat_req("a", -1, &Owned::new());
+    leave.topic_partitions = None;
+    assert_eq!(hb(&co, leave).await.member_epoch, -1);
+    assert_eq!(commit(&co, "", -1, 9).await, NONE);
+    // A stale fetch is refused the same way.
+    let mut g = kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup::default();
+    g.group_id = GroupId(s(GROUP));
+    g.member_id = Some(s("a"));
+    g.member_epoch = 3;
+    let mut req = OffsetFetchRequest::default();
+    req.groups = vec![g];
+    let r = co.offset_fetch(req, 9).await;
+    assert_eq!(r.groups[0].error_code, UNKNOWN_MEMBER_ID, "a left");
+    assert_eq!(a.beat(&co).await, UNKNOWN_MEMBER_ID);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_member_expires_and_one_that_does_not_revoke_is_removed() {
+    let co = GroupCoordinator::new(
+        Arc::new(SqliteMetaStore::in_memory().expect("store")),
+        config(),
+    );
+    let mut a = Client::join(&co, "a", &["orders"]).await;
+    let mut b = Client::join(&co, "b", &["orders"]).await;
+    // a never heartbeats again: after its session it is gone, and b gets everything.
+    for _ in 0..12 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(b.beat(&co).await, NONE);
+    }
+    assert_eq!(count(&b.owned), 4);
+    assert_eq!(a.beat(&co).await, UNKNOWN_MEMBER_ID);
+
+    // c joins; b heartbeats but never releases what it must give up (it keeps reporting all
+    // four): after its rebalance timeout it is removed, and c gets its partitions.
+    let mut c = Client::join(&co, "c", &["orders"]).await;
+    let all = b.owned.clone();
+    let mut req = beat_req("b", b.epoch, &all);
+    req.rebalance_timeout_ms = 3_000;
+    assert_eq!(hb(&co, req).await.error_code, NONE);
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let _ = hb(&co, beat_req("b", b.epoch, &all)).await;
+        assert_eq!(c.beat(&co).await, NONE);
+    }
+    assert_eq!(
+        hb(&co, beat_req("b", b.epoch, &all)).await.error_code,
+        UNKNOWN_MEMBER_ID
+    );
+    assert_eq!(c.beat(&co).await, NONE);
+    assert_eq!(count(&c.owned), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pattern_subscription_takes_in_topics_created_later() {
+    let co = GroupCoordinator::new(
+        Arc::new(SqliteMetaStore::in_memory().expect("store")),
+        config(),
+    );
+    let mut req = join_req("a", &[]);
+    req.subscribed_topic_names = None;
+    req.subscribed_topic_regex = Some(s("pay.*|aud.t"));
+    let r = hb(&co, req).await;
+    assert_eq!(r.error_code, NONE, "{:?}", r.error_message);
+    assert_eq!(
+        count(&owned_of(&r).expect("assignment")),
+        3,
+        "payments and audit"
+    );
+    let epoch = r.member_epoch;
+    // A matching topic appears: the next heartbeat brings a new epoch and its partitions.
+    let mut more = catalog();
+    more.insert("payments-eu".to_string(), ([4; 16], 2));
+    more.insert("not-payments".to_string(), ([5; 16], 2));
+    let owned = owned_of(&r).expect("assignment");
+    let r = co
+        .consumer_group_heartbeat(beat_req("a", epoch, &owned), 1, "c", "h", &more)
+        .await;
+    assert_eq!(r.member_epoch, epoch + 1);
+    assert_eq!(
+        count(&owned_of(&r).expect("changed")),
+        5,
+        "a whole-name match"
+    );
+    // A bad pattern is refused, and leaves nothing behind.
+    let mut bad = join_req("z", &[]);
+    bad.subscribed_topic_names = None;
+    bad.subscribed_topic_regex = Some(s("(unclosed"));
+    assert_eq!(hb(&co, bad).await.error_code, INVALID_REGULAR_EXPRESSION);
+}
+
+#[tokio::test(start_paused = true)]
+async fn empty_groups_convert_between_the_protocols_and_busy_ones_do_not() {
+    let co = GroupCoordinator::new(
+        Arc::new(SqliteMetaStore::in_memory().expect("store")),
+        config(),
+    );
+    // A consumer group with a member: a classic join is refused.
+    let a = Client::join(&co, "a", &["orders"]).await;
+    let mut join = JoinGroupRequest::default();
+    join.group_id = GroupId(s(GROUP));
+    join.session_timeout_ms = 10_000;
+    join.rebalance_timeout_ms = 5_000;
+    join.protocol_type = s("consumer");
+    let mut protocol =
+        kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol::default();
+    protocol.name = s("range");
+    protocol.metadata = bytes::Bytes::from_static(&[0, 1, 0, 0, 0, 0]);
+    join.protocols = vec![protocol];
+    let r = co.join_group(join.clone(), 3, "c", "h").await;
+    assert_eq!(r.error_code, INCONSISTENT_GROUP_PROTOCOL);
+    // Listed and described as a consumer group.
+    let mut list = ListGroupsRequest::default();
+    list.types_filter = vec![s("consumer")];
+    let l = co.list_groups(list, 5).await;
+    assert_eq!(l.groups.len(), 1);
+    assert_eq!(
+        (
+            l.groups[0].group_type.as_str(),
+            l.groups[0].protocol_type.as_str()
+        ),
+        ("consumer", "consumer")
+    );
+    let mut describe = DescribeGroupsRequest::default();
+    describe.groups = vec![GroupId(s(GROUP))];
+    assert_eq!(
+        co.describe_groups(describe, 6).await.groups[0].error_code,
+        GROUP_ID_NOT_FOUND
+    );
+    // Deleting it needs it empty.
+    let mut del = DeleteGroupsRequest::default();
+    del.groups_names = vec![GroupId(s(GROUP))];
+    assert_eq!(
+        co.delete_groups(del, 2).await.results[0].error_code,
+        NON_EMPTY_GROUP
+    );
+    // Once empty, a classic member turns it into a classic group.
+    let mut leave = beat_req(&a.id, -1, &Owned::new());
+    leave.topic_partitions = None;
+    hb(&co, leave).await;
+    let r = co.join_group(join, 3, "c", "h").await;
+    assert_eq!(
+        r.error_code, NONE,
+        "an empty consumer group becomes classic"
+    );
+    // A classic group with a member is not converted ...
+    let r2 = hb(&co, join_req("b", &["orders"])).await;
+    assert_eq!(r2.error_code, GROUP_ID_NOT_FOUND);
+    // ... until it is empty again.
+    let mut lg = LeaveGroupRequest::default();
+    lg.group_id = GroupId(s(GROUP));
+    lg.member_id = r.member_id.clone();
+    assert_eq!(co.leave_group(lg, 0).await.error_code, NONE);
+    let r3 = hb(&co, join_req("b", &["orders"])).await;
+    assert_eq!(r3.error_code, NONE);
+    assert_eq!(count(&owned_of(&r3).expect("assignment")), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn heartbeats_kafka_refuses_are_refused() {
+    let co = GroupCoordinator::new(
+        Arc::new(SqliteMetaStore::in_memory().expect("store")),
+        config(),
+    );
+    let mut no_subscription = join_req("a", &[]);
+    no_subscription.subscribed_topic_names = Some(Vec::new());
+    assert_eq!(hb(&co, no_subscription).await.error_code, INVALID_REQUEST);
+    let mut owns_on_join = join_req("a", &["orders"]);
+    owns_on_join.topic_partitions = None;
+    assert_eq!(hb(&co, owns_on_join).await.error_code, INVALID_REQUEST);
+    let mut assignor = join_req("a", &["orders"]);
+    assignor.server_assignor = Some(s("sticky"));
+    assert_eq!(hb(&co, assignor).await.error_code, UNSUPPORTED_ASSIGNOR);
+    // An unknown group for a member that thinks it has an epoch.
+    assert_eq!(
+        hb(&co, beat_req("a", 3, &Owned::new())).await.error_code,
+        GROUP_ID_NOT_FOUND
+    );
+    // v0 names new members for them.
+    let mut v0 = join_req("", &["orders"]);
+    v0.member_id = s("");
+    let r = co
+        .consumer_group_heartbeat(v0, 0, "c", "h", &catalog())
+        .await;
+    assert_eq!(r.error_code, NONE);
+    assert!(r.member_id.is_some_and(|m| !m.is_empty()));
+    // A member fenced by a newer epoch it never had.
+    let a = Client::join(&co, "a", &["orders"]).await;
+    assert_eq!(
+        hb(&co, beat_req("a", a.epoch + 5, &a.owned))
+            .await
+            .error_code,
+        FENCED_MEMBER_EPOCH
+    );
+}
