@@ -233,6 +233,9 @@ cmd_start() {
     echo "group.initial.rebalance.delay.ms=0"
     # Compaction tests (tests/compat) want the cleaner within seconds, not 15 s.
     echo "log.cleaner.backoff.ms=1000"
+    # Consumer groups (KIP-848) in tests: heartbeats every second, as the Weir harnesses set.
+    echo "group.consumer.min.heartbeat.interval.ms=1000"
+    echo "group.consumer.heartbeat.interval.ms=1000"
     if ((${#props[@]})); then
       echo "# --prop overrides"
       printf '%s\n' "${props[@]}"

@@ -813,6 +813,40 @@ async fn requests(e: &Env, key: ApiKey, v: i16) -> Vec<(&'static str, RequestKin
                 ]))),
             ),
         ],
+        ApiKey::ConsumerGroupHeartbeat => {
+            let join = ConsumerGroupHeartbeatRequest::default()
+                .with_group_id(GroupId(s("cg-versions")))
+                .with_member_id(s(if v >= 1 { "member-1" } else { "" }))
+                .with_member_epoch(0)
+                .with_rebalance_timeout_ms(30_000)
+                .with_subscribed_topic_names(Some(vec![topic(TOPIC)]))
+                .with_topic_partitions(Some(Vec::new()));
+            vec![
+                ("join", R::ConsumerGroupHeartbeat(join)),
+                (
+                    "unknown member",
+                    R::ConsumerGroupHeartbeat(
+                        ConsumerGroupHeartbeatRequest::default()
+                            .with_group_id(GroupId(s("cg-versions")))
+                            .with_member_id(s("nobody"))
+                            .with_member_epoch(5)
+                            .with_rebalance_timeout_ms(-1),
+                    ),
+                ),
+                (
+                    "invalid",
+                    R::ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest::default()),
+                ),
+            ]
+        }
+        ApiKey::ConsumerGroupDescribe => vec![(
+            "known and unknown",
+            R::ConsumerGroupDescribe(
+                ConsumerGroupDescribeRequest::default()
+                    .with_group_ids(vec![GroupId(s("cg-versions")), GroupId(s("nope"))])
+                    .with_include_authorized_operations(true),
+            ),
+        )],
         other => panic!("{other:?} is advertised but this test has no request for it"),
     }
 }

@@ -255,7 +255,7 @@ func (b *Broker) Start() error {
 		"--admin-listen", "127.0.0.1:"+strconv.Itoa(b.Port2))
 	cmd.Args = append(cmd.Args, b.args...)
 	// Test brokers get a small WAL, not the 2 GiB default.
-	cmd.Env = append(append(os.Environ(), "WEIR_WAL_CAPACITY="+strconv.Itoa(64<<20)), b.env...)
+	cmd.Env = append(append(os.Environ(), "WEIR_WAL_CAPACITY="+strconv.Itoa(64<<20), "WEIR_BROKER_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS=1000"), b.env...)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: b.deathSig}

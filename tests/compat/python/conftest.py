@@ -126,6 +126,7 @@ class Broker:
         # log.cleaner.backoff.ms is 15 s; tools/kafka/kafka.sh sets 1 s), so that compaction
         # tests see it within seconds.
         self.env = {"WEIR_WAL_CAPACITY": str(64 << 20),
+                    "WEIR_BROKER_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS": "1000",
                     "WEIR_BROKER_LOG_CLEANER_BACKOFF_MS": "500", **(env or {})}
         self.data_dir = os.path.join(root, "data")
         os.makedirs(self.data_dir, exist_ok=True)

@@ -178,6 +178,8 @@ public final class Broker implements Target {
                     .redirectOutput(ProcessBuilder.Redirect.appendTo(logFile.toFile()));
             // Test brokers get a small WAL, not the 2 GiB default.
             pb.environment().put("WEIR_WAL_CAPACITY", Long.toString(64L << 20));
+            // Consumer groups (KIP-848) learn of new assignments at their next heartbeat.
+            pb.environment().put("WEIR_BROKER_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS", "1000");
             pb.environment().putAll(env);
             weir = pb.start();
             running = true;
