@@ -207,14 +207,18 @@ pub struct Broker {
 }
 
 impl Broker {
-    /// The catalog as consumer groups see it: every topic's id and partition count, by name.
     fn group_catalog(&self) -> weir_group::consumer::Topics {
-        self.topics
-            .list()
-            .iter()
-            .map(|t| (t.name.clone(), (t.id, t.partition_count() as i32)))
-            .collect()
+        group_catalog(&self.topics)
     }
+}
+
+/// The catalog as consumer groups see it: every topic's id and partition count, by name.
+fn group_catalog(topics: &Topics) -> weir_group::consumer::Topics {
+    topics
+        .list()
+        .iter()
+        .map(|t| (t.name.clone(), (t.id, t.partition_count() as i32)))
+        .collect()
 }
 
 pub(crate) fn str(s: &str) -> StrBytes {
@@ -243,6 +247,8 @@ impl Broker {
         zones: Option<Arc<ZoneServices>>,
     ) -> Arc<Broker> {
         let txns = weir_txn::TxnCoordinator::new(Arc::clone(&meta), weir_txn::TxnConfig::default());
+        let catalog = Arc::clone(&topics);
+        groups.set_catalog(Arc::new(move || group_catalog(&catalog)));
         let broker = Arc::new(Broker {
             identity,
             cluster,

@@ -63,6 +63,26 @@ pub struct ConsumerMember {
     /// A static member that left with epoch -2: it keeps its partitions for its session, for
     /// the same instance to take them back under a new member id without a rebalance.
     pub left_static: bool,
+    /// A member speaking the classic protocol (JoinGroup, SyncGroup, Heartbeat) in this group:
+    /// it was in the classic group this one was converted from, or joined since.
+    pub classic: Option<ClassicMember>,
+}
+
+impl ConsumerMember {
+    /// Its session timeout: its own for a classic member, the group's for the others.
+    fn session_timeout_ms(&self, group_session_timeout_ms: i64) -> i64 {
+        self.classic.as_ref().map_or(group_session_timeout_ms, |c| {
+            i64::from(c.session_timeout_ms)
+        })
+    }
+}
+
+/// What the classic protocol needs of a member beyond the consumer protocol's view.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassicMember {
+    pub session_timeout_ms: i32,
+    /// The protocols it offered in its last JoinGroup, in its order, with their metadata.
+    pub protocols: Vec<(String, bytes::Bytes)>,
 }
 
 /// One heartbeat, as the request says it (fields the client left null are `None`).
@@ -189,7 +209,7 @@ pub struct ConsumerGroup {
     /// The partition counts of subscribed topics the group epoch last saw.
     pub metadata: BTreeMap<TopicId, i32>,
     /// Compiled subscription patterns (not stored: compiled again when needed).
-    regexes: HashMap<String, regex_lite::Regex>,
+    pub(crate) regexes: HashMap<String, regex_lite::Regex>,
 }
 
 /// Compiles a subscription pattern: it must match a whole topic name, as Kafka matches them.
@@ -344,6 +364,8 @@ impl ConsumerGroup {
         }
         if epoch == m.epoch {
             Ok(())
+        } else if m.classic.is_some() {
+            Err(ILLEGAL_GENERATION)
         } else {
             Err(STALE_MEMBER_EPOCH)
         }
@@ -361,6 +383,107 @@ impl ConsumerGroup {
     /// Handles one heartbeat at `now_ms` (already validated: [`Heartbeat::validate`]).
     pub fn heartbeat(&mut self, hb: Heartbeat, topics: &Topics, now_ms: i64) -> Answer {
         debug_assert!(hb.validate().is_ok(), "validated first");
+        if self
+            .members
+            .get(&hb.member_id)
+            .is_some_and(|m| m.classic.is_some())
+        {
+            // A classic member's id in a consumer group heartbeat.
+            return Answer::error(&hb.member_id, UNKNOWN_MEMBER_ID);
+        }
+        self.apply(hb, topics, now_ms, None)
+    }
+
+    /// A JoinGroup of a classic member (new, or known by its id): its subscription and what it
+    /// owns come from the JoinGroup's consumer protocol metadata. Answers with the member's
+    /// epoch (its generation) and what it may hold now.
+    pub fn classic_join(
+        &mut self,
+        hb: Heartbeat,
+        classic: ClassicMember,
+        topics: &Topics,
+        now_ms: i64,
+    ) -> Answer {
+        debug_assert_eq!(hb.member_epoch, 0);
+        if self
+            .members
+            .get(&hb.member_id)
+            .is_some_and(|m| m.classic.is_none())
+        {
+            return Answer::error(&hb.member_id, UNKNOWN_MEMBER_ID);
+        }
+        let mut answer = self.apply(hb, topics, now_ms, Some(classic));
+        if answer.error == NONE && answer.assignment.is_none() {
+            answer.assignment = Some(self.members[&answer.member_id].assigned.clone());
+        }
+        answer
+    }
+
+    /// A classic member's SyncGroup (`Ok`: its assignment) or Heartbeat (`Ok` ignored): Kafka's
+    /// checks, and REBALANCE_IN_PROGRESS when the member must rejoin to move on (the group
+    /// moved to a new epoch, it must give partitions up, or partitions it waits for are free).
+    pub fn classic_check(
+        &mut self,
+        member_id: &str,
+        generation: i32,
+        now_ms: i64,
+        sync: bool,
+    ) -> Result<Assignment, i16> {
+        let Some(m) = self.members.get(member_id) else {
+            return Err(UNKNOWN_MEMBER_ID);
+        };
+        if m.classic.is_none() {
+            return Err(UNKNOWN_MEMBER_ID);
+        }
+        if generation != m.epoch {
+            return Err(ILLEGAL_GENERATION);
+        }
+        let waiting = m.state == MemberState::UnreleasedPartitions && {
+            let target = self.target.get(member_id).cloned().unwrap_or_default();
+            without(&target, &m.assigned)
+                .iter()
+                .any(|(t, ps)| ps.iter().any(|p| self.held_by_other(member_id, t, *p)))
+        };
+        let rejoin = if sync {
+            self.group_epoch > m.epoch && m.state != MemberState::UnrevokedPartitions
+        } else {
+            m.epoch < self.group_epoch
+                || m.state == MemberState::UnrevokedPartitions
+                || (m.state == MemberState::UnreleasedPartitions && !waiting)
+        };
+        let m = self.members.get_mut(member_id).expect("present");
+        m.last_heard_ms = now_ms;
+        if rejoin {
+            return Err(REBALANCE_IN_PROGRESS);
+        }
+        Ok(m.assigned.clone())
+    }
+
+    /// A classic member's LeaveGroup.
+    pub fn classic_leave(&mut self, member_id: &str) -> i16 {
+        match self.members.get(member_id) {
+            Some(m) if m.classic.is_some() => {
+                self.members.remove(member_id);
+                self.group_epoch += 1;
+                NONE
+            }
+            _ => UNKNOWN_MEMBER_ID,
+        }
+    }
+
+    /// Whether every member speaks the classic protocol (and there is one): the group goes back
+    /// to being a classic group.
+    pub fn only_classic_members(&self) -> bool {
+        !self.members.is_empty() && self.members.values().all(|m| m.classic.is_some())
+    }
+
+    fn apply(
+        &mut self,
+        hb: Heartbeat,
+        topics: &Topics,
+        now_ms: i64,
+        classic: Option<ClassicMember>,
+    ) -> Answer {
         let id = hb.member_id.clone();
         let full = hb.is_full();
         // One new group epoch per heartbeat, whatever it changed (a join with its subscription
@@ -454,6 +577,7 @@ impl ConsumerGroup {
                             last_heard_ms: now_ms,
                             revoke_deadline_ms: None,
                             left_static: false,
+                            classic: None,
                         },
                     );
                     changed = true;
@@ -482,6 +606,9 @@ impl ConsumerGroup {
         let before = self.members[&id].assigned.clone();
         if let Some(m) = self.members.get_mut(&id) {
             m.last_heard_ms = now_ms;
+            if classic.is_some() {
+                m.classic = classic;
+            }
             m.client_id = hb.client_id;
             m.client_host = hb.client_host;
             if hb.rack_id.is_some() {
@@ -618,7 +745,7 @@ impl ConsumerGroup {
             .members
             .values()
             .filter(|m| {
-                now_ms - m.last_heard_ms > session_timeout_ms
+                now_ms - m.last_heard_ms > m.session_timeout_ms(session_timeout_ms)
                     || m.revoke_deadline_ms.is_some_and(|d| now_ms > d)
             })
             .map(|m| m.member_id.clone())
@@ -635,7 +762,7 @@ impl ConsumerGroup {
         self.members
             .values()
             .map(|m| {
-                let session = m.last_heard_ms + session_timeout_ms + 1;
+                let session = m.last_heard_ms + m.session_timeout_ms(session_timeout_ms) + 1;
                 m.revoke_deadline_ms.map_or(session, |d| session.min(d + 1))
             })
             .min()
@@ -770,6 +897,19 @@ mod stored {
                 }
                 put_opt(&mut b, &m.subscribed_regex);
                 b.put_u8(u8::from(m.left_static));
+                match &m.classic {
+                    None => b.put_u8(0),
+                    Some(c) => {
+                        b.put_u8(1);
+                        b.put_i32(c.session_timeout_ms);
+                        b.put_u32(c.protocols.len() as u32);
+                        for (name, metadata) in &c.protocols {
+                            put_str(&mut b, name);
+                            b.put_u32(metadata.len() as u32);
+                            b.put_slice(metadata);
+                        }
+                    }
+                }
                 put_opt(&mut b, &m.server_assignor);
                 b.put_i32(m.rebalance_timeout_ms);
                 b.put_i32(m.epoch);
@@ -822,6 +962,24 @@ mod stored {
                     1 => true,
                     _ => return None,
                 };
+                let classic = match b.try_get_u8().ok()? {
+                    0 => None,
+                    1 => {
+                        let session_timeout_ms = b.try_get_i32().ok()?;
+                        let mut protocols = Vec::new();
+                        for _ in 0..get_count(b, 8)? {
+                            let name = get_str(b)?;
+                            let n = get_count(b, 1)?;
+                            protocols.push((name, bytes::Bytes::copy_from_slice(&b[..n])));
+                            b.advance(n);
+                        }
+                        Some(ClassicMember {
+                            session_timeout_ms,
+                            protocols,
+                        })
+                    }
+                    _ => return None,
+                };
                 let server_assignor = get_opt(b)?;
                 let rebalance_timeout_ms = b.try_get_i32().ok()?;
                 let epoch = b.try_get_i32().ok()?;
@@ -856,6 +1014,7 @@ mod stored {
                         revoke_deadline_ms: (state == MemberState::UnrevokedPartitions)
                             .then(|| now_ms + i64::from(rebalance_timeout_ms.max(0))),
                         left_static,
+                        classic,
                     },
                 );
             }
@@ -888,6 +1047,14 @@ mod tests {
             MemberState::UnrevokedPartitions,
             "a gives b a share"
         );
+        // A classic member and a pattern subscription are stored too.
+        if let Some(b) = g.members.get_mut("b") {
+            b.classic = Some(ClassicMember {
+                session_timeout_ms: 10_000,
+                protocols: vec![("range".into(), bytes::Bytes::from_static(b"\0\x01meta"))],
+            });
+            b.subscribed_regex = Some("t.*".into());
+        }
         let bytes = g.encode();
         let back = ConsumerGroup::decode(&bytes, 2).expect("decode");
         assert_eq!(back.group_epoch, g.group_epoch);

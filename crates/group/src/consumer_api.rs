@@ -87,17 +87,32 @@ impl GroupCoordinator {
             }
             if let Some(g) = state.groups.get_mut(&group_id) {
                 g.poll(&self.inner.cx());
-                if g.is_active() || hb.member_epoch != 0 {
-                    // A classic group with members: Kafka converts it online; Weir does not
-                    // yet (its members would have to be driven through JoinGroup and SyncGroup).
+                let upgraded = if hb.member_epoch != 0 {
+                    None
+                } else if g.is_active() {
+                    // A classic group with members: they stay, as classic members of the
+                    // consumer group it becomes (Kafka's online upgrade).
+                    crate::migrate::upgrade(g, topics, now_ms)
+                } else {
+                    // An empty classic group becomes a consumer group (its offsets stay).
+                    Some(ConsumerGroup::default())
+                };
+                let Some(upgraded) = upgraded else {
                     return heartbeat_error(
                         GROUP_ID_NOT_FOUND,
                         format!("Group {group_id} is not a consumer group."),
                     );
+                };
+                if let Some(g) = state.groups.remove(&group_id) {
+                    g.convert_out();
                 }
-                // An empty classic group becomes a consumer group (its offsets stay).
-                tracing::info!(group = %group_id, "empty classic group converted to a consumer group");
-                state.groups.remove(&group_id);
+                state.consumers.insert(
+                    group_id.clone(),
+                    Consumer {
+                        group: upgraded,
+                        stored: Vec::new(),
+                    },
+                );
             }
             if !state.consumers.contains_key(&group_id) {
                 if hb.member_epoch != 0 {
@@ -115,9 +130,13 @@ impl GroupCoordinator {
                     },
                 );
             }
+            let leaving = hb.member_epoch == -1;
             let c = state.consumers.get_mut(&group_id).expect("inserted above");
             let answer = c.group.heartbeat(hb, topics, now_ms);
             let changed = state.settle_consumer(&group_id);
+            if leaving {
+                self.inner.maybe_downgrade(&mut state, &group_id);
+            }
             self.inner.rearm(&mut state, &group_id);
             (answer, changed)
         };

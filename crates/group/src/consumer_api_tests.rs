@@ -415,3 +415,231 @@ async fn heartbeats_kafka_refuses_are_refused() {
         FENCED_MEMBER_EPOCH
     );
 }
+
+mod migration {
+    use bytes::{Buf, BufMut, Bytes, BytesMut};
+    use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition as AssignedTopic;
+    use kafka_protocol::messages::consumer_protocol_subscription::TopicPartition as OwnedTopic;
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+    use kafka_protocol::protocol::{Decodable, Encodable};
+
+    use super::*;
+
+    /// A classic consumer as the Java client is one: cooperative, so it reports what it owns.
+    struct ClassicClient {
+        id: String,
+        generation: i32,
+        owned: Vec<i32>,
+    }
+
+    fn subscription(owned: &[i32]) -> Bytes {
+        let mut sub = ConsumerProtocolSubscription::default();
+        sub.topics = vec![s("orders")];
+        let mut t = OwnedTopic::default();
+        t.topic = TopicName(s("orders"));
+        t.partitions = owned.to_vec();
+        sub.owned_partitions = if owned.is_empty() { vec![] } else { vec![t] };
+        let mut buf = BytesMut::new();
+        buf.put_i16(1);
+        sub.encode(&mut buf, 1).expect("encode");
+        buf.freeze()
+    }
+
+    fn assignment(partitions: &[i32]) -> Bytes {
+        let mut a = ConsumerProtocolAssignment::default();
+        let mut t = AssignedTopic::default();
+        t.topic = TopicName(s("orders"));
+        t.partitions = partitions.to_vec();
+        a.assigned_partitions = vec![t];
+        let mut buf = BytesMut::new();
+        buf.put_i16(1);
+        a.encode(&mut buf, 1).expect("encode");
+        buf.freeze()
+    }
+
+    fn partitions_of(bytes: &Bytes) -> Vec<i32> {
+        let mut b = bytes.clone();
+        if b.is_empty() {
+            return Vec::new();
+        }
+        let v = b.get_i16();
+        let a = ConsumerProtocolAssignment::decode(&mut b, v).expect("decode");
+        let mut ps: Vec<i32> = a
+            .assigned_partitions
+            .into_iter()
+            .flat_map(|t| t.partitions)
+            .collect();
+        ps.sort();
+        ps
+    }
+
+    fn join(member: &str, owned: &[i32]) -> JoinGroupRequest {
+        let mut req = JoinGroupRequest::default();
+        req.group_id = GroupId(s(GROUP));
+        req.member_id = s(member);
+        req.session_timeout_ms = 10_000;
+        req.rebalance_timeout_ms = 5_000;
+        req.protocol_type = s("consumer");
+        let mut p = JoinGroupRequestProtocol::default();
+        p.name = s("cooperative-sticky");
+        p.metadata = subscription(owned);
+        req.protocols = vec![p];
+        req
+    }
+
+    fn sync(member: &str, generation: i32, assignments: &[(&str, &[i32])]) -> SyncGroupRequest {
+        let mut req = SyncGroupRequest::default();
+        req.group_id = GroupId(s(GROUP));
+        req.member_id = s(member);
+        req.generation_id = generation;
+        req.protocol_type = Some(s("consumer"));
+        req.protocol_name = Some(s("cooperative-sticky"));
+        req.assignments = assignments
+            .iter()
+            .map(|(m, ps)| {
+                let mut a = SyncGroupRequestAssignment::default();
+                a.member_id = s(m);
+                a.assignment = assignment(ps);
+                a
+            })
+            .collect();
+        req
+    }
+
+    fn heartbeat_req(member: &str, generation: i32) -> HeartbeatRequest {
+        let mut req = HeartbeatRequest::default();
+        req.group_id = GroupId(s(GROUP));
+        req.member_id = s(member);
+        req.generation_id = generation;
+        req
+    }
+
+    impl ClassicClient {
+        /// Rejoins and syncs as a cooperative consumer does, keeping what it is given.
+        async fn rejoin(&mut self, co: &GroupCoordinator) {
+            let j = co
+                .join_group(join(&self.id, &self.owned), 3, "c", "h")
+                .await;
+            assert_eq!(j.error_code, NONE, "{} rejoins", self.id);
+            assert!(j.leader.is_empty() || j.leader.as_str() != self.id);
+            self.generation = j.generation_id;
+            let sr = co.sync_group(sync(&self.id, self.generation, &[]), 3).await;
+            assert_eq!(sr.error_code, NONE, "{} syncs", self.id);
+            self.owned = partitions_of(&sr.assignment);
+        }
+
+        async fn beat(&mut self, co: &GroupCoordinator) -> i16 {
+            co.heartbeat(heartbeat_req(&self.id, self.generation), 3)
+                .await
+                .error_code
+        }
+    }
+
+    /// A classic group of two members is upgraded by a consumer-protocol member: the classic
+    /// members go on with JoinGroup/SyncGroup/Heartbeat, the three converge to a split of the
+    /// partitions that never gives one partition to two of them, and offsets are committed at
+    /// the classic generation. When the consumer-protocol member leaves, the group is classic
+    /// again and rebalances between the other two.
+    #[tokio::test(start_paused = true)]
+    async fn a_classic_group_upgrades_online_and_downgrades_when_the_last_new_member_leaves() {
+        let co = GroupCoordinator::new(
+            Arc::new(SqliteMetaStore::in_memory().expect("store")),
+            config(),
+        );
+        co.set_catalog(Arc::new(catalog));
+        // A classic group: x leads, x and y split orders 2/2.
+        let jx = co.join_group(join("", &[]), 3, "c", "h").await;
+        let x_id = jx.member_id.to_string();
+        let s1 = co
+            .sync_group(
+                sync(&x_id, jx.generation_id, &[(&x_id, &[0, 1, 2, 3][..])]),
+                3,
+            )
+            .await;
+        assert_eq!(s1.error_code, NONE);
+        // y first: its join starts the rebalance that x's rejoin completes.
+        let jy = co.join_group(join("", &[]), 3, "c", "h");
+        let jx2 = co.join_group(join(&x_id, &[0, 1, 2, 3]), 3, "c", "h");
+        let (jy, jx2) = tokio::join!(jy, jx2);
+        assert_eq!((jx2.error_code, jy.error_code), (NONE, NONE));
+        assert_eq!(jx2.leader, jx2.member_id);
+        let y_id = jy.member_id.to_string();
+        let generation = jx2.generation_id;
+        let (sx, sy) = tokio::join!(
+            co.sync_group(
+                sync(
+                    &x_id,
+                    generation,
+                    &[(&x_id, &[0, 1][..]), (&y_id, &[2, 3][..])]
+                ),
+                3
+            ),
+            co.sync_group(sync(&y_id, generation, &[]), 3)
+        );
+        assert_eq!((sx.error_code, sy.error_code), (NONE, NONE));
+        let mut x = ClassicClient {
+            id: x_id,
+            generation,
+            owned: partitions_of(&sx.assignment),
+        };
+        let mut y = ClassicClient {
+            id: y_id,
+            generation,
+            owned: partitions_of(&sy.assignment),
+        };
+        assert_eq!((x.owned.clone(), y.owned.clone()), (vec![0, 1], vec![2, 3]));
+
+        // z joins with the consumer protocol: the group converts, z waits for a share.
+        let mut z = Client::join(&co, "z", &["orders"]).await;
+        assert_eq!(count(&z.owned), 0, "x and y still hold everything");
+        let mut list = ListGroupsRequest::default();
+        list.types_filter = vec![s("consumer")];
+        assert_eq!(co.list_groups(list, 5).await.groups.len(), 1);
+        // Classic members are told to rejoin; they do, give up what moves, and z gets it.
+        for _ in 0..4 {
+            for c in [&mut x, &mut y] {
+                match c.beat(&co).await {
+                    NONE => {}
+                    REBALANCE_IN_PROGRESS => c.rejoin(&co).await,
+                    e => panic!("{}: heartbeat error {e}", c.id),
+                }
+            }
+            assert_eq!(z.beat(&co).await, NONE);
+            let mut all: Vec<i32> = x.owned.iter().chain(&y.owned).copied().collect();
+            all.extend(z.owned.values().flatten());
+            let n = all.len();
+            all.sort();
+            all.dedup();
+            assert_eq!(all.len(), n, "a partition held twice: {all:?}");
+        }
+        // The uniform assignor's target: 2, 1, 1 in some order, everything held.
+        let mut counts = vec![x.owned.len(), y.owned.len(), count(&z.owned)];
+        counts.sort();
+        assert_eq!(counts, vec![1, 1, 2]);
+        // A classic member commits at its generation (its member epoch), with an old version.
+        assert_eq!(commit(&co, &x.id, x.generation, 7).await, NONE);
+        assert_eq!(
+            commit(&co, &x.id, x.generation - 1, 7).await,
+            ILLEGAL_GENERATION
+        );
+
+        // z leaves: only classic members are left, and the group is classic again.
+        let mut leave = beat_req("z", z.epoch, &Owned::new());
+        leave.member_epoch = -1;
+        leave.topic_partitions = None;
+        assert_eq!(hb(&co, leave).await.error_code, NONE);
+        let mut list = ListGroupsRequest::default();
+        list.types_filter = vec![s("classic")];
+        assert_eq!(co.list_groups(list, 5).await.groups.len(), 1);
+        assert_eq!(x.beat(&co).await, REBALANCE_IN_PROGRESS);
+        // The classic rebalance: both rejoin, the leader assigns, everything is held again.
+        let jx = co.join_group(join(&x.id, &x.owned), 3, "c", "h");
+        let jy = co.join_group(join(&y.id, &y.owned), 3, "c", "h");
+        let (jx, jy) = tokio::join!(jx, jy);
+        assert_eq!((jx.error_code, jy.error_code), (NONE, NONE));
+        assert_eq!(jx.generation_id, jy.generation_id);
+        let leader = if jx.leader == jx.member_id { &x } else { &y };
+        assert_eq!(jx.leader.as_str(), leader.id, "a classic leader again");
+    }
+}

@@ -290,7 +290,7 @@ impl Group {
 
     /// The group as it is now, to store. Meaningful when Stable or Empty (the states that are
     /// stored); in other states it records the group as Stable.
-    fn snapshot(&self) -> GroupSnapshot {
+    pub(crate) fn snapshot(&self) -> GroupSnapshot {
         GroupSnapshot {
             state: if self.state == GroupState::Empty {
                 StoredState::Empty
@@ -332,6 +332,25 @@ impl Group {
             let id = m.id.clone();
             m.answer_join(JoinOutcome::error(NOT_COORDINATOR, id));
             m.answer_sync(SyncOutcome::error(NOT_COORDINATOR));
+        }
+    }
+
+    /// The group becomes a consumer group (an online upgrade): whoever waits in a JoinGroup
+    /// or SyncGroup rejoins, now as a classic member of the consumer group.
+    pub(crate) fn convert_out(mut self) {
+        tracing::info!(group = %self.id, generation = self.generation, "classic group converted to a consumer group");
+        for m in &mut self.members {
+            let id = m.id.clone();
+            m.answer_join(JoinOutcome::error(REBALANCE_IN_PROGRESS, id));
+            m.answer_sync(SyncOutcome::error(REBALANCE_IN_PROGRESS));
+        }
+    }
+
+    /// Starts a rebalance now (a group just converted back from a consumer group: the
+    /// partitions of the members that left are nobody's).
+    pub(crate) fn rebalance(&mut self, cx: &Cx) {
+        if self.state != GroupState::PreparingRebalance {
+            self.prepare_rebalance(cx);
         }
     }
 

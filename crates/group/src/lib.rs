@@ -44,6 +44,7 @@ pub mod assignor;
 pub mod consumer;
 mod consumer_api;
 mod group;
+mod migrate;
 mod snapshot;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -177,7 +178,13 @@ struct Inner {
     writer: tokio::sync::Mutex<()>,
     /// The origin of the millisecond clock consumer groups run on.
     base: Instant,
+    /// The topics as the broker knows them, for classic members of consumer groups (their
+    /// assignments name topics, consumer groups know them by id).
+    catalog: std::sync::RwLock<Catalog>,
 }
+
+/// The broker's topic catalog: every topic's id and partition count, by name.
+pub type Catalog = Arc<dyn Fn() -> consumer::Topics + Send + Sync>;
 
 struct State {
     /// Classic groups.
@@ -339,6 +346,34 @@ impl Inner {
         // A panic under the lock leaves the state as the panicking operation left it; a debug
         // assertion already reported the problem, and the broker keeps serving.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn catalog(&self) -> consumer::Topics {
+        let catalog = Arc::clone(&self.catalog.read().unwrap_or_else(|e| e.into_inner()));
+        catalog()
+    }
+
+    /// After a consumer group lost a member: if only classic members remain, it becomes a
+    /// classic group again and rebalances (Kafka's online downgrade).
+    fn maybe_downgrade(&self, state: &mut State, group_id: &str) {
+        let Some(c) = state.consumers.get(group_id) else {
+            return;
+        };
+        if !c.group.only_classic_members() {
+            return;
+        }
+        let Some(mut g) = migrate::downgrade(group_id, &c.group, &self.catalog(), Instant::now())
+        else {
+            return;
+        };
+        tracing::info!(group = %group_id, generation = g.generation, "consumer group converted to a classic group: only classic members are left");
+        state.consumers.remove(group_id);
+        // Stored as the Stable generation it starts from, then rebalanced.
+        state.queue(group_id, Write::Save(g.snapshot().encode()));
+        g.rebalance(&self.cx());
+        state.groups.insert(group_id.to_owned(), g);
+        state.settle(group_id);
+        self.rearm(state, group_id);
     }
 
     /// Milliseconds on the consumer groups' clock.
@@ -592,6 +627,7 @@ async fn run_timer(inner: Arc<Inner>) {
             }
             for id in expired {
                 state.settle_consumer(&id);
+                inner.maybe_downgrade(&mut state, &id);
             }
             if std::mem::take(&mut state.flush_wanted) {
                 // The timer never waits for the store.
@@ -639,12 +675,23 @@ impl GroupCoordinator {
             wake: Notify::new(),
             writer: tokio::sync::Mutex::new(()),
             base: Instant::now(),
+            catalog: std::sync::RwLock::new(Arc::new(consumer::Topics::new)),
         });
         let timer = tokio::spawn(run_timer(Arc::clone(&inner)));
         Arc::new(GroupCoordinator {
             inner,
             timer: Mutex::new(Some(timer)),
         })
+    }
+
+    /// Tells the coordinator where the topic catalog is (by default, empty): classic members
+    /// of consumer groups name topics where consumer groups know them by id.
+    pub fn set_catalog(&self, catalog: Catalog) {
+        *self
+            .inner
+            .catalog
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = catalog;
     }
 
     /// Says which groups this broker coordinates from now on, and gives up those it no longer
@@ -723,6 +770,15 @@ impl GroupCoordinator {
                 JoinOutcome::error(INVALID_SESSION_TIMEOUT, member_id),
             );
         }
+        if let Err(error) = self.inner.load(&group_id).await {
+            return join_response(version, JoinOutcome::error(error, member_id));
+        }
+        if let Some(outcome) = self
+            .join_consumer_group(&group_id, &req, version, client_id, client_host)
+            .await
+        {
+            return join_response(version, outcome);
+        }
         // v0 has no rebalance timeout: the session timeout serves as both.
         let rebalance = if version >= 1 && req.rebalance_timeout_ms > 0 {
             req.rebalance_timeout_ms
@@ -784,6 +840,14 @@ impl GroupCoordinator {
         if let Err(error) = self.inner.load(&group_id).await {
             return sync_response(version, SyncOutcome::error(error));
         }
+        if let Some(outcome) = self.sync_consumer_group(
+            &group_id,
+            &params.member_id,
+            params.generation,
+            params.protocol_name.as_deref(),
+        ) {
+            return sync_response(version, outcome);
+        }
         let reply = self
             .inner
             .with_group(&group_id, false, |g, cx| g.sync(params, cx));
@@ -806,6 +870,10 @@ impl GroupCoordinator {
         let error = if group_id.is_empty() {
             INVALID_GROUP_ID
         } else if let Err(error) = self.inner.load(&group_id).await {
+            error
+        } else if let Some(error) =
+            self.heartbeat_consumer_group(&group_id, &req.member_id, req.generation_id)
+        {
             error
         } else {
             let instance_id = req.group_instance_id.as_ref().map(|s| s.to_string());
@@ -849,12 +917,18 @@ impl GroupCoordinator {
             resp.error_code = error;
             return resp;
         }
-        let errors = match self.inner.with_group(&group_id, false, |g, cx| {
-            leaving
-                .iter()
-                .map(|(member_id, instance_id)| g.leave(member_id, instance_id.as_deref(), cx))
-                .collect::<Vec<i16>>()
-        }) {
+        let ids: Vec<String> = leaving.iter().map(|(m, _)| m.to_string()).collect();
+        let consumer = self.leave_consumer_group(&group_id, &ids).await;
+        let errors = match consumer {
+            Some(errors) => Ok(Some(errors)),
+            None => self.inner.with_group(&group_id, false, |g, cx| {
+                leaving
+                    .iter()
+                    .map(|(member_id, instance_id)| g.leave(member_id, instance_id.as_deref(), cx))
+                    .collect::<Vec<i16>>()
+            }),
+        };
+        let errors = match errors {
             Err(error) => {
                 resp.error_code = error;
                 return resp;
@@ -946,8 +1020,9 @@ impl GroupCoordinator {
                     None
                 } else if !c.group.members.contains_key(req.member_id.as_str()) {
                     Some(UNKNOWN_MEMBER_ID)
-                } else if version < 9 {
-                    // Members of consumer groups commit with v9+ (their member epoch).
+                } else if version < 9 && c.group.members[req.member_id.as_str()].classic.is_none() {
+                    // Members of consumer groups commit with v9+ (their member epoch); classic
+                    // members commit as they always did (their generation is their epoch).
                     Some(UNSUPPORTED_VERSION)
                 } else {
                     c.group
