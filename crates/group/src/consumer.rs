@@ -125,12 +125,9 @@ impl Heartbeat {
                 if self.owned.as_ref().is_none_or(|o| !o.is_empty()) {
                     return invalid("TopicPartitions must be empty when (re-)joining.");
                 }
-                let names = self.subscribed.as_ref().is_some_and(|n| !n.is_empty());
-                let regex = self
-                    .subscribed_regex
-                    .as_ref()
-                    .is_some_and(|r| !r.is_empty());
-                if !names && !regex {
+                // An empty list is a subscription (to nothing yet): a Java consumer with a
+                // pattern its metadata has not matched anything with yet joins with one.
+                if self.subscribed.is_none() && self.subscribed_regex.is_none() {
                     return invalid(
                         "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.",
                     );

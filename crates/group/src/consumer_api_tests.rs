@@ -385,7 +385,7 @@ async fn heartbeats_kafka_refuses_are_refused() {
         config(),
     );
     let mut no_subscription = join_req("a", &[]);
-    no_subscription.subscribed_topic_names = Some(Vec::new());
+    no_subscription.subscribed_topic_names = None;
     assert_eq!(hb(&co, no_subscription).await.error_code, INVALID_REQUEST);
     let mut owns_on_join = join_req("a", &["orders"]);
     owns_on_join.topic_partitions = None;
@@ -414,6 +414,11 @@ async fn heartbeats_kafka_refuses_are_refused() {
             .error_code,
         FENCED_MEMBER_EPOCH
     );
+    // An empty subscription list is a subscription to nothing yet (a Java consumer's pattern
+    // that matched nothing so far): the member joins, with nothing.
+    let r = hb(&co, join_req("e", &[])).await;
+    assert_eq!((r.error_code, r.member_epoch), (NONE, a.epoch + 1));
+    assert_eq!(owned_of(&r).map(|o| count(&o)), Some(0));
 }
 
 mod migration {

@@ -1,16 +1,19 @@
-//! Weir's consumer group coordinator for Kafka's classic group protocol.
-//!
-//! The consumer group protocol (KIP-848) is being built beside it: [`assignor`] (the
-//! server-side `uniform` and `range` assignors) and [`consumer`] (one consumer group's epochs,
-//! target assignment and reconciliation), pure and tested, not yet behind the Kafka API.
+//! Weir's group coordinator: Kafka's classic group protocol and its consumer group protocol
+//! (KIP-848), and the groups' committed offsets.
 //!
 //! The Kafka API layer hands each group request (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-//! OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete), already
-//! decoded, to [`GroupCoordinator`] and gets the response back filled for the request's version.
+//! ConsumerGroupHeartbeat, ConsumerGroupDescribe, OffsetCommit, OffsetFetch, DescribeGroups,
+//! ListGroups, DeleteGroups, OffsetDelete), already decoded, to [`GroupCoordinator`] and gets
+//! the response back filled for the request's version.
 //!
 //! How the parts fit:
 //!
-//! - `group` holds one group's membership state machine (Empty, PreparingRebalance,
+//! - [`consumer`] holds one consumer group (KIP-848): epochs, the target assignment computed by
+//!   an [`assignor`] (`uniform`, `range`), reconciliation that never gives a partition to two
+//!   members; pure, given the time. `consumer_api` turns ConsumerGroupHeartbeat and
+//!   ConsumerGroupDescribe into calls on it; `migrate` converts groups between the two
+//!   protocols online and answers classic members of consumer groups.
+//! - `group` holds one classic group's membership state machine (Empty, PreparingRebalance,
 //!   CompletingRebalance, Stable): pure, synchronous, and given the time by its caller. A
 //!   JoinGroup or SyncGroup that must wait for other members parks a oneshot sender in its
 //!   member; the event that ends the wait answers it.

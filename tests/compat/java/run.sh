@@ -15,6 +15,10 @@
 # The test classes (src/test/java/dev/weir/compat; each class's javadoc says what it checks):
 #   AdminTopicsTest, DeleteRecordsTest, ListOffsetsTest   topics, configs, log start, offsets by time
 #   ConsumerGroupTest       a classic group: split, commit, a member lost and restarted
+#   ConsumerProtocolTest    KIP-848 groups (group.protocol=consumer): uniform and range assignors,
+#                           a member leaving, regex subscriptions (client- and broker-resolved;
+#                           matching nothing yet; a new topic), an empty group converted
+#                           classic -> consumer -> classic, ListGroups types, DeleteGroups
 #   TransactionsTest        ListTransactions/DescribeTransactions, read_committed, the LSO
 #   ExactlyOnceTest         consume-transform-produce in transactions, fenced and restarted
 #   StreamsEosTest          Kafka Streams (kafka-streams) exactly_once_v2 word count: a stream

@@ -145,3 +145,54 @@ def test_the_group_survives_a_broker_restart(broker_factory, clients):
     finally:
         clients.close_all()  # while the broker is up: a consumer's close leaves the group
         broker_factory.close(b)
+
+
+def _group_type(adm, group):
+    listed = adm.list_consumer_groups(request_timeout=10).result(timeout=30)
+    types = [g.type.name for g in listed.valid if g.group_id == group]
+    return types[0] if types else None
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_a_classic_group_upgrades_and_downgrades_online(broker, clients, strategy):
+    """A rolling upgrade: a classic member keeps consuming while a consumer-protocol member
+    joins the same group (the group becomes a consumer group, the classic member stays in it),
+    then leaves again (the group is classic again). Nothing is lost, no partition is held by
+    both at once once they settle."""
+    bootstrap = broker.bootstrap
+    topic = unique("cp-migrate")
+    group = unique("cp-migrate-group")
+    create_topic(bootstrap, topic, PARTITIONS)
+    _produce(bootstrap, topic, 400)
+    adm = admin(bootstrap)
+    a = _consumer(clients, bootstrap, group, **{"group.protocol": "classic",
+                                                 "partition.assignment.strategy": strategy,
+                                                 "session.timeout.ms": 10000,
+                                                 "heartbeat.interval.ms": 500})
+    a.subscribe([topic])
+    seen = set()
+    _drain([a], seen, lambda s: len(s) >= 100 and _assigned(a) == set(range(PARTITIONS)))
+    a.commit(asynchronous=False)
+    assert _group_type(adm, group) == "CLASSIC"
+
+    b = _consumer(clients, bootstrap, group)
+    b.subscribe([topic])
+
+    def shared(s):
+        pa, pb = _assigned(a), _assigned(b)
+        return (len(s) >= 400 and pa and pb and not (pa & pb)
+                and (pa | pb) == set(range(PARTITIONS)))
+    _drain([a, b], seen, shared, timeout=90)
+    assert {v for _p, _o, v in seen} == {b"v%d" % i for i in range(400)}
+    assert _group_type(adm, group) == "CONSUMER"
+    for c in (a, b):
+        c.commit(asynchronous=False)
+
+    # b leaves: a is alone in a classic group again and reads everything that follows.
+    b.close()
+    _produce(bootstrap, topic, 200, start=400)
+    later = set()
+    _drain([a], later, lambda s: len(s) >= 200 and _assigned(a) == set(range(PARTITIONS)),
+           timeout=90)
+    assert {b"v%d" % i for i in range(400, 600)} <= {v for _p, _o, v in later}
+    eventually(lambda: _group_type(adm, group) == "CLASSIC", timeout=30)

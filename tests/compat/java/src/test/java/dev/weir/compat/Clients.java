@@ -86,6 +86,32 @@ final class Clients {
 
     /** Consumer without auto-commit; groupId may be null for a group-less (assign) consumer. */
     static KafkaConsumer<String, String> consumer(Target b, String groupId, String clientId, Map<String, Object> extra) {
+        Map<String, Object> p = consumerConfig(b, groupId, clientId);
+        p.putAll(extra);
+        return new KafkaConsumer<>(p);
+    }
+
+    static KafkaConsumer<String, String> consumer(Target b, String groupId, String clientId) {
+        return consumer(b, groupId, clientId, Map.of());
+    }
+
+    /**
+     * A member of a KIP-848 consumer group ({@code group.protocol=consumer}), without auto-commit.
+     * The coordinator sets its session timeout and heartbeat interval and runs the assignor
+     * ({@code group.remote.assignor} picks one), so the classic settings of those are left out:
+     * the client refuses them with this protocol.
+     */
+    static KafkaConsumer<String, String> consumerProtocol(Target b, String groupId, String clientId,
+            Map<String, Object> extra) {
+        Map<String, Object> p = consumerConfig(b, groupId, clientId);
+        p.remove(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG);
+        p.remove(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG);
+        p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer");
+        p.putAll(extra);
+        return new KafkaConsumer<>(p);
+    }
+
+    private static Map<String, Object> consumerConfig(Target b, String groupId, String clientId) {
         Map<String, Object> p = new HashMap<>();
         p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, b.bootstrap());
         p.put(ConsumerConfig.CLIENT_ID_CONFIG, clientId);
@@ -101,11 +127,6 @@ final class Clients {
         p.put(ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, 30_000);
         p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
         p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
-        p.putAll(extra);
-        return new KafkaConsumer<>(p);
-    }
-
-    static KafkaConsumer<String, String> consumer(Target b, String groupId, String clientId) {
-        return consumer(b, groupId, clientId, Map.of());
+        return p;
     }
 }
