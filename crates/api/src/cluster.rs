@@ -32,10 +32,34 @@ pub fn api_versions(error_code: i16) -> ApiVersionsResponse {
             })
         })
         .collect();
+    // Feature levels clients read (ApiVersions v3+): Transactions V2 (KIP-890 part 2), which
+    // Java and franz-go producers use once it is finalized, and the consumer group protocol.
+    const FEATURES: [(&str, i16, i16); 2] =
+        [("transaction.version", 0, 2), ("group.version", 0, 1)];
+    let supported = FEATURES
+        .iter()
+        .map(|(name, min, max)| {
+            api_versions_response::SupportedFeatureKey::default()
+                .with_name(str(name))
+                .with_min_version(*min)
+                .with_max_version(*max)
+        })
+        .collect();
+    let finalized = FEATURES
+        .iter()
+        .map(|(name, _, max)| {
+            api_versions_response::FinalizedFeatureKey::default()
+                .with_name(str(name))
+                .with_min_version_level(*max)
+                .with_max_version_level(*max)
+        })
+        .collect();
     ApiVersionsResponse::default()
         .with_error_code(error_code)
         .with_api_keys(api_keys)
-        .with_finalized_features_epoch(-1)
+        .with_supported_features(supported)
+        .with_finalized_features(finalized)
+        .with_finalized_features_epoch(1)
 }
 
 fn rack(zone: &str) -> Option<StrBytesAlias> {

@@ -183,6 +183,7 @@ impl Broker {
     }
 
     pub(crate) async fn end_txn(&self, r: EndTxnRequest, version: i16) -> EndTxnResponse {
+        // v5+: Transactions V2, the epoch moves on at every end (the answer carries it).
         let result = self
             .txns
             .end_txn(
@@ -190,13 +191,81 @@ impl Broker {
                 r.producer_id.0,
                 r.producer_epoch,
                 r.committed,
+                version >= 5,
             )
             .await
             .map_err(|e| fenced_for(e, version, 2));
-        EndTxnResponse::default()
-            .with_error_code(code(result))
-            .with_producer_id(r.producer_id)
-            .with_producer_epoch(r.producer_epoch)
+        match result {
+            Ok((pid, epoch)) => EndTxnResponse::default()
+                .with_producer_id(ProducerId(pid))
+                .with_producer_epoch(epoch),
+            Err(e) => EndTxnResponse::default()
+                .with_error_code(e.code())
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+        }
+    }
+
+    /// Transactions V2 (Produce v12+): adds to their transactions the partitions of a
+    /// produce whose batches are transactional, before they are written here or forwarded to
+    /// their leader (which then verifies them as for any transactional write). Returns the
+    /// partitions that could not be added, with the error to answer them with.
+    pub(crate) async fn add_produce_partitions(
+        &self,
+        transactional_id: &str,
+        wanted: Vec<(String, i32, i64, i16)>,
+    ) -> BTreeMap<(String, i32), ResponseError> {
+        let mut refused = BTreeMap::new();
+        // Grouped by producer id and epoch: one transaction each (normally just one).
+        let mut by_producer: BTreeMap<(i64, i16), Vec<(String, i32)>> = BTreeMap::new();
+        {
+            let added = self.txn_added.lock().unwrap_or_else(|e| e.into_inner());
+            for (t, p, pid, epoch) in wanted {
+                let known = added
+                    .get(&(transactional_id.to_string(), pid, epoch))
+                    .is_some_and(|s| s.contains(&(t.clone(), p)));
+                if !known {
+                    by_producer.entry((pid, epoch)).or_default().push((t, p));
+                }
+            }
+        }
+        for ((pid, epoch), partitions) in by_producer {
+            match self
+                .txns
+                .add_implicitly(transactional_id, pid, epoch, &partitions, None)
+                .await
+            {
+                Ok(()) => {
+                    let mut added = self.txn_added.lock().unwrap_or_else(|e| e.into_inner());
+                    if added.len() >= 10_000 {
+                        added.clear();
+                    }
+                    // One (producer id, epoch) is one transaction under Transactions V2: the
+                    // epoch moves on when it ends, so this never vouches for the next one.
+                    added
+                        .entry((transactional_id.to_string(), pid, epoch))
+                        .or_default()
+                        .extend(partitions);
+                }
+                Err(e) => {
+                    let e = match e {
+                        ResponseError::ProducerFenced => ResponseError::InvalidProducerEpoch,
+                        // Retriable for every producer: the add is tried again with the batch.
+                        ResponseError::ConcurrentTransactions
+                        | ResponseError::NotCoordinator
+                        | ResponseError::CoordinatorNotAvailable
+                        | ResponseError::CoordinatorLoadInProgress => {
+                            ResponseError::NotEnoughReplicas
+                        }
+                        e => e,
+                    };
+                    for p in partitions {
+                        refused.insert(p, e);
+                    }
+                }
+            }
+        }
+        refused
     }
 
     /// TxnOffsetCommit: checked against the group (this broker must coordinate it), then staged
@@ -243,6 +312,27 @@ impl Broker {
                 });
             }
         }
+        // v5+: Transactions V2, the group joins the transaction here (no AddOffsetsToTxn).
+        let group_error = match group_error {
+            None if version >= 5 && !staged.is_empty() => self
+                .txns
+                .add_implicitly(
+                    &r.transactional_id,
+                    r.producer_id.0,
+                    r.producer_epoch,
+                    &[],
+                    Some(&r.group_id),
+                )
+                .await
+                .err()
+                .map(|e| match e {
+                    ResponseError::ConcurrentTransactions | ResponseError::NotCoordinator => {
+                        ResponseError::CoordinatorLoadInProgress.code()
+                    }
+                    e => fenced_for(e, version, 3).code(),
+                }),
+            other => other,
+        };
         let error = match group_error {
             Some(e) => e,
             None if staged.is_empty() => 0,

@@ -86,6 +86,9 @@ pub struct TxnRecord {
     pub partitions: Vec<(String, i32)>,
     /// The consumer groups whose offsets it commits.
     pub groups: Vec<String>,
+    /// Transactions V2 (KIP-890 part 2): the producer id that follows once the decided
+    /// transaction completes, when its epoch bump exhausted the current one's epochs. -1: none.
+    pub next_producer_id: i64,
     /// The stored version this record was read at (0: not stored yet). Writes name it.
     pub version: u64,
 }
@@ -93,7 +96,7 @@ pub struct TxnRecord {
 impl TxnRecord {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Vec::new();
-        w.put_u8(1);
+        w.put_u8(2);
         w.put_i64(self.producer_id);
         w.put_i16(self.producer_epoch);
         w.put_i64(self.last_producer_id);
@@ -111,6 +114,7 @@ impl TxnRecord {
         for g in &self.groups {
             put_str(&mut w, g);
         }
+        w.put_i64(self.next_producer_id);
         w
     }
 
@@ -119,7 +123,9 @@ impl TxnRecord {
         let mut r = data;
         let r = &mut r;
         let decoded = (|| {
-            if r.try_get_u8().ok()? != 1 {
+            // Format 1 is format 2 without `next_producer_id`.
+            let format = r.try_get_u8().ok()?;
+            if format != 1 && format != 2 {
                 return None;
             }
             let producer_id = r.try_get_i64().ok()?;
@@ -139,6 +145,11 @@ impl TxnRecord {
             for _ in 0..r.try_get_u32().ok()? {
                 groups.push(get_str(r)?);
             }
+            let next_producer_id = if format >= 2 {
+                r.try_get_i64().ok()?
+            } else {
+                -1
+            };
             Some(TxnRecord {
                 transactional_id: transactional_id.to_string(),
                 producer_id,
@@ -151,6 +162,7 @@ impl TxnRecord {
                 update_ms,
                 partitions,
                 groups,
+                next_producer_id,
                 version,
             })
         })();
@@ -238,9 +250,17 @@ mod tests {
             update_ms: 6,
             partitions: vec![("a".into(), 0), ("b.c".into(), 9)],
             groups: vec!["g".into()],
+            next_producer_id: 8,
             version: 4,
         };
         assert_eq!(TxnRecord::decode("tx", 4, &r.encode()).expect("decode"), r);
+        // Format 1 (before Transactions V2) reads as having no next producer id.
+        let mut v1 = r.encode();
+        v1[0] = 1;
+        v1.truncate(v1.len() - 8);
+        let back = TxnRecord::decode("tx", 4, &v1).expect("decode format 1");
+        assert_eq!(back.next_producer_id, -1);
+        assert_eq!(back.groups, r.groups);
         let mut cut = r.encode();
         cut.pop();
         assert!(TxnRecord::decode("tx", 4, &cut).is_err());

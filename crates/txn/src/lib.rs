@@ -235,6 +235,7 @@ impl TxnCoordinator {
                 update_ms: 0,
                 partitions: vec![],
                 groups: vec![],
+                next_producer_id: -1,
                 version: 0,
             };
             self.save(&mut r).await?;
@@ -316,6 +317,43 @@ impl TxnCoordinator {
         group: Option<&str>,
     ) -> Result<(), ResponseError> {
         let _guard = self.enter(id).await?;
+        self.add_locked(id, pid, epoch, partitions, group).await
+    }
+
+    /// Transactions V2 (KIP-890 part 2): a produce (v12+) or a TxnOffsetCommit (v5+) adds its
+    /// partitions or group to the transaction itself, on whichever broker it arrives; the
+    /// client sends no AddPartitionsToTxn or AddOffsetsToTxn. Any broker may do this: the
+    /// write is a compare-and-set on the record's version, so it cannot overwrite what the
+    /// coordinator decided meanwhile (it fails, and the client retries), and the epoch the
+    /// coordinator bumps at every EndTxn keeps a late write of an ended transaction out.
+    pub async fn add_implicitly(
+        &self,
+        id: &str,
+        pid: i64,
+        epoch: i16,
+        partitions: &[(String, i32)],
+        group: Option<&str>,
+    ) -> Result<(), ResponseError> {
+        if id.is_empty() {
+            return Err(ResponseError::InvalidRequest);
+        }
+        let _guard = self.lock(id).await;
+        match self.add_locked(id, pid, epoch, partitions, group).await {
+            // Another broker's write came first: the client retries (as after a lost race
+            // for the coordinator).
+            Err(ResponseError::NotCoordinator) => Err(ResponseError::ConcurrentTransactions),
+            other => other,
+        }
+    }
+
+    async fn add_locked(
+        &self,
+        id: &str,
+        pid: i64,
+        epoch: i16,
+        partitions: &[(String, i32)],
+        group: Option<&str>,
+    ) -> Result<(), ResponseError> {
         let mut r = self.load_for(id, pid, epoch).await?;
         match r.state {
             TxnState::PrepareCommit | TxnState::PrepareAbort => {
@@ -388,19 +426,75 @@ impl TxnCoordinator {
     }
 
     /// EndTxn: stores the decision, writes the markers, completes the transaction. A retry of
-    /// a decision already made answers as the first did.
+    /// a decision already made answers as the first did. `v2` (EndTxn v5+, Transactions V2):
+    /// the decision bumps the producer's epoch, the markers carry the new one, and the answer
+    /// is the producer id and epoch the client goes on with; otherwise the answer is the ones
+    /// it sent.
     pub async fn end_txn(
         &self,
         id: &str,
         pid: i64,
         epoch: i16,
         commit: bool,
-    ) -> Result<(), ResponseError> {
+        v2: bool,
+    ) -> Result<(i64, i16), ResponseError> {
         let _guard = self.enter(id).await?;
-        let mut r = self.load_for(id, pid, epoch).await?;
+        let mut r = self
+            .load(id)
+            .await?
+            .ok_or(ResponseError::InvalidProducerIdMapping)?;
+        let same = |r: &TxnRecord| {
+            matches!(
+                (r.state, commit),
+                (TxnState::CompleteCommit, true)
+                    | (TxnState::CompleteAbort, false)
+                    | (TxnState::PrepareCommit, true)
+                    | (TxnState::PrepareAbort, false)
+            )
+        };
+        if v2 && r.state != TxnState::Ongoing && r.state != TxnState::Empty {
+            // A retry of the EndTxn that bumped the epoch (or moved to a new producer id when
+            // the epochs ran out) is answered as the first one was.
+            let retry = (r.producer_id == pid && r.producer_epoch == epoch.wrapping_add(1))
+                || (r.last_producer_id == pid && r.producer_epoch == 0 && epoch == i16::MAX - 1);
+            if retry {
+                return match r.state {
+                    TxnState::CompleteCommit | TxnState::CompleteAbort if same(&r) => {
+                        Ok((r.producer_id, r.producer_epoch))
+                    }
+                    s if s.is_preparing() && same(&r) => Err(ResponseError::ConcurrentTransactions),
+                    _ => Err(ResponseError::InvalidTxnState),
+                };
+            }
+        }
+        if r.producer_id != pid {
+            return Err(ResponseError::InvalidProducerIdMapping);
+        }
+        if r.producer_epoch != epoch {
+            return Err(ResponseError::ProducerFenced);
+        }
         match (r.state, commit) {
             (TxnState::Ongoing, _) => {}
-            (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => return Ok(()),
+            (TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort, false) if v2 => {
+                // An abort with nothing added: the client wrote nothing that reached a
+                // partition (every write adds its partition first). Only the epoch moves on, so
+                // that anything of this transaction still on its way is refused.
+                r.partitions.clear();
+                r.groups.clear();
+                self.bump_for_next(&mut r).await?;
+                r.state = TxnState::CompleteAbort;
+                r.last_producer_id = pid;
+                r.last_producer_epoch = epoch;
+                if r.next_producer_id >= 0 {
+                    r.producer_id = std::mem::replace(&mut r.next_producer_id, -1);
+                    r.producer_epoch = 0;
+                }
+                self.save(&mut r).await?;
+                return Ok((r.producer_id, r.producer_epoch));
+            }
+            (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => {
+                return Ok((pid, epoch))
+            }
             (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
                 return Err(ResponseError::ConcurrentTransactions)
             }
@@ -411,16 +505,43 @@ impl TxnCoordinator {
         } else {
             TxnState::PrepareAbort
         };
+        if v2 {
+            self.bump_for_next(&mut r).await?;
+        }
         self.save(&mut r).await?;
         if commit {
             self.meters.committed.inc();
         } else {
             self.meters.aborted.inc();
         }
+        // What the client goes on with: the bumped epoch, or the next producer id once the
+        // markers are written (a retry gets it from the record then).
+        let answer = if r.next_producer_id >= 0 {
+            (r.next_producer_id, 0)
+        } else {
+            (r.producer_id, r.producer_epoch)
+        };
         // The decision is stored: it stands, whatever happens to the markers from here on.
         if let Err(e) = self.complete(r).await {
             tracing::info!(transactional_id = id, error = %e, "the transaction is decided; its markers are being written in the background");
         }
+        Ok(answer)
+    }
+
+    /// Transactions V2: the epoch the markers of a decided transaction carry, one above the
+    /// producer's, so that its late writes are refused; when that uses up the id's epochs, the
+    /// producer goes on under a new id once the transaction completes.
+    async fn bump_for_next(&self, r: &mut TxnRecord) -> Result<(), ResponseError> {
+        if r.producer_epoch >= i16::MAX - 1 {
+            r.next_producer_id = self
+                .ids
+                .next()
+                .await
+                .map_err(|_| ResponseError::CoordinatorNotAvailable)?;
+        }
+        r.last_producer_id = r.producer_id;
+        r.last_producer_epoch = r.producer_epoch;
+        r.producer_epoch = r.producer_epoch.saturating_add(1);
         Ok(())
     }
 
@@ -495,6 +616,13 @@ impl TxnCoordinator {
         } else {
             TxnState::CompleteAbort
         };
+        if r.next_producer_id >= 0 {
+            // The markers carried the old id's last epoch; the producer goes on under the new.
+            r.last_producer_id = r.producer_id;
+            r.last_producer_epoch = r.producer_epoch;
+            r.producer_id = std::mem::replace(&mut r.next_producer_id, -1);
+            r.producer_epoch = 0;
+        }
         r.update_ms = now_ms();
         r.version = self
             .meta

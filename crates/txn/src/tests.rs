@@ -75,7 +75,9 @@ async fn a_transaction_commits_with_a_marker_in_each_partition() {
     let r = c.describe("tx").await.expect("describe");
     assert_eq!(r.state, TxnState::Ongoing);
     assert_eq!(r.partitions, vec![p("a", 0), p("b", 1)]);
-    c.end_txn("tx", pid, epoch, true).await.expect("commit");
+    c.end_txn("tx", pid, epoch, true, false)
+        .await
+        .expect("commit");
     assert_eq!(
         *w.written.lock().unwrap(),
         vec![
@@ -90,9 +92,11 @@ async fn a_transaction_commits_with_a_marker_in_each_partition() {
         .expect("some");
     assert_eq!(r.state, TxnState::CompleteCommit);
     // A retried EndTxn gets the same answer; the opposite decision is refused.
-    c.end_txn("tx", pid, epoch, true).await.expect("retry");
+    c.end_txn("tx", pid, epoch, true, false)
+        .await
+        .expect("retry");
     assert_eq!(
-        c.end_txn("tx", pid, epoch, false).await,
+        c.end_txn("tx", pid, epoch, false, false).await,
         Err(ResponseError::InvalidTxnState)
     );
     // The next transaction starts with only its own partitions.
@@ -127,7 +131,7 @@ async fn a_new_producer_fences_the_old_one_and_aborts_its_transaction() {
     for r in [
         c.add_partitions("tx", pid, e0, &[p("a", 0)]).await,
         c.add_offsets("tx", pid, e0, "g").await,
-        c.end_txn("tx", pid, e0, true).await,
+        c.end_txn("tx", pid, e0, true, false).await.map(|_| ()),
     ] {
         assert_eq!(r, Err(ResponseError::ProducerFenced));
     }
@@ -180,7 +184,7 @@ async fn a_timed_out_transaction_is_aborted_and_its_producer_fenced() {
         (TxnState::CompleteAbort, e + 1)
     );
     assert_eq!(
-        c.end_txn("tx", pid, e, true).await,
+        c.end_txn("tx", pid, e, true, false).await,
         Err(ResponseError::ProducerFenced)
     );
     assert_eq!(c.meters.timed_out.get(), 1);
@@ -199,7 +203,7 @@ async fn a_decision_whose_markers_fail_is_finished_later() {
         .expect("add");
     w.failures.store(1_000, Ordering::SeqCst);
     // The decision is stored, so the commit is acknowledged even though no marker is written.
-    c.end_txn("tx", pid, e, true).await.expect("commit");
+    c.end_txn("tx", pid, e, true, false).await.expect("commit");
     let r = meta
         .load_transaction("tx")
         .await
@@ -243,14 +247,14 @@ async fn staged_offsets_are_committed_with_the_transaction_only() {
     meta.stage_txn_offsets("tx", pid, e, "g", vec![offset(5)])
         .await
         .expect("stage");
-    c.end_txn("tx", pid, e, false).await.expect("abort");
+    c.end_txn("tx", pid, e, false, false).await.expect("abort");
     use weir_meta::GroupOffsets;
     assert!(meta.fetch_offsets("g").await.expect("fetch").is_empty());
     c.add_offsets("tx", pid, e, "g").await.expect("add offsets");
     meta.stage_txn_offsets("tx", pid, e, "g", vec![offset(7)])
         .await
         .expect("stage");
-    c.end_txn("tx", pid, e, true).await.expect("commit");
+    c.end_txn("tx", pid, e, true, false).await.expect("commit");
     assert_eq!(
         meta.fetch_offsets("g").await.expect("fetch"),
         vec![offset(7)]
@@ -269,7 +273,7 @@ async fn a_coordinator_whose_decision_was_finished_elsewhere_stops_retrying_its_
         .expect("add");
     w.failures.store(1_000, Ordering::SeqCst);
     let c2 = Arc::clone(&c);
-    let ending = tokio::spawn(async move { c2.end_txn("tx", pid, e, true).await });
+    let ending = tokio::spawn(async move { c2.end_txn("tx", pid, e, true, false).await });
     // Meanwhile another coordinator completes the decision (its version moves on).
     tokio::time::sleep(Duration::from_millis(50)).await;
     let mut r = meta
@@ -304,4 +308,99 @@ async fn another_brokers_ids_are_not_coordinated_here() {
         .await
         .expect("init");
     assert_eq!(c.list().await.expect("list").len(), 1);
+}
+
+/// Transactions V2 (KIP-890 part 2): every EndTxn bumps the epoch, the markers carry the new
+/// one, the answer gives it to the client, and a retry of the EndTxn gets the same answer;
+/// partitions and groups join implicitly; the old epoch is fenced from then on.
+#[tokio::test]
+async fn transactions_v2_bump_the_epoch_at_every_end() {
+    let (c, w, _meta) = setup(TxnConfig::default());
+    let (pid, e0) = c.init_producer_id("tx", 60_000, None).await.expect("init");
+    c.add_implicitly("tx", pid, e0, &[p("a", 0)], None)
+        .await
+        .expect("a produce adds its partition");
+    c.add_implicitly("tx", pid, e0, &[], Some("g"))
+        .await
+        .expect("a TxnOffsetCommit adds its group");
+    let r = c.describe("tx").await.expect("describe");
+    assert_eq!(
+        (r.state, r.groups.clone()),
+        (TxnState::Ongoing, vec!["g".to_string()])
+    );
+    let (pid1, e1) = c.end_txn("tx", pid, e0, true, true).await.expect("commit");
+    assert_eq!((pid1, e1), (pid, e0 + 1), "the epoch moves on");
+    assert_eq!(
+        *w.written.lock().unwrap(),
+        vec![("a".to_string(), 0, pid, e0 + 1, true)],
+        "the marker carries the new epoch"
+    );
+    // The client retries (the answer was lost): same answer, no second marker.
+    assert_eq!(c.end_txn("tx", pid, e0, true, true).await, Ok((pid, e1)));
+    assert_eq!(
+        c.end_txn("tx", pid, e0, false, true).await,
+        Err(ResponseError::InvalidTxnState)
+    );
+    assert_eq!(w.written.lock().unwrap().len(), 1);
+    // The old epoch can no longer add to a transaction (a zombie's late produce).
+    assert_eq!(
+        c.add_implicitly("tx", pid, e0, &[p("b", 0)], None).await,
+        Err(ResponseError::ProducerFenced)
+    );
+    // The next transaction, at the new epoch; an abort bumps again.
+    c.add_implicitly("tx", pid, e1, &[p("b", 0)], None)
+        .await
+        .expect("next transaction");
+    assert_eq!(
+        c.end_txn("tx", pid, e1, false, true).await,
+        Ok((pid, e1 + 1))
+    );
+    // An abort with nothing added (the client's writes never got anywhere) bumps too.
+    assert_eq!(
+        c.end_txn("tx", pid, e1 + 1, false, true).await,
+        Ok((pid, e1 + 2))
+    );
+    assert_eq!(w.written.lock().unwrap().len(), 2, "no markers for nothing");
+    // A commit with nothing added is refused, as Kafka refuses it.
+    assert_eq!(
+        c.end_txn("tx", pid, e1 + 2, true, true).await,
+        Err(ResponseError::InvalidTxnState)
+    );
+}
+
+/// When the bump uses up the id's epochs, the markers carry the last one and the producer
+/// goes on under a new producer id at epoch 0 (also for a retry of the EndTxn).
+#[tokio::test]
+async fn transactions_v2_move_to_a_new_producer_id_when_epochs_run_out() {
+    let (c, w, meta) = setup(TxnConfig::default());
+    let (pid, _) = c.init_producer_id("tx", 60_000, None).await.expect("init");
+    let mut r = meta
+        .load_transaction("tx")
+        .await
+        .expect("load")
+        .expect("some");
+    r.producer_epoch = i16::MAX - 1;
+    meta.save_transaction(&r).await.expect("save");
+    let last = i16::MAX - 1;
+    c.add_implicitly("tx", pid, last, &[p("a", 0)], None)
+        .await
+        .expect("add");
+    let (next, epoch) = c
+        .end_txn("tx", pid, last, true, true)
+        .await
+        .expect("commit");
+    assert_ne!(next, pid);
+    assert_eq!(epoch, 0);
+    assert_eq!(
+        *w.written.lock().unwrap(),
+        vec![("a".to_string(), 0, pid, i16::MAX, true)]
+    );
+    assert_eq!(
+        c.end_txn("tx", pid, last, true, true).await,
+        Ok((next, 0)),
+        "a retry learns the new id"
+    );
+    c.add_implicitly("tx", next, 0, &[p("a", 0)], None)
+        .await
+        .expect("the new id's first transaction");
 }

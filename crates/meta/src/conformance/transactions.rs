@@ -27,6 +27,7 @@ fn record(id: &str) -> TxnRecord {
         update_ms: 1,
         partitions: vec![],
         groups: vec![],
+        next_producer_id: -1,
         version: 0,
     }
 }
