@@ -525,17 +525,25 @@ impl ConsumerGroup {
             }
             0 => {
                 if let Some(instance) = &hb.instance_id {
+                    // The same instance back under a new id takes over the member (partitions
+                    // and epoch) if the old one left for now, or if either side speaks the
+                    // classic protocol, whose static members never say they leave (Kafka
+                    // replaces them too).
+                    let joining_classic = classic.is_some();
                     let holder = self
                         .members
                         .values()
                         .find(|m| m.instance_id.as_ref() == Some(instance) && m.member_id != id)
-                        .map(|m| (m.member_id.clone(), m.left_static));
+                        .map(|m| {
+                            let replace = m.left_static || m.classic.is_some() || joining_classic;
+                            (m.member_id.clone(), replace)
+                        });
                     match holder {
                         Some((old, true)) => {
-                            // The same instance back under a new id: it takes over the member.
                             let mut m = self.members.remove(&old).expect("found above");
                             m.member_id = id.clone();
                             m.left_static = false;
+                            m.classic = None;
                             if let Some(t) = self.target.remove(&old) {
                                 self.target.insert(id.clone(), t);
                             }

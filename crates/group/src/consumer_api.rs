@@ -79,15 +79,18 @@ impl GroupCoordinator {
         if let Err(error) = self.inner.load(&group_id).await {
             return heartbeat_error(error, "");
         }
-        let (answer, changed) = {
+        let answer = {
             let now_ms = self.inner.now_ms();
             let mut state = self.inner.lock();
             if !state.owns(&group_id) {
                 return heartbeat_error(NOT_COORDINATOR, "");
             }
+            // A group this heartbeat would create or convert: it becomes one only if the
+            // heartbeat is accepted (a refused join leaves the group as it was, as in Kafka).
+            let mut candidate: Option<ConsumerGroup> = None;
             if let Some(g) = state.groups.get_mut(&group_id) {
                 g.poll(&self.inner.cx());
-                let upgraded = if hb.member_epoch != 0 {
+                candidate = if hb.member_epoch != 0 {
                     None
                 } else if g.is_active() {
                     // A classic group with members: they stay, as classic members of the
@@ -97,52 +100,59 @@ impl GroupCoordinator {
                     // An empty classic group becomes a consumer group (its offsets stay).
                     Some(ConsumerGroup::default())
                 };
-                let Some(upgraded) = upgraded else {
+                if candidate.is_none() {
                     return heartbeat_error(
                         GROUP_ID_NOT_FOUND,
                         format!("Group {group_id} is not a consumer group."),
                     );
-                };
-                if let Some(g) = state.groups.remove(&group_id) {
-                    g.convert_out();
                 }
-                state.consumers.insert(
-                    group_id.clone(),
-                    Consumer {
-                        group: upgraded,
-                        stored: Vec::new(),
-                    },
-                );
-            }
-            if !state.consumers.contains_key(&group_id) {
+            } else if !state.consumers.contains_key(&group_id) {
                 if hb.member_epoch != 0 {
                     return heartbeat_error(
                         GROUP_ID_NOT_FOUND,
                         format!("Consumer group {group_id} not found."),
                     );
                 }
-                state.absent.remove(&group_id);
-                state.consumers.insert(
-                    group_id.clone(),
-                    Consumer {
-                        group: ConsumerGroup::default(),
-                        stored: Vec::new(),
-                    },
-                );
+                candidate = Some(ConsumerGroup::default());
             }
             let leaving = hb.member_epoch == -1;
-            let c = state.consumers.get_mut(&group_id).expect("inserted above");
-            let answer = c.group.heartbeat(hb, topics, now_ms);
-            let changed = state.settle_consumer(&group_id);
+            let answer = match candidate {
+                Some(mut group) => {
+                    let answer = group.heartbeat(hb, topics, now_ms);
+                    if answer.error != NONE {
+                        return heartbeat_error(answer.error, answer.message.unwrap_or_default());
+                    }
+                    if let Some(g) = state.groups.remove(&group_id) {
+                        g.convert_out();
+                    }
+                    state.absent.remove(&group_id);
+                    state.consumers.insert(
+                        group_id.clone(),
+                        Consumer {
+                            group,
+                            stored: Vec::new(),
+                        },
+                    );
+                    answer
+                }
+                None => {
+                    let c = state.consumers.get_mut(&group_id).expect("checked above");
+                    c.group.heartbeat(hb, topics, now_ms)
+                }
+            };
+            state.settle_consumer(&group_id);
             if leaving {
                 self.inner.maybe_downgrade(&mut state, &group_id);
             }
             self.inner.rearm(&mut state, &group_id);
-            (answer, changed)
+            answer
         };
-        // A heartbeat that changed the group (a join, a new epoch, a partition released or
-        // given) is answered once the change is stored; the others never wait for the store.
-        if changed && !self.inner.persist(&group_id).await {
+        // A heartbeat is answered once the group's state it saw is stored: one that changed it
+        // (a join, a new epoch, a partition released or given) waits for the write, and so
+        // does one that sees a change whose write has not succeeded yet (a retry after a failed
+        // write must not be told what a new coordinator would not know). The others do not
+        // wait for the store.
+        if !self.inner.persist(&group_id).await {
             return heartbeat_error(COORDINATOR_NOT_AVAILABLE, "");
         }
         let mut resp = ConsumerGroupHeartbeatResponse::default();
@@ -256,8 +266,8 @@ impl GroupCoordinator {
                         &g.target.get(&m.member_id).cloned().unwrap_or_default(),
                     );
                     if version >= 1 {
-                        // 1: a member speaking the consumer protocol (0 would be a classic one).
-                        out.member_type = 1;
+                        // 1: a member speaking the consumer protocol, 0: a classic one.
+                        out.member_type = if m.classic.is_some() { 0 } else { 1 };
                     }
                     out
                 })

@@ -647,4 +647,114 @@ mod migration {
         let leader = if jx.leader == jx.member_id { &x } else { &y };
         assert_eq!(jx.leader.as_str(), leader.id, "a classic leader again");
     }
+
+    /// The lock-outs a review found: a classic member handed an id with MEMBER_ID_REQUIRED
+    /// joins with it; a static member moves between the protocols under a new member id; a
+    /// refused first heartbeat (a bad pattern) leaves a classic group as it was; a stale epoch
+    /// in a transactional offset commit is ILLEGAL_GENERATION, which producers understand.
+    #[tokio::test(start_paused = true)]
+    async fn classic_members_are_never_locked_out_of_a_consumer_group() {
+        let co = GroupCoordinator::new(
+            Arc::new(SqliteMetaStore::in_memory().expect("store")),
+            config(),
+        );
+        co.set_catalog(Arc::new(catalog));
+        // A classic group with one member, x.
+        let jx = co.join_group(join("", &[]), 3, "c", "h").await;
+        let x_id = jx.member_id.to_string();
+        let sx = co
+            .sync_group(
+                sync(&x_id, jx.generation_id, &[(&x_id, &[0, 1, 2, 3][..])]),
+                3,
+            )
+            .await;
+        assert_eq!(sx.error_code, NONE);
+        // A consumer-protocol join with a bad pattern is refused and converts nothing.
+        let mut bad = join_req("z", &[]);
+        bad.subscribed_topic_names = None;
+        bad.subscribed_topic_regex = Some(s("(unclosed"));
+        assert_eq!(hb(&co, bad).await.error_code, INVALID_REGULAR_EXPRESSION);
+        let mut list = ListGroupsRequest::default();
+        list.types_filter = vec![s("classic")];
+        assert_eq!(
+            co.list_groups(list, 5).await.groups.len(),
+            1,
+            "still classic"
+        );
+        assert_eq!(
+            co.heartbeat(heartbeat_req(&x_id, jx.generation_id), 3)
+                .await
+                .error_code,
+            NONE
+        );
+        // Now a good one converts it.
+        let z = Client::join(&co, "z", &["orders"]).await;
+        // A new classic member (v4+: MEMBER_ID_REQUIRED first) joins the consumer group.
+        let first = co.join_group(join("", &[]), 5, "c", "h").await;
+        assert_eq!(first.error_code, MEMBER_ID_REQUIRED);
+        let second = co
+            .join_group(join(first.member_id.as_str(), &[]), 5, "c", "h")
+            .await;
+        assert_eq!(second.error_code, NONE, "joins with the id it was given");
+        // Described with its protocol: classic members are type 0.
+        let mut req = ConsumerGroupDescribeRequest::default();
+        req.group_ids = vec![GroupId(s(GROUP))];
+        let d = co.consumer_group_describe(req, 1, &catalog()).await;
+        let types: BTreeMap<String, i8> = d.groups[0]
+            .members
+            .iter()
+            .map(|m| (m.member_id.to_string(), m.member_type))
+            .collect();
+        assert_eq!(types.get("z"), Some(&1));
+        assert_eq!(types.get(&x_id), Some(&0));
+        // A transactional commit at a stale epoch.
+        assert_eq!(
+            co.validate_txn_offset_commit(GROUP, "z", None, z.epoch + 7)
+                .await,
+            Err(ILLEGAL_GENERATION)
+        );
+        assert_eq!(
+            co.validate_txn_offset_commit(GROUP, "z", None, z.epoch)
+                .await,
+            Ok(())
+        );
+    }
+
+    /// A static member restarted with the other protocol (same group.instance.id, new member
+    /// id) takes its own place over, partitions included, in both directions.
+    #[tokio::test(start_paused = true)]
+    async fn a_static_member_changes_protocol_in_place() {
+        let co = GroupCoordinator::new(
+            Arc::new(SqliteMetaStore::in_memory().expect("store")),
+            config(),
+        );
+        co.set_catalog(Arc::new(catalog));
+        let mut req = join_req("n1", &["orders"]);
+        req.instance_id = Some(s("instance-1"));
+        let r = hb(&co, req).await;
+        assert_eq!(r.error_code, NONE);
+        let held = owned_of(&r).map(|o| count(&o));
+        assert_eq!(held, Some(4));
+        let other = Client::join(&co, "other", &["orders"]).await;
+        // instance-1 restarts as a classic static member: it replaces n1.
+        let mut j = join("", &[]);
+        j.group_instance_id = Some(s("instance-1"));
+        let r = co.join_group(j, 5, "c", "h").await;
+        assert_eq!(
+            r.error_code, NONE,
+            "a classic static member replaces its old self"
+        );
+        let c_id = r.member_id.to_string();
+        // And back: a consumer-protocol member with the same instance replaces the classic one.
+        let mut req = join_req("n2", &["orders"]);
+        req.instance_id = Some(s("instance-1"));
+        let r = hb(&co, req).await;
+        assert_eq!(r.error_code, NONE, "{:?}", r.error_message);
+        assert_eq!(
+            co.heartbeat(heartbeat_req(&c_id, 1), 3).await.error_code,
+            UNKNOWN_MEMBER_ID,
+            "the replaced classic member is gone"
+        );
+        drop(other);
+    }
 }

@@ -979,7 +979,18 @@ impl GroupCoordinator {
             if generation < 0 && c.group.members.is_empty() {
                 return Ok(());
             }
-            return c.group.validate_member_epoch(member_id, generation);
+            // As Kafka: a stale member epoch is ILLEGAL_GENERATION here, which producers treat
+            // as an abortable failed commit (they do not know STALE_MEMBER_EPOCH).
+            return c
+                .group
+                .validate_member_epoch(member_id, generation)
+                .map_err(|e| {
+                    if e == STALE_MEMBER_EPOCH {
+                        ILLEGAL_GENERATION
+                    } else {
+                        e
+                    }
+                });
         }
         let result = match state.groups.get_mut(group_id) {
             Some(g) => {

@@ -340,7 +340,7 @@ impl GroupCoordinator {
         client_host: &str,
     ) -> Option<JoinOutcome> {
         let topics = self.inner.catalog();
-        let (outcome, changed) = {
+        let outcome = {
             let now_ms = self.inner.now_ms();
             let mut state = self.inner.lock();
             if !state.owns(group_id) {
@@ -357,20 +357,21 @@ impl GroupCoordinator {
                 if version >= 4 && req.group_instance_id.is_none() {
                     return Some(JoinOutcome::error(MEMBER_ID_REQUIRED, member_id));
                 }
-            } else if !c.group.members.contains_key(&member_id) {
-                return Some(JoinOutcome::error(UNKNOWN_MEMBER_ID, member_id));
             }
+            // A member id the group does not know (one handed out with MEMBER_ID_REQUIRED, or
+            // a member that expired) joins as a new classic member, as in Kafka.
             let (hb, classic) =
                 match join_heartbeat(req, &member_id, client_id, client_host, &topics) {
                     Ok(x) => x,
                     Err(e) => return Some(JoinOutcome::error(e, member_id)),
                 };
             let answer = c.group.classic_join(hb, classic.clone(), &topics, now_ms);
-            let changed = state.settle_consumer(group_id);
+            state.settle_consumer(group_id);
             self.inner.rearm(&mut state, group_id);
-            (join_outcome(&answer, &classic), changed)
+            join_outcome(&answer, &classic)
         };
-        if changed && !self.inner.persist(group_id).await {
+        // Answered once the state it saw is stored (as a consumer group heartbeat).
+        if !self.inner.persist(group_id).await {
             return Some(JoinOutcome::error(
                 COORDINATOR_NOT_AVAILABLE,
                 outcome.member_id,
@@ -425,19 +426,31 @@ impl GroupCoordinator {
         group_id: &str,
         members: &[String],
     ) -> Option<Vec<i16>> {
-        let (errors, changed) = {
+        let errors = {
             let mut state = self.inner.lock();
             if !state.owns(group_id) {
                 return None;
             }
             let c = state.consumers.get_mut(group_id)?;
             let errors: Vec<i16> = members.iter().map(|m| c.group.classic_leave(m)).collect();
-            let changed = state.settle_consumer(group_id);
+            state.settle_consumer(group_id);
+            self.inner.maybe_downgrade(&mut state, group_id);
             self.inner.rearm(&mut state, group_id);
-            (errors, changed)
+            errors
         };
-        if changed {
-            self.inner.persist(group_id).await;
+        if !self.inner.persist(group_id).await {
+            return Some(
+                errors
+                    .into_iter()
+                    .map(|e| {
+                        if e == NONE {
+                            COORDINATOR_NOT_AVAILABLE
+                        } else {
+                            e
+                        }
+                    })
+                    .collect(),
+            );
         }
         Some(errors)
     }

@@ -188,6 +188,11 @@ impl TxnCoordinator {
             .load(id)
             .await?
             .ok_or(ResponseError::InvalidProducerIdMapping)?;
+        if r.next_producer_id == pid && r.state.is_preparing() {
+            // Told its next producer id while the markers of its last transaction (under the
+            // old id) are still being written: it retries until they are.
+            return Err(ResponseError::ConcurrentTransactions);
+        }
         if r.producer_id != pid {
             return Err(ResponseError::InvalidProducerIdMapping);
         }
@@ -455,7 +460,11 @@ impl TxnCoordinator {
         if v2 && r.state != TxnState::Ongoing && r.state != TxnState::Empty {
             // A retry of the EndTxn that bumped the epoch (or moved to a new producer id when
             // the epochs ran out) is answered as the first one was.
-            let retry = (r.producer_id == pid && r.producer_epoch == epoch.wrapping_add(1))
+            // Only the bump of an EndTxn counts: a fence (a new producer of the id, or a
+            // timeout) also moves the epoch by one, and its victim must stay fenced.
+            let retry = (r.producer_id == pid
+                && r.producer_epoch == epoch.wrapping_add(1)
+                && (r.last_producer_id, r.last_producer_epoch) == (pid, epoch))
                 || (r.last_producer_id == pid && r.producer_epoch == 0 && epoch == i16::MAX - 1);
             if retry {
                 return match r.state {
@@ -728,11 +737,11 @@ impl TxnCoordinator {
 }
 
 /// A fencing epoch bump (a new producer of the id, or a timeout): the old producer's requests
-/// and late writes are refused from here on.
+/// and late writes are refused from here on. Up to `i16::MAX`, which no producer is ever given
+/// (the id moves on at `i16::MAX - 1`), so the bump always fences, as Kafka's does; under
+/// Transactions V2 every producer id reaches `i16::MAX - 1` once.
 fn bump_epoch(r: &mut TxnRecord) {
-    if r.producer_epoch < i16::MAX - 1 {
-        r.producer_epoch += 1;
-    }
+    r.producer_epoch = r.producer_epoch.saturating_add(1);
 }
 
 #[cfg(test)]
