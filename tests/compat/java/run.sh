@@ -18,7 +18,9 @@
 #   ConsumerProtocolTest    KIP-848 groups (group.protocol=consumer): uniform and range assignors,
 #                           a member leaving, regex subscriptions (client- and broker-resolved;
 #                           matching nothing yet; a new topic), an empty group converted
-#                           classic -> consumer -> classic, ListGroups types, DeleteGroups
+#                           classic -> consumer -> classic, ListGroups types, DeleteGroups, a
+#                           rolling upgrade of a classic group with members to the consumer
+#                           protocol and back (online migration) with a producer writing
 #   TransactionsTest        ListTransactions/DescribeTransactions, read_committed, the LSO
 #   ExactlyOnceTest         consume-transform-produce in transactions, fenced and restarted
 #   StreamsEosTest          Kafka Streams (kafka-streams) exactly_once_v2 word count: a stream

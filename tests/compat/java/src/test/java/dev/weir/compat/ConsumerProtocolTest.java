@@ -36,8 +36,10 @@ import org.apache.kafka.clients.consumer.CommitFailedException;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.CooperativeStickyAssignor;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.consumer.RangeAssignor;
 import org.apache.kafka.clients.consumer.SubscriptionPattern;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -47,6 +49,7 @@ import org.apache.kafka.common.GroupType;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.GroupIdNotFoundException;
 import org.apache.kafka.common.errors.GroupNotEmptyException;
+import org.apache.kafka.common.errors.RebalanceInProgressException;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -62,7 +65,10 @@ import org.junit.jupiter.api.Timeout;
  * a matching topic created later and never a non-matching one, and that join while they match no
  * topic at all (SubscribedTopicNames=[] from the client's pattern); an empty classic group taken over
  * by a consumer-protocol member and back, each resuming at the committed offsets; ListGroups
- * with group types; DeleteGroups refusing a group with members and deleting an empty one.
+ * with group types; DeleteGroups refusing a group with members and deleting an empty one; online
+ * migration ({@code group.consumer.migration.policy=bidirectional}, Kafka 4.1's default): a rolling
+ * upgrade of three classic members (cooperative-sticky, or eager range) to the consumer protocol
+ * and back, one by one, with a producer writing throughout.
  */
 @Timeout(value = 180, unit = TimeUnit.SECONDS)
 class ConsumerProtocolTest {
@@ -137,6 +143,10 @@ class ConsumerProtocolTest {
         /** A commit failed (CommitFailedException) and is to be retried. */
         boolean uncommitted;
         int failedCommits;
+        /** The first offset this member consumed of each partition. */
+        final Map<TopicPartition, Long> firstOffsets = new HashMap<>();
+        /** Records this member consumed. */
+        long consumed;
 
         Member(String name, KafkaConsumer<String, String> c) {
             this.name = name;
@@ -605,6 +615,311 @@ class ConsumerProtocolTest {
         }
     }
 
+    /**
+     * A rolling upgrade and rollback as an application does it, with a producer writing all the
+     * while: three classic consumers (CooperativeStickyAssignor) are restarted one by one with
+     * {@code group.protocol=consumer} (the first turns the classic group into a consumer group in
+     * which the others stay as classic members), then one by one back to classic (when the last
+     * consumer-protocol member leaves, the group is classic again).
+     */
+    @Test
+    void rollingUpgradeToTheConsumerProtocolAndBackWithCooperativeStickyClassicMembers() throws Exception {
+        rollingUpgradeAndRollback("coop", CooperativeStickyAssignor.class, "cooperative-sticky", Map.of(), "uniform");
+    }
+
+    /**
+     * The same with eager classic members (RangeAssignor, which give up all their partitions on
+     * each rebalance) and consumer-protocol members asking for the range assignor on the
+     * coordinator ({@code group.remote.assignor=range}).
+     */
+    @Test
+    void rollingUpgradeToTheConsumerProtocolAndBackWithRangeClassicMembers() throws Exception {
+        rollingUpgradeAndRollback("range", RangeAssignor.class, "range",
+                Map.of(ConsumerConfig.GROUP_REMOTE_ASSIGNOR_CONFIG, "range"), "range");
+    }
+
+    /**
+     * Three classic members; each replaced in turn by a consumer-protocol member; then each of
+     * those in turn by a classic member again. After every step: the group is stable with the
+     * three members (disjoint assignments covering the topic, each as the member itself holds
+     * it), of the expected group type and member types (ConsumerGroupDescribe v1 MemberType:
+     * {@link MemberDescription#upgraded()}), listed with that type, and the committed offset of
+     * every partition is where its owner goes on from. A member never starts a partition before
+     * the offset the group had committed when it started; in the end every record the producer
+     * wrote while the members came and went is consumed, and committed.
+     */
+    private static void rollingUpgradeAndRollback(String tag, Class<?> classicAssignor, String classicProtocol,
+            Map<String, Object> cpExtra, String consumerAssignor) throws Exception {
+        String topic = Clients.unique("cp-roll-" + tag);
+        String group = Clients.unique("cp-roll-" + tag + "-group");
+        createTopic(topic, PARTITIONS);
+        Set<TopicPartition> all = partitions(topic, PARTITIONS);
+        long t0 = System.nanoTime();
+
+        List<Member> ms = new ArrayList<>(); // the current members, one per slot
+        List<Member> everyone = new ArrayList<>();
+        Map<Member, Map<TopicPartition, Long>> committedAtStart = new HashMap<>();
+        Records seen = new Records();
+        try (BackgroundProducer producer = new BackgroundProducer(topic, tag)) {
+            producer.awaitEveryPartition(all);
+
+            // ---- three classic members ------------------------------------------------------
+            for (int i = 1; i <= 3; i++) {
+                Member m = rollingMember(group, tag + "-classic-" + i, false, classicAssignor, cpExtra, topic);
+                committedAtStart.put(m, Map.of());
+                ms.add(m);
+                everyone.add(m);
+            }
+            pollUntil(ms, seen, "the classic members consume from every partition",
+                    () -> seen.byPartition.keySet().containsAll(all) ? null : "consumed " + seen.byPartition.keySet());
+            checkRollingStep(group, ms, seen, all, GroupType.CLASSIC, classicProtocol, "3 classic members", t0);
+
+            // ---- upgrade: each classic member replaced by a consumer-protocol member ---------
+            for (int i = 0; i < 3; i++) {
+                Member old = ms.get(i);
+                old.close();
+                Map<TopicPartition, Long> committed = committedOffsets(group);
+                Member m = rollingMember(group, tag + "-consumer-" + (i + 1), true, classicAssignor, cpExtra, topic);
+                committedAtStart.put(m, committed);
+                ms.set(i, m);
+                everyone.add(m);
+                checkRollingStep(group, ms, seen, all, GroupType.CONSUMER, consumerAssignor,
+                        old.name + " replaced by " + m.name, t0);
+            }
+
+            // ---- rollback: each consumer-protocol member replaced by a classic member --------
+            for (int i = 2; i >= 0; i--) {
+                Member old = ms.get(i);
+                old.close();
+                if (i == 0) {
+                    // The last consumer-protocol member left: a classic group again, which
+                    // rebalances its two members.
+                    List<Member> two = List.of(ms.get(1), ms.get(2));
+                    checkRollingStep(group, two, seen, all, GroupType.CLASSIC, classicProtocol,
+                            "the last consumer-protocol member " + old.name + " left", t0);
+                }
+                Map<TopicPartition, Long> committed = committedOffsets(group);
+                Member m = rollingMember(group, tag + "-classic-again-" + (i + 1), false, classicAssignor, cpExtra,
+                        topic);
+                committedAtStart.put(m, committed);
+                ms.set(i, m);
+                everyone.add(m);
+                checkRollingStep(group, ms, seen, all, i == 0 ? GroupType.CLASSIC : GroupType.CONSUMER,
+                        i == 0 ? classicProtocol : consumerAssignor, old.name + " replaced by " + m.name, t0);
+            }
+
+            // ---- the producer stops; everything it wrote is consumed and committed -----------
+            Records produced = producer.finish();
+            System.out.println("rolling " + tag + ": produced " + produced.count() + " records in "
+                    + (System.nanoTime() - t0) / 1_000_000 + " ms");
+            pollUntil(ms, seen, "every produced record consumed", () -> seen.missing(produced));
+            assertConsumed(produced, seen);
+            checkRollingStep(group, ms, seen, all, GroupType.CLASSIC, classicProtocol, "all records consumed", t0,
+                    false);
+            assertEquals(produced.ends(), committedOffsets(group), "committed offsets at the end");
+        } finally {
+            closeAll(everyone);
+        }
+
+        for (Member m : everyone) {
+            Map<TopicPartition, Long> start = committedAtStart.get(m);
+            m.firstOffsets.forEach((tp, first) -> {
+                Long c = start.get(tp);
+                assertTrue(c == null || first >= c, m.name + " started " + tp + " at offset " + first
+                        + ", before the offset committed when it joined (" + c + "): it did not resume at the"
+                        + " committed offsets; every member's first offsets: " + firstOffsets(everyone));
+            });
+        }
+    }
+
+    /**
+     * Polls until each member has consumed records since the stable description {@code d}, and
+     * returns the group's description then, which must be {@code d}'s group epoch and assignments.
+     */
+    private static ConsumerGroupDescription awaitConsumingStable(String group, List<Member> ms, Records seen,
+            Set<TopicPartition> all, ConsumerGroupDescription d, String step) {
+        Map<Member, Long> before = new HashMap<>();
+        ms.forEach(m -> before.put(m, m.consumed));
+        pollUntil(ms, seen, "every member consumes new records after " + step, () -> {
+            String idle = ms.stream().filter(m -> m.consumed == before.get(m)).map(m -> m.name)
+                    .collect(Collectors.joining(", "));
+            return idle.isEmpty() ? null : "nothing consumed yet by " + idle;
+        });
+        ConsumerGroupDescription again = awaitStable(group, ms, seen, all);
+        assertEquals(d.groupEpoch(), again.groupEpoch(), "group epoch while the members consume after " + step
+                + ": before " + d + ", after " + again);
+        assertEquals(memberAssignments(d), memberAssignments(again), "assignments while the members consume after "
+                + step);
+        return again;
+    }
+
+    private static Map<String, Set<TopicPartition>> memberAssignments(ConsumerGroupDescription d) {
+        Map<String, Set<TopicPartition>> out = new TreeMap<>();
+        d.members().forEach(md -> out.put(md.consumerId(), new HashSet<>(md.assignment().topicPartitions())));
+        return out;
+    }
+
+    private static String firstOffsets(List<Member> ms) {
+        return ms.stream().map(m -> m.name + "=" + new TreeMap<>(m.firstOffsets.entrySet().stream()
+                .collect(Collectors.toMap(e -> e.getKey().toString(), Map.Entry::getValue))))
+                .collect(Collectors.joining(", "));
+    }
+
+    private static Member rollingMember(String group, String name, boolean consumerProtocol, Class<?> classicAssignor,
+            Map<String, Object> cpExtra, String topic) {
+        Member m;
+        if (consumerProtocol) {
+            m = cpMember(group, name, cpExtra);
+        } else {
+            m = new Member(name, Clients.consumer(broker, group, name, Map.of(
+                    ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic",
+                    ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, classicAssignor.getName(),
+                    ConsumerConfig.MAX_POLL_RECORDS_CONFIG, 200)));
+        }
+        m.c.subscribe(List.of(topic));
+        return m;
+    }
+
+    /**
+     * Waits until the group is stable with exactly these members (awaitStable) and each of them
+     * has consumed records since (in the same group epoch, with the same assignments), then
+     * checks its type, assignor (classic: the protocol the members chose), member types, the
+     * listed type, and that each partition's committed offset is its owner's position.
+     */
+    private static void checkRollingStep(String group, List<Member> ms, Records seen, Set<TopicPartition> all,
+            GroupType type, String assignor, String step, long t0) throws Exception {
+        checkRollingStep(group, ms, seen, all, type, assignor, step, t0, true);
+    }
+
+    private static void checkRollingStep(String group, List<Member> ms, Records seen, Set<TopicPartition> all,
+            GroupType type, String assignor, String step, long t0, boolean producing) throws Exception {
+        ConsumerGroupDescription d = awaitStable(group, ms, seen, all);
+        // Each member consumes what the producer goes on writing to its partitions, and the
+        // group stays stable meanwhile.
+        if (producing) {
+            d = awaitConsumingStable(group, ms, seen, all, d, step);
+        }
+        String ctx = " after " + step + ": " + d;
+        assertEquals(type, d.type(), "group type" + ctx);
+        assertEquals(GroupState.STABLE, d.groupState(), "group state" + ctx);
+        assertEquals(assignor, d.partitionAssignor(), "assignor" + ctx);
+        assertFalse(d.isSimpleConsumerGroup(), "simple consumer group" + ctx);
+        if (type == GroupType.CONSUMER) {
+            assertTrue(d.groupEpoch().isPresent(), "group epoch" + ctx);
+            int epoch = d.groupEpoch().get();
+            assertEquals(Optional.of(epoch), d.targetAssignmentEpoch(), "target assignment epoch" + ctx);
+            for (MemberDescription md : d.members()) {
+                boolean cp = ms.stream().filter(m -> m.name.equals(md.clientId())).findFirst().orElseThrow()
+                        .name.contains("-consumer-");
+                assertEquals(Optional.of(cp), md.upgraded(),
+                        md.clientId() + (cp ? " is a consumer-protocol member" : " is a classic member") + ctx);
+                assertEquals(Optional.of(epoch), md.memberEpoch(), "member epoch of " + md.clientId() + ctx);
+                assertEquals(Optional.of(md.assignment()), md.targetAssignment(),
+                        "target = current assignment of " + md.clientId() + ctx);
+            }
+        }
+        GroupListing l = listed(admin.listGroups(ListGroupsOptions.forConsumerGroups()).all().get(), group);
+        assertNotNull(l, "listGroups lists " + group + " after " + step);
+        assertEquals(Optional.of(type), l.type(), "listed type after " + step + ": " + l);
+        assertEquals("consumer", l.protocol(), "listed protocol type after " + step + ": " + l);
+
+        Map<TopicPartition, Long> committed = committedOffsets(group);
+        for (Member m : ms) {
+            for (TopicPartition tp : m.assignment()) {
+                long pos = m.c.position(tp, Duration.ofSeconds(30));
+                assertEquals(committed.getOrDefault(tp, 0L), pos, m.name + " goes on with " + tp
+                        + " from the committed offset after " + step + "; committed: " + committed);
+            }
+        }
+        System.out.println("rolling: " + step + " -> " + d.type() + " " + d.groupState() + " ("
+                + (System.nanoTime() - t0) / 1_000_000 + " ms): " + d.members().stream()
+                .map(md -> md.clientId() + md.upgraded().map(u -> u ? "[consumer]" : "[classic]").orElse("")
+                        + md.memberEpoch().map(e -> "@" + e).orElse("") + "="
+                        + md.assignment().topicPartitions().stream().map(TopicPartition::partition).sorted().toList())
+                .collect(Collectors.joining(", ")));
+    }
+
+    /**
+     * Writes keyed records in small batches (about 400 a second) until finished; returns what
+     * the broker acknowledged by partition and offset.
+     */
+    static final class BackgroundProducer implements AutoCloseable {
+        private final KafkaProducer<String, String> producer = Clients.producer(broker);
+        private final Records acked = new Records();
+        private final List<Exception> errors = new ArrayList<>();
+        private final Thread thread;
+        private volatile boolean stop;
+        private int sent;
+
+        BackgroundProducer(String topic, String tag) {
+            thread = new Thread(() -> {
+                try {
+                    while (!stop) {
+                        for (int i = 0; i < 10; i++, sent++) {
+                            String key = String.format("key-%02d", sent % KEYS);
+                            String value = tag + "#" + sent;
+                            producer.send(new ProducerRecord<>(topic, key, value), (md, e) -> {
+                                synchronized (acked) {
+                                    if (e != null) {
+                                        errors.add(e);
+                                    } else {
+                                        acked.add(new TopicPartition(md.topic(), md.partition()), md.offset(), value);
+                                    }
+                                }
+                            });
+                        }
+                        Thread.sleep(25);
+                    }
+                } catch (Exception e) {
+                    synchronized (acked) {
+                        errors.add(e);
+                    }
+                }
+            }, "rolling-producer-" + tag);
+            thread.setDaemon(true);
+            thread.start();
+        }
+
+        void awaitEveryPartition(Set<TopicPartition> all) throws InterruptedException {
+            long deadline = System.nanoTime() + PHASE_TIMEOUT.toNanos();
+            while (System.nanoTime() < deadline) {
+                synchronized (acked) {
+                    assertTrue(errors.isEmpty(), "producer errors: " + errors);
+                    if (acked.byPartition.keySet().containsAll(all)) {
+                        return;
+                    }
+                }
+                Thread.sleep(20);
+            }
+            fail("the producer did not write to every partition of " + all);
+        }
+
+        /** Stops, flushes, and returns every acknowledged record; fails on a send error. */
+        Records finish() throws Exception {
+            stop = true;
+            thread.join(30_000);
+            producer.flush();
+            synchronized (acked) {
+                assertTrue(errors.isEmpty(), "producer errors: " + errors);
+                assertEquals(sent, acked.count(), "records acknowledged of those sent");
+                Records out = new Records();
+                out.addAll(acked);
+                return out;
+            }
+        }
+
+        @Override
+        public void close() {
+            stop = true;
+            try {
+                thread.join(30_000);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            producer.close(Duration.ofSeconds(10));
+        }
+    }
+
     // ------------------------------------------------------------------ helpers
 
     /**
@@ -697,7 +1012,9 @@ class ConsumerProtocolTest {
      * that moved meanwhile are read again by the new owner, at least once), and poll throwing
      * "No current assignment for partition" (FetchCollector.fetchRecords checks that a partition
      * is assigned, then reads its position, while the background thread may revoke it in
-     * between; the next poll drops that partition's fetched data).
+     * between; the next poll drops that partition's fetched data). A classic member's commit
+     * during a rebalance of its group (RebalanceInProgressException: the client finishes the
+     * rebalance in its next poll) is retried the same way.
      */
     private static void pollOnce(List<Member> ms, Records sink, boolean commit) {
         for (Member m : ms) {
@@ -715,13 +1032,16 @@ class ConsumerProtocolTest {
                 continue;
             }
             for (ConsumerRecord<String, String> r : rs) {
-                sink.add(new TopicPartition(r.topic(), r.partition()), r.offset(), r.value());
+                TopicPartition tp = new TopicPartition(r.topic(), r.partition());
+                sink.add(tp, r.offset(), r.value());
+                m.firstOffsets.putIfAbsent(tp, r.offset());
+                m.consumed++;
             }
             if (commit && (!rs.isEmpty() || m.uncommitted)) {
                 try {
                     m.c.commitSync(Duration.ofSeconds(30));
                     m.uncommitted = false;
-                } catch (CommitFailedException e) {
+                } catch (CommitFailedException | RebalanceInProgressException e) {
                     m.uncommitted = true;
                     m.failedCommits++;
                     System.err.println(m.name + ": commit failed, retried after the next poll: " + e.getMessage());
