@@ -61,6 +61,16 @@ bench-move:
 # with 100 ms PUTs), produce and end-to-end latency, PUTs and bytes written per GiB produced;
 # then one default producer's maximum on the object WAL with 100 ms PUTs. Writes
 # bench/results/object-wal-YYYY-MM-DD-HHMM.md. Settings: BENCH_OW_* (bench/object_wal.py).
+# Transactional produce beside Kafka (about 2 minutes): Kafka's ProducerPerformance with a
+# transactional id committing every 100 ms (Transactions V2 on both). Writes
+# bench/results/transactions-YYYY-MM-DD-HHMM.md. Settings: BENCH_TX_* (bench/transactions.py).
+.PHONY: bench-transactions
+bench-transactions:
+	$(CARGO) build --release -p weir
+	tools/kafka/kafka.sh install
+	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
+	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/transactions.py
+
 .PHONY: bench-object-wal
 bench-object-wal:
 	$(CARGO) build --release -p weir
