@@ -23,6 +23,7 @@ Environment (defaults in brackets):
 
 import datetime
 import os
+import shutil
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -44,6 +45,8 @@ def committed(m):
 def main():
     rows = []
     for config in CONFIGS:
+        # A fresh broker each run (Kafka refuses a data dir formatted with other ports).
+        shutil.rmtree(os.path.join(ow.WORK, f"{config}-tx"), ignore_errors=True)
         # ProducerPerformance's own flags go after the producer properties.
         props = ["acks=all", "linger.ms=5", "--transactional-id", f"bench-{config}",
                  "--transaction-duration-ms", str(DURATION_MS)]
