@@ -532,6 +532,30 @@ pub fn error_response_for(
         RequestKind::ListTransactions(_) => ResponseKind::ListTransactions(
             ListTransactionsResponse::default().with_error_code(code),
         ),
+        RequestKind::DescribeProducers(r) => {
+            use describe_producers_response::{PartitionResponse, TopicResponse};
+            ResponseKind::DescribeProducers(
+                DescribeProducersResponse::default().with_topics(
+                    r.topics
+                        .iter()
+                        .map(|t| {
+                            TopicResponse::default()
+                                .with_name(t.name.clone())
+                                .with_partitions(
+                                    t.partition_indexes
+                                        .iter()
+                                        .map(|&p| {
+                                            PartitionResponse::default()
+                                                .with_partition_index(p)
+                                                .with_error_code(code)
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                ),
+            )
+        }
         RequestKind::ConsumerGroupHeartbeat(_) => ResponseKind::ConsumerGroupHeartbeat(
             ConsumerGroupHeartbeatResponse::default()
                 .with_error_code(code)

@@ -90,6 +90,7 @@ pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
             | DescribeLogDirs
             | ConsumerGroupHeartbeat
             | ConsumerGroupDescribe
+            | DescribeProducers
     );
     if !implemented {
         return None;
@@ -427,6 +428,9 @@ impl Broker {
             RequestKind::OffsetDelete(r) => now(ResponseKind::OffsetDelete(
                 self.groups.offset_delete(r, v).await,
             )),
+            RequestKind::DescribeProducers(r) => {
+                now(ResponseKind::DescribeProducers(self.describe_producers(r)))
+            }
             RequestKind::ConsumerGroupHeartbeat(r) => {
                 let topics = self.group_catalog();
                 now(ResponseKind::ConsumerGroupHeartbeat(

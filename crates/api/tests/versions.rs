@@ -839,6 +839,17 @@ async fn requests(e: &Env, key: ApiKey, v: i16) -> Vec<(&'static str, RequestKin
                 ),
             ]
         }
+        ApiKey::DescribeProducers => vec![(
+            "a partition and an unknown topic",
+            R::DescribeProducers(DescribeProducersRequest::default().with_topics(vec![
+                describe_producers_request::TopicRequest::default()
+                    .with_name(topic(TOPIC))
+                    .with_partition_indexes(vec![0, 99]),
+                describe_producers_request::TopicRequest::default()
+                    .with_name(topic("no-such-topic"))
+                    .with_partition_indexes(vec![0]),
+            ])),
+        )],
         ApiKey::ConsumerGroupDescribe => vec![(
             "known and unknown",
             R::ConsumerGroupDescribe(

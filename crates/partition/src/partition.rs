@@ -264,6 +264,11 @@ impl Partition {
         lock(&self.producers)
     }
 
+    /// The producers this partition knows, as DescribeProducers reports them.
+    pub fn describe_producers(&self) -> Vec<crate::producer::ActiveProducer> {
+        self.producers().active()
+    }
+
     pub fn set_max_message_bytes(&self, n: usize) {
         self.max_message_bytes.store(n, Ordering::Relaxed);
     }

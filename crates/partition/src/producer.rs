@@ -66,6 +66,19 @@ pub enum Check {
     Duplicate(BatchMeta, Option<AppendOutcome>),
 }
 
+/// A producer as DescribeProducers reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActiveProducer {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// The last sequence number it wrote here; -1: none known.
+    pub last_sequence: i32,
+    /// When it last wrote here (milliseconds since the epoch).
+    pub last_write_ms: i64,
+    /// The first offset of its open transaction here; -1: none.
+    pub txn_start_offset: i64,
+}
+
 #[derive(Clone, Default)]
 pub struct ProducerStates {
     producers: HashMap<i64, ProducerEntry>,
@@ -180,6 +193,28 @@ impl ProducerStates {
             e.last_write_ms = e.last_write_ms.max(now_ms);
         }
         Ok(self.txns.end(pid, marker, commit))
+    }
+
+    /// Every producer this partition knows (DescribeProducers), by producer id.
+    pub fn active(&self) -> Vec<ActiveProducer> {
+        let mut out: Vec<ActiveProducer> = self
+            .producers
+            .iter()
+            .map(|(&pid, e)| ActiveProducer {
+                producer_id: pid,
+                epoch: e.epoch,
+                last_sequence: e
+                    .batches
+                    .back()
+                    .map(|b| b.meta.last_seq)
+                    .or_else(|| e.next_seq.map(|n| if n == 0 { i32::MAX } else { n - 1 }))
+                    .unwrap_or(-1),
+                last_write_ms: e.last_write_ms,
+                txn_start_offset: self.txns.first_offset(pid).map_or(-1, |o| o as i64),
+            })
+            .collect();
+        out.sort_by_key(|p| p.producer_id);
+        out
     }
 
     /// A marker read back from the log (rebuilding the state on open): it was checked when it

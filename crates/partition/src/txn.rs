@@ -70,6 +70,11 @@ impl TxnIndex {
         self.open.contains_key(&pid)
     }
 
+    /// The first offset of producer `pid`'s open transaction here, if it has one.
+    pub fn first_offset(&self, pid: i64) -> Option<u64> {
+        self.open.get(&pid).map(|o| o.first)
+    }
+
     /// Starts a verification for `pid`: returns the guard an append must show.
     pub fn guard(&mut self, pid: i64) -> u64 {
         self.next_guard += 1;

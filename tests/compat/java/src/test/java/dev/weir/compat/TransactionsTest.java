@@ -18,6 +18,7 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.ListTransactionsOptions;
+import org.apache.kafka.clients.admin.ProducerState;
 import org.apache.kafka.clients.admin.TransactionDescription;
 import org.apache.kafka.clients.admin.TransactionListing;
 import org.apache.kafka.clients.admin.TransactionState;
@@ -90,6 +91,13 @@ class TransactionsTest {
         }
     }
 
+    private static ProducerState producerIn(TopicPartition tp, long producerId) throws Exception {
+        List<ProducerState> ps = admin.describeProducers(List.of(tp)).partitionResult(tp)
+                .get(30, TimeUnit.SECONDS).activeProducers();
+        return ps.stream().filter(x -> x.producerId() == producerId).findFirst()
+                .orElseThrow(() -> new AssertionError("producer " + producerId + " not in " + ps));
+    }
+
     @Test
     void listAndDescribeTransactions() throws Exception {
         String topic = Clients.unique("txn-admin");
@@ -111,7 +119,8 @@ class TransactionsTest {
 
             // Open: Ongoing, with the partitions written to.
             p.beginTransaction();
-            TxnClients.send(p, topic, List.of(Map.entry(0, "a"), Map.entry(2, "b"), Map.entry(2, "c")));
+            List<RecordMetadata> sent =
+                    TxnClients.send(p, topic, List.of(Map.entry(0, "a"), Map.entry(2, "b"), Map.entry(2, "c")));
             TransactionListing l = listed(txnId, new ListTransactionsOptions());
             assertNotNull(l, "listTransactions does not list " + txnId);
             assertEquals(TransactionState.ONGOING, l.state(), "listed state of the open transaction");
@@ -140,8 +149,23 @@ class TransactionsTest {
             assertNull(listed(txnId, new ListTransactionsOptions().filterProducerIds(Set.of(d.producerId() + 1_000_000))),
                     "listed with a filter on another producer id");
 
+            // DescribeProducers (kafka-transactions describe-producers): the partition's leader
+            // knows the producer and where its open transaction starts.
+            TopicPartition tp2 = new TopicPartition(topic, 2);
+            ProducerState open = producerIn(tp2, d.producerId());
+            assertEquals(sent.get(1).offset(), open.currentTransactionStartOffset().orElse(-1L),
+                    "first offset of the open transaction in " + tp2);
+            assertTrue(open.lastSequence() >= 1, "last sequence " + open.lastSequence());
+
             // Committed: CompleteCommit, no partitions.
             p.commitTransaction();
+            // Markers follow the commit's answer (in Kafka, asynchronously).
+            long deadline = System.currentTimeMillis() + 30_000;
+            while (producerIn(tp2, d.producerId()).currentTransactionStartOffset().isPresent()) {
+                assertTrue(System.currentTimeMillis() < deadline,
+                        "the transaction in " + tp2 + " still open 30 s after the commit");
+                Thread.sleep(100);
+            }
             TransactionDescription dc = awaitState(txnId, TransactionState.COMPLETE_COMMIT);
             assertTrue(dc.topicPartitions().isEmpty(), "partitions after commit: " + dc.topicPartitions());
             assertEquals(d.producerId(), dc.producerId(), "producer id after commit");
