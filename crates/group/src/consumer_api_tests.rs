@@ -758,3 +758,108 @@ mod migration {
         drop(other);
     }
 }
+
+/// A group store whose state writes fail while `down` is set (the rest works).
+struct FlakyStore {
+    inner: SqliteMetaStore,
+    down: std::sync::atomic::AtomicBool,
+}
+
+impl FlakyStore {
+    fn is_down(&self) -> bool {
+        self.down.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+fn flaky() -> weir_meta::MetaError {
+    weir_meta::MetaError::Backend {
+        context: "test",
+        source: "writes fail".into(),
+    }
+}
+
+#[async_trait::async_trait]
+impl weir_meta::GroupOffsets for FlakyStore {
+    async fn commit_offsets(
+        &self,
+        g: &str,
+        o: Vec<weir_meta::GroupOffset>,
+    ) -> weir_meta::Result<()> {
+        self.inner.commit_offsets(g, o).await
+    }
+    async fn fetch_offsets(&self, g: &str) -> weir_meta::Result<Vec<weir_meta::GroupOffset>> {
+        self.inner.fetch_offsets(g).await
+    }
+    async fn delete_offsets(
+        &self,
+        g: &str,
+        p: Option<Vec<(String, u32)>>,
+    ) -> weir_meta::Result<()> {
+        self.inner.delete_offsets(g, p).await
+    }
+    async fn offset_groups(&self) -> weir_meta::Result<Vec<String>> {
+        self.inner.offset_groups().await
+    }
+}
+
+#[async_trait::async_trait]
+impl weir_meta::GroupStates for FlakyStore {
+    async fn save_group_state(&self, g: &str, d: Vec<u8>) -> weir_meta::Result<()> {
+        if self.is_down() {
+            return Err(flaky());
+        }
+        self.inner.save_group_state(g, d).await
+    }
+    async fn load_group_state(&self, g: &str) -> weir_meta::Result<Option<Vec<u8>>> {
+        self.inner.load_group_state(g).await
+    }
+    async fn delete_group_state(&self, g: &str) -> weir_meta::Result<()> {
+        if self.is_down() {
+            return Err(flaky());
+        }
+        self.inner.delete_group_state(g).await
+    }
+    async fn group_state_ids(&self) -> weir_meta::Result<Vec<String>> {
+        self.inner.group_state_ids().await
+    }
+}
+
+/// A heartbeat is never answered with a group state the store does not hold: while writes
+/// fail, the join that changed the group and its retry (which changes nothing more) are both
+/// told COORDINATOR_NOT_AVAILABLE; once writes work, the retry succeeds and a coordinator
+/// reading the store knows the member. (A retry used to be answered from memory: a new
+/// coordinator could then give the member's partitions to another.)
+#[tokio::test(start_paused = true)]
+async fn no_heartbeat_is_answered_with_state_the_store_does_not_hold() {
+    let store = Arc::new(FlakyStore {
+        inner: SqliteMetaStore::in_memory().expect("store"),
+        down: std::sync::atomic::AtomicBool::new(false),
+    });
+    let co = GroupCoordinator::new(Arc::clone(&store) as Arc<dyn GroupStore>, config());
+    let a = Client::join(&co, "a", &["orders"]).await;
+    store.down.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        hb(&co, join_req("b", &["orders"])).await.error_code,
+        COORDINATOR_NOT_AVAILABLE
+    );
+    assert_eq!(
+        hb(&co, join_req("b", &["orders"])).await.error_code,
+        COORDINATOR_NOT_AVAILABLE,
+        "the retry sees the same unstored state"
+    );
+    store.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    let r = hb(&co, join_req("b", &["orders"])).await;
+    assert_eq!(r.error_code, NONE);
+    // Another coordinator over the same store knows b at the epoch b was told.
+    let co2 = GroupCoordinator::new(Arc::clone(&store) as Arc<dyn GroupStore>, config());
+    let mut req = ConsumerGroupDescribeRequest::default();
+    req.group_ids = vec![GroupId(s(GROUP))];
+    let d = co2.consumer_group_describe(req, 1, &catalog()).await;
+    let b = d.groups[0]
+        .members
+        .iter()
+        .find(|m| m.member_id.as_str() == "b")
+        .expect("b is stored");
+    assert_eq!(b.member_epoch, r.member_epoch);
+    drop(a);
+}
