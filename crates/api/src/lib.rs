@@ -205,15 +205,11 @@ pub struct Broker {
     pub zones: Option<Arc<ZoneServices>>,
     /// The transaction coordinator (and the producer ids of every producer).
     pub txns: Arc<weir_txn::TxnCoordinator>,
-    /// Transactions V2: the partitions this broker added to each transaction (by transactional
-    /// id, producer id and epoch), so that only a transaction's first write to a partition
-    /// costs a metadata store round trip.
-    txn_added: TxnAdded,
+    /// Transactions V2: the partitions this broker added to each transactional id's current
+    /// transaction, so that only a transaction's first write to a partition costs a metadata
+    /// store round trip.
+    txn_added: std::sync::Mutex<std::collections::HashMap<String, txn::AddedTo>>,
 }
-
-type TxnAdded = std::sync::Mutex<
-    std::collections::HashMap<(String, i64, i16), std::collections::HashSet<(String, i32)>>,
->;
 
 impl Broker {
     fn group_catalog(&self) -> weir_group::consumer::Topics {
@@ -268,7 +264,7 @@ impl Broker {
             zones,
             meters: ApiMeters::default(),
             txns,
-            txn_added: TxnAdded::default(),
+            txn_added: Default::default(),
         });
         let writer: std::sync::Weak<dyn weir_txn::MarkerWriter> =
             Arc::downgrade(&(Arc::clone(&broker) as Arc<dyn weir_txn::MarkerWriter>));

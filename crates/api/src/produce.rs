@@ -14,7 +14,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
 
 use tokio::sync::oneshot;
-use weir_partition::{Lookup, ProduceTicket, Produced};
+use weir_partition::{Lookup, ProduceTicket, Produced, Topic};
 use weir_zone::handoff::Outcome;
 
 use crate::{str, Broker, Reply};
@@ -66,52 +66,27 @@ impl Broker {
         // A broker whose session lapsed may be replaced at any moment: refuse before writing
         // (the WAL would refuse to acknowledge anyway).
         let may_acknowledge = self.cluster.may_acknowledge();
+        let topics: Vec<Option<Arc<Topic>>> = r
+            .topic_data
+            .iter()
+            .map(|t| {
+                if version >= 13 {
+                    self.topics.get_by_id(t.topic_id.as_bytes())
+                } else {
+                    self.topics.get(t.name.0.as_str())
+                }
+            })
+            .collect();
         // Transactions V2: the request's transactional partitions join their transaction
         // first (the client sends no AddPartitionsToTxn).
-        let refused: std::collections::BTreeMap<(String, i32), ResponseError> =
-            match &transactional_id {
-                Some(id) if version >= 12 => {
-                    let mut wanted = Vec::new();
-                    for t in &r.topic_data {
-                        let name = if version >= 13 {
-                            self.topics
-                                .get_by_id(t.topic_id.as_bytes())
-                                .map(|t| t.name.clone())
-                        } else {
-                            Some(t.name.to_string())
-                        };
-                        let Some(name) = name else { continue };
-                        for p in &t.partition_data {
-                            let header = p
-                                .records
-                                .as_ref()
-                                .and_then(|r| weir_partition::batch::BatchHeader::parse(r));
-                            if let Some(h) = header.filter(|h| h.is_transactional()) {
-                                if !matches!(self.topics.lookup(&name, p.index), Lookup::Unknown) {
-                                    wanted.push((
-                                        name.clone(),
-                                        p.index,
-                                        h.producer_id,
-                                        h.producer_epoch,
-                                    ));
-                                }
-                            }
-                        }
-                    }
-                    if wanted.is_empty() {
-                        Default::default()
-                    } else {
-                        self.add_produce_partitions(id, wanted).await
-                    }
-                }
-                _ => Default::default(),
-            };
-        for t in r.topic_data {
-            let topic = if version >= 13 {
-                self.topics.get_by_id(t.topic_id.as_bytes())
-            } else {
-                self.topics.get(t.name.0.as_str())
-            };
+        let refused = match &transactional_id {
+            Some(id) if version >= 12 => {
+                self.add_produce_partitions(id, &r.topic_data, &topics)
+                    .await
+            }
+            _ => Default::default(),
+        };
+        for (t, topic) in r.topic_data.into_iter().zip(topics) {
             let mut ps = Vec::with_capacity(t.partition_data.len());
             for p in t.partition_data {
                 let lookup = match &topic {
@@ -120,9 +95,10 @@ impl Broker {
                 };
                 let records = p.records.unwrap_or_default();
                 self.meters.produce_bytes.add(records.len() as u64);
-                let not_added = topic
-                    .as_ref()
-                    .and_then(|t| refused.get(&(t.name.clone(), p.index)));
+                let not_added = match &topic {
+                    Some(t) if !refused.is_empty() => refused.get(&(t.name.clone(), p.index)),
+                    _ => None,
+                };
                 let ticket = match lookup {
                     _ if not_added.is_some() => Err(*not_added.expect("checked")),
                     Lookup::Local(_) if !may_acknowledge => Err(ResponseError::NotLeaderOrFollower),

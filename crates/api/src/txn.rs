@@ -6,12 +6,13 @@
 //! The coordinator itself is [`weir_txn::TxnCoordinator`]; this module turns requests into its
 //! calls and its errors into each version's codes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
 use weir_meta::{GroupOffset, MetaError, TxnState};
-use weir_partition::{Lookup, TxnCheck};
+use weir_partition::{Lookup, Topic, TxnCheck};
 use weir_txn::{MarkerWriter, Markers};
 use weir_zone::wire::{self, TxnMarkers};
 
@@ -55,6 +56,35 @@ fn fenced_for(e: ResponseError, version: i16, since: i16) -> ResponseError {
 
 fn code(r: Result<(), ResponseError>) -> i16 {
     r.err().map_or(0, |e| e.code())
+}
+
+/// The partitions this broker added to one transactional id's current transaction. Under
+/// Transactions V2 a producer id and epoch is one transaction (the epoch moves on when it
+/// ends), so a write under another pair starts afresh and this never vouches for the next one.
+#[derive(Default)]
+pub(crate) struct AddedTo {
+    producer: (i64, i16),
+    partitions: HashMap<String, HashSet<i32>>,
+}
+
+impl AddedTo {
+    fn holds(&self, producer: (i64, i16), topic: &str, partition: i32) -> bool {
+        self.producer == producer
+            && self
+                .partitions
+                .get(topic)
+                .is_some_and(|ps| ps.contains(&partition))
+    }
+
+    fn record(&mut self, producer: (i64, i16), partitions: Vec<(String, i32)>) {
+        if self.producer != producer {
+            self.producer = producer;
+            self.partitions.clear();
+        }
+        for (t, p) in partitions {
+            self.partitions.entry(t).or_default().insert(p);
+        }
+    }
 }
 
 impl Broker {
@@ -208,27 +238,44 @@ impl Broker {
 
     /// Transactions V2 (Produce v12+): adds to their transactions the partitions of a
     /// produce whose batches are transactional, before they are written here or forwarded to
-    /// their leader (which then verifies them as for any transactional write). Returns the
-    /// partitions that could not be added, with the error to answer them with.
+    /// their leader (which then verifies them as for any transactional write). `topics` is the
+    /// request's topics as resolved by the caller. Returns the partitions that could not be
+    /// added, with the error to answer them with.
     pub(crate) async fn add_produce_partitions(
         &self,
         transactional_id: &str,
-        wanted: Vec<(String, i32, i64, i16)>,
+        topic_data: &[produce_request::TopicProduceData],
+        topics: &[Option<Arc<Topic>>],
     ) -> BTreeMap<(String, i32), ResponseError> {
-        let mut refused = BTreeMap::new();
         // Grouped by producer id and epoch: one transaction each (normally just one).
         let mut by_producer: BTreeMap<(i64, i16), Vec<(String, i32)>> = BTreeMap::new();
         {
             let added = self.txn_added.lock().unwrap_or_else(|e| e.into_inner());
-            for (t, p, pid, epoch) in wanted {
-                let known = added
-                    .get(&(transactional_id.to_string(), pid, epoch))
-                    .is_some_and(|s| s.contains(&(t.clone(), p)));
-                if !known {
-                    by_producer.entry((pid, epoch)).or_default().push((t, p));
+            let added = added.get(transactional_id);
+            for (t, topic) in topic_data.iter().zip(topics) {
+                let Some(topic) = topic else { continue };
+                for p in &t.partition_data {
+                    let header = p
+                        .records
+                        .as_ref()
+                        .and_then(|r| weir_partition::batch::BatchHeader::parse(r));
+                    let Some(h) = header.filter(|h| h.is_transactional()) else {
+                        continue;
+                    };
+                    let producer = (h.producer_id, h.producer_epoch);
+                    let known = added.is_some_and(|a| a.holds(producer, &topic.name, p.index));
+                    if !known
+                        && !matches!(self.topics.lookup(&topic.name, p.index), Lookup::Unknown)
+                    {
+                        by_producer
+                            .entry(producer)
+                            .or_default()
+                            .push((topic.name.clone(), p.index));
+                    }
                 }
             }
         }
+        let mut refused = BTreeMap::new();
         for ((pid, epoch), partitions) in by_producer {
             match self
                 .txns
@@ -237,15 +284,13 @@ impl Broker {
             {
                 Ok(()) => {
                     let mut added = self.txn_added.lock().unwrap_or_else(|e| e.into_inner());
-                    if added.len() >= 10_000 {
+                    if added.len() >= 10_000 && !added.contains_key(transactional_id) {
                         added.clear();
                     }
-                    // One (producer id, epoch) is one transaction under Transactions V2: the
-                    // epoch moves on when it ends, so this never vouches for the next one.
                     added
-                        .entry((transactional_id.to_string(), pid, epoch))
+                        .entry(transactional_id.to_string())
                         .or_default()
-                        .extend(partitions);
+                        .record((pid, epoch), partitions);
                 }
                 Err(e) => {
                     let e = match e {

@@ -197,6 +197,14 @@ impl Answer {
 /// Topics by name: id and partition count (the catalog, as the caller sees it now).
 pub type Topics = BTreeMap<String, (TopicId, i32)>;
 
+/// The names of the catalog's topics, by id (the protocol names topics by id).
+pub fn topic_names(topics: &Topics) -> BTreeMap<TopicId, String> {
+    topics
+        .iter()
+        .map(|(name, (id, _))| (*id, name.clone()))
+        .collect()
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct ConsumerGroup {
     pub group_epoch: i32,
@@ -262,18 +270,34 @@ impl ConsumerGroup {
             .unwrap_or(Assignor::Uniform)
     }
 
-    /// The topics a member subscribes to, by name or by pattern, as they exist now.
-    fn resolve<'t>(&self, m: &ConsumerMember, topics: &'t Topics) -> BTreeMap<&'t str, TopicId> {
-        let regex = m
-            .subscribed_regex
+    /// The compiled pattern member `m` subscribes with, if any.
+    fn pattern(&self, m: &ConsumerMember) -> Option<&regex_lite::Regex> {
+        m.subscribed_regex
             .as_ref()
-            .and_then(|r| self.regexes.get(r));
+            .and_then(|r| self.regexes.get(r))
+    }
+
+    /// Whether member `m` subscribes to topic `name`, by name or by pattern.
+    fn subscribes(&self, m: &ConsumerMember, name: &str) -> bool {
+        m.subscribed.contains(name) || self.pattern(m).is_some_and(|r| r.is_match(name))
+    }
+
+    /// The topics a member subscribes to, by name or by pattern, as they exist now. Only a
+    /// pattern needs the whole catalog; names are looked up (this runs at every heartbeat).
+    fn resolve<'t>(&self, m: &ConsumerMember, topics: &'t Topics) -> BTreeMap<&'t str, TopicId> {
+        let entry = |(name, (id, _)): (&'t String, &'t (TopicId, i32))| (name.as_str(), *id);
+        if self.pattern(m).is_none() {
+            return m
+                .subscribed
+                .iter()
+                .filter_map(|n| topics.get_key_value(n))
+                .map(entry)
+                .collect();
+        }
         topics
             .iter()
-            .filter(|(name, _)| {
-                m.subscribed.contains(*name) || regex.is_some_and(|r| r.is_match(name))
-            })
-            .map(|(name, (id, _))| (name.as_str(), *id))
+            .filter(|(name, _)| self.subscribes(m, name))
+            .map(entry)
             .collect()
     }
 
@@ -332,23 +356,9 @@ impl ConsumerGroup {
         self.assignor().name()
     }
 
-    /// The topics the group's members subscribe to, by name, as they exist now.
-    pub fn subscribed_topics(&self, topics: &Topics) -> BTreeSet<String> {
-        self.members
-            .values()
-            .flat_map(|m| self.resolve(m, topics).into_keys().map(str::to_string))
-            .collect()
-    }
-
     /// Whether some member subscribes to topic `name`, by name or by pattern.
     pub fn is_subscribed_to(&self, name: &str) -> bool {
-        self.members.values().any(|m| {
-            m.subscribed.contains(name)
-                || m.subscribed_regex
-                    .as_ref()
-                    .and_then(|r| self.regexes.get(r))
-                    .is_some_and(|r| r.is_match(name))
-        })
+        self.members.values().any(|m| self.subscribes(m, name))
     }
 
     /// Whether member `id` may commit or fetch offsets at `epoch` (OffsetCommit v9+,

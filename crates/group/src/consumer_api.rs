@@ -188,10 +188,7 @@ impl GroupCoordinator {
         version: i16,
         topics: &Topics,
     ) -> ConsumerGroupDescribeResponse {
-        let names: std::collections::HashMap<TopicId, &str> = topics
-            .iter()
-            .map(|(name, (id, _))| (*id, name.as_str()))
-            .collect();
+        let names = crate::consumer::topic_names(topics);
         let described_assignment = |a: &Assignment| {
             let mut out = DescribedAssignment::default();
             out.topic_partitions = a
@@ -200,7 +197,7 @@ impl GroupCoordinator {
                     let mut tp = DescribedTopic::default();
                     tp.topic_id = uuid(*t);
                     tp.topic_name = TopicName(StrBytes::from_string(
-                        names.get(t).copied().unwrap_or_default().to_string(),
+                        names.get(t).cloned().unwrap_or_default(),
                     ));
                     tp.partitions = ps.iter().copied().collect();
                     tp

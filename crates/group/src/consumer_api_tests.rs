@@ -32,6 +32,16 @@ fn config() -> GroupConfig {
     }
 }
 
+/// A coordinator on an in-memory store that knows [`catalog`].
+fn coordinator() -> Arc<GroupCoordinator> {
+    let co = GroupCoordinator::new(
+        Arc::new(SqliteMetaStore::in_memory().expect("store")),
+        config(),
+    );
+    co.set_catalog(Arc::new(catalog));
+    co
+}
+
 fn catalog() -> Topics {
     BTreeMap::from([
         ("orders".to_string(), ([1; 16], 4)),
@@ -209,10 +219,7 @@ async fn members_share_the_partitions_and_a_new_coordinator_takes_the_group_over
 
 #[tokio::test(start_paused = true)]
 async fn offsets_are_committed_at_the_member_epoch_only() {
-    let co = GroupCoordinator::new(
-        Arc::new(SqliteMetaStore::in_memory().expect("store")),
-        config(),
-    );
+    let co = coordinator();
     let mut a = Client::join(&co, "a", &["orders"]).await;
     assert_eq!(commit(&co, "a", a.epoch, 9).await, NONE);
     assert_eq!(commit(&co, "a", a.epoch - 1, 9).await, STALE_MEMBER_EPOCH);
@@ -239,10 +246,7 @@ async fn offsets_are_committed_at_the_member_epoch_only() {
 
 #[tokio::test(start_paused = true)]
 async fn a_silent_member_expires_and_one_that_does_not_revoke_is_removed() {
-    let co = GroupCoordinator::new(
-        Arc::new(SqliteMetaStore::in_memory().expect("store")),
-        config(),
-    );
+    let co = coordinator();
     let mut a = Client::join(&co, "a", &["orders"]).await;
     let mut b = Client::join(&co, "b", &["orders"]).await;
     // a never heartbeats again: after its session it is gone, and b gets everything.
@@ -275,10 +279,7 @@ async fn a_silent_member_expires_and_one_that_does_not_revoke_is_removed() {
 
 #[tokio::test(start_paused = true)]
 async fn a_pattern_subscription_takes_in_topics_created_later() {
-    let co = GroupCoordinator::new(
-        Arc::new(SqliteMetaStore::in_memory().expect("store")),
-        config(),
-    );
+    let co = coordinator();
     let mut req = join_req("a", &[]);
     req.subscribed_topic_names = None;
     req.subscribed_topic_regex = Some(s("pay.*|aud.t"));
@@ -313,11 +314,9 @@ async fn a_pattern_subscription_takes_in_topics_created_later() {
 
 #[tokio::test(start_paused = true)]
 async fn empty_groups_convert_between_the_protocols_and_busy_ones_do_not() {
-    let co = GroupCoordinator::new(
-        Arc::new(SqliteMetaStore::in_memory().expect("store")),
-        config(),
-    );
-    // A consumer group with a member: a classic join is refused.
+    let co = coordinator();
+    // A consumer group with a member: a classic join whose metadata is not the consumer
+    // protocol's is refused.
     let a = Client::join(&co, "a", &["orders"]).await;
     let mut join = JoinGroupRequest::default();
     join.group_id = GroupId(s(GROUP));
@@ -380,10 +379,7 @@ async fn empty_groups_convert_between_the_protocols_and_busy_ones_do_not() {
 
 #[tokio::test(start_paused = true)]
 async fn heartbeats_kafka_refuses_are_refused() {
-    let co = GroupCoordinator::new(
-        Arc::new(SqliteMetaStore::in_memory().expect("store")),
-        config(),
-    );
+    let co = coordinator();
     let mut no_subscription = join_req("a", &[]);
     no_subscription.subscribed_topic_names = None;
     assert_eq!(hb(&co, no_subscription).await.error_code, INVALID_REQUEST);
@@ -548,11 +544,7 @@ mod migration {
     /// again and rebalances between the other two.
     #[tokio::test(start_paused = true)]
     async fn a_classic_group_upgrades_online_and_downgrades_when_the_last_new_member_leaves() {
-        let co = GroupCoordinator::new(
-            Arc::new(SqliteMetaStore::in_memory().expect("store")),
-            config(),
-        );
-        co.set_catalog(Arc::new(catalog));
+        let co = coordinator();
         // A classic group: x leads, x and y split orders 2/2.
         let jx = co.join_group(join("", &[]), 3, "c", "h").await;
         let x_id = jx.member_id.to_string();
@@ -654,11 +646,7 @@ mod migration {
     /// in a transactional offset commit is ILLEGAL_GENERATION, which producers understand.
     #[tokio::test(start_paused = true)]
     async fn classic_members_are_never_locked_out_of_a_consumer_group() {
-        let co = GroupCoordinator::new(
-            Arc::new(SqliteMetaStore::in_memory().expect("store")),
-            config(),
-        );
-        co.set_catalog(Arc::new(catalog));
+        let co = coordinator();
         // A classic group with one member, x.
         let jx = co.join_group(join("", &[]), 3, "c", "h").await;
         let x_id = jx.member_id.to_string();
@@ -724,11 +712,7 @@ mod migration {
     /// id) takes its own place over, partitions included, in both directions.
     #[tokio::test(start_paused = true)]
     async fn a_static_member_changes_protocol_in_place() {
-        let co = GroupCoordinator::new(
-            Arc::new(SqliteMetaStore::in_memory().expect("store")),
-            config(),
-        );
-        co.set_catalog(Arc::new(catalog));
+        let co = coordinator();
         let mut req = join_req("n1", &["orders"]);
         req.instance_id = Some(s("instance-1"));
         let r = hb(&co, req).await;

@@ -21,8 +21,6 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use bytes::Bytes;
-use kafka_protocol::messages::ConsumerProtocolSubscription;
-use kafka_protocol::protocol::Decodable;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -1091,7 +1089,7 @@ impl Group {
             let Some(metadata) = m.metadata(protocol) else {
                 continue;
             };
-            topics.extend(decode_subscription(metadata)?);
+            topics.extend(crate::embedded::decode_subscription(metadata)?.topics);
         }
         Some(topics)
     }
@@ -1167,20 +1165,4 @@ impl Group {
         debug_assert!(self.pending_sync.iter().all(|id| self.index(id).is_some()));
         debug_assert!(self.pending_join.keys().all(|id| self.index(id).is_none()));
     }
-}
-
-/// The topics of a ConsumerProtocolSubscription (a version, then the version's fields; every
-/// version starts with the topic list, so newer versions read as the newest we know).
-pub(crate) fn decode_subscription(metadata: &Bytes) -> Option<Vec<String>> {
-    let mut buf = metadata.clone();
-    if buf.len() < 2 {
-        return None;
-    }
-    let version = i16::from_be_bytes([buf[0], buf[1]]);
-    if version < 0 {
-        return None;
-    }
-    let _ = bytes::Buf::get_i16(&mut buf);
-    let sub = ConsumerProtocolSubscription::decode(&mut buf, version.min(3)).ok()?;
-    Some(sub.topics.into_iter().map(|t| t.to_string()).collect())
 }

@@ -46,6 +46,7 @@
 pub mod assignor;
 pub mod consumer;
 mod consumer_api;
+mod embedded;
 mod group;
 mod migrate;
 mod snapshot;
@@ -389,14 +390,11 @@ impl Inner {
         self.base + Duration::from_millis(ms.max(0) as u64)
     }
 
-    /// The earliest deadline of any consumer group member.
-    fn consumer_deadline(&self, state: &State) -> Option<Instant> {
+    /// When a consumer group's next member expiry is due, if ever.
+    fn consumer_group_deadline(&self, c: &Consumer) -> Option<Instant> {
         let session = self.config.consumer_session_timeout.as_millis() as i64;
-        state
-            .consumers
-            .values()
-            .filter_map(|c| c.group.next_deadline_ms(session))
-            .min()
+        c.group
+            .next_deadline_ms(session)
             .map(|ms| self.instant_of(ms))
     }
 
@@ -411,12 +409,10 @@ impl Inner {
     /// earlier than the one it sleeps to.
     fn rearm(&self, state: &mut State, group_id: &str) {
         let classic = state.groups.get(group_id).and_then(Group::next_deadline);
-        let consumer = state.consumers.get(group_id).and_then(|c| {
-            let session = self.config.consumer_session_timeout.as_millis() as i64;
-            c.group
-                .next_deadline_ms(session)
-                .map(|ms| self.instant_of(ms))
-        });
+        let consumer = state
+            .consumers
+            .get(group_id)
+            .and_then(|c| self.consumer_group_deadline(c));
         let Some(deadline) = classic.into_iter().chain(consumer).min() else {
             return;
         };
@@ -637,10 +633,12 @@ async fn run_timer(inner: Arc<Inner>) {
                 inner.spawn_flush();
             }
             let classic = state.groups.values().filter_map(Group::next_deadline).min();
-            let next = classic
-                .into_iter()
-                .chain(inner.consumer_deadline(&state))
+            let consumer = state
+                .consumers
+                .values()
+                .filter_map(|c| inner.consumer_group_deadline(c))
                 .min();
+            let next = classic.into_iter().chain(consumer).min();
             state.timer_at = next;
             next
         };

@@ -15,90 +15,18 @@
 //!   generation, and rebalances.
 //! - Empty groups change kind on the first member of the other protocol (in [`crate`]).
 
-use std::collections::BTreeMap;
-
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition as AssignedTopic;
-use kafka_protocol::messages::{
-    ConsumerProtocolAssignment, ConsumerProtocolSubscription, JoinGroupRequest, TopicName,
-};
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::messages::JoinGroupRequest;
 use tokio::time::Instant;
 
-use crate::assignor::{Assignment, TopicId};
+use crate::assignor::Assignment;
 use crate::codes::*;
 use crate::consumer::{
-    Answer, ClassicMember, ConsumerGroup, ConsumerMember, Heartbeat, MemberState, Topics,
+    topic_names, Answer, ClassicMember, ConsumerGroup, ConsumerMember, Heartbeat, MemberState,
+    Topics,
 };
+use crate::embedded::{decode_assignment, decode_subscription, encode_assignment, versioned};
 use crate::group::{Group, JoinOutcome, SyncOutcome};
 use crate::snapshot::{GroupSnapshot, MemberSnapshot, StoredState};
-
-/// A classic member's consumer protocol subscription, as far as the group needs it.
-pub(crate) struct Subscription {
-    pub topics: Vec<String>,
-    pub owned: Vec<(String, Vec<i32>)>,
-    pub rack_id: Option<String>,
-}
-
-/// Splits consumer protocol bytes into their version and the rest.
-fn versioned(bytes: &Bytes) -> Option<(i16, Bytes)> {
-    let mut buf = bytes.clone();
-    if buf.len() < 2 {
-        return None;
-    }
-    let version = buf.get_i16();
-    (version >= 0).then_some((version, buf))
-}
-
-pub(crate) fn decode_subscription(metadata: &Bytes) -> Option<Subscription> {
-    let (version, mut buf) = versioned(metadata)?;
-    let sub = ConsumerProtocolSubscription::decode(&mut buf, version.min(3)).ok()?;
-    Some(Subscription {
-        topics: sub.topics.into_iter().map(|t| t.to_string()).collect(),
-        owned: sub
-            .owned_partitions
-            .into_iter()
-            .map(|t| (t.topic.to_string(), t.partitions))
-            .collect(),
-        rack_id: sub.rack_id.map(|r| r.to_string()),
-    })
-}
-
-fn decode_assignment(bytes: &Bytes) -> Option<Vec<(String, Vec<i32>)>> {
-    if bytes.is_empty() {
-        return Some(Vec::new());
-    }
-    let (version, mut buf) = versioned(bytes)?;
-    let a = ConsumerProtocolAssignment::decode(&mut buf, version.min(3)).ok()?;
-    Some(
-        a.assigned_partitions
-            .into_iter()
-            .map(|t| (t.topic.to_string(), t.partitions))
-            .collect(),
-    )
-}
-
-/// A ConsumerProtocolAssignment at the version of the member's subscription (as Kafka).
-fn encode_assignment(version: i16, a: &Assignment, names: &BTreeMap<TopicId, String>) -> Bytes {
-    let version = version.clamp(0, 3);
-    let mut out = ConsumerProtocolAssignment::default();
-    out.assigned_partitions = a
-        .iter()
-        .filter_map(|(t, ps)| {
-            let mut at = AssignedTopic::default();
-            at.topic = TopicName(StrBytes::from_string(names.get(t)?.clone()));
-            at.partitions = ps.iter().copied().collect();
-            Some(at)
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    buf.put_i16(version);
-    if out.encode(&mut buf, version).is_err() {
-        // Every field exists at every version: this does not happen.
-        return Bytes::new();
-    }
-    buf.freeze()
-}
 
 fn by_id(parts: &[(String, Vec<i32>)], topics: &Topics) -> Assignment {
     let mut a = Assignment::new();
@@ -110,13 +38,6 @@ fn by_id(parts: &[(String, Vec<i32>)], topics: &Topics) -> Assignment {
     }
     a.retain(|_, ps| !ps.is_empty());
     a
-}
-
-pub(crate) fn names(topics: &Topics) -> BTreeMap<TopicId, String> {
-    topics
-        .iter()
-        .map(|(name, (id, _))| (*id, name.clone()))
-        .collect()
 }
 
 /// The consumer group a classic group with members becomes (None when its members' metadata
@@ -190,7 +111,7 @@ pub(crate) fn downgrade(
     topics: &Topics,
     now: Instant,
 ) -> Option<Group> {
-    let names = names(topics);
+    let names = topic_names(topics);
     let first = c.members.values().next()?.classic.as_ref()?;
     let protocol = first.protocols.first()?.0.clone();
     let mut members = Vec::new();
@@ -322,7 +243,7 @@ pub(crate) fn sync_outcome(
         error: NONE,
         protocol_type: Some("consumer".to_string()),
         protocol_name: protocol,
-        assignment: encode_assignment(version, &assigned, &names(topics)),
+        assignment: encode_assignment(version, &assigned, &topic_names(topics)),
     }
 }
 

@@ -492,12 +492,7 @@ impl TxnCoordinator {
                 r.groups.clear();
                 self.bump_for_next(&mut r).await?;
                 r.state = TxnState::CompleteAbort;
-                r.last_producer_id = pid;
-                r.last_producer_epoch = epoch;
-                if r.next_producer_id >= 0 {
-                    r.producer_id = std::mem::replace(&mut r.next_producer_id, -1);
-                    r.producer_epoch = 0;
-                }
+                move_to_next_id(&mut r);
                 self.save(&mut r).await?;
                 return Ok((r.producer_id, r.producer_epoch));
             }
@@ -625,13 +620,7 @@ impl TxnCoordinator {
         } else {
             TxnState::CompleteAbort
         };
-        if r.next_producer_id >= 0 {
-            // The markers carried the old id's last epoch; the producer goes on under the new.
-            r.last_producer_id = r.producer_id;
-            r.last_producer_epoch = r.producer_epoch;
-            r.producer_id = std::mem::replace(&mut r.next_producer_id, -1);
-            r.producer_epoch = 0;
-        }
+        move_to_next_id(&mut r);
         r.update_ms = now_ms();
         r.version = self
             .meta
@@ -733,6 +722,17 @@ impl TxnCoordinator {
             }
         }
         Ok(())
+    }
+}
+
+/// Transactions V2: once a transaction whose epoch bump used up its id's epochs has ended, the
+/// producer goes on under the next id (the markers carried the old id's last epoch).
+fn move_to_next_id(r: &mut TxnRecord) {
+    if r.next_producer_id >= 0 {
+        r.last_producer_id = r.producer_id;
+        r.last_producer_epoch = r.producer_epoch;
+        r.producer_id = std::mem::replace(&mut r.next_producer_id, -1);
+        r.producer_epoch = 0;
     }
 }
 

@@ -373,14 +373,7 @@ async fn transactions_v2_bump_the_epoch_at_every_end() {
 #[tokio::test]
 async fn transactions_v2_move_to_a_new_producer_id_when_epochs_run_out() {
     let (c, w, meta) = setup(TxnConfig::default());
-    let (pid, _) = c.init_producer_id("tx", 60_000, None).await.expect("init");
-    let mut r = meta
-        .load_transaction("tx")
-        .await
-        .expect("load")
-        .expect("some");
-    r.producer_epoch = i16::MAX - 1;
-    meta.save_transaction(&r).await.expect("save");
+    let pid = at_the_last_epoch(&c, &meta).await;
     let last = i16::MAX - 1;
     c.add_implicitly("tx", pid, last, &[p("a", 0)], None)
         .await
@@ -412,14 +405,7 @@ async fn transactions_v2_move_to_a_new_producer_id_when_epochs_run_out() {
 #[tokio::test]
 async fn a_producer_at_the_last_epoch_is_still_fenced() {
     let (c, _w, meta) = setup(TxnConfig::default());
-    let (pid, _) = c.init_producer_id("tx", 60_000, None).await.expect("init");
-    let mut r = meta
-        .load_transaction("tx")
-        .await
-        .expect("load")
-        .expect("some");
-    r.producer_epoch = i16::MAX - 1;
-    meta.save_transaction(&r).await.expect("save");
+    let pid = at_the_last_epoch(&c, &meta).await;
     let old = i16::MAX - 1;
     c.add_implicitly("tx", pid, old, &[p("a", 0)], None)
         .await
@@ -459,14 +445,7 @@ async fn the_next_producer_id_waits_for_the_markers() {
         ..TxnConfig::default()
     };
     let (c, w, meta) = setup(config);
-    let (pid, _) = c.init_producer_id("tx", 60_000, None).await.expect("init");
-    let mut r = meta
-        .load_transaction("tx")
-        .await
-        .expect("load")
-        .expect("some");
-    r.producer_epoch = i16::MAX - 1;
-    meta.save_transaction(&r).await.expect("save");
+    let pid = at_the_last_epoch(&c, &meta).await;
     c.add_implicitly("tx", pid, i16::MAX - 1, &[p("a", 0)], None)
         .await
         .expect("add");
@@ -496,4 +475,17 @@ async fn the_next_producer_id_waits_for_the_markers() {
     c.add_implicitly("tx", next, 0, &[p("a", 0)], None)
         .await
         .expect("the new id's first transaction");
+}
+
+/// A producer of "tx" at the last epoch a producer can be given, `i16::MAX - 1`; its id.
+async fn at_the_last_epoch(c: &TxnCoordinator, meta: &SqliteMetaStore) -> i64 {
+    let (pid, _) = c.init_producer_id("tx", 60_000, None).await.expect("init");
+    let mut r = meta
+        .load_transaction("tx")
+        .await
+        .expect("load")
+        .expect("some");
+    r.producer_epoch = i16::MAX - 1;
+    meta.save_transaction(&r).await.expect("save");
+    pid
 }
