@@ -94,6 +94,9 @@ def object_row(broker, w, m):
     obj_put, obj_get = c('weir_object_bytes_total{kind="put"}'), c(
         'weir_object_bytes_total{kind="get"}')
     errors = c("weir_object_errors_total")
+    background = c("weir_background_get_bytes_total")
+    delivered = c("weir_object_read_bytes_total")
+    consumers = obj_get - background if obj_get is not None and background is not None else None
     puts = put + parts if put is not None and parts is not None else None
     count = lambda n: None if n is None else f"{int(n):,}"  # noqa: E731
 
@@ -110,6 +113,7 @@ def object_row(broker, w, m):
         fmt(div(produced, gib)), fmt(count(puts)), fmt(per(puts, produced)),
         fmt(div(fetched, gib)), fmt(count(gets)), fmt(per(gets, fetched)),
         fmt(div(obj_get, gib)), fmt(per(gets, obj_get)),
+        fmt(div(background, gib)), fmt(div(consumers, delivered)),
         fmt(div(obj_put, produced)), fmt(count(errors)),
     ]
 
@@ -225,9 +229,10 @@ def main():
                 obj_lines = [
                     "| broker | workload | GiB produced | PUTs | PUTs per GiB produced "
                     "| GiB fetched | GETs | GETs per GiB fetched | GiB read from objects "
-                    "| GETs per GiB read from objects | object bytes written / produced "
-                    "| request errors |",
-                    "|---|---|" + "---:|" * 10,
+                    "| GETs per GiB read from objects | of which compaction GiB "
+                    "| bytes read per byte delivered from objects "
+                    "| object bytes written / produced | request errors |",
+                    "|---|---|" + "---:|" * 12,
                 ]
             obj_lines.append("| " + " | ".join(object_row(b, w, parse_metrics(text))) + " |")
     obj_table = "\n".join(obj_lines)
@@ -304,7 +309,12 @@ def main():
         "multipart object, which the meter does not count: one more per multipart object); GETs = kind get (ranged GETs); GiB produced / fetched = "
         "`weir_produce_bytes_total` / `weir_fetch_bytes_total` (fetches of all consumers, from "
         "the log cache or from objects); GiB read from objects = `weir_object_bytes_total"
-        "{kind=\"get\"}`; object bytes written / produced = `weir_object_bytes_total"
+        "{kind=\"get\"}`; of which compaction = `weir_background_get_bytes_total` (compaction "
+        "and the cleaner, which do not fill the block cache); bytes read per byte delivered = "
+        "(GiB read from objects - compaction's) / `weir_object_read_bytes_total` (the payload "
+        "consumers got from objects, through the block cache and the read-ahead): above 1 when "
+        "blocks are fetched and not read (evicted first, or read ahead past the end of a read), "
+        "or fetched twice; object bytes written / produced = `weir_object_bytes_total"
         "{kind=\"put\"}` / `weir_produce_bytes_total` (uploads and compaction's rewrites).",
         "Weir writes its objects to a local directory (file://), Weir (S3) to s3s-fs; the "
         "requests are the same kinds.",

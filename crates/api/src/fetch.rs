@@ -178,7 +178,7 @@ impl Broker {
             first_offsets(&wanted, &zones.feed).await;
         }
         let topics = Arc::clone(&self.topics);
-        let (response, bytes, errors) = fetch_once(&topics, &wanted, max_bytes).await;
+        let (response, bytes, errors) = fetch_round(&topics, &wanted, max_bytes, min_bytes).await;
         let waits = r.max_wait_ms > 0 && bytes < min_bytes && !errors;
         if !waits {
             self.meters.fetch_bytes.add(bytes as u64);
@@ -217,7 +217,7 @@ impl Broker {
                 if !woke {
                     break;
                 }
-                let (r2, b2, e2) = fetch_once(&topics, &wanted, max_bytes).await;
+                let (r2, b2, e2) = fetch_round(&topics, &wanted, max_bytes, min_bytes).await;
                 (response, bytes) = (r2, b2);
                 if e2 || bytes >= min_bytes || Instant::now() >= deadline {
                     break;
@@ -225,7 +225,7 @@ impl Broker {
             }
             if Instant::now() >= deadline && bytes < min_bytes {
                 // The deadline passed: answer with what there is now.
-                let (r2, b2, _) = fetch_once(&topics, &wanted, max_bytes).await;
+                let (r2, b2, _) = fetch_round(&topics, &wanted, max_bytes, min_bytes).await;
                 (response, bytes) = (r2, b2);
             }
             this.meters.fetch_bytes.add(bytes as u64);
@@ -334,11 +334,34 @@ async fn first_offsets(wanted: &[WantedTopic], feed: &Arc<weir_zone::Feed>) {
     }
 }
 
+/// One round of reads: first without waiting for object storage; if that gives less than
+/// `min_bytes` while some partition's data is still being fetched from it, again, waiting. So a
+/// catch-up read of many partitions answers with those whose blocks are cached (the read-ahead
+/// keeps fetching the others) rather than wait for the slowest GET, and a read that finds
+/// nothing cached waits as before.
+async fn fetch_round(
+    topics: &Topics,
+    wanted: &[WantedTopic],
+    max_bytes: usize,
+    min_bytes: usize,
+) -> (FetchResponse, usize, bool) {
+    let (response, bytes, errors, pending) = fetch_once(topics, wanted, max_bytes, false).await;
+    if errors || bytes >= min_bytes || !pending {
+        return (response, bytes, errors);
+    }
+    let (response, bytes, errors, _) = fetch_once(topics, wanted, max_bytes, true).await;
+    (response, bytes, errors)
+}
+
+/// Reads every wanted partition once; unless `wait`, without waiting for object storage. The
+/// last value says whether a partition with data to read returned none without an error (its
+/// data is being fetched).
 async fn fetch_once(
     topics: &Topics,
     wanted: &[WantedTopic],
     max_bytes: usize,
-) -> (FetchResponse, usize, bool) {
+    wait: bool,
+) -> (FetchResponse, usize, bool, bool) {
     // Partitions are read concurrently, so a catch-up read of many partitions waits for one
     // round of object GETs rather than one per partition. Each partition that has data gets its
     // share of the total up front, in request order (its own limit, while the total lasts), so
@@ -369,29 +392,32 @@ async fn fetch_once(
             // of range is still read, for its error.
             let read = (budget > 0 || at_least_one || !in_range).then_some(budget.max(1));
             parts.push(async move {
-                let (pd, bytes, error) = fetch_partition(topics, w, read).await;
+                let (pd, bytes, error) = fetch_partition(topics, w, read, wait).await;
+                let pending = has_data && bytes == 0 && !error;
                 // A partition's first batch may be larger than its share; only the first
                 // partition with data may send one whole (KIP-74), the others cut to their
                 // share, so that the response stays within `max_bytes`.
                 if at_least_one || bytes <= budget {
-                    return (pd, bytes, error);
+                    return (pd, bytes, error, pending);
                 }
                 let records = pd.records.as_ref().map(|r| whole_batches(r, budget));
                 let bytes = records.as_ref().map_or(0, |r| r.len());
-                (pd.with_records(records), bytes, error)
+                (pd.with_records(records), bytes, error, pending)
             });
         }
         reads.push(futures::future::join_all(parts));
     }
     let mut total = 0usize;
     let mut errors = false;
+    let mut pending = false;
     let mut topics = Vec::with_capacity(wanted.len());
     for (t, parts) in wanted.iter().zip(futures::future::join_all(reads).await) {
         let parts = parts
             .into_iter()
-            .map(|(pd, bytes, error)| {
+            .map(|(pd, bytes, error, waiting)| {
                 total += bytes;
                 errors |= error;
+                pending |= waiting;
                 pd
             })
             .collect();
@@ -406,6 +432,7 @@ async fn fetch_once(
         FetchResponse::default().with_responses(topics),
         total,
         errors,
+        pending,
     )
 }
 
@@ -430,6 +457,7 @@ async fn fetch_partition(
     topics: &Topics,
     w: &Wanted,
     read: Option<usize>,
+    wait: bool,
 ) -> (PartitionData, usize, bool) {
     let pd = PartitionData::default()
         .with_partition_index(w.partition_index)
@@ -552,7 +580,7 @@ async fn fetch_partition(
             return (pd, bytes, false);
         }
     };
-    match p.fetch(w.offset, budget, w.committed).await {
+    match p.fetch_with(w.offset, budget, w.committed, wait).await {
         Ok(data) => {
             let bytes = data.records.len();
             let aborted = w.committed.then(|| {

@@ -36,6 +36,7 @@ pub fn kafka_error(e: &StorageError) -> ResponseError {
         StorageError::Meta(_) | StorageError::RecoveryGap { .. } => {
             ResponseError::KafkaStorageError
         }
+        StorageError::Shared(e) => kafka_error(e),
     }
 }
 
@@ -506,13 +507,25 @@ impl Partition {
         max_bytes: usize,
         committed: bool,
     ) -> Result<FetchData, ResponseError> {
+        self.fetch_with(offset, max_bytes, committed, true).await
+    }
+
+    /// [`Partition::fetch`]; unless `wait`, what is in object storage and not cached is not
+    /// waited for ([`weir_storage::Engine::read_with`]): the records may stop early, or be none.
+    pub async fn fetch_with(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        committed: bool,
+        wait: bool,
+    ) -> Result<FetchData, ResponseError> {
         if offset < 0 {
             return Err(ResponseError::OffsetOutOfRange);
         }
         let lso = self.last_stable_offset();
         let r = self
             .engine
-            .read(self.stream_id, offset as u64, max_bytes)
+            .read_with(self.stream_id, offset as u64, max_bytes, wait)
             .await
             .map_err(|e| kafka_error(&e))?;
         let mut records = concat(&r.batches);

@@ -15,7 +15,7 @@ use crate::config::{Retention, StorageConfig, WalKind};
 use crate::error::{Result, StorageError};
 use crate::format::Frame;
 use crate::objstore::{MeteredStore, ObjectMeters};
-use crate::reader::ObjectReader;
+use crate::reader::{ObjectReader, Purpose};
 use crate::stream::{frame, Failure, OutcomeCell, RewindHook, Stream, StreamState, Totals};
 use crate::StorageMeters;
 
@@ -517,6 +517,20 @@ impl Engine {
 
     /// Reads whole batches from `from`, up to about `max_bytes` (at least one batch if any).
     pub async fn read(&self, stream_id: u64, from: u64, max_bytes: usize) -> Result<ReadResult> {
+        self.read_with(stream_id, from, max_bytes, true).await
+    }
+
+    /// [`Engine::read`]; unless `wait`, a read from object storage returns what is cached (in
+    /// the log cache or the block cache), maybe nothing, instead of waiting for a GET: the GET
+    /// is started, so that a later read finds the data. A fetch of many partitions answers with
+    /// those that are ready rather than wait for the slowest.
+    pub async fn read_with(
+        &self,
+        stream_id: u64,
+        from: u64,
+        max_bytes: usize,
+        wait: bool,
+    ) -> Result<ReadResult> {
         let inner = &self.inner;
         let s = inner
             .stream(stream_id)
@@ -544,7 +558,15 @@ impl Engine {
         inner.meters.log_cache_misses.inc();
         let mut batches = inner
             .reader
-            .read(stream_id, from, committed, max_bytes)
+            .read_with(
+                stream_id,
+                from,
+                committed,
+                max_bytes,
+                &[],
+                Purpose::Fetch,
+                wait,
+            )
             .await?;
         let got: usize = batches.iter().map(|b| b.payload.len()).sum();
         let next = batches.last().map_or(from, |b| b.end_offset());
@@ -596,7 +618,7 @@ impl Engine {
             while next < r.end_offset {
                 let frames = inner
                     .reader
-                    .read(stream_id, next, r.end_offset, 1 << 20)
+                    .read(stream_id, next, r.end_offset, 1 << 20, Purpose::Lookup)
                     .await?;
                 let Some(last) = frames.last() else { break };
                 next = last.end_offset();
@@ -686,7 +708,15 @@ impl Engine {
         let reader = &self.inner.reader;
         if !known.is_empty() {
             match reader
-                .read_with(stream_id, from, until, max_bytes, known)
+                .read_with(
+                    stream_id,
+                    from,
+                    until,
+                    max_bytes,
+                    known,
+                    Purpose::Fetch,
+                    true,
+                )
                 .await
             {
                 Ok(frames) => return Ok(frames),
@@ -695,7 +725,9 @@ impl Engine {
                 }
             }
         }
-        reader.read(stream_id, from, until, max_bytes).await
+        reader
+            .read(stream_id, from, until, max_bytes, Purpose::Fetch)
+            .await
     }
 
     /// The ranges committed for a stream led here that end after `from`, oldest first, as far

@@ -24,6 +24,9 @@ pub enum StorageError {
     Meta(#[from] MetaError),
     #[error("object store: {0}")]
     Object(#[from] object_store::Error),
+    /// An error of a GET that several reads waited for.
+    #[error("{0}")]
+    Shared(std::sync::Arc<StorageError>),
     #[error("object {key} is corrupt: {reason}")]
     Corrupt { key: String, reason: String },
     #[error("storage engine is closed")]
@@ -48,6 +51,7 @@ impl StorageError {
         match self {
             StorageError::Wal(e) => e.is_retriable(),
             StorageError::Object(_) | StorageError::Meta(MetaError::Backend { .. }) => true,
+            StorageError::Shared(e) => e.is_retriable(),
             _ => false,
         }
     }

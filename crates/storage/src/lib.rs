@@ -72,6 +72,15 @@ pub struct StorageMeters {
     pub block_cache_hits: Counter,
     pub block_cache_misses: Counter,
     pub block_cache_fill_bytes: Counter,
+    /// Blocks a read found being fetched (by the read-ahead or another read) and waited for.
+    pub block_in_flight_hits: Counter,
+    /// Bytes the read-ahead fetched (also in `block_cache_fill_bytes`).
+    pub readahead_bytes: Counter,
+    /// Payload bytes that consumers' reads (and other zones' brokers') got from object
+    /// storage, through the block cache: what the bytes fetched for them are measured against.
+    pub object_read_bytes: Counter,
+    /// Bytes compaction and the cleaner fetched from object storage (not cached).
+    pub background_get_bytes: Counter,
     /// Look-ups of a stream's ranges in the metadata store by reads from object storage
     /// (a broker serving another zone's leader makes one per read of new data).
     pub index_lookups: Counter,

@@ -1,15 +1,32 @@
 //! Reads of data that has left the log cache: metadata index, object index, block cache, ranged
-//! GETs with read-ahead.
+//! GETs with asynchronous read-ahead.
 //!
-//! A reader that goes on where its last read ended doubles its read-ahead, up to
-//! `readahead_max_bytes`; one that jumps starts again at one block. A miss fetches the missing
-//! block and the following blocks of the same stream in the same object, up to the read-ahead,
-//! in one ranged GET, and caches them all.
+//! A consumer that goes on where its last read ended doubles its read-ahead window, up to
+//! `readahead_max_bytes` (less when many streams read at once: all windows together stay
+//! within half of the block cache, so that what is fetched ahead is read before it is
+//! evicted); one that jumps starts again at one block. After each read a background task keeps
+//! the window ahead of the reader fetched: once less than half of it is, it starts ranged GETs
+//! for the rest, several at a time, each of adjacent blocks, so that the next reads find their
+//! blocks in the cache instead of waiting for a round trip each. A GET in flight is known by
+//! every block it covers: a read that needs one of them waits for it instead of fetching it
+//! again.
+//!
+//! A reader going on keeps the ranges its last read went through and reads on through them:
+//! it asks the metadata store once per run of ranges rather than at every read, and when
+//! compaction replaces the objects it is reading (they stay for the delete grace period) it
+//! does not fetch the same data again from the new ones. If a kept range's object is gone, the
+//! read is done again through the metadata store.
+//!
+//! Reads have a [`Purpose`]: compaction's ([`Purpose::Background`]) neither fill the block
+//! cache nor touch the read-ahead state, and are counted apart, so that rewriting old data
+//! neither evicts what consumers are about to read nor shrinks their windows.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures::future::{BoxFuture, FutureExt, Shared};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use weir_meta::{MetaStore, ObjectId, RangeInfo};
@@ -33,9 +50,31 @@ const PREFETCH_CONCURRENCY: usize = 16;
 /// and the `Vec` header. An estimate; it keeps a cache of many tiny indexes bounded too.
 const INDEX_OVERHEAD: u64 = 128;
 
+/// The largest GET of a background read (compaction reads a run of ranges in order).
+const BACKGROUND_GET_BYTES: u64 = 8 << 20;
+
+/// The largest GET of the read-ahead. Object stores serve one large GET more slowly than a few
+/// smaller ones at once (S3 guides to 8-16 MiB ranges; s3s-fs on this machine served 4 MiB
+/// GETs at 57 MiB/s one at a time and 250 MiB/s eight at a time), so a window is fetched as
+/// several GETs in flight together.
+const READAHEAD_GET_BYTES: u64 = 4 << 20;
+
+/// Read-ahead GETs in flight at once, all streams together.
+const READAHEAD_GETS: usize = 32;
+
+/// A stream that has not read for this long no longer counts as reading (for the share of the
+/// block cache each window gets)...
+const ACTIVE_FOR: Duration = Duration::from_secs(5);
+/// ...and its read-ahead state (window, kept ranges) is dropped after this long.
+const FORGET_AFTER: Duration = Duration::from_secs(60);
+
 /// Memory an object's index takes in the index cache.
 fn index_cost(index: &[IndexEntry]) -> u64 {
     (std::mem::size_of_val(index) as u64) + INDEX_OVERHEAD
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A least-recently-used map with a byte budget: each value is charged the bytes it is inserted
@@ -68,6 +107,10 @@ impl<K: Copy + Eq + std::hash::Hash, V: Clone> Lru<K, V> {
         *t = tick;
         self.by_age.insert(tick, *key);
         Some(value.clone())
+    }
+
+    fn contains(&self, key: &K) -> bool {
+        self.entries.contains_key(key)
     }
 
     fn insert(&mut self, key: K, value: V, bytes: u64) {
@@ -122,25 +165,73 @@ fn known_run(known: &[RangeInfo], stream_id: u64, next: u64) -> Option<Vec<Range
     Some(run)
 }
 
-#[derive(Clone, Copy)]
+/// Why a read is made, which decides what it may do to the caches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// A consumer (or a broker serving another zone) reading on: read-ahead, cached blocks.
+    Fetch,
+    /// A one-off look (a search by timestamp): cached blocks, no read-ahead.
+    Lookup,
+    /// Compaction and the cleaner: uses cached blocks and GETs in flight, but fills no cache,
+    /// touches no read-ahead state, and is counted apart.
+    Background,
+}
+
+/// A ranged GET in flight; its result is shared by every read waiting for one of its blocks.
+type Fetch = Shared<BoxFuture<'static, std::result::Result<Bytes, Arc<StorageError>>>>;
+
+/// A block being fetched: the GET, and where in it the block is.
+#[derive(Clone)]
+struct InFlight {
+    fetch: Fetch,
+    at: usize,
+    len: usize,
+}
+
+/// A stream's read-ahead state.
 struct ReadAhead {
+    /// Where the last read ended: a read from here goes on.
     next_offset: u64,
     window: u64,
+    /// The ranges the last read went through, from the one holding `next_offset` on.
+    ranges: Arc<Vec<RangeInfo>>,
+    /// The stream offset up to which read-ahead GETs were started.
+    ahead_to: u64,
+    /// A read-ahead task of this stream is running.
+    prefetching: bool,
+    used: Instant,
+}
+
+/// The streams' read-ahead states, and how many read at the moment.
+struct Readers {
+    streams: HashMap<u64, ReadAhead>,
+    active: usize,
+    counted: Instant,
 }
 
 pub(crate) struct ObjectReader {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     store: Arc<dyn ObjectStore>,
     meta: Arc<dyn MetaStore>,
     meters: Arc<StorageMeters>,
     block_bytes: u64,
+    block_cache_bytes: u64,
     readahead_max: u64,
     blocks: Mutex<Lru<BlockKey, Bytes>>,
     /// Indexes of objects recently read, bounded in bytes (`storage.index_cache_bytes`): an
     /// object's index grows with its blocks, so a count would not bound memory.
     indexes: Mutex<Lru<ObjectId, Arc<Vec<IndexEntry>>>>,
-    readahead: Mutex<HashMap<u64, ReadAhead>>,
-    /// Bandwidth budget of reads from object storage.
+    in_flight: Mutex<HashMap<BlockKey, InFlight>>,
+    readers: Mutex<Readers>,
+    readahead_gets: Arc<tokio::sync::Semaphore>,
+    /// Bandwidth budget of consumers' reads from object storage.
     budget: crate::budget::Budget,
+    /// When a consumer last read from object storage (milliseconds since `born`).
+    last_fetch_ms: std::sync::atomic::AtomicU64,
+    born: Instant,
 }
 
 impl ObjectReader {
@@ -156,32 +247,48 @@ impl ObjectReader {
         index_cache_bytes: u64,
     ) -> Self {
         ObjectReader {
-            store,
-            meta,
-            meters,
-            block_bytes,
-            readahead_max: readahead_max.max(block_bytes),
-            blocks: Mutex::new(Lru::new(block_cache_bytes)),
-            indexes: Mutex::new(Lru::new(index_cache_bytes)),
-            readahead: Mutex::new(HashMap::new()),
-            budget,
+            inner: Arc::new(Inner {
+                store,
+                meta,
+                meters,
+                block_bytes,
+                block_cache_bytes,
+                readahead_max: readahead_max.max(block_bytes),
+                blocks: Mutex::new(Lru::new(block_cache_bytes)),
+                indexes: Mutex::new(Lru::new(index_cache_bytes)),
+                in_flight: Mutex::new(HashMap::new()),
+                readers: Mutex::new(Readers {
+                    streams: HashMap::new(),
+                    active: 0,
+                    counted: Instant::now(),
+                }),
+                readahead_gets: Arc::new(tokio::sync::Semaphore::new(READAHEAD_GETS)),
+                budget,
+                last_fetch_ms: std::sync::atomic::AtomicU64::new(0),
+                born: Instant::now(),
+            }),
         }
     }
 
     /// Frames of `stream_id` from `from` on, below `until`, up to about `max_bytes` (at least one
-    /// frame if there is one).
+    /// frame if there is one), read for `purpose`.
     pub async fn read(
         &self,
         stream_id: u64,
         from: u64,
         until: u64,
         max_bytes: usize,
+        purpose: Purpose,
     ) -> Result<Vec<Frame>> {
-        self.read_with(stream_id, from, until, max_bytes, &[]).await
+        self.read_with(stream_id, from, until, max_bytes, &[], purpose, true)
+            .await
     }
 
     /// [`ObjectReader::read`], taking the ranges from `known` (the stream's, in offset order)
-    /// where they cover the offsets read, and from the metadata store elsewhere.
+    /// where they cover the offsets read, and from the metadata store elsewhere. Unless `wait`,
+    /// the read stops at the first block that is neither cached nor fetched yet (its GET is
+    /// started, or already under way), with what it read until there, maybe nothing.
+    #[allow(clippy::too_many_arguments)]
     pub async fn read_with(
         &self,
         stream_id: u64,
@@ -189,37 +296,301 @@ impl ObjectReader {
         until: u64,
         max_bytes: usize,
         known: &[RangeInfo],
+        purpose: Purpose,
+        wait: bool,
     ) -> Result<Vec<Frame>> {
-        let window = {
-            let mut ra = self.readahead.lock().unwrap_or_else(|e| e.into_inner());
-            let e = ra.entry(stream_id).or_insert(ReadAhead {
-                next_offset: u64::MAX,
-                window: self.block_bytes,
-            });
-            e.window = if e.next_offset == from {
-                (e.window * 2).min(self.readahead_max)
-            } else {
-                self.block_bytes
-            };
-            e.window
+        let inner = &self.inner;
+        let (window, kept) = match purpose {
+            Purpose::Fetch => inner.start_fetch(stream_id, from),
+            Purpose::Lookup => (inner.block_bytes, Arc::default()),
+            Purpose::Background => (BACKGROUND_GET_BYTES, Arc::default()),
         };
+        let mut read = inner
+            .read_ranges(
+                stream_id, from, until, max_bytes, known, &kept, window, purpose, wait,
+            )
+            .await;
+        if read.is_err() && !kept.is_empty() {
+            // A kept range's object may be gone (compaction replaced it, and the grace period
+            // is over): once more, through the metadata store.
+            read = inner
+                .read_ranges(
+                    stream_id,
+                    from,
+                    until,
+                    max_bytes,
+                    known,
+                    &[],
+                    window,
+                    purpose,
+                    wait,
+                )
+                .await;
+        }
+        let (frames, run) = read?;
+        if purpose == Purpose::Fetch {
+            let bytes: usize = frames.iter().map(|f| f.payload.len()).sum();
+            inner.meters.object_read_bytes.add(bytes as u64);
+            let next = frames.last().map_or(from, |f| f.end_offset());
+            inner.end_fetch(stream_id, next, run);
+        }
+        Ok(frames)
+    }
+
+    /// Whether consumers have read from object storage in the last `within`.
+    pub fn consumers_reading(&self, within: Duration) -> bool {
+        let inner = &self.inner;
+        let last = inner
+            .last_fetch_ms
+            .load(std::sync::atomic::Ordering::Relaxed);
+        last > 0
+            && (inner.born.elapsed().as_millis() as u64).saturating_sub(last)
+                < within.as_millis() as u64
+    }
+
+    /// Forgets a deleted object's index.
+    pub fn forget(&self, object_id: ObjectId) {
+        let inner = &self.inner;
+        let mut cache = lock(&inner.indexes);
+        cache.remove(&object_id);
+        inner
+            .meters
+            .object_index_cache_bytes
+            .store(cache.bytes(), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Inner {
+    /// A consumer's read starts: its window and the ranges it may read through.
+    fn start_fetch(&self, stream_id: u64, from: u64) -> (u64, Arc<Vec<RangeInfo>>) {
+        let now = Instant::now();
+        self.last_fetch_ms.store(
+            (now.duration_since(self.born).as_millis() as u64).max(1),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        let mut readers = lock(&self.readers);
+        if now.duration_since(readers.counted) >= Duration::from_secs(1) {
+            readers
+                .streams
+                .retain(|_, s| now.duration_since(s.used) < FORGET_AFTER);
+            readers.active = readers
+                .streams
+                .values()
+                .filter(|s| now.duration_since(s.used) < ACTIVE_FOR)
+                .count();
+            readers.counted = now;
+        }
+        let cap = self.window_cap(readers.active.max(1));
+        let block = self.block_bytes;
+        let s = readers.streams.entry(stream_id).or_insert(ReadAhead {
+            next_offset: u64::MAX,
+            window: block,
+            ranges: Arc::default(),
+            ahead_to: 0,
+            prefetching: false,
+            used: now,
+        });
+        s.used = now;
+        if s.next_offset == from {
+            s.window = (s.window * 2).min(cap);
+            (s.window, Arc::clone(&s.ranges))
+        } else {
+            s.window = block;
+            s.ranges = Arc::default();
+            s.ahead_to = from;
+            (s.window, Arc::default())
+        }
+    }
+
+    /// The largest window of a stream while `active` streams read: all of them together within
+    /// half of the block cache, so that blocks read ahead are not evicted before they are read.
+    fn window_cap(&self, active: usize) -> u64 {
+        (self.block_cache_bytes / 2 / active as u64)
+            .min(self.readahead_max)
+            .max(self.block_bytes)
+    }
+
+    /// A consumer's read ended at `next` after going through `run`: the state for the next
+    /// read, and the read-ahead beyond it.
+    fn end_fetch(self: &Arc<Self>, stream_id: u64, next: u64, run: Vec<RangeInfo>) {
+        let start = {
+            let mut readers = lock(&self.readers);
+            let Some(s) = readers.streams.get_mut(&stream_id) else {
+                return;
+            };
+            s.next_offset = next;
+            s.ranges = Arc::new(run.into_iter().filter(|r| r.end_offset > next).collect());
+            s.ahead_to = s.ahead_to.max(next);
+            // The first read of a stream, or one after a jump, reads ahead only once the
+            // reader shows it goes on (its window has grown).
+            if s.prefetching || s.window <= self.block_bytes {
+                None
+            } else {
+                s.prefetching = true;
+                Some((s.window, Arc::clone(&s.ranges), s.ahead_to))
+            }
+        };
+        let Some((window, ranges, ahead_to)) = start else {
+            return;
+        };
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            let reached = this
+                .read_ahead(stream_id, next, window, &ranges, ahead_to)
+                .await;
+            let mut readers = lock(&this.readers);
+            if let Some(s) = readers.streams.get_mut(&stream_id) {
+                s.prefetching = false;
+                if let Some(to) = reached {
+                    s.ahead_to = s.ahead_to.max(to);
+                }
+            }
+        });
+    }
+
+    /// Starts GETs for the blocks of `stream_id` in the `window` bytes from `next` on that are
+    /// neither cached nor being fetched, once less than half of the window is fetched (or
+    /// started: `ahead_to`); returns the offset the started GETs reach. Errors end it early:
+    /// the reads themselves fetch again and report them.
+    async fn read_ahead(
+        self: &Arc<Self>,
+        stream_id: u64,
+        next: u64,
+        window: u64,
+        kept: &[RangeInfo],
+        ahead_to: u64,
+    ) -> Option<u64> {
+        let mut at = next;
+        let mut bytes = 0u64;
+        let mut reached = None;
+        let get_bytes = (window / 4).clamp(self.block_bytes, READAHEAD_GET_BYTES);
+        // Blocks to fetch, gathered into one GET while they are adjacent in one object.
+        let mut pending: Option<(RangeInfo, Vec<IndexEntry>)> = None;
+        let mut decided = false;
+        'ranges: while bytes < window {
+            let ranges = match known_run(kept, stream_id, at) {
+                Some(run) => run,
+                None => {
+                    self.meters.index_lookups.inc();
+                    match self.meta.ranges(stream_id, at, RANGES_PER_LOOKUP).await {
+                        Ok(r) if !r.is_empty() => r,
+                        _ => break,
+                    }
+                }
+            };
+            for r in &ranges {
+                if r.start_offset > at {
+                    break 'ranges;
+                }
+                let Ok(index) = self.index(r).await else {
+                    break 'ranges;
+                };
+                let first =
+                    index.partition_point(|e| (e.stream_id, e.end_offset) <= (stream_id, at));
+                for e in index[first..]
+                    .iter()
+                    .take_while(|e| e.stream_id == stream_id)
+                {
+                    if bytes >= window {
+                        break 'ranges;
+                    }
+                    bytes += u64::from(e.size);
+                    at = e.end_offset;
+                    if e.end_offset <= ahead_to {
+                        continue;
+                    }
+                    if !decided {
+                        // Enough is ahead already: wait until the reader has used more of it.
+                        if bytes - u64::from(e.size) >= window / 2 {
+                            break 'ranges;
+                        }
+                        decided = true;
+                    }
+                    let key = (r.object_id, e.position);
+                    let have = lock(&self.blocks).contains(&key)
+                        || lock(&self.in_flight).contains_key(&key);
+                    let adjacent = pending.as_ref().is_some_and(|(pr, blocks)| {
+                        pr.object_id == r.object_id
+                            && blocks
+                                .last()
+                                .is_some_and(|l| l.position + u64::from(l.size) == e.position)
+                            && blocks.iter().map(|b| u64::from(b.size)).sum::<u64>()
+                                + u64::from(e.size)
+                                <= get_bytes
+                    });
+                    if have || !adjacent {
+                        if let Some((pr, blocks)) = pending.take() {
+                            self.start_read_ahead_get(&pr, &blocks).await;
+                        }
+                    }
+                    if !have {
+                        pending
+                            .get_or_insert_with(|| (r.clone(), Vec::new()))
+                            .1
+                            .push(*e);
+                    }
+                    reached = Some(e.end_offset);
+                }
+                if at < r.end_offset {
+                    break 'ranges;
+                }
+            }
+        }
+        if let Some((pr, blocks)) = pending.take() {
+            self.start_read_ahead_get(&pr, &blocks).await;
+        }
+        reached
+    }
+
+    /// Starts a read-ahead GET once one of the [`READAHEAD_GETS`] is free.
+    async fn start_read_ahead_get(self: &Arc<Self>, r: &RangeInfo, blocks: &[IndexEntry]) {
+        let Ok(permit) = Arc::clone(&self.readahead_gets).acquire_owned().await else {
+            return;
+        };
+        let len: u64 = blocks.iter().map(|b| u64::from(b.size)).sum();
+        self.meters.readahead_bytes.add(len);
+        let fetch = self.start_get(r, blocks, Purpose::Fetch);
+        tokio::spawn(async move {
+            let _ = fetch.await;
+            drop(permit);
+        });
+    }
+
+    /// Reads through the ranges (from `known`, then `kept`, then the metadata store); returns
+    /// the frames and the last run of ranges it went through.
+    #[allow(clippy::too_many_arguments)]
+    async fn read_ranges(
+        self: &Arc<Self>,
+        stream_id: u64,
+        from: u64,
+        until: u64,
+        max_bytes: usize,
+        known: &[RangeInfo],
+        kept: &[RangeInfo],
+        window: u64,
+        purpose: Purpose,
+        wait: bool,
+    ) -> Result<(Vec<Frame>, Vec<RangeInfo>)> {
         let mut out = Vec::new();
         let mut bytes = 0usize;
         let mut next = from;
+        let mut run = Vec::new();
         'ranges: while next < until {
-            let ranges = match known_run(known, stream_id, next) {
+            run = match known_run(known, stream_id, next)
+                .or_else(|| known_run(kept, stream_id, next))
+            {
                 Some(run) => run,
                 None => {
                     self.meters.index_lookups.inc();
                     self.meta.ranges(stream_id, next, RANGES_PER_LOOKUP).await?
                 }
             };
-            if ranges.is_empty() {
+            if run.is_empty() {
                 break;
             }
-            self.prefetch_indexes(&ranges, max_bytes.saturating_sub(bytes))
+            self.prefetch_indexes(&run, max_bytes.saturating_sub(bytes))
                 .await;
-            for r in &ranges {
+            for r in &run {
                 if r.start_offset > next {
                     if next == from {
                         // Retention moved the start past `from` since the caller checked it.
@@ -244,7 +615,14 @@ impl ObjectReader {
                     index.partition_point(|e| (e.stream_id, e.end_offset) <= (stream_id, next));
                 let mut i = first;
                 while i < index.len() && index[i].stream_id == stream_id {
-                    let block = self.block(r, &index, i, window).await?;
+                    let block = if wait {
+                        self.block(r, &index, i, window, purpose).await?
+                    } else {
+                        match self.block_ready(r, &index, i, window) {
+                            Some(b) => b,
+                            None => break 'ranges,
+                        }
+                    };
                     let frames =
                         format::decode_block(&index[i], &block).map_err(|e| corrupt(r, e))?;
                     for f in frames {
@@ -277,11 +655,7 @@ impl ObjectReader {
                 }
             }
         }
-        let mut ra = self.readahead.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(e) = ra.get_mut(&stream_id) {
-            e.next_offset = next;
-        }
-        Ok(out)
+        Ok((out, run))
     }
 
     /// Fetches, concurrently, the indexes of the ranges a read of `want` bytes will go through,
@@ -293,7 +667,7 @@ impl ObjectReader {
         let mut needed = Vec::new();
         let mut bytes = 0u64;
         {
-            let mut cache = self.indexes.lock().unwrap_or_else(|e| e.into_inner());
+            let mut cache = lock(&self.indexes);
             for r in ranges {
                 if bytes >= want as u64 && !needed.is_empty() {
                     break;
@@ -313,12 +687,7 @@ impl ObjectReader {
     }
 
     async fn index(&self, r: &RangeInfo) -> Result<Arc<Vec<IndexEntry>>> {
-        if let Some(i) = self
-            .indexes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&r.object_id)
-        {
+        if let Some(i) = lock(&self.indexes).get(&r.object_id) {
             return Ok(i);
         }
         let path = Path::from(r.object_key.as_str());
@@ -365,7 +734,7 @@ impl ObjectReader {
             // holds a slice of many streams, which compaction (and catch-up readers) read one
             // stream after another; each would GET the same object again. Copied, so that the
             // cache does not pin the whole tail.
-            let mut blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+            let mut blocks = lock(&self.blocks);
             for e in index.iter() {
                 let (at, end) = (e.position as usize, e.position as usize + e.size as usize);
                 if let Some(b) = tail.get(at..end) {
@@ -377,7 +746,7 @@ impl ObjectReader {
                 }
             }
         }
-        let mut cache = self.indexes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = lock(&self.indexes);
         cache.insert(r.object_id, Arc::clone(&index), index_cost(&index));
         self.meters
             .object_index_cache_bytes
@@ -385,68 +754,161 @@ impl ObjectReader {
         Ok(index)
     }
 
+    /// Block `i` of `index`: from the cache, from a GET in flight, or fetched with the blocks
+    /// of the same stream after it, up to `window` bytes in one GET.
     async fn block(
+        self: &Arc<Self>,
+        r: &RangeInfo,
+        index: &[IndexEntry],
+        i: usize,
+        window: u64,
+        purpose: Purpose,
+    ) -> Result<Bytes> {
+        let key = (r.object_id, index[i].position);
+        if let Some(b) = lock(&self.blocks).get(&key) {
+            self.meters.block_cache_hits.inc();
+            return Ok(b);
+        }
+        let waiting = lock(&self.in_flight).get(&key).cloned();
+        if let Some(w) = waiting {
+            self.meters.block_in_flight_hits.inc();
+            let data = w.fetch.await.map_err(StorageError::Shared)?;
+            return Ok(data.slice(w.at..w.at + w.len));
+        }
+        self.meters.block_cache_misses.inc();
+        // The missing block and the stream's following blocks, up to the window, as long as
+        // they are adjacent and neither cached nor being fetched.
+        let j = self.adjacent_missing(r, index, i, window);
+        let len: u64 = index[i..j].iter().map(|e| u64::from(e.size)).sum();
+        if purpose != Purpose::Background {
+            self.budget.take(len).await;
+        }
+        let data = self
+            .start_get(r, &index[i..j], purpose)
+            .await
+            .map_err(StorageError::Shared)?;
+        Ok(data.slice(0..index[i].size as usize))
+    }
+
+    /// Block `i` of `index` if it is cached; if not, starts its GET (with the blocks after it,
+    /// as [`Inner::block`] does) unless one is under way, and returns `None`.
+    fn block_ready(
+        self: &Arc<Self>,
+        r: &RangeInfo,
+        index: &[IndexEntry],
+        i: usize,
+        window: u64,
+    ) -> Option<Bytes> {
+        let key = (r.object_id, index[i].position);
+        if let Some(b) = lock(&self.blocks).get(&key) {
+            self.meters.block_cache_hits.inc();
+            return Some(b);
+        }
+        if lock(&self.in_flight).contains_key(&key) {
+            return None;
+        }
+        self.meters.block_cache_misses.inc();
+        let j = self.adjacent_missing(r, index, i, window);
+        drop(self.start_get(r, &index[i..j], Purpose::Fetch));
+        None
+    }
+
+    /// The end of the run of blocks from `i` on that one GET of at most `window` bytes fetches:
+    /// adjacent blocks of the same stream, neither cached nor being fetched.
+    fn adjacent_missing(
         &self,
         r: &RangeInfo,
         index: &[IndexEntry],
         i: usize,
         window: u64,
-    ) -> Result<Bytes> {
-        let key = (r.object_id, index[i].position);
-        if let Some(b) = self
-            .blocks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-        {
-            self.meters.block_cache_hits.inc();
-            return Ok(b);
-        }
-        self.meters.block_cache_misses.inc();
-        // The missing block and the stream's following blocks, up to the read-ahead window.
+    ) -> usize {
         let mut j = i + 1;
         let mut len = u64::from(index[i].size);
+        let blocks = lock(&self.blocks);
+        let in_flight = lock(&self.in_flight);
         while j < index.len()
             && index[j].stream_id == index[i].stream_id
             && index[j].position == index[j - 1].position + u64::from(index[j - 1].size)
             && len + u64::from(index[j].size) <= window
+            && !blocks.contains(&(r.object_id, index[j].position))
+            && !in_flight.contains_key(&(r.object_id, index[j].position))
         {
             len += u64::from(index[j].size);
             j += 1;
         }
-        let start = index[i].position;
-        self.budget.take(len).await;
-        let data = self
-            .store
-            .get_range(&Path::from(r.object_key.as_str()), start..start + len)
-            .await?;
-        if data.len() as u64 != len {
-            return Err(StorageError::Corrupt {
-                key: r.object_key.clone(),
-                reason: format!("short read: {} of {len} bytes", data.len()),
-            });
-        }
-        self.meters.block_cache_fill_bytes.add(len);
-        let mut cache = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
-        for e in &index[i..j] {
-            let at = (e.position - start) as usize;
-            cache.insert(
-                (r.object_id, e.position),
-                data.slice(at..at + e.size as usize),
-                u64::from(e.size),
-            );
-        }
-        let first = index[i].size as usize;
-        Ok(data.slice(0..first))
+        j
     }
 
-    /// Forgets a deleted object's index.
-    pub fn forget(&self, object_id: ObjectId) {
-        let mut cache = self.indexes.lock().unwrap_or_else(|e| e.into_inner());
-        cache.remove(&object_id);
-        self.meters
-            .object_index_cache_bytes
-            .store(cache.bytes(), std::sync::atomic::Ordering::Relaxed);
+    /// Starts a GET of `blocks` (adjacent, of one object), known as in flight for each of them
+    /// until it is done; it runs to its end even if nobody waits for it any more. Fills the
+    /// block cache unless it is a background read's.
+    fn start_get(
+        self: &Arc<Self>,
+        r: &RangeInfo,
+        blocks: &[IndexEntry],
+        purpose: Purpose,
+    ) -> Fetch {
+        let start = blocks[0].position;
+        let len: u64 = blocks.iter().map(|b| u64::from(b.size)).sum();
+        let object_id = r.object_id;
+        let key = r.object_key.clone();
+        let entries: Vec<(u64, u32)> = blocks.iter().map(|b| (b.position, b.size)).collect();
+        let this = Arc::clone(self);
+        let registered = entries.clone();
+        let fetch = async move {
+            let got = match this
+                .store
+                .get_range(&Path::from(key.as_str()), start..start + len)
+                .await
+            {
+                Ok(data) if data.len() as u64 == len => Ok(data),
+                Ok(data) => Err(StorageError::Corrupt {
+                    key: key.clone(),
+                    reason: format!("short read: {} of {len} bytes", data.len()),
+                }),
+                Err(e) => Err(StorageError::Object(e)),
+            };
+            if let Ok(data) = &got {
+                if purpose == Purpose::Background {
+                    this.meters.background_get_bytes.add(len);
+                } else {
+                    this.meters.block_cache_fill_bytes.add(len);
+                    let mut cache = lock(&this.blocks);
+                    for &(position, size) in &entries {
+                        let at = (position - start) as usize;
+                        cache.insert(
+                            (object_id, position),
+                            data.slice(at..at + size as usize),
+                            u64::from(size),
+                        );
+                    }
+                }
+            }
+            // After the cache is filled: a read that misses the cache and then finds no GET in
+            // flight would fetch again.
+            let mut in_flight = lock(&this.in_flight);
+            for &(position, _) in &entries {
+                in_flight.remove(&(object_id, position));
+            }
+            got.map_err(Arc::new)
+        }
+        .boxed()
+        .shared();
+        {
+            let mut in_flight = lock(&self.in_flight);
+            for &(position, size) in &registered {
+                in_flight.insert(
+                    (object_id, position),
+                    InFlight {
+                        fetch: fetch.clone(),
+                        at: (position - start) as usize,
+                        len: size as usize,
+                    },
+                );
+            }
+        }
+        tokio::spawn(fetch.clone());
+        fetch
     }
 }
 
@@ -547,7 +1009,10 @@ mod tests {
         let cached = || meters.object_index_cache_bytes.load(Ordering::Relaxed);
         let mut highest = 0;
         for s in 0..STREAMS {
-            let frames = reader.read(s, 0, BATCHES, 1 << 20).await.expect("read");
+            let frames = reader
+                .read(s, 0, BATCHES, 1 << 20, Purpose::Lookup)
+                .await
+                .expect("read");
             assert_eq!(frames.len() as u64, BATCHES, "stream {s}");
             for (i, f) in frames.iter().enumerate() {
                 assert_eq!(f.base_offset, i as u64);
@@ -555,7 +1020,7 @@ mod tests {
             }
             let now = cached();
             assert!(now <= bound, "index cache at {now} bytes, bound {bound}");
-            assert_eq!(now, reader.indexes.lock().expect("lock").bytes());
+            assert_eq!(now, reader.inner.indexes.lock().expect("lock").bytes());
             highest = highest.max(now);
         }
         assert_eq!(highest, 5 * one, "the cache filled up to what fits");
@@ -563,7 +1028,7 @@ mod tests {
         // The last object's index is cached (and its blocks too): no GET at all.
         let before = gets.gets.get();
         reader
-            .read(STREAMS - 1, 0, BATCHES, 1 << 20)
+            .read(STREAMS - 1, 0, BATCHES, 1 << 20, Purpose::Lookup)
             .await
             .expect("read");
         assert_eq!(
@@ -572,14 +1037,17 @@ mod tests {
             "a cached index and blocks need no GET"
         );
         // The first one's was evicted: its tail is fetched again (its blocks are still cached).
-        reader.read(0, 0, BATCHES, 1 << 20).await.expect("read");
+        reader
+            .read(0, 0, BATCHES, 1 << 20, Purpose::Lookup)
+            .await
+            .expect("read");
         assert_eq!(
             gets.gets.get(),
             before + 1,
             "an evicted index is fetched again"
         );
         assert!(cached() <= bound);
-        let first = reader.meta.ranges(0, 0, 1).await.expect("ranges")[0].object_id;
+        let first = reader.inner.meta.ranges(0, 0, 1).await.expect("ranges")[0].object_id;
         reader.forget(first);
         assert_eq!(cached(), 4 * one, "a deleted object's index is forgotten");
     }

@@ -991,6 +991,34 @@ fn render(state: &State) -> String {
         "",
         &s.block_cache_fill_bytes,
     );
+    counter(
+        &mut o,
+        "block_in_flight_hits",
+        "Object blocks a read found being fetched and waited for.",
+        "",
+        &s.block_in_flight_hits,
+    );
+    counter(
+        &mut o,
+        "readahead_bytes",
+        "Bytes the read-ahead fetched from objects (also in block_cache_fill_bytes).",
+        "",
+        &s.readahead_bytes,
+    );
+    counter(
+        &mut o,
+        "object_read_bytes",
+        "Payload bytes consumers' reads got from objects (through the block cache).",
+        "",
+        &s.object_read_bytes,
+    );
+    counter(
+        &mut o,
+        "background_get_bytes",
+        "Bytes compaction and the cleaner fetched from objects (not cached).",
+        "",
+        &s.background_get_bytes,
+    );
     gauge(
         &mut o,
         "object_index_cache_bytes",

@@ -17,6 +17,9 @@ use tokio::net::TcpListener;
 
 use crate::config::Config;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "weir",
