@@ -35,15 +35,6 @@ pub struct Rewritten {
 /// Streams compacted at once.
 const COMPACTION_CONCURRENCY: usize = 4;
 
-/// While consumers read from object storage, compaction moves its bytes this many times more
-/// slowly than its budget allows: it shares the object store's bandwidth (and, on a small
-/// machine, the S3 server's CPU) with them, and it is never urgent. On a 2-core machine it took
-/// from a third to a half of what s3s-fs served during a catch-up, which halved the catch-up.
-const YIELD_TO_READERS: u64 = 4;
-
-/// How recently a consumer must have read from object storage for compaction to yield.
-const READERS_WITHIN: std::time::Duration = std::time::Duration::from_secs(3);
-
 impl EngineInner {
     /// Compacts every open stream that has enough small ranges; returns the number of objects
     /// written.
@@ -186,14 +177,9 @@ impl EngineInner {
     }
 
     /// Takes `bytes` of compaction's bandwidth budget, yielding to consumers reading from
-    /// object storage ([`YIELD_TO_READERS`]).
+    /// object storage (as its reads do: [`crate::reader::ObjectReader::take_background`]).
     async fn take_background(&self, bytes: u64) {
-        let bytes = if self.reader.consumers_reading(READERS_WITHIN) {
-            bytes.saturating_mul(YIELD_TO_READERS)
-        } else {
-            bytes
-        };
-        self.background.take(bytes).await;
+        self.reader.take_background(bytes).await;
     }
 
     /// Rewrites the ranges of `run` (consecutive, of one stream) into one stream object.
@@ -214,14 +200,21 @@ impl EngineInner {
         let mut frames: Vec<Frame> = Vec::new();
         let mut next = start;
         while next < end {
+            // The whole run in one read, which GETs it in large pieces, each taken from the
+            // budget as it is fetched; reads of a few MiB each fetched again the block where the
+            // previous one had stopped (a background read caches nothing).
             let got = self
                 .reader
-                .read(s.id, next, end, 4 << 20, crate::reader::Purpose::Background)
+                .read(
+                    s.id,
+                    next,
+                    end,
+                    usize::MAX,
+                    crate::reader::Purpose::Background,
+                )
                 .await?;
             let Some(last) = got.last() else { break };
             next = last.end_offset();
-            self.take_background(got.iter().map(|f| f.payload.len() as u64).sum())
-                .await;
             frames.extend(got);
         }
         let contiguous = frames.first().is_some_and(|f| f.base_offset == start)

@@ -144,8 +144,6 @@ pub(crate) struct EngineInner {
     /// Streams whose one-stream uploads wait for `upload_lock`: the next holder uploads them all.
     pub flush_requests: Mutex<HashSet<u64>>,
     pub upload_wanted: Notify,
-    /// Bandwidth budget of compaction.
-    pub background: crate::budget::Budget,
     pub shutdown: watch::Sender<bool>,
     pub closed: AtomicBool,
 }
@@ -190,6 +188,7 @@ impl Engine {
         let object_meters = metered.meters();
         let store: Arc<dyn ObjectStore> = Arc::new(metered);
         let meters = Arc::new(StorageMeters::default());
+        let background = Arc::new(crate::budget::Budget::new(config.background_bytes_per_sec));
         let reader = ObjectReader::with_index_cache(
             Arc::clone(&store),
             Arc::clone(&meta),
@@ -199,8 +198,8 @@ impl Engine {
             config.readahead_max_bytes,
             crate::budget::Budget::new(config.catchup_bytes_per_sec),
             config.index_cache_bytes,
-        );
-        let background = crate::budget::Budget::new(config.background_bytes_per_sec);
+        )
+        .with_background_budget(Arc::clone(&background));
         let object_wal = crate::collector::ObjectWal::new(
             config.object_wal_max_in_flight,
             config.object_wal_bytes,
@@ -222,7 +221,6 @@ impl Engine {
             upload_lock: tokio::sync::Mutex::new(()),
             flush_requests: Mutex::new(HashSet::new()),
             upload_wanted: Notify::new(),
-            background,
             shutdown: watch::channel(false).0,
             closed: AtomicBool::new(false),
         });
@@ -553,7 +551,12 @@ impl Engine {
                     high_watermark: st.durable_end(),
                 });
             }
-            (st.start_offset(), st.durable_end(), st.committed_end())
+            // Objects are read up to where the log cache starts (it may hold data that is also
+            // in objects): neither the read nor its read-ahead fetch what the cache has.
+            let objects_until = st
+                .cache_start()
+                .map_or(st.committed_end(), |c| c.min(st.committed_end()));
+            (st.start_offset(), st.durable_end(), objects_until)
         };
         inner.meters.log_cache_misses.inc();
         let mut batches = inner

@@ -62,6 +62,14 @@ const READAHEAD_GET_BYTES: u64 = 4 << 20;
 /// Read-ahead GETs in flight at once, all streams together.
 const READAHEAD_GETS: usize = 32;
 
+/// While consumers read from object storage, background work (compaction) moves its bytes this
+/// many times more slowly than its budget allows. On a 2-core machine it took from a third to a
+/// half of what s3s-fs served during a catch-up, which halved the catch-up.
+const YIELD_TO_READERS: u64 = 4;
+
+/// How recently a consumer must have read from object storage for background work to yield.
+const READERS_WITHIN: Duration = Duration::from_secs(3);
+
 /// A stream that has not read for this long no longer counts as reading (for the share of the
 /// block cache each window gets)...
 const ACTIVE_FOR: Duration = Duration::from_secs(5);
@@ -185,7 +193,6 @@ type Fetch = Shared<BoxFuture<'static, std::result::Result<Bytes, Arc<StorageErr
 struct InFlight {
     fetch: Fetch,
     at: usize,
-    len: usize,
 }
 
 /// A stream's read-ahead state.
@@ -229,6 +236,8 @@ struct Inner {
     readahead_gets: Arc<tokio::sync::Semaphore>,
     /// Bandwidth budget of consumers' reads from object storage.
     budget: crate::budget::Budget,
+    /// Bandwidth budget of background work (compaction's reads and writes).
+    background: Arc<crate::budget::Budget>,
     /// When a consumer last read from object storage (milliseconds since `born`).
     last_fetch_ms: std::sync::atomic::AtomicU64,
     born: Instant,
@@ -264,6 +273,7 @@ impl ObjectReader {
                 }),
                 readahead_gets: Arc::new(tokio::sync::Semaphore::new(READAHEAD_GETS)),
                 budget,
+                background: Arc::new(crate::budget::Budget::new(0)),
                 last_fetch_ms: std::sync::atomic::AtomicU64::new(0),
                 born: Instant::now(),
             }),
@@ -332,20 +342,26 @@ impl ObjectReader {
             let bytes: usize = frames.iter().map(|f| f.payload.len()).sum();
             inner.meters.object_read_bytes.add(bytes as u64);
             let next = frames.last().map_or(from, |f| f.end_offset());
-            inner.end_fetch(stream_id, next, run);
+            inner.end_fetch(stream_id, next, until, run);
         }
         Ok(frames)
     }
 
-    /// Whether consumers have read from object storage in the last `within`.
-    pub fn consumers_reading(&self, within: Duration) -> bool {
-        let inner = &self.inner;
-        let last = inner
-            .last_fetch_ms
-            .load(std::sync::atomic::Ordering::Relaxed);
-        last > 0
-            && (inner.born.elapsed().as_millis() as u64).saturating_sub(last)
-                < within.as_millis() as u64
+    /// The budget background reads take from (unlimited unless set), shared with the
+    /// engine's background writes.
+    pub fn with_background_budget(mut self, budget: Arc<crate::budget::Budget>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.background = budget;
+        }
+        self
+    }
+
+    /// Takes `bytes` of the background budget. While consumers read from object storage,
+    /// background work moves its bytes [`YIELD_TO_READERS`] times more slowly than the budget
+    /// allows: it shares the object store's bandwidth (and, on a small machine, the S3
+    /// server's CPU) with them, and it is never urgent.
+    pub async fn take_background(&self, bytes: u64) {
+        self.inner.take_background(bytes).await;
     }
 
     /// Forgets a deleted object's index.
@@ -361,6 +377,20 @@ impl ObjectReader {
 }
 
 impl Inner {
+    async fn take_background(&self, bytes: u64) {
+        let last = self
+            .last_fetch_ms
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let now = self.born.elapsed().as_millis() as u64;
+        let reading = last > 0 && now.saturating_sub(last) < READERS_WITHIN.as_millis() as u64;
+        let bytes = if reading {
+            bytes.saturating_mul(YIELD_TO_READERS)
+        } else {
+            bytes
+        };
+        self.background.take(bytes).await;
+    }
+
     /// A consumer's read starts: its window and the ranges it may read through.
     fn start_fetch(&self, stream_id: u64, from: u64) -> (u64, Arc<Vec<RangeInfo>>) {
         let now = Instant::now();
@@ -412,7 +442,7 @@ impl Inner {
 
     /// A consumer's read ended at `next` after going through `run`: the state for the next
     /// read, and the read-ahead beyond it.
-    fn end_fetch(self: &Arc<Self>, stream_id: u64, next: u64, run: Vec<RangeInfo>) {
+    fn end_fetch(self: &Arc<Self>, stream_id: u64, next: u64, until: u64, run: Vec<RangeInfo>) {
         let start = {
             let mut readers = lock(&self.readers);
             let Some(s) = readers.streams.get_mut(&stream_id) else {
@@ -433,10 +463,16 @@ impl Inner {
         let Some((window, ranges, ahead_to)) = start else {
             return;
         };
+        if next >= until {
+            if let Some(s) = lock(&self.readers).streams.get_mut(&stream_id) {
+                s.prefetching = false;
+            }
+            return;
+        }
         let this = Arc::clone(self);
         tokio::spawn(async move {
             let reached = this
-                .read_ahead(stream_id, next, window, &ranges, ahead_to)
+                .read_ahead(stream_id, next, until, window, &ranges, ahead_to)
                 .await;
             let mut readers = lock(&this.readers);
             if let Some(s) = readers.streams.get_mut(&stream_id) {
@@ -448,7 +484,8 @@ impl Inner {
         });
     }
 
-    /// Starts GETs for the blocks of `stream_id` in the `window` bytes from `next` on that are
+    /// Starts GETs for the blocks of `stream_id` in the `window` bytes from `next` on (below
+    /// `until`) that are
     /// neither cached nor being fetched, once less than half of the window is fetched (or
     /// started: `ahead_to`); returns the offset the started GETs reach. Errors end it early:
     /// the reads themselves fetch again and report them.
@@ -456,6 +493,7 @@ impl Inner {
         self: &Arc<Self>,
         stream_id: u64,
         next: u64,
+        until: u64,
         window: u64,
         kept: &[RangeInfo],
         ahead_to: u64,
@@ -467,7 +505,7 @@ impl Inner {
         // Blocks to fetch, gathered into one GET while they are adjacent in one object.
         let mut pending: Option<(RangeInfo, Vec<IndexEntry>)> = None;
         let mut decided = false;
-        'ranges: while bytes < window {
+        'ranges: while bytes < window && at < until {
             let ranges = match known_run(kept, stream_id, at) {
                 Some(run) => run,
                 None => {
@@ -491,7 +529,7 @@ impl Inner {
                     .iter()
                     .take_while(|e| e.stream_id == stream_id)
                 {
-                    if bytes >= window {
+                    if bytes >= window || e.start_offset >= until {
                         break 'ranges;
                     }
                     bytes += u64::from(e.size);
@@ -575,6 +613,9 @@ impl Inner {
         let mut bytes = 0usize;
         let mut next = from;
         let mut run = Vec::new();
+        // The data of the last GET this read made or waited for: its next blocks come from it
+        // (a background read caches nothing, and would GET them again).
+        let mut held: Option<Held> = None;
         'ranges: while next < until {
             run = match known_run(known, stream_id, next)
                 .or_else(|| known_run(kept, stream_id, next))
@@ -615,8 +656,18 @@ impl Inner {
                     index.partition_point(|e| (e.stream_id, e.end_offset) <= (stream_id, next));
                 let mut i = first;
                 while i < index.len() && index[i].stream_id == stream_id {
-                    let block = if wait {
-                        self.block(r, &index, i, window, purpose).await?
+                    // Once the read has something, it waits for no further GET: it answers
+                    // with what it has (the GET goes on, for the next read).
+                    let block = if let Some(b) = held.as_ref().and_then(|h| h.block(r, &index[i])) {
+                        b
+                    } else if wait && (bytes == 0 || purpose == Purpose::Background) {
+                        let h = self.block(r, &index, i, window, purpose).await?;
+                        let b = h.block(r, &index[i]).ok_or_else(|| StorageError::Corrupt {
+                            key: r.object_key.clone(),
+                            reason: "a GET did not hold the block it was made for".into(),
+                        })?;
+                        held = Some(h);
+                        b
                     } else {
                         match self.block_ready(r, &index, i, window) {
                             Some(b) => b,
@@ -755,7 +806,8 @@ impl Inner {
     }
 
     /// Block `i` of `index`: from the cache, from a GET in flight, or fetched with the blocks
-    /// of the same stream after it, up to `window` bytes in one GET.
+    /// of the same stream after it, up to `window` bytes in one GET; with the rest of what that
+    /// GET fetched.
     async fn block(
         self: &Arc<Self>,
         r: &RangeInfo,
@@ -763,31 +815,25 @@ impl Inner {
         i: usize,
         window: u64,
         purpose: Purpose,
-    ) -> Result<Bytes> {
-        let key = (r.object_id, index[i].position);
-        if let Some(b) = lock(&self.blocks).get(&key) {
-            self.meters.block_cache_hits.inc();
-            return Ok(b);
-        }
-        let waiting = lock(&self.in_flight).get(&key).cloned();
-        if let Some(w) = waiting {
-            self.meters.block_in_flight_hits.inc();
-            let data = w.fetch.await.map_err(StorageError::Shared)?;
-            return Ok(data.slice(w.at..w.at + w.len));
-        }
-        self.meters.block_cache_misses.inc();
-        // The missing block and the stream's following blocks, up to the window, as long as
-        // they are adjacent and neither cached nor being fetched.
-        let j = self.adjacent_missing(r, index, i, window);
-        let len: u64 = index[i..j].iter().map(|e| u64::from(e.size)).sum();
-        if purpose != Purpose::Background {
-            self.budget.take(len).await;
-        }
-        let data = self
-            .start_get(r, &index[i..j], purpose)
-            .await
-            .map_err(StorageError::Shared)?;
-        Ok(data.slice(0..index[i].size as usize))
+    ) -> Result<Held> {
+        let position = index[i].position;
+        let (fetch, start) = match self.find(r, index, i, window, purpose) {
+            Found::Cached(data) => {
+                return Ok(Held {
+                    object_id: r.object_id,
+                    start: position,
+                    data,
+                })
+            }
+            Found::Coming(w) => (w.fetch, position - w.at as u64),
+            Found::Started(fetch) => (fetch, position),
+        };
+        let data = fetch.await.map_err(StorageError::Shared)?;
+        Ok(Held {
+            object_id: r.object_id,
+            start,
+            data,
+        })
     }
 
     /// Block `i` of `index` if it is cached; if not, starts its GET (with the blocks after it,
@@ -799,33 +845,38 @@ impl Inner {
         i: usize,
         window: u64,
     ) -> Option<Bytes> {
-        let key = (r.object_id, index[i].position);
-        if let Some(b) = lock(&self.blocks).get(&key) {
-            self.meters.block_cache_hits.inc();
-            return Some(b);
+        match self.find(r, index, i, window, Purpose::Fetch) {
+            Found::Cached(b) => Some(b),
+            Found::Coming(_) | Found::Started(_) => None,
         }
-        if lock(&self.in_flight).contains_key(&key) {
-            return None;
-        }
-        self.meters.block_cache_misses.inc();
-        let j = self.adjacent_missing(r, index, i, window);
-        drop(self.start_get(r, &index[i..j], Purpose::Fetch));
-        None
     }
 
-    /// The end of the run of blocks from `i` on that one GET of at most `window` bytes fetches:
-    /// adjacent blocks of the same stream, neither cached nor being fetched.
-    fn adjacent_missing(
-        &self,
+    /// Block `i` of `index` from the cache, or the GET in flight that brings it, or a GET started
+    /// for it and the stream's following blocks (adjacent, neither cached nor being fetched, up
+    /// to `window` bytes). Looked up and started under the locks of both, so that two reads
+    /// missing the same block at once make one GET.
+    fn find(
+        self: &Arc<Self>,
         r: &RangeInfo,
         index: &[IndexEntry],
         i: usize,
         window: u64,
-    ) -> usize {
+        purpose: Purpose,
+    ) -> Found {
+        let key = (r.object_id, index[i].position);
+        let mut blocks = lock(&self.blocks);
+        if let Some(b) = blocks.get(&key) {
+            self.meters.block_cache_hits.inc();
+            return Found::Cached(b);
+        }
+        let mut in_flight = lock(&self.in_flight);
+        if let Some(w) = in_flight.get(&key) {
+            self.meters.block_in_flight_hits.inc();
+            return Found::Coming(w.clone());
+        }
+        self.meters.block_cache_misses.inc();
         let mut j = i + 1;
         let mut len = u64::from(index[i].size);
-        let blocks = lock(&self.blocks);
-        let in_flight = lock(&self.in_flight);
         while j < index.len()
             && index[j].stream_id == index[i].stream_id
             && index[j].position == index[j - 1].position + u64::from(index[j - 1].size)
@@ -836,14 +887,27 @@ impl Inner {
             len += u64::from(index[j].size);
             j += 1;
         }
-        j
+        drop(blocks);
+        Found::Started(self.start_get_locked(&mut in_flight, r, &index[i..j], purpose))
     }
 
     /// Starts a GET of `blocks` (adjacent, of one object), known as in flight for each of them
-    /// until it is done; it runs to its end even if nobody waits for it any more. Fills the
-    /// block cache unless it is a background read's.
+    /// until it is done; it runs to its end even if nobody waits for it any more. It first
+    /// takes its bytes from the bandwidth budget of its purpose. Fills the block cache unless
+    /// it is a background read's.
     fn start_get(
         self: &Arc<Self>,
+        r: &RangeInfo,
+        blocks: &[IndexEntry],
+        purpose: Purpose,
+    ) -> Fetch {
+        let mut in_flight = lock(&self.in_flight);
+        self.start_get_locked(&mut in_flight, r, blocks, purpose)
+    }
+
+    fn start_get_locked(
+        self: &Arc<Self>,
+        in_flight: &mut HashMap<BlockKey, InFlight>,
         r: &RangeInfo,
         blocks: &[IndexEntry],
         purpose: Purpose,
@@ -856,6 +920,11 @@ impl Inner {
         let this = Arc::clone(self);
         let registered = entries.clone();
         let fetch = async move {
+            if purpose == Purpose::Background {
+                this.take_background(len).await;
+            } else {
+                this.budget.take(len).await;
+            }
             let got = match this
                 .store
                 .get_range(&Path::from(key.as_str()), start..start + len)
@@ -894,22 +963,46 @@ impl Inner {
         }
         .boxed()
         .shared();
-        {
-            let mut in_flight = lock(&self.in_flight);
-            for &(position, size) in &registered {
-                in_flight.insert(
-                    (object_id, position),
-                    InFlight {
-                        fetch: fetch.clone(),
-                        at: (position - start) as usize,
-                        len: size as usize,
-                    },
-                );
-            }
+        for &(position, _) in &registered {
+            in_flight.insert(
+                (object_id, position),
+                InFlight {
+                    fetch: fetch.clone(),
+                    at: (position - start) as usize,
+                },
+            );
         }
         tokio::spawn(fetch.clone());
         fetch
     }
+}
+
+/// Bytes of an object from `start` on: what a GET fetched, or one cached block.
+struct Held {
+    object_id: ObjectId,
+    start: u64,
+    data: Bytes,
+}
+
+impl Held {
+    /// The block `e` of the range `r`, if this holds it.
+    fn block(&self, r: &RangeInfo, e: &IndexEntry) -> Option<Bytes> {
+        let end = self.start + self.data.len() as u64;
+        (self.object_id == r.object_id
+            && e.position >= self.start
+            && e.position + u64::from(e.size) <= end)
+            .then(|| {
+                let at = (e.position - self.start) as usize;
+                self.data.slice(at..at + e.size as usize)
+            })
+    }
+}
+
+/// Where a block comes from.
+enum Found {
+    Cached(Bytes),
+    Coming(InFlight),
+    Started(Fetch),
 }
 
 fn corrupt(r: &RangeInfo, e: format::FormatError) -> StorageError {
@@ -1050,5 +1143,306 @@ mod tests {
         let first = reader.inner.meta.ranges(0, 0, 1).await.expect("ranges")[0].object_id;
         reader.forget(first);
         assert_eq!(cached(), 4 * one, "a deleted object's index is forgotten");
+    }
+}
+
+/// The read-ahead, GETs shared while in flight, background reads, reads that do not wait, and
+/// readers that keep their ranges across a compaction.
+#[cfg(test)]
+mod readahead_tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::objstore::{FaultConfig, FaultyStore, MeteredStore, ObjectMeters};
+    use crate::{Engine, StorageConfig};
+
+    const BLOCK: u64 = 4096;
+    const BATCHES: u64 = 64;
+
+    /// One stream (id 1) of `BATCHES` batches of about a block each, in one object.
+    async fn written() -> (Arc<dyn ObjectStore>, Arc<dyn MetaStore>) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let meta: Arc<dyn MetaStore> =
+            Arc::new(weir_meta::SqliteMetaStore::in_memory().expect("meta"));
+        let wal = weir_wal::FileWal::open(weir_wal::FileWalConfig {
+            capacity: 4 << 20,
+            ..weir_wal::FileWalConfig::new(dir.path().join("wal"))
+        })
+        .expect("WAL");
+        let config = StorageConfig {
+            upload_interval: Duration::from_secs(3600),
+            block_bytes: BLOCK,
+            ..StorageConfig::default()
+        };
+        let engine = Engine::open(config, Arc::new(wal), Arc::clone(&meta), Arc::clone(&store))
+            .await
+            .expect("engine");
+        engine.open_stream(1, 1).await.expect("open");
+        for i in 0..BATCHES {
+            engine
+                .append(1, 1, 1, 0, |_| Bytes::from(vec![i as u8; 4000]))
+                .await
+                .expect("append");
+        }
+        engine.close().await.expect("close");
+        (store, meta)
+    }
+
+    /// A reader over `store` whose GETs each take `latency`, and the store's meters.
+    fn reader(
+        store: Arc<dyn ObjectStore>,
+        meta: Arc<dyn MetaStore>,
+        latency: Duration,
+    ) -> (ObjectReader, Arc<ObjectMeters>) {
+        let slow = FaultyStore::new(
+            store,
+            FaultConfig {
+                latency,
+                ..Default::default()
+            },
+        );
+        let metered = MeteredStore::new(Arc::new(slow));
+        let gets = metered.meters();
+        let reader = ObjectReader::with_index_cache(
+            Arc::new(metered),
+            meta,
+            Arc::new(StorageMeters::default()),
+            BLOCK,
+            4 << 20,
+            64 << 10,
+            crate::budget::Budget::new(0),
+            1 << 20,
+        );
+        (reader, gets)
+    }
+
+    fn check(frames: &[Frame], from: u64) {
+        for (k, f) in frames.iter().enumerate() {
+            let i = from + k as u64;
+            assert_eq!(f.base_offset, i);
+            assert!(f.payload.iter().all(|b| *b == i as u8), "batch {i}");
+        }
+    }
+
+    /// A consumer reading on, one block at a time, with time between its reads: once its window
+    /// has grown, its blocks were fetched ahead (it waits for no GET), in fewer GETs than
+    /// blocks, and nothing is fetched twice.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sequential_reader_finds_its_next_blocks_fetched_ahead() {
+        let (store, meta) = written().await;
+        let (reader, gets) = reader(store, meta, Duration::from_millis(20));
+        let meters = Arc::clone(&reader.inner.meters);
+        let mut next = 0;
+        while next < BATCHES {
+            let frames = reader
+                .read(1, next, BATCHES, 4000, Purpose::Fetch)
+                .await
+                .expect("read");
+            assert!(!frames.is_empty());
+            check(&frames, next);
+            next = frames.last().map(|f| f.end_offset()).expect("a frame");
+            eprintln!(
+                "read to {next}: misses {} hits {} inflight {}",
+                meters.block_cache_misses.get(),
+                meters.block_cache_hits.get(),
+                meters.block_in_flight_hits.get()
+            );
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+        // GETs started by reads rather than by the read-ahead: the first read's block (the one
+        // read that waits), and the next block each of the first two reads looked at before the
+        // read-ahead began (started, not waited for).
+        let misses = meters.block_cache_misses.get();
+        assert!(misses <= 3, "{misses} GETs started by reads");
+        assert_eq!(
+            meters.block_in_flight_hits.get(),
+            0,
+            "a read waited for a GET"
+        );
+        assert!(meters.readahead_bytes.get() >= (BATCHES - 4) * 4000);
+        assert!(
+            gets.gets.get() < BATCHES / 2,
+            "{} GETs for {BATCHES} blocks",
+            gets.gets.get()
+        );
+        // The tail GET (index) is up to 64 KiB of the object; the blocks once each.
+        let object = BATCHES * 4000;
+        assert!(
+            gets.get_bytes.get() <= object + TAIL_GUESS + 4096,
+            "{} bytes fetched for an object of {object}",
+            gets.get_bytes.get()
+        );
+        assert_eq!(meters.object_read_bytes.get(), BATCHES * 4000);
+    }
+
+    /// Two reads of the same block (the stream's last) at once: one GET, the second read waits
+    /// for it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reads_of_a_block_being_fetched_wait_for_its_get() {
+        let (store, meta) = written().await;
+        let (reader, gets) = reader(store, meta, Duration::from_millis(50));
+        // The index first, so that both reads go for the block at once.
+        let r = reader.inner.meta.ranges(1, 0, 1).await.expect("ranges")[0].clone();
+        reader.inner.index(&r).await.expect("index");
+        let before = gets.gets.get();
+        let (a, b) = tokio::join!(
+            reader.read(1, BATCHES - 1, BATCHES, 4000, Purpose::Lookup),
+            reader.read(1, BATCHES - 1, BATCHES, 4000, Purpose::Lookup)
+        );
+        let (a, b) = (a.expect("read"), b.expect("read"));
+        assert_eq!(a, b);
+        assert_eq!(a.len(), 1);
+        check(&a, BATCHES - 1);
+        assert_eq!(gets.gets.get() - before, 1, "one GET for both reads");
+        assert_eq!(reader.inner.meters.block_in_flight_hits.get(), 1);
+    }
+
+    /// A background read uses no cache and leaves the consumers' read-ahead as it was: a
+    /// consumer going on after it is still going on (its window keeps growing).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn background_reads_fill_no_cache_and_leave_the_read_ahead_alone() {
+        let (store, meta) = written().await;
+        let (reader, gets) = reader(store, meta, Duration::ZERO);
+        let meters = Arc::clone(&reader.inner.meters);
+        let window = |r: &ObjectReader| lock(&r.inner.readers).streams[&1].window;
+        let mut next = 0;
+        for _ in 0..3 {
+            let f = reader
+                .read(1, next, BATCHES, 4000, Purpose::Fetch)
+                .await
+                .expect("read");
+            next = f.last().map(|f| f.end_offset()).expect("a frame");
+        }
+        let grown = window(&reader);
+        assert!(grown > BLOCK);
+        // The read-ahead's GETs land.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+
+        let cached = lock(&reader.inner.blocks).bytes();
+        let frames = reader
+            .read(1, 40, BATCHES, usize::MAX, Purpose::Background)
+            .await
+            .expect("background read");
+        check(&frames, 40);
+        assert_eq!(frames.len() as u64, BATCHES - 40);
+        assert_eq!(lock(&reader.inner.blocks).bytes(), cached, "cache filled");
+        // Each block once: the payload and a frame header per batch.
+        let fetched = meters.background_get_bytes.get();
+        let payload = (BATCHES - 40) * 4000;
+        assert!(
+            (payload..payload + (BATCHES - 40) * 64).contains(&fetched),
+            "{fetched} bytes fetched for {payload} bytes of payload"
+        );
+        // Read again, the same blocks are fetched again: they were not cached.
+        let before = gets.get_bytes.get();
+        reader
+            .read(1, 40, BATCHES, usize::MAX, Purpose::Background)
+            .await
+            .expect("background read");
+        assert_eq!(gets.get_bytes.get() - before, fetched);
+
+        let f = reader
+            .read(1, next, BATCHES, 4000, Purpose::Fetch)
+            .await
+            .expect("read");
+        check(&f, next);
+        assert!(window(&reader) > grown, "the consumer's window was reset");
+    }
+
+    /// A read that does not wait returns nothing when its block is not cached, and starts its
+    /// GET; once that is done, the same read finds the block without another GET.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_that_does_not_wait_starts_the_get_and_returns_what_is_cached() {
+        let (store, meta) = written().await;
+        let (reader, _) = reader(store, meta, Duration::from_millis(30));
+        // The stream's last batch: the read has no next block to look at.
+        let read =
+            |wait| reader.read_with(1, BATCHES - 1, BATCHES, 4000, &[], Purpose::Fetch, wait);
+        let meters = Arc::clone(&reader.inner.meters);
+        assert!(read(false).await.expect("read").is_empty());
+        assert_eq!(meters.block_cache_misses.get(), 1, "no GET started");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let frames = read(false).await.expect("read");
+        assert_eq!(frames.len(), 1);
+        check(&frames, BATCHES - 1);
+        assert_eq!(meters.block_cache_misses.get(), 1, "fetched again");
+        assert_eq!(meters.block_cache_hits.get(), 1);
+    }
+
+    /// A consumer that has read a stream's small ranges (their objects are small: their first
+    /// GET brought them whole into the cache) goes on through them after compaction has
+    /// replaced them with one object: it fetches nothing again from the new object, and asks
+    /// the metadata store nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_reader_going_on_keeps_its_ranges_across_a_compaction() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let metered = MeteredStore::new(Arc::new(object_store::memory::InMemory::new()));
+        let gets = metered.meters();
+        let meta: Arc<dyn MetaStore> =
+            Arc::new(weir_meta::SqliteMetaStore::open(&dir.path().join("meta.db")).expect("meta"));
+        let wal = weir_wal::FileWal::open(weir_wal::FileWalConfig {
+            capacity: 4 << 20,
+            ..weir_wal::FileWalConfig::new(dir.path().join("wal"))
+        })
+        .expect("WAL");
+        let config = StorageConfig {
+            upload_interval: Duration::from_secs(3600),
+            block_bytes: BLOCK,
+            log_cache_bytes: 0,
+            readahead_max_bytes: 1 << 20,
+            compaction_min_ranges: 4,
+            background_bytes_per_sec: 0,
+            ..StorageConfig::default()
+        };
+        let engine = Engine::open(config, Arc::new(wal), meta, Arc::new(metered))
+            .await
+            .expect("engine");
+        // Two streams, so that each upload is one stream-set object holding a small range of
+        // each: ten ranges of stream 1.
+        engine.open_stream(1, 1).await.expect("open");
+        engine.open_stream(2, 1).await.expect("open");
+        for round in 0..10u64 {
+            for i in 0..4u64 {
+                let n = round * 4 + i;
+                for s in [1, 2] {
+                    engine
+                        .append(s, 1, 1, 0, |_| Bytes::from(vec![n as u8; 4000]))
+                        .await
+                        .expect("append");
+                }
+            }
+            engine.flush().await.expect("flush");
+        }
+        let meters = engine.meters();
+        let mut next = 0;
+        let read = |next: u64| {
+            let engine = &engine;
+            async move {
+                let r = engine.read(1, next, 4000).await.expect("read");
+                check(&r.batches, next);
+                r.batches.last().map(|f| f.end_offset()).expect("a batch")
+            }
+        };
+        for _ in 0..6 {
+            next = read(next).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            meters.log_cache_misses.get() >= 6,
+            "read from the log cache"
+        );
+        assert!(engine.compact().await.expect("compact") >= 1);
+        let (get_bytes, lookups) = (gets.get_bytes.get(), meters.index_lookups.get());
+        while next < 40 {
+            next = read(next).await;
+        }
+        assert_eq!(
+            gets.get_bytes.get(),
+            get_bytes,
+            "read again from the compacted object"
+        );
+        assert_eq!(meters.index_lookups.get(), lookups);
+        engine.close().await.expect("close");
     }
 }
