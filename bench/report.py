@@ -26,9 +26,36 @@ def load(run_dir, broker, w):
     path = os.path.join(run_dir, f"{broker}-{w}.json")
     try:
         with open(path) as f:
-            return json.load(f)
+            d = json.load(f)
     except (OSError, ValueError):
         return None
+    proc = load_proc(os.path.join(run_dir, f"{broker}-{w}.proc"), d)
+    if proc:
+        d["proc"] = proc
+    return d
+
+
+def load_proc(path, d):
+    """The broker's CPU and memory over a run, from its .proc samples ("seconds ticks rss-KiB",
+    one a second, the first before the load started) and the run's timeline (bytes produced and
+    consumed): CPU seconds per GiB moved, idle and largest resident memory."""
+    try:
+        with open(path) as f:
+            samples = [tuple(float(x) for x in line.split()) for line in f if len(line.split()) == 3]
+    except (OSError, ValueError):
+        return None
+    if len(samples) < 2:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    moved = sum(t["produce"]["bytes"] + t["consume"]["bytes"] for t in d.get("timeline", []))
+    cpu = (samples[-1][1] - samples[0][1]) / tick
+    wall = samples[-1][0] - samples[0][0]
+    return {
+        "cpu_s_per_gib": cpu / (moved / 2**30) if moved else None,
+        "cpu_cores": cpu / wall if wall > 0 else None,
+        "rss_idle_mib": samples[0][2] / 1024,
+        "rss_max_mib": max(s[2] for s in samples) / 1024,
+    }
 
 
 def get(d, *path):
@@ -199,6 +226,13 @@ def main():
             "produce_latency_ms", key)
     add("d", "produce latency p99 ms, before (no consumer)", "catch_up",
         "produce_latency_before_ms", "p99")
+
+    for w in "abcd":
+        add(w, "broker CPU s per GiB produced + consumed", "proc", "cpu_s_per_gib")
+        add(w, "broker CPU, cores (average over the run)", "proc", "cpu_cores")
+        add(w, "broker resident memory MiB, idle (before the load)", "proc", "rss_idle_mib")
+        add(w, "broker resident memory MiB, largest", "proc", "rss_max_mib")
+    rows.sort(key=lambda r: "abcd".index(r[0]) if r[0] in "abcd" else 9)
 
     # Weir (S3)'s columns only when it ran (earlier runs' tables stay as they were).
     s3 = any(data[("weir-s3", w)] is not None for w in "abcd")

@@ -24,7 +24,9 @@
 #       from the earliest offset while producing goes on
 #
 # Writes bench/results/YYYY-MM-DD-HHMM.md (tables + machine description) and the JSON of every
-# run in bench/results/YYYY-MM-DD-HHMM/, and prints the table. Next to the JSON: Weir's /metrics
+# run in bench/results/YYYY-MM-DD-HHMM/, and prints the table. Next to the JSON: each broker's
+# CPU ticks and resident memory, sampled every second (BROKER-W.proc; the table's CPU and RSS
+# rows come from them), Weir's /metrics
 # at the end of each workload (BROKER-W.metrics; the "Object storage requests" table comes from
 # them), `weir cost` over 20 s of weir-s3's (a) (weir-s3-a.cost.txt), and `weir cost` of AutoMQ's
 # comparison workload, 1 GiB/s in and out, 3 days retention (cost-automq.txt).
@@ -152,6 +154,7 @@ stop_kafka() {
 }
 cleanup() {
   [[ -z $COST_PID ]] || kill "$COST_PID" 2>/dev/null || true
+  stop_proc_sampler
   stop_weir
   stop_s3
   stop_kafka
@@ -272,10 +275,44 @@ workload_args() { # workload -> perf flags
   esac
 }
 
+# The broker's process, for its CPU time and resident memory.
+broker_pid() { # broker
+  case $1 in
+    kafka) cat "$WORK/kafka/kafka.pid" 2>/dev/null || true ;;
+    *) echo "$WEIR_PID" ;;
+  esac
+}
+PROC_PID=
+# Samples the broker's CPU ticks (user + system) and resident memory every second into FILE:
+# "seconds-since-start ticks rss-KiB"; the first line is taken before the load starts (idle).
+start_proc_sampler() { # pid file
+  local pid=$1 file=$2
+  [[ -n $pid && -d /proc/$pid ]] || return 0
+  (
+    t0=$(date +%s.%N)
+    while [[ -d /proc/$pid ]]; do
+      ticks=$(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null) || break
+      rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status" 2>/dev/null) || break
+      echo "$(python3 -c "import time; print(round(time.time() - $t0, 2))") $ticks $rss"
+      sleep 1
+    done
+  ) >"$file" 2>/dev/null &
+  PROC_PID=$!
+}
+stop_proc_sampler() {
+  [[ -n $PROC_PID ]] || return 0
+  kill "$PROC_PID" 2>/dev/null || true
+  wait "$PROC_PID" 2>/dev/null || true
+  PROC_PID=
+}
+
 run_workload() { # broker workload
   local broker=$1 w=$2 args json=$OUT/$1-$2.json
   args=$(workload_args "$w")
   start_broker "$broker"
+  # Idle for a few seconds after start-up, then sampled through the workload.
+  sleep 3
+  start_proc_sampler "$(broker_pid "$broker")" "$OUT/$broker-$w.proc"
   local chart=()
   [[ $CHARTS == 1 ]] && chart=(--chart "$OUT/$broker-$w.svg")
   log "$broker ($w): weir perf --bootstrap-servers $BOOTSTRAP $args"
@@ -300,6 +337,7 @@ run_workload() { # broker workload
   # shellcheck disable=SC2086
   "$WEIR" perf --bootstrap-servers "$BOOTSTRAP" $args --output "$json" "${chart[@]}" \
     2>&1 | tee "$WORK/$broker-$w.log" || rc=$?
+  stop_proc_sampler
   if [[ -n $COST_PID ]]; then
     wait "$COST_PID" || log "$broker ($w): weir cost failed: $(tail -n 1 "$OUT/$broker-$w.cost.txt")"
     COST_PID=

@@ -354,8 +354,7 @@ async fn fetch_round(
 }
 
 /// Reads every wanted partition once; unless `wait`, without waiting for object storage. The
-/// last value says whether a partition with data to read returned none without an error (its
-/// data is being fetched).
+/// last value says whether a partition's read stopped at data still being fetched.
 async fn fetch_once(
     topics: &Topics,
     wanted: &[WantedTopic],
@@ -392,8 +391,9 @@ async fn fetch_once(
             // of range is still read, for its error.
             let read = (budget > 0 || at_least_one || !in_range).then_some(budget.max(1));
             parts.push(async move {
-                let (pd, bytes, error) = fetch_partition(topics, w, read, wait).await;
-                let pending = has_data && bytes == 0 && !error;
+                let (pd, bytes, outcome) = fetch_partition(topics, w, read, wait).await;
+                let error = outcome == Outcome::Error;
+                let pending = outcome == Outcome::Incomplete;
                 // A partition's first batch may be larger than its share; only the first
                 // partition with data may send one whole (KIP-74), the others cut to their
                 // share, so that the response stays within `max_bytes`.
@@ -451,14 +451,23 @@ fn whole_batches(records: &Bytes, limit: usize) -> Bytes {
     records.slice(..end)
 }
 
+/// How one partition's part of a fetch ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Done,
+    Error,
+    /// A read that did not wait stopped at data being fetched from object storage.
+    Incomplete,
+}
+
 /// One partition's part of a fetch: its data (up to about `read` bytes, at least one batch;
-/// none if `None`), the bytes of it, and whether it is an error.
+/// none if `None`), the bytes of it, and how it ended.
 async fn fetch_partition(
     topics: &Topics,
     w: &Wanted,
     read: Option<usize>,
     wait: bool,
-) -> (PartitionData, usize, bool) {
+) -> (PartitionData, usize, Outcome) {
     let pd = PartitionData::default()
         .with_partition_index(w.partition_index)
         .with_preferred_read_replica(BrokerId(-1));
@@ -475,7 +484,7 @@ async fn fetch_partition(
                 .with_high_watermark(-1)
                 .with_last_stable_offset(-1)
                 .with_log_start_offset(-1);
-            return (pd, 0, true);
+            return (pd, 0, Outcome::Error);
         }
     };
     let lso = match source {
@@ -488,17 +497,17 @@ async fn fetch_partition(
         .with_last_stable_offset(lso)
         .with_log_start_offset(start);
     if let Some(e) = crate::epoch_mismatch(w.current_leader_epoch, epoch) {
-        return (pd.with_error_code(e.code()), 0, true);
+        return (pd.with_error_code(e.code()), 0, Outcome::Error);
     }
     if let Some(id) = w.preferred {
         // As Kafka answers a fetch that should go to a follower: no records, the replica.
         let pd = pd
             .with_preferred_read_replica(BrokerId(id))
             .with_records(Some(Default::default()));
-        return (pd, 0, false);
+        return (pd, 0, Outcome::Done);
     }
     let Some(budget) = read else {
-        return (pd.with_records(Some(Default::default())), 0, false);
+        return (pd.with_records(Some(Default::default())), 0, Outcome::Done);
     };
     let p = match source {
         Source::Local(p) => p,
@@ -512,7 +521,7 @@ async fn fetch_partition(
         } => {
             if w.offset < start || w.offset > hw {
                 let e = ResponseError::OffsetOutOfRange;
-                return (pd.with_error_code(e.code()), 0, true);
+                return (pd.with_error_code(e.code()), 0, Outcome::Error);
             }
             let known = feed.ranges(topic, w.partition_index, w.offset);
             let records = match topics
@@ -520,11 +529,11 @@ async fn fetch_partition(
                 .await
             {
                 Ok(records) => records,
-                Err(e) => return (pd.with_error_code(e.code()), 0, true),
+                Err(e) => return (pd.with_error_code(e.code()), 0, Outcome::Error),
             };
             if !w.committed {
                 let bytes = records.len();
-                return (pd.with_records(Some(records)), bytes, false);
+                return (pd.with_records(Some(records)), bytes, Outcome::Done);
             }
             // read_committed: up to the last stable offset, with the aborted transactions
             // among what was read, which the leader knows (asked only when it has any).
@@ -560,7 +569,7 @@ async fn fetch_partition(
                     Ok(Ok((0, list))) => aborted = list,
                     _ => {
                         let e = ResponseError::NotLeaderOrFollower;
-                        return (pd.with_error_code(e.code()), 0, true);
+                        return (pd.with_error_code(e.code()), 0, Outcome::Error);
                     }
                 }
             }
@@ -577,7 +586,7 @@ async fn fetch_partition(
             let pd = pd
                 .with_aborted_transactions(Some(aborted))
                 .with_records(Some(records));
-            return (pd, bytes, false);
+            return (pd, bytes, Outcome::Done);
         }
     };
     match p.fetch_with(w.offset, budget, w.committed, wait).await {
@@ -599,8 +608,13 @@ async fn fetch_partition(
                 .with_log_start_offset(data.log_start_offset)
                 .with_aborted_transactions(aborted)
                 .with_records(Some(data.records));
-            (pd, bytes, false)
+            let outcome = if data.incomplete {
+                Outcome::Incomplete
+            } else {
+                Outcome::Done
+            };
+            (pd, bytes, outcome)
         }
-        Err(e) => (pd.with_error_code(e.code()), 0, true),
+        Err(e) => (pd.with_error_code(e.code()), 0, Outcome::Error),
     }
 }

@@ -84,6 +84,8 @@ pub struct FetchData {
     pub log_start_offset: i64,
     /// For `read_committed` fetches: aborted transactions with records in what was read.
     pub aborted: Vec<AbortedTxn>,
+    /// A fetch that did not wait stopped at data still being fetched from object storage.
+    pub incomplete: bool,
 }
 
 /// What one clean of a compacted partition did.
@@ -544,6 +546,7 @@ impl Partition {
             last_stable_offset: lso.min(r.high_watermark as i64),
             log_start_offset: r.start_offset as i64,
             aborted,
+            incomplete: r.incomplete,
         })
     }
 

@@ -108,6 +108,9 @@ pub struct ReadResult {
     pub start_offset: u64,
     /// One past the last durable offset: readers never see beyond it.
     pub high_watermark: u64,
+    /// A read that did not wait stopped at data being fetched from object storage: there is
+    /// more before the high watermark than it returned.
+    pub incomplete: bool,
 }
 
 /// A stream's offsets.
@@ -513,12 +516,15 @@ impl Engine {
         }
     }
 
-    /// Reads whole batches from `from`, up to about `max_bytes` (at least one batch if any).
+    /// Reads whole batches from `from`, up to about `max_bytes` (at least one batch if any):
+    /// the broker's own reads (a producer state rebuilt, the cleaner's key map), which read
+    /// from objects without the read-ahead of consumers ([`Engine::read_with`]).
     pub async fn read(&self, stream_id: u64, from: u64, max_bytes: usize) -> Result<ReadResult> {
-        self.read_with(stream_id, from, max_bytes, true).await
+        self.read_for(stream_id, from, max_bytes, true, Purpose::Lookup)
+            .await
     }
 
-    /// [`Engine::read`]; unless `wait`, a read from object storage returns what is cached (in
+    /// A consumer's read ([`Engine::read`] with read-ahead); unless `wait`, a read from object storage returns what is cached (in
     /// the log cache or the block cache), maybe nothing, instead of waiting for a GET: the GET
     /// is started, so that a later read finds the data. A fetch of many partitions answers with
     /// those that are ready rather than wait for the slowest.
@@ -528,6 +534,18 @@ impl Engine {
         from: u64,
         max_bytes: usize,
         wait: bool,
+    ) -> Result<ReadResult> {
+        self.read_for(stream_id, from, max_bytes, wait, Purpose::Fetch)
+            .await
+    }
+
+    async fn read_for(
+        &self,
+        stream_id: u64,
+        from: u64,
+        max_bytes: usize,
+        wait: bool,
+        purpose: Purpose,
     ) -> Result<ReadResult> {
         let inner = &self.inner;
         let s = inner
@@ -549,6 +567,7 @@ impl Engine {
                     batches,
                     start_offset: st.start_offset(),
                     high_watermark: st.durable_end(),
+                    incomplete: false,
                 });
             }
             // Objects are read up to where the log cache starts (it may hold data that is also
@@ -559,21 +578,15 @@ impl Engine {
             (st.start_offset(), st.durable_end(), objects_until)
         };
         inner.meters.log_cache_misses.inc();
-        let mut batches = inner
+        let reading = inner
             .reader
-            .read_with(
-                stream_id,
-                from,
-                committed,
-                max_bytes,
-                &[],
-                Purpose::Fetch,
-                wait,
-            )
+            .read_with(stream_id, from, committed, max_bytes, &[], purpose, wait)
             .await?;
+        let incomplete = reading.incomplete;
+        let mut batches = reading.frames;
         let got: usize = batches.iter().map(|b| b.payload.len()).sum();
         let next = batches.last().map_or(from, |b| b.end_offset());
-        if next >= committed && got < max_bytes {
+        if !incomplete && next >= committed && got < max_bytes {
             // Caught up with the objects: go on from the cache.
             if let Some(more) = s.lock().read_cached(next, max_bytes - got) {
                 let mut bytes = got;
@@ -590,6 +603,7 @@ impl Engine {
             batches,
             start_offset: start,
             high_watermark: hw,
+            incomplete,
         })
     }
 
@@ -722,7 +736,7 @@ impl Engine {
                 )
                 .await
             {
-                Ok(frames) => return Ok(frames),
+                Ok(r) => return Ok(r.frames),
                 Err(e) => {
                     tracing::debug!(stream_id, error = %e, "a read through fed ranges failed; reading through the metadata store");
                 }

@@ -74,7 +74,8 @@ pub struct StorageMeters {
     pub block_cache_fill_bytes: Counter,
     /// Blocks a read found being fetched (by the read-ahead or another read) and waited for.
     pub block_in_flight_hits: Counter,
-    /// Bytes the read-ahead fetched (also in `block_cache_fill_bytes`).
+    /// Bytes of the GETs the read-ahead started (those that succeed are also in
+    /// `block_cache_fill_bytes`).
     pub readahead_bytes: Counter,
     /// Payload bytes that consumers' reads (and other zones' brokers') got from object
     /// storage, through the block cache: what the bytes fetched for them are measured against.

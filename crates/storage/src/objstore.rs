@@ -95,8 +95,8 @@ pub fn from_url_with_switch(
                 let b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
                 // No SHA-256 of every PUT's body by default (it took a tenth of the broker's
                 // CPU while uploading): objects carry a CRC32C per block, which every read
-                // checks, and S3 over HTTPS protects the body in transit. The setting
-                // `aws_unsigned_payload` (or AWS_UNSIGNED_PAYLOAD) turns signing back on.
+                // checks, and S3 over HTTPS protects the body in transit.
+                // AWS_UNSIGNED_PAYLOAD=false turns signing back on.
                 if std::env::var_os("AWS_UNSIGNED_PAYLOAD").is_some() {
                     b
                 } else {

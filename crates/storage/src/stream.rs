@@ -441,13 +441,13 @@ impl StreamState {
         self.totals.uncommitted.fetch_sub(freed, Ordering::Relaxed);
     }
 
-    /// Batches from `from` on, below the high watermark, up to about `max_bytes` (at least one).
-    /// `None` if the cache does not reach back to `from`.
     /// The first offset the log cache holds, if it holds any.
     pub fn cache_start(&self) -> Option<u64> {
         self.batches.front().map(|b| b.frame.base_offset)
     }
 
+    /// Batches from `from` on, below the high watermark, up to about `max_bytes` (at least one).
+    /// `None` if the cache does not reach back to `from`.
     pub fn read_cached(&self, from: u64, max_bytes: usize) -> Option<Vec<Frame>> {
         let first = self.batches.front()?;
         if first.frame.base_offset > from {

@@ -86,7 +86,11 @@ pub async fn read_all(engine: &Engine, stream_id: u64, from: u64) -> Vec<weir_st
     let mut out = Vec::new();
     let mut next = from;
     loop {
-        let r = engine.read(stream_id, next, 64 << 10).await.expect("read");
+        // A consumer's read (with read-ahead), waiting for object storage.
+        let r = engine
+            .read_with(stream_id, next, 64 << 10, true)
+            .await
+            .expect("read");
         if r.batches.is_empty() {
             assert_eq!(
                 next, r.high_watermark,
