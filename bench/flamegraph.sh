@@ -20,7 +20,7 @@ command -v perf >/dev/null || { echo "flamegraph.sh: perf not found (Debian: apt
 command -v inferno-flamegraph >/dev/null || { echo "flamegraph.sh: inferno not found (cargo install inferno)" >&2; exit 1; }
 pid=
 for _ in $(seq 1 600); do
-  pid=$(pgrep -f "weir serve" | head -1 || true)
+  pid=$(pgrep -f "^[^ ]*weir serve" | head -1 || true)
   [[ -n $pid ]] && break
   sleep 0.5
 done
