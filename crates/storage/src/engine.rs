@@ -191,7 +191,6 @@ impl Engine {
         let object_meters = metered.meters();
         let store: Arc<dyn ObjectStore> = Arc::new(metered);
         let meters = Arc::new(StorageMeters::default());
-        let background = Arc::new(crate::budget::Budget::new(config.background_bytes_per_sec));
         let reader = ObjectReader::with_index_cache(
             Arc::clone(&store),
             Arc::clone(&meta),
@@ -200,9 +199,9 @@ impl Engine {
             config.block_cache_bytes,
             config.readahead_max_bytes,
             crate::budget::Budget::new(config.catchup_bytes_per_sec),
+            crate::budget::Budget::new(config.background_bytes_per_sec),
             config.index_cache_bytes,
-        )
-        .with_background_budget(Arc::clone(&background));
+        );
         let object_wal = crate::collector::ObjectWal::new(
             config.object_wal_max_in_flight,
             config.object_wal_bytes,

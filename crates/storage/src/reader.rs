@@ -254,7 +254,7 @@ struct Inner {
     /// Bandwidth budget of consumers' reads from object storage.
     budget: crate::budget::Budget,
     /// Bandwidth budget of background work (compaction's reads and writes).
-    background: Arc<crate::budget::Budget>,
+    background: crate::budget::Budget,
     /// When a consumer last read from object storage (milliseconds since `born`).
     last_fetch_ms: std::sync::atomic::AtomicU64,
     born: Instant,
@@ -270,6 +270,7 @@ impl ObjectReader {
         block_cache_bytes: u64,
         readahead_max: u64,
         budget: crate::budget::Budget,
+        background: crate::budget::Budget,
         index_cache_bytes: u64,
     ) -> Self {
         ObjectReader {
@@ -290,7 +291,7 @@ impl ObjectReader {
                 }),
                 readahead_gets: Arc::new(tokio::sync::Semaphore::new(READAHEAD_GETS)),
                 budget,
-                background: Arc::new(crate::budget::Budget::new(0)),
+                background,
                 last_fetch_ms: std::sync::atomic::AtomicU64::new(0),
                 born: Instant::now(),
             }),
@@ -364,15 +365,6 @@ impl ObjectReader {
             inner.end_fetch(stream_id, next, until, run);
         }
         Ok(Reading { frames, incomplete })
-    }
-
-    /// The budget background reads take from (unlimited unless set), shared with the
-    /// engine's background writes.
-    pub fn with_background_budget(mut self, budget: Arc<crate::budget::Budget>) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.background = budget;
-        }
-        self
     }
 
     /// Takes `bytes` of the background budget. While consumers read from object storage,
@@ -1114,6 +1106,31 @@ mod tests {
     use crate::objstore::MeteredStore;
     use crate::{Engine, StorageConfig};
 
+    /// An engine on an in-memory store and metadata, with a small WAL in `dir`, that uploads
+    /// only when asked (or closed), in blocks of `block_bytes`.
+    pub(super) async fn memory_engine(
+        dir: &std::path::Path,
+        block_bytes: u64,
+    ) -> (Engine, Arc<dyn ObjectStore>, Arc<dyn MetaStore>) {
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let meta: Arc<dyn MetaStore> =
+            Arc::new(weir_meta::SqliteMetaStore::in_memory().expect("meta"));
+        let wal = weir_wal::FileWal::open(weir_wal::FileWalConfig {
+            capacity: 4 << 20,
+            ..weir_wal::FileWalConfig::new(dir.join("wal"))
+        })
+        .expect("WAL");
+        let config = StorageConfig {
+            upload_interval: Duration::from_secs(3600),
+            block_bytes,
+            ..StorageConfig::default()
+        };
+        let engine = Engine::open(config, Arc::new(wal), Arc::clone(&meta), Arc::clone(&store))
+            .await
+            .expect("engine");
+        (engine, store, meta)
+    }
+
     #[test]
     fn lru_keeps_its_byte_budget_and_evicts_the_least_recently_used() {
         let mut lru: Lru<u32, u32> = Lru::new(100);
@@ -1147,22 +1164,7 @@ mod tests {
         const STREAMS: u64 = 40;
         const BATCHES: u64 = 12;
         let dir = tempfile::tempdir().expect("tempdir");
-        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
-        let meta: Arc<dyn MetaStore> =
-            Arc::new(weir_meta::SqliteMetaStore::in_memory().expect("meta"));
-        let wal = weir_wal::FileWal::open(weir_wal::FileWalConfig {
-            capacity: 4 << 20,
-            ..weir_wal::FileWalConfig::new(dir.path().join("wal"))
-        })
-        .expect("WAL");
-        let config = StorageConfig {
-            upload_interval: Duration::from_secs(3600),
-            block_bytes: 2048,
-            ..StorageConfig::default()
-        };
-        let engine = Engine::open(config, Arc::new(wal), Arc::clone(&meta), Arc::clone(&store))
-            .await
-            .expect("engine");
+        let (engine, store, meta) = memory_engine(dir.path(), 2048).await;
         // One object per stream: each stream is closed (uploaded) before the next is written.
         for s in 0..STREAMS {
             engine.open_stream(s, 1).await.expect("open");
@@ -1189,6 +1191,7 @@ mod tests {
             2048,
             64 << 20,
             2048,
+            crate::budget::Budget::new(0),
             crate::budget::Budget::new(0),
             bound,
         );
@@ -1255,22 +1258,7 @@ mod readahead_tests {
     /// One stream (id 1) of `BATCHES` batches of about a block each, in one object.
     async fn written() -> (Arc<dyn ObjectStore>, Arc<dyn MetaStore>) {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
-        let meta: Arc<dyn MetaStore> =
-            Arc::new(weir_meta::SqliteMetaStore::in_memory().expect("meta"));
-        let wal = weir_wal::FileWal::open(weir_wal::FileWalConfig {
-            capacity: 4 << 20,
-            ..weir_wal::FileWalConfig::new(dir.path().join("wal"))
-        })
-        .expect("WAL");
-        let config = StorageConfig {
-            upload_interval: Duration::from_secs(3600),
-            block_bytes: BLOCK,
-            ..StorageConfig::default()
-        };
-        let engine = Engine::open(config, Arc::new(wal), Arc::clone(&meta), Arc::clone(&store))
-            .await
-            .expect("engine");
+        let (engine, store, meta) = super::tests::memory_engine(dir.path(), BLOCK).await;
         engine.open_stream(1, 1).await.expect("open");
         for i in 0..BATCHES {
             engine
@@ -1304,6 +1292,7 @@ mod readahead_tests {
             BLOCK,
             4 << 20,
             64 << 10,
+            crate::budget::Budget::new(0),
             crate::budget::Budget::new(0),
             1 << 20,
         );
