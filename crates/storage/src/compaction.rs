@@ -10,7 +10,13 @@
 //! records): each frame keeps its offsets, only its payload shrinks, so the ranges still tile
 //! the stream and readers skip the removed offsets.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use object_store::path::Path;
+use object_store::{MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload};
 
 use weir_meta::{MetaError, ObjectCommit, RangeCommit, RangeInfo};
 
@@ -34,6 +40,100 @@ pub struct Rewritten {
 
 /// Streams compacted at once.
 const COMPACTION_CONCURRENCY: usize = 4;
+
+/// Each read of a run being compacted: about this many bytes, in whole GETs (of 8 MiB).
+const COMPACTION_READ_BYTES: usize = 8 << 20;
+
+/// Parts of one compaction's upload in flight at once.
+const PARTS_IN_FLIGHT: usize = 2;
+
+/// A multipart upload fed as the object is built: full parts are uploaded (a few at once)
+/// while the next ones are read.
+struct PartUpload {
+    upload: Box<dyn MultipartUpload>,
+    /// Bytes not yet in a part.
+    pending: Vec<Bytes>,
+    pending_len: u64,
+    in_flight: VecDeque<tokio::task::JoinHandle<object_store::Result<()>>>,
+}
+
+impl PartUpload {
+    async fn start(store: &Arc<dyn ObjectStore>, key: &str) -> Result<Self> {
+        let upload = store
+            .put_multipart(&Path::from(key))
+            .await
+            .map_err(StorageError::Object)?;
+        Ok(PartUpload {
+            upload,
+            pending: Vec::new(),
+            pending_len: 0,
+            in_flight: VecDeque::new(),
+        })
+    }
+
+    /// Adds `len` bytes of the object; uploads them as parts once there are `part_bytes` (all
+    /// that is pending if `part_bytes` is 0, as the last part), each taken from compaction's
+    /// budget first.
+    async fn add(
+        &mut self,
+        engine: &EngineInner,
+        data: Vec<Bytes>,
+        len: u64,
+        part_bytes: u64,
+    ) -> Result<()> {
+        self.pending.extend(data);
+        self.pending_len += len;
+        if self.pending_len == 0 || self.pending_len < part_bytes {
+            return Ok(());
+        }
+        while self.in_flight.len() >= PARTS_IN_FLIGHT {
+            self.wait_one().await?;
+        }
+        engine.take_background(self.pending_len).await;
+        let payload: PutPayload = std::mem::take(&mut self.pending).into_iter().collect();
+        self.pending_len = 0;
+        // Spawned: an S3 part is a request that only runs while polled.
+        self.in_flight
+            .push_back(tokio::spawn(self.upload.put_part(payload)));
+        Ok(())
+    }
+
+    async fn wait_one(&mut self) -> Result<()> {
+        let Some(part) = self.in_flight.pop_front() else {
+            return Ok(());
+        };
+        match part.await {
+            Ok(r) => r.map_err(StorageError::Object),
+            Err(e) => Err(StorageError::Object(object_store::Error::Generic {
+                store: "compaction",
+                source: Box::new(e),
+            })),
+        }
+    }
+
+    async fn complete(&mut self) -> Result<()> {
+        while !self.in_flight.is_empty() {
+            self.wait_one().await?;
+        }
+        self.upload.complete().await.map_err(StorageError::Object)?;
+        Ok(())
+    }
+
+    async fn abort(mut self) {
+        for part in self.in_flight.drain(..) {
+            part.abort();
+        }
+        if let Err(e) = self.upload.abort().await {
+            tracing::debug!(error = %e, "aborting a compaction's multipart upload failed");
+        }
+    }
+}
+
+async fn abort(upload: Option<PartUpload>) {
+    if let Some(u) = upload {
+        u.abort().await;
+    }
+}
 
 impl EngineInner {
     /// Compacts every open stream that has enough small ranges; returns the number of objects
@@ -197,57 +297,105 @@ impl EngineInner {
         transform: Option<&(dyn Fn(&Frame) -> Frame + Sync)>,
     ) -> Result<Option<u64>> {
         let (start, end) = (run[0].start_offset, run[run.len() - 1].end_offset);
-        let mut frames: Vec<Frame> = Vec::new();
+        let run_bytes: u64 = run.iter().map(|r| r.size).sum();
+        let part_bytes = self.config.multipart_part_bytes.max(5 << 20);
+        let mut b = ObjectBuilder::new(self.config.block_bytes as usize);
+        // A run of more than two parts streams: read a few GETs' worth, build its blocks, upload
+        // them as a part, drop them. So compaction holds a few parts per stream, not the run
+        // twice over (its frames and the object built from them), whatever the target size; a
+        // smaller run is one PUT.
+        let mut prepared = None;
+        let mut upload = if run_bytes > 2 * part_bytes {
+            let id = self.meta.prepare_object(object_key).await?;
+            prepared = Some(id);
+            Some(PartUpload::start(&self.store, &object_key(id)).await?)
+        } else {
+            None
+        };
         let mut next = start;
         while next < end {
-            // The whole run in one read, which GETs it in large pieces, each taken from the
-            // budget as it is fetched; reads of a few MiB each fetched again the block where the
-            // previous one had stopped (a background read caches nothing).
             let got = self
                 .reader
                 .read(
                     s.id,
                     next,
                     end,
-                    usize::MAX,
+                    COMPACTION_READ_BYTES,
                     crate::reader::Purpose::Background,
                 )
-                .await?;
+                .await;
+            let got = match got {
+                Ok(got) => got,
+                Err(e) => {
+                    abort(upload).await;
+                    return Err(e);
+                }
+            };
+            let contiguous = got.first().is_some_and(|f| f.base_offset == next)
+                && got
+                    .windows(2)
+                    .all(|w| w[0].end_offset() == w[1].base_offset);
+            if !contiguous {
+                // Retention moved the start meanwhile, or the ranges changed: try again later.
+                abort(upload).await;
+                return Ok(None);
+            }
             let Some(last) = got.last() else { break };
             next = last.end_offset();
-            frames.extend(got);
+            match transform {
+                Some(transform) => {
+                    let changed: Vec<Frame> = got
+                        .iter()
+                        .map(|f| {
+                            let t = transform(f);
+                            debug_assert!(
+                                t.base_offset == f.base_offset && t.record_count == f.record_count,
+                                "a rewrite keeps each frame's offsets"
+                            );
+                            t
+                        })
+                        .collect();
+                    b.extend_stream(s.id, &changed);
+                }
+                None => b.extend_stream(s.id, &got),
+            }
+            if let Some(u) = upload.as_mut() {
+                let (parts, len) = b.take_parts();
+                if let Err(e) = u.add(self, parts, len, part_bytes).await {
+                    abort(upload).await;
+                    return Err(e);
+                }
+            }
         }
-        let contiguous = frames.first().is_some_and(|f| f.base_offset == start)
-            && frames
-                .windows(2)
-                .all(|w| w[0].end_offset() == w[1].base_offset)
-            && next == end;
-        if !contiguous {
-            // Retention moved the start meanwhile, or the ranges changed: try again later.
+        if next != end {
+            abort(upload).await;
             return Ok(None);
         }
-        if let Some(transform) = transform {
-            frames = frames
-                .iter()
-                .map(|f| {
-                    let t = transform(f);
-                    debug_assert!(
-                        t.base_offset == f.base_offset && t.record_count == f.record_count,
-                        "a rewrite keeps each frame's offsets"
-                    );
-                    t
-                })
-                .collect();
-        }
-        let mut b = ObjectBuilder::new(self.config.block_bytes as usize);
-        b.add_stream(s.id, &frames);
         let (data, size, placements) = b.finish();
         let p = placements[0];
         debug_assert_eq!((p.start_offset, p.end_offset), (start, end));
-        let id = self.meta.prepare_object(object_key).await?;
-        self.take_background(size).await;
-        self.put_with_retry(&object_key(id), data, size, crate::upload::PUT_ATTEMPTS)
-            .await?;
+        let id = match prepared {
+            Some(id) => id,
+            None => self.meta.prepare_object(object_key).await?,
+        };
+        match upload {
+            Some(mut u) => {
+                let len = data.iter().map(|d| d.len() as u64).sum();
+                let done = match u.add(self, data, len, 0).await {
+                    Ok(()) => u.complete().await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = done {
+                    u.abort().await;
+                    return Err(e);
+                }
+            }
+            None => {
+                self.take_background(size).await;
+                self.put_with_retry(&object_key(id), data, size, crate::upload::PUT_ATTEMPTS)
+                    .await?;
+            }
+        }
         let commit = ObjectCommit {
             object_id: id,
             size,

@@ -23,7 +23,8 @@ pub async fn run_all(store: Arc<dyn ObjectStore>) {
     let prefix = format!("conformance-{}", std::process::id());
     requests(&*store, &prefix).await;
     multipart(&*store, &prefix).await;
-    engine_round_trip(store).await;
+    engine_round_trip(Arc::clone(&store)).await;
+    compaction_round_trip(store).await;
 }
 
 pub async fn requests(store: &dyn ObjectStore, prefix: &str) {
@@ -184,6 +185,72 @@ pub async fn engine_round_trip(store: Arc<dyn ObjectStore>) {
         engine.object_meters().gets.get() > gets,
         "reads came from GETs"
     );
+    engine.close().await.expect("close");
+}
+
+/// Compacts a stream's run of more than two parts (uploaded as it is read, in parts), restarts
+/// and reads every batch back from the compacted object.
+pub async fn compaction_round_trip(store: Arc<dyn ObjectStore>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = StorageConfig {
+        upload_bytes: u64::MAX,
+        upload_interval: std::time::Duration::from_secs(3600),
+        block_bytes: 256 << 10,
+        multipart_part_bytes: 5 << 20,
+        compaction_target_bytes: 64 << 20,
+        compaction_min_ranges: 4,
+        background_bytes_per_sec: 0,
+        ..StorageConfig::default()
+    };
+    let open = || {
+        let dir = dir.path().to_path_buf();
+        let (config, store) = (config.clone(), Arc::clone(&store));
+        async move {
+            let wal = weir_wal::FileWal::open(weir_wal::FileWalConfig {
+                capacity: 64 << 20,
+                ..weir_wal::FileWalConfig::new(dir.join("wal"))
+            })
+            .expect("WAL");
+            let meta = weir_meta::SqliteMetaStore::open(&dir.join("meta.sqlite")).expect("meta");
+            Engine::open(config, Arc::new(wal), Arc::new(meta), store)
+                .await
+                .expect("engine")
+        }
+    };
+    // Six uploads of 2 MiB: six small ranges, 12 MiB in all.
+    const BATCHES: u64 = 6 * 32;
+    let engine = open().await;
+    engine.open_stream(1, 1).await.expect("open");
+    for i in 0..BATCHES {
+        engine
+            .append(1, 1, 1, i as i64, |_| data(64 << 10, i as u8))
+            .await
+            .expect("append");
+        if i % 32 == 31 {
+            engine.flush().await.expect("upload");
+        }
+    }
+    let parts = engine.object_meters().multipart_parts.get();
+    engine.run_maintenance().await.expect("compaction");
+    assert_eq!(engine.meters().compactions.get(), 1, "one run compacted");
+    assert!(
+        engine.object_meters().multipart_parts.get() >= parts + 2,
+        "the run was uploaded in parts"
+    );
+    engine.close().await.expect("close");
+
+    let engine = open().await;
+    engine.open_stream(1, 2).await.expect("reopen");
+    let mut next = 0;
+    while next < BATCHES {
+        let r = engine.read(1, next, 4 << 20).await.expect("read");
+        assert!(!r.batches.is_empty(), "the stream stops at {next}");
+        for b in r.batches {
+            assert_eq!(b.base_offset, next);
+            assert_eq!(b.payload, data(64 << 10, next as u8), "offset {next}");
+            next = b.end_offset();
+        }
+    }
     engine.close().await.expect("close");
 }
 

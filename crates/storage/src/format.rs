@@ -91,12 +91,26 @@ impl ObjectBuilder {
 
     /// Adds one stream's contiguous frames.
     pub fn add_stream(&mut self, stream_id: u64, frames: &[Frame]) {
-        let Some(first) = frames.first() else { return };
         debug_assert!(
             self.placements
                 .last()
                 .is_none_or(|p| p.stream_id < stream_id),
             "streams must be added in order, once each"
+        );
+        self.extend_stream(stream_id, frames);
+    }
+
+    /// Adds frames of a stream that go on from where its last frames added ended (or starts the
+    /// stream): a large object is built, and its parts taken ([`ObjectBuilder::take_parts`]), a
+    /// piece at a time.
+    pub fn extend_stream(&mut self, stream_id: u64, frames: &[Frame]) {
+        let Some(first) = frames.first() else { return };
+        debug_assert!(
+            self.placements
+                .last()
+                .is_none_or(|p| p.stream_id < stream_id
+                    || (p.stream_id == stream_id && p.end_offset == first.base_offset)),
+            "streams must be added in order, and a stream's frames contiguously"
         );
         debug_assert!(
             frames
@@ -146,18 +160,34 @@ impl ObjectBuilder {
                 crc,
             });
         }
-        self.placements.push(Placement {
-            stream_id,
-            start_offset: first.base_offset,
-            end_offset: frames[frames.len() - 1].end_offset(),
-            position,
-            size: self.len - position,
-            max_timestamp: max_ts,
-        });
+        let end_offset = frames[frames.len() - 1].end_offset();
+        match self.placements.last_mut() {
+            Some(p) if p.stream_id == stream_id => {
+                p.end_offset = end_offset;
+                p.size = self.len - p.position;
+                p.max_timestamp = p.max_timestamp.max(max_ts);
+            }
+            _ => self.placements.push(Placement {
+                stream_id,
+                start_offset: first.base_offset,
+                end_offset,
+                position,
+                size: self.len - position,
+                max_timestamp: max_ts,
+            }),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
         self.placements.is_empty()
+    }
+
+    /// The object's bytes added since the last call (whole blocks, to be written in order
+    /// before whatever follows), and their length; [`ObjectBuilder::finish`] returns the rest.
+    pub fn take_parts(&mut self) -> (Vec<Bytes>, u64) {
+        let parts = std::mem::take(&mut self.parts);
+        let len = parts.iter().map(|b| b.len() as u64).sum();
+        (parts, len)
     }
 
     /// The object's parts (to be written in order), its total size and where each stream went.
@@ -352,6 +382,44 @@ mod tests {
             .filter(|e| e.stream_id == 1)
             .all(|e| e.position >= p.position
                 && e.position + u64::from(e.size) <= p.position + p.size));
+    }
+
+    #[test]
+    fn a_stream_built_in_pieces_reads_back_as_one_placement() {
+        let all = frames(0, 12, 300);
+        let mut whole = ObjectBuilder::new(1000);
+        whole.add_stream(4, &all);
+        let (_, _, one) = whole.finish();
+
+        let mut b = ObjectBuilder::new(1000);
+        let mut obj = Vec::new();
+        for piece in all.chunks(5) {
+            b.extend_stream(4, piece);
+            let (parts, len) = b.take_parts();
+            assert_eq!(len, parts.iter().map(|p| p.len() as u64).sum::<u64>());
+            obj.extend(parts.concat());
+        }
+        let (rest, len, placements) = b.finish();
+        obj.extend(rest.concat());
+        let obj = Bytes::from(obj);
+        assert_eq!(obj.len() as u64, len);
+        assert_eq!(placements.len(), 1);
+        let p = placements[0];
+        assert_eq!(
+            (p.start_offset, p.end_offset),
+            (one[0].start_offset, one[0].end_offset)
+        );
+        assert_eq!((p.position, p.max_timestamp), (0, 1011));
+        let footer = decode_footer(&obj).unwrap();
+        assert_eq!(p.size, footer.index_position);
+        let ip = footer.index_position as usize;
+        let index = decode_index(&footer, &obj[ip..ip + footer.index_len as usize]).unwrap();
+        let mut got = Vec::new();
+        for e in &index {
+            let block = obj.slice(e.position as usize..(e.position + u64::from(e.size)) as usize);
+            got.extend(decode_block(e, &block).unwrap());
+        }
+        assert_eq!(got, all);
     }
 
     #[test]

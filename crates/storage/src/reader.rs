@@ -192,7 +192,8 @@ pub(crate) enum Purpose {
     /// A one-off look (a search by timestamp): cached blocks, no read-ahead.
     Lookup,
     /// Compaction and the cleaner: uses cached blocks and GETs in flight, but fills no cache,
-    /// touches no read-ahead state, and is counted apart.
+    /// touches no read-ahead state, and is counted apart. Reads whole GETs: it stops at the
+    /// first GET that would start once it has `max_bytes`, not within a block.
     Background,
 }
 
@@ -715,6 +716,11 @@ impl Inner {
                 while i < index.len() && index[i].stream_id == stream_id {
                     let block = if let Some(b) = held.as_ref().and_then(|h| h.block(r, &index[i])) {
                         b
+                    } else if purpose == Purpose::Background && bytes >= max_bytes {
+                        // A background read takes whole GETs and stops where a new one would
+                        // start: the next read of the run starts its GET there, and nothing is
+                        // fetched twice.
+                        break 'ranges;
                     } else if wait {
                         let h = self.block(r, &index, i, window, purpose).await?;
                         let b = h.block(r, &index[i]).ok_or_else(|| StorageError::Corrupt {
@@ -741,7 +747,9 @@ impl Inner {
                         // A frame the cleaner of a compacted topic emptied counts for
                         // nothing: the read goes on to one with data.
                         if f.base_offset >= until
-                            || (bytes > 0 && bytes + f.payload.len() > max_bytes)
+                            || (bytes > 0
+                                && bytes + f.payload.len() > max_bytes
+                                && purpose != Purpose::Background)
                         {
                             break 'ranges;
                         }

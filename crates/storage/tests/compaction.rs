@@ -124,3 +124,67 @@ async fn object_count_stays_bounded_and_data_stays_readable() {
     assert_eq!(seen as u64, msg);
     engine.close().await.unwrap();
 }
+
+/// A run larger than two multipart parts is uploaded while it is read, a part at a time, so
+/// compaction holds a few parts and not the whole run (up to `compaction_target_bytes`, 256
+/// MiB by default, for each of several streams at once). Shown with a store that refuses
+/// uploads: the compaction stops at its first upload, having read a part's worth at most, where
+/// reading the whole run first would have fetched all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_run_is_uploaded_while_it_is_read() {
+    use weir_storage::objstore::{FaultConfig, FaultyStore};
+    let dir = tempfile::tempdir().unwrap();
+    let config = StorageConfig {
+        upload_bytes: u64::MAX,
+        upload_interval: Duration::from_secs(3600),
+        block_bytes: 256 << 10,
+        multipart_part_bytes: 5 << 20,
+        compaction_target_bytes: 256 << 20,
+        compaction_min_ranges: 4,
+        background_bytes_per_sec: 0,
+        ..small_config()
+    };
+    let file = weir_storage::objstore::from_url(&format!(
+        "file://{}",
+        dir.path().join("objects").display()
+    ))
+    .unwrap();
+    let faulty = Arc::new(FaultyStore::new(file, FaultConfig::default()));
+    let engine = common::open_engine_with_store(dir.path(), config, 64 << 20, faulty.clone()).await;
+    engine.open_stream(1, 1).await.unwrap();
+    // Ten uploads of 4 MiB: one run of 40 MiB.
+    let mut msg = 0;
+    for _ in 0..10 {
+        for _ in 0..64 {
+            engine
+                .append(1, 1, 1, 0, |b| payload(1, b, msg, 64 << 10))
+                .await
+                .unwrap();
+            msg += 1;
+        }
+        engine.flush().await.unwrap();
+    }
+    faulty.set_faults(FaultConfig {
+        put_error_rate: 1.0,
+        ..FaultConfig::default()
+    });
+    let read_before = engine.meters().background_get_bytes.get();
+    let _ = engine.run_maintenance().await;
+    let read = engine.meters().background_get_bytes.get() - read_before;
+    assert_eq!(engine.meters().compactions.get(), 0);
+    assert!(
+        read <= 16 << 20,
+        "compaction read {read} bytes of a 40 MiB run before its first upload"
+    );
+
+    // With uploads back, the run is compacted and reads back whole, in order.
+    faulty.set_faults(FaultConfig::default());
+    engine.run_maintenance().await.unwrap();
+    assert_eq!(engine.meters().compactions.get(), 1);
+    let frames = read_all(&engine, 1, 0).await;
+    assert_eq!(frames.len() as u64, msg);
+    for (i, f) in frames.iter().enumerate() {
+        assert_eq!(check_payload(&f.payload).2, i as u64);
+    }
+    engine.close().await.unwrap();
+}
