@@ -16,7 +16,7 @@ mod producer_snapshots;
 mod transactions;
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{params, Connection, OptionalExtension};
@@ -152,7 +152,15 @@ CREATE INDEX IF NOT EXISTS txn_offsets_by_group ON txn_offsets(group_id);
 ";
 
 pub struct SqliteMetaStore {
-    conn: Arc<Mutex<Connection>>,
+    /// Taken before a blocking thread is: calls wait for the one connection here, not each on
+    /// a thread of its own (a burst of calls, one per partition, held hundreds of threads).
+    conn: Arc<tokio::sync::Mutex<Connection>>,
+    /// Calls inside a blocking thread at once, and the most seen (tests).
+    #[cfg(test)]
+    blocking: Arc<(
+        std::sync::atomic::AtomicUsize,
+        std::sync::atomic::AtomicUsize,
+    )>,
     /// Moves on every cluster change: one process uses a SQLite store, so no one else changes it.
     changes: tokio::sync::watch::Sender<u64>,
 }
@@ -225,7 +233,9 @@ impl SqliteMetaStore {
         conn.execute_batch(SCHEMA)
             .map_err(backend("creating the schema"))?;
         Ok(SqliteMetaStore {
-            conn: Arc::new(Mutex::new(conn)),
+            conn: Arc::new(tokio::sync::Mutex::new(conn)),
+            #[cfg(test)]
+            blocking: Arc::default(),
             changes: tokio::sync::watch::Sender::new(0),
         })
     }
@@ -235,9 +245,12 @@ impl SqliteMetaStore {
         &self,
         f: impl FnOnce(&mut Connection) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let conn = Arc::clone(&self.conn);
+        let mut c = Arc::clone(&self.conn).lock_owned().await;
+        #[cfg(test)]
+        let blocking = Arc::clone(&self.blocking);
         tokio::task::spawn_blocking(move || {
-            let mut c = conn.lock().unwrap_or_else(|e| e.into_inner());
+            #[cfg(test)]
+            let _inside = Inside::enter(blocking);
             f(&mut c)
         })
         .await
@@ -245,6 +258,37 @@ impl SqliteMetaStore {
             context: "metadata task",
             source: Box::new(e),
         })?
+    }
+}
+
+/// A call inside a blocking thread (tests count them).
+#[cfg(test)]
+struct Inside(
+    Arc<(
+        std::sync::atomic::AtomicUsize,
+        std::sync::atomic::AtomicUsize,
+    )>,
+);
+
+#[cfg(test)]
+impl Inside {
+    fn enter(
+        counts: Arc<(
+            std::sync::atomic::AtomicUsize,
+            std::sync::atomic::AtomicUsize,
+        )>,
+    ) -> Self {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = counts.0.fetch_add(1, SeqCst) + 1;
+        counts.1.fetch_max(now, SeqCst);
+        Inside(counts)
+    }
+}
+
+#[cfg(test)]
+impl Drop for Inside {
+    fn drop(&mut self) {
+        self.0 .0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -293,6 +337,23 @@ mod tests {
 
     fn store() -> SqliteMetaStore {
         SqliteMetaStore::in_memory().expect("open")
+    }
+
+    /// A burst of calls (one per partition, as a new leader's or the balancer's) waits for the
+    /// connection without taking a blocking thread each: before, 200 calls held up to 200
+    /// threads, each waiting for the connection's lock, kept alive by the runtime afterwards.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_burst_of_calls_waits_for_the_connection_not_on_threads() {
+        let s = Arc::new(store());
+        let mut calls = tokio::task::JoinSet::new();
+        for stream in 0..200u64 {
+            let s = Arc::clone(&s);
+            calls.spawn(async move { s.ranges(stream, 0, 10).await });
+        }
+        while let Some(r) = calls.join_next().await {
+            assert!(r.expect("task").expect("ranges").is_empty());
+        }
+        assert_eq!(s.blocking.1.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     // Each part alone, through its own trait, then the whole.
