@@ -29,5 +29,7 @@ sleep "$delay"
 data=$(mktemp /tmp/weir-perf.XXXXXX)
 trap 'rm -f "$data"' EXIT
 perf record -F 199 -g --call-graph dwarf,16384 -p "$pid" -o "$data" -- sleep "$secs" >/dev/null 2>&1
-perf script -i "$data" 2>/dev/null | inferno-collapse-perf | inferno-flamegraph --title "$title" --width 1400 --minwidth 0.5 >"$out"
+# The folded stacks are kept beside the SVG (OUT.folded), for tools that count them.
+perf script -i "$data" 2>/dev/null | inferno-collapse-perf >"${out%.svg}.folded"
+inferno-flamegraph --title "$title" --width 1400 --minwidth 0.5 <"${out%.svg}.folded" >"$out"
 echo "flamegraph.sh: $out"

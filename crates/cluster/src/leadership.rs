@@ -1,6 +1,6 @@
 //! Opening and closing the partitions this broker leads, as the view changes.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use tokio::task::JoinSet;
@@ -13,6 +13,11 @@ use crate::{Cluster, ClusterView};
 pub trait PartitionHost: Send + Sync + 'static {
     /// Streams whose partitions are open here.
     fn local_streams(&self) -> Vec<u64>;
+
+    /// Whether the stream's partition is open here.
+    fn is_local(&self, stream_id: u64) -> bool {
+        self.local_streams().contains(&stream_id)
+    }
 
     /// Re-reads topics from the metadata store (another broker may have created, changed or
     /// deleted one).
@@ -29,6 +34,9 @@ pub trait PartitionHost: Send + Sync + 'static {
     /// it. Only after this succeeds may another broker lead it.
     async fn close(&self, stream_id: u64) -> Result<(), String>;
 }
+
+/// How often the leadership loop checks every stream even when the view has not changed.
+const FULL_PASS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 enum Action {
     Open(Assignment),
@@ -52,16 +60,12 @@ fn actions(view: &ClusterView, me: i32, local: &HashSet<u64>) -> Vec<Action> {
     let mut known = HashSet::new();
     for a in &view.assignments {
         known.insert(a.stream_id);
-        let is_local = local.contains(&a.stream_id);
-        if a.leader == Some(me) {
-            if a.target.is_some_and(|t| t != me) {
-                out.push(Action::HandOver(a.clone()));
-            } else if !is_local {
-                out.push(Action::Open(a.clone()));
-            }
-        } else if is_local {
-            out.push(Action::Close(a.stream_id));
-        }
+        out.extend(action(
+            Some(a),
+            me,
+            local.contains(&a.stream_id),
+            a.stream_id,
+        ));
     }
     out.extend(
         local
@@ -70,6 +74,24 @@ fn actions(view: &ClusterView, me: i32, local: &HashSet<u64>) -> Vec<Action> {
             .map(|&s| Action::Close(s)),
     );
     out
+}
+
+/// What this broker must do about one stream: its assignment in the view (none: the topic is
+/// gone), and whether it is open here.
+fn action(a: Option<&Assignment>, me: i32, is_local: bool, stream_id: u64) -> Option<Action> {
+    match a {
+        Some(a) if a.leader == Some(me) => {
+            if a.target.is_some_and(|t| t != me) {
+                Some(Action::HandOver(a.clone()))
+            } else if !is_local {
+                Some(Action::Open(a.clone()))
+            } else {
+                None
+            }
+        }
+        _ if is_local => Some(Action::Close(stream_id)),
+        _ => None,
+    }
 }
 
 impl Cluster {
@@ -110,17 +132,48 @@ impl Cluster {
         let mut stop = self.stop.subscribe();
         let mut busy: HashSet<u64> = HashSet::new();
         let mut running: JoinSet<u64> = JoinSet::new();
-        let mut catalog_version = None;
+        let mut seen_version = None;
+        // Where each stream's assignment is in the view last seen.
+        let mut by_stream: HashMap<u64, usize> = HashMap::new();
+        // Streams whose action ended since the last pass.
+        let mut ended: Vec<u64> = Vec::new();
+        // Now and then every stream is checked again, view or not: cheap (a pass over the
+        // assignments), and nothing the view does not announce is missed for long.
+        let mut full_pass = false;
+        let mut every = tokio::time::interval(FULL_PASS_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let view = views.borrow_and_update().clone();
-            // Topics created elsewhere must be known before their partitions open here.
             let version = Arc::as_ptr(&view) as usize;
-            if catalog_version != Some(version) {
-                host.refresh_catalog().await;
-                catalog_version = Some(version);
-            }
-            let local: HashSet<u64> = host.local_streams().into_iter().collect();
-            for action in actions(&view, self.node_id, &local) {
+            let new_view = seen_version != Some(version);
+            let todo = if new_view || std::mem::take(&mut full_pass) {
+                if new_view {
+                    // Topics created elsewhere must be known before their partitions open here.
+                    host.refresh_catalog().await;
+                    seen_version = Some(version);
+                }
+                ended.clear();
+                by_stream = view
+                    .assignments
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| (a.stream_id, i))
+                    .collect();
+                let local: HashSet<u64> = host.local_streams().into_iter().collect();
+                actions(&view, self.node_id, &local)
+            } else {
+                // The same view: only the streams whose action just ended may need another (an
+                // open that failed is retried). Going over every assignment after each one made
+                // opening N partitions cost N passes over N (seconds of CPU at 10,000).
+                ended
+                    .drain(..)
+                    .filter_map(|s| {
+                        let a = by_stream.get(&s).map(|&i| &view.assignments[i]);
+                        action(a, self.node_id, host.is_local(s), s)
+                    })
+                    .collect()
+            };
+            for action in todo {
                 let stream = action.stream_id();
                 if !busy.insert(stream) {
                     continue;
@@ -141,8 +194,10 @@ impl Cluster {
                 Some(done) = running.join_next(), if !running.is_empty() => {
                     if let Ok(stream) = done {
                         busy.remove(&stream);
+                        ended.push(stream);
                     }
                 }
+                _ = every.tick() => full_pass = true,
                 _ = stop.changed() => {
                     while running.join_next().await.is_some() {}
                     return;

@@ -963,6 +963,10 @@ impl weir_cluster::PartitionHost for Topics {
         Topics::local_streams(self)
     }
 
+    fn is_local(&self, stream_id: u64) -> bool {
+        self.read_local().contains_key(&stream_id)
+    }
+
     async fn refresh_catalog(&self) {
         if let Err(e) = self.refresh().await {
             tracing::warn!(error = %e, "reading topics failed");
