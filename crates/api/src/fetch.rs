@@ -47,23 +47,23 @@ enum Source {
 }
 
 impl Source {
-    /// (start, end of what can be read now, high watermark, leader epoch); an error when the
-    /// leader says so or has not said anything yet. A `read_committed` fetch (`committed`) can
-    /// read up to the last stable offset.
+    /// Its offsets now; an error when the leader says so or has not said anything yet. A
+    /// `read_committed` fetch (`committed`) can read up to the last stable offset.
     ///
     /// For a partition led in another zone, everything comes from one answer of its leader
-    /// (the feed may change under a read that awaits), with, last, the end of its aborted
-    /// transactions (0 for a partition led here, whose reads know them).
-    fn bounds(&self, committed: bool) -> Result<(i64, i64, i64, i32, i64), ResponseError> {
+    /// (the feed may change under a read that awaits).
+    fn bounds(&self, committed: bool) -> Result<Bounds, ResponseError> {
         match self {
             Source::Local(p) => {
-                let (start, hw) = p.offsets();
-                let readable = if committed {
-                    p.last_stable_offset()
-                } else {
-                    hw
-                };
-                Ok((start, readable, hw, p.leader_epoch, 0))
+                let (start, hw, lso) = p.offsets_and_lso();
+                Ok(Bounds {
+                    start,
+                    readable: if committed { lso } else { hw },
+                    hw,
+                    lso,
+                    epoch: p.leader_epoch,
+                    aborted_until: 0,
+                })
             }
             Source::Remote { offsets, .. } => match *offsets.borrow() {
                 Some(o) if o.error == 0 => {
@@ -72,13 +72,18 @@ impl Source {
                     } else {
                         o.committed
                     };
-                    Ok((
-                        o.start,
+                    Ok(Bounds {
+                        start: o.start,
                         readable,
-                        o.high_watermark,
-                        o.epoch,
-                        o.aborted_until,
-                    ))
+                        hw: o.high_watermark,
+                        lso: if committed {
+                            readable
+                        } else {
+                            o.high_watermark
+                        },
+                        epoch: o.epoch,
+                        aborted_until: o.aborted_until,
+                    })
                 }
                 Some(o) => Err(ResponseError::try_from_code(o.error)
                     .unwrap_or(ResponseError::NotLeaderOrFollower)),
@@ -86,6 +91,22 @@ impl Source {
             },
         }
     }
+}
+
+/// A partition's offsets as a fetch sees them.
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    start: i64,
+    /// The end of what the fetch can read now (the high watermark, or the last stable offset
+    /// for `read_committed`).
+    readable: i64,
+    hw: i64,
+    /// The last stable offset the response reports.
+    lso: i64,
+    epoch: i32,
+    /// One past the last aborted transaction's marker, for a partition led in another zone
+    /// (0 for one led here, whose reads know them).
+    aborted_until: i64,
 }
 
 /// One partition a fetch asks for.
@@ -368,14 +389,23 @@ async fn fetch_once(
     // that caught-up partitions early in the request do not starve later ones.
     let mut reserved = 0usize;
     let mut first = true;
-    let mut reads = Vec::with_capacity(wanted.len());
-    for t in wanted {
+    // Partitions with nothing to read are answered here, without a future: a consumer of
+    // thousands of partitions sends all of them in every fetch (librdkafka has no fetch
+    // sessions), and few have new data each time.
+    let mut answers: Vec<Vec<Option<Answer>>> = Vec::with_capacity(wanted.len());
+    let mut reads = Vec::new();
+    for (ti, t) in wanted.iter().enumerate() {
         let mut parts = Vec::with_capacity(t.partitions.len());
-        for w in &t.partitions {
-            let (has_data, in_range) = match w.partition.as_ref().map(|s| s.bounds(w.committed)) {
-                Ok(Ok((start, readable, hw, _, _))) => (
-                    w.offset >= start && w.offset < readable && w.preferred.is_none(),
-                    (start..=hw).contains(&w.offset),
+        for (pi, w) in t.partitions.iter().enumerate() {
+            let bounds = w
+                .partition
+                .as_ref()
+                .map_err(|e| *e)
+                .and_then(|s| s.bounds(w.committed).map(|b| (s, b)));
+            let (has_data, in_range) = match &bounds {
+                Ok((_, b)) => (
+                    w.offset >= b.start && w.offset < b.readable && w.preferred.is_none(),
+                    (b.start..=b.hw).contains(&w.offset),
                 ),
                 _ => (false, true),
             };
@@ -390,34 +420,50 @@ async fn fetch_once(
             // Nothing to read at the end of the log or once the total is spent; an offset out
             // of range is still read, for its error.
             let read = (budget > 0 || at_least_one || !in_range).then_some(budget.max(1));
-            parts.push(async move {
-                let (pd, bytes, outcome) = fetch_partition(topics, w, read, wait).await;
-                let error = outcome == Outcome::Error;
-                let pending = outcome == Outcome::Incomplete;
-                // A partition's first batch may be larger than its share; only the first
-                // partition with data may send one whole (KIP-74), the others cut to their
-                // share, so that the response stays within `max_bytes`.
-                if at_least_one || bytes <= budget {
-                    return (pd, bytes, error, pending);
+            match prepare(w, bounds, read) {
+                Prepared::Answer(a) => parts.push(Some(a)),
+                Prepared::Read {
+                    pd,
+                    source,
+                    bounds,
+                    read,
+                } => {
+                    parts.push(None);
+                    reads.push(async move {
+                        let (pd, bytes, outcome) =
+                            read_partition(topics, w, pd, source, bounds, read, wait).await;
+                        // A partition's first batch may be larger than its share; only the
+                        // first partition with data may send one whole (KIP-74), the others cut
+                        // to their share, so that the response stays within `max_bytes`.
+                        let (pd, bytes) = if at_least_one || bytes <= budget {
+                            (pd, bytes)
+                        } else {
+                            let records = pd.records.as_ref().map(|r| whole_batches(r, budget));
+                            let bytes = records.as_ref().map_or(0, |r| r.len());
+                            (pd.with_records(records), bytes)
+                        };
+                        (ti, pi, (pd, bytes, outcome))
+                    });
                 }
-                let records = pd.records.as_ref().map(|r| whole_batches(r, budget));
-                let bytes = records.as_ref().map_or(0, |r| r.len());
-                (pd.with_records(records), bytes, error, pending)
-            });
+            }
         }
-        reads.push(futures::future::join_all(parts));
+        answers.push(parts);
+    }
+    for (ti, pi, a) in futures::future::join_all(reads).await {
+        answers[ti][pi] = Some(a);
     }
     let mut total = 0usize;
     let mut errors = false;
     let mut pending = false;
     let mut topics = Vec::with_capacity(wanted.len());
-    for (t, parts) in wanted.iter().zip(futures::future::join_all(reads).await) {
+    for (t, parts) in wanted.iter().zip(answers) {
         let parts = parts
             .into_iter()
-            .map(|(pd, bytes, error, waiting)| {
+            .flatten()
+            .map(|(pd, bytes, outcome)| {
                 total += bytes;
-                errors |= error;
-                pending |= waiting;
+                errors |= outcome == Outcome::Error;
+                pending |= outcome == Outcome::Incomplete;
                 pd
             })
             .collect();
@@ -460,23 +506,32 @@ enum Outcome {
     Incomplete,
 }
 
-/// One partition's part of a fetch: its data (up to about `read` bytes, at least one batch;
-/// none if `None`), the bytes of it, and how it ended.
-async fn fetch_partition(
-    topics: &Topics,
+/// What a partition's part of a fetch needs: nothing more than its offsets (an error, no
+/// records), or a read.
+enum Prepared<'a> {
+    Answer(Answer),
+    Read {
+        pd: PartitionData,
+        source: &'a Source,
+        bounds: Bounds,
+        read: usize,
+    },
+}
+
+/// One partition's part of a response, its record bytes, and how it ended.
+type Answer = (PartitionData, usize, Outcome);
+
+/// One partition's part of a fetch, as far as it goes without reading: its offsets and errors,
+/// and whether it reads (up to about `read` bytes, at least one batch; none if `None`).
+fn prepare<'a>(
     w: &Wanted,
+    bounds: Result<(&'a Source, Bounds), ResponseError>,
     read: Option<usize>,
-    wait: bool,
-) -> (PartitionData, usize, Outcome) {
+) -> Prepared<'a> {
     let pd = PartitionData::default()
         .with_partition_index(w.partition_index)
         .with_preferred_read_replica(BrokerId(-1));
-    let bounds = w
-        .partition
-        .as_ref()
-        .map_err(|e| *e)
-        .and_then(|s| s.bounds(w.committed).map(|b| (s, b)));
-    let (source, (start, readable, hw, epoch, aborted_until)) = match bounds {
+    let (source, b) = match bounds {
         Ok(b) => b,
         Err(e) => {
             let pd = pd
@@ -484,31 +539,52 @@ async fn fetch_partition(
                 .with_high_watermark(-1)
                 .with_last_stable_offset(-1)
                 .with_log_start_offset(-1);
-            return (pd, 0, Outcome::Error);
+            return Prepared::Answer((pd, 0, Outcome::Error));
         }
     };
-    let lso = match source {
-        Source::Local(p) => p.last_stable_offset(),
-        Source::Remote { .. } if w.committed => readable,
-        Source::Remote { .. } => hw,
-    };
     let pd = pd
-        .with_high_watermark(hw)
-        .with_last_stable_offset(lso)
-        .with_log_start_offset(start);
-    if let Some(e) = crate::epoch_mismatch(w.current_leader_epoch, epoch) {
-        return (pd.with_error_code(e.code()), 0, Outcome::Error);
+        .with_high_watermark(b.hw)
+        .with_last_stable_offset(b.lso)
+        .with_log_start_offset(b.start);
+    if let Some(e) = crate::epoch_mismatch(w.current_leader_epoch, b.epoch) {
+        return Prepared::Answer((pd.with_error_code(e.code()), 0, Outcome::Error));
     }
     if let Some(id) = w.preferred {
         // As Kafka answers a fetch that should go to a follower: no records, the replica.
         let pd = pd
             .with_preferred_read_replica(BrokerId(id))
             .with_records(Some(Default::default()));
-        return (pd, 0, Outcome::Done);
+        return Prepared::Answer((pd, 0, Outcome::Done));
     }
-    let Some(budget) = read else {
-        return (pd.with_records(Some(Default::default())), 0, Outcome::Done);
-    };
+    match read {
+        None => Prepared::Answer((pd.with_records(Some(Default::default())), 0, Outcome::Done)),
+        Some(read) => Prepared::Read {
+            pd,
+            source,
+            bounds: b,
+            read,
+        },
+    }
+}
+
+/// Reads a partition's records for a fetch, `pd` being its answer so far ([`prepare`]).
+async fn read_partition(
+    topics: &Topics,
+    w: &Wanted,
+    pd: PartitionData,
+    source: &Source,
+    b: Bounds,
+    budget: usize,
+    wait: bool,
+) -> Answer {
+    let Bounds {
+        start,
+        readable,
+        hw,
+        epoch,
+        aborted_until,
+        ..
+    } = b;
     let p = match source {
         Source::Local(p) => p,
         Source::Remote {

@@ -486,8 +486,14 @@ impl Partition {
     /// The last stable offset: where `read_committed` consumers stop (never below the log
     /// start: DeleteRecords may remove an open transaction's first records).
     pub fn last_stable_offset(&self) -> i64 {
+        self.offsets_and_lso().2
+    }
+
+    /// Start, high watermark and last stable offset, from one look at the stream.
+    pub fn offsets_and_lso(&self) -> (i64, i64, i64) {
         let (start, hw) = self.offsets();
-        (self.producers().txns.last_stable_offset(hw as u64) as i64).max(start)
+        let lso = (self.producers().txns.last_stable_offset(hw as u64) as i64).max(start);
+        (start, hw, lso)
     }
 
     /// One past the marker of the last aborted transaction (0: none).
@@ -635,6 +641,12 @@ impl Partition {
     /// Producers this partition remembers.
     pub fn producer_count(&self) -> usize {
         self.producers().len()
+    }
+
+    /// Whether the log moved since the last producer snapshot (a new one would say more).
+    pub fn snapshot_behind(&self) -> bool {
+        let (_, hw) = self.offsets();
+        hw as u64 > self.snapshot_at.load(Ordering::Relaxed)
     }
 
     /// Saves the idempotent-producer state as of the high watermark.
