@@ -45,6 +45,14 @@ bench-storage:
 bench:
 	bench/run.sh
 
+# Many partitions (about 10 minutes): Weir beside Kafka with one topic of 16, 1,000 and 10,000
+# partitions at 20 MiB/s; writes bench/results/partitions-YYYY-MM-DD-HHMM.md (bench/README.md).
+.PHONY: bench-partitions
+bench-partitions:
+	$(CARGO) build --release -p weir
+	tools/kafka/kafka.sh install
+	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/partitions.py
+
 # Partition moves under load on a three-broker cluster (one PostgreSQL, one s3s-fs, three
 # `weir serve`; under 2 minutes): produce and consumer unavailability per move for each backlog
 # size, beside AutoMQ's published figure; writes bench/results/move-YYYY-MM-DD-HHMM.md.

@@ -48,6 +48,8 @@
 #   BENCH_NO_BUILD [0]                             1: use target/release/weir as it is
 #   BENCH_OBJECT_WAL [1]                           0: leave out the object WAL's section
 #                                                  (bench/object_wal.py, BENCH_OW_* settings)
+#   BENCH_MANY_PARTITIONS [1]                      0: leave out the many-partitions section
+#                                                  (bench/partitions.py, BENCH_P_* settings)
 #   BENCH_ZONES [1]                                0: leave out the zones section
 #                                                  (bench/zones.py, BENCH_Z_* settings)
 #   BENCH_KEEP_DATA [0]                            1: keep the last data dir of each broker
@@ -428,6 +430,14 @@ if [[ ${BENCH_OBJECT_WAL:-1} == 1 ]]; then
     python3 "$ROOT/bench/object_wal.py"; then
     log "the object WAL section failed"
     echo "object-wal failed" >>"$OUT/failures.txt"
+  fi
+fi
+# Many partitions (bench/partitions.py): 16, 1,000 and 10,000 partitions beside Kafka.
+if [[ ${BENCH_MANY_PARTITIONS:-1} == 1 ]]; then
+  if ! WEIR_BIN=$WEIR BENCH_P_RESULTS=$OUT BENCH_P_APPEND_TO=$RESULTS/$STAMP.md \
+    python3 "$ROOT/bench/partitions.py"; then
+    log "the many-partitions section failed"
+    echo "partitions failed" >>"$OUT/failures.txt"
   fi
 fi
 # Zones (bench/zones.py): a zoned cluster and a three-broker Kafka of its own, appended too.

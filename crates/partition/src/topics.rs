@@ -800,6 +800,10 @@ impl Topics {
             let expired = p.expire_producers(expiration);
             if expired > 0 {
                 tracing::debug!(topic = %p.topic, partition = p.index, expired, "idle producers expired");
+            } else if !p.snapshot_behind() {
+                // Nothing appended since the last one: the same snapshot again would be one
+                // more metadata write per partition per interval (10,000 at 10,000 partitions).
+                continue;
             }
             if let Err(e) = p.snapshot_producers(&*self.meta).await {
                 tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "producer snapshot failed");

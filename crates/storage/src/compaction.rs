@@ -165,17 +165,23 @@ impl EngineInner {
 
     async fn compact_stream(&self, s: &Stream) -> Result<usize> {
         let _rewriting = s.rewrite.lock().await;
-        let (epoch, start, fenced) = {
+        let (epoch, start, fenced, committed) = {
             let st = s.lock();
-            (st.epoch(), st.start_offset(), st.fenced_by().is_some())
+            (
+                st.epoch(),
+                st.start_offset(),
+                st.fenced_by().is_some(),
+                st.committed_end(),
+            )
         };
-        if fenced {
+        if fenced || s.compaction_looked_at.load(Ordering::Relaxed) == committed {
             return Ok(0);
         }
         let target = self.config.compaction_target_bytes;
         let ranges = self.meta.ranges(s.id, start, usize::MAX >> 1).await?;
         let small = |r: &RangeInfo| r.size < target / 2;
         if ranges.iter().filter(|r| small(r)).count() < self.config.compaction_min_ranges {
+            s.compaction_looked_at.store(committed, Ordering::Relaxed);
             return Ok(0);
         }
         // Runs of consecutive small ranges, each up to the target size.

@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""Many partitions: Weir beside Apache Kafka as one topic grows from 16 to 1,000 to 10,000
+partitions, on this machine (`make bench-partitions`; `make bench` runs it too).
+
+    WEIR_BIN=target/release/weir bench/partitions.py
+
+For each partition count and each broker (a fresh single broker every time: Kafka 4.1 from
+tools/kafka/kafka.sh, and `weir serve` with its objects in a local directory), `weir perf`
+creates one topic of that many partitions and runs one producer (acks=all, linger.ms=5) at
+BENCH_P_MIB MiB/s of 1 KiB records with one consumer group of one consumer; BENCH_P_WARMUP of
+warm-up, BENCH_P_DURATION measured. The question: do consumers keep up (end-to-end p99 within
+2x of produce p99, nothing left behind), and how do latency, CPU and memory grow with the
+partition count?
+
+Per run: produce and end-to-end latency p50/p99 (`weir perf`), the share of produced records
+consumed in the measured period and the backlog at the end, the broker's CPU (average cores and
+seconds per GiB produced + consumed) and resident memory (idle before the load and largest),
+sampled from /proc every second, and the load generator's CPU (librdkafka's producer and
+consumer share the machine's two cores with the broker). Writes
+bench/results/partitions-YYYY-MM-DD-HHMM.md (and appends the section to BENCH_P_APPEND_TO when
+set, as `make bench` does).
+
+Environment (defaults in brackets):
+  WEIR_BIN                     the weir binary (required)
+  BENCH_P_COUNTS ["16 1000 10000"]
+  BENCH_P_BROKERS ["kafka weir"]
+  BENCH_P_MIB [20]             MiB/s of 1 KiB records
+  BENCH_P_WARMUP [10s]  BENCH_P_DURATION [30s]
+  BENCH_P_DIR [target/bench-partitions]   data dirs and logs (emptied first)
+  BENCH_P_RESULTS [bench/results]
+"""
+
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(REPO, "tests", "compat", "python"))
+
+import conftest  # noqa: E402  (the harness: Broker)
+
+COUNTS = [int(x) for x in os.environ.get("BENCH_P_COUNTS", "16 1000 10000").split()]
+BROKERS = os.environ.get("BENCH_P_BROKERS", "kafka weir").split()
+MIB = float(os.environ.get("BENCH_P_MIB", "20"))
+WARMUP = os.environ.get("BENCH_P_WARMUP", "10s")
+DURATION = os.environ.get("BENCH_P_DURATION", "30s")
+WORK = os.path.abspath(os.environ.get("BENCH_P_DIR",
+                                      os.path.join(REPO, "target", "bench-partitions")))
+RESULTS = os.path.abspath(os.environ.get("BENCH_P_RESULTS",
+                                         os.path.join(REPO, "bench", "results")))
+TICK = os.sysconf("SC_CLK_TCK")
+GIB = float(1 << 30)
+
+
+def proc_sample(pid):
+    """(CPU seconds, RSS MiB) of a process, or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / TICK
+        with open(f"/proc/{pid}/status") as f:
+            rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+        return cpu, rss / 1024.0
+    except (OSError, StopIteration, IndexError, ValueError):
+        return None
+
+
+class Sampler(threading.Thread):
+    """Every second: the process's CPU seconds and resident memory."""
+
+    def __init__(self, pid):
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.samples = []  # (monotonic, cpu s, rss MiB)
+        self.halt = threading.Event()
+
+    def run(self):
+        while True:
+            s = proc_sample(self.pid)
+            if s is None:
+                return
+            self.samples.append((time.monotonic(), *s))
+            if self.halt.wait(1):
+                return
+
+    def summary(self):
+        if len(self.samples) < 2:
+            return {}
+        (t0, c0, _), (t1, c1, _) = self.samples[0], self.samples[-1]
+        return {"cpu_s": c1 - c0, "cores": (c1 - c0) / max(t1 - t0, 1e-9),
+                "rss_max_mib": max(r for _, _, r in self.samples)}
+
+
+def run(kind, partitions):
+    root = os.path.join(WORK, f"{kind}-{partitions}")
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root)
+    b = conftest.Broker(kind, root, env={"WEIR_WAL_CAPACITY": str(1 << 30)})
+    b.kind = kind
+    b.start()
+    try:
+        time.sleep(3)
+        idle = proc_sample(b.pid)
+        broker = Sampler(b.pid)
+        broker.start()
+        out_json = os.path.join(root, "perf.json")
+        cmd = [os.environ["WEIR_BIN"], "perf", "--bootstrap-servers", b.bootstrap,
+               "--partitions", str(partitions), "--producers", "1", "--groups", "1",
+               "--consumers", "1", "--record-size", "1024", "--throughput-mib", f"{MIB:g}",
+               "--producer-config", "acks=all", "--producer-config", "linger.ms=5",
+               "--warmup", WARMUP, "--duration", DURATION, "--quiet", "--output", out_json]
+        print("bench: " + " ".join(cmd), flush=True)
+        gen = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+        client = Sampler(gen.pid)
+        client.start()
+        rc = gen.wait()
+        broker.halt.set()
+        client.halt.set()
+        broker.join()
+        client.join()
+        if rc != 0:
+            raise RuntimeError(f"weir perf exited with {rc}")
+        with open(out_json) as f:
+            perf = json.load(f)
+    finally:
+        b.stop()
+    s = perf["summary"]
+    moved = (s["produce"]["mib_per_sec"] + s["consume"]["mib_per_sec"]) * s["seconds"] / 1024
+    bs = broker.summary()
+    return {
+        "kind": kind, "partitions": partitions, "summary": s,
+        "cmd": "weir " + " ".join(cmd[1:]).replace(b.bootstrap, "HOST:PORT"),
+        "rss_idle_mib": idle[1] if idle else None,
+        "broker_cores": bs.get("cores"), "rss_max_mib": bs.get("rss_max_mib"),
+        # Over the whole run (warm-up included), per GiB moved in the measured period.
+        "cpu_s_per_gib": bs["cpu_s"] / moved if bs and moved > 0 else None,
+        "client_cores": client.summary().get("cores"),
+    }
+
+
+def fmt(v, digits=1):
+    if v is None:
+        return "-"
+    if isinstance(v, str):
+        return v
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}f}"
+
+
+def ratio(k, w):
+    if not isinstance(k, (int, float)) or not isinstance(w, (int, float)) or k == 0:
+        return "-"
+    return f"{w / k:.2f}"
+
+
+def figures(r):
+    s = r["summary"]
+    p, e = s["produce_latency_ms"], s.get("e2e_latency_ms") or {}
+    produced = s["produce"]["records"]
+    consumed = s["consume"]["records"]
+    return [
+        ("produce p50 ms", p.get("p50")),
+        ("produce p99 ms", p.get("p99")),
+        ("end-to-end p50 ms", e.get("p50")),
+        ("end-to-end p99 ms", e.get("p99")),
+        ("end-to-end p99 / produce p99", e["p99"] / p["p99"] if e.get("p99") and p.get("p99")
+         else None),
+        ("consumed / produced (measured period)", consumed / produced if produced else None),
+        ("backlog at the end, records", s.get("backlog_records")),
+        ("broker CPU, cores", r["broker_cores"]),
+        ("broker CPU s per GiB produced + consumed", r["cpu_s_per_gib"]),
+        ("broker RSS MiB, idle", r["rss_idle_mib"]),
+        ("broker RSS MiB, largest", r["rss_max_mib"]),
+        ("load generator CPU, cores", r["client_cores"]),
+    ]
+
+
+def report(results, stamp, elapsed):
+    lines = [f"## Many partitions ({stamp})", "",
+             f"One topic, one producer (acks=all, linger.ms=5) at {MIB:g} MiB/s of 1 KiB "
+             f"records, one consumer group of one consumer; {WARMUP} warm-up, {DURATION} "
+             "measured; a fresh single broker per run (Weir: objects in a local directory). "
+             "Goal for Weir: consumers keep up (end-to-end p99 within 2x of produce p99, "
+             "everything produced consumed) and memory within its cache budgets (log cache "
+             "512 MiB + block cache 256 MiB by default). The load generator shares the "
+             "machine's two cores with the broker.", "",
+             "| partitions | figure | Kafka | Weir | Weir/Kafka |", "|---:|---|---:|---:|---:|"]
+    for n in COUNTS:
+        k = results.get(("kafka", n))
+        w = results.get(("weir", n))
+        kf = figures(k) if isinstance(k, dict) else None
+        wf = figures(w) if isinstance(w, dict) else None
+        base = kf or wf
+        if base is None:
+            lines.append(f"| {n:,} | failed: kafka {k}, weir {w} | | | |")
+            continue
+        for i, (label, _) in enumerate(base):
+            kv = kf[i][1] if kf else (k if isinstance(k, str) else None)
+            wv = wf[i][1] if wf else (w if isinstance(w, str) else None)
+            head = f"{n:,}" if i == 0 else ""
+            digits = 2 if "/" in label else 1
+            lines.append(f"| {head} | {label} | {fmt(kv, digits)} | {fmt(wv, digits)} | "
+                         f"{ratio(kv, wv)} |")
+    lines += ["", "Commands:", ""]
+    for key in sorted(results, key=lambda k: (k[1], k[0])):
+        r = results[key]
+        if isinstance(r, dict):
+            lines.append(f"- {key[0]}, {key[1]:,} partitions: `{r['cmd']}`")
+        else:
+            lines.append(f"- {key[0]}, {key[1]:,} partitions: failed: {r}")
+    lines += ["", f"Reproduce: `WEIR_BIN=target/release/weir bench/partitions.py` "
+              f"(BENCH_P_COUNTS=\"{' '.join(map(str, COUNTS))}\"); this run took "
+              f"{elapsed:.0f} s.", ""]
+    return "\n".join(lines)
+
+
+def main():
+    if "WEIR_BIN" not in os.environ:
+        sys.exit("partitions.py: set WEIR_BIN to the weir binary")
+    os.makedirs(WORK, exist_ok=True)
+    os.makedirs(RESULTS, exist_ok=True)
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H%M")
+    t0 = time.monotonic()
+    results = {}
+    for n in COUNTS:
+        for kind in BROKERS:
+            try:
+                results[(kind, n)] = run(kind, n)
+            except Exception as e:  # one failure must not lose the other runs
+                print(f"bench: {kind} with {n} partitions failed: {e}", flush=True)
+                results[(kind, n)] = str(e).splitlines()[0][:200] if str(e) else repr(e)
+    text = report(results, stamp, time.monotonic() - t0)
+    print(text)
+    out = os.path.join(RESULTS, f"partitions-{stamp}.md")
+    with open(out, "w") as f:
+        f.write(text)
+    with open(os.path.join(RESULTS, f"partitions-{stamp}.json"), "w") as f:
+        json.dump({f"{k[0]}-{k[1]}": v for k, v in results.items()}, f, indent=1)
+    print(f"bench: wrote {out}")
+    append = os.environ.get("BENCH_P_APPEND_TO")
+    if append:
+        with open(append, "a") as f:
+            f.write("\n" + text)
+
+
+if __name__ == "__main__":
+    main()
