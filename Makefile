@@ -53,6 +53,14 @@ bench-partitions:
 	tools/kafka/kafka.sh install
 	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/partitions.py
 
+# Kafka's ProducerPerformance against both (about 3 minutes): the maximum durable throughput and
+# latency at 30,000 records/s, one partition; writes bench/results/producer-perf-*.md.
+.PHONY: bench-producer-perf
+bench-producer-perf:
+	$(CARGO) build --release -p weir
+	tools/kafka/kafka.sh install
+	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/producer_perf.py
+
 # Partition moves under load on a three-broker cluster (one PostgreSQL, one s3s-fs, three
 # `weir serve`; under 2 minutes): produce and consumer unavailability per move for each backlog
 # size, beside AutoMQ's published figure; writes bench/results/move-YYYY-MM-DD-HHMM.md.

@@ -48,6 +48,8 @@
 #   BENCH_NO_BUILD [0]                             1: use target/release/weir as it is
 #   BENCH_OBJECT_WAL [1]                           0: leave out the object WAL's section
 #                                                  (bench/object_wal.py, BENCH_OW_* settings)
+#   BENCH_PRODUCER_PERF [1]                        0: leave out the ProducerPerformance section
+#                                                  (bench/producer_perf.py, BENCH_PP_* settings)
 #   BENCH_MANY_PARTITIONS [1]                      0: leave out the many-partitions section
 #                                                  (bench/partitions.py, BENCH_P_* settings)
 #   BENCH_ZONES [1]                                0: leave out the zones section
@@ -430,6 +432,14 @@ if [[ ${BENCH_OBJECT_WAL:-1} == 1 ]]; then
     python3 "$ROOT/bench/object_wal.py"; then
     log "the object WAL section failed"
     echo "object-wal failed" >>"$OUT/failures.txt"
+  fi
+fi
+# Kafka's ProducerPerformance (bench/producer_perf.py): maximum and 30,000 records/s, one partition.
+if [[ ${BENCH_PRODUCER_PERF:-1} == 1 ]]; then
+  if ! WEIR_BIN=$WEIR BENCH_PP_RESULTS=$OUT BENCH_PP_APPEND_TO=$RESULTS/$STAMP.md \
+    python3 "$ROOT/bench/producer_perf.py"; then
+    log "the ProducerPerformance section failed"
+    echo "producer-perf failed" >>"$OUT/failures.txt"
   fi
 fi
 # Many partitions (bench/partitions.py): 16, 1,000 and 10,000 partitions beside Kafka.

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Kafka's own load generator against Weir and Apache Kafka, on this machine
+(`make bench-producer-perf`; `make bench` runs it too).
+
+    WEIR_BIN=target/release/weir bench/producer_perf.py
+
+ProducerPerformance from kafka-clients 4.1 (tools/kafka/kafka.sh tool producer-perf), 1 KiB
+records, acks=all, linger.ms=1, one partition, each run on a fresh single broker (Kafka 4.1;
+`weir serve` with its objects in a local directory):
+
+  max     as fast as it goes, BENCH_PP_MAX_RECORDS [2000000] records: the maximum durable
+          produce throughput (Kafka acknowledges from its page cache, Weir once its WAL synced)
+  30k     BENCH_PP_RATE [30000] records/s for BENCH_PP_SECONDS [30] s: produce latency
+          percentiles at a fixed rate
+
+plus the broker's CPU seconds per GiB and resident memory (largest), from /proc every second.
+Writes bench/results/producer-perf-YYYY-MM-DD-HHMM.md (and appends the section to
+BENCH_PP_APPEND_TO when set, as `make bench` does).
+
+Environment (defaults in brackets): WEIR_BIN (required), BENCH_PP_BROKERS ["kafka weir"],
+BENCH_PP_MAX_RECORDS, BENCH_PP_RATE, BENCH_PP_SECONDS, BENCH_PP_DIR [target/bench-producer-perf],
+BENCH_PP_RESULTS [bench/results].
+"""
+
+import datetime
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(REPO, "tests", "compat", "python"))
+sys.path.insert(0, HERE)
+
+import conftest  # noqa: E402  (the harness: Broker)
+from partitions import Sampler  # noqa: E402
+
+BROKERS = os.environ.get("BENCH_PP_BROKERS", "kafka weir").split()
+MAX_RECORDS = int(os.environ.get("BENCH_PP_MAX_RECORDS", "2000000"))
+RATE = int(os.environ.get("BENCH_PP_RATE", "30000"))
+SECONDS = int(os.environ.get("BENCH_PP_SECONDS", "30"))
+WORK = os.path.abspath(os.environ.get("BENCH_PP_DIR",
+                                      os.path.join(REPO, "target", "bench-producer-perf")))
+RESULTS = os.path.abspath(os.environ.get("BENCH_PP_RESULTS",
+                                         os.path.join(REPO, "bench", "results")))
+PROPS = ["acks=all", "linger.ms=1"]
+LINE = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), "
+                  r"([\d.]+) ms avg latency, ([\d.]+) ms max latency, (\d+) ms 50th, "
+                  r"(\d+) ms 95th, (\d+) ms 99th, (\d+) ms 99.9th")
+
+
+def tool(*args, timeout=600):
+    cmd = [os.path.join(REPO, "tools", "kafka", "kafka.sh"), "tool", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def run(kind, tag, records, throughput):
+    root = os.path.join(WORK, f"{kind}-{tag}")
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root)
+    b = conftest.Broker(kind, root, env={"WEIR_WAL_CAPACITY": str(1 << 30)})
+    b.kind = kind
+    b.start()
+    try:
+        r = tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", b.bootstrap,
+                 "--create", "--topic", "pp", "--partitions", "1", "--replication-factor", "1")
+        if r.returncode != 0:
+            raise RuntimeError(f"creating the topic failed: {r.stderr[-300:]}")
+        args = ["producer-perf", "--topic", "pp", "--num-records", str(records),
+                "--record-size", "1024", "--throughput", str(throughput),
+                "--producer-props", f"bootstrap.servers={b.bootstrap}", *PROPS]
+        print("bench: kafka.sh tool " + " ".join(args), flush=True)
+        sampler = Sampler(b.pid)
+        sampler.start()
+        r = tool(*args)
+        sampler.halt.set()
+        sampler.join()
+    finally:
+        b.stop()
+    m = None
+    for line in r.stdout.splitlines():
+        m = LINE.search(line) or m
+    if m is None:
+        raise RuntimeError(f"no summary from ProducerPerformance: {r.stdout[-300:]}"
+                           f"{r.stderr[-300:]}")
+    g = [float(x) for x in m.groups()]
+    gib = g[0] * 1024 / (1 << 30)
+    s = sampler.summary()
+    return {"kind": kind, "tag": tag, "records_per_sec": g[1], "mb_per_sec": g[2],
+            "avg": g[3], "p50": g[5], "p95": g[6], "p99": g[7], "p999": g[8], "max": g[4],
+            "cpu_s_per_gib": s["cpu_s"] / gib if s and gib else None,
+            "rss_max_mib": s.get("rss_max_mib"),
+            "cmd": "kafka.sh tool " + " ".join(args).replace(b.bootstrap, "HOST:PORT")}
+
+
+def fmt(v):
+    if v is None:
+        return "-"
+    if isinstance(v, str):
+        return v
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.1f}"
+
+
+def ratio(k, w):
+    if not isinstance(k, (int, float)) or not isinstance(w, (int, float)) or not k:
+        return "-"
+    return f"{w / k:.2f}"
+
+
+def report(results, stamp, elapsed):
+    rows = [
+        ("max", "records/s", "records_per_sec"), ("max", "MB/s", "mb_per_sec"),
+        ("max", "latency p50 ms", "p50"), ("max", "latency p99 ms", "p99"),
+        ("max", "broker CPU s per GiB", "cpu_s_per_gib"),
+        ("max", "broker RSS MiB, largest", "rss_max_mib"),
+        ("30k", "records/s", "records_per_sec"), ("30k", "latency p50 ms", "p50"),
+        ("30k", "latency p99 ms", "p99"), ("30k", "latency p99.9 ms", "p999"),
+        ("30k", "latency max ms", "max"),
+        ("30k", "broker CPU s per GiB", "cpu_s_per_gib"),
+        ("30k", "broker RSS MiB, largest", "rss_max_mib"),
+    ]
+    titles = {"max": f"maximum ({MAX_RECORDS:,} records as fast as they go)",
+              "30k": f"{RATE:,} records/s for {SECONDS} s"}
+    lines = [f"## Kafka's ProducerPerformance ({stamp})", "",
+             "kafka-clients 4.1's ProducerPerformance, 1 KiB records, acks=all, linger.ms=1, one "
+             "partition, a fresh single broker per run (Weir: objects in a local directory). "
+             "Kafka acknowledges from its page cache (no fsync), Weir once its WAL has synced "
+             "the record. Goals for Weir: maximum at least 2x Kafka's; p99 at most 5 ms at "
+             "30,000 records/s.", "",
+             "| run | figure | Kafka | Weir | Weir/Kafka |", "|---|---|---:|---:|---:|"]
+    last = None
+    for tag, label, key in rows:
+        k, w = results.get(("kafka", tag)), results.get(("weir", tag))
+        kv = k.get(key) if isinstance(k, dict) else k
+        wv = w.get(key) if isinstance(w, dict) else w
+        head = titles[tag] if tag != last else ""
+        last = tag
+        lines.append(f"| {head} | {label} | {fmt(kv)} | {fmt(wv)} | {ratio(kv, wv)} |")
+    lines += ["", "Commands:", ""]
+    for (kind, tag), r in sorted(results.items()):
+        lines.append(f"- {kind} ({tag}): " + (f"`{r['cmd']}`" if isinstance(r, dict)
+                                              else f"failed: {r}"))
+    lines += ["", "Reproduce: `WEIR_BIN=target/release/weir bench/producer_perf.py`; this run "
+              f"took {elapsed:.0f} s.", ""]
+    return "\n".join(lines)
+
+
+def main():
+    if "WEIR_BIN" not in os.environ:
+        sys.exit("producer_perf.py: set WEIR_BIN to the weir binary")
+    os.makedirs(WORK, exist_ok=True)
+    os.makedirs(RESULTS, exist_ok=True)
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H%M")
+    t0 = time.monotonic()
+    results = {}
+    for tag, records, throughput in [("max", MAX_RECORDS, -1), ("30k", RATE * SECONDS, RATE)]:
+        for kind in BROKERS:
+            try:
+                results[(kind, tag)] = run(kind, tag, records, throughput)
+            except Exception as e:  # one failure must not lose the other runs
+                print(f"bench: {kind} ({tag}) failed: {e}", flush=True)
+                results[(kind, tag)] = (str(e).splitlines() or [repr(e)])[0][:200]
+    text = report(results, stamp, time.monotonic() - t0)
+    print(text)
+    out = os.path.join(RESULTS, f"producer-perf-{stamp}.md")
+    with open(out, "w") as f:
+        f.write(text)
+    with open(os.path.join(RESULTS, f"producer-perf-{stamp}.json"), "w") as f:
+        json.dump({f"{k[0]}-{k[1]}": v for k, v in results.items()}, f, indent=1)
+    print(f"bench: wrote {out}")
+    append = os.environ.get("BENCH_PP_APPEND_TO")
+    if append:
+        with open(append, "a") as f:
+            f.write("\n" + text)
+
+
+if __name__ == "__main__":
+    main()
