@@ -10,7 +10,8 @@ creates one topic of that many partitions and runs one producer (acks=all, linge
 BENCH_P_MIB MiB/s of 1 KiB records with one consumer group of one consumer; BENCH_P_WARMUP of
 warm-up, BENCH_P_DURATION measured. The question: do consumers keep up (end-to-end p99 within
 2x of produce p99, nothing left behind), and how do latency, CPU and memory grow with the
-partition count?
+partition count? The topic is created first with Kafka's kafka-topics, with at most 5,000
+partitions and then grown (Kafka's controller refuses 10,000 partitions in one request).
 
 Per run: produce and end-to-end latency p50/p99 (`weir perf`), the share of produced records
 consumed in the measured period and the backlog at the end, the broker's CPU (average cores and
@@ -97,6 +98,29 @@ class Sampler(threading.Thread):
                 "rss_max_mib": max(r for _, _, r in self.samples)}
 
 
+TOPIC = "many"
+# Kafka's controller refuses a request of more than 10,000 metadata records
+# (QuorumController.MAX_RECORDS_PER_USER_OP): a topic of 10,000 partitions is created with
+# fewer, then grown (CreatePartitions), on both brokers alike.
+CREATE_AT_MOST = 5000
+
+
+def kafka_tool(*args, timeout=600):
+    cmd = [os.path.join(REPO, "tools", "kafka", "kafka.sh"), "tool",
+           "org.apache.kafka.tools.TopicCommand", *args]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"kafka-topics {' '.join(args[2:4])} failed: {r.stderr[-300:]}")
+
+
+def create_topic(bootstrap, name, partitions):
+    kafka_tool("--bootstrap-server", bootstrap, "--create", "--topic", name, "--partitions",
+               str(min(partitions, CREATE_AT_MOST)), "--replication-factor", "1")
+    if partitions > CREATE_AT_MOST:
+        kafka_tool("--bootstrap-server", bootstrap, "--alter", "--topic", name, "--partitions",
+                   str(partitions))
+
+
 def run(kind, partitions):
     root = os.path.join(WORK, f"{kind}-{partitions}")
     shutil.rmtree(root, ignore_errors=True)
@@ -109,14 +133,15 @@ def run(kind, partitions):
         idle = proc_sample(b.pid)
         broker = Sampler(b.pid)
         broker.start()
+        create_topic(b.bootstrap, TOPIC + "-0", partitions)
         out_json = os.path.join(root, "perf.json")
         cmd = [os.environ["WEIR_BIN"], "perf", "--bootstrap-servers", b.bootstrap,
-               "--partitions", str(partitions), "--producers", "1", "--groups", "1",
+               "--topic-prefix", TOPIC, "--partitions", str(partitions), "--producers", "1", "--groups", "1",
                "--consumers", "1", "--record-size", "1024", "--throughput-mib", f"{MIB:g}",
                "--producer-config", "acks=all", "--producer-config", "linger.ms=5",
-               "--warmup", WARMUP, "--duration", DURATION, "--quiet", "--output", out_json]
+               "--warmup", WARMUP, "--duration", DURATION, "--quiet"]
         print("bench: " + " ".join(cmd), flush=True)
-        gen = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+        gen = subprocess.Popen(cmd + ["--output", out_json], stdout=subprocess.DEVNULL)
         client = Sampler(gen.pid)
         client.start()
         rc = gen.wait()
@@ -202,8 +227,8 @@ def report(results, stamp, elapsed):
             lines.append(f"| {n:,} | failed: kafka {k}, weir {w} | | | |")
             continue
         for i, (label, _) in enumerate(base):
-            kv = kf[i][1] if kf else (k if isinstance(k, str) else None)
-            wv = wf[i][1] if wf else (w if isinstance(w, str) else None)
+            kv = kf[i][1] if kf else ("failed" if i == 0 else None)
+            wv = wf[i][1] if wf else ("failed" if i == 0 else None)
             head = f"{n:,}" if i == 0 else ""
             digits = 2 if "/" in label else 1
             lines.append(f"| {head} | {label} | {fmt(kv, digits)} | {fmt(wv, digits)} | "
