@@ -382,11 +382,14 @@ async fn fetch_once(
     max_bytes: usize,
     wait: bool,
 ) -> (FetchResponse, usize, bool, bool) {
-    // Partitions are read concurrently, so a catch-up read of many partitions waits for one
-    // round of object GETs rather than one per partition. Each partition that has data gets its
-    // share of the total up front, in request order (its own limit, while the total lasts), so
-    // what is read stays within `max_bytes`; partitions with nothing to read take no share, so
-    // that caught-up partitions early in the request do not starve later ones.
+    // Reads that do not wait (the first pass) of partitions led here are done one after the
+    // other, in request order, each taking from the total what it read (its own limit, while
+    // the total lasts), as Kafka does: a consumer of thousands of partitions with a little new
+    // data each gets all of it in one fetch. Reads that wait for object storage, and reads for
+    // another zone's leader, run concurrently, so that a catch-up of many partitions waits for
+    // one round of GETs rather than one per partition; each of those gets its share of the total
+    // up front. Partitions with nothing to read take no share, so that caught-up partitions
+    // early in the request do not starve later ones.
     let mut reserved = 0usize;
     let mut first = true;
     // Partitions with nothing to read are answered here, without a future: a consumer of
@@ -414,7 +417,13 @@ async fn fetch_once(
             } else {
                 0
             };
-            reserved += budget;
+            // A read that does not wait, of a partition led here, is done at once, in request
+            // order, and takes from the total what it read, as Kafka's reads do; the others run
+            // concurrently, each with its whole share set aside.
+            let inline = !wait && matches!(&bounds, Ok((Source::Local(_), _)));
+            if !inline {
+                reserved += budget;
+            }
             let at_least_one = has_data && first;
             first &= !has_data;
             // Nothing to read at the end of the log or once the total is spent; an offset out
@@ -428,8 +437,7 @@ async fn fetch_once(
                     bounds,
                     read,
                 } => {
-                    parts.push(None);
-                    reads.push(async move {
+                    let read = async move {
                         let (pd, bytes, outcome) =
                             read_partition(topics, w, pd, source, bounds, read, wait).await;
                         // A partition's first batch may be larger than its share; only the
@@ -443,7 +451,15 @@ async fn fetch_once(
                             (pd.with_records(records), bytes)
                         };
                         (ti, pi, (pd, bytes, outcome))
-                    });
+                    };
+                    if inline {
+                        let (_, _, a) = read.await;
+                        reserved += a.1;
+                        parts.push(Some(a));
+                    } else {
+                        parts.push(None);
+                        reads.push(read.boxed());
+                    }
                 }
             }
         }
