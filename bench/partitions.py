@@ -119,16 +119,19 @@ def create_topic(bootstrap, name, partitions):
     if partitions > CREATE_AT_MOST:
         kafka_tool("--bootstrap-server", bootstrap, "--alter", "--topic", name, "--partitions",
                    str(partitions))
-    # The new partitions show in Metadata a little after the request returns.
+    # The new partitions show in Metadata, with their leaders, a little after the request
+    # returns: the load starts once every partition has a leader.
     from confluent_kafka.admin import AdminClient
     admin = AdminClient({"bootstrap.servers": bootstrap})
     deadline = time.monotonic() + 180
     while True:
         md = admin.list_topics(topic=name, timeout=30).topics.get(name)
-        if md is not None and md.error is None and len(md.partitions) == partitions:
+        if (md is not None and md.error is None and len(md.partitions) == partitions
+                and all(p.leader >= 0 for p in md.partitions.values())):
             return
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{name} does not show {partitions} partitions after 180 s")
+            raise RuntimeError(f"{name} does not show {partitions} partitions with leaders "
+                               "after 180 s")
         time.sleep(1)
 
 
