@@ -276,16 +276,22 @@ def main():
                 print(f"bench: {kind} with {n} partitions failed: {e}", flush=True)
                 results[(kind, n)] = str(e).splitlines()[0][:200] if str(e) else repr(e)
     text = report(results, stamp, time.monotonic() - t0)
+    write_results(RESULTS, f"partitions-{stamp}", text, results,
+                  os.environ.get("BENCH_P_APPEND_TO"))
+
+
+def write_results(where, name, text, results, append_to=None):
+    """Prints the section, writes it as WHERE/NAME.md and its runs (keyed (broker, run)) as
+    NAME.json, and appends it to `append_to` (the report of `make bench`) if given."""
     print(text)
-    out = os.path.join(RESULTS, f"partitions-{stamp}.md")
+    out = os.path.join(where, f"{name}.md")
     with open(out, "w") as f:
         f.write(text)
-    with open(os.path.join(RESULTS, f"partitions-{stamp}.json"), "w") as f:
+    with open(os.path.join(where, f"{name}.json"), "w") as f:
         json.dump({f"{k[0]}-{k[1]}": v for k, v in results.items()}, f, indent=1)
     print(f"bench: wrote {out}")
-    append = os.environ.get("BENCH_P_APPEND_TO")
-    if append:
-        with open(append, "a") as f:
+    if append_to:
+        with open(append_to, "a") as f:
             f.write("\n" + text)
 
 

@@ -23,7 +23,6 @@ BENCH_PP_RESULTS [bench/results].
 """
 
 import datetime
-import json
 import os
 import re
 import shutil
@@ -37,7 +36,7 @@ sys.path.insert(0, os.path.join(REPO, "tests", "compat", "python"))
 sys.path.insert(0, HERE)
 
 import conftest  # noqa: E402  (the harness: Broker)
-from partitions import Sampler, create_topic  # noqa: E402
+from partitions import Sampler, create_topic, write_results  # noqa: E402
 
 BROKERS = os.environ.get("BENCH_PP_BROKERS", "kafka weir").split()
 MAX_RECORDS = int(os.environ.get("BENCH_PP_MAX_RECORDS", "2000000"))
@@ -164,17 +163,8 @@ def main():
                 print(f"bench: {kind} ({tag}) failed: {e}", flush=True)
                 results[(kind, tag)] = (str(e).splitlines() or [repr(e)])[0][:200]
     text = report(results, stamp, time.monotonic() - t0)
-    print(text)
-    out = os.path.join(RESULTS, f"producer-perf-{stamp}.md")
-    with open(out, "w") as f:
-        f.write(text)
-    with open(os.path.join(RESULTS, f"producer-perf-{stamp}.json"), "w") as f:
-        json.dump({f"{k[0]}-{k[1]}": v for k, v in results.items()}, f, indent=1)
-    print(f"bench: wrote {out}")
-    append = os.environ.get("BENCH_PP_APPEND_TO")
-    if append:
-        with open(append, "a") as f:
-            f.write("\n" + text)
+    write_results(RESULTS, f"producer-perf-{stamp}", text, results,
+                  os.environ.get("BENCH_PP_APPEND_TO"))
 
 
 if __name__ == "__main__":

@@ -117,6 +117,24 @@ pub async fn multipart(store: &dyn ObjectStore, prefix: &str) {
     store.delete(&p).await.expect("DELETE");
 }
 
+/// An engine on `store` with its WAL (64 MiB) and SQLite metadata in `dir`, which it finds again
+/// when opened anew.
+async fn open_engine(
+    dir: &std::path::Path,
+    config: StorageConfig,
+    store: Arc<dyn ObjectStore>,
+) -> Engine {
+    let wal = weir_wal::FileWal::open(weir_wal::FileWalConfig {
+        capacity: 64 << 20,
+        ..weir_wal::FileWalConfig::new(dir.join("wal"))
+    })
+    .expect("WAL");
+    let meta = weir_meta::SqliteMetaStore::open(&dir.join("meta.sqlite")).expect("meta");
+    Engine::open(config, Arc::new(wal), Arc::new(meta), store)
+        .await
+        .expect("engine")
+}
+
 /// Appends through an engine on `store`, uploads (with objects large enough for multipart),
 /// restarts the engine with an empty cache and reads everything back through ranged GETs.
 pub async fn engine_round_trip(store: Arc<dyn ObjectStore>) {
@@ -129,21 +147,7 @@ pub async fn engine_round_trip(store: Arc<dyn ObjectStore>) {
         multipart_part_bytes: 5 << 20,
         ..StorageConfig::default()
     };
-    let open = |store: Arc<dyn ObjectStore>| {
-        let dir = dir.path().to_path_buf();
-        let config = config.clone();
-        async move {
-            let wal = weir_wal::FileWal::open(weir_wal::FileWalConfig {
-                capacity: 64 << 20,
-                ..weir_wal::FileWalConfig::new(dir.join("wal"))
-            })
-            .expect("WAL");
-            let meta = weir_meta::SqliteMetaStore::open(&dir.join("meta.sqlite")).expect("meta");
-            Engine::open(config, Arc::new(wal), Arc::new(meta), store)
-                .await
-                .expect("engine")
-        }
-    };
+    let open = |store: Arc<dyn ObjectStore>| open_engine(dir.path(), config.clone(), store);
     let engine = open(Arc::clone(&store)).await;
     engine.open_stream(1, 1).await.expect("open");
     engine.open_stream(2, 1).await.expect("open");
@@ -202,21 +206,7 @@ pub async fn compaction_round_trip(store: Arc<dyn ObjectStore>) {
         background_bytes_per_sec: 0,
         ..StorageConfig::default()
     };
-    let open = || {
-        let dir = dir.path().to_path_buf();
-        let (config, store) = (config.clone(), Arc::clone(&store));
-        async move {
-            let wal = weir_wal::FileWal::open(weir_wal::FileWalConfig {
-                capacity: 64 << 20,
-                ..weir_wal::FileWalConfig::new(dir.join("wal"))
-            })
-            .expect("WAL");
-            let meta = weir_meta::SqliteMetaStore::open(&dir.join("meta.sqlite")).expect("meta");
-            Engine::open(config, Arc::new(wal), Arc::new(meta), store)
-                .await
-                .expect("engine")
-        }
-    };
+    let open = || open_engine(dir.path(), config.clone(), Arc::clone(&store));
     // Six uploads of 2 MiB: six small ranges, 12 MiB in all.
     const BATCHES: u64 = 6 * 32;
     let engine = open().await;
