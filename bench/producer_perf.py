@@ -24,9 +24,7 @@ BENCH_PP_RESULTS [bench/results].
 
 import datetime
 import os
-import re
 import shutil
-import subprocess
 import sys
 import time
 
@@ -36,6 +34,7 @@ sys.path.insert(0, os.path.join(REPO, "tests", "compat", "python"))
 sys.path.insert(0, HERE)
 
 import conftest  # noqa: E402  (the harness: Broker)
+from object_wal import JAVA_LINE, kafka_tool  # noqa: E402  (ProducerPerformance's summary)
 from partitions import Sampler, create_topic, write_results  # noqa: E402
 
 BROKERS = os.environ.get("BENCH_PP_BROKERS", "kafka weir").split()
@@ -47,14 +46,6 @@ WORK = os.path.abspath(os.environ.get("BENCH_PP_DIR",
 RESULTS = os.path.abspath(os.environ.get("BENCH_PP_RESULTS",
                                          os.path.join(REPO, "bench", "results")))
 PROPS = ["acks=all", "linger.ms=1"]
-LINE = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), "
-                  r"([\d.]+) ms avg latency, ([\d.]+) ms max latency, (\d+) ms 50th, "
-                  r"(\d+) ms 95th, (\d+) ms 99th, (\d+) ms 99.9th")
-
-
-def tool(*args, timeout=600):
-    cmd = [os.path.join(REPO, "tools", "kafka", "kafka.sh"), "tool", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
 def run(kind, tag, records, throughput):
@@ -74,14 +65,14 @@ def run(kind, tag, records, throughput):
         print("bench: kafka.sh tool " + " ".join(args), flush=True)
         sampler = Sampler(b.pid)
         sampler.start()
-        r = tool(*args)
+        r = kafka_tool(*args)
         sampler.halt.set()
         sampler.join()
     finally:
         b.stop()
     m = None
     for line in r.stdout.splitlines():
-        m = LINE.search(line) or m
+        m = JAVA_LINE.search(line) or m
     if m is None:
         raise RuntimeError(f"no summary from ProducerPerformance: {r.stdout[-300:]}"
                            f"{r.stderr[-300:]}")

@@ -437,7 +437,7 @@ async fn fetch_once(
                     bounds,
                     read,
                 } => {
-                    let read = async move {
+                    let reading = async move {
                         let (pd, bytes, outcome) =
                             read_partition(topics, w, pd, source, bounds, read, wait).await;
                         // A partition's first batch may be larger than its share; only the
@@ -453,12 +453,12 @@ async fn fetch_once(
                         (ti, pi, (pd, bytes, outcome))
                     };
                     if inline {
-                        let (_, _, a) = read.await;
+                        let (_, _, a) = reading.await;
                         reserved += a.1;
                         parts.push(Some(a));
                     } else {
                         parts.push(None);
-                        reads.push(read.boxed());
+                        reads.push(reading.boxed());
                     }
                 }
             }

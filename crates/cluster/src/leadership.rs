@@ -151,14 +151,14 @@ impl Cluster {
                     // Topics created elsewhere must be known before their partitions open here.
                     host.refresh_catalog().await;
                     seen_version = Some(version);
+                    by_stream = view
+                        .assignments
+                        .iter()
+                        .enumerate()
+                        .map(|(i, a)| (a.stream_id, i))
+                        .collect();
                 }
                 ended.clear();
-                by_stream = view
-                    .assignments
-                    .iter()
-                    .enumerate()
-                    .map(|(i, a)| (a.stream_id, i))
-                    .collect();
                 let local: HashSet<u64> = host.local_streams().into_iter().collect();
                 actions(&view, self.node_id, &local)
             } else {

@@ -50,6 +50,8 @@ const PARTS_IN_FLIGHT: usize = 2;
 /// A multipart upload fed as the object is built: full parts are uploaded (a few at once)
 /// while the next ones are read.
 struct PartUpload {
+    /// The object being written (prepared in the metadata store).
+    id: u64,
     upload: Box<dyn MultipartUpload>,
     /// Bytes not yet in a part.
     pending: Vec<Bytes>,
@@ -58,12 +60,13 @@ struct PartUpload {
 }
 
 impl PartUpload {
-    async fn start(store: &Arc<dyn ObjectStore>, key: &str) -> Result<Self> {
+    async fn start(store: &Arc<dyn ObjectStore>, id: u64) -> Result<Self> {
         let upload = store
-            .put_multipart(&Path::from(key))
+            .put_multipart(&Path::from(object_key(id)))
             .await
             .map_err(StorageError::Object)?;
         Ok(PartUpload {
+            id,
             upload,
             pending: Vec::new(),
             pending_len: 0,
@@ -71,9 +74,8 @@ impl PartUpload {
         })
     }
 
-    /// Adds `len` bytes of the object; uploads them as parts once there are `part_bytes` (all
-    /// that is pending if `part_bytes` is 0, as the last part), each taken from compaction's
-    /// budget first.
+    /// Adds `len` bytes of the object; uploads what is pending as a part once it reaches
+    /// `part_bytes`.
     async fn add(
         &mut self,
         engine: &EngineInner,
@@ -83,7 +85,16 @@ impl PartUpload {
     ) -> Result<()> {
         self.pending.extend(data);
         self.pending_len += len;
-        if self.pending_len == 0 || self.pending_len < part_bytes {
+        if self.pending_len >= part_bytes {
+            self.send(engine).await?;
+        }
+        Ok(())
+    }
+
+    /// Uploads what is pending as one part (taken from compaction's budget first), with at
+    /// most [`PARTS_IN_FLIGHT`] parts under way.
+    async fn send(&mut self, engine: &EngineInner) -> Result<()> {
+        if self.pending_len == 0 {
             return Ok(());
         }
         while self.in_flight.len() >= PARTS_IN_FLIGHT {
@@ -111,12 +122,25 @@ impl PartUpload {
         }
     }
 
-    async fn complete(&mut self) -> Result<()> {
-        while !self.in_flight.is_empty() {
-            self.wait_one().await?;
+    /// Uploads the object's last bytes (`data`, its tail) and completes the upload; aborts it
+    /// on failure.
+    async fn finish(mut self, engine: &EngineInner, data: Vec<Bytes>) -> Result<()> {
+        let len: u64 = data.iter().map(|d| d.len() as u64).sum();
+        self.pending.extend(data);
+        self.pending_len += len;
+        let done = async {
+            self.send(engine).await?;
+            while !self.in_flight.is_empty() {
+                self.wait_one().await?;
+            }
+            self.upload.complete().await.map_err(StorageError::Object)?;
+            Ok(())
         }
-        self.upload.complete().await.map_err(StorageError::Object)?;
-        Ok(())
+        .await;
+        if done.is_err() {
+            self.abort().await;
+        }
+        done
     }
 
     async fn abort(mut self) {
@@ -126,12 +150,6 @@ impl PartUpload {
         if let Err(e) = self.upload.abort().await {
             tracing::debug!(error = %e, "aborting a compaction's multipart upload failed");
         }
-    }
-}
-
-async fn abort(upload: Option<PartUpload>) {
-    if let Some(u) = upload {
-        u.abort().await;
     }
 }
 
@@ -282,6 +300,65 @@ impl EngineInner {
         Ok(out)
     }
 
+    /// Reads the frames of `stream_id` from `start` to `end` into `b`, each through
+    /// `transform` if any, a few GETs at a time, handing each piece built to `upload` if any;
+    /// whether they were all there, contiguous.
+    #[allow(clippy::too_many_arguments)]
+    async fn read_run(
+        &self,
+        stream_id: u64,
+        start: u64,
+        end: u64,
+        transform: Option<&(dyn Fn(&Frame) -> Frame + Sync)>,
+        b: &mut ObjectBuilder,
+        mut upload: Option<&mut PartUpload>,
+        part_bytes: u64,
+    ) -> Result<bool> {
+        let mut next = start;
+        while next < end {
+            let got = self
+                .reader
+                .read(
+                    stream_id,
+                    next,
+                    end,
+                    COMPACTION_READ_BYTES,
+                    crate::reader::Purpose::Background,
+                )
+                .await?;
+            let contiguous = got.first().is_some_and(|f| f.base_offset == next)
+                && got
+                    .windows(2)
+                    .all(|w| w[0].end_offset() == w[1].base_offset);
+            let Some(last) = got.last().filter(|_| contiguous) else {
+                return Ok(false);
+            };
+            next = last.end_offset();
+            match transform {
+                Some(transform) => {
+                    let changed: Vec<Frame> = got
+                        .iter()
+                        .map(|f| {
+                            let t = transform(f);
+                            debug_assert!(
+                                t.base_offset == f.base_offset && t.record_count == f.record_count,
+                                "a rewrite keeps each frame's offsets"
+                            );
+                            t
+                        })
+                        .collect();
+                    b.extend_stream(stream_id, &changed);
+                }
+                None => b.extend_stream(stream_id, &got),
+            }
+            if let Some(u) = upload.as_deref_mut() {
+                let (parts, len) = b.take_parts();
+                u.add(self, parts, len, part_bytes).await?;
+            }
+        }
+        Ok(next == end)
+    }
+
     /// Takes `bytes` of compaction's bandwidth budget, yielding to consumers reading from
     /// object storage (as its reads do: [`crate::reader::ObjectReader::take_background`]).
     async fn take_background(&self, bytes: u64) {
@@ -310,98 +387,48 @@ impl EngineInner {
         // them as a part, drop them. So compaction holds a few parts per stream, not the run
         // twice over (its frames and the object built from them), whatever the target size; a
         // smaller run is one PUT.
-        let mut prepared = None;
         let mut upload = if run_bytes > 2 * part_bytes {
             let id = self.meta.prepare_object(object_key).await?;
-            prepared = Some(id);
-            Some(PartUpload::start(&self.store, &object_key(id)).await?)
+            Some(PartUpload::start(&self.store, id).await?)
         } else {
             None
         };
-        let mut next = start;
-        while next < end {
-            let got = self
-                .reader
-                .read(
-                    s.id,
-                    next,
-                    end,
-                    COMPACTION_READ_BYTES,
-                    crate::reader::Purpose::Background,
-                )
-                .await;
-            let got = match got {
-                Ok(got) => got,
-                Err(e) => {
-                    abort(upload).await;
-                    return Err(e);
-                }
-            };
-            let contiguous = got.first().is_some_and(|f| f.base_offset == next)
-                && got
-                    .windows(2)
-                    .all(|w| w[0].end_offset() == w[1].base_offset);
-            if !contiguous {
-                // Retention moved the start meanwhile, or the ranges changed: try again later.
-                abort(upload).await;
-                return Ok(None);
+        let read = self
+            .read_run(
+                s.id,
+                start,
+                end,
+                transform,
+                &mut b,
+                upload.as_mut(),
+                part_bytes,
+            )
+            .await;
+        if !matches!(read, Ok(true)) {
+            if let Some(u) = upload {
+                u.abort().await;
             }
-            let Some(last) = got.last() else { break };
-            next = last.end_offset();
-            match transform {
-                Some(transform) => {
-                    let changed: Vec<Frame> = got
-                        .iter()
-                        .map(|f| {
-                            let t = transform(f);
-                            debug_assert!(
-                                t.base_offset == f.base_offset && t.record_count == f.record_count,
-                                "a rewrite keeps each frame's offsets"
-                            );
-                            t
-                        })
-                        .collect();
-                    b.extend_stream(s.id, &changed);
-                }
-                None => b.extend_stream(s.id, &got),
-            }
-            if let Some(u) = upload.as_mut() {
-                let (parts, len) = b.take_parts();
-                if let Err(e) = u.add(self, parts, len, part_bytes).await {
-                    abort(upload).await;
-                    return Err(e);
-                }
-            }
-        }
-        if next != end {
-            abort(upload).await;
-            return Ok(None);
+            // Not whole (retention moved the start meanwhile, or the ranges changed): try again
+            // later.
+            return read.map(|_| None);
         }
         let (data, size, placements) = b.finish();
         let p = placements[0];
         debug_assert_eq!((p.start_offset, p.end_offset), (start, end));
-        let id = match prepared {
-            Some(id) => id,
-            None => self.meta.prepare_object(object_key).await?,
-        };
-        match upload {
-            Some(mut u) => {
-                let len = data.iter().map(|d| d.len() as u64).sum();
-                let done = match u.add(self, data, len, 0).await {
-                    Ok(()) => u.complete().await,
-                    Err(e) => Err(e),
-                };
-                if let Err(e) = done {
-                    u.abort().await;
-                    return Err(e);
-                }
+        let id = match upload {
+            Some(u) => {
+                let id = u.id;
+                u.finish(self, data).await?;
+                id
             }
             None => {
+                let id = self.meta.prepare_object(object_key).await?;
                 self.take_background(size).await;
                 self.put_with_retry(&object_key(id), data, size, crate::upload::PUT_ATTEMPTS)
                     .await?;
+                id
             }
-        }
+        };
         let commit = ObjectCommit {
             object_id: id,
             size,

@@ -155,12 +155,8 @@ pub struct SqliteMetaStore {
     /// Taken before a blocking thread is: calls wait for the one connection here, not each on
     /// a thread of its own (a burst of calls, one per partition, held hundreds of threads).
     conn: Arc<tokio::sync::Mutex<Connection>>,
-    /// Calls inside a blocking thread at once, and the most seen (tests).
     #[cfg(test)]
-    blocking: Arc<(
-        std::sync::atomic::AtomicUsize,
-        std::sync::atomic::AtomicUsize,
-    )>,
+    blocking: Arc<Blocking>,
     /// Moves on every cluster change: one process uses a SQLite store, so no one else changes it.
     changes: tokio::sync::watch::Sender<u64>,
 }
@@ -261,26 +257,24 @@ impl SqliteMetaStore {
     }
 }
 
-/// A call inside a blocking thread (tests count them).
+/// Calls inside a blocking thread at once, and the most seen (tests).
 #[cfg(test)]
-struct Inside(
-    Arc<(
-        std::sync::atomic::AtomicUsize,
-        std::sync::atomic::AtomicUsize,
-    )>,
-);
+#[derive(Default)]
+struct Blocking {
+    now: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+/// A call inside a blocking thread, counted while it lasts.
+#[cfg(test)]
+struct Inside(Arc<Blocking>);
 
 #[cfg(test)]
 impl Inside {
-    fn enter(
-        counts: Arc<(
-            std::sync::atomic::AtomicUsize,
-            std::sync::atomic::AtomicUsize,
-        )>,
-    ) -> Self {
+    fn enter(counts: Arc<Blocking>) -> Self {
         use std::sync::atomic::Ordering::SeqCst;
-        let now = counts.0.fetch_add(1, SeqCst) + 1;
-        counts.1.fetch_max(now, SeqCst);
+        let now = counts.now.fetch_add(1, SeqCst) + 1;
+        counts.most.fetch_max(now, SeqCst);
         Inside(counts)
     }
 }
@@ -288,7 +282,7 @@ impl Inside {
 #[cfg(test)]
 impl Drop for Inside {
     fn drop(&mut self) {
-        self.0 .0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.0.now.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -353,7 +347,7 @@ mod tests {
         while let Some(r) = calls.join_next().await {
             assert!(r.expect("task").expect("ranges").is_empty());
         }
-        assert_eq!(s.blocking.1.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(s.blocking.most.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     // Each part alone, through its own trait, then the whole.
