@@ -8,12 +8,14 @@
 //! written, which keeps at most two steps in the device queue ahead of the WAL. Then
 //! `fdatasync`, rename into place, and a sync of the directory.
 //!
-//! Multipart uploads collect their parts (the engine's parts are slices of buffers it holds
-//! anyway) and write them the same way on completion. Reads, lists, deletes and copies are
+//! A multipart upload writes each part into a staging file as it is put, at the part's place
+//! (parts are put in their order in the object, so each one's offset is known then), paced the
+//! same way; completion syncs and renames it. Holding the parts until completion would keep a
+//! whole compacted object in memory (up to `compaction_target_bytes` per stream being compacted)
+//! while the engine streams it out part by part. Reads, lists, deletes and copies are
 //! `LocalFileSystem`'s, with its `fsync` on.
 
 use std::fmt;
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -97,9 +99,24 @@ fn write_paced(
     staging: &std::path::Path,
     payload: &[Bytes],
 ) -> std::io::Result<()> {
-    let ctx = |what: &'static str| {
-        move |e: std::io::Error| std::io::Error::new(e.kind(), format!("{what}: {e}"))
-    };
+    let file = create_staging(dest, staging)?;
+    let mut pacer = Pacer::new(&file, 0);
+    for buf in payload {
+        pacer.write(buf)?;
+    }
+    finish_staging(file, dest, staging)
+}
+
+/// Adds `context` to an I/O error's message.
+fn ctx(what: &'static str) -> impl Fn(std::io::Error) -> std::io::Error {
+    move |e: std::io::Error| std::io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+/// Creates `dest`'s directory if needed (synced into its parent) and the staging file.
+fn create_staging(
+    dest: &std::path::Path,
+    staging: &std::path::Path,
+) -> std::io::Result<std::fs::File> {
     let parent = dest
         .parent()
         .ok_or_else(|| std::io::Error::other("object path has no parent"))?;
@@ -109,29 +126,63 @@ fn write_paced(
             sync_dir(grandparent).map_err(ctx("syncing the directory"))?;
         }
     }
-    let mut file = std::fs::File::create(staging).map_err(ctx("creating"))?;
-    let mut written = 0u64;
-    let mut unflushed = 0usize;
-    let mut previous: Option<(u64, u64)> = None;
-    for buf in payload {
-        let mut buf = &buf[..];
-        while !buf.is_empty() {
-            let n = (STEP - unflushed).min(buf.len());
-            file.write_all(&buf[..n]).map_err(ctx("writing"))?;
-            buf = &buf[n..];
-            unflushed += n;
-            written += n as u64;
-            if unflushed == STEP {
-                let step = (written - STEP as u64, STEP as u64);
-                hand_to_disk(&file, step, previous).map_err(ctx("writing back"))?;
-                previous = Some(step);
-                unflushed = 0;
-            }
+    std::fs::File::create(staging).map_err(ctx("creating"))
+}
+
+/// Writes consecutive buffers from an offset on, each [`STEP`] handed to the disk before the
+/// one after the next is written (steps run across buffers: many small ones make few steps).
+struct Pacer<'a> {
+    file: &'a std::fs::File,
+    /// Where the next byte goes.
+    at: u64,
+    /// Bytes written since the last step was handed to the disk.
+    unflushed: usize,
+    previous: Option<(u64, u64)>,
+}
+
+impl<'a> Pacer<'a> {
+    fn new(file: &'a std::fs::File, at: u64) -> Self {
+        Pacer {
+            file,
+            at,
+            unflushed: 0,
+            previous: None,
         }
     }
+
+    fn write(&mut self, mut buf: &[u8]) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        while !buf.is_empty() {
+            let n = (STEP - self.unflushed).min(buf.len());
+            self.file
+                .write_all_at(&buf[..n], self.at)
+                .map_err(ctx("writing"))?;
+            buf = &buf[n..];
+            self.at += n as u64;
+            self.unflushed += n;
+            if self.unflushed == STEP {
+                let step = (self.at - STEP as u64, STEP as u64);
+                hand_to_disk(self.file, step, self.previous).map_err(ctx("writing back"))?;
+                self.previous = Some(step);
+                self.unflushed = 0;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Syncs the staging file, renames it to `dest` and syncs the directory.
+fn finish_staging(
+    file: std::fs::File,
+    dest: &std::path::Path,
+    staging: &std::path::Path,
+) -> std::io::Result<()> {
     file.sync_data().map_err(ctx("syncing"))?;
     drop(file);
     std::fs::rename(staging, dest).map_err(ctx("renaming into place"))?;
+    let parent = dest
+        .parent()
+        .ok_or_else(|| std::io::Error::other("object path has no parent"))?;
     sync_dir(parent).map_err(ctx("syncing the directory"))
 }
 
@@ -200,10 +251,22 @@ impl ObjectStore for LocalStore {
         if !opts.attributes.is_empty() {
             return self.inner.put_multipart_opts(location, opts).await;
         }
+        let dest = self.inner.path_to_filesystem(location)?;
+        let staging = staging_path(&dest);
+        let name = location.to_string();
+        let file = {
+            let (dest, staging) = (dest.clone(), staging.clone());
+            tokio::task::spawn_blocking(move || create_staging(&dest, &staging))
+                .await
+                .map_err(|e| generic(&name, e.to_string()))?
+                .map_err(|e| generic(&name, e.to_string()))?
+        };
         Ok(Box::new(LocalUpload {
-            inner: Arc::clone(&self.inner),
-            location: location.clone(),
-            parts: Vec::new(),
+            location: name,
+            dest,
+            staging,
+            file: Some(Arc::new(file)),
+            len: 0,
         }))
     }
 
@@ -240,30 +303,86 @@ impl ObjectStore for LocalStore {
     }
 }
 
-/// Parts are kept in the order `put_part` was called (their order in the object) and written
-/// on completion.
+/// An upload into a staging file beside the object: each part is written at its offset as it
+/// is put (`put_part` is called in the parts' order), several at once if the caller awaits them
+/// together; completion syncs the file and renames it into place.
 #[derive(Debug)]
 struct LocalUpload {
-    inner: Arc<LocalFileSystem>,
-    location: Path,
-    parts: Vec<Bytes>,
+    location: String,
+    dest: PathBuf,
+    staging: PathBuf,
+    /// `None` once completed or aborted.
+    file: Option<Arc<std::fs::File>>,
+    /// Bytes put so far: where the next part goes.
+    len: u64,
 }
 
 #[async_trait]
 impl MultipartUpload for LocalUpload {
     fn put_part(&mut self, data: PutPayload) -> UploadPart {
-        self.parts.extend(data);
-        Box::pin(futures::future::ready(Ok(())))
+        let at = self.len;
+        self.len += data.content_length() as u64;
+        let Some(file) = self.file.clone() else {
+            let e = generic(&self.location, "the upload is over".into());
+            return Box::pin(futures::future::ready(Err(e)));
+        };
+        let location = self.location.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let mut pacer = Pacer::new(&file, at);
+                for buf in data.iter() {
+                    pacer.write(buf)?;
+                }
+                Ok::<_, std::io::Error>(())
+            })
+            .await
+            .map_err(|e| generic(&location, e.to_string()))?
+            .map_err(|e| generic(&location, e.to_string()))
+        })
     }
 
     async fn complete(&mut self) -> object_store::Result<PutResult> {
-        let parts = std::mem::take(&mut self.parts);
-        write(&self.inner, &self.location, parts).await
+        let file = self
+            .file
+            .take()
+            .ok_or_else(|| generic(&self.location, "the upload is over".into()))?;
+        // Every part's write has returned (the caller awaited them), so this is the last handle.
+        let file = Arc::try_unwrap(file)
+            .map_err(|_| generic(&self.location, "completed with parts still being written".into()))?;
+        let (dest, staging) = (self.dest.clone(), self.staging.clone());
+        tokio::task::spawn_blocking(move || {
+            let r = finish_staging(file, &dest, &staging);
+            if r.is_err() {
+                let _ = std::fs::remove_file(&staging);
+            }
+            r
+        })
+        .await
+        .map_err(|e| generic(&self.location, e.to_string()))?
+        .map_err(|e| generic(&self.location, e.to_string()))?;
+        Ok(PutResult {
+            e_tag: None,
+            version: None,
+            extensions: Default::default(),
+        })
     }
 
     async fn abort(&mut self) -> object_store::Result<()> {
-        self.parts.clear();
+        if self.file.take().is_some() {
+            let staging = self.staging.clone();
+            let _ = tokio::task::spawn_blocking(move || std::fs::remove_file(staging)).await;
+        }
         Ok(())
+    }
+}
+
+impl Drop for LocalUpload {
+    /// An upload dropped unfinished leaves no staging file behind (a crash can; listings hide
+    /// staging names).
+    fn drop(&mut self) {
+        if self.file.take().is_some() {
+            let _ = std::fs::remove_file(&self.staging);
+        }
     }
 }
 
@@ -292,5 +411,77 @@ mod tests {
             .map(|e| e.expect("entry").file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("obj")]);
+    }
+
+    fn names(dir: &std::path::Path) -> Vec<std::ffi::OsString> {
+        let mut v: Vec<_> = std::fs::read_dir(dir)
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The parts of a multipart upload go to the disk as they are put, not at completion: the
+    /// engine streams a compacted object out in parts so as not to hold it whole.
+    #[tokio::test]
+    async fn multipart_parts_are_written_as_they_are_put() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = LocalStore::new(dir.path().to_str().expect("utf-8 path")).expect("store");
+        let path = Path::from("ab/multi");
+        let first: Vec<u8> = (0..(2 * STEP + 7)).map(|i| (i % 251) as u8).collect();
+        let second: Vec<u8> = (0..(STEP + 3)).map(|i| (i % 13) as u8).collect();
+        let mut up = object_store::ObjectStoreExt::put_multipart(&store, &path)
+            .await
+            .expect("start");
+        up.put_part(PutPayload::from(first.clone()))
+            .await
+            .expect("part 1");
+        // Written already, under a staging name (hidden from listings), not yet the object.
+        let staged = names(&dir.path().join("ab"));
+        assert_eq!(staged.len(), 1, "{staged:?}");
+        assert_ne!(staged[0], std::ffi::OsString::from("multi"));
+        let len = std::fs::metadata(dir.path().join("ab").join(&staged[0]))
+            .expect("staging file")
+            .len();
+        assert_eq!(len, first.len() as u64, "the first part is on the disk");
+        // Two parts put before either is awaited land at their own places.
+        let a = up.put_part(PutPayload::from(second.clone()));
+        let b = up.put_part(PutPayload::from(first.clone()));
+        let (a, b) = futures::join!(a, b);
+        a.expect("part 2");
+        b.expect("part 3");
+        up.complete().await.expect("complete");
+        let got = object_store::ObjectStoreExt::get(&store, &path)
+            .await
+            .expect("get")
+            .bytes()
+            .await
+            .expect("body");
+        let want: Vec<u8> = [&first[..], &second[..], &first[..]].concat();
+        assert_eq!(got.len(), want.len());
+        assert!(got[..] == want[..], "the parts in their order");
+        assert_eq!(names(&dir.path().join("ab")), vec![std::ffi::OsString::from("multi")]);
+    }
+
+    #[tokio::test]
+    async fn an_aborted_or_dropped_multipart_upload_leaves_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = LocalStore::new(dir.path().to_str().expect("utf-8 path")).expect("store");
+        for (name, abort) in [("aborted", true), ("dropped", false)] {
+            let path = Path::from(format!("ab/{name}"));
+            let mut up = object_store::ObjectStoreExt::put_multipart(&store, &path)
+                .await
+                .expect("start");
+            up.put_part(PutPayload::from(vec![7u8; STEP + 1]))
+                .await
+                .expect("part");
+            if abort {
+                up.abort().await.expect("abort");
+            } else {
+                drop(up);
+            }
+            assert!(names(&dir.path().join("ab")).is_empty(), "{name}");
+        }
     }
 }
