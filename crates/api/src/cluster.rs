@@ -198,6 +198,7 @@ impl Broker {
         zone: Option<&str>,
     ) -> MetadataResponseTopic {
         let routing = self.routing(t);
+        let local_epochs = self.topics.local_leader_epochs(t);
         MetadataResponseTopic::default()
             .with_name(Some(TopicName(str(&t.name))))
             .with_topic_id(Uuid::from_bytes(t.id))
@@ -208,10 +209,11 @@ impl Broker {
                         let p = MetadataResponsePartition::default().with_partition_index(i as i32);
                         // A partition led here reports its own epoch, which the view learns
                         // of only after the store announces it.
-                        let local_epoch = self
-                            .topics
-                            .partition(&t.name, i as i32)
-                            .map(|p| p.leader_epoch as u64);
+                        let local_epoch = local_epochs
+                            .get(i as usize)
+                            .copied()
+                            .flatten()
+                            .map(|e| e as u64);
                         match weir_zone::route(view, zone, routing, &t.name, i) {
                             Some(route) => {
                                 let epoch = local_epoch.unwrap_or(route.epoch);

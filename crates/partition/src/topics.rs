@@ -393,6 +393,16 @@ impl Topics {
         }
     }
 
+    /// The leader epoch of each of `t`'s partitions that is open here, by partition number (one
+    /// look at the open partitions for the whole topic).
+    pub fn local_leader_epochs(&self, t: &Topic) -> Vec<Option<i32>> {
+        let local = self.read_local();
+        t.streams
+            .iter()
+            .map(|s| local.get(s).map(|p| p.leader_epoch))
+            .collect()
+    }
+
     /// The error for a request to a partition that [`Topics::partition`] did not find here:
     /// NOT_LEADER_OR_FOLLOWER if it exists on another broker (retriable: the client refreshes
     /// its metadata), else UNKNOWN_TOPIC_OR_PARTITION.

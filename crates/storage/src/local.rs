@@ -347,8 +347,12 @@ impl MultipartUpload for LocalUpload {
             .take()
             .ok_or_else(|| generic(&self.location, "the upload is over".into()))?;
         // Every part's write has returned (the caller awaited them), so this is the last handle.
-        let file = Arc::try_unwrap(file)
-            .map_err(|_| generic(&self.location, "completed with parts still being written".into()))?;
+        let file = Arc::try_unwrap(file).map_err(|_| {
+            generic(
+                &self.location,
+                "completed with parts still being written".into(),
+            )
+        })?;
         let (dest, staging) = (self.dest.clone(), self.staging.clone());
         tokio::task::spawn_blocking(move || {
             let r = finish_staging(file, &dest, &staging);
@@ -461,7 +465,10 @@ mod tests {
         let want: Vec<u8> = [&first[..], &second[..], &first[..]].concat();
         assert_eq!(got.len(), want.len());
         assert!(got[..] == want[..], "the parts in their order");
-        assert_eq!(names(&dir.path().join("ab")), vec![std::ffi::OsString::from("multi")]);
+        assert_eq!(
+            names(&dir.path().join("ab")),
+            vec![std::ffi::OsString::from("multi")]
+        );
     }
 
     #[tokio::test]

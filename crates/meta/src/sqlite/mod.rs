@@ -350,6 +350,23 @@ mod tests {
         assert_eq!(s.blocking.most.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
+    /// The range query stays prepared from call to call: with the limit a bound `LIMIT ?`,
+    /// every new binding expired the cached statement and each call parsed it again.
+    #[tokio::test]
+    async fn the_range_query_is_not_prepared_again_on_every_call() {
+        let s = store();
+        for call in 0..40u64 {
+            s.ranges(call % 7, call, 1 + call as usize % 5)
+                .await
+                .expect("ranges");
+        }
+        let c = s.conn.lock().await;
+        let stmt = c
+            .prepare_cached(object_index::RANGES_QUERY)
+            .expect("cached");
+        assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0);
+    }
+
     // Each part alone, through its own trait, then the whole.
     #[tokio::test]
     async fn conformance_object_index() {
