@@ -403,18 +403,21 @@ mod tests {
         object_store::ObjectStoreExt::put(&store, &path, PutPayload::from(data.clone()))
             .await
             .expect("put");
-        let got = object_store::ObjectStoreExt::get(&store, &path)
+        let got = read_back(&store, &path).await;
+        assert_eq!(&got[..], &data[..]);
+        assert_eq!(
+            names(&dir.path().join("ab")),
+            vec![std::ffi::OsString::from("obj")]
+        );
+    }
+
+    async fn read_back(store: &LocalStore, path: &Path) -> Bytes {
+        object_store::ObjectStoreExt::get(store, path)
             .await
             .expect("get")
             .bytes()
             .await
-            .expect("body");
-        assert_eq!(&got[..], &data[..]);
-        let names: Vec<_> = std::fs::read_dir(dir.path().join("ab"))
-            .expect("dir")
-            .map(|e| e.expect("entry").file_name())
-            .collect();
-        assert_eq!(names, vec![std::ffi::OsString::from("obj")]);
+            .expect("body")
     }
 
     fn names(dir: &std::path::Path) -> Vec<std::ffi::OsString> {
@@ -456,12 +459,7 @@ mod tests {
         a.expect("part 2");
         b.expect("part 3");
         up.complete().await.expect("complete");
-        let got = object_store::ObjectStoreExt::get(&store, &path)
-            .await
-            .expect("get")
-            .bytes()
-            .await
-            .expect("body");
+        let got = read_back(&store, &path).await;
         let want: Vec<u8> = [&first[..], &second[..], &first[..]].concat();
         assert_eq!(got.len(), want.len());
         assert!(got[..] == want[..], "the parts in their order");
