@@ -15,65 +15,51 @@ Environment: BENCH_M_PARTITIONS [10000], BENCH_M_REQUESTS [200], BENCH_M_IDLE_S 
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "compat", "python"))
 sys.path.insert(0, HERE)
 
+import conftest  # noqa: E402  (the harness: Broker)
 import partitions  # noqa: E402  (create_topic: kafka-topics, then waits for leaders)
 
 PARTITIONS = int(os.environ.get("BENCH_M_PARTITIONS", "10000"))
 REQUESTS = int(os.environ.get("BENCH_M_REQUESTS", "200"))
 IDLE_S = float(os.environ.get("BENCH_M_IDLE_S", "20"))
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_s(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return partitions.proc_sample(pid)[0]
 
 
 def measure(binary):
     from confluent_kafka.admin import AdminClient
     root = tempfile.mkdtemp(prefix="weir-metadata-cost-")
-    port, admin_port = free_port(), free_port()
-    env = dict(os.environ, WEIR_WAL_CAPACITY=str(256 << 20))
-    broker = subprocess.Popen(
-        [binary, "serve", "--data-dir", os.path.join(root, "data"),
-         "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin_port}"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.environ["WEIR_BIN"] = binary  # the harness starts $WEIR_BIN
+    b = conftest.Broker("weir", root, env={"WEIR_WAL_CAPACITY": str(256 << 20)})
+    b.kind = "weir"
+    b.start()
     try:
-        time.sleep(1.5)
-        bootstrap = f"127.0.0.1:{port}"
-        partitions.create_topic(bootstrap, "cost", PARTITIONS)
+        partitions.create_topic(b.bootstrap, "cost", PARTITIONS)
         time.sleep(5)
-        c0 = cpu_s(broker.pid)
+        c0 = cpu_s(b.pid)
         time.sleep(IDLE_S)
-        idle = (cpu_s(broker.pid) - c0) / IDLE_S
-        admin = AdminClient({"bootstrap.servers": bootstrap})
+        idle = (cpu_s(b.pid) - c0) / IDLE_S
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
         admin.list_topics(topic="cost", timeout=30)
-        c0, t0 = cpu_s(broker.pid), time.monotonic()
+        c0, t0 = cpu_s(b.pid), time.monotonic()
         for _ in range(REQUESTS):
             admin.list_topics(topic="cost", timeout=30)
         wall = (time.monotonic() - t0) / REQUESTS
-        per = (cpu_s(broker.pid) - c0) / REQUESTS
+        per = (cpu_s(b.pid) - c0) / REQUESTS
         print(f"{binary}: {PARTITIONS:,} partitions: idle {idle:.3f} cores; Metadata of the "
               f"topic {wall * 1000:.1f} ms each (round trip), broker CPU {per * 1000:.1f} ms "
               "each (idle work included)", flush=True)
     finally:
-        broker.terminate()
-        broker.wait()
+        b.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -69,22 +69,38 @@ async fn write(
 ) -> object_store::Result<PutResult> {
     let dest = inner.path_to_filesystem(location)?;
     let staging = staging_path(&dest);
-    let location = location.to_string();
-    tokio::task::spawn_blocking(move || {
-        let r = write_paced(&dest, &staging, &payload);
-        if r.is_err() {
-            let _ = std::fs::remove_file(&staging);
-        }
-        r
+    blocking(&location.to_string(), move || {
+        or_remove(&staging, write_paced(&dest, &staging, &payload))
     })
-    .await
-    .map_err(|e| generic(&location, e.to_string()))?
-    .map_err(|e| generic(&location, e.to_string()))?;
-    Ok(PutResult {
+    .await?;
+    Ok(written())
+}
+
+/// Runs `f` on a blocking thread; its error, or the thread's, as one of writing `location`.
+async fn blocking<T: Send + 'static>(
+    location: &str,
+    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> object_store::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| generic(location, e.to_string()))?
+        .map_err(|e| generic(location, e.to_string()))
+}
+
+/// `r`, the outcome of writing `staging`, with the staging file removed if it failed.
+fn or_remove(staging: &std::path::Path, r: std::io::Result<()>) -> std::io::Result<()> {
+    if r.is_err() {
+        let _ = std::fs::remove_file(staging);
+    }
+    r
+}
+
+fn written() -> PutResult {
+    PutResult {
         e_tag: None,
         version: None,
         extensions: Default::default(),
-    })
+    }
 }
 
 fn generic(location: &str, msg: String) -> object_store::Error {
@@ -256,10 +272,7 @@ impl ObjectStore for LocalStore {
         let name = location.to_string();
         let file = {
             let (dest, staging) = (dest.clone(), staging.clone());
-            tokio::task::spawn_blocking(move || create_staging(&dest, &staging))
-                .await
-                .map_err(|e| generic(&name, e.to_string()))?
-                .map_err(|e| generic(&name, e.to_string()))?
+            blocking(&name, move || create_staging(&dest, &staging)).await?
         };
         Ok(Box::new(LocalUpload {
             location: name,
@@ -328,16 +341,11 @@ impl MultipartUpload for LocalUpload {
         };
         let location = self.location.clone();
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || {
+            blocking(&location, move || {
                 let mut pacer = Pacer::new(&file, at);
-                for buf in data.iter() {
-                    pacer.write(buf)?;
-                }
-                Ok::<_, std::io::Error>(())
+                data.iter().try_for_each(|buf| pacer.write(buf))
             })
             .await
-            .map_err(|e| generic(&location, e.to_string()))?
-            .map_err(|e| generic(&location, e.to_string()))
         })
     }
 
@@ -354,21 +362,11 @@ impl MultipartUpload for LocalUpload {
             )
         })?;
         let (dest, staging) = (self.dest.clone(), self.staging.clone());
-        tokio::task::spawn_blocking(move || {
-            let r = finish_staging(file, &dest, &staging);
-            if r.is_err() {
-                let _ = std::fs::remove_file(&staging);
-            }
-            r
+        blocking(&self.location, move || {
+            or_remove(&staging, finish_staging(file, &dest, &staging))
         })
-        .await
-        .map_err(|e| generic(&self.location, e.to_string()))?
-        .map_err(|e| generic(&self.location, e.to_string()))?;
-        Ok(PutResult {
-            e_tag: None,
-            version: None,
-            extensions: Default::default(),
-        })
+        .await?;
+        Ok(written())
     }
 
     async fn abort(&mut self) -> object_store::Result<()> {
