@@ -69,7 +69,7 @@ async fn write(
 ) -> object_store::Result<PutResult> {
     let dest = inner.path_to_filesystem(location)?;
     let staging = staging_path(&dest);
-    blocking(&location.to_string(), move || {
+    blocking(location.as_ref(), move || {
         or_remove(&staging, write_paced(&dest, &staging, &payload))
     })
     .await?;
