@@ -12,7 +12,7 @@ use uuid::Uuid;
 use weir_cluster::ClusterView;
 use weir_partition::topics::validate_topic_name;
 
-use crate::{str, supported_versions, Broker};
+use crate::{endpoint, str, supported_versions, Broker};
 
 /// Bits of the operations a client may do on a topic, for `include_topic_authorized_operations`
 /// (no ACLs yet: everything is allowed).
@@ -68,14 +68,17 @@ fn rack(zone: &str) -> Option<StrBytesAlias> {
 
 impl Broker {
     /// Every broker clients can reach, from this broker's view of the cluster.
-    fn metadata_brokers(&self, view: &ClusterView) -> Vec<MetadataResponseBroker> {
+    fn metadata_brokers(&self, view: &ClusterView, listener: &str) -> Vec<MetadataResponseBroker> {
         view.reachable_brokers()
-            .map(|b| {
-                MetadataResponseBroker::default()
-                    .with_node_id(BrokerId(b.node_id))
-                    .with_host(str(&b.host))
-                    .with_port(b.port)
-                    .with_rack(rack(&b.zone))
+            .filter_map(|b| {
+                let (host, port) = endpoint(b, listener)?;
+                Some(
+                    MetadataResponseBroker::default()
+                        .with_node_id(BrokerId(b.node_id))
+                        .with_host(str(host))
+                        .with_port(port)
+                        .with_rack(rack(&b.zone)),
+                )
             })
             .collect()
     }
@@ -96,6 +99,7 @@ impl Broker {
         r: MetadataRequest,
         version: i16,
         zone: Option<&str>,
+        listener: &str,
     ) -> MetadataResponse {
         // Auto-creation as Kafka does it: from Metadata requests that allow it (v0-3 always do).
         let allow_create = version < 4 || r.allow_auto_topic_creation;
@@ -178,7 +182,7 @@ impl Broker {
         // A topic created just now may have been placed since the view was taken.
         let view = self.cluster.view();
         MetadataResponse::default()
-            .with_brokers(self.metadata_brokers(&view))
+            .with_brokers(self.metadata_brokers(&view, listener))
             .with_cluster_id(Some(str(&self.identity.cluster_id)))
             .with_controller_id(self.controller_id(&view))
             .with_topics(topics)
@@ -239,6 +243,7 @@ impl Broker {
         &self,
         r: DescribeClusterRequest,
         _version: i16,
+        listener: &str,
     ) -> DescribeClusterResponse {
         let view = self.cluster.view();
         DescribeClusterResponse::default()
@@ -247,13 +252,16 @@ impl Broker {
             .with_controller_id(self.controller_id(&view))
             .with_brokers(
                 view.reachable_brokers()
-                    .map(|b| {
-                        DescribeClusterBroker::default()
-                            .with_broker_id(BrokerId(b.node_id))
-                            .with_host(str(&b.host))
-                            .with_port(b.port)
-                            .with_rack(rack(&b.zone))
-                            .with_is_fenced(false)
+                    .filter_map(|b| {
+                        let (host, port) = endpoint(b, listener)?;
+                        Some(
+                            DescribeClusterBroker::default()
+                                .with_broker_id(BrokerId(b.node_id))
+                                .with_host(str(host))
+                                .with_port(port)
+                                .with_rack(rack(&b.zone))
+                                .with_is_fenced(false),
+                        )
                     })
                     .collect(),
             )
@@ -268,6 +276,7 @@ impl Broker {
         &self,
         r: FindCoordinatorRequest,
         version: i16,
+        listener: &str,
     ) -> FindCoordinatorResponse {
         // Each group and each transactional id has one coordinator among the serving brokers
         // (rendezvous hashing over the cluster's membership, so every broker gives the same
@@ -290,10 +299,12 @@ impl Broker {
             };
             let c = Coordinator::default().with_key(key);
             match found {
-                Ok(b) => c
-                    .with_node_id(BrokerId(b.node_id))
-                    .with_host(str(&b.host))
-                    .with_port(b.port),
+                Ok(b) => {
+                    let (host, port) = endpoint(b, listener).unwrap_or((&b.host, b.port));
+                    c.with_node_id(BrokerId(b.node_id))
+                        .with_host(str(host))
+                        .with_port(port)
+                }
                 Err((code, msg)) => c
                     .with_node_id(BrokerId(-1))
                     .with_host(str(""))

@@ -1,7 +1,47 @@
-//! What the API layer knows of a connection: its peer, and the zone of the client on it.
+//! What the API layer knows of a connection: its peer, the zone of the client on it, the
+//! listener it came in on and who it authenticated as.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use weir_auth::{Principal, SaslMechanism, SecurityProtocol};
+
+/// What a listener asks of the connections it accepts.
+#[derive(Debug, Clone)]
+pub struct ListenerSecurity {
+    /// The listener's name, as `listeners` and Metadata's endpoints name it.
+    pub name: String,
+    pub protocol: SecurityProtocol,
+    /// `sasl.enabled.mechanisms`.
+    pub mechanisms: Vec<SaslMechanism>,
+    /// `connections.max.reauth.ms` (KIP-368): a SASL session lasts this long, then the client
+    /// must authenticate again on the connection or have it closed (0: sessions do not end).
+    pub reauth_ms: u64,
+}
+
+impl Default for ListenerSecurity {
+    fn default() -> Self {
+        ListenerSecurity {
+            name: "PLAINTEXT".into(),
+            protocol: SecurityProtocol::Plaintext,
+            mechanisms: Vec::new(),
+            reauth_ms: 0,
+        }
+    }
+}
+
+/// Where a connection's SASL exchange is.
+#[derive(Debug, Default)]
+pub(crate) enum Sasl {
+    /// Nothing yet (or the last exchange ended).
+    #[default]
+    Idle,
+    /// SaslHandshake chose a mechanism: SaslAuthenticate comes next.
+    Chosen(SaslMechanism),
+    /// SCRAM: the server's first message went out; the client's proof comes next.
+    ScramProof(Box<weir_auth::scram::AwaitingProof>),
+}
 
 /// One client (or peer broker) connection, shared by the network layer and the handlers.
 #[derive(Debug)]
@@ -13,10 +53,27 @@ pub struct Conn {
     pub internal: bool,
     /// The zone of the listener it connected to, if the listener has one.
     pub listener_zone: Option<String>,
+    /// The listener it connected to.
+    pub listener: Arc<ListenerSecurity>,
     state: Mutex<State>,
+    auth: Mutex<Auth>,
     /// Resolves once the appends of the last forwarded produce read on this connection have
     /// started: the next one's start after them, whatever order their reads finish in.
     pub(crate) forward_tail: Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
+}
+
+/// Who the connection is and how far its authentication got.
+#[derive(Debug, Default)]
+pub(crate) struct Auth {
+    /// Authenticated (SASL), or given by the listener (a client certificate, or anonymous).
+    pub(crate) principal: Option<Principal>,
+    /// The mechanism the principal authenticated with: a re-authentication must use it too.
+    pub(crate) mechanism: Option<SaslMechanism>,
+    pub(crate) sasl: Sasl,
+    /// When the SASL session ends (KIP-368).
+    pub(crate) expires: Option<Instant>,
+    /// Close the connection once the responses so far are written (a failed authentication).
+    pub(crate) close: bool,
 }
 
 #[derive(Debug, Default)]
@@ -31,14 +88,59 @@ struct State {
 
 impl Conn {
     pub fn new(peer: SocketAddr, internal: bool, listener_zone: Option<String>) -> Conn {
+        Conn::on_listener(peer, internal, listener_zone, Arc::default())
+    }
+
+    /// A connection accepted on a listener with `security`.
+    pub fn on_listener(
+        peer: SocketAddr,
+        internal: bool,
+        listener_zone: Option<String>,
+        listener: Arc<ListenerSecurity>,
+    ) -> Conn {
+        // Without SASL, who the client is is settled at accept (by its certificate, if it has
+        // one: see `set_principal`).
+        let principal = (!listener.protocol.sasl()).then(Principal::anonymous);
         Conn {
             peer,
             host: peer.ip().to_string(),
             internal,
             listener_zone,
+            listener,
             state: Mutex::new(State::default()),
+            auth: Mutex::new(Auth {
+                principal,
+                ..Auth::default()
+            }),
             forward_tail: Mutex::new(None),
         }
+    }
+
+    pub(crate) fn auth(&self) -> std::sync::MutexGuard<'_, Auth> {
+        self.auth.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets who the connection is before any request (the subject of a TLS client
+    /// certificate).
+    pub fn set_principal(&self, principal: Principal) {
+        self.auth().principal = Some(principal);
+    }
+
+    /// Who the connection is; `None` until a SASL listener's client has authenticated.
+    pub fn principal(&self) -> Option<Principal> {
+        self.auth().principal.clone()
+    }
+
+    /// Whether requests other than ApiVersions and the SASL ones may be served: the client
+    /// has authenticated (if the listener asks for it) and its session has not ended.
+    pub fn may_serve(&self, now: Instant) -> bool {
+        let a = self.auth();
+        a.principal.is_some() && a.expires.is_none_or(|e| now < e)
+    }
+
+    /// Whether the connection is to be closed once its responses so far are written.
+    pub fn closing(&self) -> bool {
+        self.auth().close
     }
 
     /// A connection that is only a host name (tests, and callers without a socket).

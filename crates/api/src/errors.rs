@@ -576,6 +576,38 @@ pub fn error_response_for(
                 ),
             )
         }
+        RequestKind::SaslHandshake(_) => {
+            ResponseKind::SaslHandshake(SaslHandshakeResponse::default().with_error_code(code))
+        }
+        RequestKind::SaslAuthenticate(_) => ResponseKind::SaslAuthenticate(
+            SaslAuthenticateResponse::default().with_error_code(code),
+        ),
+        RequestKind::DescribeUserScramCredentials(_) => ResponseKind::DescribeUserScramCredentials(
+            DescribeUserScramCredentialsResponse::default().with_error_code(code),
+        ),
+        RequestKind::AlterUserScramCredentials(r) => {
+            use alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
+            let mut users: Vec<_> = r
+                .deletions
+                .iter()
+                .map(|d| &d.name)
+                .chain(r.upsertions.iter().map(|u| &u.name))
+                .collect();
+            users.sort();
+            users.dedup();
+            ResponseKind::AlterUserScramCredentials(
+                AlterUserScramCredentialsResponse::default().with_results(
+                    users
+                        .into_iter()
+                        .map(|u| {
+                            AlterUserScramCredentialsResult::default()
+                                .with_user(u.clone())
+                                .with_error_code(code)
+                        })
+                        .collect(),
+                ),
+            )
+        }
         _ => return None,
     })
 }

@@ -135,10 +135,12 @@ impl Broker {
         r: FetchRequest,
         version: i16,
         zone: Option<&str>,
+        listener: &str,
     ) -> Reply {
         let started = Instant::now();
         let committed = version >= 4 && r.isolation_level == 1;
         let zone_owned = zone.map(|z| z.to_string());
+        let listener_owned = listener.to_string();
         let wanted: Vec<WantedTopic> = r
             .topics
             .into_iter()
@@ -204,7 +206,7 @@ impl Broker {
         if !waits {
             self.meters.fetch_bytes.add(bytes as u64);
             self.meters.fetch_latency.record(started.elapsed());
-            let response = self.with_leader_hints(response, zone);
+            let response = self.with_leader_hints(response, zone, listener);
             return Reply::Now(Box::new(ResponseKind::Fetch(response)));
         }
         let deadline = started + Duration::from_millis(r.max_wait_ms as u64);
@@ -251,7 +253,11 @@ impl Broker {
             }
             this.meters.fetch_bytes.add(bytes as u64);
             this.meters.fetch_latency.record(started.elapsed());
-            ResponseKind::Fetch(this.with_leader_hints(response, zone_owned.as_deref()))
+            ResponseKind::Fetch(this.with_leader_hints(
+                response,
+                zone_owned.as_deref(),
+                &listener_owned,
+            ))
         }))
     }
 
@@ -298,7 +304,12 @@ impl Broker {
 
     /// KIP-951: partitions answered NOT_LEADER_OR_FOLLOWER name the new leader (v12+), and the
     /// response carries its endpoint (v16+), so consumers re-route without a metadata request.
-    fn with_leader_hints(&self, mut response: FetchResponse, zone: Option<&str>) -> FetchResponse {
+    fn with_leader_hints(
+        &self,
+        mut response: FetchResponse,
+        zone: Option<&str>,
+        listener: &str,
+    ) -> FetchResponse {
         let mut endpoints: Vec<NodeEndpoint> = Vec::new();
         for t in &mut response.responses {
             let name = if t.topic_id.is_nil() {
@@ -313,7 +324,7 @@ impl Broker {
                 if p.error_code != ResponseError::NotLeaderOrFollower.code() {
                     continue;
                 }
-                let Some(h) = self.leader_hint(zone, &name, p.partition_index) else {
+                let Some(h) = self.leader_hint(zone, listener, &name, p.partition_index) else {
                     continue;
                 };
                 p.current_leader = LeaderIdAndEpoch::default()

@@ -16,6 +16,9 @@
 //! - `zones.rs`: a client's zone and the broker that serves a partition to it; `internal.rs`:
 //!   the internal API leaders answer for brokers of other zones (forwarded produces, offsets).
 //! - groups: delegated to [`weir_group::GroupCoordinator`].
+//! - `sasl.rs`: SaslHandshake, SaslAuthenticate (PLAIN, SCRAM; re-authentication), on
+//!   [`weir_auth`]; `scram_users.rs`: Describe/AlterUserScramCredentials. Who a connection is
+//!   lives in its [`Conn`]; the network layer serves nothing else until it has authenticated.
 
 mod admin;
 mod cluster;
@@ -27,12 +30,14 @@ mod offsets;
 mod opening;
 mod produce;
 mod reassign;
+mod sasl;
+mod scram_users;
 mod surface;
 mod txn;
 mod zones;
 
 pub use cluster::txn_key;
-pub use conn::Conn;
+pub use conn::{Conn, ListenerSecurity};
 pub use internal::InternalReply;
 pub use zones::{ZoneMeters, ZoneServices};
 
@@ -91,6 +96,10 @@ pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
             | ConsumerGroupHeartbeat
             | ConsumerGroupDescribe
             | DescribeProducers
+            | SaslHandshake
+            | SaslAuthenticate
+            | DescribeUserScramCredentials
+            | AlterUserScramCredentials
     );
     if !implemented {
         return None;
@@ -107,7 +116,13 @@ pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
         ConsumerGroupHeartbeat | ConsumerGroupDescribe => 1,
         _ => v.max,
     };
-    Some((v.min, v.max.min(max)))
+    // SaslHandshake v0 is followed by raw SASL tokens instead of SaslAuthenticate requests;
+    // every client of this decade speaks v1.
+    let min = match key {
+        SaslHandshake => 1,
+        _ => v.min,
+    };
+    Some((min, v.max.min(max)))
 }
 
 /// The ApiVersions response: every implemented API and its versions.
@@ -209,6 +224,8 @@ pub struct Broker {
     /// transaction, so that only a transaction's first write to a partition costs a metadata
     /// store round trip.
     txn_added: std::sync::Mutex<std::collections::HashMap<String, txn::AddedTo>>,
+    /// SASL: failed authentications by address, and the meters.
+    pub sasl: sasl::Guard,
 }
 
 impl Broker {
@@ -224,6 +241,18 @@ fn group_catalog(topics: &Topics) -> weir_group::consumer::Topics {
         .iter()
         .map(|t| (t.name.clone(), (t.id, t.partition_count() as i32)))
         .collect()
+}
+
+/// Where clients of `listener` reach broker `b`: its endpoint of that name, or its one address
+/// if it registered no listeners. `None`: `b` has no such listener (Kafka leaves it out).
+pub(crate) fn endpoint<'a>(b: &'a weir_meta::BrokerInfo, listener: &str) -> Option<(&'a str, i32)> {
+    if b.listeners.is_empty() {
+        return Some((&b.host, b.port));
+    }
+    b.listeners
+        .iter()
+        .find(|l| l.name == listener)
+        .map(|l| (l.host.as_str(), l.port))
 }
 
 pub(crate) fn str(s: &str) -> StrBytes {
@@ -265,6 +294,7 @@ impl Broker {
             meters: ApiMeters::default(),
             txns,
             txn_added: Default::default(),
+            sasl: Default::default(),
         });
         let writer: std::sync::Weak<dyn weir_txn::MarkerWriter> =
             Arc::downgrade(&(Arc::clone(&broker) as Arc<dyn weir_txn::MarkerWriter>));
@@ -301,24 +331,25 @@ impl Broker {
         let client_id = header.client_id.as_ref().map_or("", |c| c.as_str());
         let zone = self.client_zone(conn, client_id, &request);
         let zone = zone.as_deref();
+        let listener = conn.listener.name.as_str();
         let now = |r: ResponseKind| Reply::Now(Box::new(r));
         self.wait_for_opening(&request, v).await;
         match request {
             RequestKind::ApiVersions(_) => now(ResponseKind::ApiVersions(cluster::api_versions(0))),
-            RequestKind::Metadata(r) => {
-                now(ResponseKind::Metadata(self.metadata(r, v, zone).await))
-            }
-            RequestKind::DescribeCluster(r) => {
-                now(ResponseKind::DescribeCluster(self.describe_cluster(r, v)))
-            }
-            RequestKind::FindCoordinator(r) => {
-                now(ResponseKind::FindCoordinator(self.find_coordinator(r, v)))
-            }
+            RequestKind::Metadata(r) => now(ResponseKind::Metadata(
+                self.metadata(r, v, zone, listener).await,
+            )),
+            RequestKind::DescribeCluster(r) => now(ResponseKind::DescribeCluster(
+                self.describe_cluster(r, v, listener),
+            )),
+            RequestKind::FindCoordinator(r) => now(ResponseKind::FindCoordinator(
+                self.find_coordinator(r, v, listener),
+            )),
             RequestKind::InitProducerId(r) => now(ResponseKind::InitProducerId(
                 self.init_producer_id(r, v).await,
             )),
-            RequestKind::Produce(r) => self.produce(r, v, zone).await,
-            RequestKind::Fetch(r) => self.fetch(r, v, zone).await,
+            RequestKind::Produce(r) => self.produce(r, v, zone, listener).await,
+            RequestKind::Fetch(r) => self.fetch(r, v, zone, listener).await,
             RequestKind::ListOffsets(r) => now(ResponseKind::ListOffsets(
                 self.list_offsets(r, v, zone).await,
             )),
@@ -435,6 +466,28 @@ impl Broker {
                         .await,
                 ))
             }
+            RequestKind::SaslHandshake(r) => {
+                now(ResponseKind::SaslHandshake(self.sasl_handshake(r, conn)))
+            }
+            RequestKind::SaslAuthenticate(r) => {
+                let done = self.sasl_authenticate(r, v, conn).await;
+                match done.delay {
+                    None => now(ResponseKind::SaslAuthenticate(done.response)),
+                    // The failure's answer waits without holding up the broker.
+                    Some(d) => Reply::Later(Box::pin(async move {
+                        tokio::time::sleep(d).await;
+                        ResponseKind::SaslAuthenticate(done.response)
+                    })),
+                }
+            }
+            RequestKind::DescribeUserScramCredentials(r) => {
+                now(ResponseKind::DescribeUserScramCredentials(
+                    self.describe_user_scram_credentials(r).await,
+                ))
+            }
+            RequestKind::AlterUserScramCredentials(r) => now(
+                ResponseKind::AlterUserScramCredentials(self.alter_user_scram_credentials(r).await),
+            ),
             RequestKind::ConsumerGroupDescribe(r) => {
                 let topics = self.group_catalog();
                 now(ResponseKind::ConsumerGroupDescribe(
@@ -480,7 +533,6 @@ fn refusal(request: &RequestKind) -> Option<ResponseKind> {
         AlterPartitionReassignments => AlterPartitionReassignmentsResponse,
         ListPartitionReassignments => ListPartitionReassignmentsResponse,
         DescribeClientQuotas => DescribeClientQuotasResponse,
-        DescribeUserScramCredentials => DescribeUserScramCredentialsResponse,
         GetTelemetrySubscriptions => GetTelemetrySubscriptionsResponse,
         PushTelemetry => PushTelemetryResponse,
         CreateDelegationToken => CreateDelegationTokenResponse,
@@ -560,6 +612,7 @@ impl Broker {
     pub(crate) fn leader_hint(
         &self,
         zone: Option<&str>,
+        listener: &str,
         topic: &str,
         partition: i32,
     ) -> Option<LeaderHint> {
@@ -582,11 +635,12 @@ impl Broker {
                 }
             }
         }
+        let (host, port) = endpoint(b, listener)?;
         Some(LeaderHint {
             node_id: b.node_id,
             epoch: i32::try_from(epoch).unwrap_or(i32::MAX),
-            host: b.host.clone(),
-            port: b.port,
+            host: host.to_string(),
+            port,
             rack: b.zone.clone(),
         })
     }

@@ -52,6 +52,7 @@ impl Broker {
         r: ProduceRequest,
         version: i16,
         zone: Option<&str>,
+        listener: &str,
     ) -> Reply {
         let started = Instant::now();
         let transactional_id = r
@@ -140,6 +141,7 @@ impl Broker {
         }
         let this = Arc::clone(self);
         let zone = zone.map(|z| z.to_string());
+        let listener = listener.to_string();
         let reply = async move {
             let mut responses = Vec::new();
             let mut endpoints: Vec<NodeEndpoint> = Vec::new();
@@ -155,7 +157,7 @@ impl Broker {
                         .with_log_append_time_ms(-1);
                     let hint = match (&result, &topic_name) {
                         (Err(ResponseError::NotLeaderOrFollower), Some(t)) => {
-                            this.leader_hint(zone.as_deref(), t, index)
+                            this.leader_hint(zone.as_deref(), &listener, t, index)
                         }
                         _ => None,
                     };

@@ -139,6 +139,7 @@ pub(crate) mod tests {
             zone: zone.into(),
             host: "127.0.0.1".into(),
             port: 9000 + node_id,
+            listeners: Vec::new(),
             internal_addr: String::new(),
             state,
             alive,

@@ -55,6 +55,7 @@ async fn opening_many_partitions_does_not_go_over_all_of_them_for_each() {
             zone: String::new(),
             host: "127.0.0.1".into(),
             port: 9092,
+            listeners: Vec::new(),
             internal_addr: "127.0.0.1:9093".into(),
             wal: None,
         },

@@ -28,6 +28,7 @@ async fn join(url: &str, node_id: i32) -> Arc<Cluster> {
             zone: String::new(),
             host: "127.0.0.1".into(),
             port: 9000 + node_id,
+            listeners: Vec::new(),
             internal_addr: format!("127.0.0.1:{}", 9100 + node_id),
             wal: None,
         },

@@ -4,7 +4,7 @@
 //! engine calls it when it opens a stream, commits uploaded objects, moves a start offset and
 //! deletes objects; the Kafka layer when topics, group offsets or producer ids change.
 //!
-//! It has seven parts, one trait each, so that a backend can be built and tested part by part,
+//! It has eight parts, one trait each, so that a backend can be built and tested part by part,
 //! and a caller that needs one part takes only that trait:
 //!
 //! - [`ObjectIndex`]: streams (leader epoch, start offset, committed end offset), the objects in
@@ -22,6 +22,8 @@
 //! - [`Transactions`]: each transactional id's state (producer id and epoch, the partitions and
 //!   groups of its transaction, where the transaction is), and the group offsets a transaction
 //!   stages until it commits.
+//! - [`Credentials`]: users' SCRAM credentials (salt, keys, iterations; never a password), for
+//!   SASL/SCRAM authentication.
 //!
 //! [`GroupStore`] is the two group parts, what the group coordinator takes. [`MetaStore`] is all
 //! of them together, implemented for every type that implements them, so a
@@ -403,10 +405,22 @@ pub struct BrokerRegistration {
     /// Advertised Kafka address.
     pub host: String,
     pub port: i32,
+    /// Every Kafka listener with its advertised address, in the broker's order (names unique).
+    /// Empty for a broker that names none: callers then use `host` and `port`.
+    pub listeners: Vec<ListenerEndpoint>,
     /// Internal listener, `host:port`, for broker-to-broker calls.
     pub internal_addr: String,
     /// The WAL the broker writes, claimed for this incarnation by the registration.
     pub wal: Option<WalRegistration>,
+}
+
+/// One Kafka listener of a broker, as clients are told to reach it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerEndpoint {
+    /// The listener's name (e.g. "PLAINTEXT", "SASL_SSL", "EXTERNAL").
+    pub name: String,
+    pub host: String,
+    pub port: i32,
 }
 
 /// A broker's WAL: its id (from the WAL's superblock) and where peers can open it.
@@ -452,6 +466,9 @@ pub struct BrokerInfo {
     pub zone: String,
     pub host: String,
     pub port: i32,
+    /// Every Kafka listener with its advertised address, in the broker's order; empty for a
+    /// broker registered before listeners were recorded (callers then use `host` and `port`).
+    pub listeners: Vec<ListenerEndpoint>,
     pub internal_addr: String,
     pub state: BrokerState,
     /// Its session has not expired, by the store's clock.
@@ -596,13 +613,32 @@ pub(crate) fn tried_list(s: &str) -> Vec<i32> {
     v
 }
 
+/// Brokers read with their listeners, one row per listener (a broker without any: one row with
+/// `None`), in node id then listener order, as both backends' outer joins return them.
+pub(crate) fn group_listeners(
+    rows: impl IntoIterator<Item = (BrokerInfo, Option<ListenerEndpoint>)>,
+) -> Vec<BrokerInfo> {
+    let mut brokers: Vec<BrokerInfo> = Vec::new();
+    for (broker, listener) in rows {
+        match brokers.last_mut() {
+            Some(last) if last.node_id == broker.node_id => last.listeners.extend(listener),
+            _ => brokers.push(BrokerInfo {
+                listeners: listener.into_iter().collect(),
+                ..broker
+            }),
+        }
+    }
+    brokers
+}
+
 /// The cluster's coordination: membership with sessions, the controller lease, partition
 /// leadership, and notifications of changes. Every change is one transaction; times are the
 /// store's clock, so brokers' clocks need not agree.
 #[async_trait::async_trait]
 pub trait Coordination: Send + Sync + 'static {
     /// Registers a broker under a new incarnation, `Running`, with a session of `session`.
-    /// A registration of a node id that is already registered replaces it (a restarted broker).
+    /// A registration of a node id that is already registered replaces it (a restarted broker),
+    /// listeners included.
     ///
     /// With a WAL, the registration also claims it for the new incarnation, in the same
     /// transaction, and fails if it may not: [`MetaError::WalRecovering`] while a peer recovers
@@ -750,6 +786,43 @@ pub trait GroupStates: Send + Sync + 'static {
     async fn group_state_ids(&self) -> Result<Vec<String>>;
 }
 
+/// A user's SCRAM credential for one mechanism (RFC 5802): what the broker needs to check a
+/// SCRAM exchange, never the password.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScramCredential {
+    /// "SCRAM-SHA-256" or "SCRAM-SHA-512" (the store does not interpret it).
+    pub mechanism: String,
+    pub salt: Vec<u8>,
+    pub stored_key: Vec<u8>,
+    pub server_key: Vec<u8>,
+    pub iterations: i32,
+}
+
+/// Users' SCRAM credentials, one per user and mechanism.
+#[async_trait::async_trait]
+pub trait Credentials: Send + Sync + 'static {
+    /// Sets `user`'s credential for `credential.mechanism`, replacing any earlier one of that
+    /// mechanism.
+    async fn upsert_scram_credential(&self, user: &str, credential: ScramCredential) -> Result<()>;
+
+    /// Deletes `user`'s credential for `mechanism`; whether there was one.
+    async fn delete_scram_credential(&self, user: &str, mechanism: &str) -> Result<bool>;
+
+    /// `user`'s credential for `mechanism`, if any.
+    async fn scram_credential(
+        &self,
+        user: &str,
+        mechanism: &str,
+    ) -> Result<Option<ScramCredential>>;
+
+    /// Every user's credentials (`None`), or those of the named users, ordered by user then
+    /// mechanism (in byte order).
+    async fn scram_credentials(
+        &self,
+        users: Option<&[String]>,
+    ) -> Result<Vec<(String, ScramCredential)>>;
+}
+
 /// The parts the group coordinator uses: committed offsets and membership.
 pub trait GroupStore: GroupOffsets + GroupStates {}
 
@@ -759,7 +832,7 @@ impl<T: GroupOffsets + GroupStates + ?Sized> GroupStore for T {}
 /// [`GroupStore`], so that an `Arc<dyn MetaStore>` upcasts to the `Arc<dyn GroupStore>` the group
 /// coordinator takes.)
 pub trait MetaStore:
-    ObjectIndex + Catalog + GroupStore + ProducerSnapshots + Coordination + Transactions
+    ObjectIndex + Catalog + GroupStore + ProducerSnapshots + Coordination + Transactions + Credentials
 {
 }
 
@@ -770,7 +843,8 @@ impl<
             + GroupStates
             + ProducerSnapshots
             + Coordination
-            + Transactions,
+            + Transactions
+            + Credentials,
     > MetaStore for T
 {
 }

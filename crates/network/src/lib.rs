@@ -18,11 +18,20 @@
 //! broker-to-broker calls ([`weir_zone::wire`]); their answers may go out in any order (they
 //! carry correlation ids), so a long poll never holds up an acknowledgement. Every connection's
 //! bytes are counted by zone pair and kind ([`weir_zone::NetMeters`]).
+//!
+//! Security, per listener ([`NetworkConfig::listener`]): on SSL and SASL_SSL listeners the
+//! connection's task first runs the TLS handshake ([`tls`], bounded in time, so a client that
+//! stalls or sends garbage holds nothing but its own task); a client certificate on an SSL
+//! listener names the connection's principal. On SASL listeners nothing but ApiVersions,
+//! SaslHandshake and SaslAuthenticate is served until the client has authenticated, nor after
+//! its session ends (KIP-368): such a request closes the connection, as in Kafka. A failed
+//! authentication's answer is written, then the connection is closed.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures::future::BoxFuture;
@@ -31,13 +40,27 @@ use futures::{FutureExt, StreamExt};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseKind};
 use kafka_protocol::protocol::Decodable;
 use kafka_protocol::ResponseError;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore, TryAcquireError};
-use weir_api::{encode_response, error_response, supported_versions, Broker, Conn, Reply};
+use weir_api::{
+    encode_response, error_response, supported_versions, Broker, Conn, ListenerSecurity, Reply,
+};
+use weir_auth::{Principal, SecurityProtocol};
 use weir_metrics::Counter;
 use weir_zone::wire::INTERNAL_KEY_BASE;
 use weir_zone::{Kind, NetMeters};
+
+pub mod tls;
+
+pub use tls::{ClientAuth, Tls, TlsError, TlsFiles};
+
+/// How long a TLS handshake may take before the connection is closed.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// API keys served before a SASL client has authenticated: SaslHandshake, ApiVersions,
+/// SaslAuthenticate.
+const BEFORE_AUTHENTICATION: [i16; 3] = [17, 18, 36];
 
 #[derive(Debug, Clone)]
 pub struct NetworkConfig {
@@ -59,6 +82,10 @@ pub struct NetworkConfig {
     pub internal: bool,
     /// The zone of the listener, for clients that nothing else places in a zone.
     pub zone: Option<String>,
+    /// The listener's name, security protocol and SASL settings.
+    pub listener: Arc<ListenerSecurity>,
+    /// TLS (SSL and SASL_SSL listeners).
+    pub tls: Option<Arc<Tls>>,
 }
 
 impl Default for NetworkConfig {
@@ -71,6 +98,8 @@ impl Default for NetworkConfig {
             queued_max_request_bytes_per_connection: 64 << 20,
             internal: false,
             zone: None,
+            listener: Arc::default(),
+            tls: None,
         }
     }
 }
@@ -94,6 +123,10 @@ pub struct NetworkMeters {
     pub read_pauses: Counter,
     /// Request bytes read and not yet answered, now (a gauge).
     pub queued_request_bytes: AtomicU64,
+    /// TLS handshakes that failed or timed out (the connection was closed).
+    pub tls_handshake_failures: Counter,
+    /// Requests before authentication, or after a session ended (the connection was closed).
+    pub unauthenticated_requests: Counter,
 }
 
 /// What requests are dispatched to: [`Broker`], or a stand-in in tests.
@@ -250,8 +283,38 @@ pub async fn serve<H: Handler>(
                     let (handler, config, meters, budgets) = (Arc::clone(&handler), config.clone(), Arc::clone(&meters), Arc::clone(&budgets));
                     let shutdown = shutdown.clone();
                     tokio::spawn(async move {
-                        let conn = Conn::new(peer, config.internal, config.zone.clone());
-                        if let Err(e) = connection(stream, conn, handler, config, budgets, &meters, shutdown).await {
+                        let conn = Conn::on_listener(peer, config.internal, config.zone.clone(), Arc::clone(&config.listener));
+                        let ended = match config.tls.clone() {
+                            None => {
+                                let (rd, wr) = stream.into_split();
+                                connection(rd, wr, conn, handler, config, budgets, &meters, shutdown).await
+                            }
+                            Some(tls) => match handshake(stream, &tls).await {
+                                Ok(stream) => {
+                                    // On SSL, the certificate says who the client is; on
+                                    // SASL_SSL, SASL does.
+                                    if config.listener.protocol == SecurityProtocol::Ssl {
+                                        if let Some(p) = certificate_principal(&stream) {
+                                            conn.set_principal(p);
+                                        }
+                                    }
+                                    let (rd, wr) = tokio::io::split(stream);
+                                    connection(rd, wr, conn, handler, config, budgets, &meters, shutdown).await
+                                }
+                                Err(e) => {
+                                    meters.tls_handshake_failures.inc();
+                                    let failed = meters.tls_handshake_failures.get();
+                                    // Logged at the 1st, 2nd, 4th... failure: seen, not a flood.
+                                    if failed.is_power_of_two() {
+                                        tracing::warn!(%peer, error = %e, failed, "TLS handshake failed; closing the connection");
+                                    } else {
+                                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                                    }
+                                    Ok(())
+                                }
+                            },
+                        };
+                        if let Err(e) = ended {
                             tracing::debug!(%peer, error = %e, "connection ended");
                         }
                         // The slot first: a client that sees the close counted may connect again.
@@ -267,6 +330,28 @@ pub async fn serve<H: Handler>(
             _ = shutdown.changed() => return,
         }
     }
+}
+
+/// Runs the server's TLS handshake, within [`TLS_HANDSHAKE_TIMEOUT`].
+async fn handshake(
+    stream: TcpStream,
+    tls: &Tls,
+) -> std::io::Result<tokio_rustls::server::TlsStream<TcpStream>> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
+    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(r) => r,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the TLS handshake took too long",
+        )),
+    }
+}
+
+/// `User:<subject>` of the client's certificate, if it sent one (Kafka's default
+/// `ssl.principal.mapping.rules`).
+fn certificate_principal(stream: &tokio_rustls::server::TlsStream<TcpStream>) -> Option<Principal> {
+    let cert = stream.get_ref().1.peer_certificates()?.first()?;
+    weir_auth::x509::subject_name(cert.as_ref()).map(Principal::user)
 }
 
 /// Why a connection was closed on purpose.
@@ -334,8 +419,8 @@ async fn take(
     }
 }
 
-async fn read_frames(
-    mut rd: tokio::net::tcp::OwnedReadHalf,
+async fn read_frames<R: AsyncRead + Unpin>(
+    mut rd: R,
     tx: mpsc::Sender<Result<(Bytes, Held), String>>,
     max: usize,
     budgets: Arc<Budgets>,
@@ -391,16 +476,22 @@ async fn read_frames(
 /// until it is written.
 type Pending = BoxFuture<'static, (Option<Result<BytesMut, String>>, Held)>;
 
-async fn connection<H: Handler>(
-    stream: TcpStream,
+#[allow(clippy::too_many_arguments)]
+async fn connection<H, R, W>(
+    rd: R,
+    mut wr: W,
     conn: Conn,
     handler: Arc<H>,
     config: NetworkConfig,
     budgets: Arc<Budgets>,
     meters: &Arc<NetworkMeters>,
     mut shutdown: watch::Receiver<bool>,
-) -> Result<(), Close> {
-    let (rd, mut wr) = stream.into_split();
+) -> Result<(), Close>
+where
+    H: Handler,
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin,
+{
     let (tx, mut rx) = mpsc::channel(config.max_in_flight.max(1));
     let reader = tokio::spawn(read_frames(
         rd,
@@ -427,6 +518,8 @@ async fn connection<H: Handler>(
                         meters.bytes_out.add(bytes.len() as u64);
                         zone_bytes.count(&*handler, &conn, held.kind, true, bytes.len() as u64);
                         wr.write_all(&bytes).await?;
+                        // TLS holds records in its buffer until flushed (a no-op on TCP).
+                        wr.flush().await?;
                     }
                     Some(Err(e)) => return Err(Close::Protocol(e)),
                     None => {}
@@ -438,6 +531,7 @@ async fn connection<H: Handler>(
                     meters.bytes_out.add(bytes.len() as u64);
                     zone_bytes.count(&*handler, &conn, held.kind, true, bytes.len() as u64);
                     wr.write_all(&bytes).await?;
+                    wr.flush().await?;
                 }
                 drop(held);
             }
@@ -446,6 +540,12 @@ async fn connection<H: Handler>(
                     let key = frame.get(..2).map_or(-1, |k| i16::from_be_bytes([k[0], k[1]]));
                     held.kind = kind_of(key);
                     let size = 4 + frame.len() as u64;
+                    if !BEFORE_AUTHENTICATION.contains(&key) && !conn.may_serve(Instant::now()) {
+                        meters.unauthenticated_requests.inc();
+                        tracing::info!(%peer, api_key = key, listener = %conn.listener.name,
+                            "a request before authentication, or after the session ended; closing the connection");
+                        return Ok(());
+                    }
                     let internal = conn.internal && key >= INTERNAL_KEY_BASE;
                     let started = if internal {
                         internal_request(&handler, frame, &conn, held).await.map(|p| p.map(|p| (p, true)))
@@ -458,7 +558,13 @@ async fn connection<H: Handler>(
                         zone_bytes.count(&*handler, &conn, kind_of(key), false, size);
                     }
                     match started {
-                    Ok(Some((p, false))) => pending.push_back(p),
+                    Ok(Some((p, false))) => {
+                        pending.push_back(p);
+                        // A failed authentication: its answer is the last.
+                        if BEFORE_AUTHENTICATION.contains(&key) && conn.closing() {
+                            reading = false;
+                        }
+                    }
                     Ok(Some((p, true))) => unordered.push(p),
                     Ok(None) => {}
                     Err(Close::Protocol(msg)) => {

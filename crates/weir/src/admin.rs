@@ -1194,6 +1194,28 @@ fn render(state: &State) -> String {
     if let Some(z) = &state.broker.zones {
         render_zones(&mut o, z);
     }
+    let sasl = &state.broker.sasl.meters;
+    counter(
+        &mut o,
+        "sasl_authentications_succeeded",
+        "SASL authentications (and re-authentications) that succeeded.",
+        "",
+        &sasl.succeeded,
+    );
+    counter(
+        &mut o,
+        "sasl_authentications_failed",
+        "SASL authentications that failed (wrong credentials, malformed exchanges); the connection was closed.",
+        "",
+        &sasl.failed,
+    );
+    counter(
+        &mut o,
+        "sasl_authentications_refused",
+        "SASL authentications refused unchecked: their address failed too often in the last minute.",
+        "",
+        &sasl.refused,
+    );
 
     let n = &state.network;
     counter(
@@ -1230,6 +1252,20 @@ fn render(state: &State) -> String {
         "Requests that closed their connection (malformed, oversized, unsupported).",
         "",
         &n.rejected_frames,
+    );
+    counter(
+        &mut o,
+        "tls_handshake_failures",
+        "TLS handshakes that failed or timed out (the connection was closed).",
+        "",
+        &n.tls_handshake_failures,
+    );
+    counter(
+        &mut o,
+        "unauthenticated_requests",
+        "Requests before SASL authentication or after the session ended (the connection was closed).",
+        "",
+        &n.unauthenticated_requests,
     );
     counter(
         &mut o,

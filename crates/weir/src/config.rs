@@ -17,6 +17,59 @@ pub struct Config {
     pub cluster: ClusterSection,
     pub zones: ZonesSection,
     pub balancer: BalancerSection,
+    pub security: SecuritySection,
+}
+
+/// Listeners and how clients on them prove who they are, with Kafka's names (`listeners`,
+/// `advertised.listeners`, `listener.security.protocol.map`, `ssl.*`, `sasl.*`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SecuritySection {
+    /// Kafka listeners, `NAME://host:port,...` (e.g. `PLAINTEXT://127.0.0.1:9092,
+    /// SASL_SSL://0.0.0.0:9093`). Empty: one PLAINTEXT listener on `broker.listen`. When set,
+    /// `broker.listen` is not used.
+    pub listeners: String,
+    /// Where clients reach each listener, `NAME://host:port,...`; a listener left out is
+    /// advertised at its own address (the first one at `broker.advertised`, if set).
+    pub advertised_listeners: String,
+    /// `NAME:PROTOCOL,...` for listeners not named after their protocol (PLAINTEXT, SSL,
+    /// SASL_PLAINTEXT, SASL_SSL).
+    pub listener_security_protocol_map: String,
+    /// PEM file: the broker's certificate chain, and its private key unless
+    /// `ssl_key_location` names another file (Kafka's PEM keystore).
+    pub ssl_keystore_location: String,
+    /// PEM file with the private key, if not in the keystore file.
+    pub ssl_key_location: String,
+    /// PEM file: the CAs client certificates must chain to (mTLS).
+    pub ssl_truststore_location: String,
+    /// `none`, `requested` or `required`: whether clients of SSL and SASL_SSL listeners
+    /// present certificates.
+    pub ssl_client_auth: String,
+    /// How often the TLS files are checked for a renewal (read again if changed).
+    pub ssl_reload_interval_ms: u64,
+    /// SASL mechanisms offered on SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.
+    pub sasl_enabled_mechanisms: String,
+    /// A SASL session lasts this long before the client must authenticate again on its
+    /// connection (KIP-368); 0: sessions do not end.
+    pub connections_max_reauth_ms: u64,
+}
+
+impl Default for SecuritySection {
+    fn default() -> Self {
+        SecuritySection {
+            listeners: String::new(),
+            advertised_listeners: String::new(),
+            listener_security_protocol_map: String::new(),
+            ssl_keystore_location: String::new(),
+            ssl_key_location: String::new(),
+            ssl_truststore_location: String::new(),
+            ssl_client_auth: "none".into(),
+            ssl_reload_interval_ms: 10_000,
+            // PLAIN sends the password itself: offered only where asked for.
+            sasl_enabled_mechanisms: "SCRAM-SHA-256,SCRAM-SHA-512".into(),
+            connections_max_reauth_ms: 0,
+        }
+    }
 }
 
 /// Load reports and the controller's balancer: which partitions move so that no broker is over
@@ -390,7 +443,8 @@ impl Default for StorageSection {
     }
 }
 
-const SECTIONS: [&str; 8] = [
+const SECTIONS: [&str; 9] = [
+    "security",
     "object_store",
     "balancer",
     "zones",
@@ -469,6 +523,7 @@ impl Config {
             .wal_faults()
             .validate()
             .map_err(|e| anyhow::anyhow!("wal: {e}"))?;
+        crate::listeners::listeners(&config).map_err(|e| anyhow::anyhow!("security: {e}"))?;
         Ok(config)
     }
 
@@ -516,11 +571,12 @@ impl Config {
         if !self.cluster.internal_listen.is_empty() {
             return self.cluster.internal_listen.clone();
         }
-        let host = self
-            .broker
-            .listen
-            .rsplit_once(':')
-            .map_or("127.0.0.1", |(h, _)| h);
+        let first = crate::listeners::listeners(self)
+            .ok()
+            .and_then(|l| l.into_iter().next())
+            .map_or_else(|| self.broker.listen.clone(), |l| l.bind);
+        let host = first.rsplit_once(':').map_or("127.0.0.1", |(h, _)| h);
+        let host = if host.is_empty() { "0.0.0.0" } else { host };
         format!("{host}:0")
     }
 

@@ -5,6 +5,7 @@ mod admin;
 mod cluster_admin;
 mod config;
 mod drain;
+mod listeners;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -117,19 +118,6 @@ fn main() -> anyhow::Result<()> {
         Command::Perf(args) => weir_perf::run(args),
         Command::Drain(args) => drain::run(args),
     }
-}
-
-fn split_host_port(addr: &str) -> anyhow::Result<(String, i32)> {
-    let (host, port) = addr
-        .rsplit_once(':')
-        .with_context(|| format!("{addr:?} is not host:port"))?;
-    let port = port
-        .parse()
-        .with_context(|| format!("bad port in {addr:?}"))?;
-    Ok((
-        host.trim_matches(|c| c == '[' || c == ']').to_string(),
-        port,
-    ))
 }
 
 /// How `serve` ended.
@@ -282,7 +270,18 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
     };
     // Join the cluster (one broker on SQLite is a cluster of one): register, then open the
     // partitions the controller assigns here before taking clients.
-    let (host, port) = split_host_port(config.advertised())?;
+    let specs = listeners::listeners(&config).map_err(anyhow::Error::msg)?;
+    // The first listener's address is the broker's (peers and older readers of the registry
+    // use it); clients are told the address of the listener they came in on.
+    let (host, port) = (specs[0].advertised_host.clone(), specs[0].advertised_port);
+    // TLS files are read before joining, so that a bad certificate stops the broker at once.
+    let tls = if specs.iter().any(|l| l.protocol.tls()) {
+        let files = listeners::tls_files(&config).map_err(anyhow::Error::msg)?;
+        let tls = weir_network::Tls::load(files).context("loading the TLS files")?;
+        Some(Arc::new(tls))
+    } else {
+        None
+    };
     let internal_listen = config.internal_listen();
     let internal_listener = TcpListener::bind(&internal_listen)
         .await
@@ -312,6 +311,14 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
         zone: config.broker.zone.clone(),
         host: host.clone(),
         port,
+        listeners: specs
+            .iter()
+            .map(|l| weir_meta::ListenerEndpoint {
+                name: l.name.clone(),
+                host: l.advertised_host.clone(),
+                port: l.advertised_port,
+            })
+            .collect(),
         internal_addr: format!("{host}:{internal_port}"),
         wal: None,
     };
@@ -514,9 +521,15 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
         ));
     }
 
-    let listener = TcpListener::bind(&config.broker.listen)
-        .await
-        .with_context(|| format!("binding the Kafka listener {}", config.broker.listen))?;
+    let mut kafka_listeners = Vec::new();
+    for spec in &specs {
+        let socket = TcpListener::bind(&spec.bind)
+            .await
+            .with_context(|| format!("binding the Kafka listener {} ({})", spec.name, spec.bind))?;
+        let security = listeners::security(&config, spec).map_err(anyhow::Error::msg)?;
+        let tls = tls.clone().filter(|_| spec.protocol.tls());
+        kafka_listeners.push((socket, security, tls));
+    }
     let admin_listener = TcpListener::bind(&config.broker.admin_listen)
         .await
         .with_context(|| format!("binding the admin listener {}", config.broker.admin_listen))?;
@@ -533,13 +546,38 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
         zone: (!config.zones.listener_zone.is_empty()).then(|| config.zones.listener_zone.clone()),
         ..Default::default()
     };
-    let network = tokio::spawn(weir_network::serve(
-        listener,
-        Arc::clone(&broker),
-        net_config.clone(),
-        Arc::clone(&net_meters),
-        shutdown_rx.clone(),
-    ));
+    let mut network = Vec::new();
+    for (socket, security, tls) in kafka_listeners {
+        network.push(tokio::spawn(weir_network::serve(
+            socket,
+            Arc::clone(&broker),
+            weir_network::NetworkConfig {
+                listener: security,
+                tls,
+                ..net_config.clone()
+            },
+            Arc::clone(&net_meters),
+            shutdown_rx.clone(),
+        )));
+    }
+    if let Some(tls) = tls {
+        // Renewed certificates are picked up without a restart.
+        let every = Duration::from_millis(config.security.ssl_reload_interval_ms.max(100));
+        let mut shutdown = shutdown_rx.clone();
+        network.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = shutdown.changed() => return,
+                }
+                match tls.reload_if_changed() {
+                    Ok(true) => tracing::info!(?tls, "TLS files changed: loaded again"),
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(error = %e, "TLS files changed but do not load; keeping the ones in use"),
+                }
+            }
+        }));
+    }
     // Broker-to-broker traffic: Kafka framing on its own port, with the internal API keys.
     let internal = tokio::spawn(weir_network::serve(
         internal_listener,
@@ -592,7 +630,16 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
         })
     };
     ready.store(true, Ordering::SeqCst);
-    tracing::info!(node_id = cluster.node_id(), listen = %config.broker.listen, advertised = %config.advertised(), internal_port, admin = %config.broker.admin_listen, "Weir is serving");
+    let listening: Vec<String> = specs
+        .iter()
+        .map(|l| {
+            format!(
+                "{}://{} ({}, advertised {}:{})",
+                l.name, l.bind, l.protocol, l.advertised_host, l.advertised_port
+            )
+        })
+        .collect();
+    tracing::info!(node_id = cluster.node_id(), listeners = ?listening, internal_port, admin = %config.broker.admin_listen, "Weir is serving");
 
     let mut replaced = cluster.replaced();
     tokio::select! {
@@ -602,7 +649,9 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
             // another broker's now. Stop listening and start again.
             ready.store(false, Ordering::SeqCst);
             shutdown_tx.send_replace(true);
-            let _ = network.await;
+            for task in network {
+                let _ = task.await;
+            }
             let _ = internal.await;
             let _ = admin.await;
             groups.shutdown();
@@ -617,7 +666,9 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
     cluster.leave().await;
     tracing::info!("shutting down: uploading what the WAL holds");
     shutdown_tx.send_replace(true);
-    let _ = network.await;
+    for task in network {
+        let _ = task.await;
+    }
     let _ = internal.await;
     let _ = snapshots.await;
     let _ = cleaner.await;

@@ -117,6 +117,7 @@ mod tests {
             zone: zone.into(),
             host: "127.0.0.1".into(),
             port: 9000 + node_id,
+            listeners: Vec::new(),
             internal_addr: String::new(),
             state: BrokerState::Running,
             alive: true,

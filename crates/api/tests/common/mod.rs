@@ -113,6 +113,7 @@ pub async fn env_with(limits: weir_api::ApiLimits) -> Env {
             zone: "zone-a".into(),
             host: "127.0.0.1".into(),
             port: 9092,
+            listeners: Vec::new(),
             internal_addr: String::new(),
             wal: None,
         },

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::{
-    AssignmentChange, BrokerRegistration, BrokerState, Coordination, MetaError, MetaStore,
-    WalRegistration, WalState,
+    AssignmentChange, BrokerInfo, BrokerRegistration, BrokerState, Coordination, ListenerEndpoint,
+    MetaError, MetaStore, WalRegistration, WalState,
 };
 
 /// Runs every check of the part, each against a fresh, empty store from `open`.
@@ -19,6 +19,100 @@ pub async fn run(open: impl Fn() -> Box<dyn MetaStore>) {
     wal_claims_and_recovery(&*open()).await;
     brokers_without_a_wal_release_their_partitions_when_fenced(&*open()).await;
     load_reports(&*open()).await;
+    listeners_are_registered_in_order(&*open()).await;
+}
+
+/// A registration's listeners come back in the broker's order (not by name), each broker with
+/// its own; a registration replaces them all, and one that fails changes none.
+pub async fn listeners_are_registered_in_order(m: &dyn Coordination) {
+    let first = vec![
+        listener("SASL_SSL", "b1.example", 9094),
+        listener("PLAINTEXT", "10.0.0.1", 9092),
+        listener("EXTERNAL", "b1.public.example", 19094),
+    ];
+    let b1 = m
+        .register_broker(
+            &BrokerRegistration {
+                listeners: first.clone(),
+                ..with_wal(1, "w1")
+            },
+            LONG,
+        )
+        .await
+        .expect("register");
+    assert_eq!(b1.listeners, first);
+    let b2 = m
+        .register_broker(&reg(Some(2)), LONG)
+        .await
+        .expect("register");
+    assert!(b2.listeners.is_empty());
+    let third = vec![
+        listener("PLAINTEXT", "10.0.0.3", 9092),
+        listener("CONTROLLER", "10.0.0.3", 9093),
+    ];
+    m.register_broker(
+        &BrokerRegistration {
+            listeners: third.clone(),
+            ..reg(Some(3))
+        },
+        LONG,
+    )
+    .await
+    .expect("register");
+    let listeners = |all: &[BrokerInfo]| {
+        all.iter()
+            .map(|b| (b.node_id, b.listeners.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        listeners(&m.brokers().await.expect("brokers")),
+        vec![(1, first.clone()), (2, Vec::new()), (3, third.clone())]
+    );
+
+    // A restart with other listeners: the new set, whole, in its order.
+    let second = vec![
+        listener("PLAINTEXT", "10.0.0.9", 9192),
+        listener("INTERNAL", "10.0.0.9", 9193),
+    ];
+    let again = m
+        .register_broker(
+            &BrokerRegistration {
+                listeners: second.clone(),
+                ..with_wal(1, "w1")
+            },
+            LONG,
+        )
+        .await
+        .expect("register again");
+    assert_eq!((again.incarnation, &again.listeners), (2, &second));
+    assert_eq!(
+        listeners(&m.brokers().await.expect("brokers")),
+        vec![(1, second.clone()), (2, Vec::new()), (3, third.clone())]
+    );
+
+    // A registration refused (its previous WAL is not recovered) leaves the listeners as they
+    // were: they change in the registration's transaction.
+    let refused = m
+        .register_broker(
+            &BrokerRegistration {
+                listeners: vec![listener("PLAINTEXT", "elsewhere", 1)],
+                ..with_wal(1, "w2")
+            },
+            LONG,
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(MetaError::WalMissing { .. })),
+        "{refused:?}"
+    );
+    // Registering without listeners drops them: the broker no longer names any.
+    m.register_broker(&reg(Some(3)), LONG)
+        .await
+        .expect("register");
+    assert_eq!(
+        listeners(&m.brokers().await.expect("brokers")),
+        vec![(1, second), (2, Vec::new()), (3, Vec::new())]
+    );
 }
 
 /// Brokers' load reports: the last one of each broker, aged by the store's clock; only the
@@ -79,8 +173,17 @@ fn reg(node_id: Option<i32>) -> BrokerRegistration {
         zone: "z1".into(),
         host: "127.0.0.1".into(),
         port: 9092,
+        listeners: Vec::new(),
         internal_addr: "127.0.0.1:19092".into(),
         wal: None,
+    }
+}
+
+fn listener(name: &str, host: &str, port: i32) -> ListenerEndpoint {
+    ListenerEndpoint {
+        name: name.into(),
+        host: host.into(),
+        port,
     }
 }
 

@@ -6,6 +6,7 @@
 
 pub mod catalog;
 pub mod coordination;
+pub mod credentials;
 pub mod group_offsets;
 pub mod group_states;
 pub mod object_index;
@@ -24,6 +25,7 @@ pub async fn run_all(open: impl Fn() -> Box<dyn MetaStore>) {
     producer_snapshots::run(|| open()).await;
     coordination::run(|| open()).await;
     transactions::run(&open).await;
+    credentials::run(|| open()).await;
     whole_store::run(open).await;
 }
 

@@ -3,7 +3,8 @@
 //! `NOTIFY weir_cluster` and heard by every broker's listening connection.
 //!
 //! Lock order, on top of the store's (topic, streams, objects): the controller row, then broker
-//! rows, then WAL rows, then assignment rows.
+//! rows, then WAL rows, then assignment rows. Broker listener rows are written only by a
+//! registration, which holds the brokers table.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,10 +13,10 @@ use tokio::sync::{mpsc, watch};
 use tokio_postgres::{AsyncMessage, Config, GenericClient, NoTls};
 
 use super::{backend, i, in_tx, PostgresMetaStore};
-use crate::{check_wal_claim, tried_list, wal_state};
+use crate::{check_wal_claim, group_listeners, tried_list, wal_state};
 use crate::{
     Assignment, AssignmentChange, BrokerInfo, BrokerLoad, BrokerRegistration, BrokerState,
-    ControllerLease, Coordination, MetaError, Result, WalInfo, WalRegistration,
+    ControllerLease, Coordination, ListenerEndpoint, MetaError, Result, WalInfo, WalRegistration,
 };
 
 /// The server's clock in milliseconds: brokers' clocks never decide a session or a lease.
@@ -200,17 +201,50 @@ fn wal_row(r: &tokio_postgres::Row) -> WalInfo {
     }
 }
 
-fn broker_row(r: &tokio_postgres::Row) -> BrokerInfo {
-    BrokerInfo {
+/// A row of the brokers query: the broker, and one of its listeners if it has any.
+fn broker_row(r: &tokio_postgres::Row) -> (BrokerInfo, Option<ListenerEndpoint>) {
+    let broker = BrokerInfo {
         node_id: r.get(0),
         incarnation: r.get::<_, i64>(1) as u64,
         zone: r.get(2),
         host: r.get(3),
         port: r.get(4),
+        listeners: Vec::new(),
         internal_addr: r.get(5),
         state: BrokerState::parse(r.get(6)),
         alive: r.get(7),
+    };
+    let listener = r.get::<_, Option<String>>(8).map(|name| ListenerEndpoint {
+        name,
+        host: r.get(9),
+        port: r.get(10),
+    });
+    (broker, listener)
+}
+
+/// Replaces `node_id`'s listeners with `listeners`, keeping their order. Only a registration
+/// writes them, under its lock of the brokers table.
+async fn replace_listeners(
+    c: &impl GenericClient,
+    node_id: i32,
+    listeners: &[ListenerEndpoint],
+) -> Result<()> {
+    c.execute(
+        "DELETE FROM broker_listeners WHERE node_id = $1",
+        &[&node_id],
+    )
+    .await
+    .map_err(backend("replacing a broker's listeners"))?;
+    for (ordinal, l) in (0i32..).zip(listeners) {
+        c.execute(
+            "INSERT INTO broker_listeners (node_id, name, ordinal, host, port)
+             VALUES ($1, $2, $3, $4, $5)",
+            &[&node_id, &l.name, &ordinal, &l.host, &l.port],
+        )
+        .await
+        .map_err(backend("replacing a broker's listeners"))?;
     }
+    Ok(())
 }
 
 /// Frees the partitions of fenced brokers that have no WAL left to recover (brokers without a
@@ -267,6 +301,7 @@ impl Coordination for PostgresMetaStore {
                 )
                 .await
                 .map_err(backend("registering a broker"))?;
+            replace_listeners(&tx, node_id, &reg.listeners).await?;
             if let Some(wal) = &reg.wal {
                 claim_wal(&tx, node_id, row.get::<_, i64>(0), wal).await?;
             }
@@ -277,6 +312,7 @@ impl Coordination for PostgresMetaStore {
                 zone: reg.zone.clone(),
                 host: reg.host.clone(),
                 port: reg.port,
+                listeners: reg.listeners.clone(),
                 internal_addr: reg.internal_addr.clone(),
                 state: BrokerState::Running,
                 alive: true,
@@ -329,18 +365,21 @@ impl Coordination for PostgresMetaStore {
 
     async fn brokers(&self) -> Result<Vec<BrokerInfo>> {
         let c = self.client().await?;
+        // One statement, one snapshot: a registration committing meanwhile cannot pair a
+        // broker's row with another incarnation's listeners.
         let rows = c
             .query(
                 &format!(
-                    "SELECT node_id, incarnation, zone, host, port, internal_addr, state,
-                            expires_ms > {NOW_MS}
-                     FROM brokers ORDER BY node_id"
+                    "SELECT b.node_id, b.incarnation, b.zone, b.host, b.port, b.internal_addr,
+                            b.state, b.expires_ms > {NOW_MS}, l.name, l.host, l.port
+                     FROM brokers b LEFT JOIN broker_listeners l ON l.node_id = b.node_id
+                     ORDER BY b.node_id, l.ordinal"
                 ),
                 &[],
             )
             .await
             .map_err(backend("listing brokers"))?;
-        Ok(rows.iter().map(broker_row).collect())
+        Ok(group_listeners(rows.iter().map(broker_row)))
     }
 
     async fn acquire_controller(

@@ -21,6 +21,7 @@
 
 mod catalog;
 mod coordination;
+mod credentials;
 mod group_offsets;
 mod group_states;
 mod object_index;
@@ -185,6 +186,27 @@ CREATE TABLE txn_offsets (
     PRIMARY KEY (transactional_id, group_id, topic, partition)
 );
 CREATE INDEX txn_offsets_by_group ON txn_offsets(group_id);
+",
+    "
+-- A broker's Kafka listeners, replaced by each registration; ordinal keeps the broker's order.
+CREATE TABLE broker_listeners (
+    node_id INTEGER NOT NULL,
+    name    TEXT NOT NULL,
+    ordinal INTEGER NOT NULL,
+    host    TEXT NOT NULL,
+    port    INTEGER NOT NULL,
+    PRIMARY KEY (node_id, name)
+);
+-- Users' SCRAM credentials, one per mechanism (RFC 5802's stored and server keys, not passwords).
+CREATE TABLE scram_credentials (
+    user_name  TEXT NOT NULL,
+    mechanism  TEXT NOT NULL,
+    salt       BYTEA NOT NULL,
+    stored_key BYTEA NOT NULL,
+    server_key BYTEA NOT NULL,
+    iterations INTEGER NOT NULL,
+    PRIMARY KEY (user_name, mechanism)
+);
 ",
 ];
 
@@ -584,6 +606,12 @@ mod tests {
             Box::new(store(&s)) as Box<dyn conformance::transactions::TxnStore>
         })
         .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn conformance_credentials() {
+        let s = server();
+        conformance::credentials::run(|| Box::new(store(&s))).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,28 +7,74 @@ use rusqlite::{params, OptionalExtension, TransactionBehavior};
 use tokio::sync::watch;
 
 use super::{backend, i, now_ms, SqliteMetaStore};
-use crate::{check_wal_claim, tried_list, wal_state, WalRow};
+use crate::{check_wal_claim, group_listeners, tried_list, wal_state, WalRow};
 use crate::{
     Assignment, AssignmentChange, BrokerInfo, BrokerLoad, BrokerRegistration, BrokerState,
-    ControllerLease, Coordination, MetaError, Result, WalInfo, WalRegistration,
+    ControllerLease, Coordination, ListenerEndpoint, MetaError, Result, WalInfo, WalRegistration,
 };
 
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-fn broker_row(r: &rusqlite::Row<'_>, now: i64) -> rusqlite::Result<BrokerInfo> {
+/// A row of [`BROKERS_QUERY`]: the broker, and one of its listeners if it has any.
+fn broker_row(
+    r: &rusqlite::Row<'_>,
+    now: i64,
+) -> rusqlite::Result<(BrokerInfo, Option<ListenerEndpoint>)> {
     let expires: i64 = r.get(7)?;
-    Ok(BrokerInfo {
+    let broker = BrokerInfo {
         node_id: r.get(0)?,
         incarnation: r.get::<_, i64>(1)? as u64,
         zone: r.get(2)?,
         host: r.get(3)?,
         port: r.get(4)?,
+        listeners: Vec::new(),
         internal_addr: r.get(5)?,
         state: BrokerState::parse(&r.get::<_, String>(6)?),
         alive: expires > now,
-    })
+    };
+    let listener = match r.get::<_, Option<String>>(8)? {
+        Some(name) => Some(ListenerEndpoint {
+            name,
+            host: r.get(9)?,
+            port: r.get(10)?,
+        }),
+        None => None,
+    };
+    Ok((broker, listener))
+}
+
+/// Every broker with its listeners, one row per listener, in node id then listener order.
+const BROKERS_QUERY: &str =
+    "SELECT b.node_id, b.incarnation, b.zone, b.host, b.port, b.internal_addr, b.state,
+            b.expires_ms, l.name, l.host, l.port
+     FROM brokers b LEFT JOIN broker_listeners l ON l.node_id = b.node_id
+     ORDER BY b.node_id, l.ordinal";
+
+/// Replaces `node_id`'s listeners with `listeners`, keeping their order.
+fn replace_listeners(
+    tx: &rusqlite::Transaction<'_>,
+    node_id: i32,
+    listeners: &[ListenerEndpoint],
+) -> Result<()> {
+    tx.execute(
+        "DELETE FROM broker_listeners WHERE node_id = ?1",
+        params![node_id],
+    )
+    .map_err(backend("replacing a broker's listeners"))?;
+    let mut insert = tx
+        .prepare_cached(
+            "INSERT INTO broker_listeners (node_id, name, ordinal, host, port)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
+        .map_err(backend("replacing a broker's listeners"))?;
+    for (ordinal, l) in listeners.iter().enumerate() {
+        insert
+            .execute(params![node_id, l.name, ordinal as i64, l.host, l.port])
+            .map_err(backend("replacing a broker's listeners"))?;
+    }
+    Ok(())
 }
 
 /// Fails unless `node_id` is registered at `incarnation` and not fenced.
@@ -171,6 +217,7 @@ impl Coordination for SqliteMetaStore {
                     ],
                 )
                 .map_err(backend("registering a broker"))?;
+                replace_listeners(&tx, node_id, &reg.listeners)?;
                 if let Some(wal) = &reg.wal {
                     claim_wal(&tx, node_id, incarnation, wal)?;
                 }
@@ -181,6 +228,7 @@ impl Coordination for SqliteMetaStore {
                     zone: reg.zone,
                     host: reg.host,
                     port: reg.port,
+                    listeners: reg.listeners,
                     internal_addr: reg.internal_addr,
                     state: BrokerState::Running,
                     alive: true,
@@ -234,16 +282,15 @@ impl Coordination for SqliteMetaStore {
         self.with(move |c| {
             let now = now_ms();
             let mut stmt = c
-                .prepare_cached(
-                    "SELECT node_id, incarnation, zone, host, port, internal_addr, state, expires_ms
-                     FROM brokers ORDER BY node_id",
-                )
+                .prepare_cached(BROKERS_QUERY)
                 .map_err(backend("listing brokers"))?;
             let rows = stmt
                 .query_map([], |r| broker_row(r, now))
                 .map_err(backend("listing brokers"))?;
-            rows.collect::<rusqlite::Result<_>>()
-                .map_err(backend("listing brokers"))
+            let rows = rows
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(backend("listing brokers"))?;
+            Ok(group_listeners(rows))
         })
         .await
     }

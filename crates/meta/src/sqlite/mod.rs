@@ -9,6 +9,7 @@
 
 pub(crate) mod catalog;
 mod coordination;
+mod credentials;
 mod group_offsets;
 mod group_states;
 mod object_index;
@@ -103,6 +104,15 @@ CREATE TABLE IF NOT EXISTS brokers (
     state         TEXT NOT NULL,
     expires_ms    INTEGER NOT NULL
 );
+-- A broker's Kafka listeners, replaced by each registration; ordinal keeps the broker's order.
+CREATE TABLE IF NOT EXISTS broker_listeners (
+    node_id INTEGER NOT NULL,
+    name    TEXT NOT NULL,
+    ordinal INTEGER NOT NULL,
+    host    TEXT NOT NULL,
+    port    INTEGER NOT NULL,
+    PRIMARY KEY (node_id, name)
+);
 CREATE TABLE IF NOT EXISTS controller (
     id         INTEGER PRIMARY KEY CHECK (id = 1),
     node_id    INTEGER NOT NULL,
@@ -149,6 +159,16 @@ CREATE TABLE IF NOT EXISTS txn_offsets (
     PRIMARY KEY (transactional_id, group_id, topic, partition)
 );
 CREATE INDEX IF NOT EXISTS txn_offsets_by_group ON txn_offsets(group_id);
+-- Users' SCRAM credentials, one per mechanism (RFC 5802's stored and server keys, not passwords).
+CREATE TABLE IF NOT EXISTS scram_credentials (
+    user_name  TEXT NOT NULL,
+    mechanism  TEXT NOT NULL,
+    salt       BLOB NOT NULL,
+    stored_key BLOB NOT NULL,
+    server_key BLOB NOT NULL,
+    iterations INTEGER NOT NULL,
+    PRIMARY KEY (user_name, mechanism)
+);
 ";
 
 pub struct SqliteMetaStore {
@@ -404,6 +424,11 @@ mod tests {
             Box::new(store()) as Box<dyn conformance::transactions::TxnStore>
         })
         .await;
+    }
+
+    #[tokio::test]
+    async fn conformance_credentials() {
+        conformance::credentials::run(|| Box::new(store())).await;
     }
 
     #[tokio::test]

@@ -1,0 +1,257 @@
+//! SaslHandshake and SaslAuthenticate: a connection on a SASL listener proves who it is before
+//! anything but ApiVersions is served (the network layer holds it to that), and again before
+//! its session ends if `connections.max.reauth.ms` is set (KIP-368).
+//!
+//! PLAIN and SCRAM check the same store of users, SCRAM credentials in the metadata store
+//! (AlterUserScramCredentials writes them): a PLAIN password is checked against the user's
+//! SCRAM-SHA-256 credential, or else its SCRAM-SHA-512 one. A failed authentication is
+//! answered with SASL_AUTHENTICATION_FAILED after a short delay (Kafka's
+//! `connection.failed.authentication.delay.ms`) and the connection is closed; an address with
+//! too many failures in a minute is refused without its password being checked, so that
+//! guessing is slow and costs the broker no hashing.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::{
+    SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
+};
+use kafka_protocol::ResponseError;
+use weir_auth::scram::{self, Credential, Mechanism};
+use weir_auth::{plain, AuthError, Principal, SaslMechanism};
+use weir_meta::{Credentials, ScramCredential};
+use weir_metrics::Counter;
+
+use crate::conn::{Conn, Sasl};
+use crate::str;
+
+/// Failed authentications from one address within [`FAILURE_WINDOW`] before it is refused.
+const MAX_FAILURES: u32 = 10;
+const FAILURE_WINDOW: Duration = Duration::from_secs(60);
+/// How long a failed authentication's answer waits (Kafka's
+/// `connection.failed.authentication.delay.ms` default).
+pub(crate) const FAILURE_DELAY: Duration = Duration::from_millis(100);
+
+#[derive(Debug, Default)]
+pub struct SaslMeters {
+    pub succeeded: Counter,
+    pub failed: Counter,
+    /// Attempts refused because their address failed too often.
+    pub refused: Counter,
+}
+
+/// Failed authentications by source address, and the meters.
+#[derive(Debug, Default)]
+pub struct Guard {
+    failures: Mutex<HashMap<IpAddr, (Instant, u32)>>,
+    pub meters: SaslMeters,
+}
+
+impl Guard {
+    fn blocked(&self, ip: IpAddr, now: Instant) -> bool {
+        let f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        f.get(&ip).is_some_and(|&(since, n)| {
+            n >= MAX_FAILURES && now.duration_since(since) < FAILURE_WINDOW
+        })
+    }
+
+    fn failed(&self, ip: IpAddr, now: Instant) {
+        let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        // Many addresses failing once each must not grow the map without end.
+        if f.len() >= 100_000 {
+            f.retain(|_, (since, _)| now.duration_since(*since) < FAILURE_WINDOW);
+        }
+        let e = f.entry(ip).or_insert((now, 0));
+        if now.duration_since(e.0) >= FAILURE_WINDOW {
+            *e = (now, 0);
+        }
+        e.1 += 1;
+    }
+}
+
+/// The outcome of one SaslAuthenticate.
+pub(crate) struct Authenticated {
+    pub response: SaslAuthenticateResponse,
+    /// The answer waits this long (a failure).
+    pub delay: Option<Duration>,
+}
+
+impl crate::Broker {
+    pub(crate) fn sasl_handshake(
+        &self,
+        r: SaslHandshakeRequest,
+        conn: &Conn,
+    ) -> SaslHandshakeResponse {
+        let listener = &conn.listener;
+        let offered = listener.mechanisms.iter().map(|m| str(m.name())).collect();
+        let response = SaslHandshakeResponse::default().with_mechanisms(offered);
+        if !listener.protocol.sasl() {
+            return response.with_error_code(ResponseError::IllegalSaslState.code());
+        }
+        let wanted = SaslMechanism::from_name(r.mechanism.as_str())
+            .filter(|m| listener.mechanisms.contains(m));
+        let mut auth = conn.auth();
+        let Some(mechanism) = wanted else {
+            tracing::info!(peer = %conn.peer, mechanism = %r.mechanism.as_str(), "SASL mechanism not enabled");
+            return response.with_error_code(ResponseError::UnsupportedSaslMechanism.code());
+        };
+        // A re-authentication keeps its mechanism (as Kafka requires).
+        if auth.mechanism.is_some_and(|m| m != mechanism) {
+            auth.close = true;
+            return response.with_error_code(ResponseError::IllegalSaslState.code());
+        }
+        auth.sasl = Sasl::Chosen(mechanism);
+        response
+    }
+
+    pub(crate) async fn sasl_authenticate(
+        &self,
+        r: SaslAuthenticateRequest,
+        version: i16,
+        conn: &Conn,
+    ) -> Authenticated {
+        let now = Instant::now();
+        let state = std::mem::take(&mut conn.auth().sasl);
+        let fail = |code: ResponseError, message: String| {
+            self.sasl.meters.failed.inc();
+            self.sasl.failed(conn.peer.ip(), now);
+            conn.auth().close = true;
+            Authenticated {
+                response: SaslAuthenticateResponse::default()
+                    .with_error_code(code.code())
+                    .with_error_message(Some(str(&message))),
+                delay: Some(FAILURE_DELAY),
+            }
+        };
+        if !conn.listener.protocol.sasl() || matches!(state, Sasl::Idle) {
+            return fail(
+                ResponseError::IllegalSaslState,
+                "SaslAuthenticate without a SaslHandshake first".into(),
+            );
+        }
+        if self.sasl.blocked(conn.peer.ip(), now) {
+            self.sasl.meters.refused.inc();
+            conn.auth().close = true;
+            return Authenticated {
+                response: SaslAuthenticateResponse::default()
+                    .with_error_code(ResponseError::SaslAuthenticationFailed.code())
+                    .with_error_message(Some(str(
+                        "Too many failed authentications from this address; try again later",
+                    ))),
+                delay: Some(FAILURE_DELAY),
+            };
+        }
+        let step = match state {
+            Sasl::Idle => unreachable!("checked above"),
+            Sasl::Chosen(SaslMechanism::Plain) => self
+                .plain(&r.auth_bytes)
+                .await
+                .map(|user| (Vec::new(), Some((user, SaslMechanism::Plain)))),
+            Sasl::Chosen(SaslMechanism::Scram(m)) => match self.scram_first(m, &r.auth_bytes).await
+            {
+                Ok((message, next)) => {
+                    conn.auth().sasl = Sasl::ScramProof(Box::new(next));
+                    Ok((message, None))
+                }
+                Err(e) => Err(e),
+            },
+            Sasl::ScramProof(awaiting) => {
+                let user = awaiting.user().to_string();
+                let m = awaiting.mechanism();
+                awaiting
+                    .client_final(&r.auth_bytes)
+                    .map(|message| (message, Some((user, SaslMechanism::Scram(m)))))
+            }
+        };
+        let (message, done) = match step {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::info!(peer = %conn.peer, error = %e, "SASL authentication failed");
+                return fail(ResponseError::SaslAuthenticationFailed, e.to_string());
+            }
+        };
+        let mut response = SaslAuthenticateResponse::default().with_auth_bytes(message.into());
+        if let Some((user, mechanism)) = done {
+            let principal = Principal::user(user);
+            let mut auth = conn.auth();
+            if auth.principal.as_ref().is_some_and(|p| *p != principal) {
+                drop(auth);
+                return fail(
+                    ResponseError::SaslAuthenticationFailed,
+                    "Cannot change principals during re-authentication".into(),
+                );
+            }
+            let reauth_ms = conn.listener.reauth_ms;
+            // Sessions end only for clients that can re-authenticate (SaslAuthenticate v1+).
+            auth.expires =
+                (reauth_ms > 0 && version >= 1).then(|| now + Duration::from_millis(reauth_ms));
+            if auth.expires.is_some() {
+                response = response.with_session_lifetime_ms(reauth_ms as i64);
+            }
+            tracing::debug!(peer = %conn.peer, %principal, %mechanism, "authenticated");
+            auth.principal = Some(principal);
+            auth.mechanism = Some(mechanism);
+            self.sasl.meters.succeeded.inc();
+        }
+        Authenticated {
+            response,
+            delay: None,
+        }
+    }
+
+    /// Checks a PLAIN message against the user's SCRAM credentials; the user name.
+    async fn plain(&self, message: &[u8]) -> Result<String, AuthError> {
+        let p = plain::parse(message)?;
+        for m in Mechanism::ALL {
+            if let Some(c) = self.credential(&p.user, m).await? {
+                // PBKDF2 takes milliseconds: off the runtime's threads.
+                let password = p.password.clone();
+                let ok = tokio::task::spawn_blocking(move || c.matches_password(m, &password))
+                    .await
+                    .map_err(|_| AuthError::Internal("password check"))?;
+                return if ok {
+                    Ok(p.user)
+                } else {
+                    Err(plain::invalid())
+                };
+            }
+        }
+        Err(plain::invalid())
+    }
+
+    async fn scram_first(
+        &self,
+        m: Mechanism,
+        message: &[u8],
+    ) -> Result<(Vec<u8>, scram::AwaitingProof), AuthError> {
+        let first = scram::client_first(m, message)?;
+        let Some(credential) = self.credential(&first.user, m).await? else {
+            return Err(scram::invalid(m));
+        };
+        first.server_first(credential)
+    }
+
+    async fn credential(&self, user: &str, m: Mechanism) -> Result<Option<Credential>, AuthError> {
+        let found = Credentials::scram_credential(&*self.meta, user, m.name())
+            .await
+            .map_err(|e| {
+                tracing::warn!(error = %e, "reading a SCRAM credential");
+                AuthError::Failed(
+                    "Authentication failed: the credential store is unavailable".into(),
+                )
+            })?;
+        Ok(found.and_then(|c| credential_of(&c)))
+    }
+}
+
+/// The exchange's view of a stored credential (`None` if it is not one Weir can use).
+pub(crate) fn credential_of(c: &ScramCredential) -> Option<Credential> {
+    Some(Credential {
+        salt: c.salt.clone(),
+        stored_key: c.stored_key.clone(),
+        server_key: c.server_key.clone(),
+        iterations: u32::try_from(c.iterations).ok()?,
+    })
+}
