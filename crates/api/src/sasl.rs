@@ -6,9 +6,9 @@
 //! (AlterUserScramCredentials writes them): a PLAIN password is checked against the user's
 //! SCRAM-SHA-256 credential, or else its SCRAM-SHA-512 one. A failed authentication is
 //! answered with SASL_AUTHENTICATION_FAILED after a short delay (Kafka's
-//! `connection.failed.authentication.delay.ms`) and the connection is closed; an address with
-//! too many failures in a minute is refused without its password being checked, so that
-//! guessing is slow and costs the broker no hashing.
+//! `connection.failed.authentication.delay.ms`) and the connection is closed; a user name that
+//! failed too often from one address in the last minute is refused there without its password
+//! being checked, so that guessing is slow and costs the broker no hashing.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -27,7 +27,8 @@ use weir_metrics::Counter;
 use crate::conn::{Conn, Sasl};
 use crate::str;
 
-/// Failed authentications from one address within [`FAILURE_WINDOW`] before it is refused.
+/// Failed authentications of one user from one address within [`FAILURE_WINDOW`] before
+/// further attempts are refused unchecked.
 const MAX_FAILURES: u32 = 10;
 const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 /// How long a failed authentication's answer waits (Kafka's
@@ -38,37 +39,46 @@ pub(crate) const FAILURE_DELAY: Duration = Duration::from_millis(100);
 pub struct SaslMeters {
     pub succeeded: Counter,
     pub failed: Counter,
-    /// Attempts refused because their address failed too often.
+    /// Attempts refused because their user failed too often from their address.
     pub refused: Counter,
 }
 
-/// Failed authentications by source address, and the meters.
+/// Failed authentications by source address and user name, and the meters. Keyed by both, so
+/// that a client with a stale password locks out only its own user on its host, not every
+/// service behind the same address.
 #[derive(Debug, Default)]
 pub struct Guard {
-    failures: Mutex<HashMap<IpAddr, (Instant, u32)>>,
+    failures: Mutex<HashMap<(IpAddr, String), (Instant, u32)>>,
     pub meters: SaslMeters,
 }
 
 impl Guard {
-    fn blocked(&self, ip: IpAddr, now: Instant) -> bool {
+    fn blocked(&self, ip: IpAddr, user: &str, now: Instant) -> bool {
         let f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        f.get(&ip).is_some_and(|&(since, n)| {
+        f.get(&(ip, user.to_string())).is_some_and(|&(since, n)| {
             n >= MAX_FAILURES && now.duration_since(since) < FAILURE_WINDOW
         })
     }
 
-    fn failed(&self, ip: IpAddr, now: Instant) {
+    fn failed(&self, ip: IpAddr, user: &str, now: Instant) {
         let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         // Many addresses failing once each must not grow the map without end.
         if f.len() >= 100_000 {
             f.retain(|_, (since, _)| now.duration_since(*since) < FAILURE_WINDOW);
         }
-        let e = f.entry(ip).or_insert((now, 0));
+        let e = f.entry((ip, user.to_string())).or_insert((now, 0));
         if now.duration_since(e.0) >= FAILURE_WINDOW {
             *e = (now, 0);
         }
         e.1 += 1;
     }
+}
+
+/// A SaslAuthenticate's message, parsed for the exchange's state.
+enum Step {
+    Plain(plain::Plain),
+    ScramFirst(scram::ClientFirst),
+    ScramFinal(Box<scram::AwaitingProof>),
 }
 
 /// The outcome of one SaslAuthenticate.
@@ -113,10 +123,11 @@ impl crate::Broker {
         conn: &Conn,
     ) -> Authenticated {
         let now = Instant::now();
+        let ip = conn.peer.ip();
         let state = std::mem::take(&mut conn.auth().sasl);
-        let fail = |code: ResponseError, message: String| {
+        let fail = |user: &str, code: ResponseError, message: String| {
             self.sasl.meters.failed.inc();
-            self.sasl.failed(conn.peer.ip(), now);
+            self.sasl.failed(ip, user, now);
             conn.auth().close = true;
             Authenticated {
                 response: SaslAuthenticateResponse::default()
@@ -127,49 +138,69 @@ impl crate::Broker {
         };
         if !conn.listener.protocol.sasl() || matches!(state, Sasl::Idle) {
             return fail(
+                "",
                 ResponseError::IllegalSaslState,
                 "SaslAuthenticate without a SaslHandshake first".into(),
             );
         }
-        if self.sasl.blocked(conn.peer.ip(), now) {
+        // Who is trying comes first (parsing is cheap), so that a user guessed at too often
+        // from this address is refused before any credential is read or checked.
+        let parsed = match state {
+            Sasl::Idle => unreachable!("checked above"),
+            Sasl::Chosen(SaslMechanism::Plain) => plain::parse(&r.auth_bytes).map(Step::Plain),
+            Sasl::Chosen(SaslMechanism::Scram(m)) => {
+                scram::client_first(m, &r.auth_bytes).map(Step::ScramFirst)
+            }
+            Sasl::ScramProof(awaiting) => Ok(Step::ScramFinal(awaiting)),
+        };
+        let user = match &parsed {
+            Ok(Step::Plain(p)) => p.user.clone(),
+            Ok(Step::ScramFirst(f)) => f.user.clone(),
+            Ok(Step::ScramFinal(a)) => a.user().to_string(),
+            Err(_) => String::new(),
+        };
+        if self.sasl.blocked(ip, &user, now) {
             self.sasl.meters.refused.inc();
             conn.auth().close = true;
+            tracing::info!(peer = %conn.peer, user, "SASL authentication refused: too many failures");
             return Authenticated {
                 response: SaslAuthenticateResponse::default()
                     .with_error_code(ResponseError::SaslAuthenticationFailed.code())
                     .with_error_message(Some(str(
-                        "Too many failed authentications from this address; try again later",
+                        "Too many failed authentications of this user from this address; try again later",
                     ))),
                 delay: Some(FAILURE_DELAY),
             };
         }
-        let step = match state {
-            Sasl::Idle => unreachable!("checked above"),
-            Sasl::Chosen(SaslMechanism::Plain) => self
-                .plain(&r.auth_bytes)
+        let step = match parsed {
+            Err(e) => Err(e),
+            Ok(Step::Plain(p)) => self
+                .plain(p)
                 .await
                 .map(|user| (Vec::new(), Some((user, SaslMechanism::Plain)))),
-            Sasl::Chosen(SaslMechanism::Scram(m)) => match self.scram_first(m, &r.auth_bytes).await
-            {
+            Ok(Step::ScramFirst(first)) => match self.scram_first(first).await {
                 Ok((message, next)) => {
                     conn.auth().sasl = Sasl::ScramProof(Box::new(next));
                     Ok((message, None))
                 }
                 Err(e) => Err(e),
             },
-            Sasl::ScramProof(awaiting) => {
-                let user = awaiting.user().to_string();
+            Ok(Step::ScramFinal(awaiting)) => {
                 let m = awaiting.mechanism();
                 awaiting
                     .client_final(&r.auth_bytes)
-                    .map(|message| (message, Some((user, SaslMechanism::Scram(m)))))
+                    .map(|message| (message, Some((user.clone(), SaslMechanism::Scram(m)))))
             }
         };
         let (message, done) = match step {
             Ok(s) => s,
             Err(e) => {
-                tracing::info!(peer = %conn.peer, error = %e, "SASL authentication failed");
-                return fail(ResponseError::SaslAuthenticationFailed, e.to_string());
+                tracing::info!(peer = %conn.peer, user, error = %e, "SASL authentication failed");
+                return fail(
+                    &user,
+                    ResponseError::SaslAuthenticationFailed,
+                    e.to_string(),
+                );
             }
         };
         let mut response = SaslAuthenticateResponse::default().with_auth_bytes(message.into());
@@ -179,6 +210,7 @@ impl crate::Broker {
             if auth.principal.as_ref().is_some_and(|p| *p != principal) {
                 drop(auth);
                 return fail(
+                    &principal.name,
                     ResponseError::SaslAuthenticationFailed,
                     "Cannot change principals during re-authentication".into(),
                 );
@@ -202,8 +234,7 @@ impl crate::Broker {
     }
 
     /// Checks a PLAIN message against the user's SCRAM credentials; the user name.
-    async fn plain(&self, message: &[u8]) -> Result<String, AuthError> {
-        let p = plain::parse(message)?;
+    async fn plain(&self, p: plain::Plain) -> Result<String, AuthError> {
         for m in Mechanism::ALL {
             if let Some(c) = self.credential(&p.user, m).await? {
                 // PBKDF2 takes milliseconds: off the runtime's threads.
@@ -223,10 +254,9 @@ impl crate::Broker {
 
     async fn scram_first(
         &self,
-        m: Mechanism,
-        message: &[u8],
+        first: scram::ClientFirst,
     ) -> Result<(Vec<u8>, scram::AwaitingProof), AuthError> {
-        let first = scram::client_first(m, message)?;
+        let m = first.mechanism();
         let Some(credential) = self.credential(&first.user, m).await? else {
             return Err(scram::invalid(m));
         };

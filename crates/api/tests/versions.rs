@@ -850,6 +850,58 @@ async fn requests(e: &Env, key: ApiKey, v: i16) -> Vec<(&'static str, RequestKin
                     .with_partition_indexes(vec![0]),
             ])),
         )],
+        ApiKey::SaslHandshake => vec![
+            (
+                "a mechanism the listener does not offer",
+                R::SaslHandshake(SaslHandshakeRequest::default().with_mechanism(s("SCRAM-SHA-256"))),
+            ),
+            (
+                "an unknown mechanism",
+                R::SaslHandshake(SaslHandshakeRequest::default().with_mechanism(s("GSSAPI"))),
+            ),
+        ],
+        ApiKey::SaslAuthenticate => vec![(
+            "without a handshake",
+            R::SaslAuthenticate(
+                SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from_static(b"n,,n=u,r=x")),
+            ),
+        )],
+        ApiKey::DescribeUserScramCredentials => vec![
+            (
+                "every user",
+                R::DescribeUserScramCredentials(DescribeUserScramCredentialsRequest::default()),
+            ),
+            (
+                "a missing user, named twice",
+                R::DescribeUserScramCredentials(
+                    DescribeUserScramCredentialsRequest::default().with_users(Some(vec![
+                        describe_user_scram_credentials_request::UserName::default()
+                            .with_name(s("nobody")),
+                        describe_user_scram_credentials_request::UserName::default()
+                            .with_name(s("nobody")),
+                    ])),
+                ),
+            ),
+        ],
+        ApiKey::AlterUserScramCredentials => vec![(
+            "an upsertion and a deletion that fails",
+            R::AlterUserScramCredentials(
+                AlterUserScramCredentialsRequest::default()
+                    .with_upsertions(vec![
+                        alter_user_scram_credentials_request::ScramCredentialUpsertion::default()
+                            .with_name(s("alice"))
+                            .with_mechanism(1)
+                            .with_iterations(4096)
+                            .with_salt(Bytes::from_static(b"salt"))
+                            .with_salted_password(Bytes::from_static(&[7; 32])),
+                    ])
+                    .with_deletions(vec![
+                        alter_user_scram_credentials_request::ScramCredentialDeletion::default()
+                            .with_name(s("nobody"))
+                            .with_mechanism(2),
+                    ]),
+            ),
+        )],
         ApiKey::ConsumerGroupDescribe => vec![(
             "known and unknown",
             R::ConsumerGroupDescribe(

@@ -239,6 +239,12 @@ fn decode_name(s: &str) -> Option<String> {
     Some(out)
 }
 
+impl ClientFirst {
+    pub fn mechanism(&self) -> Mechanism {
+        self.mechanism
+    }
+}
+
 /// The server's first message was sent: waiting for the client's proof.
 #[derive(Debug)]
 pub struct AwaitingProof {

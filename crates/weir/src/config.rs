@@ -42,8 +42,9 @@ pub struct SecuritySection {
     pub ssl_key_location: String,
     /// PEM file: the CAs client certificates must chain to (mTLS).
     pub ssl_truststore_location: String,
-    /// `none`, `requested` or `required`: whether clients of SSL and SASL_SSL listeners
-    /// present certificates.
+    /// `none`, `requested` or `required`: whether clients of SSL listeners present
+    /// certificates (their subject is then their principal). Not applied to SASL_SSL
+    /// listeners, whose clients authenticate with SASL (as in Kafka since KIP-684).
     pub ssl_client_auth: String,
     /// How often the TLS files are checked for a renewal (read again if changed).
     pub ssl_reload_interval_ms: u64,

@@ -275,13 +275,23 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
     // use it); clients are told the address of the listener they came in on.
     let (host, port) = (specs[0].advertised_host.clone(), specs[0].advertised_port);
     // TLS files are read before joining, so that a bad certificate stops the broker at once.
-    let tls = if specs.iter().any(|l| l.protocol.tls()) {
-        let files = listeners::tls_files(&config).map_err(anyhow::Error::msg)?;
-        let tls = weir_network::Tls::load(files).context("loading the TLS files")?;
-        Some(Arc::new(tls))
-    } else {
-        None
-    };
+    // Client certificates are asked for on SSL listeners only: SASL_SSL clients prove who they
+    // are with SASL (KIP-684: `ssl.client.auth` is not applied to SASL_SSL listeners).
+    let load_tls =
+        |protocol: weir_auth::SecurityProtocol| -> anyhow::Result<Option<Arc<weir_network::Tls>>> {
+            if !specs.iter().any(|l| l.protocol == protocol) {
+                return Ok(None);
+            }
+            let mut files = listeners::tls_files(&config).map_err(anyhow::Error::msg)?;
+            if protocol == weir_auth::SecurityProtocol::SaslSsl {
+                files.client_auth = weir_network::ClientAuth::None;
+            }
+            let tls = weir_network::Tls::load(files)
+                .with_context(|| format!("loading the TLS files of the {protocol} listeners"))?;
+            Ok(Some(Arc::new(tls)))
+        };
+    let ssl_tls = load_tls(weir_auth::SecurityProtocol::Ssl)?;
+    let sasl_ssl_tls = load_tls(weir_auth::SecurityProtocol::SaslSsl)?;
     let internal_listen = config.internal_listen();
     let internal_listener = TcpListener::bind(&internal_listen)
         .await
@@ -527,7 +537,11 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
             .await
             .with_context(|| format!("binding the Kafka listener {} ({})", spec.name, spec.bind))?;
         let security = listeners::security(&config, spec).map_err(anyhow::Error::msg)?;
-        let tls = tls.clone().filter(|_| spec.protocol.tls());
+        let tls = match spec.protocol {
+            weir_auth::SecurityProtocol::Ssl => ssl_tls.clone(),
+            weir_auth::SecurityProtocol::SaslSsl => sasl_ssl_tls.clone(),
+            _ => None,
+        };
         kafka_listeners.push((socket, security, tls));
     }
     let admin_listener = TcpListener::bind(&config.broker.admin_listen)
@@ -560,7 +574,8 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
             shutdown_rx.clone(),
         )));
     }
-    if let Some(tls) = tls {
+    let tls: Vec<_> = ssl_tls.into_iter().chain(sasl_ssl_tls).collect();
+    if !tls.is_empty() {
         // Renewed certificates are picked up without a restart.
         let every = Duration::from_millis(config.security.ssl_reload_interval_ms.max(100));
         let mut shutdown = shutdown_rx.clone();
@@ -570,10 +585,12 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
                     _ = tokio::time::sleep(every) => {}
                     _ = shutdown.changed() => return,
                 }
-                match tls.reload_if_changed() {
-                    Ok(true) => tracing::info!(?tls, "TLS files changed: loaded again"),
-                    Ok(false) => {}
-                    Err(e) => tracing::warn!(error = %e, "TLS files changed but do not load; keeping the ones in use"),
+                for tls in &tls {
+                    match tls.reload_if_changed() {
+                        Ok(true) => tracing::info!(?tls, "TLS files changed: loaded again"),
+                        Ok(false) => {}
+                        Err(e) => tracing::warn!(error = %e, "TLS files changed but do not load; keeping the ones in use"),
+                    }
                 }
             }
         }));

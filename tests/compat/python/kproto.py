@@ -288,3 +288,88 @@ def parse_produce_response_v7(payload):
 def produce_v7(sock, correlation_id, topics, acks=-1):
     payload = roundtrip(sock, produce_request_v7(correlation_id, topics, acks=acks))
     return parse_produce_response_v7(payload)
+
+
+# --------------------------------------------------------------------- SASL
+API_SASL_HANDSHAKE = 17
+API_SASL_AUTHENTICATE = 36
+
+ERR_UNSUPPORTED_SASL_MECHANISM = 33
+ERR_ILLEGAL_SASL_STATE = 34
+ERR_SASL_AUTHENTICATION_FAILED = 58
+
+
+def sasl_handshake(sock, mechanism, correlation_id=1):
+    """SaslHandshake v1. Returns (error_code, [mechanisms])."""
+    payload = roundtrip(sock, request_header_v1(API_SASL_HANDSHAKE, 1, correlation_id)
+                        + string(mechanism))
+    r = Reader(payload)
+    assert r.i32() == correlation_id
+    err = r.i16()
+    return err, [r.string() for _ in range(r.i32())]
+
+
+def sasl_authenticate(sock, auth_bytes, correlation_id=2):
+    """SaslAuthenticate v1. Returns (error_code, error_message, auth_bytes,
+    session_lifetime_ms)."""
+    payload = roundtrip(sock, request_header_v1(API_SASL_AUTHENTICATE, 1, correlation_id)
+                        + bytes_(auth_bytes))
+    r = Reader(payload)
+    assert r.i32() == correlation_id
+    err = r.i16()
+    message = r.string()
+    n = r.i32()
+    data = r.take(n) if n >= 0 else None
+    return err, message, data, r.i64()
+
+
+def metadata_v1(sock, correlation_id=3):
+    """Metadata v1 for every topic. Returns {node_id: (host, port)}."""
+    payload = roundtrip(sock, request_header_v1(API_METADATA, 1, correlation_id) + i32(-1))
+    r = Reader(payload)
+    assert r.i32() == correlation_id
+    brokers = {}
+    for _ in range(r.i32()):
+        node, host, port = r.i32(), r.string(), r.i32()
+        r.string()  # rack
+        brokers[node] = (host, port)
+    return brokers
+
+
+class ScramClient:
+    """The client side of SCRAM-SHA-256/512 (RFC 5802), for raw-socket tests."""
+
+    def __init__(self, mechanism, user, password, nonce="rawtestnonce"):
+        import hashlib
+        self.hash = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}[mechanism]
+        self.hashlib = hashlib
+        self.user, self.password, self.nonce = user, password, nonce
+
+    def first(self):
+        return f"n,,n={self.user},r={self.nonce}".encode()
+
+    def final(self, server_first):
+        import base64
+        import hmac
+        fields = dict(f.split("=", 1) for f in server_first.decode().split(","))
+        salt, iterations, nonce = base64.b64decode(fields["s"]), int(fields["i"]), fields["r"]
+        salted = self.hashlib.pbkdf2_hmac(self.hash, self.password.encode(), salt, iterations)
+        client_key = hmac.new(salted, b"Client Key", self.hash).digest()
+        stored_key = self.hashlib.new(self.hash, client_key).digest()
+        without_proof = f"c=biws,r={nonce}"
+        auth = f"n={self.user},r={self.nonce},{server_first.decode()},{without_proof}".encode()
+        signature = hmac.new(stored_key, auth, self.hash).digest()
+        proof = bytes(a ^ b for a, b in zip(client_key, signature))
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+
+def scram_login(sock, mechanism, user, password):
+    """A whole SCRAM exchange on `sock`. Returns the last SaslAuthenticate's
+    (error_code, error_message, auth_bytes, session_lifetime_ms)."""
+    err, _ = sasl_handshake(sock, mechanism)
+    assert err == ERR_NONE, f"SaslHandshake {mechanism}: error {err}"
+    c = ScramClient(mechanism, user, password)
+    first = sasl_authenticate(sock, c.first(), correlation_id=4)
+    if first[0] != ERR_NONE:
+        return first
+    return sasl_authenticate(sock, c.final(first[2]), correlation_id=5)

@@ -1,0 +1,367 @@
+"""Security as Kafka users configure it: several listeners (PLAINTEXT, SASL_PLAINTEXT,
+SASL_SSL, SSL with client certificates), SCRAM users made with the admin API, SASL/SCRAM and
+PLAIN with confluent-kafka (librdkafka) and kafka-python, mTLS, re-authentication (KIP-368),
+certificates renewed without a restart, and what bad input gets: a wrong password, an unknown
+mechanism, a request before authenticating, garbage instead of a TLS handshake, a certificate
+from another CA, too many failures from one address.
+
+Weir only (Kafka would need its own JAAS and keystore setup); single broker processes of their
+own, started with `[security]` settings. The TLS material comes from tests/compat/tls/make-certs.sh.
+"""
+
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                   UserScramCredentialUpsertion)
+
+import kproto as kp
+from compat_util import create_topic, metric, unique
+from conftest import KIND, REPO, free_port
+
+pytestmark = [
+    pytest.mark.skipif(KIND != "weir", reason="Weir's security settings (Kafka needs JAAS)"),
+    pytest.mark.single_broker("starts brokers of its own with listeners and TLS files"),
+]
+
+MAKE_CERTS = os.path.join(REPO, "tests", "compat", "tls", "make-certs.sh")
+# carol is the user the failure tests get wrong: failures of a user from one address lock that
+# user out there for a minute, and alice and bob are needed by the other tests.
+USERS = {"alice": ("alice-secret", ScramMechanism.SCRAM_SHA_256),
+         "bob": ("bob-secret", ScramMechanism.SCRAM_SHA_512),
+         "carol": ("carol-secret", ScramMechanism.SCRAM_SHA_256)}
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    d = str(tmp_path_factory.mktemp("certs"))
+    subprocess.run(["bash", MAKE_CERTS, d], check=True, timeout=120)
+    return d
+
+
+class Secure:
+    """A broker with a PLAINTEXT listener (the harness's port, for admin work) and
+    SASL_PLAINTEXT, SASL_SSL and SSL (client certificates required) listeners."""
+
+    def __init__(self, factory, name, certs, env=None):
+        self.certs = certs
+        self.ports = {"SASL_PLAINTEXT": free_port(), "SASL_SSL": free_port(), "SSL": free_port()}
+        self.broker = factory.new(name, start=False, env={
+            "WEIR_SECURITY_SASL_ENABLED_MECHANISMS": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            "WEIR_SECURITY_SSL_KEYSTORE_LOCATION": os.path.join(certs, "server.pem"),
+            "WEIR_SECURITY_SSL_TRUSTSTORE_LOCATION": os.path.join(certs, "ca.pem"),
+            "WEIR_SECURITY_SSL_CLIENT_AUTH": "required",
+            **(env or {})})
+        listeners = [f"PLAINTEXT://127.0.0.1:{self.broker.port}"] + [
+            f"{name}://127.0.0.1:{port}" for name, port in self.ports.items()]
+        self.broker.env["WEIR_SECURITY_LISTENERS"] = ",".join(listeners)
+        self.broker.start()
+        self.admin = AdminClient({"bootstrap.servers": self.broker.bootstrap})
+        upserts = [UserScramCredentialUpsertion(u, ScramCredentialInfo(m, 4096), pw.encode())
+                   for u, (pw, m) in USERS.items()]
+        for user, f in self.admin.alter_user_scram_credentials(upserts).items():
+            f.result(timeout=20)
+
+    def conf(self, listener, user=None, password=None, mechanism=None, cert="client"):
+        c = {"bootstrap.servers": f"127.0.0.1:{self.ports[listener]}",
+             "security.protocol": listener}
+        if listener.endswith("SSL"):
+            c["ssl.ca.location"] = os.path.join(self.certs, "ca.pem")
+        if listener == "SSL" and cert:
+            c["ssl.certificate.location"] = os.path.join(self.certs, f"{cert}.pem")
+            c["ssl.key.location"] = os.path.join(self.certs, f"{cert}.key")
+        if listener.startswith("SASL"):
+            pw, m = USERS.get(user, (None, ScramMechanism.SCRAM_SHA_256))
+            c["sasl.mechanism"] = mechanism or ("SCRAM-SHA-256" if m == ScramMechanism.SCRAM_SHA_256
+                                                else "SCRAM-SHA-512")
+            c["sasl.username"] = user
+            c["sasl.password"] = password if password is not None else pw
+        return c
+
+
+@pytest.fixture(scope="module")
+def secure(broker_factory, certs):
+    s = Secure(broker_factory, "secure", certs, env={"WEIR_SECURITY_SSL_RELOAD_INTERVAL_MS": "200"})
+    try:
+        yield s
+    finally:
+        broker_factory.close(s.broker)
+
+
+def round_trip(conf, topic, n=50, clients=None):
+    """Produces n records (idempotent, acks=all) and reads them back in a group; returns the
+    brokers the producer's metadata names."""
+    p = Producer({**conf, "enable.idempotence": True, "acks": "all", "message.timeout.ms": 20000})
+    if clients is not None:
+        clients.add(p)
+    errors = []
+    for i in range(n):
+        p.produce(topic, value=f"v{i}".encode(), key=str(i).encode(),
+                  on_delivery=lambda e, m: errors.append(e) if e else None)
+    assert p.flush(30) == 0 and not errors, errors
+    brokers = {(b.host, b.port) for b in p.list_topics(timeout=10).brokers.values()}
+    c = Consumer({**conf, "group.id": unique("g"), "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    if clients is not None:
+        clients.add(c)
+    c.subscribe([topic])
+    seen = set()
+    deadline = time.monotonic() + 30
+    while len(seen) < n and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            seen.add(m.value())
+    c.close()
+    assert seen == {f"v{i}".encode() for i in range(n)}
+    return brokers
+
+
+@pytest.mark.parametrize("listener,user,mechanism", [
+    ("SASL_SSL", "alice", "SCRAM-SHA-256"),
+    ("SASL_SSL", "bob", "SCRAM-SHA-512"),
+    ("SASL_SSL", "bob", "PLAIN"),
+    ("SASL_PLAINTEXT", "alice", "SCRAM-SHA-256"),
+])
+def test_confluent_produces_and_consumes_over_sasl(secure, clients, listener, user, mechanism):
+    topic = create_topic(secure.broker.bootstrap, unique("sasl"), 2)
+    brokers = round_trip(secure.conf(listener, user, mechanism=mechanism), topic, clients=clients)
+    # Metadata on a listener names every broker's endpoint of that listener.
+    assert brokers == {("127.0.0.1", secure.ports[listener])}
+
+
+def test_kafka_python_produces_and_consumes_over_sasl_ssl_with_scram(secure):
+    from kafka import KafkaConsumer, KafkaProducer
+    topic = create_topic(secure.broker.bootstrap, unique("kpy-sasl"), 1)
+    common = dict(bootstrap_servers=f"127.0.0.1:{secure.ports['SASL_SSL']}",
+                  security_protocol="SASL_SSL", ssl_cafile=os.path.join(secure.certs, "ca.pem"),
+                  sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="bob",
+                  sasl_plain_password="bob-secret")
+    p = KafkaProducer(acks="all", **common)
+    try:
+        for i in range(20):
+            p.send(topic, f"k{i}".encode()).get(timeout=20)
+    finally:
+        p.close()
+    c = KafkaConsumer(topic, group_id=unique("kpy"), auto_offset_reset="earliest",
+                      consumer_timeout_ms=15000, **common)
+    try:
+        got = set()
+        for m in c:
+            got.add(m.value)
+            if len(got) == 20:
+                break
+    finally:
+        c.close()
+    assert got == {f"k{i}".encode() for i in range(20)}
+
+
+def _auth_errors(conf, seconds=10):
+    """Errors a producer with `conf` reports while trying to send for `seconds`."""
+    seen = []
+    p = Producer({**conf, "message.timeout.ms": seconds * 1000,
+                  "error_cb": lambda e: seen.append(e)})
+    delivered = []
+    p.produce("never-created", b"x", on_delivery=lambda e, m: delivered.append(e))
+    p.flush(seconds + 5)
+    p.purge()
+    return seen, delivered
+
+
+@pytest.mark.parametrize("user,password", [("carol", "wrong"), ("mallory", "whatever")])
+def test_wrong_credentials_fail_with_an_authentication_error(secure, user, password):
+    errors, delivered = _auth_errors(secure.conf("SASL_SSL", user, password, "SCRAM-SHA-256"), 6)
+    auth = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
+    assert auth, f"no authentication error, only {errors}"
+    assert "invalid credentials" in auth[0].str(), auth[0].str()
+    assert delivered and delivered[0] is not None, "nothing is delivered"
+    # The broker goes on serving a client with the right password.
+    topic = create_topic(secure.broker.bootstrap, unique("after-fail"), 1)
+    round_trip(secure.conf("SASL_SSL", "alice"), topic, n=5)
+
+
+def test_raw_exchanges_get_kafkas_error_codes_and_closed_connections(secure):
+    port = secure.ports["SASL_PLAINTEXT"]
+    # An unknown mechanism: UNSUPPORTED_SASL_MECHANISM, with the ones on offer.
+    with kp.connect("127.0.0.1", port) as s:
+        err, offered = kp.sasl_handshake(s, "GSSAPI")
+        assert err == kp.ERR_UNSUPPORTED_SASL_MECHANISM
+        assert sorted(offered) == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+    # A request other than ApiVersions before authenticating closes the connection...
+    with kp.connect("127.0.0.1", port) as s:
+        kp.api_versions(s, version=3)
+        s.sendall(kp.frame(kp.request_header_v1(kp.API_METADATA, 1, 9) + kp.i32(-1)))
+        assert kp.wait_closed_or_response(s, 5)[0] == "closed"
+    # ...a wrong proof is SASL_AUTHENTICATION_FAILED, and then the connection is closed...
+    with kp.connect("127.0.0.1", port) as s:
+        err, message, _, _ = kp.scram_login(s, "SCRAM-SHA-256", "nobody", "wrong")
+        assert err == kp.ERR_SASL_AUTHENTICATION_FAILED
+        assert "invalid credentials" in message
+        assert kp.wait_closed_or_response(s, 5)[0] == "closed"
+    # ...and the right one serves Metadata, naming the SASL_PLAINTEXT endpoint.
+    with kp.connect("127.0.0.1", port) as s:
+        err, message, server_final, _ = kp.scram_login(s, "SCRAM-SHA-512", "bob", "bob-secret")
+        assert err == kp.ERR_NONE, message
+        assert server_final.startswith(b"v=")
+        assert kp.metadata_v1(s) == {1: ("127.0.0.1", port)}
+    # PLAIN, raw.
+    with kp.connect("127.0.0.1", port) as s:
+        assert kp.sasl_handshake(s, "PLAIN")[0] == kp.ERR_NONE
+        assert kp.sasl_authenticate(s, b"\0alice\0alice-secret")[0] == kp.ERR_NONE
+        assert kp.metadata_v1(s)
+
+
+def test_mtls_admits_clients_with_a_certificate_of_the_ca_only(secure, clients):
+    topic = create_topic(secure.broker.bootstrap, unique("mtls"), 1)
+    round_trip(secure.conf("SSL", cert="client"), topic, n=10, clients=clients)
+    before = metric(secure.broker, "weir_tls_handshake_failures_total")
+    for cert in (None, "other-client"):
+        errors, delivered = _auth_errors(secure.conf("SSL", cert=cert), 5)
+        assert delivered and delivered[0] is not None, f"{cert}: a record was delivered"
+        assert errors, f"{cert}: no error reported"
+    assert metric(secure.broker, "weir_tls_handshake_failures_total") > before
+
+
+def test_garbage_and_stalled_tls_handshakes_hold_up_no_one(secure, clients):
+    socks = []
+    try:
+        for i in range(10):
+            s = socket.create_connection(("127.0.0.1", secure.ports["SASL_SSL"]), timeout=5)
+            socks.append(s)
+            if i % 2 == 0:
+                s.sendall(os.urandom(1024))  # not a ClientHello
+            # the others send nothing: a handshake that never starts
+        for s in socks[::2]:
+            assert _closed_within(s, 5), "garbage instead of a ClientHello left the connection open"
+        topic = create_topic(secure.broker.bootstrap, unique("garbage"), 1)
+        round_trip(secure.conf("SASL_SSL", "alice"), topic, n=5, clients=clients)
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _closed_within(sock, timeout):
+    """Whether the peer closes the connection within `timeout` s (whatever it sends first,
+    such as a TLS alert)."""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            if not sock.recv(4096):
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+    return False
+
+
+def _served_certificate(port):
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        with ctx.wrap_socket(raw) as s:
+            return s.getpeercert(binary_form=True)
+
+
+def test_a_renewed_certificate_is_served_without_a_restart(secure, clients, tmp_path):
+    port = secure.ports["SASL_SSL"]
+    old = _served_certificate(port)
+    # A new certificate and key of the same CA, written in place (as a renewal does).
+    fresh = str(tmp_path / "fresh")
+    shutil.copytree(secure.certs, fresh)
+    for f in ("server.pem", "server.key", "server-cert.pem"):
+        os.remove(os.path.join(fresh, f))
+    subprocess.run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                    os.path.join(fresh, "new.key"), "-out", os.path.join(fresh, "new.csr"),
+                    "-subj", "/CN=renewed"], check=True, capture_output=True)
+    ext = os.path.join(fresh, "new.ext")
+    with open(ext, "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
+    subprocess.run(["openssl", "x509", "-req", "-in", os.path.join(fresh, "new.csr"), "-CA",
+                    os.path.join(fresh, "ca.pem"), "-CAkey", os.path.join(fresh, "ca.key"),
+                    "-CAcreateserial", "-days", "30", "-extfile", ext, "-out",
+                    os.path.join(fresh, "new.pem")], check=True, capture_output=True)
+    target = os.path.join(secure.certs, "server.pem")
+    with open(os.path.join(fresh, "new.pem")) as c, open(os.path.join(fresh, "new.key")) as k:
+        pem = c.read() + k.read()
+    with open(target + ".tmp", "w") as f:
+        f.write(pem)
+    os.replace(target + ".tmp", target)
+    deadline = time.monotonic() + 10
+    new = old
+    while new == old and time.monotonic() < deadline:
+        time.sleep(0.2)
+        new = _served_certificate(port)
+    assert new != old, "the renewed certificate was not served within 10 s"
+    topic = create_topic(secure.broker.bootstrap, unique("renewed"), 1)
+    round_trip(secure.conf("SASL_SSL", "alice"), topic, n=5, clients=clients)
+
+
+def test_sessions_end_and_clients_reauthenticate(broker_factory, certs, clients):
+    s = Secure(broker_factory, "reauth", certs,
+               env={"WEIR_SECURITY_CONNECTIONS_MAX_REAUTH_MS": "1500"})
+    try:
+        port = s.ports["SASL_PLAINTEXT"]
+        # A raw client is told its session's lifetime, is served within it, and is closed
+        # once it is over.
+        with kp.connect("127.0.0.1", port) as sock:
+            err, _, _, lifetime = kp.scram_login(sock, "SCRAM-SHA-256", "alice", "alice-secret")
+            assert err == kp.ERR_NONE and lifetime == 1500
+            assert kp.metadata_v1(sock)
+            time.sleep(2)
+            sock.sendall(kp.frame(kp.request_header_v1(kp.API_METADATA, 1, 9) + kp.i32(-1)))
+            assert kp.wait_closed_or_response(sock, 5)[0] == "closed"
+        # librdkafka re-authenticates on its connections before their sessions end: a
+        # producer that keeps sending for 6 s sees no error.
+        topic = create_topic(s.broker.bootstrap, unique("reauth"), 1)
+        before = metric(s.broker, "weir_sasl_authentications_succeeded_total")
+        errors = []
+        p = clients.add(Producer({**s.conf("SASL_SSL", "bob"), "acks": "all",
+                                  "enable.idempotence": True, "message.timeout.ms": 20000,
+                                  "error_cb": lambda e: errors.append(e)}))
+        acked = []
+        end = time.monotonic() + 6
+        i = 0
+        while time.monotonic() < end:
+            p.produce(topic, f"r{i}".encode(),
+                      on_delivery=lambda e, m: acked.append(e))
+            p.poll(0.05)
+            i += 1
+        assert p.flush(20) == 0
+        assert len(acked) == i and all(e is None for e in acked), [e for e in acked if e][:3]
+        assert not [e for e in errors if e.code() == KafkaError._AUTHENTICATION], errors
+        reauths = metric(s.broker, "weir_sasl_authentications_succeeded_total") - before
+        assert reauths >= 4, f"only {reauths} authentications in 6 s of 1.5 s sessions"
+    finally:
+        broker_factory.close(s.broker)
+
+
+def test_a_user_that_fails_too_often_from_an_address_is_refused_there_for_a_while(broker_factory, certs):
+    s = Secure(broker_factory, "ratelimit", certs)
+    try:
+        port = s.ports["SASL_PLAINTEXT"]
+        for _ in range(10):
+            with kp.connect("127.0.0.1", port) as sock:
+                err = kp.scram_login(sock, "SCRAM-SHA-256", "alice", "guess")[0]
+                assert err == kp.ERR_SASL_AUTHENTICATION_FAILED
+        with kp.connect("127.0.0.1", port) as sock:
+            err, message, _, _ = kp.scram_login(sock, "SCRAM-SHA-256", "alice", "alice-secret")
+        assert err == kp.ERR_SASL_AUTHENTICATION_FAILED
+        assert "Too many failed" in message
+        assert metric(s.broker, "weir_sasl_authentications_refused_total") == 1
+        assert metric(s.broker, "weir_sasl_authentications_failed_total") == 10
+        # Another user from the same address is not held back.
+        with kp.connect("127.0.0.1", port) as sock:
+            assert kp.scram_login(sock, "SCRAM-SHA-512", "bob", "bob-secret")[0] == kp.ERR_NONE
+        # The PLAINTEXT listener (no authentication) still serves the same address.
+        with kp.connect("127.0.0.1", s.broker.port) as sock:
+            assert kp.metadata_v1(sock)
+    finally:
+        broker_factory.close(s.broker)
