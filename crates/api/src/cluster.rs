@@ -102,7 +102,10 @@ impl Broker {
         listener: &str,
     ) -> MetadataResponse {
         // Auto-creation as Kafka does it: from Metadata requests that allow it (v0-3 always do).
-        let allow_create = version < 4 || r.allow_auto_topic_creation;
+        // Decoded as true below v4 (those versions always auto-create); the authorizer turns it
+        // off for a principal without CREATE.
+        let _ = version;
+        let allow_create = r.allow_auto_topic_creation;
         let wanted: Option<Vec<(Option<String>, Uuid)>> = r.topics.map(|ts| {
             ts.into_iter()
                 .map(|t| (t.name.map(|n| n.0.to_string()), t.topic_id))

@@ -576,6 +576,31 @@ pub fn error_response_for(
                 ),
             )
         }
+        RequestKind::CreateAcls(r) => {
+            use create_acls_response::AclCreationResult;
+            ResponseKind::CreateAcls(
+                CreateAclsResponse::default().with_results(
+                    r.creations
+                        .iter()
+                        .map(|_| AclCreationResult::default().with_error_code(code))
+                        .collect(),
+                ),
+            )
+        }
+        RequestKind::DescribeAcls(_) => {
+            ResponseKind::DescribeAcls(DescribeAclsResponse::default().with_error_code(code))
+        }
+        RequestKind::DeleteAcls(r) => {
+            use delete_acls_response::DeleteAclsFilterResult;
+            ResponseKind::DeleteAcls(
+                DeleteAclsResponse::default().with_filter_results(
+                    r.filters
+                        .iter()
+                        .map(|_| DeleteAclsFilterResult::default().with_error_code(code))
+                        .collect(),
+                ),
+            )
+        }
         RequestKind::SaslHandshake(_) => {
             ResponseKind::SaslHandshake(SaslHandshakeResponse::default().with_error_code(code))
         }

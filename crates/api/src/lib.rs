@@ -20,7 +20,9 @@
 //!   [`weir_auth`]; `scram_users.rs`: Describe/AlterUserScramCredentials. Who a connection is
 //!   lives in its [`Conn`]; the network layer serves nothing else until it has authenticated.
 
+mod acls;
 mod admin;
+mod authz;
 mod cluster;
 mod conn;
 mod errors;
@@ -100,6 +102,9 @@ pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
             | SaslAuthenticate
             | DescribeUserScramCredentials
             | AlterUserScramCredentials
+            | CreateAcls
+            | DescribeAcls
+            | DeleteAcls
     );
     if !implemented {
         return None;
@@ -226,6 +231,8 @@ pub struct Broker {
     txn_added: std::sync::Mutex<std::collections::HashMap<String, txn::AddedTo>>,
     /// SASL: failed authentications by address, and the meters.
     pub sasl: sasl::Guard,
+    /// ACLs, when an authorizer is configured ([`authz::Authz::enable`]).
+    pub authz: authz::Authz,
 }
 
 impl Broker {
@@ -295,6 +302,7 @@ impl Broker {
             txns,
             txn_added: Default::default(),
             sasl: Default::default(),
+            authz: Default::default(),
         });
         let writer: std::sync::Weak<dyn weir_txn::MarkerWriter> =
             Arc::downgrade(&(Arc::clone(&broker) as Arc<dyn weir_txn::MarkerWriter>));
@@ -334,6 +342,59 @@ impl Broker {
         let listener = conn.listener.name.as_str();
         let now = |r: ResponseKind| Reply::Now(Box::new(r));
         self.wait_for_opening(&request, v).await;
+        let (request, denied, filter) = match self.check_for(conn) {
+            None => (request, None, None),
+            Some(check) => match self.gate(&check, request, v) {
+                authz::Gate::Refuse(r) => return now(r),
+                authz::Gate::Serve {
+                    request,
+                    denied,
+                    filter,
+                } => (request, denied, filter),
+            },
+        };
+        let reply = self
+            .serve(
+                header,
+                request,
+                conn,
+                v,
+                client_id,
+                client_host,
+                zone,
+                listener,
+            )
+            .await;
+        if denied.is_none() && filter.is_none() {
+            return reply;
+        }
+        match reply {
+            Reply::Now(r) => now(self.after_gate(*r, denied, filter.as_ref())),
+            Reply::Later(f) => {
+                let this = Arc::clone(self);
+                Reply::Later(Box::pin(async move {
+                    let r = f.await;
+                    this.after_gate(r, denied, filter.as_ref())
+                }))
+            }
+            other => other,
+        }
+    }
+
+    /// Dispatches a request (authorized) to its handler.
+    #[allow(clippy::too_many_arguments)]
+    async fn serve(
+        self: &Arc<Self>,
+        header: &RequestHeader,
+        request: RequestKind,
+        conn: &Conn,
+        v: i16,
+        client_id: &str,
+        client_host: &str,
+        zone: Option<&str>,
+        listener: &str,
+    ) -> Reply {
+        let now = |r: ResponseKind| Reply::Now(Box::new(r));
         match request {
             RequestKind::ApiVersions(_) => now(ResponseKind::ApiVersions(cluster::api_versions(0))),
             RequestKind::Metadata(r) => now(ResponseKind::Metadata(
@@ -488,6 +549,13 @@ impl Broker {
             RequestKind::AlterUserScramCredentials(r) => now(
                 ResponseKind::AlterUserScramCredentials(self.alter_user_scram_credentials(r).await),
             ),
+            RequestKind::CreateAcls(r) => now(ResponseKind::CreateAcls(self.create_acls(r).await)),
+            RequestKind::DescribeAcls(r) => {
+                now(ResponseKind::DescribeAcls(self.describe_acls(r, v).await))
+            }
+            RequestKind::DeleteAcls(r) => {
+                now(ResponseKind::DeleteAcls(self.delete_acls(r, v).await))
+            }
             RequestKind::ConsumerGroupDescribe(r) => {
                 let topics = self.group_catalog();
                 now(ResponseKind::ConsumerGroupDescribe(
@@ -528,8 +596,6 @@ fn refusal(request: &RequestKind) -> Option<ResponseKind> {
         };
     }
     refuse!(
-        SaslAuthenticate => SaslAuthenticateResponse,
-        DescribeAcls => DescribeAclsResponse,
         AlterPartitionReassignments => AlterPartitionReassignmentsResponse,
         ListPartitionReassignments => ListPartitionReassignmentsResponse,
         DescribeClientQuotas => DescribeClientQuotasResponse,

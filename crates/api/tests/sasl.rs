@@ -266,7 +266,8 @@ async fn sessions_end_after_the_reauthentication_time_and_reauthentication_keeps
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_user_that_fails_too_often_from_an_address_is_refused_there_even_with_the_right_password() {
+async fn a_user_that_fails_too_often_from_an_address_is_refused_there_even_with_the_right_password()
+{
     let e = env().await;
     create_user(&e, "alice", "alice-secret", Mechanism::Sha256).await;
     for i in 0..10 {

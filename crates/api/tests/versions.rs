@@ -850,6 +850,53 @@ async fn requests(e: &Env, key: ApiKey, v: i16) -> Vec<(&'static str, RequestKin
                     .with_partition_indexes(vec![0]),
             ])),
         )],
+        ApiKey::CreateAcls => vec![(
+            "a valid binding and an invalid one",
+            R::CreateAcls(CreateAclsRequest::default().with_creations(vec![
+                create_acls_request::AclCreation::default()
+                    .with_resource_type(2)
+                    .with_resource_name(s("t"))
+                    .with_resource_pattern_type(3)
+                    .with_principal(s("User:alice"))
+                    .with_host(s("*"))
+                    .with_operation(3)
+                    .with_permission_type(3),
+                create_acls_request::AclCreation::default()
+                    .with_resource_type(0)
+                    .with_resource_name(s("t"))
+                    .with_resource_pattern_type(3)
+                    .with_principal(s("alice"))
+                    .with_host(s("*"))
+                    .with_operation(3)
+                    .with_permission_type(3),
+            ])),
+        )],
+        ApiKey::DescribeAcls => vec![(
+            "every binding",
+            R::DescribeAcls(
+                DescribeAclsRequest::default()
+                    .with_resource_type_filter(1)
+                    .with_pattern_type_filter(if v >= 1 { 1 } else { 3 })
+                    .with_operation(1)
+                    .with_permission_type(1),
+            ),
+        )],
+        ApiKey::DeleteAcls => vec![(
+            "a filter that matches and one that does not decode",
+            R::DeleteAcls(DeleteAclsRequest::default().with_filters(vec![
+                delete_acls_request::DeleteAclsFilter::default()
+                    .with_resource_type_filter(2)
+                    .with_resource_name_filter(Some(s("t")))
+                    .with_pattern_type_filter(3)
+                    .with_operation(1)
+                    .with_permission_type(1),
+                delete_acls_request::DeleteAclsFilter::default()
+                    .with_resource_type_filter(99)
+                    .with_pattern_type_filter(3)
+                    .with_operation(1)
+                    .with_permission_type(1),
+            ])),
+        )],
         ApiKey::SaslHandshake => vec![
             (
                 "a mechanism the listener does not offer",

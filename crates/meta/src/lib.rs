@@ -4,7 +4,7 @@
 //! engine calls it when it opens a stream, commits uploaded objects, moves a start offset and
 //! deletes objects; the Kafka layer when topics, group offsets or producer ids change.
 //!
-//! It has eight parts, one trait each, so that a backend can be built and tested part by part,
+//! It has nine parts, one trait each, so that a backend can be built and tested part by part,
 //! and a caller that needs one part takes only that trait:
 //!
 //! - [`ObjectIndex`]: streams (leader epoch, start offset, committed end offset), the objects in
@@ -24,6 +24,8 @@
 //!   stages until it commits.
 //! - [`Credentials`]: users' SCRAM credentials (salt, keys, iterations; never a password), for
 //!   SASL/SCRAM authentication.
+//! - [`Acls`]: the cluster's ACL bindings (CreateAcls, DeleteAcls), as Kafka's codes, for the
+//!   broker's authorizer.
 //!
 //! [`GroupStore`] is the two group parts, what the group coordinator takes. [`MetaStore`] is all
 //! of them together, implemented for every type that implements them, so a
@@ -823,6 +825,37 @@ pub trait Credentials: Send + Sync + 'static {
     ) -> Result<Vec<(String, ScramCredential)>>;
 }
 
+/// One ACL binding, as Kafka's CreateAcls carries it (the numbers are Kafka's codes: resource
+/// type 2 TOPIC, 3 GROUP, 4 CLUSTER, 5 TRANSACTIONAL_ID...; pattern type 3 LITERAL, 4 PREFIXED;
+/// operation 2 ALL, 3 READ, ...; permission 2 DENY, 3 ALLOW). The store does not interpret them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AclBinding {
+    pub resource_type: i8,
+    pub resource_name: String,
+    pub pattern_type: i8,
+    /// "User:alice", "User:*".
+    pub principal: String,
+    /// "*" or an address.
+    pub host: String,
+    pub operation: i8,
+    pub permission_type: i8,
+}
+
+/// The cluster's ACL bindings. Creating and deleting each run in one transaction, and announce
+/// a change (see [`Coordination::cluster_changes`]) when they change any binding, so that every
+/// broker learns of it.
+#[async_trait::async_trait]
+pub trait Acls: Send + Sync + 'static {
+    /// Adds bindings; one that exists already is left as it is (creating is idempotent, as in Kafka).
+    async fn create_acls(&self, bindings: Vec<AclBinding>) -> Result<()>;
+
+    /// Removes exactly these bindings (those that exist); how many were removed.
+    async fn delete_acls(&self, bindings: Vec<AclBinding>) -> Result<u64>;
+
+    /// Every binding, in the order of the struct's fields (Ord).
+    async fn acls(&self) -> Result<Vec<AclBinding>>;
+}
+
 /// The parts the group coordinator uses: committed offsets and membership.
 pub trait GroupStore: GroupOffsets + GroupStates {}
 
@@ -832,7 +865,14 @@ impl<T: GroupOffsets + GroupStates + ?Sized> GroupStore for T {}
 /// [`GroupStore`], so that an `Arc<dyn MetaStore>` upcasts to the `Arc<dyn GroupStore>` the group
 /// coordinator takes.)
 pub trait MetaStore:
-    ObjectIndex + Catalog + GroupStore + ProducerSnapshots + Coordination + Transactions + Credentials
+    ObjectIndex
+    + Catalog
+    + GroupStore
+    + ProducerSnapshots
+    + Coordination
+    + Transactions
+    + Credentials
+    + Acls
 {
 }
 
@@ -844,7 +884,8 @@ impl<
             + ProducerSnapshots
             + Coordination
             + Transactions
-            + Credentials,
+            + Credentials
+            + Acls,
     > MetaStore for T
 {
 }

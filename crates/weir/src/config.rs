@@ -53,6 +53,15 @@ pub struct SecuritySection {
     /// A SASL session lasts this long before the client must authenticate again on its
     /// connection (KIP-368); 0: sessions do not end.
     pub connections_max_reauth_ms: u64,
+    /// `acl` turns ACL checks on (Kafka's `authorizer.class.name`; its StandardAuthorizer and
+    /// AclAuthorizer class names are accepted too). Empty: every request is allowed.
+    pub authorizer: String,
+    /// Principals allowed everything, `;`-separated (`User:admin;User:ops`).
+    pub super_users: String,
+    /// `allow.everyone.if.no.acl.found`: a resource without any ACL is open to everyone.
+    pub allow_everyone_if_no_acl_found: bool,
+    /// How often a broker reads the ACLs again (other brokers may have changed them).
+    pub acl_refresh_interval_ms: u64,
 }
 
 impl Default for SecuritySection {
@@ -69,6 +78,10 @@ impl Default for SecuritySection {
             // PLAIN sends the password itself: offered only where asked for.
             sasl_enabled_mechanisms: "SCRAM-SHA-256,SCRAM-SHA-512".into(),
             connections_max_reauth_ms: 0,
+            authorizer: String::new(),
+            super_users: String::new(),
+            allow_everyone_if_no_acl_found: false,
+            acl_refresh_interval_ms: 1000,
         }
     }
 }

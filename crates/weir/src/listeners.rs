@@ -3,7 +3,7 @@
 //! PLAINTEXT listener of `broker.listen`; and what each asks of its clients (TLS files, SASL
 //! mechanisms).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -127,6 +127,7 @@ pub fn listeners(config: &Config) -> Result<Vec<ListenerSpec>, String> {
     if out.iter().any(|l| l.protocol.tls()) {
         tls_files(config)?;
     }
+    authorizer(config)?;
     if out.iter().any(|l| l.protocol.sasl()) && mechanisms(config)?.is_empty() {
         return Err("sasl_enabled_mechanisms: a SASL listener needs at least one".into());
     }
@@ -176,6 +177,34 @@ pub fn mechanisms(config: &Config) -> Result<Vec<SaslMechanism>, String> {
             })
         })
         .collect()
+}
+
+/// Whether ACLs are enforced (`security.authorizer`), and the super users.
+pub fn authorizer(config: &Config) -> Result<Option<HashSet<String>>, String> {
+    let sec = &config.security;
+    match sec.authorizer.trim() {
+        "" => Ok(None),
+        "acl"
+        | "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+        | "kafka.security.authorizer.AclAuthorizer" => {
+            let mut supers = HashSet::new();
+            for p in sec
+                .super_users
+                .split(';')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+            {
+                if !p.contains(':') {
+                    return Err(format!("super_users: {p:?} is not a principal (User:name)"));
+                }
+                supers.insert(p.to_string());
+            }
+            Ok(Some(supers))
+        }
+        other => Err(format!(
+            "authorizer: {other:?} is not \"acl\" (or empty: no ACL checks)"
+        )),
+    }
 }
 
 /// What the network layer needs of a listener.

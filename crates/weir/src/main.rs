@@ -531,6 +531,26 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
         ));
     }
 
+    if let Some(super_users) = listeners::authorizer(&config).map_err(anyhow::Error::msg)? {
+        broker.authz.enable(
+            super_users,
+            config.security.allow_everyone_if_no_acl_found,
+            Vec::new(),
+        );
+        // The ACLs are in force before the first client is served...
+        broker.refresh_acls().await.context("reading the ACLs")?;
+        // ...and changes made through other brokers are seen within the interval.
+        let broker = Arc::clone(&broker);
+        let every = Duration::from_millis(config.security.acl_refresh_interval_ms.max(10));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                if let Err(e) = broker.refresh_acls().await {
+                    tracing::warn!(error = %e, "reading the ACLs failed; the ones in force stay");
+                }
+            }
+        });
+    }
     let mut kafka_listeners = Vec::new();
     for spec in &specs {
         let socket = TcpListener::bind(&spec.bind)

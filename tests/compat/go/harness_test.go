@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,12 +77,22 @@ func skipInClusterMode(t *testing.T, why string) {
 	}
 }
 
+// skipUnlessWeir skips a Weir-only test that starts a broker of its own: against Apache Kafka
+// (WEIR_TEST_BROKER=kafka) and when the target is a cluster.
+func skipUnlessWeir(t *testing.T, why string) {
+	t.Helper()
+	if kind, _ := brokerKind(); kind != "weir" {
+		t.Skipf("WEIR_TEST_BROKER=%s: %s", kind, why)
+	}
+	skipInClusterMode(t, why)
+}
+
 type Broker struct {
 	Kind   string // "weir" or "kafka"
 	Name   string
-	Port   int   // Kafka protocol listener
-	Port2  int   // Weir: admin HTTP; Kafka: controller
-	NodeID int32 // 1 unless the broker is one of a cluster's
+	Port   int    // Kafka protocol listener
+	Port2  int    // Weir: admin HTTP; Kafka: controller
+	NodeID int32  // 1 unless the broker is one of a cluster's
 	Zone   string // --zone, in a zoned cluster
 
 	root    string
@@ -161,8 +172,13 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// StartBroker starts a fresh broker; the caller must Close it.
-func StartBroker(name string) (*Broker, error) {
+// BrokerOpt adjusts a broker once its ports are picked, before its first start: it may add
+// `weir serve` flags (b.args) or environment (b.env), e.g. listeners on ports of b.MorePorts.
+// Weir only: a Kafka broker ignores both.
+type BrokerOpt func(b *Broker) error
+
+// StartBroker starts a fresh broker, adjusted by opts; the caller must Close it.
+func StartBroker(name string, opts ...BrokerOpt) (*Broker, error) {
 	kind, err := brokerKind()
 	if err != nil {
 		return nil, err
@@ -175,6 +191,12 @@ func StartBroker(name string) (*Broker, error) {
 	if err != nil {
 		os.RemoveAll(root)
 		return nil, err
+	}
+	for _, opt := range opts {
+		if err := opt(b); err != nil {
+			os.RemoveAll(root)
+			return nil, err
+		}
 	}
 	liveMu.Lock()
 	live[b] = true
@@ -202,10 +224,10 @@ func newBroker(kind, name, root string) (*Broker, error) {
 	return b, nil
 }
 
-// startBroker starts a broker for one test and stops it when the test ends.
-func startBroker(t *testing.T, name string) *Broker {
+// startBroker starts a broker for one test, adjusted by opts, and stops it when the test ends.
+func startBroker(t *testing.T, name string, opts ...BrokerOpt) *Broker {
 	t.Helper()
-	b, err := StartBroker(name)
+	b, err := StartBroker(name, opts...)
 	if err != nil {
 		t.Fatalf("start %s broker: %v", name, err)
 	}
@@ -221,6 +243,20 @@ func startBroker(t *testing.T, name string) *Broker {
 }
 
 func (b *Broker) Addr() string { return "127.0.0.1:" + strconv.Itoa(b.Port) }
+
+// MorePorts picks n more free loopback ports, none of them the broker's own, for listeners of
+// its own beyond Port (set with a BrokerOpt). Like every pick, they are free when picked.
+func (b *Broker) MorePorts(n int) ([]int, error) {
+	for {
+		ps, err := freePorts(n)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(ps, b.Port) && !slices.Contains(ps, b.Port2) {
+			return ps, nil
+		}
+	}
+}
 
 func (b *Broker) Seeds() []string { return []string{b.Addr()} }
 

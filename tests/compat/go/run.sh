@@ -7,6 +7,8 @@
 #       the shared target is a three-broker Weir cluster (PostgreSQL + s3s-fs + 3 brokers,
 #       cluster_test.go); TestBrokerRestart and TestTransactSessionBrokerRestart skip,
 #       TestClusterHarness runs.
+# The TestSecurity* tests (security_test.go: SCRAM users, SASL_SSL, mTLS) start Weir brokers of
+# their own with WEIR_SECURITY_* listeners and skip against Apache Kafka and a cluster.
 #
 # Extra arguments go to `go test`, e.g. -run TestBrokerRestart or -v.
 # The tests share one broker (TestBrokerRestart and TestTransactSessionBrokerRestart have their

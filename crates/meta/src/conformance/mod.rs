@@ -4,6 +4,7 @@
 //! that part (`object_index::run`, `catalog::run`, ...), and [`whole_store`] for what crosses
 //! parts. [`run_all`] runs them all against a whole store.
 
+pub mod acls;
 pub mod catalog;
 pub mod coordination;
 pub mod credentials;
@@ -26,6 +27,7 @@ pub async fn run_all(open: impl Fn() -> Box<dyn MetaStore>) {
     coordination::run(|| open()).await;
     transactions::run(&open).await;
     credentials::run(|| open()).await;
+    acls::run(|| open()).await;
     whole_store::run(open).await;
 }
 

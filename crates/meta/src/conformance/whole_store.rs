@@ -1,17 +1,18 @@
-//! What crosses the parts: the streams a topic creates are the object index's, and deleting a
-//! topic reaches into every part.
+//! What crosses the parts: the streams a topic creates are the object index's, deleting a topic
+//! reaches into every part, and ACL changes are announced as cluster changes.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::{commit, range};
-use crate::{GroupOffset, MetaError, MetaStore};
+use crate::{AclBinding, GroupOffset, MetaError, MetaStore};
 
 /// Runs every check, each against a fresh, empty store from `open`.
 pub async fn run(open: impl Fn() -> Box<dyn MetaStore>) {
     topic_streams_are_streams(&*open()).await;
     deleting_a_topic_reaches_every_part(&*open()).await;
     group_states_and_offsets_are_apart(&*open()).await;
+    acl_changes_are_announced(&*open()).await;
 }
 
 pub async fn topic_streams_are_streams(m: &dyn MetaStore) {
@@ -145,5 +146,32 @@ pub async fn group_states_and_offsets_are_apart(m: &dyn MetaStore) {
     assert_eq!(
         m.offset_groups().await.expect("groups"),
         vec!["g".to_string()]
+    );
+}
+
+/// Creating and deleting ACLs move the cluster's change counter, so that every broker re-reads
+/// them.
+pub async fn acl_changes_are_announced(m: &dyn MetaStore) {
+    let binding = AclBinding {
+        resource_type: 2,
+        resource_name: "t".to_string(),
+        pattern_type: 3,
+        principal: "User:alice".to_string(),
+        host: "*".to_string(),
+        operation: 3,
+        permission_type: 3,
+    };
+    let mut rx = m.cluster_changes();
+    rx.borrow_and_update();
+    m.create_acls(vec![binding.clone()]).await.expect("create");
+    assert!(
+        rx.has_changed().expect("open"),
+        "creating ACLs is announced"
+    );
+    rx.borrow_and_update();
+    assert_eq!(m.delete_acls(vec![binding]).await.expect("delete"), 1);
+    assert!(
+        rx.has_changed().expect("open"),
+        "deleting ACLs is announced"
     );
 }

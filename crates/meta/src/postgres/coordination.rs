@@ -28,7 +28,8 @@ fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-async fn notify(c: &impl GenericClient) -> Result<()> {
+/// Announces a change to every broker's listener (when the caller's transaction commits).
+pub(super) async fn notify(c: &impl GenericClient) -> Result<()> {
     c.execute("SELECT pg_notify($1, '')", &[&CHANNEL])
         .await
         .map_err(backend("notifying the cluster"))?;
@@ -84,7 +85,8 @@ async fn locked_lease(c: &impl GenericClient) -> Result<Option<(i32, i64, bool)>
 }
 
 impl PostgresMetaStore {
-    fn changed(&self) {
+    /// Announces a change to this process's subscribers at once (others hear the NOTIFY).
+    pub(super) fn changed(&self) {
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 }

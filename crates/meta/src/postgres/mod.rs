@@ -19,6 +19,7 @@
 //! recorded in `schema_migrations`, applied under a transaction-scoped advisory lock so that
 //! brokers starting together do not race.
 
+mod acls;
 mod catalog;
 mod coordination;
 mod credentials;
@@ -206,6 +207,21 @@ CREATE TABLE scram_credentials (
     server_key BYTEA NOT NULL,
     iterations INTEGER NOT NULL,
     PRIMARY KEY (user_name, mechanism)
+);
+",
+    "
+-- ACL bindings, as Kafka's codes (resource type, pattern type, operation, permission type); the
+-- whole binding is the key.
+CREATE TABLE acls (
+    resource_type   SMALLINT NOT NULL,
+    resource_name   TEXT NOT NULL,
+    pattern_type    SMALLINT NOT NULL,
+    principal       TEXT NOT NULL,
+    host            TEXT NOT NULL,
+    operation       SMALLINT NOT NULL,
+    permission_type SMALLINT NOT NULL,
+    PRIMARY KEY (resource_type, resource_name, pattern_type, principal, host, operation,
+                 permission_type)
 );
 ",
 ];
@@ -612,6 +628,12 @@ mod tests {
     async fn conformance_credentials() {
         let s = server();
         conformance::credentials::run(|| Box::new(store(&s))).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn conformance_acls() {
+        let s = server();
+        conformance::acls::run(|| Box::new(store(&s))).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

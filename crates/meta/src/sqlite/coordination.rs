@@ -164,7 +164,8 @@ fn immediate(c: &mut rusqlite::Connection) -> Result<rusqlite::Transaction<'_>> 
 }
 
 impl SqliteMetaStore {
-    fn changed(&self) {
+    /// Announces a change to this process's subscribers (the only ones a SQLite store has).
+    pub(super) fn changed(&self) {
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 }

@@ -7,6 +7,7 @@
 //! One [`SqliteMetaStore`] implements every part of the store, one module each, all on the same
 //! connection and schema; this module holds what they share.
 
+mod acls;
 pub(crate) mod catalog;
 mod coordination;
 mod credentials;
@@ -169,6 +170,19 @@ CREATE TABLE IF NOT EXISTS scram_credentials (
     iterations INTEGER NOT NULL,
     PRIMARY KEY (user_name, mechanism)
 );
+-- ACL bindings, as Kafka's codes (resource type, pattern type, operation, permission type); the
+-- whole binding is the key.
+CREATE TABLE IF NOT EXISTS acls (
+    resource_type   INTEGER NOT NULL,
+    resource_name   TEXT NOT NULL,
+    pattern_type    INTEGER NOT NULL,
+    principal       TEXT NOT NULL,
+    host            TEXT NOT NULL,
+    operation       INTEGER NOT NULL,
+    permission_type INTEGER NOT NULL,
+    PRIMARY KEY (resource_type, resource_name, pattern_type, principal, host, operation,
+                 permission_type)
+) WITHOUT ROWID;
 ";
 
 pub struct SqliteMetaStore {
@@ -429,6 +443,11 @@ mod tests {
     #[tokio::test]
     async fn conformance_credentials() {
         conformance::credentials::run(|| Box::new(store())).await;
+    }
+
+    #[tokio::test]
+    async fn conformance_acls() {
+        conformance::acls::run(|| Box::new(store())).await;
     }
 
     #[tokio::test]

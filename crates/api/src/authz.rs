@@ -1,0 +1,921 @@
+//! Authorization: every request checked against the ACLs as Kafka's `KafkaApis` checks it,
+//! before its handler runs, so that handlers stay as they are.
+//!
+//! [`Broker::gate`] looks at a decoded request with the connection's principal and either
+//! refuses it whole (a group API without READ on its group, an admin API without its
+//! permission on the cluster: the API's error response with GROUP_, CLUSTER_ or
+//! TRANSACTIONAL_ID_AUTHORIZATION_FAILED everywhere) or takes out the topics, groups or ids
+//! the principal may not touch and serves the rest; the items taken out come back in the
+//! response with TOPIC_AUTHORIZATION_FAILED (or the group's or id's error), built by the
+//! API's own error response ([`crate::error_response_for`]), and listings (Metadata of every
+//! topic, ListGroups, ListTransactions, OffsetFetch of every topic) leave out what the
+//! principal may not DESCRIBE. Connections on the internal listener are peer brokers and are
+//! not checked. With no authorizer configured every request is served, as in Kafka.
+
+use std::collections::HashSet;
+use std::sync::{Arc, RwLock};
+
+use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError as E;
+use weir_auth::acl::{Acl, Authorizer, Operation, ResourceType, CLUSTER_NAME};
+use weir_auth::Principal;
+use weir_meta::{AclBinding, Acls};
+
+use crate::conn::Conn;
+use crate::errors::error_response_for;
+
+/// The authorizer in force, if any.
+#[derive(Debug, Default)]
+pub struct Authz {
+    current: RwLock<Option<Arc<Authorizer>>>,
+    settings: RwLock<Option<(HashSet<String>, bool)>>,
+}
+
+impl Authz {
+    /// Turns ACL checks on: `super_users` (`User:admin`) may do anything, and a resource with
+    /// no ACL at all is open to everyone if `allow_if_no_acl`.
+    pub fn enable(&self, super_users: HashSet<String>, allow_if_no_acl: bool, acls: Vec<Acl>) {
+        *self.settings.write().unwrap_or_else(|e| e.into_inner()) =
+            Some((super_users.clone(), allow_if_no_acl));
+        self.set(Authorizer::new(acls, super_users, allow_if_no_acl));
+    }
+
+    fn set(&self, a: Authorizer) {
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(a));
+    }
+
+    pub fn current(&self) -> Option<Arc<Authorizer>> {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.current().is_some()
+    }
+}
+
+/// The stored bindings Weir can use (others are logged and skipped).
+pub(crate) fn acls_of(bindings: Vec<AclBinding>) -> Vec<Acl> {
+    bindings
+        .into_iter()
+        .filter_map(|b| {
+            Acl::new(
+                b.resource_type,
+                &b.resource_name,
+                b.pattern_type,
+                &b.principal,
+                &b.host,
+                b.operation,
+                b.permission_type,
+            )
+            .map_err(|e| tracing::warn!(binding = ?b, error = %e, "skipping a stored ACL"))
+            .ok()
+        })
+        .collect()
+}
+
+/// One connection's checks.
+#[derive(Clone)]
+pub(crate) struct Check {
+    authorizer: Arc<Authorizer>,
+    principal: Principal,
+    host: String,
+}
+
+impl Check {
+    pub(crate) fn ok(&self, op: Operation, kind: ResourceType, name: &str) -> bool {
+        self.authorizer
+            .authorize(&self.principal, &self.host, op, kind, name)
+    }
+
+    fn cluster(&self, op: Operation) -> bool {
+        self.ok(op, ResourceType::Cluster, CLUSTER_NAME)
+    }
+
+    fn topic(&self, op: Operation, name: &str) -> bool {
+        self.ok(op, ResourceType::Topic, name)
+    }
+
+    fn group(&self, op: Operation, name: &str) -> bool {
+        self.ok(op, ResourceType::Group, name)
+    }
+
+    fn txn(&self, op: Operation, name: &str) -> bool {
+        self.ok(op, ResourceType::TransactionalId, name)
+    }
+}
+
+/// What to do with a request.
+#[allow(clippy::large_enum_variant)] // one per request, moved once
+pub(crate) enum Gate {
+    /// Serve it; `denied` (the error response of what was taken out) joins the response, and
+    /// `filter` then leaves out of listings what may not be described.
+    Serve {
+        request: RequestKind,
+        denied: Option<ResponseKind>,
+        filter: Option<Check>,
+    },
+    /// Answer with this, serve nothing.
+    Refuse(ResponseKind),
+}
+
+fn split<T>(items: Vec<T>, keep: impl Fn(&T) -> bool) -> (Vec<T>, Vec<T>) {
+    items.into_iter().partition(|i| keep(i))
+}
+
+impl crate::Broker {
+    /// The checks of `conn`, or `None` if nothing is checked (no authorizer, or a peer
+    /// broker).
+    pub(crate) fn check_for(&self, conn: &Conn) -> Option<Check> {
+        if conn.internal {
+            return None;
+        }
+        let authorizer = self.authz.current()?;
+        Some(Check {
+            authorizer,
+            principal: conn.principal().unwrap_or_else(Principal::anonymous),
+            host: conn.peer.ip().to_string(),
+        })
+    }
+
+    /// A topic's name from a request that may name it by id.
+    fn topic_name(&self, name: &str, id: &uuid::Uuid) -> String {
+        if name.is_empty() && !id.is_nil() {
+            if let Some(t) = self.topics.get_by_id(id.as_bytes()) {
+                return t.name.clone();
+            }
+        }
+        name.to_string()
+    }
+
+    /// Reads the ACLs again from the metadata store (other brokers may have changed them).
+    pub async fn refresh_acls(&self) -> Result<(), weir_meta::MetaError> {
+        let Some(settings) = self
+            .authz
+            .settings
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        else {
+            return Ok(());
+        };
+        let acls = acls_of(Acls::acls(&*self.meta).await?);
+        if self
+            .authz
+            .current()
+            .is_some_and(|a| a.acls() != acls.as_slice())
+        {
+            self.authz
+                .set(Authorizer::new(acls, settings.0, settings.1));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn gate(&self, check: &Check, request: RequestKind, v: i16) -> Gate {
+        use Operation::*;
+        use RequestKind as R;
+        let refuse = |request: &RequestKind, e: E| {
+            Gate::Refuse(error_response_for(request, v, e).unwrap_or_else(|| {
+                // Every API Weir serves has an error response; a refusal without one would
+                // close the connection, which is also what Kafka does for such requests.
+                ResponseKind::ApiVersions(crate::api_versions_response(e.code()))
+            }))
+        };
+        let serve = |request| Gate::Serve {
+            request,
+            denied: None,
+            filter: None,
+        };
+        let partly =
+            |request: RequestKind, denied: RequestKind, any_denied: bool, e: E| Gate::Serve {
+                request,
+                denied: if any_denied {
+                    error_response_for(&denied, v, e)
+                } else {
+                    None
+                },
+                filter: None,
+            };
+        let cluster = |op, request: RequestKind| {
+            if check.cluster(op) {
+                serve(request)
+            } else {
+                refuse(&request, E::ClusterAuthorizationFailed)
+            }
+        };
+        let group = |op, id: &str, request: RequestKind| {
+            if check.group(op, id) {
+                serve(request)
+            } else {
+                refuse(&request, E::GroupAuthorizationFailed)
+            }
+        };
+        match request {
+            R::ApiVersions(_) | R::SaslHandshake(_) | R::SaslAuthenticate(_) => serve(request),
+            R::Produce(mut r) => {
+                if let Some(id) = &r.transactional_id {
+                    if !check.txn(Write, id) {
+                        return refuse(&R::Produce(r), E::TransactionalIdAuthorizationFailed);
+                    }
+                }
+                let (ok, no) = split(std::mem::take(&mut r.topic_data), |t| {
+                    check.topic(Write, &self.topic_name(&t.name, &t.topic_id))
+                });
+                let any = !no.is_empty();
+                r.topic_data = ok;
+                partly(
+                    R::Produce(r),
+                    R::Produce(ProduceRequest::default().with_topic_data(no)),
+                    any,
+                    E::TopicAuthorizationFailed,
+                )
+            }
+            R::Fetch(mut r) => {
+                let (ok, no) = split(std::mem::take(&mut r.topics), |t| {
+                    check.topic(Read, &self.topic_name(&t.topic, &t.topic_id))
+                });
+                let any = !no.is_empty();
+                r.topics = ok;
+                partly(
+                    R::Fetch(r),
+                    R::Fetch(FetchRequest::default().with_topics(no)),
+                    any,
+                    E::TopicAuthorizationFailed,
+                )
+            }
+            R::ListOffsets(mut r) => {
+                let (ok, no) = split(std::mem::take(&mut r.topics), |t| {
+                    check.topic(Describe, &t.name)
+                });
+                let any = !no.is_empty();
+                r.topics = ok;
+                partly(
+                    R::ListOffsets(r),
+                    R::ListOffsets(ListOffsetsRequest::default().with_topics(no)),
+                    any,
+                    E::TopicAuthorizationFailed,
+                )
+            }
+            R::OffsetForLeaderEpoch(mut r) => {
+                let (ok, no) = split(std::mem::take(&mut r.topics), |t| {
+                    check.topic(Describe, &t.topic)
+                });
+                let any = !no.is_empty();
+                r.topics = ok;
+                partly(
+                    R::OffsetForLeaderEpoch(r),
+                    R::OffsetForLeaderEpoch(OffsetForLeaderEpochRequest::default().with_topics(no)),
+                    any,
+                    E::TopicAuthorizationFailed,
+                )
+            }
+            R::Metadata(mut r) => {
+                let Some(topics) = r.topics.take() else {
+                    // Every topic: those the principal may not describe are left out.
+                    return Gate::Serve {
+                        request: R::Metadata(r),
+                        denied: None,
+                        filter: Some(check.clone()),
+                    };
+                };
+                let (ok, no) = split(topics, |t| {
+                    let name = t.name.as_ref().map_or("", |n| n.as_str());
+                    check.topic(Describe, &self.topic_name(name, &t.topic_id))
+                });
+                // Auto-creation needs CREATE on the cluster or on the topic.
+                if r.allow_auto_topic_creation {
+                    let creatable = ok.iter().all(|t| {
+                        check.cluster(Create)
+                            || t.name.as_ref().is_some_and(|n| check.topic(Create, n))
+                    });
+                    if !creatable {
+                        r.allow_auto_topic_creation = false;
+                    }
+                }
+                let any = !no.is_empty();
+                r.topics = Some(ok);
+                partly(
+                    R::Metadata(r),
+                    R::Metadata(MetadataRequest::default().with_topics(Some(no))),
+                    any,
+                    E::TopicAuthorizationFailed,
+                )
+            }
+            R::OffsetCommit(mut r) => {
+                if !check.group(Read, &r.group_id) {
+                    return refuse(&R::OffsetCommit(r), E::GroupAuthorizationFailed);
+                }
+                let (ok, no) = split(std::mem::take(&mut r.topics), |t| {
+                    check.topic(Read, &t.name)
+                });
+                let any = !no.is_empty();
+                r.topics = ok;
+                partly(
+                    R::OffsetCommit(r),
+                    R::OffsetCommit(OffsetCommitRequest::default().with_topics(no)),
+                    any,
+                    E::TopicAuthorizationFailed,
+                )
+            }
+            R::OffsetFetch(mut r) => {
+                if v < 8 {
+                    if !check.group(Describe, &r.group_id) {
+                        return refuse(&R::OffsetFetch(r), E::GroupAuthorizationFailed);
+                    }
+                    let Some(topics) = r.topics.take() else {
+                        return Gate::Serve {
+                            request: R::OffsetFetch(r),
+                            denied: None,
+                            filter: Some(check.clone()),
+                        };
+                    };
+                    let (ok, no) = split(topics, |t| check.topic(Describe, &t.name));
+                    let any = !no.is_empty();
+                    r.topics = Some(ok);
+                    return partly(
+                        R::OffsetFetch(r),
+                        R::OffsetFetch(OffsetFetchRequest::default().with_topics(Some(no))),
+                        any,
+                        E::TopicAuthorizationFailed,
+                    );
+                }
+                // v8+: several groups; a group the principal may not describe gets the group
+                // error, and topics are checked by the filter on the way out.
+                let (ok, no) = split(std::mem::take(&mut r.groups), |g| {
+                    check.group(Describe, &g.group_id)
+                });
+                let any = !no.is_empty();
+                r.groups = ok;
+                let mut gate = partly(
+                    R::OffsetFetch(r),
+                    R::OffsetFetch(OffsetFetchRequest::default().with_groups(no)),
+                    any,
+                    E::GroupAuthorizationFailed,
+                );
+                if let Gate::Serve { filter, .. } = &mut gate {
+                    *filter = Some(check.clone());
+                }
+                gate
+            }
+            R::FindCoordinator(mut r) => {
+                let allowed = |key: &str| match r.key_type {
+                    1 => check.txn(Describe, key),
+                    _ => check.group(Describe, key),
+                };
+                let error = if r.key_type == 1 {
+                    E::TransactionalIdAuthorizationFailed
+                } else {
+                    E::GroupAuthorizationFailed
+                };
+                if v < 4 {
+                    return if allowed(&r.key) {
+                        serve(R::FindCoordinator(r))
+                    } else {
+                        refuse(&R::FindCoordinator(r), error)
+                    };
+                }
+                let (ok, no) = split(std::mem::take(&mut r.coordinator_keys), |k| allowed(k));
+                let any = !no.is_empty();
+                let denied = FindCoordinatorRequest::default()
+                    .with_key_type(r.key_type)
+                    .with_coordinator_keys(no);
+                r.coordinator_keys = ok;
+                partly(
+                    R::FindCoordinator(r),
+                    R::FindCoordinator(denied),
+                    any,
+                    error,
+                )
+            }
+            R::JoinGroup(ref r) => group(Read, &r.group_id.clone(), request),
+            R::SyncGroup(ref r) => group(Read, &r.group_id.clone(), request),
+            R::Heartbeat(ref r) => group(Read, &r.group_id.clone(), request),
+            R::LeaveGroup(ref r) => group(Read, &r.group_id.clone(), request),
+            R::ConsumerGroupHeartbeat(ref r) => group(Read, &r.group_id.clone(), request),
+            R::DescribeGroups(mut r) => {
+                let (ok, no) = split(std::mem::take(&mut r.groups), |g| check.group(Describe, g));
+                let any = !no.is_empty();
+                r.groups = ok;
+                partly(
+                    R::DescribeGroups(r),
+                    R::DescribeGroups(DescribeGroupsRequest::default().with_groups(no)),
+                    any,
+                    E::GroupAuthorizationFailed,
+                )
+            }
+            R::ConsumerGroupDescribe(mut r) => {
+                let (ok, no) = split(std::mem::take(&mut r.group_ids), |g| {
+                    check.group(Describe, g)
+                });
+                let any = !no.is_empty();
+                r.group_ids = ok;
+                partly(
+                    R::ConsumerGroupDescribe(r),
+                    R::ConsumerGroupDescribe(
+                        ConsumerGroupDescribeRequest::default().with_group_ids(no),
+                    ),
+                    any,
+                    E::GroupAuthorizationFailed,
+                )
+            }
+            R::ListGroups(_) => Gate::Serve {
+                request,
+                denied: None,
+                // With DESCRIBE on the cluster, every group; else the groups it may describe.
+                filter: (!check.cluster(Describe)).then(|| check.clone()),
+            },
+            R::DeleteGroups(mut r) => {
+                let (ok, no) = split(std::mem::take(&mut r.groups_names), |g| {
+                    check.group(Delete, g)
+                });
+                let any = !no.is_empty();
+                r.groups_names = ok;
+                partly(
+                    R::DeleteGroups(r),
+                    R::DeleteGroups(DeleteGroupsRequest::default().with_groups_names(no)),
+                    any,
+                    E::GroupAuthorizationFailed,
+                )
+            }
+            R::OffsetDelete(mut r) => {
+                if !check.group(Delete, &r.group_id) {
+                    return refuse(&R::OffsetDelete(r), E::GroupAuthorizationFailed);
+                }
+                let (ok, no) = split(std::mem::take(&mut r.topics), |t| {
+                    check.topic(Read, &t.name)
+                });
+                let any = !no.is_empty();
+                r.topics = ok;
+                partly(
+                    R::OffsetDelete(r),
+                    R::OffsetDelete(OffsetDeleteRequest::default().with_topics(no)),
+                    any,
+                    E::TopicAuthorizationFailed,
+                )
+            }
+            R::CreateTopics(mut r) => {
+                let cluster_create = check.cluster(Create);
+                let (ok, no) = split(std::mem::take(&mut r.topics), |t| {
+                    cluster_create || check.topic(Create, &t.name)
+                });
+                let any = !no.is_empty();
+                r.topics = ok;
+                partly(
+                    R::CreateTopics(r),
+                    R::CreateTopics(CreateTopicsRequest::default().with_topics(no)),
+                    any,
+                    E::TopicAuthorizationFailed,
+                )
+            }
+            R::DeleteTopics(mut r) => {
+                let (ok, no) = split(std::mem::take(&mut r.topic_names), |t| {
+                    check.topic(Delete, t)
+                });
+                let (ok6, no6) = split(std::mem::take(&mut r.topics), |t| {
+                    let name = t.name.as_ref().map_or("", |n| n.as_str());
+                    check.topic(Delete, &self.topic_name(name, &t.topic_id))
+                });
+                let any = !no.is_empty() || !no6.is_empty();
+                r.topic_names = ok;
+                r.topics = ok6;
+                partly(
+                    R::DeleteTopics(r),
+                    R::DeleteTopics(
+                        DeleteTopicsRequest::default()
+                            .with_topic_names(no)
+                            .with_topics(no6),
+                    ),
+                    any,
+                    E::TopicAuthorizationFailed,
+                )
+            }
+            R::CreatePartitions(mut r) => {
+                let (ok, no) = split(std::mem::take(&mut r.topics), |t| {
+                    check.topic(Alter, &t.name)
+                });
+                let any = !no.is_empty();
+                r.topics = ok;
+                partly(
+                    R::CreatePartitions(r),
+                    R::CreatePartitions(CreatePartitionsRequest::default().with_topics(no)),
+                    any,
+                    E::TopicAuthorizationFailed,
+                )
+            }
+            R::DeleteRecords(mut r) => {
+                let (ok, no) = split(std::mem::take(&mut r.topics), |t| {
+                    check.topic(Delete, &t.name)
+                });
+                let any = !no.is_empty();
+                r.topics = ok;
+                partly(
+                    R::DeleteRecords(r),
+                    R::DeleteRecords(DeleteRecordsRequest::default().with_topics(no)),
+                    any,
+                    E::TopicAuthorizationFailed,
+                )
+            }
+            R::DescribeProducers(mut r) => {
+                let (ok, no) = split(std::mem::take(&mut r.topics), |t| {
+                    check.topic(Read, &t.name)
+                });
+                let any = !no.is_empty();
+                r.topics = ok;
+                partly(
+                    R::DescribeProducers(r),
+                    R::DescribeProducers(DescribeProducersRequest::default().with_topics(no)),
+                    any,
+                    E::TopicAuthorizationFailed,
+                )
+            }
+            R::DescribeConfigs(mut r) => {
+                let config_ok = |kind: i8, name: &str, op| match kind {
+                    2 => check.topic(op, name),
+                    _ => check.cluster(op),
+                };
+                let (ok, no) = split(std::mem::take(&mut r.resources), |c| {
+                    config_ok(c.resource_type, &c.resource_name, DescribeConfigs)
+                });
+                let (topics, brokers) = split(no, |c| c.resource_type == 2);
+                r.resources = ok;
+                Gate::Serve {
+                    request: R::DescribeConfigs(r),
+                    denied: merge_denied(
+                        v,
+                        [
+                            (
+                                R::DescribeConfigs(
+                                    DescribeConfigsRequest::default().with_resources(topics),
+                                ),
+                                E::TopicAuthorizationFailed,
+                            ),
+                            (
+                                R::DescribeConfigs(
+                                    DescribeConfigsRequest::default().with_resources(brokers),
+                                ),
+                                E::ClusterAuthorizationFailed,
+                            ),
+                        ],
+                    ),
+                    filter: None,
+                }
+            }
+            R::AlterConfigs(mut r) => {
+                let (ok, no) = split(std::mem::take(&mut r.resources), |c| {
+                    match c.resource_type {
+                        2 => check.topic(AlterConfigs, &c.resource_name),
+                        _ => check.cluster(AlterConfigs),
+                    }
+                });
+                let (topics, brokers) = split(no, |c| c.resource_type == 2);
+                r.resources = ok;
+                Gate::Serve {
+                    request: R::AlterConfigs(r),
+                    denied: merge_denied(
+                        v,
+                        [
+                            (
+                                R::AlterConfigs(
+                                    AlterConfigsRequest::default().with_resources(topics),
+                                ),
+                                E::TopicAuthorizationFailed,
+                            ),
+                            (
+                                R::AlterConfigs(
+                                    AlterConfigsRequest::default().with_resources(brokers),
+                                ),
+                                E::ClusterAuthorizationFailed,
+                            ),
+                        ],
+                    ),
+                    filter: None,
+                }
+            }
+            R::IncrementalAlterConfigs(mut r) => {
+                let (ok, no) = split(std::mem::take(&mut r.resources), |c| {
+                    match c.resource_type {
+                        2 => check.topic(AlterConfigs, &c.resource_name),
+                        _ => check.cluster(AlterConfigs),
+                    }
+                });
+                let (topics, brokers) = split(no, |c| c.resource_type == 2);
+                r.resources = ok;
+                Gate::Serve {
+                    request: R::IncrementalAlterConfigs(r),
+                    denied: merge_denied(
+                        v,
+                        [
+                            (
+                                R::IncrementalAlterConfigs(
+                                    IncrementalAlterConfigsRequest::default()
+                                        .with_resources(topics),
+                                ),
+                                E::TopicAuthorizationFailed,
+                            ),
+                            (
+                                R::IncrementalAlterConfigs(
+                                    IncrementalAlterConfigsRequest::default()
+                                        .with_resources(brokers),
+                                ),
+                                E::ClusterAuthorizationFailed,
+                            ),
+                        ],
+                    ),
+                    filter: None,
+                }
+            }
+            R::InitProducerId(ref r) => {
+                let allowed = match &r.transactional_id {
+                    Some(id) => check.txn(Write, id),
+                    // Idempotence: IDEMPOTENT_WRITE on the cluster, or WRITE on any topic
+                    // (KIP-679).
+                    None => {
+                        check.cluster(IdempotentWrite)
+                            || check.authorizer.authorize_any(
+                                &check.principal,
+                                &check.host,
+                                Write,
+                                ResourceType::Topic,
+                            )
+                    }
+                };
+                match (allowed, r.transactional_id.is_some()) {
+                    (true, _) => serve(request),
+                    (false, true) => refuse(&request, E::TransactionalIdAuthorizationFailed),
+                    (false, false) => refuse(&request, E::ClusterAuthorizationFailed),
+                }
+            }
+            R::AddPartitionsToTxn(mut r) => {
+                if v >= 4 {
+                    // Batched, from brokers verifying transactions.
+                    return cluster(ClusterAction, R::AddPartitionsToTxn(r));
+                }
+                if !check.txn(Write, &r.v3_and_below_transactional_id) {
+                    return refuse(
+                        &R::AddPartitionsToTxn(r),
+                        E::TransactionalIdAuthorizationFailed,
+                    );
+                }
+                let (ok, no) = split(std::mem::take(&mut r.v3_and_below_topics), |t| {
+                    check.topic(Write, &t.name)
+                });
+                let any = !no.is_empty();
+                r.v3_and_below_topics = ok;
+                partly(
+                    R::AddPartitionsToTxn(r),
+                    R::AddPartitionsToTxn(
+                        AddPartitionsToTxnRequest::default().with_v3_and_below_topics(no),
+                    ),
+                    any,
+                    E::TopicAuthorizationFailed,
+                )
+            }
+            R::AddOffsetsToTxn(ref r) => {
+                if !check.txn(Write, &r.transactional_id) {
+                    refuse(&request, E::TransactionalIdAuthorizationFailed)
+                } else if !check.group(Read, &r.group_id) {
+                    refuse(&request, E::GroupAuthorizationFailed)
+                } else {
+                    serve(request)
+                }
+            }
+            R::EndTxn(ref r) => {
+                if check.txn(Write, &r.transactional_id) {
+                    serve(request)
+                } else {
+                    refuse(&request, E::TransactionalIdAuthorizationFailed)
+                }
+            }
+            R::TxnOffsetCommit(mut r) => {
+                if !check.txn(Write, &r.transactional_id) {
+                    return refuse(
+                        &R::TxnOffsetCommit(r),
+                        E::TransactionalIdAuthorizationFailed,
+                    );
+                }
+                if !check.group(Read, &r.group_id) {
+                    return refuse(&R::TxnOffsetCommit(r), E::GroupAuthorizationFailed);
+                }
+                let (ok, no) = split(std::mem::take(&mut r.topics), |t| {
+                    check.topic(Read, &t.name)
+                });
+                let any = !no.is_empty();
+                r.topics = ok;
+                partly(
+                    R::TxnOffsetCommit(r),
+                    R::TxnOffsetCommit(TxnOffsetCommitRequest::default().with_topics(no)),
+                    any,
+                    E::TopicAuthorizationFailed,
+                )
+            }
+            R::DescribeTransactions(mut r) => {
+                let (ok, no) = split(std::mem::take(&mut r.transactional_ids), |t| {
+                    check.txn(Describe, t)
+                });
+                let any = !no.is_empty();
+                r.transactional_ids = ok;
+                partly(
+                    R::DescribeTransactions(r),
+                    R::DescribeTransactions(
+                        DescribeTransactionsRequest::default().with_transactional_ids(no),
+                    ),
+                    any,
+                    E::TransactionalIdAuthorizationFailed,
+                )
+            }
+            R::ListTransactions(_) => Gate::Serve {
+                request,
+                denied: None,
+                filter: Some(check.clone()),
+            },
+            R::DescribeCluster(_)
+            | R::DescribeLogDirs(_)
+            | R::ListPartitionReassignments(_)
+            | R::DescribeAcls(_)
+            | R::DescribeUserScramCredentials(_) => cluster(Describe, request),
+            R::AlterPartitionReassignments(_)
+            | R::CreateAcls(_)
+            | R::DeleteAcls(_)
+            | R::AlterUserScramCredentials(_) => cluster(Alter, request),
+            R::DescribeClientQuotas(_) => cluster(DescribeConfigs, request),
+            R::AlterClientQuotas(_) => cluster(AlterConfigs, request),
+            // APIs Weir does not serve are refused by their handler.
+            other => serve(other),
+        }
+    }
+
+    /// Adds what `gate` took out to the response, and leaves out of listings what the
+    /// principal may not describe.
+    pub(crate) fn after_gate(
+        &self,
+        response: ResponseKind,
+        denied: Option<ResponseKind>,
+        filter: Option<&Check>,
+    ) -> ResponseKind {
+        use Operation::Describe;
+        use ResponseKind as P;
+        let mut response = match (response, denied) {
+            (r, None) => r,
+            (P::Produce(mut r), Some(P::Produce(d))) => {
+                r.responses.extend(d.responses);
+                P::Produce(r)
+            }
+            (P::Fetch(mut r), Some(P::Fetch(d))) => {
+                r.responses.extend(d.responses);
+                P::Fetch(r)
+            }
+            (P::ListOffsets(mut r), Some(P::ListOffsets(d))) => {
+                r.topics.extend(d.topics);
+                P::ListOffsets(r)
+            }
+            (P::OffsetForLeaderEpoch(mut r), Some(P::OffsetForLeaderEpoch(d))) => {
+                r.topics.extend(d.topics);
+                P::OffsetForLeaderEpoch(r)
+            }
+            (P::Metadata(mut r), Some(P::Metadata(d))) => {
+                r.topics.extend(d.topics);
+                P::Metadata(r)
+            }
+            (P::OffsetCommit(mut r), Some(P::OffsetCommit(d))) => {
+                r.topics.extend(d.topics);
+                P::OffsetCommit(r)
+            }
+            (P::OffsetFetch(mut r), Some(P::OffsetFetch(d))) => {
+                r.topics.extend(d.topics);
+                r.groups.extend(d.groups);
+                P::OffsetFetch(r)
+            }
+            (P::FindCoordinator(mut r), Some(P::FindCoordinator(d))) => {
+                r.coordinators.extend(d.coordinators);
+                P::FindCoordinator(r)
+            }
+            (P::DescribeGroups(mut r), Some(P::DescribeGroups(d))) => {
+                r.groups.extend(d.groups);
+                P::DescribeGroups(r)
+            }
+            (P::ConsumerGroupDescribe(mut r), Some(P::ConsumerGroupDescribe(d))) => {
+                r.groups.extend(d.groups);
+                P::ConsumerGroupDescribe(r)
+            }
+            (P::DeleteGroups(mut r), Some(P::DeleteGroups(d))) => {
+                r.results.extend(d.results);
+                P::DeleteGroups(r)
+            }
+            (P::OffsetDelete(mut r), Some(P::OffsetDelete(d))) => {
+                r.topics.extend(d.topics);
+                P::OffsetDelete(r)
+            }
+            (P::CreateTopics(mut r), Some(P::CreateTopics(d))) => {
+                r.topics.extend(d.topics);
+                P::CreateTopics(r)
+            }
+            (P::DeleteTopics(mut r), Some(P::DeleteTopics(d))) => {
+                r.responses.extend(d.responses);
+                P::DeleteTopics(r)
+            }
+            (P::CreatePartitions(mut r), Some(P::CreatePartitions(d))) => {
+                r.results.extend(d.results);
+                P::CreatePartitions(r)
+            }
+            (P::DeleteRecords(mut r), Some(P::DeleteRecords(d))) => {
+                r.topics.extend(d.topics);
+                P::DeleteRecords(r)
+            }
+            (P::DescribeProducers(mut r), Some(P::DescribeProducers(d))) => {
+                r.topics.extend(d.topics);
+                P::DescribeProducers(r)
+            }
+            (P::DescribeConfigs(mut r), Some(P::DescribeConfigs(d))) => {
+                r.results.extend(d.results);
+                P::DescribeConfigs(r)
+            }
+            (P::AlterConfigs(mut r), Some(P::AlterConfigs(d))) => {
+                r.responses.extend(d.responses);
+                P::AlterConfigs(r)
+            }
+            (P::IncrementalAlterConfigs(mut r), Some(P::IncrementalAlterConfigs(d))) => {
+                r.responses.extend(d.responses);
+                P::IncrementalAlterConfigs(r)
+            }
+            (P::AddPartitionsToTxn(mut r), Some(P::AddPartitionsToTxn(d))) => {
+                r.results_by_topic_v3_and_below
+                    .extend(d.results_by_topic_v3_and_below);
+                P::AddPartitionsToTxn(r)
+            }
+            (P::TxnOffsetCommit(mut r), Some(P::TxnOffsetCommit(d))) => {
+                r.topics.extend(d.topics);
+                P::TxnOffsetCommit(r)
+            }
+            (P::DescribeTransactions(mut r), Some(P::DescribeTransactions(d))) => {
+                r.transaction_states.extend(d.transaction_states);
+                P::DescribeTransactions(r)
+            }
+            (r, Some(_)) => {
+                tracing::error!("a denied part of a request has no place in its response");
+                r
+            }
+        };
+        if let Some(check) = filter {
+            match &mut response {
+                P::Metadata(r) => r.topics.retain(|t| {
+                    let name = t.name.as_ref().map_or("", |n| n.as_str());
+                    check.topic(Describe, &self.topic_name(name, &t.topic_id))
+                }),
+                P::OffsetFetch(r) => {
+                    r.topics.retain(|t| check.topic(Describe, &t.name));
+                    for g in &mut r.groups {
+                        g.topics.retain(|t| check.topic(Describe, &t.name));
+                    }
+                }
+                P::ListGroups(r) => r.groups.retain(|g| check.group(Describe, &g.group_id)),
+                P::ListTransactions(r) => r
+                    .transaction_states
+                    .retain(|t| check.txn(Describe, &t.transactional_id)),
+                _ => {}
+            }
+        }
+        response
+    }
+}
+
+/// The error responses of several denied parts, joined (DescribeConfigs and the AlterConfigs
+/// APIs, whose topics and broker resources fail with different errors).
+fn merge_denied<const N: usize>(v: i16, parts: [(RequestKind, E); N]) -> Option<ResponseKind> {
+    let mut out: Option<ResponseKind> = None;
+    for (request, e) in parts {
+        let empty = match &request {
+            RequestKind::DescribeConfigs(r) => r.resources.is_empty(),
+            RequestKind::AlterConfigs(r) => r.resources.is_empty(),
+            RequestKind::IncrementalAlterConfigs(r) => r.resources.is_empty(),
+            _ => false,
+        };
+        if empty {
+            continue;
+        }
+        let Some(next) = error_response_for(&request, v, e) else {
+            continue;
+        };
+        out = Some(match (out, next) {
+            (None, n) => n,
+            (Some(ResponseKind::DescribeConfigs(mut a)), ResponseKind::DescribeConfigs(b)) => {
+                a.results.extend(b.results);
+                ResponseKind::DescribeConfigs(a)
+            }
+            (Some(ResponseKind::AlterConfigs(mut a)), ResponseKind::AlterConfigs(b)) => {
+                a.responses.extend(b.responses);
+                ResponseKind::AlterConfigs(a)
+            }
+            (
+                Some(ResponseKind::IncrementalAlterConfigs(mut a)),
+                ResponseKind::IncrementalAlterConfigs(b),
+            ) => {
+                a.responses.extend(b.responses);
+                ResponseKind::IncrementalAlterConfigs(a)
+            }
+            (Some(a), _) => a,
+        });
+    }
+    out
+}
