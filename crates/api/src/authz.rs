@@ -94,6 +94,23 @@ impl Check {
         self.ok(op, ResourceType::Cluster, CLUSTER_NAME)
     }
 
+    /// Kafka's bit field of the operations allowed on the cluster (bit n: operation code n).
+    fn cluster_operations(&self) -> i32 {
+        use Operation::*;
+        [
+            Create,
+            Alter,
+            Describe,
+            ClusterAction,
+            DescribeConfigs,
+            AlterConfigs,
+            IdempotentWrite,
+        ]
+        .into_iter()
+        .filter(|op| self.cluster(*op))
+        .fold(0, |bits, op| bits | (1 << op.code()))
+    }
+
     fn topic(&self, op: Operation, name: &str) -> bool {
         self.ok(op, ResourceType::Topic, name)
     }
@@ -284,16 +301,19 @@ impl crate::Broker {
                     let name = t.name.as_ref().map_or("", |n| n.as_str());
                     check.topic(Describe, &self.topic_name(name, &t.topic_id))
                 });
-                // Auto-creation needs CREATE on the cluster or on the topic.
-                if r.allow_auto_topic_creation {
-                    let creatable = ok.iter().all(|t| {
-                        check.cluster(Create)
-                            || t.name.as_ref().is_some_and(|n| check.topic(Create, n))
+                // Auto-creation needs CREATE on the cluster or on the topic; a missing topic the
+                // principal may not create is answered TOPIC_AUTHORIZATION_FAILED, as Kafka does.
+                let (ok, no) = if r.allow_auto_topic_creation && !check.cluster(Create) {
+                    let (ok, mut more) = split(ok, |t| {
+                        t.name
+                            .as_ref()
+                            .is_none_or(|n| self.topics.get(n).is_some() || check.topic(Create, n))
                     });
-                    if !creatable {
-                        r.allow_auto_topic_creation = false;
-                    }
-                }
+                    more.extend(no);
+                    (ok, more)
+                } else {
+                    (ok, no)
+                };
                 let any = !no.is_empty();
                 r.topics = Some(ok);
                 partly(
@@ -462,12 +482,17 @@ impl crate::Broker {
                 });
                 let any = !no.is_empty();
                 r.topics = ok;
-                partly(
+                let mut gate = partly(
                     R::CreateTopics(r),
                     R::CreateTopics(CreateTopicsRequest::default().with_topics(no)),
                     any,
                     E::TopicAuthorizationFailed,
-                )
+                );
+                // The created topics' configs are shown only with DESCRIBE_CONFIGS.
+                if let Gate::Serve { filter, .. } = &mut gate {
+                    *filter = Some(check.clone());
+                }
+                gate
             }
             R::DeleteTopics(mut r) => {
                 let (ok, no) = split(std::mem::take(&mut r.topic_names), |t| {
@@ -730,8 +755,14 @@ impl crate::Broker {
                 denied: None,
                 filter: Some(check.clone()),
             },
-            R::DescribeCluster(_)
-            | R::DescribeLogDirs(_)
+            // Kafka serves DescribeCluster to everyone; what the principal may do on the
+            // cluster is what its authorized operations say.
+            R::DescribeCluster(_) => Gate::Serve {
+                request,
+                denied: None,
+                filter: Some(check.clone()),
+            },
+            R::DescribeLogDirs(_)
             | R::ListPartitionReassignments(_)
             | R::DescribeAcls(_)
             | R::DescribeUserScramCredentials(_) => cluster(Describe, request),
@@ -870,6 +901,19 @@ impl crate::Broker {
                     }
                 }
                 P::ListGroups(r) => r.groups.retain(|g| check.group(Describe, &g.group_id)),
+                P::DescribeCluster(r) if r.cluster_authorized_operations != i32::MIN => {
+                    r.cluster_authorized_operations = check.cluster_operations();
+                }
+                P::CreateTopics(r) => {
+                    for t in &mut r.topics {
+                        if t.error_code == 0 && !check.topic(Operation::DescribeConfigs, &t.name) {
+                            t.topic_config_error_code = E::TopicAuthorizationFailed.code();
+                            t.configs = None;
+                            t.num_partitions = -1;
+                            t.replication_factor = -1;
+                        }
+                    }
+                }
                 P::ListTransactions(r) => r
                     .transaction_states
                     .retain(|t| check.txn(Describe, &t.transactional_id)),

@@ -57,6 +57,9 @@ pub struct Conn {
     pub listener: Arc<ListenerSecurity>,
     state: Mutex<State>,
     auth: Mutex<Auth>,
+    /// A quota was exceeded: read no request before then (KIP-219's muted channel). Shared
+    /// with answers that come later (a long-polled fetch).
+    throttle: Arc<Mutex<Option<Instant>>>,
     /// Resolves once the appends of the last forwarded produce read on this connection have
     /// started: the next one's start after them, whatever order their reads finish in.
     pub(crate) forward_tail: Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
@@ -113,6 +116,7 @@ impl Conn {
                 ..Auth::default()
             }),
             forward_tail: Mutex::new(None),
+            throttle: Arc::default(),
         }
     }
 
@@ -136,6 +140,16 @@ impl Conn {
     pub fn may_serve(&self, now: Instant) -> bool {
         let a = self.auth();
         a.principal.is_some() && a.expires.is_none_or(|e| now < e)
+    }
+
+    /// Until when the connection reads no request, if a quota holds it back.
+    pub fn throttled_until(&self) -> Option<Instant> {
+        *self.throttle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Mutes the connection until `until` (later answers use the handle).
+    pub(crate) fn throttle_handle(&self) -> Arc<Mutex<Option<Instant>>> {
+        Arc::clone(&self.throttle)
     }
 
     /// Whether the connection is to be closed once its responses so far are written.

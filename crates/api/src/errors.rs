@@ -576,6 +576,31 @@ pub fn error_response_for(
                 ),
             )
         }
+        RequestKind::DescribeClientQuotas(_) => ResponseKind::DescribeClientQuotas(
+            DescribeClientQuotasResponse::default().with_error_code(code),
+        ),
+        RequestKind::AlterClientQuotas(r) => {
+            use alter_client_quotas_response::{EntityData, EntryData};
+            ResponseKind::AlterClientQuotas(
+                AlterClientQuotasResponse::default().with_entries(
+                    r.entries
+                        .iter()
+                        .map(|e| {
+                            EntryData::default().with_error_code(code).with_entity(
+                                e.entity
+                                    .iter()
+                                    .map(|c| {
+                                        EntityData::default()
+                                            .with_entity_type(c.entity_type.clone())
+                                            .with_entity_name(c.entity_name.clone())
+                                    })
+                                    .collect(),
+                            )
+                        })
+                        .collect(),
+                ),
+            )
+        }
         RequestKind::CreateAcls(r) => {
             use create_acls_response::AclCreationResult;
             ResponseKind::CreateAcls(

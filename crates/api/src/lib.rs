@@ -31,6 +31,7 @@ mod internal;
 mod offsets;
 mod opening;
 mod produce;
+pub mod quotas;
 mod reassign;
 mod sasl;
 mod scram_users;
@@ -105,6 +106,8 @@ pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
             | CreateAcls
             | DescribeAcls
             | DeleteAcls
+            | DescribeClientQuotas
+            | AlterClientQuotas
     );
     if !implemented {
         return None;
@@ -233,6 +236,8 @@ pub struct Broker {
     pub sasl: sasl::Guard,
     /// ACLs, when an authorizer is configured ([`authz::Authz::enable`]).
     pub authz: authz::Authz,
+    /// Client quotas and the rates measured against them.
+    pub quotas: quotas::QuotaManager,
 }
 
 impl Broker {
@@ -303,6 +308,7 @@ impl Broker {
             txn_added: Default::default(),
             sasl: Default::default(),
             authz: Default::default(),
+            quotas: Default::default(),
         });
         let writer: std::sync::Weak<dyn weir_txn::MarkerWriter> =
             Arc::downgrade(&(Arc::clone(&broker) as Arc<dyn weir_txn::MarkerWriter>));
@@ -353,6 +359,10 @@ impl Broker {
                 } => (request, denied, filter),
             },
         };
+        let produced = match &request {
+            RequestKind::Produce(r) => Some(quotas::produce_bytes(r)),
+            _ => None,
+        };
         let reply = self
             .serve(
                 header,
@@ -365,6 +375,13 @@ impl Broker {
                 listener,
             )
             .await;
+        let reply = match produced {
+            Some(bytes) => self.throttle_produce(reply, conn, client_id, bytes),
+            None if header.request_api_key == ApiKey::Fetch as i16 => {
+                self.throttle_fetch(reply, conn, client_id)
+            }
+            None => reply,
+        };
         if denied.is_none() && filter.is_none() {
             return reply;
         }
@@ -549,6 +566,12 @@ impl Broker {
             RequestKind::AlterUserScramCredentials(r) => now(
                 ResponseKind::AlterUserScramCredentials(self.alter_user_scram_credentials(r).await),
             ),
+            RequestKind::DescribeClientQuotas(r) => now(ResponseKind::DescribeClientQuotas(
+                self.describe_client_quotas(r).await,
+            )),
+            RequestKind::AlterClientQuotas(r) => now(ResponseKind::AlterClientQuotas(
+                self.alter_client_quotas(r).await,
+            )),
             RequestKind::CreateAcls(r) => now(ResponseKind::CreateAcls(self.create_acls(r).await)),
             RequestKind::DescribeAcls(r) => {
                 now(ResponseKind::DescribeAcls(self.describe_acls(r, v).await))
@@ -598,7 +621,6 @@ fn refusal(request: &RequestKind) -> Option<ResponseKind> {
     refuse!(
         AlterPartitionReassignments => AlterPartitionReassignmentsResponse,
         ListPartitionReassignments => ListPartitionReassignmentsResponse,
-        DescribeClientQuotas => DescribeClientQuotasResponse,
         GetTelemetrySubscriptions => GetTelemetrySubscriptionsResponse,
         PushTelemetry => PushTelemetryResponse,
         CreateDelegationToken => CreateDelegationTokenResponse,

@@ -850,6 +850,33 @@ async fn requests(e: &Env, key: ApiKey, v: i16) -> Vec<(&'static str, RequestKin
                     .with_partition_indexes(vec![0]),
             ])),
         )],
+        ApiKey::DescribeClientQuotas => vec![(
+            "every user",
+            R::DescribeClientQuotas(DescribeClientQuotasRequest::default().with_components(vec![
+                describe_client_quotas_request::ComponentData::default()
+                    .with_entity_type(s("user"))
+                    .with_match_type(2),
+            ])),
+        )],
+        ApiKey::AlterClientQuotas => vec![(
+            "a quota set and a bad key",
+            R::AlterClientQuotas(AlterClientQuotasRequest::default().with_entries(vec![
+                alter_client_quotas_request::EntryData::default()
+                    .with_entity(vec![alter_client_quotas_request::EntityData::default()
+                        .with_entity_type(s("user"))
+                        .with_entity_name(Some(s("alice")))])
+                    .with_ops(vec![alter_client_quotas_request::OpData::default()
+                        .with_key(s("producer_byte_rate"))
+                        .with_value(1048576.0)]),
+                alter_client_quotas_request::EntryData::default()
+                    .with_entity(vec![alter_client_quotas_request::EntityData::default()
+                        .with_entity_type(s("client-id"))
+                        .with_entity_name(None)])
+                    .with_ops(vec![alter_client_quotas_request::OpData::default()
+                        .with_key(s("no_such_key"))
+                        .with_value(1.0)]),
+            ])),
+        )],
         ApiKey::CreateAcls => vec![(
             "a valid binding and an invalid one",
             R::CreateAcls(CreateAclsRequest::default().with_creations(vec![

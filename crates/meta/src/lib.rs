@@ -4,7 +4,7 @@
 //! engine calls it when it opens a stream, commits uploaded objects, moves a start offset and
 //! deletes objects; the Kafka layer when topics, group offsets or producer ids change.
 //!
-//! It has nine parts, one trait each, so that a backend can be built and tested part by part,
+//! It has ten parts, one trait each, so that a backend can be built and tested part by part,
 //! and a caller that needs one part takes only that trait:
 //!
 //! - [`ObjectIndex`]: streams (leader epoch, start offset, committed end offset), the objects in
@@ -26,6 +26,8 @@
 //!   SASL/SCRAM authentication.
 //! - [`Acls`]: the cluster's ACL bindings (CreateAcls, DeleteAcls), as Kafka's codes, for the
 //!   broker's authorizer.
+//! - [`Quotas`]: client quotas (AlterClientQuotas, DescribeClientQuotas): a value per entity
+//!   and quota key.
 //!
 //! [`GroupStore`] is the two group parts, what the group coordinator takes. [`MetaStore`] is all
 //! of them together, implemented for every type that implements them, so a
@@ -856,6 +858,41 @@ pub trait Acls: Send + Sync + 'static {
     async fn acls(&self) -> Result<Vec<AclBinding>>;
 }
 
+/// One client quota: an entity (canonical text the API layer builds, e.g. "user=alice",
+/// "user=alice,client-id=app", "client-id=" for the default client id; the store does not
+/// interpret it), a quota key ("producer_byte_rate", "consumer_byte_rate", "request_percentage",
+/// ...) and its value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientQuota {
+    pub entity: String,
+    pub key: String,
+    pub value: f64,
+}
+
+/// Client quotas, one value per entity and key. Altering runs in one transaction, and announces
+/// a change (see [`Coordination::cluster_changes`]) when it changes any quota, so that every
+/// broker learns of it.
+#[async_trait::async_trait]
+pub trait Quotas: Send + Sync + 'static {
+    /// Applies changes in one transaction: `Some(v)` sets entity's key to v (replacing), `None`
+    /// removes it (absent: nothing to do). A key named more than once: the last change wins.
+    async fn alter_client_quotas(&self, changes: Vec<(String, String, Option<f64>)>) -> Result<()>;
+
+    /// Every quota, ordered by entity then key (byte order).
+    async fn client_quotas(&self) -> Result<Vec<ClientQuota>>;
+}
+
+/// Changes to client quotas as both backends apply them: one per entity and key, the last one
+/// named, in entity then key order (the order PostgreSQL locks their rows in).
+pub(crate) fn quota_changes(
+    changes: Vec<(String, String, Option<f64>)>,
+) -> BTreeMap<(String, String), Option<f64>> {
+    changes
+        .into_iter()
+        .map(|(entity, key, value)| ((entity, key), value))
+        .collect()
+}
+
 /// The parts the group coordinator uses: committed offsets and membership.
 pub trait GroupStore: GroupOffsets + GroupStates {}
 
@@ -873,6 +910,7 @@ pub trait MetaStore:
     + Transactions
     + Credentials
     + Acls
+    + Quotas
 {
 }
 
@@ -885,7 +923,8 @@ impl<
             + Coordination
             + Transactions
             + Credentials
-            + Acls,
+            + Acls
+            + Quotas,
     > MetaStore for T
 {
 }

@@ -510,6 +510,9 @@ where
     let mut reading = true;
     loop {
         let in_flight = pending.len() + unordered.len();
+        // A client over its quota: no request is read until its throttle time has passed
+        // (answers already under way still go out).
+        let muted = conn.throttled_until().filter(|t| *t > Instant::now());
         tokio::select! {
             biased;
             Some((out, held)) = pending.next(), if !pending.is_empty() => {
@@ -535,7 +538,8 @@ where
                 }
                 drop(held);
             }
-            frame = rx.recv(), if reading && in_flight < config.max_in_flight => match frame {
+            _ = tokio::time::sleep_until(muted.unwrap_or_else(Instant::now).into()), if muted.is_some() => {}
+            frame = rx.recv(), if reading && muted.is_none() && in_flight < config.max_in_flight => match frame {
                 Some(Ok((frame, mut held))) => {
                     let key = frame.get(..2).map_or(-1, |k| i16::from_be_bytes([k[0], k[1]]));
                     held.kind = kind_of(key);

@@ -1194,6 +1194,28 @@ fn render(state: &State) -> String {
     if let Some(z) = &state.broker.zones {
         render_zones(&mut o, z);
     }
+    let q = &state.broker.quotas.meters;
+    counter(
+        &mut o,
+        "quota_produce_throttled",
+        "Produce requests over their client quota, answered with a throttle time.",
+        "",
+        &q.produce_throttled,
+    );
+    counter(
+        &mut o,
+        "quota_fetch_throttled",
+        "Fetch requests over their client quota, answered empty with a throttle time.",
+        "",
+        &q.fetch_throttled,
+    );
+    counter(
+        &mut o,
+        "quota_throttle_ms",
+        "Milliseconds of throttle time given to clients over their quotas.",
+        "",
+        &q.throttle_ms,
+    );
     let sasl = &state.broker.sasl.meters;
     counter(
         &mut o,

@@ -60,7 +60,12 @@ pub struct SecuritySection {
     pub super_users: String,
     /// `allow.everyone.if.no.acl.found`: a resource without any ACL is open to everyone.
     pub allow_everyone_if_no_acl_found: bool,
-    /// How often a broker reads the ACLs again (other brokers may have changed them).
+    /// `quota.window.num`: client quotas are measured over this many samples...
+    pub quota_window_num: u32,
+    /// ...of `quota.window.size.seconds` each.
+    pub quota_window_size_seconds: u64,
+    /// How often a broker reads the ACLs and client quotas again (other brokers may have
+    /// changed them).
     pub acl_refresh_interval_ms: u64,
 }
 
@@ -82,6 +87,8 @@ impl Default for SecuritySection {
             super_users: String::new(),
             allow_everyone_if_no_acl_found: false,
             acl_refresh_interval_ms: 1000,
+            quota_window_num: 11,
+            quota_window_size_seconds: 1,
         }
     }
 }

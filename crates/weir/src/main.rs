@@ -551,6 +551,27 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
             }
         });
     }
+    broker.quotas.set_window(weir_api::quotas::QuotaWindow {
+        samples: config.security.quota_window_num,
+        sample: Duration::from_secs(config.security.quota_window_size_seconds),
+    });
+    // Client quotas apply with or without an authorizer: read now, then again each interval.
+    broker
+        .refresh_quotas()
+        .await
+        .context("reading the client quotas")?;
+    {
+        let broker = Arc::clone(&broker);
+        let every = Duration::from_millis(config.security.acl_refresh_interval_ms.max(10));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                if let Err(e) = broker.refresh_quotas().await {
+                    tracing::warn!(error = %e, "reading the client quotas failed; the ones in force stay");
+                }
+            }
+        });
+    }
     let mut kafka_listeners = Vec::new();
     for spec in &specs {
         let socket = TcpListener::bind(&spec.bind)

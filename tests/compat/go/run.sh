@@ -8,7 +8,9 @@
 #       cluster_test.go); TestBrokerRestart and TestTransactSessionBrokerRestart skip,
 #       TestClusterHarness runs.
 # The TestSecurity* tests (security_test.go: SCRAM users, SASL_SSL, mTLS) start Weir brokers of
-# their own with WEIR_SECURITY_* listeners and skip against Apache Kafka and a cluster.
+# their own with WEIR_SECURITY_* listeners and skip against Apache Kafka and a cluster; so do
+# the TestAcl* tests (acl_test.go: CreateAcls/DescribeAcls/DeleteAcls with kadm, enforcement
+# with WEIR_SECURITY_AUTHORIZER=acl over SASL_PLAINTEXT).
 #
 # Extra arguments go to `go test`, e.g. -run TestBrokerRestart or -v.
 # The tests share one broker (TestBrokerRestart and TestTransactSessionBrokerRestart have their

@@ -373,3 +373,25 @@ def scram_login(sock, mechanism, user, password):
     if first[0] != ERR_NONE:
         return first
     return sasl_authenticate(sock, c.final(first[2]), correlation_id=5)
+
+
+# ------------------------------------------------------------ client quotas
+API_ALTER_CLIENT_QUOTAS = 49
+
+
+def alter_client_quotas(sock, entity, ops, correlation_id=11):
+    """AlterClientQuotas v0 for one entity ({type: name or None for the default}) with ops
+    [(key, value or None to remove)]. Returns the entry's (error_code, error_message)."""
+    body = i32(1) + i32(len(entity))
+    for t, n in entity.items():
+        body += string(t) + string(n)
+    body += i32(len(ops))
+    for key, value in ops:
+        body += string(key) + struct.pack(">d", value or 0.0) + (b"\x01" if value is None else b"\x00")
+    body += b"\x00"  # validate_only
+    payload = roundtrip(sock, request_header_v1(API_ALTER_CLIENT_QUOTAS, 0, correlation_id) + body)
+    r = Reader(payload)
+    assert r.i32() == correlation_id
+    r.i32()  # throttle_time_ms
+    assert r.i32() == 1
+    return r.i16(), r.string()

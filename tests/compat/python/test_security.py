@@ -365,3 +365,200 @@ def test_a_user_that_fails_too_often_from_an_address_is_refused_there_for_a_whil
             assert kp.metadata_v1(sock)
     finally:
         broker_factory.close(s.broker)
+
+
+# ------------------------------------------------------------------- ACLs
+@pytest.fixture(scope="module")
+def acl_broker(broker_factory, certs):
+    """ACLs enforced; the PLAINTEXT listener's ANONYMOUS is a super user (the tests' admin)."""
+    s = Secure(broker_factory, "acl", certs, env={
+        "WEIR_SECURITY_AUTHORIZER": "acl",
+        "WEIR_SECURITY_SUPER_USERS": "User:ANONYMOUS;User:admin"})
+    try:
+        yield s
+    finally:
+        broker_factory.close(s.broker)
+
+
+def _acl(kind, name, principal, op, permission="ALLOW", pattern="LITERAL"):
+    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType,
+                                       ResourcePatternType, ResourceType)
+    return AclBinding(getattr(ResourceType, kind), name, getattr(ResourcePatternType, pattern),
+                      principal, "*", getattr(AclOperation, op),
+                      getattr(AclPermissionType, permission))
+
+
+def _create_acls(admin_client, *bindings):
+    for b, f in admin_client.create_acls(list(bindings)).items():
+        assert f.result(timeout=20) is None, b
+
+
+def _produce_errors(conf, topic, n=3):
+    p = Producer({**conf, "message.timeout.ms": 8000})
+    errors = []
+    for i in range(n):
+        p.produce(topic, f"x{i}".encode(), on_delivery=lambda e, m: errors.append(e))
+    p.flush(12)
+    return errors
+
+
+def test_acls_decide_who_produces_consumes_and_sees_what(acl_broker, clients):
+    s = acl_broker
+    orders = create_topic(s.broker.bootstrap, unique("orders"), 1)
+    payments = create_topic(s.broker.bootstrap, unique("payments"), 1)
+    group = unique("orders-app")
+    _create_acls(s.admin,
+                 _acl("TOPIC", orders, "User:alice", "WRITE"),
+                 _acl("TOPIC", orders, "User:alice", "READ"),
+                 _acl("GROUP", group, "User:alice", "READ"))
+    alice = s.conf("SASL_PLAINTEXT", "alice")
+    # Allowed: produce and consume orders in her group.
+    assert _produce_errors(alice, orders) == [None] * 3
+    c = clients.add(Consumer({**alice, "group.id": group, "auto.offset.reset": "earliest"}))
+    c.subscribe([orders])
+    got = []
+    deadline = time.monotonic() + 20
+    while len(got) < 3 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    assert sorted(got) == [b"x0", b"x1", b"x2"]
+    c.commit(asynchronous=False)
+    # Denied: another topic, another group, another user.
+    errors = _produce_errors(alice, payments)
+    assert errors and all(e is not None and e.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+                          for e in errors), errors
+    bob = s.conf("SASL_PLAINTEXT", "bob")
+    errors = _produce_errors(bob, orders)
+    assert errors and errors[0] is not None and \
+        errors[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, errors
+    other = clients.add(Consumer({**alice, "group.id": unique("other-group"),
+                                  "auto.offset.reset": "earliest"}))
+    other.subscribe([orders])
+    seen = None
+    deadline = time.monotonic() + 15
+    while seen is None and time.monotonic() < deadline:
+        m = other.poll(0.5)
+        if m is not None and m.error() is not None:
+            seen = m.error()
+    assert seen is not None and seen.code() == KafkaError.GROUP_AUTHORIZATION_FAILED, seen
+    # Metadata of every topic names only what alice may describe.
+    listed = set(Producer(alice).list_topics(timeout=10).topics)
+    assert orders in listed and payments not in listed, listed
+    assert payments in set(s.admin.list_topics(timeout=10).topics)
+
+
+def test_deny_wins_prefixes_apply_and_revocation_is_seen(acl_broker):
+    s = acl_broker
+    prefix = unique("logs") + "-"
+    app, audit = create_topic(s.broker.bootstrap, prefix + "app", 1), \
+        create_topic(s.broker.bootstrap, prefix + "audit", 1)
+    allow = _acl("TOPIC", prefix, "User:bob", "WRITE", pattern="PREFIXED")
+    deny = _acl("TOPIC", audit, "User:bob", "WRITE", permission="DENY")
+    _create_acls(s.admin, allow, deny)
+    bob = s.conf("SASL_PLAINTEXT", "bob")
+    assert _produce_errors(bob, app) == [None] * 3
+    errors = _produce_errors(bob, audit)
+    assert errors[0] is not None and errors[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # DescribeAcls with a MATCH filter finds both bindings that apply to the audit topic.
+    from confluent_kafka.admin import (AclBindingFilter, AclOperation, AclPermissionType,
+                                       ResourcePatternType, ResourceType)
+    match = AclBindingFilter(ResourceType.TOPIC, audit, ResourcePatternType.MATCH, None, None,
+                             AclOperation.ANY, AclPermissionType.ANY)
+    found = s.admin.describe_acls(match).result(timeout=20)
+    assert {(b.name, b.permission_type) for b in found} == {
+        (prefix, AclPermissionType.ALLOW), (audit, AclPermissionType.DENY)}
+    # Deleting the DENY opens the topic.
+    exact = AclBindingFilter(ResourceType.TOPIC, audit, ResourcePatternType.LITERAL, "User:bob",
+                             None, AclOperation.WRITE, AclPermissionType.DENY)
+    deleted = list(s.admin.delete_acls([exact]).values())[0].result(timeout=20)
+    assert len(deleted) == 1
+    assert _produce_errors(bob, audit) == [None] * 3
+
+
+def test_admin_apis_need_cluster_permissions(acl_broker):
+    s = acl_broker
+    alice_admin = AdminClient({k: v for k, v in s.conf("SASL_PLAINTEXT", "alice").items()})
+    with pytest.raises(Exception) as e:
+        _create_acls(alice_admin, _acl("TOPIC", "x", "User:alice", "ALL"))
+    assert "CLUSTER_AUTHORIZATION_FAILED" in str(e.value) or "authoriz" in str(e.value).lower(), e.value
+    from confluent_kafka.admin import NewTopic
+    name = unique("alice-new")
+    f = alice_admin.create_topics([NewTopic(name, 1, 1)])[name]
+    with pytest.raises(Exception) as e:
+        f.result(timeout=20)
+    assert "TOPIC_AUTHORIZATION_FAILED" in str(e.value), e.value
+    # CREATE on a topic prefix is enough to create one.
+    _create_acls(s.admin, _acl("TOPIC", "alice-", "User:alice", "CREATE", pattern="PREFIXED"))
+    name = unique("alice-new")
+    alice_admin.create_topics([NewTopic(name, 1, 1)])[name].result(timeout=20)
+
+
+def test_kafka_python_sees_authorization_errors(acl_broker):
+    from kafka import KafkaProducer
+    from kafka.errors import TopicAuthorizationFailedError
+    s = acl_broker
+    topic = create_topic(s.broker.bootstrap, unique("kpy-denied"), 1)
+    p = KafkaProducer(bootstrap_servers=f"127.0.0.1:{s.ports['SASL_PLAINTEXT']}",
+                      security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-256",
+                      sasl_plain_username="alice", sasl_plain_password="alice-secret",
+                      max_block_ms=10000)
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):
+            p.send(topic, b"x").get(timeout=15)
+    finally:
+        p.close()
+
+
+# ----------------------------------------------------------------- quotas
+def _produce_rate(conf, topic, seconds, measure_from):
+    """Produces 1 KiB records as fast as the client goes for `seconds`; the acknowledged bytes
+    per second after `measure_from` seconds."""
+    p = Producer({**conf, "acks": "all", "linger.ms": 5, "message.timeout.ms": 60000,
+                  "queue.buffering.max.kbytes": 64})
+    acked = []
+    start = time.monotonic()
+    value = b"q" * 1024
+    while time.monotonic() - start < seconds:
+        try:
+            p.produce(topic, value, on_delivery=lambda e, m: acked.append(
+                (time.monotonic(), e is None)))
+        except BufferError:
+            p.poll(0.01)
+        p.poll(0)
+    p.flush(60)
+    window = [t for t, ok in acked if ok and measure_from <= t - start <= seconds]
+    return len(window) * 1024 / (seconds - measure_from)
+
+
+def test_a_producer_over_its_byte_rate_quota_is_throttled_to_it(broker_factory, certs):
+    # A short quota window (2 samples of 1 s; Kafka's default is 11) so that the rate settles
+    # within the test: the rate is measured over at least the window less one sample, so the
+    # first second may burst.
+    s = Secure(broker_factory, "quota", certs, env={"WEIR_SECURITY_QUOTA_WINDOW_NUM": "2"})
+    quota = 200 * 1024
+    try:
+        with kp.connect("127.0.0.1", s.broker.port) as sock:
+            err, msg = kp.alter_client_quotas(sock, {"user": "alice"},
+                                              [("producer_byte_rate", quota)])
+            assert err == 0, msg
+            err, msg = kp.alter_client_quotas(sock, {"user": "bob"}, [("no_such_quota", 1.0)])
+            assert err == 42, (err, msg)  # INVALID_REQUEST
+        topic = create_topic(s.broker.bootstrap, unique("quota"), 1)
+        alice = _produce_rate(s.conf("SASL_PLAINTEXT", "alice"), topic, 10, 3)
+        bob = _produce_rate(s.conf("SASL_PLAINTEXT", "bob"), topic, 5, 1)
+        print(f"quota {quota / 1024:.0f} KiB/s: alice {alice / 1024:.0f} KiB/s, "
+              f"bob (no quota) {bob / 1024:.0f} KiB/s")
+        assert alice <= quota * 1.3, f"alice produced {alice / 1024:.0f} KiB/s"
+        assert alice >= quota * 0.5, f"alice was held far below her quota: {alice / 1024:.0f}"
+        assert bob >= quota * 3, f"bob, without a quota, produced only {bob / 1024:.0f} KiB/s"
+        assert metric(s.broker, "weir_quota_produce_throttled_total") > 0
+        # Removed, the quota no longer holds alice back.
+        with kp.connect("127.0.0.1", s.broker.port) as sock:
+            assert kp.alter_client_quotas(sock, {"user": "alice"},
+                                          [("producer_byte_rate", None)])[0] == 0
+        time.sleep(1)
+        freed = _produce_rate(s.conf("SASL_PLAINTEXT", "alice"), topic, 4, 1)
+        assert freed >= quota * 3, f"alice after the quota's removal: {freed / 1024:.0f} KiB/s"
+    finally:
+        broker_factory.close(s.broker)

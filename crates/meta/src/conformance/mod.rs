@@ -12,6 +12,7 @@ pub mod group_offsets;
 pub mod group_states;
 pub mod object_index;
 pub mod producer_snapshots;
+pub mod quotas;
 pub mod transactions;
 pub mod whole_store;
 
@@ -28,6 +29,7 @@ pub async fn run_all(open: impl Fn() -> Box<dyn MetaStore>) {
     transactions::run(&open).await;
     credentials::run(|| open()).await;
     acls::run(|| open()).await;
+    quotas::run(|| open()).await;
     whole_store::run(open).await;
 }
 

@@ -1,5 +1,5 @@
 //! What crosses the parts: the streams a topic creates are the object index's, deleting a topic
-//! reaches into every part, and ACL changes are announced as cluster changes.
+//! reaches into every part, and ACL and client quota changes are announced as cluster changes.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -13,6 +13,7 @@ pub async fn run(open: impl Fn() -> Box<dyn MetaStore>) {
     deleting_a_topic_reaches_every_part(&*open()).await;
     group_states_and_offsets_are_apart(&*open()).await;
     acl_changes_are_announced(&*open()).await;
+    quota_changes_are_announced(&*open()).await;
 }
 
 pub async fn topic_streams_are_streams(m: &dyn MetaStore) {
@@ -173,5 +174,37 @@ pub async fn acl_changes_are_announced(m: &dyn MetaStore) {
     assert!(
         rx.has_changed().expect("open"),
         "deleting ACLs is announced"
+    );
+}
+
+/// Setting and removing client quotas move the cluster's change counter, so that every broker
+/// re-reads them.
+pub async fn quota_changes_are_announced(m: &dyn MetaStore) {
+    let entity = "user=alice".to_string();
+    let key = "producer_byte_rate".to_string();
+    let mut rx = m.cluster_changes();
+    rx.borrow_and_update();
+    m.alter_client_quotas(vec![(entity.clone(), key.clone(), Some(1024.0))])
+        .await
+        .expect("set");
+    assert!(
+        rx.has_changed().expect("open"),
+        "setting a quota is announced"
+    );
+    rx.borrow_and_update();
+    m.alter_client_quotas(vec![(entity.clone(), key.clone(), Some(2048.0))])
+        .await
+        .expect("replace");
+    assert!(
+        rx.has_changed().expect("open"),
+        "replacing a quota's value is announced"
+    );
+    rx.borrow_and_update();
+    m.alter_client_quotas(vec![(entity, key, None)])
+        .await
+        .expect("remove");
+    assert!(
+        rx.has_changed().expect("open"),
+        "removing a quota is announced"
     );
 }

@@ -27,6 +27,7 @@ mod group_offsets;
 mod group_states;
 mod object_index;
 mod producer_snapshots;
+mod quotas;
 mod transactions;
 
 use std::sync::Mutex;
@@ -222,6 +223,16 @@ CREATE TABLE acls (
     permission_type SMALLINT NOT NULL,
     PRIMARY KEY (resource_type, resource_name, pattern_type, principal, host, operation,
                  permission_type)
+);
+",
+    "
+-- Client quotas: a value per entity (the API layer's canonical text, e.g.
+-- 'user=alice,client-id=app'; the store does not interpret it) and quota key.
+CREATE TABLE client_quotas (
+    entity    TEXT NOT NULL,
+    quota_key TEXT NOT NULL,
+    value     DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (entity, quota_key)
 );
 ",
 ];
@@ -634,6 +645,12 @@ mod tests {
     async fn conformance_acls() {
         let s = server();
         conformance::acls::run(|| Box::new(store(&s))).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn conformance_quotas() {
+        let s = server();
+        conformance::quotas::run(|| Box::new(store(&s))).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

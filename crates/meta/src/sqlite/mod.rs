@@ -15,6 +15,7 @@ mod group_offsets;
 mod group_states;
 mod object_index;
 mod producer_snapshots;
+mod quotas;
 mod transactions;
 
 use std::path::Path;
@@ -182,6 +183,14 @@ CREATE TABLE IF NOT EXISTS acls (
     permission_type INTEGER NOT NULL,
     PRIMARY KEY (resource_type, resource_name, pattern_type, principal, host, operation,
                  permission_type)
+) WITHOUT ROWID;
+-- Client quotas: a value per entity (the API layer's canonical text, e.g.
+-- 'user=alice,client-id=app'; the store does not interpret it) and quota key.
+CREATE TABLE IF NOT EXISTS client_quotas (
+    entity    TEXT NOT NULL,
+    quota_key TEXT NOT NULL,
+    value     REAL NOT NULL,
+    PRIMARY KEY (entity, quota_key)
 ) WITHOUT ROWID;
 ";
 
@@ -448,6 +457,11 @@ mod tests {
     #[tokio::test]
     async fn conformance_acls() {
         conformance::acls::run(|| Box::new(store())).await;
+    }
+
+    #[tokio::test]
+    async fn conformance_quotas() {
+        conformance::quotas::run(|| Box::new(store())).await;
     }
 
     #[tokio::test]
