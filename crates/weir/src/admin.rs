@@ -63,6 +63,9 @@ pub struct State {
     pub cluster: Option<Arc<dyn ClusterAdmin>>,
     /// The run-time fault switch, when `broker.fault_switch` is on.
     pub faults: Option<Arc<FaultSwitch>>,
+    /// `broker.admin_token`: every route but `/healthz` and `/readyz` wants
+    /// `Authorization: Bearer <token>`.
+    pub token: Option<Arc<str>>,
 }
 
 /// The run-time fault switch: `PUT /v1/faults` changes the faults injected into the WAL's group
@@ -182,6 +185,7 @@ struct App {
     faults: Option<Arc<FaultSwitch>>,
     /// The broker, for the zone routes (`None` in tests of the HTTP layer alone).
     broker: Option<Arc<weir_api::Broker>>,
+    token: Option<Arc<str>>,
 }
 
 /// Serves admin HTTP on `listener` until `shutdown` turns true (or its sender goes away), then
@@ -196,6 +200,7 @@ pub async fn serve(
         cluster: state.cluster.clone(),
         faults: state.faults.clone(),
         broker: Some(Arc::clone(&state.broker)),
+        token: state.token.clone(),
         metrics: Arc::new(move || render(&state)),
     };
     serve_app(listener, app, shutdown, SHUTDOWN_GRACE).await
@@ -247,8 +252,50 @@ fn router(app: App) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(app.clone(), authorize))
         .layer(axum::middleware::map_response(close_connection))
         .with_state(app)
+}
+
+/// With `broker.admin_token` set, a request without it is answered 401: the probes
+/// (`/healthz`, `/readyz`) stay open for orchestrators that cannot send headers.
+async fn authorize(
+    Shared(app): Shared<App>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(token) = &app.token else {
+        return next.run(request).await;
+    };
+    if matches!(request.uri().path(), "/healthz" | "/readyz") {
+        return next.run(request).await;
+    }
+    let given = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    // Compared in constant time: the token is a password.
+    let ok = given.is_some_and(|g| {
+        g.len() == token.len()
+            && g.bytes()
+                .zip(token.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    });
+    if ok {
+        next.run(request).await
+    } else {
+        let mut r = json_error(
+            401,
+            "this admin API wants Authorization: Bearer <broker.admin_token>",
+        );
+        r.headers_mut().insert(
+            axum::http::header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer"),
+        );
+        r
+    }
 }
 
 async fn close_connection(mut response: Response) -> Response {
@@ -1389,6 +1436,14 @@ mod tests {
     }
 
     async fn start(cluster: Option<Arc<dyn ClusterAdmin>>, grace: Duration) -> Server {
+        start_with_token(cluster, grace, None).await
+    }
+
+    async fn start_with_token(
+        cluster: Option<Arc<dyn ClusterAdmin>>,
+        grace: Duration,
+        token: Option<&str>,
+    ) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let ready = Arc::new(AtomicBool::new(false));
@@ -1399,6 +1454,7 @@ mod tests {
             cluster,
             faults: None,
             broker: None,
+            token: token.map(Arc::from),
         };
         let task = tokio::spawn(serve_app(listener, app, stop_rx, grace));
         Server {
@@ -1485,6 +1541,37 @@ mod tests {
             a.headers.to_ascii_lowercase().contains("connection: close"),
             "{}",
             a.headers
+        );
+    }
+
+    #[tokio::test]
+    async fn with_a_token_only_the_probes_answer_without_it() {
+        let s = start_with_token(
+            Some(Arc::new(FakeCluster::default())),
+            SHUTDOWN_GRACE,
+            Some("s3cret"),
+        )
+        .await;
+        s.ready.store(true, Ordering::SeqCst);
+        assert_eq!(call(s.port, "GET", "/healthz", "").await.status, 200);
+        assert_eq!(call(s.port, "GET", "/readyz", "").await.status, 200);
+        for path in ["/metrics", "/v1/cluster", "/v1/partitions"] {
+            let a = call(s.port, "GET", path, "").await;
+            assert_eq!(a.status, 401, "{path}");
+            assert!(
+                a.headers.contains("www-authenticate: Bearer"),
+                "{}",
+                a.headers
+            );
+        }
+        let with = |token: &str| {
+            format!("GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Length: 0\r\n\r\n")
+        };
+        assert_eq!(raw(s.port, with("s3cret").as_bytes()).await.status, 200);
+        assert_eq!(raw(s.port, with("s3cres").as_bytes()).await.status, 401);
+        assert_eq!(
+            raw(s.port, with("s3cret-and-more").as_bytes()).await.status,
+            401
         );
     }
 

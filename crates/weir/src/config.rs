@@ -229,8 +229,12 @@ pub struct BrokerConfig {
     pub listen: String,
     /// Address clients are told to connect to; defaults to `listen`.
     pub advertised: String,
-    /// Admin HTTP: /metrics, /healthz, /readyz.
+    /// Admin HTTP: /metrics, /healthz, /readyz, the /v1 API. On loopback by default; bind it
+    /// elsewhere only with `admin_token` set.
     pub admin_listen: String,
+    /// If set, admin HTTP requests (all but /healthz and /readyz) must carry
+    /// `Authorization: Bearer <admin_token>`.
+    pub admin_token: String,
     pub data_dir: PathBuf,
     pub zone: String,
     /// `auto.create.topics.enable`
@@ -396,6 +400,7 @@ impl Default for BrokerConfig {
             listen: "127.0.0.1:9092".into(),
             advertised: String::new(),
             admin_listen: "127.0.0.1:9644".into(),
+            admin_token: String::new(),
             data_dir: PathBuf::from("./data"),
             zone: String::new(),
             auto_create_topics: true,

@@ -19,15 +19,24 @@ pub struct DrainArgs {
     /// How long to wait for its partitions to move.
     #[arg(long, default_value_t = 120)]
     timeout_secs: u64,
+    /// The brokers' `broker.admin_token`, if they have one.
+    #[arg(long, env = "WEIR_BROKER_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
 }
 
 /// One HTTP/1.1 request to the admin API; returns the status and the body.
-fn call(admin: &str, method: &str, path: &str) -> anyhow::Result<(u16, String)> {
+fn call(
+    admin: &str,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+) -> anyhow::Result<(u16, String)> {
     let mut s = TcpStream::connect(admin).with_context(|| format!("connecting to {admin}"))?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: {admin}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {admin}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
     )?;
     let mut raw = String::new();
     s.read_to_string(&mut raw)?;
@@ -43,8 +52,8 @@ fn call(admin: &str, method: &str, path: &str) -> anyhow::Result<(u16, String)> 
 }
 
 /// Partitions still led by, or moving to, `broker`.
-fn left_on(admin: &str, broker: i32) -> anyhow::Result<usize> {
-    let (status, body) = call(admin, "GET", "/v1/partitions")?;
+fn left_on(admin: &str, token: Option<&str>, broker: i32) -> anyhow::Result<usize> {
+    let (status, body) = call(admin, token, "GET", "/v1/partitions")?;
     if status != 200 {
         bail!("GET /v1/partitions answered {status}: {body}");
     }
@@ -60,8 +69,10 @@ fn left_on(admin: &str, broker: i32) -> anyhow::Result<usize> {
 }
 
 pub fn run(args: DrainArgs) -> anyhow::Result<()> {
+    let token = args.admin_token.as_deref();
     let (status, body) = call(
         &args.admin,
+        token,
         "POST",
         &format!("/v1/brokers/{}/drain", args.broker),
     )?;
@@ -75,7 +86,7 @@ pub fn run(args: DrainArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let deadline = Duration::from_secs(args.timeout_secs);
     loop {
-        let left = left_on(&args.admin, args.broker)?;
+        let left = left_on(&args.admin, token, args.broker)?;
         if left == 0 {
             println!(
                 "broker {} leads no partition after {:.1} s: it can be stopped",

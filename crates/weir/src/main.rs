@@ -657,6 +657,8 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
             network: Arc::clone(&net_meters),
             cluster: Some(Arc::new(cluster_admin::Admin(Arc::clone(&cluster)))),
             faults: fault_switch,
+            token: (!config.broker.admin_token.is_empty())
+                .then(|| Arc::from(config.broker.admin_token.as_str())),
         },
         shutdown_rx.clone(),
     ));
