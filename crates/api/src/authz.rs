@@ -94,10 +94,16 @@ impl Check {
         self.ok(op, ResourceType::Cluster, CLUSTER_NAME)
     }
 
-    /// Kafka's bit field of the operations allowed on the cluster (bit n: operation code n).
+    /// Kafka's bit field of the operations allowed on a resource (bit n: operation code n).
+    fn operations(&self, kind: ResourceType, name: &str, ops: &[Operation]) -> i32 {
+        ops.iter()
+            .filter(|op| self.ok(**op, kind, name))
+            .fold(0, |bits, op| bits | (1 << op.code()))
+    }
+
     fn cluster_operations(&self) -> i32 {
         use Operation::*;
-        [
+        let ops = [
             Create,
             Alter,
             Describe,
@@ -105,10 +111,39 @@ impl Check {
             DescribeConfigs,
             AlterConfigs,
             IdempotentWrite,
-        ]
-        .into_iter()
-        .filter(|op| self.cluster(*op))
-        .fold(0, |bits, op| bits | (1 << op.code()))
+        ];
+        self.operations(ResourceType::Cluster, CLUSTER_NAME, &ops)
+    }
+
+    fn topic_operations(&self, name: &str) -> i32 {
+        use Operation::*;
+        let ops = [
+            Read,
+            Write,
+            Create,
+            Delete,
+            Alter,
+            Describe,
+            DescribeConfigs,
+            AlterConfigs,
+        ];
+        self.operations(ResourceType::Topic, name, &ops)
+    }
+
+    fn group_operations(&self, name: &str) -> i32 {
+        use Operation::*;
+        let ops = [Read, Delete, Describe, DescribeConfigs, AlterConfigs];
+        self.operations(ResourceType::Group, name, &ops)
+    }
+
+    /// Logs a refusal (the 1st, 2nd, 4th... of this broker: seen, not a flood) and counts it.
+    fn denied(&self, what: &str, meter: &weir_metrics::Counter) {
+        meter.inc();
+        let n = meter.get();
+        if n.is_power_of_two() {
+            tracing::info!(principal = %self.principal, host = %self.host, denied = n,
+                "authorization denied: {what}");
+        }
     }
 
     fn topic(&self, op: Operation, name: &str) -> bool {
@@ -191,6 +226,40 @@ impl crate::Broker {
     }
 
     pub(crate) fn gate(&self, check: &Check, request: RequestKind, v: i16) -> Gate {
+        // Responses that tell the principal what it may do are filled in on the way out.
+        let tells = matches!(
+            request,
+            RequestKind::Metadata(_)
+                | RequestKind::DescribeGroups(_)
+                | RequestKind::ConsumerGroupDescribe(_)
+        );
+        let gate = self.gate_inner(check, request, v);
+        match gate {
+            Gate::Refuse(_) => {
+                check.denied("a request refused whole", &self.meters.authorization_denied);
+                gate
+            }
+            Gate::Serve {
+                request,
+                denied,
+                filter,
+            } => {
+                if denied.is_some() {
+                    check.denied(
+                        "topics, groups or ids of a request",
+                        &self.meters.authorization_denied,
+                    );
+                }
+                Gate::Serve {
+                    request,
+                    denied,
+                    filter: if tells { Some(check.clone()) } else { filter },
+                }
+            }
+        }
+    }
+
+    fn gate_inner(&self, check: &Check, request: RequestKind, v: i16) -> Gate {
         use Operation::*;
         use RequestKind as R;
         let refuse = |request: &RequestKind, e: E| {
@@ -890,10 +959,39 @@ impl crate::Broker {
         };
         if let Some(check) = filter {
             match &mut response {
-                P::Metadata(r) => r.topics.retain(|t| {
-                    let name = t.name.as_ref().map_or("", |n| n.as_str());
-                    check.topic(Describe, &self.topic_name(name, &t.topic_id))
-                }),
+                P::Metadata(r) => {
+                    // Topics refused by name keep their error; the others need DESCRIBE.
+                    let refused = E::TopicAuthorizationFailed.code();
+                    r.topics.retain(|t| {
+                        let name = t.name.as_ref().map_or("", |n| n.as_str());
+                        t.error_code == refused
+                            || check.topic(Describe, &self.topic_name(name, &t.topic_id))
+                    });
+                    for t in &mut r.topics {
+                        if t.topic_authorized_operations != i32::MIN && t.error_code != refused {
+                            let name = t.name.as_ref().map_or("", |n| n.as_str());
+                            t.topic_authorized_operations =
+                                check.topic_operations(&self.topic_name(name, &t.topic_id));
+                        }
+                    }
+                    if r.cluster_authorized_operations != i32::MIN {
+                        r.cluster_authorized_operations = check.cluster_operations();
+                    }
+                }
+                P::DescribeGroups(r) => {
+                    for g in &mut r.groups {
+                        if g.authorized_operations != i32::MIN && g.error_code == 0 {
+                            g.authorized_operations = check.group_operations(&g.group_id);
+                        }
+                    }
+                }
+                P::ConsumerGroupDescribe(r) => {
+                    for g in &mut r.groups {
+                        if g.authorized_operations != i32::MIN && g.error_code == 0 {
+                            g.authorized_operations = check.group_operations(&g.group_id);
+                        }
+                    }
+                }
                 P::OffsetFetch(r) => {
                     r.topics.retain(|t| check.topic(Describe, &t.name));
                     for g in &mut r.groups {

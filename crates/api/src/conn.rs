@@ -18,6 +18,9 @@ pub struct ListenerSecurity {
     /// `connections.max.reauth.ms` (KIP-368): a SASL session lasts this long, then the client
     /// must authenticate again on the connection or have it closed (0: sessions do not end).
     pub reauth_ms: u64,
+    /// The internal listener of a cluster with `cluster.internal_secret`: a peer is served once
+    /// its hello proves it holds the secret.
+    pub peer_secret: Option<Arc<[u8]>>,
 }
 
 impl Default for ListenerSecurity {
@@ -27,6 +30,7 @@ impl Default for ListenerSecurity {
             protocol: SecurityProtocol::Plaintext,
             mechanisms: Vec::new(),
             reauth_ms: 0,
+            peer_secret: None,
         }
     }
 }
@@ -103,7 +107,8 @@ impl Conn {
     ) -> Conn {
         // Without SASL, who the client is is settled at accept (by its certificate, if it has
         // one: see `set_principal`).
-        let principal = (!listener.protocol.sasl()).then(Principal::anonymous);
+        let principal = (!listener.protocol.sasl() && listener.peer_secret.is_none())
+            .then(Principal::anonymous);
         Conn {
             peer,
             host: peer.ip().to_string(),

@@ -42,6 +42,24 @@ impl Broker {
         match key {
             wire::HELLO => {
                 let hello = wire::Hello::decode(body).map_err(|e| e.to_string())?;
+                if let Some(secret) = &conn.listener.peer_secret {
+                    let now_ms = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis() as i64);
+                    weir_auth::peer::verify(
+                        secret,
+                        hello.node_id,
+                        &hello.zone,
+                        hello.timestamp_ms,
+                        &hello.proof,
+                        now_ms,
+                    )
+                    .map_err(|e| format!("broker {} not admitted: {e}", hello.node_id))?;
+                    conn.set_principal(weir_auth::Principal::user(format!(
+                        "broker-{}",
+                        hello.node_id
+                    )));
+                }
                 conn.set_peer_zone(&hello.zone);
                 Ok(ready(None))
             }

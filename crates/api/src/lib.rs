@@ -201,6 +201,8 @@ pub struct ApiMeters {
     pub produce_bytes: Counter,
     pub fetch_bytes: Counter,
     pub unsupported: Counter,
+    /// Requests refused whole, or in part, by the ACLs.
+    pub authorization_denied: Counter,
 }
 
 impl Default for ApiMeters {
@@ -212,6 +214,7 @@ impl Default for ApiMeters {
             produce_bytes: Counter::default(),
             fetch_bytes: Counter::default(),
             unsupported: Counter::default(),
+            authorization_denied: Counter::default(),
         }
     }
 }

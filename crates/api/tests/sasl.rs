@@ -45,6 +45,7 @@ fn conn(port: u16, reauth_ms: u64) -> Conn {
             protocol: SecurityProtocol::SaslPlaintext,
             mechanisms: SaslMechanism::ALL.to_vec(),
             reauth_ms,
+            peer_secret: None,
         }),
     )
 }
@@ -219,6 +220,7 @@ async fn a_mechanism_not_offered_is_refused_with_the_ones_that_are() {
             protocol: SecurityProtocol::SaslSsl,
             mechanisms: vec![SaslMechanism::Scram(Mechanism::Sha512)],
             reauth_ms: 0,
+            peer_secret: None,
         }),
     );
     for wanted in ["PLAIN", "SCRAM-SHA-256", "GSSAPI"] {

@@ -5,12 +5,14 @@
 //! - [`scram`]: SCRAM-SHA-256 and SCRAM-SHA-512 (salted credentials, the two round trips).
 //! - [`plain`]: SASL/PLAIN, checked against the same SCRAM credentials, so that one store of
 //!   users serves every mechanism.
+//! - [`peer`]: brokers proving to each other that they hold the cluster's internal secret.
 //! - [`x509`]: the subject of a client certificate, the principal of an mTLS connection.
 //! - [`acl`]: ACL bindings, filters, and the decision for one request ([`acl::Authorizer`]).
 //! - [`Principal`]: who a connection is, as ACLs name it (`User:alice`).
 //! - [`SecurityProtocol`]: what a listener asks of its clients (TLS, SASL, both, neither).
 
 pub mod acl;
+pub mod peer;
 pub mod plain;
 pub mod scram;
 pub mod x509;

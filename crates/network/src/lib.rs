@@ -544,7 +544,9 @@ where
                     let key = frame.get(..2).map_or(-1, |k| i16::from_be_bytes([k[0], k[1]]));
                     held.kind = kind_of(key);
                     let size = 4 + frame.len() as u64;
-                    if !BEFORE_AUTHENTICATION.contains(&key) && !conn.may_serve(Instant::now()) {
+                    let introduction = BEFORE_AUTHENTICATION.contains(&key)
+                        || (conn.internal && key == weir_zone::wire::HELLO);
+                    if !introduction && !conn.may_serve(Instant::now()) {
                         meters.unauthenticated_requests.inc();
                         tracing::info!(%peer, api_key = key, listener = %conn.listener.name,
                             "a request before authentication, or after the session ended; closing the connection");

@@ -1263,6 +1263,13 @@ fn render(state: &State) -> String {
         "",
         &q.throttle_ms,
     );
+    counter(
+        &mut o,
+        "authorization_denied",
+        "Requests refused whole, or in part (some topics, groups or ids), by the ACLs.",
+        "",
+        &a.authorization_denied,
+    );
     let sasl = &state.broker.sasl.meters;
     counter(
         &mut o,

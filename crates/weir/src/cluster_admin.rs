@@ -31,6 +31,9 @@ impl ClusterAdmin for Admin {
                 "host": b.host,
                 "port": b.port,
                 "internal": b.internal_addr,
+                "listeners": b.listeners.iter().map(|l| json!({
+                    "name": l.name, "host": l.host, "port": l.port,
+                })).collect::<Vec<_>>(),
                 "state": b.state.as_str(),
                 "alive": b.alive,
             })).collect::<Vec<_>>(),

@@ -201,6 +201,10 @@ pub struct ClusterSection {
     pub clock_drift_margin_ms: u64,
     /// When no live broker could open a fenced broker's WAL, how long until they try again.
     pub wal_retry_interval_ms: u64,
+    /// A secret every broker of the cluster shares: a broker proves it (HMAC, never the secret
+    /// itself) when it connects to a peer's internal listener, which serves nothing before.
+    /// Empty: the internal listener serves any connection (keep it on a private network).
+    pub internal_secret: String,
 }
 
 impl Default for ClusterSection {
@@ -215,6 +219,7 @@ impl Default for ClusterSection {
             shutdown_timeout_ms: d.shutdown_timeout.as_millis() as u64,
             clock_drift_margin_ms: d.clock_drift_margin.as_millis() as u64,
             wal_retry_interval_ms: d.wal_retry_interval.as_millis() as u64,
+            internal_secret: String::new(),
         }
     }
 }

@@ -218,6 +218,7 @@ pub fn security(config: &Config, spec: &ListenerSpec) -> Result<Arc<ListenerSecu
             Vec::new()
         },
         reauth_ms: config.security.connections_max_reauth_ms,
+        peer_secret: None,
     }))
 }
 

@@ -442,6 +442,11 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
         &config.broker.zone,
         Arc::clone(&zone_net),
     );
+    let peer_secret: Option<Arc<[u8]>> = (!config.cluster.internal_secret.is_empty())
+        .then(|| Arc::from(config.cluster.internal_secret.as_bytes()));
+    if let Some(secret) = &peer_secret {
+        zone_peers.set_secret(secret);
+    }
     let forwarder = weir_zone::Forwarder::start(
         cluster.node_id(),
         engine.object_store(),
@@ -643,6 +648,11 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
         weir_network::NetworkConfig {
             internal: true,
             zone: None,
+            listener: Arc::new(weir_api::ListenerSecurity {
+                name: "INTERNAL".into(),
+                peer_secret,
+                ..Default::default()
+            }),
             ..net_config
         },
         Arc::clone(&net_meters),

@@ -76,6 +76,8 @@ pub struct Peer<'a> {
 pub struct Peers {
     node_id: i32,
     zone: String,
+    /// `cluster.internal_secret`, proven in every hello.
+    secret: Mutex<Option<Arc<[u8]>>>,
     meters: Arc<NetMeters>,
     conns: Mutex<HashMap<(i32, Channel), PeerConn>>,
 }
@@ -87,9 +89,15 @@ impl Peers {
         Arc::new(Peers {
             node_id,
             zone: zone.to_string(),
+            secret: Mutex::new(None),
             meters,
             conns: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Sets the cluster's internal secret, which every new connection's hello proves.
+    pub fn set_secret(&self, secret: &[u8]) {
+        *self.secret.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::from(secret));
     }
 
     /// Queues a request to `peer` now (requests on one channel are written in the order of
@@ -111,10 +119,12 @@ impl Peers {
                 .is_some_and(|c| c.addr == peer.internal_addr && !c.dead.load(Ordering::Acquire));
             if !usable {
                 let sent = self.meters.counter(&self.zone, peer.zone, channel.kind());
-                let hello = crate::wire::Hello {
-                    node_id: self.node_id,
-                    zone: self.zone.clone(),
-                };
+                let secret = self
+                    .secret
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
+                let hello = crate::wire::Hello::new(self.node_id, &self.zone, secret.as_deref());
                 conns.insert(slot, open(peer.node_id, peer.internal_addr, hello, sent));
             }
             if let Some(c) = conns.get(&slot) {

@@ -24,25 +24,67 @@ pub const TXN_MARKERS: i16 = 1004;
 pub const ABORTED_TXNS: i16 = 1005;
 
 /// A peer broker introduces itself, so that the listener's side meters its answers with the
-/// peer's zone.
+/// peer's zone, and proves it holds the cluster's internal secret (if the cluster has one:
+/// [`weir_auth::peer`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hello {
     pub node_id: i32,
     pub zone: String,
+    pub timestamp_ms: i64,
+    /// Empty without a secret.
+    pub proof: Vec<u8>,
 }
 
 impl Hello {
+    pub fn new(node_id: i32, zone: &str, secret: Option<&[u8]>) -> Hello {
+        let timestamp_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        Hello {
+            node_id,
+            zone: zone.to_string(),
+            timestamp_ms,
+            proof: secret.map_or_else(Vec::new, |s| {
+                weir_auth::peer::proof(s, node_id, zone, timestamp_ms)
+            }),
+        }
+    }
+
     pub fn encode(&self) -> BytesMut {
-        let mut b = BytesMut::with_capacity(8 + self.zone.len());
+        let mut b = BytesMut::with_capacity(20 + self.zone.len() + self.proof.len());
         b.put_i32(self.node_id);
         put_str(&mut b, &self.zone);
+        b.put_i64(self.timestamp_ms);
+        b.put_u16(self.proof.len() as u16);
+        b.put_slice(&self.proof);
         b
     }
 
     pub fn decode(mut b: Bytes) -> Result<Hello> {
+        let node_id = get_i32(&mut b)?;
+        let zone = get_str(&mut b)?;
+        // A hello from a broker of an earlier version ends here.
+        if !b.has_remaining() {
+            return Ok(Hello {
+                node_id,
+                zone,
+                timestamp_ms: 0,
+                proof: Vec::new(),
+            });
+        }
+        if b.remaining() < 10 {
+            return Err(WireError("hello cut short"));
+        }
+        let timestamp_ms = b.get_i64();
+        let n = b.get_u16() as usize;
+        if b.remaining() < n {
+            return Err(WireError("hello proof cut short"));
+        }
         Ok(Hello {
-            node_id: get_i32(&mut b)?,
-            zone: get_str(&mut b)?,
+            node_id,
+            zone,
+            timestamp_ms,
+            proof: b.split_to(n).to_vec(),
         })
     }
 }
@@ -589,11 +631,17 @@ mod tests {
             partitions: vec![("t".into(), 1, o)],
         };
         assert_eq!(WatchOffsets::decode(w.encode().freeze()), Ok(w));
-        let h = Hello {
-            node_id: 3,
-            zone: "z".into(),
-        };
+        let h = Hello::new(3, "z", Some(b"secret"));
+        assert_eq!(h.proof.len(), 32);
         assert_eq!(Hello::decode(h.encode().freeze()), Ok(h));
+        let open = Hello::new(3, "z", None);
+        assert_eq!(Hello::decode(open.encode().freeze()), Ok(open));
+        // An earlier version's hello: node id and zone only.
+        let mut old = BytesMut::new();
+        old.put_i32(3);
+        put_str(&mut old, "z");
+        let h = Hello::decode(old.freeze()).expect("old hello");
+        assert_eq!((h.node_id, h.proof.len()), (3, 0));
         let q = OffsetForTime {
             topic: "t".into(),
             partition: 2,

@@ -30,6 +30,19 @@
 #                           JVM: FileStreamSource through REST, the worker restarted, the
 #                           connector's config and offsets read back from its compacted topics,
 #                           each line once; again with exactly.once.source.support=enabled
+#   SecurityTest            (Weir, single broker only) listeners, SASL and TLS: SCRAM users made and
+#                           deleted with Kafka's kafka-configs (tools/kafka/kafka.sh's jars) and
+#                           the admin API, SCRAM-SHA-256/512 over SASL_SSL (a producer and a
+#                           group), bad credentials refused, mTLS (client auth required), KIP-368
+#                           re-authentication; certificates from tests/compat/tls/make-certs.sh
+#   AclTest                 (single broker; also against Kafka) ACLs: Kafka's kafka-acls adds,
+#                           lists (literal, prefixed, match) and removes them; producers,
+#                           classic and KIP-848 group members and the admin API as SCRAM users
+#                           over SASL_PLAINTEXT are allowed or refused as Kafka's authorizer
+#                           decides (DENY wins, implied operations, User:* and "*", hosts,
+#                           auto-creation needs CREATE, idempotence needs WRITE somewhere,
+#                           transactional ids, listings filtered, per-principal authorized
+#                           operations); a removed ACL refuses the next request
 #   ClusterHarnessTest      the cluster harness (WEIR_COMPAT_TARGET=cluster only)
 set -euo pipefail
 
@@ -46,6 +59,9 @@ case "${WEIR_TEST_BROKER:-weir}" in
   weir)
     [[ -n ${WEIR_BIN:-} ]] || { echo "run.sh: set WEIR_BIN to the weir binary (or WEIR_TEST_BROKER=kafka)" >&2; exit 2; }
     [[ -x $WEIR_BIN ]] || { echo "run.sh: WEIR_BIN=$WEIR_BIN is not an executable" >&2; exit 2; }
+    # SecurityTest and AclTest run Kafka's kafka-configs and kafka-acls from these jars
+    # (fetched once, then cached).
+    bash "$ROOT/tools/kafka/kafka.sh" install
     ;;
   *) echo "run.sh: WEIR_TEST_BROKER must be weir or kafka" >&2; exit 2 ;;
 esac

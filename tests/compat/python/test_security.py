@@ -562,3 +562,35 @@ def test_a_producer_over_its_byte_rate_quota_is_throttled_to_it(broker_factory, 
         assert freed >= quota * 3, f"alice after the quota's removal: {freed / 1024:.0f} KiB/s"
     finally:
         broker_factory.close(s.broker)
+
+
+# ----------------------------------------------------- broker-to-broker calls
+def _hello(node_id, zone, timestamp_ms, proof):
+    body = kp.i32(node_id) + kp.string(zone) + kp.i64(timestamp_ms) + kp.i16(len(proof)) + proof
+    return kp.i16(1003) + kp.i16(0) + kp.i32(0) + body  # HELLO: key, version, correlation
+
+
+def test_brokers_prove_the_internal_secret_to_each_other(broker_factory, clients):
+    # Two zones: a produce to a partition led in the other zone is forwarded over the internal
+    # listener, so the cluster works only if its brokers admit each other.
+    c = broker_factory.cluster("secret", size=2, zones=["az1", "az2"],
+                               env={"WEIR_CLUSTER_INTERNAL_SECRET": "s3cret-of-the-cluster"})
+    try:
+        topic = create_topic(c.bootstrap, unique("internal"), 4)
+        for b in c.brokers:
+            conf = {"bootstrap.servers": b.bootstrap, "client.id": f"app,weir_az={b.zone}"}
+            round_trip(conf, topic, n=40, clients=clients)
+        status, cluster = c.brokers[0].admin("GET", "/v1/cluster")
+        assert status == 200, cluster
+        host, port = next(x["internal"] for x in cluster["brokers"]).rsplit(":", 1)
+        # Anything before a hello, a hello without a proof or with a wrong one: closed.
+        now_ms = int(time.time() * 1000)
+        for first in (kp.request_header_v1(kp.API_METADATA, 1, 9) + kp.i32(-1),
+                      _hello(99, "az1", now_ms, b""),
+                      _hello(99, "az1", now_ms, b"\x00" * 32)):
+            with kp.connect(host, int(port)) as s:
+                s.sendall(kp.frame(first))
+                s.sendall(kp.frame(kp.request_header_v1(kp.API_METADATA, 1, 10) + kp.i32(-1)))
+                assert _closed_within(s, 5), first[:16]
+    finally:
+        broker_factory.close(c)

@@ -15,9 +15,11 @@ import java.nio.file.StandardCopyOption;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Comparator;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
+import java.util.function.Function;
 import java.util.stream.Stream;
 
 /**
@@ -44,9 +46,14 @@ public final class Broker implements Target {
     private final Path root;
     private final Path dataDir;
     private final Path logFile;
-    /** Weir only: flags added to {@code weir serve} and environment added to ours. */
+    /**
+     * Weir only: flags added to {@code weir serve} and environment added to ours (a single
+     * broker's is filled in by {@link #start(String, Function)} before it starts).
+     */
     private final List<String> args;
     private final Map<String, String> env;
+    /** Kafka only: server.properties overrides ({@code kafka.sh start --prop}), in order. */
+    private final List<String> kafkaProps = new ArrayList<>();
     private Process weir; // Weir only
     private boolean running;
     /** Null for a cluster's broker: the cluster's hook stops it, before the stores. */
@@ -63,7 +70,7 @@ public final class Broker implements Target {
         this.name = name;
         this.nodeId = nodeId;
         this.args = List.copyOf(args);
-        this.env = Map.copyOf(env);
+        this.env = new HashMap<>(env);
         this.port = ports[0];
         this.secondPort = ports[1];
         this.root = root;
@@ -83,7 +90,8 @@ public final class Broker implements Target {
         }
     }
 
-    private static Kind kind() {
+    /** What the tests run against: {@code WEIR_TEST_BROKER} (weir, the default, or kafka). */
+    static Kind kind() {
         String sel = System.getenv().getOrDefault("WEIR_TEST_BROKER", "weir").trim().toLowerCase();
         return switch (sel) {
             case "", "weir" -> Kind.WEIR;
@@ -108,8 +116,41 @@ public final class Broker implements Target {
 
     /** Starts a fresh broker; the caller closes it. */
     public static Broker start(String name) throws Exception {
+        return start(name, b -> Map.of());
+    }
+
+    /**
+     * Weir only: starts a fresh broker whose {@code weir serve} also gets the environment
+     * {@code env} makes for it, from its ports and before it starts (e.g. {@code
+     * WEIR_SECURITY_LISTENERS} with more listeners beside the PLAINTEXT one on {@link #port},
+     * which {@link #bootstrap()} names). The caller closes it.
+     */
+    public static Broker start(String name, Function<Broker, Map<String, String>> env) throws Exception {
+        return start(name, env, b -> Map.of());
+    }
+
+    /**
+     * Starts a fresh broker configured for its kind: a Weir broker's {@code weir serve} gets
+     * the environment {@code weirEnv} makes for it, a Kafka broker's server.properties the
+     * overrides {@code kafkaProps} makes (both from its ports, before it starts; e.g. more
+     * listeners beside the PLAINTEXT one on {@link #port}). The caller closes it.
+     */
+    public static Broker start(String name, Function<Broker, Map<String, String>> weirEnv,
+            Function<Broker, Map<String, String>> kafkaProps) throws Exception {
         Broker b = new Broker(name);
         try {
+            if (b.kind == Kind.WEIR) {
+                b.env.putAll(weirEnv.apply(b));
+            } else {
+                Map<String, String> props = kafkaProps.apply(b);
+                if (props.isEmpty()) {
+                    Map<String, String> extra = weirEnv.apply(b);
+                    if (!extra.isEmpty()) {
+                        throw new IllegalStateException("broker environment is for Weir brokers: " + extra.keySet());
+                    }
+                }
+                props.forEach((k, v) -> b.kafkaProps.add(k + "=" + v));
+            }
             b.startProcess();
         } catch (Exception | Error e) {
             b.close();
@@ -126,6 +167,30 @@ public final class Broker implements Target {
     @Override
     public Map<Integer, String> nodes() {
         return Map.of(nodeId, bootstrap());
+    }
+
+    /**
+     * Weir only: the value of one sample of the admin port's Prometheus text ({@code /metrics}),
+     * named with its labels as it is printed (e.g. {@code weir_produce_bytes_total}); fails if
+     * there is no such sample.
+     */
+    public double metric(String sample) throws Exception {
+        if (kind != Kind.WEIR) {
+            throw new IllegalStateException("/metrics is Weir's");
+        }
+        HttpResponse<String> r = HttpClient.newHttpClient().send(
+                HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + secondPort + "/metrics"))
+                        .timeout(Duration.ofSeconds(5)).GET().build(),
+                HttpResponse.BodyHandlers.ofString());
+        if (r.statusCode() != 200) {
+            throw new IllegalStateException("/metrics of " + name + ": HTTP " + r.statusCode());
+        }
+        for (String line : r.body().split("\n")) {
+            if (line.startsWith(sample + " ")) {
+                return Double.parseDouble(line.substring(sample.length() + 1).trim());
+            }
+        }
+        throw new IllegalStateException("no sample " + sample + " in /metrics of " + name);
     }
 
     /** Stops the broker (SIGTERM) and starts it again on the same data dir and ports. */
@@ -186,8 +251,12 @@ public final class Broker implements Target {
             waitWeirReady();
         } else {
             running = true; // kafka.sh may have spawned a broker even if it then fails
-            runKafkaSh(START_TIMEOUT.plusSeconds(60), "start", "--data-dir", dataDir.toString(),
-                    "--port", String.valueOf(port), "--controller-port", String.valueOf(secondPort));
+            List<String> cmd = new ArrayList<>(List.of("start", "--data-dir", dataDir.toString(),
+                    "--port", String.valueOf(port), "--controller-port", String.valueOf(secondPort)));
+            for (String prop : kafkaProps) {
+                cmd.addAll(List.of("--prop", prop));
+            }
+            runKafkaSh(START_TIMEOUT.plusSeconds(60), cmd.toArray(String[]::new));
         }
     }
 
@@ -283,7 +352,7 @@ public final class Broker implements Target {
         }
     }
 
-    private static Path repoRoot() {
+    static Path repoRoot() {
         String prop = System.getProperty("weir.repo.root");
         Path p = prop != null ? Paths.get(prop) : Paths.get("../../..");
         return p.toAbsolutePath().normalize();

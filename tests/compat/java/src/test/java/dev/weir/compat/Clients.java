@@ -55,11 +55,16 @@ final class Clients {
     }
 
     static Admin admin(Target b) {
+        return admin(b, Map.of());
+    }
+
+    static Admin admin(Target b, Map<String, Object> extra) {
         Properties p = new Properties();
         p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, b.bootstrap());
         p.put(AdminClientConfig.CLIENT_ID_CONFIG, "compat-admin");
         p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, 15_000);
         p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, 30_000);
+        p.putAll(extra);
         return Admin.create(p);
     }
 
