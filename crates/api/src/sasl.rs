@@ -20,7 +20,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::ResponseError;
 use weir_auth::scram::{self, Credential, Mechanism};
-use weir_auth::{plain, AuthError, Principal, SaslMechanism};
+use weir_auth::{oauth, plain, AuthError, Principal, SaslMechanism};
 use weir_meta::{Credentials, ScramCredential};
 use weir_metrics::Counter;
 
@@ -50,6 +50,8 @@ pub struct SaslMeters {
 pub struct Guard {
     failures: Mutex<HashMap<(IpAddr, String), (Instant, u32)>>,
     pub meters: SaslMeters,
+    /// OAUTHBEARER's JWKS and expected claims, if configured.
+    oauth: std::sync::RwLock<Option<std::sync::Arc<oauth::Validator>>>,
 }
 
 impl Guard {
@@ -77,6 +79,7 @@ impl Guard {
 /// A SaslAuthenticate's message, parsed for the exchange's state.
 enum Step {
     Plain(plain::Plain),
+    OAuth(String),
     ScramFirst(scram::ClientFirst),
     ScramFinal(Box<scram::AwaitingProof>),
 }
@@ -89,6 +92,19 @@ pub(crate) struct Authenticated {
 }
 
 impl crate::Broker {
+    /// Sets the keys and claims OAUTHBEARER tokens are checked against.
+    pub fn set_oauth_validator(&self, v: oauth::Validator) {
+        *self.sasl.oauth.write().unwrap_or_else(|e| e.into_inner()) = Some(std::sync::Arc::new(v));
+    }
+
+    fn oauth_validator(&self) -> Option<std::sync::Arc<oauth::Validator>> {
+        self.sasl
+            .oauth
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     pub(crate) fn sasl_handshake(
         &self,
         r: SaslHandshakeRequest,
@@ -125,9 +141,13 @@ impl crate::Broker {
         let now = Instant::now();
         let ip = conn.peer.ip();
         let state = std::mem::take(&mut conn.auth().sasl);
+        let oauth = matches!(state, Sasl::Chosen(SaslMechanism::OAuthBearer));
         let fail = |user: &str, code: ResponseError, message: String| {
             self.sasl.meters.failed.inc();
-            self.sasl.failed(ip, user, now);
+            // A token's signature cannot be guessed: only passwords are held to the limit.
+            if !oauth {
+                self.sasl.failed(ip, user, now);
+            }
             conn.auth().close = true;
             Authenticated {
                 response: SaslAuthenticateResponse::default()
@@ -152,14 +172,17 @@ impl crate::Broker {
                 scram::client_first(m, &r.auth_bytes).map(Step::ScramFirst)
             }
             Sasl::ScramProof(awaiting) => Ok(Step::ScramFinal(awaiting)),
+            Sasl::Chosen(SaslMechanism::OAuthBearer) => {
+                oauth::bearer(&r.auth_bytes).map(|t| Step::OAuth(t.to_string()))
+            }
         };
         let user = match &parsed {
             Ok(Step::Plain(p)) => p.user.clone(),
             Ok(Step::ScramFirst(f)) => f.user.clone(),
             Ok(Step::ScramFinal(a)) => a.user().to_string(),
-            Err(_) => String::new(),
+            Ok(Step::OAuth(_)) | Err(_) => String::new(),
         };
-        if self.sasl.blocked(ip, &user, now) {
+        if !oauth && self.sasl.blocked(ip, &user, now) {
             self.sasl.meters.refused.inc();
             conn.auth().close = true;
             tracing::info!(peer = %conn.peer, user, "SASL authentication refused: too many failures");
@@ -172,6 +195,7 @@ impl crate::Broker {
                 delay: Some(FAILURE_DELAY),
             };
         }
+        let mut token_expires: Option<i64> = None;
         let step = match parsed {
             Err(e) => Err(e),
             Ok(Step::Plain(p)) => self
@@ -191,6 +215,20 @@ impl crate::Broker {
                     .client_final(&r.auth_bytes)
                     .map(|message| (message, Some((user.clone(), SaslMechanism::Scram(m)))))
             }
+            Ok(Step::OAuth(token)) => match self.oauth_validator() {
+                None => Err(AuthError::Failed(
+                    "OAUTHBEARER has no JWKS to check tokens with on this broker".into(),
+                )),
+                Some(v) => {
+                    let now_s = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_secs() as i64);
+                    v.validate(&token, now_s).map(|t| {
+                        token_expires = Some(t.expires_s - now_s);
+                        (Vec::new(), Some((t.subject, SaslMechanism::OAuthBearer)))
+                    })
+                }
+            },
         };
         let (message, done) = match step {
             Ok(s) => s,
@@ -215,12 +253,21 @@ impl crate::Broker {
                     "Cannot change principals during re-authentication".into(),
                 );
             }
+            // A session ends at `connections.max.reauth.ms`, or when its token does, whichever
+            // comes first; only for clients that can re-authenticate (SaslAuthenticate v1+).
             let reauth_ms = conn.listener.reauth_ms;
-            // Sessions end only for clients that can re-authenticate (SaslAuthenticate v1+).
-            auth.expires =
-                (reauth_ms > 0 && version >= 1).then(|| now + Duration::from_millis(reauth_ms));
-            if auth.expires.is_some() {
-                response = response.with_session_lifetime_ms(reauth_ms as i64);
+            let token_ms = token_expires.map(|s| (s.max(0) as u64).saturating_mul(1000));
+            let lifetime = match (reauth_ms, token_ms) {
+                (0, None) => None,
+                (0, Some(t)) => Some(t),
+                (r, None) => Some(r),
+                (r, Some(t)) => Some(r.min(t)),
+            };
+            auth.expires = lifetime
+                .filter(|_| version >= 1)
+                .map(|ms| now + Duration::from_millis(ms));
+            if let (Some(ms), true) = (lifetime, version >= 1) {
+                response = response.with_session_lifetime_ms(ms as i64);
             }
             tracing::debug!(peer = %conn.peer, %principal, %mechanism, "authenticated");
             auth.principal = Some(principal);

@@ -3,6 +3,7 @@
 //! drives the exchanges over SaslHandshake and SaslAuthenticate; the network layer runs TLS.
 //!
 //! - [`scram`]: SCRAM-SHA-256 and SCRAM-SHA-512 (salted credentials, the two round trips).
+//! - [`oauth`]: OAUTHBEARER: JWTs checked against a JWKS (signature, expiry, issuer, audience).
 //! - [`plain`]: SASL/PLAIN, checked against the same SCRAM credentials, so that one store of
 //!   users serves every mechanism.
 //! - [`peer`]: brokers proving to each other that they hold the cluster's internal secret.
@@ -12,6 +13,7 @@
 //! - [`SecurityProtocol`]: what a listener asks of its clients (TLS, SASL, both, neither).
 
 pub mod acl;
+pub mod oauth;
 pub mod peer;
 pub mod plain;
 pub mod scram;
@@ -36,19 +38,22 @@ pub enum AuthError {
 pub enum SaslMechanism {
     Plain,
     Scram(scram::Mechanism),
+    OAuthBearer,
 }
 
 impl SaslMechanism {
-    pub const ALL: [SaslMechanism; 3] = [
+    pub const ALL: [SaslMechanism; 4] = [
         SaslMechanism::Plain,
         SaslMechanism::Scram(scram::Mechanism::Sha256),
         SaslMechanism::Scram(scram::Mechanism::Sha512),
+        SaslMechanism::OAuthBearer,
     ];
 
     pub fn name(self) -> &'static str {
         match self {
             SaslMechanism::Plain => "PLAIN",
             SaslMechanism::Scram(m) => m.name(),
+            SaslMechanism::OAuthBearer => "OAUTHBEARER",
         }
     }
 

@@ -50,6 +50,18 @@ pub struct SecuritySection {
     pub ssl_reload_interval_ms: u64,
     /// SASL mechanisms offered on SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.
     pub sasl_enabled_mechanisms: String,
+    /// OAUTHBEARER: where the identity provider's keys are, a JWKS file (`file:///path` or a
+    /// path; read again when it changes).
+    pub sasl_oauthbearer_jwks_endpoint_url: String,
+    /// OAUTHBEARER: the `iss` tokens must carry (empty: not checked).
+    pub sasl_oauthbearer_expected_issuer: String,
+    /// OAUTHBEARER: audiences, comma-separated, one of which a token's `aud` must name (empty:
+    /// not checked).
+    pub sasl_oauthbearer_expected_audience: String,
+    /// OAUTHBEARER: the claim that names the principal.
+    pub sasl_oauthbearer_sub_claim_name: String,
+    /// OAUTHBEARER: how far a token's `exp` and `nbf` may be off this broker's clock.
+    pub sasl_oauthbearer_clock_skew_seconds: i64,
     /// A SASL session lasts this long before the client must authenticate again on its
     /// connection (KIP-368); 0: sessions do not end.
     pub connections_max_reauth_ms: u64,
@@ -83,6 +95,11 @@ impl Default for SecuritySection {
             // PLAIN sends the password itself: offered only where asked for.
             sasl_enabled_mechanisms: "SCRAM-SHA-256,SCRAM-SHA-512".into(),
             connections_max_reauth_ms: 0,
+            sasl_oauthbearer_jwks_endpoint_url: String::new(),
+            sasl_oauthbearer_expected_issuer: String::new(),
+            sasl_oauthbearer_expected_audience: String::new(),
+            sasl_oauthbearer_sub_claim_name: "sub".into(),
+            sasl_oauthbearer_clock_skew_seconds: 30,
             authorizer: String::new(),
             super_users: String::new(),
             allow_everyone_if_no_acl_found: false,

@@ -172,7 +172,7 @@ pub fn mechanisms(config: &Config) -> Result<Vec<SaslMechanism>, String> {
         .map(|m| {
             SaslMechanism::from_name(&m.to_ascii_uppercase()).ok_or_else(|| {
                 format!(
-                    "sasl_enabled_mechanisms: {m:?} is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
+                    "sasl_enabled_mechanisms: {m:?} is not PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER"
                 )
             })
         })
@@ -205,6 +205,44 @@ pub fn authorizer(config: &Config) -> Result<Option<HashSet<String>>, String> {
             "authorizer: {other:?} is not \"acl\" (or empty: no ACL checks)"
         )),
     }
+}
+
+/// OAUTHBEARER's JWKS file, if the mechanism is enabled on a SASL listener.
+pub fn jwks_path(config: &Config) -> Result<Option<PathBuf>, String> {
+    let url = config.security.sasl_oauthbearer_jwks_endpoint_url.trim();
+    let sasl = listeners(config)?.iter().any(|l| l.protocol.sasl());
+    if !sasl || !mechanisms(config)?.contains(&SaslMechanism::OAuthBearer) {
+        return Ok(None);
+    }
+    if url.is_empty() {
+        return Err("OAUTHBEARER needs sasl_oauthbearer_jwks_endpoint_url (a JWKS file)".into());
+    }
+    if url.starts_with("http://") || url.starts_with("https://") {
+        return Err("sasl_oauthbearer_jwks_endpoint_url: only file URLs are read for now".into());
+    }
+    Ok(Some(PathBuf::from(
+        url.strip_prefix("file://").unwrap_or(url),
+    )))
+}
+
+/// Reads the JWKS file into a validator with the configured claims.
+pub fn oauth_validator(
+    config: &Config,
+    path: &std::path::Path,
+) -> Result<weir_auth::oauth::Validator, String> {
+    let sec = &config.security;
+    let jwks =
+        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let mut v = weir_auth::oauth::Validator::from_jwks(&jwks)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    v.issuer = (!sec.sasl_oauthbearer_expected_issuer.is_empty())
+        .then(|| sec.sasl_oauthbearer_expected_issuer.clone());
+    v.audience = entries(&sec.sasl_oauthbearer_expected_audience)
+        .map(str::to_string)
+        .collect();
+    v.subject_claim = sec.sasl_oauthbearer_sub_claim_name.clone();
+    v.clock_skew_s = sec.sasl_oauthbearer_clock_skew_seconds.max(0);
+    Ok(v)
 }
 
 /// What the network layer needs of a listener.

@@ -560,6 +560,34 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
         samples: config.security.quota_window_num,
         sample: Duration::from_secs(config.security.quota_window_size_seconds),
     });
+    if let Some(path) = listeners::jwks_path(&config).map_err(anyhow::Error::msg)? {
+        let v = listeners::oauth_validator(&config, &path).map_err(anyhow::Error::msg)?;
+        broker.set_oauth_validator(v);
+        // The identity provider rotates its keys: the file is read again when it changes.
+        let (broker, config) = (Arc::clone(&broker), config.clone());
+        let every = Duration::from_millis(config.security.ssl_reload_interval_ms.max(100));
+        tokio::spawn(async move {
+            let stamp = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+            let mut last = stamp(&path);
+            loop {
+                tokio::time::sleep(every).await;
+                let now = stamp(&path);
+                if now == last {
+                    continue;
+                }
+                match listeners::oauth_validator(&config, &path) {
+                    Ok(v) => {
+                        broker.set_oauth_validator(v);
+                        last = now;
+                        tracing::info!(path = %path.display(), "JWKS changed: loaded again");
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "JWKS changed but does not load; keeping the keys in use")
+                    }
+                }
+            }
+        });
+    }
     // Client quotas apply with or without an authorizer: read now, then again each interval.
     broker
         .refresh_quotas()

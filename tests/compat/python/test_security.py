@@ -9,6 +9,7 @@ Weir only (Kafka would need its own JAAS and keystore setup); single broker proc
 own, started with `[security]` settings. The TLS material comes from tests/compat/tls/make-certs.sh.
 """
 
+import json
 import os
 import shutil
 import socket
@@ -594,3 +595,66 @@ def test_brokers_prove_the_internal_secret_to_each_other(broker_factory, clients
                 assert _closed_within(s, 5), first[:16]
     finally:
         broker_factory.close(c)
+
+
+# ------------------------------------------------------------- OAUTHBEARER
+def _b64url(b):
+    import base64
+    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+
+
+class _Idp:
+    """An identity provider of the test: an RSA key, its JWKS file, and RS256 tokens."""
+
+    def __init__(self, path):
+        from cryptography.hazmat.primitives.asymmetric import rsa
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        n = self.key.public_key().public_numbers()
+        as_bytes = lambda i: i.to_bytes((i.bit_length() + 7) // 8, "big")  # noqa: E731
+        self.path = path
+        with open(path, "w") as f:
+            json.dump({"keys": [{"kty": "RSA", "kid": "k1", "use": "sig", "alg": "RS256",
+                                 "n": _b64url(as_bytes(n.n)), "e": _b64url(as_bytes(n.e))}]}, f)
+
+    def token(self, sub, lifetime=3600, aud="weir", iss="https://idp.test", key=None):
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import padding
+        now = int(time.time())
+        head = _b64url(json.dumps({"alg": "RS256", "kid": "k1", "typ": "JWT"}).encode())
+        body = _b64url(json.dumps({"sub": sub, "iat": now, "exp": now + lifetime, "aud": aud,
+                                   "iss": iss}).encode())
+        signed = f"{head}.{body}".encode()
+        sig = (key or self.key).sign(signed, padding.PKCS1v15(), hashes.SHA256())
+        return f"{head}.{body}.{_b64url(sig)}", now + lifetime
+
+
+def test_oauthbearer_tokens_signed_by_the_jwks_keys_authenticate(broker_factory, certs, clients,
+                                                                  tmp_path):
+    idp = _Idp(str(tmp_path / "jwks.json"))
+    s = Secure(broker_factory, "oauth", certs, env={
+        "WEIR_SECURITY_SASL_ENABLED_MECHANISMS": "OAUTHBEARER,SCRAM-SHA-256",
+        "WEIR_SECURITY_SASL_OAUTHBEARER_JWKS_ENDPOINT_URL": f"file://{idp.path}",
+        "WEIR_SECURITY_SASL_OAUTHBEARER_EXPECTED_AUDIENCE": "weir",
+        "WEIR_SECURITY_SASL_OAUTHBEARER_EXPECTED_ISSUER": "https://idp.test"})
+    try:
+        base = {"bootstrap.servers": f"127.0.0.1:{s.ports['SASL_SSL']}",
+                "security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+                "ssl.ca.location": os.path.join(certs, "ca.pem")}
+        topic = create_topic(s.broker.bootstrap, unique("oauth"), 1)
+        good = {**base, "oauth_cb": lambda _: idp.token("svc-orders")}
+        round_trip(good, topic, n=10, clients=clients)
+        from cryptography.hazmat.primitives.asymmetric import rsa
+        stranger = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        for label, make in [
+            ("another key", lambda _: idp.token("svc", key=stranger)),
+            ("expired", lambda _: (idp.token("svc", lifetime=-120)[0], time.time() + 60)),
+            ("another audience", lambda _: idp.token("svc", aud="web")),
+            ("another issuer", lambda _: idp.token("svc", iss="https://evil.test")),
+        ]:
+            errors, delivered = _auth_errors({**base, "oauth_cb": make}, 3)
+            auth = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
+            assert auth, f"{label}: no authentication error, only {errors}"
+            assert "Invalid OAuth token" in auth[0].str(), f"{label}: {auth[0].str()}"
+            assert delivered and delivered[0] is not None, label
+    finally:
+        broker_factory.close(s.broker)
