@@ -366,6 +366,7 @@ impl Broker {
             RequestKind::Produce(r) => Some(quotas::produce_bytes(r)),
             _ => None,
         };
+        let handling = std::time::Instant::now();
         let reply = self
             .serve(
                 header,
@@ -378,6 +379,7 @@ impl Broker {
                 listener,
             )
             .await;
+        self.throttle_request_time(conn, client_id, handling.elapsed());
         let reply = match produced {
             Some(bytes) => self.throttle_produce(reply, conn, client_id, bytes),
             None if header.request_api_key == ApiKey::Fetch as i16 => {

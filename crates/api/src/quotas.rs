@@ -27,8 +27,12 @@ use crate::str;
 
 pub const PRODUCER_BYTE_RATE: &str = "producer_byte_rate";
 pub const CONSUMER_BYTE_RATE: &str = "consumer_byte_rate";
-/// Keys Kafka accepts for users and client ids. Only the two byte rates are enforced; the
-/// others are stored and described.
+/// Time spent handling the client's requests, in percent of one thread (Kafka counts its
+/// request-handler and network threads' time; Weir, the time its handlers take before they
+/// answer or hand the answer to a later future). Counted in microseconds.
+pub const REQUEST_PERCENTAGE: &str = "request_percentage";
+/// Keys Kafka accepts for users and client ids. The byte rates and the request percentage are
+/// enforced; `controller_mutation_rate` is stored and described.
 const USER_CLIENT_KEYS: [&str; 4] = [
     PRODUCER_BYTE_RATE,
     CONSUMER_BYTE_RATE,
@@ -136,6 +140,9 @@ impl Rate {
 pub struct QuotaMeters {
     /// Produce requests answered with a throttle time.
     pub produce_throttled: Counter,
+    /// Requests whose handling time took their client over `request_percentage` (the
+    /// connection was muted).
+    pub request_throttled: Counter,
     /// Fetch requests answered empty with a throttle time.
     pub fetch_throttled: Counter,
     /// Milliseconds of throttle time given, all requests together.
@@ -217,6 +224,12 @@ impl QuotaManager {
     ) -> Duration {
         let Some((quota, entity)) = self.resolve(key, user, client_id) else {
             return Duration::ZERO;
+        };
+        // A percentage of one thread's time, in the microseconds per second it is counted in.
+        let quota = if key == REQUEST_PERCENTAGE {
+            quota * 10_000.0
+        } else {
+            quota
         };
         let now = Instant::now();
         let w = self.window();
@@ -456,6 +469,30 @@ impl crate::Broker {
     fn user_of(conn: &crate::Conn) -> String {
         conn.principal()
             .map_or_else(|| "ANONYMOUS".into(), |p| p.name)
+    }
+
+    /// Counts a request's handling time against `request_percentage`; over it, the connection
+    /// reads nothing more for the throttle time.
+    pub(crate) fn throttle_request_time(
+        &self,
+        conn: &crate::Conn,
+        client_id: &str,
+        spent: Duration,
+    ) {
+        if conn.internal || self.quotas.is_empty() {
+            return;
+        }
+        let t = self.quotas.record(
+            REQUEST_PERCENTAGE,
+            &Self::user_of(conn),
+            client_id,
+            spent.as_micros() as u64,
+        );
+        if !t.is_zero() {
+            self.quotas.meters.request_throttled.inc();
+            self.quotas.meters.throttle_ms.add(t.as_millis() as u64);
+            mute(&conn.throttle_handle(), Instant::now() + t);
+        }
     }
 
     /// Counts a produce against its quota; a throttle time in its response (and the

@@ -1258,6 +1258,13 @@ fn render(state: &State) -> String {
     );
     counter(
         &mut o,
+        "quota_request_throttled",
+        "Requests whose handling time took their client over request_percentage (the connection was muted).",
+        "",
+        &q.request_throttled,
+    );
+    counter(
+        &mut o,
         "quota_throttle_ms",
         "Milliseconds of throttle time given to clients over their quotas.",
         "",

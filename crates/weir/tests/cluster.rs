@@ -603,6 +603,13 @@ fn a_group_whose_members_connect_to_different_brokers() {
 fn sigterm_hands_partitions_over_and_loses_nothing() {
     let mut c = Cluster::new(3);
     create_topic(c.port(0), "handover", 6);
+    // Another broker learns of the new leaders from the metadata store, a moment later on a
+    // loaded machine.
+    eventually(
+        10,
+        "every partition has a leader on broker 2's view",
+        || leaders(c.port(1), "handover").iter().all(|(l, _)| *l > 0),
+    );
     let before = leaders(c.port(1), "handover");
     assert!(before.iter().any(|(l, _)| *l == 1), "{before:?}");
     let w = Writer::start(&c.bootstrap(), "handover", 6);

@@ -658,3 +658,30 @@ def test_oauthbearer_tokens_signed_by_the_jwks_keys_authenticate(broker_factory,
             assert delivered and delivered[0] is not None, label
     finally:
         broker_factory.close(s.broker)
+
+
+def test_a_client_over_its_request_percentage_is_slowed_down(broker_factory, certs):
+    s = Secure(broker_factory, "reqquota", certs, env={"WEIR_SECURITY_QUOTA_WINDOW_NUM": "2"})
+    try:
+        with kp.connect("127.0.0.1", s.broker.port) as sock:
+            # 0.2% of one thread: 2 ms of handling a second.
+            err, msg = kp.alter_client_quotas(sock, {"user": "alice"},
+                                              [("request_percentage", 0.2)])
+            assert err == 0, msg
+
+        def metadata_rate(user, password, seconds=4):
+            with kp.connect("127.0.0.1", s.ports["SASL_PLAINTEXT"]) as sock:
+                assert kp.scram_login(sock, "SCRAM-SHA-256", user, password)[0] == 0
+                n, start = 0, time.monotonic()
+                while time.monotonic() - start < seconds:
+                    kp.metadata_v1(sock, correlation_id=100 + n % 1000)
+                    n += 1
+                return n / seconds
+
+        slowed = metadata_rate("alice", "alice-secret")
+        free = metadata_rate("carol", "carol-secret")
+        print(f"Metadata requests/s: alice (0.2%) {slowed:.0f}, carol (no quota) {free:.0f}")
+        assert slowed * 3 < free, (slowed, free)
+        assert metric(s.broker, "weir_quota_request_throttled_total") > 0
+    finally:
+        broker_factory.close(s.broker)
