@@ -56,20 +56,30 @@ def run(kind, tag, records, throughput):
     b.kind = kind
     b.start()
     try:
-        # Created first, and the load started once the partition has a leader (a client
-        # that starts before waits for the leader, which would count as produce latency).
-        create_topic(b.bootstrap, "pp", 1)
-        args = ["producer-perf", "--topic", "pp", "--num-records", str(records),
-                "--record-size", "1024", "--throughput", str(throughput),
-                "--producer-props", f"bootstrap.servers={b.bootstrap}", *PROPS]
-        print("bench: kafka.sh tool " + " ".join(args), flush=True)
-        sampler = Sampler(b.pid)
-        sampler.start()
-        r = kafka_tool(*args)
-        sampler.halt.set()
-        sampler.join()
+        return measure(b, tag, records, throughput)
     finally:
         b.stop()
+
+
+def measure(b, tag, records, throughput, bootstrap=None, extra=()):
+    """ProducerPerformance with PROPS against the running broker b, on a topic "pp" of one
+    partition created over b.bootstrap; the producer bootstraps from `bootstrap` (default
+    b.bootstrap), with `extra` arguments after its properties (bench/tls.py: a
+    --producer.config). The broker's CPU and memory are sampled while it runs."""
+    # Created first, and the load started once the partition has a leader (a client
+    # that starts before waits for the leader, which would count as produce latency).
+    create_topic(b.bootstrap, "pp", 1)
+    args = ["producer-perf", "--topic", "pp", "--num-records", str(records),
+            "--record-size", "1024", "--throughput", str(throughput),
+            "--producer-props", f"bootstrap.servers={bootstrap or b.bootstrap}", *PROPS, *extra]
+    print("bench: kafka.sh tool " + " ".join(args), flush=True)
+    sampler = Sampler(b.pid)
+    sampler.start()
+    try:
+        r = kafka_tool(*args)
+    finally:
+        sampler.halt.set()
+        sampler.join()
     m = None
     for line in r.stdout.splitlines():
         m = JAVA_LINE.search(line) or m
@@ -79,7 +89,7 @@ def run(kind, tag, records, throughput):
     g = [float(x) for x in m.groups()]
     gib = g[0] * 1024 / (1 << 30)
     s = sampler.summary()
-    return {"kind": kind, "tag": tag, "records_per_sec": g[1], "mb_per_sec": g[2],
+    return {"kind": b.kind, "tag": tag, "records_per_sec": g[1], "mb_per_sec": g[2],
             "avg": g[3], "p50": g[5], "p95": g[6], "p99": g[7], "p999": g[8], "max": g[4],
             "cpu_s_per_gib": s["cpu_s"] / gib if s and gib else None,
             "rss_max_mib": s.get("rss_max_mib"),

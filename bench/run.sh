@@ -50,6 +50,8 @@
 #                                                  (bench/object_wal.py, BENCH_OW_* settings)
 #   BENCH_PRODUCER_PERF [1]                        0: leave out the ProducerPerformance section
 #                                                  (bench/producer_perf.py, BENCH_PP_* settings)
+#   BENCH_TLS [1]                                  0: leave out the TLS section: SASL_SSL beside
+#                                                  PLAINTEXT (bench/tls.py, BENCH_TLS_* settings)
 #   BENCH_MANY_PARTITIONS [1]                      0: leave out the many-partitions section
 #                                                  (bench/partitions.py, BENCH_P_* settings)
 #   BENCH_ZONES [1]                                0: leave out the zones section
@@ -440,6 +442,14 @@ if [[ ${BENCH_PRODUCER_PERF:-1} == 1 ]]; then
     python3 "$ROOT/bench/producer_perf.py"; then
     log "the ProducerPerformance section failed"
     echo "producer-perf failed" >>"$OUT/failures.txt"
+  fi
+fi
+# TLS (bench/tls.py): ProducerPerformance over SASL_SSL beside PLAINTEXT, on both brokers.
+if [[ ${BENCH_TLS:-1} == 1 ]]; then
+  if ! WEIR_BIN=$WEIR BENCH_TLS_RESULTS=$OUT BENCH_TLS_APPEND_TO=$RESULTS/$STAMP.md \
+    python3 "$ROOT/bench/tls.py"; then
+    log "the TLS section failed"
+    echo "tls failed" >>"$OUT/failures.txt"
   fi
 fi
 # Many partitions (bench/partitions.py): 16, 1,000 and 10,000 partitions beside Kafka.
