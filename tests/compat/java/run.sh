@@ -32,7 +32,8 @@
 #                           each line once; again with exactly.once.source.support=enabled
 #   SecurityTest            (Weir, single broker only) listeners, SASL and TLS: SCRAM users made and
 #                           deleted with Kafka's kafka-configs (tools/kafka/kafka.sh's jars) and
-#                           the admin API, SCRAM-SHA-256/512 over SASL_SSL (a producer and a
+#                           the admin API, client quotas set, described and deleted with
+#                           kafka-configs, SCRAM-SHA-256/512 over SASL_SSL (a producer and a
 #                           group), bad credentials refused, mTLS (client auth required), KIP-368
 #                           re-authentication; certificates from tests/compat/tls/make-certs.sh
 #   AclTest                 (single broker; also against Kafka) ACLs: Kafka's kafka-acls adds,

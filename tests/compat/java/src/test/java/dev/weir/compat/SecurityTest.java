@@ -40,10 +40,14 @@ import org.apache.kafka.common.MetricName;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.config.SaslConfigs;
 import org.apache.kafka.common.config.SslConfigs;
+import org.apache.kafka.common.errors.InvalidRequestException;
 import org.apache.kafka.common.errors.ResourceNotFoundException;
 import org.apache.kafka.common.errors.SaslAuthenticationException;
 import org.apache.kafka.common.errors.SslAuthenticationException;
 import org.apache.kafka.common.errors.TimeoutException;
+import org.apache.kafka.common.quota.ClientQuotaAlteration;
+import org.apache.kafka.common.quota.ClientQuotaEntity;
+import org.apache.kafka.common.quota.ClientQuotaFilter;
 import org.apache.kafka.common.security.scram.ScramLoginModule;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.Assumptions;
@@ -65,6 +69,10 @@ import org.junit.jupiter.params.provider.ValueSource;
  *       shows it, the user logs in with it over SASL_SSL; kafka-configs deletes it: the user is
  *       gone, can no longer log in, and deleting again fails (ResourceNotFoundException).
  *       kafka-configs --describe prints the credentials.
+ *   <li>kafka-configs sets client quotas (a user, the default user, a client id): --describe
+ *       prints them, DescribeClientQuotas returns exactly those entities and values; a deleted
+ *       key is gone; an unknown key is refused by the tool and, through the admin API, by the
+ *       broker (InvalidRequestException).
  *   <li>Over SASL_SSL with SCRAM-SHA-256 and with SCRAM-SHA-512 (a user with only that
  *       mechanism's credential): an idempotent producer (acks=all) writes 300 keyed records to
  *       three partitions, a classic group member reads each back once, in order, and commits;
@@ -204,6 +212,67 @@ class SecurityTest {
         assertEquals(0, describe.exit, "kafka-configs --describe:\n" + describe.output);
         assertEquals("SCRAM credential configs for user-principal 'bob' are SCRAM-SHA-512=iterations=4096",
                 scramLine(describe.output, "bob"));
+    }
+
+    @Test
+    void kafkaConfigsManagesClientQuotas() throws Exception {
+        Run user = kafkaConfigs("--alter", "--entity-type", "users", "--entity-name", "quota-user",
+                "--add-config", "producer_byte_rate=1048576,consumer_byte_rate=2097152");
+        assertEquals(0, user.exit, "kafka-configs --alter --add-config (user):\n" + user.output);
+        assertTrue(user.output.contains("Completed updating config for user quota-user."), user.output);
+        Run userDefault = kafkaConfigs("--alter", "--entity-type", "users", "--entity-default",
+                "--add-config", "producer_byte_rate=524288");
+        assertEquals(0, userDefault.exit, "kafka-configs --alter --add-config (default user):\n" + userDefault.output);
+        assertTrue(userDefault.output.contains("Completed updating default config for users in the cluster."),
+                userDefault.output);
+        Run client = kafkaConfigs("--alter", "--entity-type", "clients", "--entity-name", "app-1",
+                "--add-config", "request_percentage=50");
+        assertEquals(0, client.exit, "kafka-configs --alter --add-config (client):\n" + client.output);
+        assertTrue(client.output.contains("Completed updating config for client app-1."), client.output);
+
+        // kafka-configs --describe prints the quotas, sorted by key, as doubles.
+        Run describe = kafkaConfigs("--describe", "--entity-type", "users", "--entity-name", "quota-user");
+        assertEquals(0, describe.exit, "kafka-configs --describe (user):\n" + describe.output);
+        assertEquals("Quota configs for user-principal 'quota-user' are consumer_byte_rate=2097152.0, "
+                + "producer_byte_rate=1048576.0", quotaLine(describe.output, "user-principal 'quota-user'"));
+        describe = kafkaConfigs("--describe", "--entity-type", "users", "--entity-default");
+        assertEquals(0, describe.exit, "kafka-configs --describe (default user):\n" + describe.output);
+        assertEquals("Quota configs for the default user-principal are producer_byte_rate=524288.0",
+                quotaLine(describe.output, "the default user-principal"));
+
+        // The admin API sees exactly the three entities (the SCRAM users have no quotas).
+        ClientQuotaEntity quotaUser = new ClientQuotaEntity(Map.of(ClientQuotaEntity.USER, "quota-user"));
+        ClientQuotaEntity defaultUser = new ClientQuotaEntity(Collections.singletonMap(ClientQuotaEntity.USER, null));
+        ClientQuotaEntity app1 = new ClientQuotaEntity(Map.of(ClientQuotaEntity.CLIENT_ID, "app-1"));
+        assertEquals(Map.of(
+                        quotaUser, Map.of("producer_byte_rate", 1048576.0, "consumer_byte_rate", 2097152.0),
+                        defaultUser, Map.of("producer_byte_rate", 524288.0),
+                        app1, Map.of("request_percentage", 50.0)),
+                admin.describeClientQuotas(ClientQuotaFilter.all()).entities().get(), "DescribeClientQuotas");
+
+        Run delete = kafkaConfigs("--alter", "--entity-type", "users", "--entity-name", "quota-user",
+                "--delete-config", "consumer_byte_rate");
+        assertEquals(0, delete.exit, "kafka-configs --alter --delete-config:\n" + delete.output);
+        assertTrue(delete.output.contains("Completed updating config for user quota-user."), delete.output);
+        Map<ClientQuotaEntity, Map<String, Double>> after =
+                admin.describeClientQuotas(ClientQuotaFilter.all()).entities().get();
+        assertEquals(Map.of("producer_byte_rate", 1048576.0), after.get(quotaUser), "quota-user after the delete: " + after);
+        assertEquals(Map.of("producer_byte_rate", 524288.0), after.get(defaultUser), "the default user after the delete");
+        assertEquals(Map.of("request_percentage", 50.0), after.get(app1), "app-1 after the delete");
+        assertEquals(3, after.size(), "entities after the delete: " + after);
+
+        // An unknown key: kafka-configs refuses it itself (exit 1, nothing sent), as it does against
+        // Kafka; sent through the admin API, the broker refuses it as Kafka does (INVALID_REQUEST).
+        Run unknown = kafkaConfigs("--alter", "--entity-type", "users", "--entity-name", "quota-user",
+                "--add-config", "no_such_quota=1");
+        assertEquals(1, unknown.exit, "kafka-configs --add-config no_such_quota=1:\n" + unknown.output);
+        assertTrue(unknown.output.contains("Unexpected config names: Set(no_such_quota)"), unknown.output);
+        ExecutionException refused = assertThrows(ExecutionException.class, () -> admin.alterClientQuotas(List.of(
+                new ClientQuotaAlteration(quotaUser, List.of(new ClientQuotaAlteration.Op("no_such_quota", 1.0)))))
+                .all().get());
+        assertInstanceOf(InvalidRequestException.class, refused.getCause(), "no_such_quota: " + refused.getCause());
+        assertEquals(after, admin.describeClientQuotas(ClientQuotaFilter.all()).entities().get(),
+                "quotas after the refused keys");
     }
 
     // ---------------------------------------------------------------- SASL_SSL
@@ -533,6 +602,13 @@ class SecurityTest {
         String output = Files.readString(out);
         System.out.println("kafka-configs " + String.join(" ", args) + " -> exit " + p.exitValue() + "\n" + output);
         return new Run(p.exitValue(), output);
+    }
+
+    /** kafka-configs --describe's line of an entity's quotas ({@code what}: "user-principal 'x'", ...). */
+    private static String quotaLine(String output, String what) {
+        String prefix = "Quota configs for " + what + " are ";
+        return output.lines().filter(l -> l.startsWith(prefix)).findFirst()
+                .orElseThrow(() -> new AssertionError("no quota line for " + what + " in:\n" + output));
     }
 
     /** kafka-configs --describe's line of a user's SCRAM credentials. */
