@@ -1,4 +1,5 @@
-//! CreateAcls, DescribeAcls and DeleteAcls: the bindings [`crate::authz`] enforces, kept in
+//! CreateAcls, DescribeAcls and DeleteAcls (SECURITY_DISABLED without an authorizer, as in
+//! Kafka): the bindings [`crate::authz`] enforces, kept in
 //! the metadata store so that every broker of a cluster enforces the same ones (each reads
 //! them again within a second; the broker that changed them at once).
 
@@ -16,6 +17,9 @@ use weir_meta::{AclBinding, Acls};
 
 use crate::authz::acls_of;
 use crate::str;
+
+/// Kafka's words when the ACL APIs are called on a broker without an authorizer.
+const NO_AUTHORIZER: &str = "No Authorizer is configured on the broker";
 
 fn binding(a: &Acl) -> AclBinding {
     AclBinding {
@@ -50,6 +54,18 @@ impl crate::Broker {
     }
 
     pub(crate) async fn create_acls(&self, r: CreateAclsRequest) -> CreateAclsResponse {
+        if !self.authz.enabled() {
+            return CreateAclsResponse::default().with_results(
+                r.creations
+                    .iter()
+                    .map(|_| {
+                        AclCreationResult::default()
+                            .with_error_code(ResponseError::SecurityDisabled.code())
+                            .with_error_message(Some(str(NO_AUTHORIZER)))
+                    })
+                    .collect(),
+            );
+        }
         let checked: Vec<Result<Acl, String>> = r
             .creations
             .iter()
@@ -102,6 +118,11 @@ impl crate::Broker {
         r: DescribeAclsRequest,
         v: i16,
     ) -> DescribeAclsResponse {
+        if !self.authz.enabled() {
+            return DescribeAclsResponse::default()
+                .with_error_code(ResponseError::SecurityDisabled.code())
+                .with_error_message(Some(str(NO_AUTHORIZER)));
+        }
         // v0 has no pattern type: it describes LITERAL bindings.
         let pattern = if v == 0 { 3 } else { r.pattern_type_filter };
         let filter = match AclFilter::new(
@@ -156,6 +177,12 @@ impl crate::Broker {
     }
 
     pub(crate) async fn delete_acls(&self, r: DeleteAclsRequest, v: i16) -> DeleteAclsResponse {
+        if !self.authz.enabled() {
+            let off = DeleteAclsFilterResult::default()
+                .with_error_code(ResponseError::SecurityDisabled.code())
+                .with_error_message(Some(str(NO_AUTHORIZER)));
+            return DeleteAclsResponse::default().with_filter_results(vec![off; r.filters.len()]);
+        }
         let acls = match self.stored_acls().await {
             Ok(a) => a,
             Err((e, why)) => {

@@ -173,6 +173,27 @@ pub(crate) enum Gate {
     Refuse(ResponseKind),
 }
 
+/// Serves the items of a request's list that `keep` allows; the others come back in the
+/// response with `e`, built as the API answers when it fails.
+macro_rules! sift {
+    ($v:expr, $kind:ident, $ty:ty, $r:ident . $field:ident, $keep:expr, $e:expr) => {{
+        let (ok, no) = split(std::mem::take(&mut $r.$field), $keep);
+        $r.$field = ok;
+        let denied = if no.is_empty() {
+            None
+        } else {
+            let mut d = <$ty>::default();
+            d.$field = no;
+            error_response_for(&RequestKind::$kind(d), $v, $e)
+        };
+        Gate::Serve {
+            request: RequestKind::$kind($r),
+            denied,
+            filter: None,
+        }
+    }};
+}
+
 fn split<T>(items: Vec<T>, keep: impl Fn(&T) -> bool) -> (Vec<T>, Vec<T>) {
     items.into_iter().partition(|i| keep(i))
 }
@@ -306,55 +327,43 @@ impl crate::Broker {
                         return refuse(&R::Produce(r), E::TransactionalIdAuthorizationFailed);
                     }
                 }
-                let (ok, no) = split(std::mem::take(&mut r.topic_data), |t| {
-                    check.topic(Write, &self.topic_name(&t.name, &t.topic_id))
-                });
-                let any = !no.is_empty();
-                r.topic_data = ok;
-                partly(
-                    R::Produce(r),
-                    R::Produce(ProduceRequest::default().with_topic_data(no)),
-                    any,
-                    E::TopicAuthorizationFailed,
+                sift!(
+                    v,
+                    Produce,
+                    ProduceRequest,
+                    r.topic_data,
+                    |t| { check.topic(Write, &self.topic_name(&t.name, &t.topic_id)) },
+                    E::TopicAuthorizationFailed
                 )
             }
             R::Fetch(mut r) => {
-                let (ok, no) = split(std::mem::take(&mut r.topics), |t| {
-                    check.topic(Read, &self.topic_name(&t.topic, &t.topic_id))
-                });
-                let any = !no.is_empty();
-                r.topics = ok;
-                partly(
-                    R::Fetch(r),
-                    R::Fetch(FetchRequest::default().with_topics(no)),
-                    any,
-                    E::TopicAuthorizationFailed,
+                sift!(
+                    v,
+                    Fetch,
+                    FetchRequest,
+                    r.topics,
+                    |t| { check.topic(Read, &self.topic_name(&t.topic, &t.topic_id)) },
+                    E::TopicAuthorizationFailed
                 )
             }
             R::ListOffsets(mut r) => {
-                let (ok, no) = split(std::mem::take(&mut r.topics), |t| {
-                    check.topic(Describe, &t.name)
-                });
-                let any = !no.is_empty();
-                r.topics = ok;
-                partly(
-                    R::ListOffsets(r),
-                    R::ListOffsets(ListOffsetsRequest::default().with_topics(no)),
-                    any,
-                    E::TopicAuthorizationFailed,
+                sift!(
+                    v,
+                    ListOffsets,
+                    ListOffsetsRequest,
+                    r.topics,
+                    |t| { check.topic(Describe, &t.name) },
+                    E::TopicAuthorizationFailed
                 )
             }
             R::OffsetForLeaderEpoch(mut r) => {
-                let (ok, no) = split(std::mem::take(&mut r.topics), |t| {
-                    check.topic(Describe, &t.topic)
-                });
-                let any = !no.is_empty();
-                r.topics = ok;
-                partly(
-                    R::OffsetForLeaderEpoch(r),
-                    R::OffsetForLeaderEpoch(OffsetForLeaderEpochRequest::default().with_topics(no)),
-                    any,
-                    E::TopicAuthorizationFailed,
+                sift!(
+                    v,
+                    OffsetForLeaderEpoch,
+                    OffsetForLeaderEpochRequest,
+                    r.topics,
+                    |t| { check.topic(Describe, &t.topic) },
+                    E::TopicAuthorizationFailed
                 )
             }
             R::Metadata(mut r) => {
@@ -396,16 +405,13 @@ impl crate::Broker {
                 if !check.group(Read, &r.group_id) {
                     return refuse(&R::OffsetCommit(r), E::GroupAuthorizationFailed);
                 }
-                let (ok, no) = split(std::mem::take(&mut r.topics), |t| {
-                    check.topic(Read, &t.name)
-                });
-                let any = !no.is_empty();
-                r.topics = ok;
-                partly(
-                    R::OffsetCommit(r),
-                    R::OffsetCommit(OffsetCommitRequest::default().with_topics(no)),
-                    any,
-                    E::TopicAuthorizationFailed,
+                sift!(
+                    v,
+                    OffsetCommit,
+                    OffsetCommitRequest,
+                    r.topics,
+                    |t| { check.topic(Read, &t.name) },
+                    E::TopicAuthorizationFailed
                 )
             }
             R::OffsetFetch(mut r) => {
@@ -482,16 +488,37 @@ impl crate::Broker {
             R::SyncGroup(ref r) => group(Read, &r.group_id.clone(), request),
             R::Heartbeat(ref r) => group(Read, &r.group_id.clone(), request),
             R::LeaveGroup(ref r) => group(Read, &r.group_id.clone(), request),
-            R::ConsumerGroupHeartbeat(ref r) => group(Read, &r.group_id.clone(), request),
+            R::ConsumerGroupHeartbeat(ref r) => {
+                let denied_topic = r
+                    .subscribed_topic_names
+                    .iter()
+                    .flatten()
+                    .any(|t| !check.topic(Describe, t));
+                if !check.group(Read, &r.group_id) {
+                    refuse(&request, E::GroupAuthorizationFailed)
+                } else if denied_topic {
+                    // Kafka 4 (KAFKA-18813): no subscription to topics the member may not
+                    // describe.
+                    Gate::Refuse(ResponseKind::ConsumerGroupHeartbeat(
+                        ConsumerGroupHeartbeatResponse::default()
+                            .with_error_code(E::TopicAuthorizationFailed.code())
+                            .with_error_message(Some(crate::str(
+                                "The group has subscribed to topics that are not authorized.",
+                            )))
+                            .with_member_epoch(-1),
+                    ))
+                } else {
+                    serve(request)
+                }
+            }
             R::DescribeGroups(mut r) => {
-                let (ok, no) = split(std::mem::take(&mut r.groups), |g| check.group(Describe, g));
-                let any = !no.is_empty();
-                r.groups = ok;
-                partly(
-                    R::DescribeGroups(r),
-                    R::DescribeGroups(DescribeGroupsRequest::default().with_groups(no)),
-                    any,
-                    E::GroupAuthorizationFailed,
+                sift!(
+                    v,
+                    DescribeGroups,
+                    DescribeGroupsRequest,
+                    r.groups,
+                    |g| check.group(Describe, g),
+                    E::GroupAuthorizationFailed
                 )
             }
             R::ConsumerGroupDescribe(mut r) => {
@@ -516,32 +543,26 @@ impl crate::Broker {
                 filter: (!check.cluster(Describe)).then(|| check.clone()),
             },
             R::DeleteGroups(mut r) => {
-                let (ok, no) = split(std::mem::take(&mut r.groups_names), |g| {
-                    check.group(Delete, g)
-                });
-                let any = !no.is_empty();
-                r.groups_names = ok;
-                partly(
-                    R::DeleteGroups(r),
-                    R::DeleteGroups(DeleteGroupsRequest::default().with_groups_names(no)),
-                    any,
-                    E::GroupAuthorizationFailed,
+                sift!(
+                    v,
+                    DeleteGroups,
+                    DeleteGroupsRequest,
+                    r.groups_names,
+                    |g| { check.group(Delete, g) },
+                    E::GroupAuthorizationFailed
                 )
             }
             R::OffsetDelete(mut r) => {
                 if !check.group(Delete, &r.group_id) {
                     return refuse(&R::OffsetDelete(r), E::GroupAuthorizationFailed);
                 }
-                let (ok, no) = split(std::mem::take(&mut r.topics), |t| {
-                    check.topic(Read, &t.name)
-                });
-                let any = !no.is_empty();
-                r.topics = ok;
-                partly(
-                    R::OffsetDelete(r),
-                    R::OffsetDelete(OffsetDeleteRequest::default().with_topics(no)),
-                    any,
-                    E::TopicAuthorizationFailed,
+                sift!(
+                    v,
+                    OffsetDelete,
+                    OffsetDeleteRequest,
+                    r.topics,
+                    |t| { check.topic(Read, &t.name) },
+                    E::TopicAuthorizationFailed
                 )
             }
             R::CreateTopics(mut r) => {
@@ -586,42 +607,33 @@ impl crate::Broker {
                 )
             }
             R::CreatePartitions(mut r) => {
-                let (ok, no) = split(std::mem::take(&mut r.topics), |t| {
-                    check.topic(Alter, &t.name)
-                });
-                let any = !no.is_empty();
-                r.topics = ok;
-                partly(
-                    R::CreatePartitions(r),
-                    R::CreatePartitions(CreatePartitionsRequest::default().with_topics(no)),
-                    any,
-                    E::TopicAuthorizationFailed,
+                sift!(
+                    v,
+                    CreatePartitions,
+                    CreatePartitionsRequest,
+                    r.topics,
+                    |t| { check.topic(Alter, &t.name) },
+                    E::TopicAuthorizationFailed
                 )
             }
             R::DeleteRecords(mut r) => {
-                let (ok, no) = split(std::mem::take(&mut r.topics), |t| {
-                    check.topic(Delete, &t.name)
-                });
-                let any = !no.is_empty();
-                r.topics = ok;
-                partly(
-                    R::DeleteRecords(r),
-                    R::DeleteRecords(DeleteRecordsRequest::default().with_topics(no)),
-                    any,
-                    E::TopicAuthorizationFailed,
+                sift!(
+                    v,
+                    DeleteRecords,
+                    DeleteRecordsRequest,
+                    r.topics,
+                    |t| { check.topic(Delete, &t.name) },
+                    E::TopicAuthorizationFailed
                 )
             }
             R::DescribeProducers(mut r) => {
-                let (ok, no) = split(std::mem::take(&mut r.topics), |t| {
-                    check.topic(Read, &t.name)
-                });
-                let any = !no.is_empty();
-                r.topics = ok;
-                partly(
-                    R::DescribeProducers(r),
-                    R::DescribeProducers(DescribeProducersRequest::default().with_topics(no)),
-                    any,
-                    E::TopicAuthorizationFailed,
+                sift!(
+                    v,
+                    DescribeProducers,
+                    DescribeProducersRequest,
+                    r.topics,
+                    |t| { check.topic(Read, &t.name) },
+                    E::TopicAuthorizationFailed
                 )
             }
             R::DescribeConfigs(mut r) => {
@@ -792,16 +804,13 @@ impl crate::Broker {
                 if !check.group(Read, &r.group_id) {
                     return refuse(&R::TxnOffsetCommit(r), E::GroupAuthorizationFailed);
                 }
-                let (ok, no) = split(std::mem::take(&mut r.topics), |t| {
-                    check.topic(Read, &t.name)
-                });
-                let any = !no.is_empty();
-                r.topics = ok;
-                partly(
-                    R::TxnOffsetCommit(r),
-                    R::TxnOffsetCommit(TxnOffsetCommitRequest::default().with_topics(no)),
-                    any,
-                    E::TopicAuthorizationFailed,
+                sift!(
+                    v,
+                    TxnOffsetCommit,
+                    TxnOffsetCommitRequest,
+                    r.topics,
+                    |t| { check.topic(Read, &t.name) },
+                    E::TopicAuthorizationFailed
                 )
             }
             R::DescribeTransactions(mut r) => {
@@ -986,6 +995,28 @@ impl crate::Broker {
                     }
                 }
                 P::ConsumerGroupDescribe(r) => {
+                    // A group with topics the principal may not describe is described by its
+                    // error alone (KAFKA-18813).
+                    for g in &mut r.groups {
+                        let hidden = g.members.iter().any(|m| {
+                            m.subscribed_topic_names
+                                .iter()
+                                .chain(m.assignment.topic_partitions.iter().map(|t| &t.topic_name))
+                                .chain(
+                                    m.target_assignment
+                                        .topic_partitions
+                                        .iter()
+                                        .map(|t| &t.topic_name),
+                                )
+                                .any(|t| !t.is_empty() && !check.topic(Describe, t))
+                        });
+                        if g.error_code == 0 && hidden {
+                            *g = consumer_group_describe_response::DescribedGroup::default()
+                                .with_group_id(g.group_id.clone())
+                                .with_error_code(E::TopicAuthorizationFailed.code())
+                                .with_authorized_operations(i32::MIN);
+                        }
+                    }
                     for g in &mut r.groups {
                         if g.authorized_operations != i32::MIN && g.error_code == 0 {
                             g.authorized_operations = check.group_operations(&g.group_id);

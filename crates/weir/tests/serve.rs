@@ -47,13 +47,14 @@ fn admin_endpoints_refusals_and_clean_shutdown() {
     assert!(metrics.contains("weir_object_requests_total{kind=\"put\"}"));
     assert_eq!(http_get(b.admin, "/nope").unwrap().0, 404);
 
-    // SaslHandshake v1 (mechanism "PLAIN") on a listener without SASL: UNSUPPORTED_SASL_MECHANISM.
+    // SaslHandshake v1 (mechanism "PLAIN") on a listener without SASL: ILLEGAL_SASL_STATE, as
+    // Kafka answers it.
     let mut body = 5i16.to_be_bytes().to_vec();
     body.extend_from_slice(b"PLAIN");
     let resp = roundtrip(b.port, 17, 1, &body).expect("an answer, not a hang-up");
-    assert_eq!(i16::from_be_bytes([resp[0], resp[1]]), 33);
+    assert_eq!(i16::from_be_bytes([resp[0], resp[1]]), 34);
 
-    // DescribeAcls v1 (not implemented): UNSUPPORTED_VERSION in the response's error code.
+    // DescribeAcls v1 without an authorizer: SECURITY_DISABLED in the response's error code.
     let mut body = vec![2u8]; // resource type filter: TOPIC
     body.extend_from_slice(&(-1i16).to_be_bytes()); // name filter null
     body.push(3); // pattern type: LITERAL
@@ -63,7 +64,7 @@ fn admin_endpoints_refusals_and_clean_shutdown() {
     body.push(1); // permission ANY
     let resp = roundtrip(b.port, 29, 1, &body).expect("an answer");
     // throttle_time_ms, then error_code.
-    assert_eq!(i16::from_be_bytes([resp[4], resp[5]]), 35);
+    assert_eq!(i16::from_be_bytes([resp[4], resp[5]]), 54);
 
     // An API key nobody knows closes the connection, and the broker goes on serving.
     assert!(roundtrip(b.port, 999, 0, &[]).is_none());

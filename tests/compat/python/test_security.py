@@ -685,3 +685,21 @@ def test_a_client_over_its_request_percentage_is_slowed_down(broker_factory, cer
         assert metric(s.broker, "weir_quota_request_throttled_total") > 0
     finally:
         broker_factory.close(s.broker)
+
+
+def test_a_consumer_group_member_cannot_subscribe_to_topics_it_may_not_describe(acl_broker,
+                                                                               clients):
+    s = acl_broker
+    hidden = create_topic(s.broker.bootstrap, unique("hidden"), 1)
+    group = unique("kip848")
+    _create_acls(s.admin, _acl("GROUP", group, "User:alice", "READ"))
+    c = clients.add(Consumer({**s.conf("SASL_PLAINTEXT", "alice"), "group.id": group,
+                              "group.protocol": "consumer", "auto.offset.reset": "earliest"}))
+    c.subscribe([hidden])
+    seen = None
+    deadline = time.monotonic() + 15
+    while seen is None and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is not None:
+            seen = m.error()
+    assert seen is not None and seen.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, seen
