@@ -328,6 +328,12 @@ impl Broker {
         &self,
         r: IncrementalAlterConfigsRequest,
     ) -> IncrementalAlterConfigsResponse {
+        // The changes apply to the configs as the metadata store holds them: this broker's
+        // catalog may not have heard yet of a change made through another broker, which
+        // writing back its stale copy would undo.
+        if let Err(e) = self.topics.refresh().await {
+            tracing::warn!(error = %e, "reading the catalog before altering configs");
+        }
         let mut out = Vec::with_capacity(r.resources.len());
         for res in r.resources {
             let name = res.resource_name.as_str();

@@ -379,7 +379,7 @@ impl Broker {
                 listener,
             )
             .await;
-        self.throttle_request_time(conn, client_id, handling.elapsed());
+        let reply = self.throttle_request_time(reply, conn, client_id, handling.elapsed());
         let reply = match produced {
             Some(bytes) => self.throttle_produce(reply, conn, client_id, bytes),
             None if header.request_api_key == ApiKey::Fetch as i16 => {

@@ -457,6 +457,66 @@ fn fetch_bytes(r: &FetchResponse) -> u64 {
         .sum()
 }
 
+/// Sets `throttle_time_ms` (unless larger already) in a response that has it: every API Weir
+/// serves but the two SASL ones.
+pub(crate) fn set_throttle_time(r: &mut ResponseKind, ms: i32) {
+    macro_rules! set {
+        ($($kind:ident),* $(,)?) => {
+            match r {
+                $(ResponseKind::$kind(x) => x.throttle_time_ms = x.throttle_time_ms.max(ms),)*
+                _ => {}
+            }
+        };
+    }
+    set!(
+        Produce,
+        Fetch,
+        ListOffsets,
+        Metadata,
+        OffsetCommit,
+        OffsetFetch,
+        FindCoordinator,
+        JoinGroup,
+        Heartbeat,
+        LeaveGroup,
+        SyncGroup,
+        DescribeGroups,
+        ListGroups,
+        ApiVersions,
+        CreateTopics,
+        DeleteTopics,
+        DeleteRecords,
+        InitProducerId,
+        OffsetForLeaderEpoch,
+        DescribeConfigs,
+        AlterConfigs,
+        CreatePartitions,
+        DeleteGroups,
+        IncrementalAlterConfigs,
+        OffsetDelete,
+        DescribeCluster,
+        AlterPartitionReassignments,
+        ListPartitionReassignments,
+        AddPartitionsToTxn,
+        AddOffsetsToTxn,
+        EndTxn,
+        TxnOffsetCommit,
+        DescribeTransactions,
+        ListTransactions,
+        DescribeLogDirs,
+        ConsumerGroupHeartbeat,
+        ConsumerGroupDescribe,
+        DescribeProducers,
+        DescribeUserScramCredentials,
+        AlterUserScramCredentials,
+        CreateAcls,
+        DescribeAcls,
+        DeleteAcls,
+        DescribeClientQuotas,
+        AlterClientQuotas,
+    );
+}
+
 /// Mutes a connection until `until`, unless it is muted longer already.
 fn mute(handle: &Mutex<Option<Instant>>, until: Instant) {
     let mut t = handle.lock().unwrap_or_else(|e| e.into_inner());
@@ -472,15 +532,16 @@ impl crate::Broker {
     }
 
     /// Counts a request's handling time against `request_percentage`; over it, the connection
-    /// reads nothing more for the throttle time.
+    /// reads nothing more for the throttle time, and the response says so.
     pub(crate) fn throttle_request_time(
         &self,
+        reply: crate::Reply,
         conn: &crate::Conn,
         client_id: &str,
         spent: Duration,
-    ) {
+    ) -> crate::Reply {
         if conn.internal || self.quotas.is_empty() {
-            return;
+            return reply;
         }
         let t = self.quotas.record(
             REQUEST_PERCENTAGE,
@@ -488,10 +549,24 @@ impl crate::Broker {
             client_id,
             spent.as_micros() as u64,
         );
-        if !t.is_zero() {
-            self.quotas.meters.request_throttled.inc();
-            self.quotas.meters.throttle_ms.add(t.as_millis() as u64);
-            mute(&conn.throttle_handle(), Instant::now() + t);
+        if t.is_zero() {
+            return reply;
+        }
+        self.quotas.meters.request_throttled.inc();
+        self.quotas.meters.throttle_ms.add(t.as_millis() as u64);
+        mute(&conn.throttle_handle(), Instant::now() + t);
+        let ms = i32::try_from(t.as_millis()).unwrap_or(i32::MAX);
+        match reply {
+            crate::Reply::Now(mut r) => {
+                set_throttle_time(&mut r, ms);
+                crate::Reply::Now(r)
+            }
+            crate::Reply::Later(f) => crate::Reply::Later(Box::pin(async move {
+                let mut r = f.await;
+                set_throttle_time(&mut r, ms);
+                r
+            })),
+            other => other,
         }
     }
 
