@@ -703,3 +703,50 @@ def test_a_consumer_group_member_cannot_subscribe_to_topics_it_may_not_describe(
         if m is not None and m.error() is not None:
             seen = m.error()
     assert seen is not None and seen.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, seen
+
+
+def _metadata_topic_names(port):
+    """Metadata v1 of every topic, asked of the broker at `port` itself: the topic names."""
+    with kp.connect("127.0.0.1", port) as sock:
+        r = kp.Reader(kp.roundtrip(sock, kp.request_header_v1(kp.API_METADATA, 1, 7) + kp.i32(-1)))
+        assert r.i32() == 7
+        for _ in range(r.i32()):
+            r.i32(), r.string(), r.i32(), r.string()
+        r.i32()  # controller
+        names = set()
+        for _ in range(r.i32()):
+            r.i16()
+            names.add(r.string())
+            r.take(1)  # is_internal
+            for _ in range(r.i32()):
+                r.i16(), r.i32(), r.i32()
+                for _ in range(2):
+                    for _ in range(r.i32()):
+                        r.i32()
+        return names
+
+
+def test_every_broker_of_a_cluster_enforces_the_same_acls(broker_factory):
+    # No super user: with allow_everyone_if_no_acl_found, ANONYMOUS (PLAINTEXT) may create ACLs
+    # while the cluster resource has none, and is then held to the ones it made.
+    c = broker_factory.cluster("acls", size=2, env={
+        "WEIR_SECURITY_AUTHORIZER": "acl",
+        "WEIR_SECURITY_ALLOW_EVERYONE_IF_NO_ACL_FOUND": "true"})
+    try:
+        first = c.brokers[0]
+        secret = create_topic(first.bootstrap, unique("secret"), 1)
+        public = create_topic(first.bootstrap, unique("public"), 1)
+        for b in c.brokers:
+            assert {secret, public} <= _metadata_topic_names(b.port), b.name
+        # A DENY made through the first broker...
+        _create_acls(AdminClient({"bootstrap.servers": first.bootstrap}),
+                     _acl("TOPIC", secret, "User:ANONYMOUS", "DESCRIBE", permission="DENY"))
+        # ...hides the topic on the second one too, within its refresh interval.
+        second = c.brokers[1]
+        deadline = time.monotonic() + 10
+        while secret in _metadata_topic_names(second.port) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        names = _metadata_topic_names(second.port)
+        assert secret not in names and public in names, names
+    finally:
+        broker_factory.close(c)
