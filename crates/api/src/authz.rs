@@ -194,6 +194,39 @@ macro_rules! sift {
     }};
 }
 
+/// The config APIs: topic resources need `op` on the topic (else TOPIC_AUTHORIZATION_FAILED),
+/// broker resources on the cluster (else CLUSTER_AUTHORIZATION_FAILED).
+macro_rules! configs {
+    ($kind:ident, $ty:ty, $r:ident, $op:ident, $check:ident, $v:ident) => {{
+        let mut $r = $r;
+        let (ok, no) = split(std::mem::take(&mut $r.resources), |c| {
+            match c.resource_type {
+                2 => $check.topic(Operation::$op, &c.resource_name),
+                _ => $check.cluster(Operation::$op),
+            }
+        });
+        let (topics, brokers) = split(no, |c| c.resource_type == 2);
+        $r.resources = ok;
+        Gate::Serve {
+            request: RequestKind::$kind($r),
+            denied: merge_denied(
+                $v,
+                [
+                    (
+                        RequestKind::$kind(<$ty>::default().with_resources(topics)),
+                        E::TopicAuthorizationFailed,
+                    ),
+                    (
+                        RequestKind::$kind(<$ty>::default().with_resources(brokers)),
+                        E::ClusterAuthorizationFailed,
+                    ),
+                ],
+            ),
+            filter: None,
+        }
+    }};
+}
+
 fn split<T>(items: Vec<T>, keep: impl Fn(&T) -> bool) -> (Vec<T>, Vec<T>) {
     items.into_iter().partition(|i| keep(i))
 }
@@ -636,101 +669,26 @@ impl crate::Broker {
                     E::TopicAuthorizationFailed
                 )
             }
-            R::DescribeConfigs(mut r) => {
-                let config_ok = |kind: i8, name: &str, op| match kind {
-                    2 => check.topic(op, name),
-                    _ => check.cluster(op),
-                };
-                let (ok, no) = split(std::mem::take(&mut r.resources), |c| {
-                    config_ok(c.resource_type, &c.resource_name, DescribeConfigs)
-                });
-                let (topics, brokers) = split(no, |c| c.resource_type == 2);
-                r.resources = ok;
-                Gate::Serve {
-                    request: R::DescribeConfigs(r),
-                    denied: merge_denied(
-                        v,
-                        [
-                            (
-                                R::DescribeConfigs(
-                                    DescribeConfigsRequest::default().with_resources(topics),
-                                ),
-                                E::TopicAuthorizationFailed,
-                            ),
-                            (
-                                R::DescribeConfigs(
-                                    DescribeConfigsRequest::default().with_resources(brokers),
-                                ),
-                                E::ClusterAuthorizationFailed,
-                            ),
-                        ],
-                    ),
-                    filter: None,
-                }
+            R::DescribeConfigs(r) => configs!(
+                DescribeConfigs,
+                DescribeConfigsRequest,
+                r,
+                DescribeConfigs,
+                check,
+                v
+            ),
+            R::AlterConfigs(r) => {
+                configs!(AlterConfigs, AlterConfigsRequest, r, AlterConfigs, check, v)
             }
-            R::AlterConfigs(mut r) => {
-                let (ok, no) = split(std::mem::take(&mut r.resources), |c| {
-                    match c.resource_type {
-                        2 => check.topic(AlterConfigs, &c.resource_name),
-                        _ => check.cluster(AlterConfigs),
-                    }
-                });
-                let (topics, brokers) = split(no, |c| c.resource_type == 2);
-                r.resources = ok;
-                Gate::Serve {
-                    request: R::AlterConfigs(r),
-                    denied: merge_denied(
-                        v,
-                        [
-                            (
-                                R::AlterConfigs(
-                                    AlterConfigsRequest::default().with_resources(topics),
-                                ),
-                                E::TopicAuthorizationFailed,
-                            ),
-                            (
-                                R::AlterConfigs(
-                                    AlterConfigsRequest::default().with_resources(brokers),
-                                ),
-                                E::ClusterAuthorizationFailed,
-                            ),
-                        ],
-                    ),
-                    filter: None,
-                }
-            }
-            R::IncrementalAlterConfigs(mut r) => {
-                let (ok, no) = split(std::mem::take(&mut r.resources), |c| {
-                    match c.resource_type {
-                        2 => check.topic(AlterConfigs, &c.resource_name),
-                        _ => check.cluster(AlterConfigs),
-                    }
-                });
-                let (topics, brokers) = split(no, |c| c.resource_type == 2);
-                r.resources = ok;
-                Gate::Serve {
-                    request: R::IncrementalAlterConfigs(r),
-                    denied: merge_denied(
-                        v,
-                        [
-                            (
-                                R::IncrementalAlterConfigs(
-                                    IncrementalAlterConfigsRequest::default()
-                                        .with_resources(topics),
-                                ),
-                                E::TopicAuthorizationFailed,
-                            ),
-                            (
-                                R::IncrementalAlterConfigs(
-                                    IncrementalAlterConfigsRequest::default()
-                                        .with_resources(brokers),
-                                ),
-                                E::ClusterAuthorizationFailed,
-                            ),
-                        ],
-                    ),
-                    filter: None,
-                }
+            R::IncrementalAlterConfigs(r) => {
+                configs!(
+                    IncrementalAlterConfigs,
+                    IncrementalAlterConfigsRequest,
+                    r,
+                    AlterConfigs,
+                    check,
+                    v
+                )
             }
             R::InitProducerId(ref r) => {
                 let allowed = match &r.transactional_id {
