@@ -13,7 +13,13 @@ records, acks=all, linger.ms=1, one partition, each run on a fresh single broker
   30k     BENCH_PP_RATE [30000] records/s for BENCH_PP_SECONDS [30] s: produce latency
           percentiles at a fixed rate
 
-plus the broker's CPU seconds per GiB and resident memory (largest), from /proc every second.
+Each measured run comes after a warm-up in the same JVM (tools/kafka/WarmProducerPerformance.java:
+BENCH_PP_WARMUP_MAX_RECORDS [500000] records at full speed before "max", BENCH_PP_WARMUP_SECONDS
+[10] s at the rate before "30k"), so the JVM's start is not in the percentiles; plus the broker's
+CPU seconds per GiB and resident memory (largest), from /proc every second of the measured run.
+With BENCH_PIN=1 each broker runs on the cores BENCH_BROKER_CPUS [1] only and the producer on
+BENCH_CLIENT_CPUS [0] (taskset): equal hardware for both brokers, none of it shared with the
+load generator.
 Writes bench/results/producer-perf-YYYY-MM-DD-HHMM.md (and appends the section to
 BENCH_PP_APPEND_TO when set, as `make bench` does).
 
@@ -25,7 +31,9 @@ BENCH_PP_RESULTS [bench/results].
 import datetime
 import os
 import shutil
+import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -34,7 +42,7 @@ sys.path.insert(0, os.path.join(REPO, "tests", "compat", "python"))
 sys.path.insert(0, HERE)
 
 import conftest  # noqa: E402  (the harness: Broker)
-from object_wal import JAVA_LINE, kafka_tool  # noqa: E402  (ProducerPerformance's summary)
+from object_wal import JAVA_LINE  # noqa: E402  (ProducerPerformance's summary)
 from partitions import Sampler, create_topic, write_results  # noqa: E402
 
 BROKERS = os.environ.get("BENCH_PP_BROKERS", "kafka weir").split()
@@ -45,10 +53,25 @@ WORK = os.path.abspath(os.environ.get("BENCH_PP_DIR",
                                       os.path.join(REPO, "target", "bench-producer-perf")))
 RESULTS = os.path.abspath(os.environ.get("BENCH_PP_RESULTS",
                                          os.path.join(REPO, "bench", "results")))
+# Records sent before the measured run, in the same JVM: "max" at full speed, "30k" at the rate.
+WARMUP_MAX = int(os.environ.get("BENCH_PP_WARMUP_MAX_RECORDS", "500000"))
+WARMUP_SECONDS = int(os.environ.get("BENCH_PP_WARMUP_SECONDS", "10"))
+PIN = os.environ.get("BENCH_PIN") == "1"
+BROKER_CPUS = os.environ.get("BENCH_BROKER_CPUS", "1")
+CLIENT_CPUS = os.environ.get("BENCH_CLIENT_CPUS", "0")
 PROPS = ["acks=all", "linger.ms=1"]
+KAFKA_SH = os.path.join(REPO, "tools", "kafka", "kafka.sh")
+WARM = os.path.join(REPO, "tools", "kafka", "WarmProducerPerformance.java")
+TOOL_TIMEOUT = 600
 
 
-def run(kind, tag, records, throughput):
+def pin(pid, cpus):
+    """All threads of a running process onto `cpus` (threads it makes later inherit it)."""
+    subprocess.run(["taskset", "-a", "-p", "-c", cpus, str(pid)], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def run(kind, tag, records, throughput, warmup):
     root = os.path.join(WORK, f"{kind}-{tag}")
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(root)
@@ -56,30 +79,49 @@ def run(kind, tag, records, throughput):
     b.kind = kind
     b.start()
     try:
-        return measure(b, tag, records, throughput)
+        if PIN:
+            pin(b.pid, BROKER_CPUS)
+        return measure(b, tag, records, throughput, warmup=warmup)
     finally:
         b.stop()
 
 
-def measure(b, tag, records, throughput, bootstrap=None, extra=()):
+def measure(b, tag, records, throughput, bootstrap=None, extra=(), warmup=0):
     """ProducerPerformance with PROPS against the running broker b, on a topic "pp" of one
     partition created over b.bootstrap; the producer bootstraps from `bootstrap` (default
     b.bootstrap), with `extra` arguments after its properties (bench/tls.py: a
-    --producer.config). The broker's CPU and memory are sampled while it runs."""
+    --producer.config). With `warmup`, that many records are sent first in the same JVM
+    (tools/kafka/WarmProducerPerformance.java) and only the run after them is measured. The
+    broker's CPU and memory are sampled while the measured run goes on."""
     # Created first, and the load started once the partition has a leader (a client
     # that starts before waits for the leader, which would count as produce latency).
     create_topic(b.bootstrap, "pp", 1)
-    args = ["producer-perf", "--topic", "pp", "--num-records", str(records),
+    args = ["--topic", "pp", "--num-records", str(records),
             "--record-size", "1024", "--throughput", str(throughput),
             "--producer-props", f"bootstrap.servers={bootstrap or b.bootstrap}", *PROPS, *extra]
-    print("bench: kafka.sh tool " + " ".join(args), flush=True)
+    tool = ["producer-perf", *args] if not warmup else [WARM, str(warmup), *args]
+    cmd = [*(["taskset", "-c", CLIENT_CPUS] if PIN else []), KAFKA_SH, "tool", *tool]
+    print("bench: " + " ".join(cmd), flush=True)
     sampler = Sampler(b.pid)
-    sampler.start()
+    if not warmup:
+        sampler.start()
+    out = []
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            stdin=subprocess.DEVNULL)
+    killer = threading.Timer(TOOL_TIMEOUT, proc.kill)
+    killer.start()
     try:
-        r = kafka_tool(*args)
+        for line in proc.stdout:
+            out.append(line)
+            if warmup and line.strip() == "warm-up done":
+                sampler.start()
+        proc.wait()
     finally:
-        sampler.halt.set()
-        sampler.join()
+        killer.cancel()
+        if sampler.is_alive():
+            sampler.halt.set()
+            sampler.join()
+    r = subprocess.CompletedProcess(cmd, proc.returncode, "".join(out), "")
     m = None
     for line in r.stdout.splitlines():
         m = JAVA_LINE.search(line) or m
@@ -93,7 +135,9 @@ def measure(b, tag, records, throughput, bootstrap=None, extra=()):
             "avg": g[3], "p50": g[5], "p95": g[6], "p99": g[7], "p999": g[8], "max": g[4],
             "cpu_s_per_gib": s["cpu_s"] / gib if s and gib else None,
             "rss_max_mib": s.get("rss_max_mib"),
-            "cmd": "kafka.sh tool " + " ".join(args).replace(b.bootstrap, "HOST:PORT")}
+            "cmd": " ".join(cmd[cmd.index(KAFKA_SH):]).replace(KAFKA_SH, "kafka.sh")
+            .replace(WARM, "tools/kafka/WarmProducerPerformance.java")
+            .replace(b.bootstrap, "HOST:PORT")}
 
 
 def fmt(v):
@@ -129,7 +173,11 @@ def report(results, stamp, elapsed):
              "partition, a fresh single broker per run (Weir: objects in a local directory). "
              "Kafka acknowledges from its page cache (no fsync), Weir once its WAL has synced "
              "the record. Goals for Weir: maximum at least 2x Kafka's; p99 at most 5 ms at "
-             "30,000 records/s.", "",
+             "30,000 records/s. Measured after a warm-up in the same JVM ("
+             f"{WARMUP_MAX:,} records before the maximum, {WARMUP_SECONDS} s at the rate before "
+             "the fixed rate). "
+             + (f"Brokers pinned to core(s) {BROKER_CPUS}, the producer to {CLIENT_CPUS} "
+                "(BENCH_PIN=1)." if PIN else "Brokers and producer share all cores."), "",
              "| run | figure | Kafka | Weir | Weir/Kafka |", "|---|---|---:|---:|---:|"]
     last = None
     for tag, label, key in rows:
@@ -156,10 +204,12 @@ def main():
     stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H%M")
     t0 = time.monotonic()
     results = {}
-    for tag, records, throughput in [("max", MAX_RECORDS, -1), ("30k", RATE * SECONDS, RATE)]:
+    for tag, records, throughput, warmup in [("max", MAX_RECORDS, -1, WARMUP_MAX),
+                                             ("30k", RATE * SECONDS, RATE,
+                                              RATE * WARMUP_SECONDS)]:
         for kind in BROKERS:
             try:
-                results[(kind, tag)] = run(kind, tag, records, throughput)
+                results[(kind, tag)] = run(kind, tag, records, throughput, warmup)
             except Exception as e:  # one failure must not lose the other runs
                 print(f"bench: {kind} ({tag}) failed: {e}", flush=True)
                 results[(kind, tag)] = (str(e).splitlines() or [repr(e)])[0][:200]

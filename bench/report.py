@@ -279,8 +279,12 @@ def main():
         "Weir/Kafka: for latencies, below 1 is better for Weir; for throughput, above 1.",
         "Latencies: produce = send() to delivery report; end-to-end = timestamp in the record "
         "to receipt by the consumer. HDR histograms over the measured period (after warm-up).",
-        "The load generator (librdkafka) runs on the same machine and shares its cores with "
-        "the broker; each workload starts a fresh broker on an empty data dir.",
+        ("The load generator (librdkafka) runs on the same machine, on cores of its own: each "
+         "broker runs on the cores named under Machine (cpus) and nothing else runs there, so "
+         "Kafka and Weir have equal hardware; each workload starts a fresh broker on an empty "
+         "data dir." if os.environ.get("BENCH_PIN") == "1" else
+         "The load generator (librdkafka) runs on the same machine and shares its cores with "
+         "the broker; each workload starts a fresh broker on an empty data dir."),
         "(a) and (c) run at half of Kafka's (b) rate (in records/s for (a), in MiB/s for (c)), "
         "unless BENCH_A_RATE / BENCH_C_RATE were set. 1 topic, one producer, one consumer "
         "group of one consumer; partitions as in the commands below.",

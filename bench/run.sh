@@ -56,6 +56,10 @@
 #                                                  (bench/partitions.py, BENCH_P_* settings)
 #   BENCH_ZONES [1]                                0: leave out the zones section
 #                                                  (bench/zones.py, BENCH_Z_* settings)
+#   BENCH_PIN [0]                                  1: equal hardware for the brokers: each broker
+#                                                  on the cores BENCH_BROKER_CPUS [1] only, the
+#                                                  load generator and s3s-fs on BENCH_CLIENT_CPUS
+#                                                  [0] (taskset); 0: everything shares all cores
 #   BENCH_KEEP_DATA [0]                            1: keep the last data dir of each broker
 #                                                  (and the s3s-fs root)
 set -euo pipefail
@@ -72,6 +76,9 @@ WORKLOADS=${BENCH_WORKLOADS:-b a c d}
 S3_WORKLOADS=${BENCH_S3_WORKLOADS:-a d}
 WORK=${BENCH_DIR:-$ROOT/target/bench-run}
 CHARTS=${BENCH_CHARTS:-0}
+PIN=${BENCH_PIN:-0}
+BROKER_CPUS=${BENCH_BROKER_CPUS:-1}
+CLIENT_CPUS=${BENCH_CLIENT_CPUS:-0}
 # Fallback rates when Kafka's (b) is not run (BENCH_BROKERS=weir) or failed.
 FALLBACK_A_RATE=50000
 FALLBACK_C_RATE=800
@@ -110,6 +117,16 @@ OUT=$RESULTS/$STAMP
 mkdir -p "$OUT" "$WORK"
 
 log() { echo "bench: $*" >&2; }
+# With BENCH_PIN=1 a broker gets cores of its own (its threads and children inherit the
+# affinity), so that Kafka and Weir run on equal hardware and the load generator on its own.
+# Prefixes, not functions: taskset execs, so `$!` stays the process's own pid.
+ON_BROKER_CPUS=()
+ON_CLIENT_CPUS=()
+if [[ $PIN == 1 ]]; then
+  command -v taskset >/dev/null || { log "error: BENCH_PIN=1 needs taskset (util-linux)"; exit 1; }
+  ON_BROKER_CPUS=(taskset -c "$BROKER_CPUS")
+  ON_CLIENT_CPUS=(taskset -c "$CLIENT_CPUS")
+fi
 die() { log "error: $*"; exit 1; }
 
 # ---------------------------------------------------------------- brokers
@@ -174,7 +191,7 @@ s3_listens() { (exec 3<>"/dev/tcp/127.0.0.1/$S3_PORT") 2>/dev/null; }
 start_s3() { # s3s-fs on an empty root, with the bucket
   fresh_s3_dir
   if s3_listens; then die "port $S3_PORT is in use (another s3s-fs?)"; fi
-  "$S3FS" --host 127.0.0.1 --port "$S3_PORT" --access-key "$S3_ACCESS_KEY" \
+  "${ON_CLIENT_CPUS[@]}" "$S3FS" --host 127.0.0.1 --port "$S3_PORT" --access-key "$S3_ACCESS_KEY" \
     --secret-key "$S3_SECRET_KEY" "$S3_DIR" >"$WORK/s3s-fs.log" 2>&1 &
   S3_PID=$!
   local ok=
@@ -192,7 +209,7 @@ start_broker() { # broker; sets BOOTSTRAP (not in a subshell: it records pids)
   case $broker in
     kafka)
       rm -rf "$WORK/kafka"
-      "$KAFKA" start --data-dir "$WORK/kafka" --port $KAFKA_PORT \
+      "${ON_BROKER_CPUS[@]}" "$KAFKA" start --data-dir "$WORK/kafka" --port $KAFKA_PORT \
         --controller-port $KAFKA_CONTROLLER_PORT >/dev/null
       KAFKA_UP=1
       BOOTSTRAP=127.0.0.1:$KAFKA_PORT
@@ -211,7 +228,7 @@ start_broker() { # broker; sets BOOTSTRAP (not in a subshell: it records pids)
           AWS_ACCESS_KEY_ID="$S3_ACCESS_KEY" AWS_SECRET_ACCESS_KEY="$S3_SECRET_KEY"
           AWS_REGION=us-east-1 AWS_VIRTUAL_HOSTED_STYLE_REQUEST=false)
       fi
-      env "${envs[@]}" "$WEIR" serve --data-dir "$WORK/$broker" --listen "127.0.0.1:$WEIR_PORT" \
+      "${ON_BROKER_CPUS[@]}" env "${envs[@]}" "$WEIR" serve --data-dir "$WORK/$broker" --listen "127.0.0.1:$WEIR_PORT" \
         --admin-listen "127.0.0.1:$WEIR_ADMIN_PORT" "${store[@]}" >"$WEIR_LOG" 2>&1 &
       WEIR_PID=$!
       local ok=
@@ -341,7 +358,7 @@ run_workload() { # broker workload
     log "$broker ($w): weir cost over $win s of the measured period, in the background"
   fi
   # shellcheck disable=SC2086
-  "$WEIR" perf --bootstrap-servers "$BOOTSTRAP" $args --output "$json" "${chart[@]}" \
+  "${ON_CLIENT_CPUS[@]}" "$WEIR" perf --bootstrap-servers "$BOOTSTRAP" $args --output "$json" "${chart[@]}" \
     2>&1 | tee "$WORK/$broker-$w.log" || rc=$?
   stop_proc_sampler
   if [[ -n $COST_PID ]]; then
@@ -368,6 +385,7 @@ run_workload() { # broker workload
 
 T_START=$SECONDS
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+CPU_BEFORE=$(head -1 /proc/stat)
 if [[ ${BENCH_NO_BUILD:-0} != 1 ]]; then
   log "building weir (release)"
   (cd "$ROOT" && cargo build --release -p weir)
@@ -402,6 +420,10 @@ for broker in $BROKERS; do
 done
 
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+# Steal: time the hypervisor gave this VM's cores to others (8th field of the cpu line).
+STEAL=$(printf '%s\n%s\n' "$CPU_BEFORE" "$(head -1 /proc/stat)" | awk '
+  { t = 0; for (i = 2; i <= NF; i++) t += $i; tot[NR] = t; st[NR] = $9 }
+  END { d = tot[2] - tot[1]; if (d > 0) printf "%.1f%%", 100 * (st[2] - st[1]) / d; else print "?" }')
 ELAPSED=$((SECONDS - T_START))
 
 # Machine description for the report.
@@ -423,6 +445,8 @@ librdkafka=$(json_field "$(ls "$OUT"/*.json | head -1)" "d['librdkafka']" || ech
 $(if [[ " $BROKERS " == *" weir-s3 "* ]]; then
   echo "s3=$("$S3FS" --version 2>/dev/null | head -1) on 127.0.0.1:$S3_PORT, root $S3_DIR ($(df --output=fstype "$(dirname "$S3_DIR")" | tail -1)); weir-s3's WAL and metadata under $WORK"
 fi)
+cpus=$(if [[ $PIN == 1 ]]; then echo "pinned: each broker on core(s) $BROKER_CPUS, the load generator and s3s-fs on $CLIENT_CPUS (BENCH_PIN=1)"; else echo "shared: brokers, load generator and s3s-fs on all cores"; fi)
+steal=$STEAL of the cores' time over the run (taken by the hypervisor)
 load=$LOAD_BEFORE before, $LOAD_AFTER after (1/5/15 min load averages)
 elapsed=$ELAPSED s
 EOF

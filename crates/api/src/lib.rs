@@ -27,6 +27,7 @@ mod cluster;
 mod conn;
 mod errors;
 mod fetch;
+mod frame;
 mod internal;
 mod offsets;
 mod opening;
@@ -41,6 +42,7 @@ mod zones;
 
 pub use cluster::txn_key;
 pub use conn::{Conn, ListenerSecurity};
+pub use frame::ResponseFrame;
 pub use internal::InternalReply;
 pub use zones::{ZoneMeters, ZoneServices};
 
@@ -635,25 +637,42 @@ fn refusal(request: &RequestKind) -> Option<ResponseKind> {
     )
 }
 
-/// Encodes a response with its header, for the request's API key and version.
+/// Encodes a response with its header and length prefix, for the request's API key and
+/// version. A Fetch response's record batches stay where they are (see [`ResponseFrame`]).
 pub fn encode_response(
     header: &RequestHeader,
     response: &ResponseKind,
-) -> anyhow_free::Result<BytesMut> {
+) -> anyhow_free::Result<ResponseFrame> {
     let key = ApiKey::try_from(header.request_api_key)
         .map_err(|_| anyhow_free::Error("unknown API key".into()))?;
     let version = header.request_api_version;
+    let rh = ResponseHeader::default().with_correlation_id(header.correlation_id);
+    fn err(e: impl std::fmt::Display) -> anyhow_free::Error {
+        anyhow_free::Error(e.to_string())
+    }
+    if let ResponseKind::Fetch(fetch) = response {
+        let batches: std::collections::VecDeque<bytes::Bytes> = fetch
+            .responses
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .filter_map(|p| p.records.clone())
+            .filter(|r| r.len() >= frame::SPLICE_MIN)
+            .collect();
+        let parts: usize = fetch.responses.iter().map(|t| t.partitions.len()).sum();
+        let mut buf = frame::SplicingBuf::new(64 + 64 * parts, batches);
+        rh.encode(&mut buf, key.response_header_version(version))
+            .map_err(err)?;
+        fetch.encode(&mut buf, version).map_err(err)?;
+        return Ok(buf.finish());
+    }
     let mut buf = BytesMut::with_capacity(256);
     buf.extend_from_slice(&[0, 0, 0, 0]);
-    let rh = ResponseHeader::default().with_correlation_id(header.correlation_id);
     rh.encode(&mut buf, key.response_header_version(version))
-        .map_err(|e| anyhow_free::Error(e.to_string()))?;
-    response
-        .encode(&mut buf, version)
-        .map_err(|e| anyhow_free::Error(e.to_string()))?;
+        .map_err(err)?;
+    response.encode(&mut buf, version).map_err(err)?;
     let len = (buf.len() - 4) as i32;
     buf[..4].copy_from_slice(&len.to_be_bytes());
-    Ok(buf)
+    Ok(ResponseFrame::from(buf))
 }
 
 /// Errors of encoding, without pulling `anyhow` into the library's signatures.

@@ -1044,7 +1044,7 @@ async fn every_api_answers_at_every_advertised_version() {
                     None => failures.push(format!("{what}: no error response")),
                     Some(r) => match encode_response(&header, &r)
                         .map_err(|e| e.to_string())
-                        .and_then(|b| decode_response(key, v, b))
+                        .and_then(|b| decode_response(key, v, b.contiguous()))
                     {
                         Err(err) => failures.push(format!("{what}: error response: {err}")),
                         Ok(decoded) => {
@@ -1086,7 +1086,7 @@ async fn every_api_answers_at_every_advertised_version() {
                 match encode_response(&header, &response) {
                     Err(err) => failures.push(format!("{what}: {err}")),
                     Ok(bytes) => {
-                        if let Err(err) = decode_response(key, v, bytes) {
+                        if let Err(err) = decode_response(key, v, bytes.contiguous()) {
                             failures.push(format!("{what}: {err}"));
                         }
                     }

@@ -45,6 +45,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use weir_api::{
     encode_response, error_response, supported_versions, Broker, Conn, ListenerSecurity, Reply,
+    ResponseFrame,
 };
 use weir_auth::{Principal, SecurityProtocol};
 use weir_metrics::Counter;
@@ -474,7 +475,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
 
 /// An encoded response on its way (or `None`: nothing to send), with the request's bytes held
 /// until it is written.
-type Pending = BoxFuture<'static, (Option<Result<BytesMut, String>>, Held)>;
+type Pending = BoxFuture<'static, (Option<Result<ResponseFrame, String>>, Held)>;
 
 #[allow(clippy::too_many_arguments)]
 async fn connection<H, R, W>(
@@ -517,10 +518,12 @@ where
             biased;
             Some((out, held)) = pending.next(), if !pending.is_empty() => {
                 match out {
-                    Some(Ok(bytes)) => {
-                        meters.bytes_out.add(bytes.len() as u64);
-                        zone_bytes.count(&*handler, &conn, held.kind, true, bytes.len() as u64);
-                        wr.write_all(&bytes).await?;
+                    Some(Ok(mut frame)) => {
+                        meters.bytes_out.add(frame.len() as u64);
+                        zone_bytes.count(&*handler, &conn, held.kind, true, frame.len() as u64);
+                        // One vectored write of the frame's chunks: records are not copied
+                        // into a response buffer first.
+                        wr.write_all_buf(&mut frame).await?;
                         // TLS holds records in its buffer until flushed (a no-op on TCP).
                         wr.flush().await?;
                     }
@@ -530,10 +533,10 @@ where
                 drop(held);
             }
             Some((out, held)) = unordered.next(), if !unordered.is_empty() => {
-                if let Some(Ok(bytes)) = out {
-                    meters.bytes_out.add(bytes.len() as u64);
-                    zone_bytes.count(&*handler, &conn, held.kind, true, bytes.len() as u64);
-                    wr.write_all(&bytes).await?;
+                if let Some(Ok(mut frame)) = out {
+                    meters.bytes_out.add(frame.len() as u64);
+                    zone_bytes.count(&*handler, &conn, held.kind, true, frame.len() as u64);
+                    wr.write_all_buf(&mut frame).await?;
                     wr.flush().await?;
                 }
                 drop(held);
@@ -700,7 +703,7 @@ async fn internal_request<H: Handler>(
                         b.extend_from_slice(&((4 + body.len()) as u32).to_be_bytes());
                         b.extend_from_slice(&correlation.to_be_bytes());
                         b.extend_from_slice(&body);
-                        Some(Ok(b))
+                        Some(Ok(ResponseFrame::from(b)))
                     }
                     Ok(None) => None,
                     Err(panic) => {
@@ -805,7 +808,7 @@ fn answer(
     outcome: Result<ResponseKind, String>,
     frame: Bytes,
     meters: &NetworkMeters,
-) -> Result<BytesMut, String> {
+) -> Result<ResponseFrame, String> {
     let version = header.request_api_version;
     match outcome {
         Ok(response) => match encode_response(header, &response) {
