@@ -169,6 +169,8 @@ def run(kind, partitions):
             perf = json.load(f)
     finally:
         b.stop()
+        # A broker's data dir holds GiBs after a run: gone once its figures are read.
+        shutil.rmtree(root, ignore_errors=True)
     s = perf["summary"]
     moved = (s["produce"]["mib_per_sec"] + s["consume"]["mib_per_sec"]) * s["seconds"] / 1024
     bs = broker.summary()

@@ -84,6 +84,8 @@ def run(kind, tag, records, throughput, warmup):
         return measure(b, tag, records, throughput, warmup=warmup)
     finally:
         b.stop()
+        # A broker's data dir holds GiBs after a run.
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def measure(b, tag, records, throughput, bootstrap=None, extra=(), warmup=0):

@@ -156,6 +156,8 @@ def run(kind, protocol, tag, records, throughput):
         r = measure(b, f"{protocol}-{tag}", records, throughput, bootstrap, extra)
     finally:
         b.stop()
+        # A broker's data dir holds GiBs after a run.
+        shutil.rmtree(root, ignore_errors=True)
     r["protocol"] = protocol
     r["cmd"] = r["cmd"].replace(b.sasl_bootstrap, "HOST:SASL_SSL_PORT").replace(
         os.path.join(root, ""), "")
