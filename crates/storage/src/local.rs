@@ -4,9 +4,13 @@
 //! reach the disk before it returns. Writing a whole object into the page cache and syncing it at
 //! the end would hand the disk tens of MiB at once, and the WAL's small synced writes, on the same
 //! disk, would queue behind them: that was most of the produce tail latency. So an object is
-//! written in small steps, each handed to the disk (`sync_file_range`) before the next is
-//! written, which keeps at most two steps in the device queue ahead of the WAL. Then
-//! `fdatasync`, rename into place, and a sync of the directory.
+//! written in small steps, each handed to the disk (`sync_file_range`) once the one before it is
+//! written. Several uploads run at once (parts of a multipart upload, compaction beside the
+//! uploader), so the steps in the device queue are also bounded for the whole process
+//! ([`WRITEBACK_STEPS`]): with two steps per upload and four uploads, 8 MiB could sit ahead of a
+//! WAL write, tens of milliseconds on the bench machine's disk, which was the tail of produce
+//! latency with `file://` objects. Then `fdatasync`, rename into place, and a sync of the
+//! directory.
 //!
 //! A multipart upload writes each part into a staging file as it is put, at the part's place
 //! (parts are put in their order in the object, so each one's offset is known then), paced the
@@ -32,6 +36,56 @@ use object_store::{
 
 /// Bytes written before the previous step must be on the disk.
 const STEP: usize = 1 << 20;
+
+/// Steps handed to the disk and not yet known written, over every upload of the process.
+const WRITEBACK_STEPS: usize = 2;
+
+/// The process-wide count of steps in the device queue (see the module doc).
+struct Writeback {
+    state: std::sync::Mutex<WritebackState>,
+    freed: std::sync::Condvar,
+}
+
+struct WritebackState {
+    in_flight: usize,
+    /// The most ever in flight at once (for the tests).
+    peak: usize,
+}
+
+static WRITEBACK: Writeback = Writeback {
+    state: std::sync::Mutex::new(WritebackState {
+        in_flight: 0,
+        peak: 0,
+    }),
+    freed: std::sync::Condvar::new(),
+};
+
+impl Writeback {
+    fn lock(&self) -> std::sync::MutexGuard<'_, WritebackState> {
+        // Nothing is left half-done under this lock: a poisoned one is still consistent.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until a step may be handed to the disk. A caller holds at most one permit and
+    /// never waits for one while holding another, so waiting always ends.
+    fn acquire(&self) {
+        let mut st = self.lock();
+        while st.in_flight >= WRITEBACK_STEPS {
+            st = self.freed.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        st.in_flight += 1;
+        st.peak = st.peak.max(st.in_flight);
+        debug_assert!(st.in_flight <= WRITEBACK_STEPS);
+    }
+
+    fn release(&self) {
+        let mut st = self.lock();
+        debug_assert!(st.in_flight > 0, "a writeback permit released twice");
+        st.in_flight = st.in_flight.saturating_sub(1);
+        drop(st);
+        self.freed.notify_one();
+    }
+}
 
 /// See the module doc.
 #[derive(Debug)]
@@ -120,6 +174,7 @@ fn write_paced(
     for buf in payload {
         pacer.write(buf)?;
     }
+    drop(pacer);
     finish_staging(file, dest, staging)
 }
 
@@ -145,15 +200,25 @@ fn create_staging(
     std::fs::File::create(staging).map_err(ctx("creating"))
 }
 
-/// Writes consecutive buffers from an offset on, each [`STEP`] handed to the disk before the
-/// one after the next is written (steps run across buffers: many small ones make few steps).
+/// Writes consecutive buffers from an offset on, each [`STEP`] handed to the disk once the one
+/// before it is written (steps run across buffers: many small ones make few steps).
 struct Pacer<'a> {
     file: &'a std::fs::File,
     /// Where the next byte goes.
     at: u64,
     /// Bytes written since the last step was handed to the disk.
     unflushed: usize,
+    /// The step in the device queue, holding a [`WRITEBACK`] permit.
     previous: Option<(u64, u64)>,
+}
+
+impl Drop for Pacer<'_> {
+    fn drop(&mut self) {
+        // The step left is synced by whoever completes the file (or the file is removed).
+        if self.previous.take().is_some() {
+            WRITEBACK.release();
+        }
+    }
 }
 
 impl<'a> Pacer<'a> {
@@ -178,7 +243,18 @@ impl<'a> Pacer<'a> {
             self.unflushed += n;
             if self.unflushed == STEP {
                 let step = (self.at - STEP as u64, STEP as u64);
-                hand_to_disk(self.file, step, self.previous).map_err(ctx("writing back"))?;
+                // Our own step written first and its permit released; only then a permit for
+                // the next (never waiting for a permit while holding one).
+                if let Some(p) = self.previous.take() {
+                    let written = wait_written(self.file, p);
+                    WRITEBACK.release();
+                    written.map_err(ctx("writing back"))?;
+                }
+                WRITEBACK.acquire();
+                if let Err(e) = start_writeback(self.file, step) {
+                    WRITEBACK.release();
+                    return Err(ctx("writing back")(e));
+                }
                 self.previous = Some(step);
                 self.unflushed = 0;
             }
@@ -202,34 +278,36 @@ fn finish_staging(
     sync_dir(parent).map_err(ctx("syncing the directory"))
 }
 
-/// Starts write-back of `step` and waits for `previous` to be written.
-fn hand_to_disk(
-    file: &std::fs::File,
-    step: (u64, u64),
-    previous: Option<(u64, u64)>,
-) -> std::io::Result<()> {
+fn file_range((off, len): (u64, u64)) -> (libc::off64_t, libc::off64_t) {
+    (
+        libc::off64_t::try_from(off).unwrap_or(libc::off64_t::MAX),
+        libc::off64_t::try_from(len).unwrap_or(0),
+    )
+}
+
+/// Starts write-back of `step`.
+fn start_writeback(file: &std::fs::File, step: (u64, u64)) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
-    let fd = file.as_raw_fd();
-    let range = |(off, len): (u64, u64)| {
-        (
-            libc::off64_t::try_from(off).unwrap_or(libc::off64_t::MAX),
-            libc::off64_t::try_from(len).unwrap_or(0),
-        )
-    };
-    let (off, len) = range(step);
-    // SAFETY: plain syscalls on a valid descriptor.
-    if unsafe { libc::sync_file_range(fd, off, len, libc::SYNC_FILE_RANGE_WRITE) } != 0 {
+    let (off, len) = file_range(step);
+    // SAFETY: a plain syscall on a valid descriptor.
+    if unsafe { libc::sync_file_range(file.as_raw_fd(), off, len, libc::SYNC_FILE_RANGE_WRITE) }
+        != 0
+    {
         return Err(std::io::Error::last_os_error());
     }
-    if let Some(p) = previous {
-        let (off, len) = range(p);
-        let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
-            | libc::SYNC_FILE_RANGE_WRITE
-            | libc::SYNC_FILE_RANGE_WAIT_AFTER;
-        // SAFETY: as above.
-        if unsafe { libc::sync_file_range(fd, off, len, flags) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+    Ok(())
+}
+
+/// Waits until `step` is written.
+fn wait_written(file: &std::fs::File, step: (u64, u64)) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (off, len) = file_range(step);
+    let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+        | libc::SYNC_FILE_RANGE_WRITE
+        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    // SAFETY: a plain syscall on a valid descriptor.
+    if unsafe { libc::sync_file_range(file.as_raw_fd(), off, len, flags) } != 0 {
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }
@@ -406,6 +484,43 @@ mod tests {
         assert_eq!(
             names(&dir.path().join("ab")),
             vec![std::ffi::OsString::from("obj")]
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_uploads_keep_at_most_the_bound_of_steps_in_the_device_queue() {
+        // Six uploads of 5 steps each at once: unbounded, each would keep up to two steps in
+        // the device queue (twelve together).
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store =
+            Arc::new(LocalStore::new(dir.path().to_str().expect("utf-8 path")).expect("store"));
+        let data = Bytes::from(
+            (0..(5 * STEP + 99))
+                .map(|i| (i % 241) as u8)
+                .collect::<Vec<_>>(),
+        );
+        let puts = (0..6).map(|i| {
+            let store = Arc::clone(&store);
+            let data = data.clone();
+            tokio::spawn(async move {
+                let path = Path::from(format!("c/{i}"));
+                object_store::ObjectStoreExt::put(&*store, &path, PutPayload::from(data))
+                    .await
+                    .expect("put");
+                path
+            })
+        });
+        let paths = futures::future::join_all(puts).await;
+        for p in paths {
+            let p = p.expect("task");
+            assert_eq!(read_back(&store, &p).await, data, "{p}");
+        }
+        let st = WRITEBACK.lock();
+        assert!(st.peak >= 1, "steps were handed to the disk");
+        assert!(
+            st.peak <= WRITEBACK_STEPS,
+            "{} steps were in the device queue at once (bound {WRITEBACK_STEPS})",
+            st.peak
         );
     }
 
