@@ -19,6 +19,8 @@
 //! - `sasl.rs`: SaslHandshake, SaslAuthenticate (PLAIN, SCRAM; re-authentication), on
 //!   [`weir_auth`]; `scram_users.rs`: Describe/AlterUserScramCredentials. Who a connection is
 //!   lives in its [`Conn`]; the network layer serves nothing else until it has authenticated.
+//! - `frame.rs`: [`encode_response`]'s result, a [`ResponseFrame`] of chunks: a Fetch
+//!   response's record batches are kept by reference, not copied into the response.
 
 mod acls;
 mod admin;
