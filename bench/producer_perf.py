@@ -137,7 +137,7 @@ def measure(b, tag, records, throughput, bootstrap=None, extra=(), warmup=0):
             "avg": g[3], "p50": g[5], "p95": g[6], "p99": g[7], "p999": g[8], "max": g[4],
             "cpu_s_per_gib": s["cpu_s"] / gib if s and gib else None,
             "rss_max_mib": s.get("rss_max_mib"),
-            "cmd": " ".join(cmd[cmd.index(KAFKA_SH):]).replace(KAFKA_SH, "kafka.sh")
+            "cmd": " ".join(["kafka.sh", "tool", *tool])
             .replace(WARM, "tools/kafka/WarmProducerPerformance.java")
             .replace(b.bootstrap, "HOST:PORT")}
 

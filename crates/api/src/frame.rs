@@ -181,20 +181,19 @@ unsafe impl BufMut for SplicingBuf {
     }
 
     fn put_slice(&mut self, src: &[u8]) {
-        if src.len() >= SPLICE_MIN {
-            if let Some(next) = self.expect.front() {
-                if next.as_ptr() == src.as_ptr() && next.len() == src.len() {
-                    let Some(batch) = self.expect.pop_front() else {
-                        return;
-                    };
-                    let chunk = self.cur.split().freeze();
-                    self.base += chunk.len();
-                    self.frame.push(chunk);
-                    self.base += batch.len();
-                    self.spliced += batch.len();
-                    self.frame.push(batch);
-                    return;
-                }
+        let expected = src.len() >= SPLICE_MIN
+            && self
+                .expect
+                .front()
+                .is_some_and(|next| next.as_ptr() == src.as_ptr() && next.len() == src.len());
+        if expected {
+            if let Some(batch) = self.expect.pop_front() {
+                let chunk = self.cur.split().freeze();
+                self.base += chunk.len() + batch.len();
+                self.spliced += batch.len();
+                self.frame.push(chunk);
+                self.frame.push(batch);
+                return;
             }
         }
         self.cur.extend_from_slice(src);

@@ -68,7 +68,7 @@ impl Writeback {
 
     /// Waits until a step may be handed to the disk. A caller holds at most one permit and
     /// never waits for one while holding another, so waiting always ends.
-    fn acquire(&self) {
+    fn acquire(&'static self) -> WritebackPermit {
         let mut st = self.lock();
         while st.in_flight >= WRITEBACK_STEPS {
             st = self.freed.wait(st).unwrap_or_else(|e| e.into_inner());
@@ -76,14 +76,23 @@ impl Writeback {
         st.in_flight += 1;
         st.peak = st.peak.max(st.in_flight);
         debug_assert!(st.in_flight <= WRITEBACK_STEPS);
+        WritebackPermit(self)
     }
+}
 
-    fn release(&self) {
-        let mut st = self.lock();
-        debug_assert!(st.in_flight > 0, "a writeback permit released twice");
+/// One step's place in the device queue, given back when dropped.
+struct WritebackPermit(&'static Writeback);
+
+impl Drop for WritebackPermit {
+    fn drop(&mut self) {
+        let mut st = self.0.lock();
+        debug_assert!(
+            st.in_flight > 0,
+            "more writeback permits given back than taken"
+        );
         st.in_flight = st.in_flight.saturating_sub(1);
         drop(st);
-        self.freed.notify_one();
+        self.0.freed.notify_one();
     }
 }
 
@@ -174,7 +183,6 @@ fn write_paced(
     for buf in payload {
         pacer.write(buf)?;
     }
-    drop(pacer);
     finish_staging(file, dest, staging)
 }
 
@@ -208,17 +216,9 @@ struct Pacer<'a> {
     at: u64,
     /// Bytes written since the last step was handed to the disk.
     unflushed: usize,
-    /// The step in the device queue, holding a [`WRITEBACK`] permit.
-    previous: Option<(u64, u64)>,
-}
-
-impl Drop for Pacer<'_> {
-    fn drop(&mut self) {
-        // The step left is synced by whoever completes the file (or the file is removed).
-        if self.previous.take().is_some() {
-            WRITEBACK.release();
-        }
-    }
+    /// The step in the device queue and its [`WRITEBACK`] permit. The last one is synced by
+    /// whoever completes the file (or the file is removed); dropping the pacer gives it back.
+    previous: Option<((u64, u64), WritebackPermit)>,
 }
 
 impl<'a> Pacer<'a> {
@@ -245,17 +245,14 @@ impl<'a> Pacer<'a> {
                 let step = (self.at - STEP as u64, STEP as u64);
                 // Our own step written first and its permit released; only then a permit for
                 // the next (never waiting for a permit while holding one).
-                if let Some(p) = self.previous.take() {
+                if let Some((p, permit)) = self.previous.take() {
                     let written = wait_written(self.file, p);
-                    WRITEBACK.release();
+                    drop(permit);
                     written.map_err(ctx("writing back"))?;
                 }
-                WRITEBACK.acquire();
-                if let Err(e) = start_writeback(self.file, step) {
-                    WRITEBACK.release();
-                    return Err(ctx("writing back")(e));
-                }
-                self.previous = Some(step);
+                let permit = WRITEBACK.acquire();
+                start_writeback(self.file, step).map_err(ctx("writing back"))?;
+                self.previous = Some((step, permit));
                 self.unflushed = 0;
             }
         }
