@@ -72,6 +72,10 @@ pub struct StorageMeters {
     pub block_cache_hits: Counter,
     pub block_cache_misses: Counter,
     pub block_cache_fill_bytes: Counter,
+    /// Bytes of blocks evicted from the block cache before any read took them: fetched for
+    /// nothing (the read-ahead ran too far ahead of the reader, or the cache is too small for
+    /// the readers' windows).
+    pub block_cache_evicted_unread_bytes: Counter,
     /// Blocks a read found being fetched (by the read-ahead or another read) and waited for.
     pub block_in_flight_hits: Counter,
     /// Bytes of the GETs the read-ahead started (those that succeed are also in

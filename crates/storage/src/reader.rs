@@ -17,6 +17,16 @@
 //! does not fetch the same data again from the new ones. If a kept range's object is gone, the
 //! read is done again through the metadata store.
 //!
+//! The block cache is a least-recently-used cache with one exception: a block a consumer has
+//! read through (its read went on past the block's end) goes first when room is needed. Such a
+//! block is not read again by that consumer, while the blocks fetched ahead of the readers
+//! (up to half of the cache) are read soon; under plain LRU the block just read was the most
+//! recently used, and blocks fetched ahead and not read yet were evicted before it and fetched
+//! twice (15-20% more fetched than consumers read in a catch-up of 16 partitions). A second
+//! consumer of the same data far behind the first fetches it again. A consumer's read stops
+//! where the log cache starts (`until`): the blocks from there on are neither fetched nor
+//! taken along in a GET of the blocks before them.
+//!
 //! Reads have a [`Purpose`]: compaction's ([`Purpose::Background`]) neither fill the block
 //! cache nor touch the read-ahead state, and are counted apart, so that rewriting old data
 //! neither evicts what consumers are about to read nor shrinks their windows.
@@ -90,21 +100,36 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// A least-recently-used map with a byte budget: each value is charged the bytes it is inserted
 /// with, and the oldest values are evicted while the total exceeds the budget. A value larger
-/// than the whole budget is not kept.
+/// than the whole budget is not kept. A value can be demoted: it goes first when room is needed
+/// (demoted values in the order they were demoted), which is where a block a consumer has read
+/// through belongs, rather than ahead of the blocks fetched for it that it has not read yet.
 struct Lru<K, V> {
     budget: u64,
     bytes: u64,
+    /// Ages of values in use count up from `HOT`, of demoted ones from 0: all below.
     tick: u64,
-    entries: HashMap<K, (V, u64, u64)>,
+    cold: u64,
+    entries: HashMap<K, Entry<V>>,
     by_age: BTreeMap<u64, K>,
 }
+
+struct Entry<V> {
+    value: V,
+    bytes: u64,
+    age: u64,
+    /// Taken by a `get` since it was inserted.
+    read: bool,
+}
+
+const HOT: u64 = 1 << 63;
 
 impl<K: Copy + Eq + std::hash::Hash, V: Clone> Lru<K, V> {
     fn new(budget: u64) -> Self {
         Lru {
             budget,
             bytes: 0,
-            tick: 0,
+            tick: HOT,
+            cold: 0,
             entries: HashMap::new(),
             by_age: BTreeMap::new(),
         }
@@ -113,40 +138,76 @@ impl<K: Copy + Eq + std::hash::Hash, V: Clone> Lru<K, V> {
     fn get(&mut self, key: &K) -> Option<V> {
         self.tick += 1;
         let tick = self.tick;
-        let (value, _, t) = self.entries.get_mut(key)?;
-        self.by_age.remove(t);
-        *t = tick;
+        let e = self.entries.get_mut(key)?;
+        self.by_age.remove(&e.age);
+        e.age = tick;
+        e.read = true;
         self.by_age.insert(tick, *key);
-        Some(value.clone())
+        Some(e.value.clone())
     }
 
     fn contains(&self, key: &K) -> bool {
         self.entries.contains_key(key)
     }
 
-    fn insert(&mut self, key: K, value: V, bytes: u64) {
+    /// Inserts `value`, evicting the oldest values while over the budget; returns the bytes
+    /// evicted that no `get` had taken.
+    fn insert(&mut self, key: K, value: V, bytes: u64) -> u64 {
         self.remove(&key);
         if bytes > self.budget {
-            return;
+            return 0;
         }
         self.tick += 1;
-        self.entries.insert(key, (value, bytes, self.tick));
+        self.entries.insert(
+            key,
+            Entry {
+                value,
+                bytes,
+                age: self.tick,
+                read: false,
+            },
+        );
         self.bytes += bytes;
         self.by_age.insert(self.tick, key);
+        let mut unread = 0;
         while self.bytes > self.budget {
             let Some((_, k)) = self.by_age.pop_first() else {
                 break;
             };
-            if let Some((_, b, _)) = self.entries.remove(&k) {
-                self.bytes -= b;
+            if let Some(e) = self.entries.remove(&k) {
+                self.bytes -= e.bytes;
+                if !e.read {
+                    unread += e.bytes;
+                }
             }
         }
+        debug_assert!(
+            self.cold < HOT && self.tick >= HOT,
+            "ages of demoted values stay below"
+        );
+        unread
+    }
+
+    /// Makes `key`'s value, which has been read, the next to go when room is needed (after
+    /// those demoted before it).
+    fn demote(&mut self, key: &K) {
+        let Some(e) = self.entries.get_mut(key) else {
+            return;
+        };
+        e.read = true;
+        if e.age < HOT {
+            return;
+        }
+        self.by_age.remove(&e.age);
+        self.cold += 1;
+        e.age = self.cold;
+        self.by_age.insert(self.cold, *key);
     }
 
     fn remove(&mut self, key: &K) {
-        if let Some((_, b, t)) = self.entries.remove(key) {
-            self.bytes -= b;
-            self.by_age.remove(&t);
+        if let Some(e) = self.entries.remove(key) {
+            self.bytes -= e.bytes;
+            self.by_age.remove(&e.age);
         }
     }
 
@@ -710,10 +771,21 @@ impl Inner {
                     });
                 }
                 let index = self.index(r).await?;
+                // Blocks from `until` on are neither read nor fetched along with the ones
+                // before them: a consumer's read stops where the log cache starts, which has
+                // them.
+                let stop =
+                    index.partition_point(|e| (e.stream_id, e.start_offset) < (stream_id, until));
+                let index = &index[..stop];
                 let first =
                     index.partition_point(|e| (e.stream_id, e.end_offset) <= (stream_id, next));
                 let mut i = first;
                 while i < index.len() && index[i].stream_id == stream_id {
+                    if bytes > 0 && bytes >= max_bytes && purpose != Purpose::Background {
+                        // Full: the next block is not fetched (or waited for) only to find that
+                        // none of it fits.
+                        break 'ranges;
+                    }
                     let block = if let Some(b) = held.as_ref().and_then(|h| h.block(r, &index[i])) {
                         b
                     } else if purpose == Purpose::Background && bytes >= max_bytes {
@@ -722,7 +794,7 @@ impl Inner {
                         // fetched twice.
                         break 'ranges;
                     } else if wait {
-                        let h = self.block(r, &index, i, window, purpose).await?;
+                        let h = self.block(r, index, i, window, purpose).await?;
                         let b = h.block(r, &index[i]).ok_or_else(|| StorageError::Corrupt {
                             key: r.object_key.clone(),
                             reason: "a GET did not hold the block it was made for".into(),
@@ -730,7 +802,7 @@ impl Inner {
                         held = Some(h);
                         b
                     } else {
-                        match self.block_ready(r, &index, i, window) {
+                        match self.block_ready(r, index, i, window) {
                             Some(b) => b,
                             None => {
                                 incomplete = true;
@@ -757,7 +829,15 @@ impl Inner {
                         bytes += f.payload.len();
                         out.push(f);
                     }
+                    if purpose == Purpose::Fetch {
+                        // Read through: a consumer going on does not come back to it, and the
+                        // blocks fetched ahead of it, not read yet, are what the cache is for.
+                        lock(&self.blocks).demote(&(r.object_id, index[i].position));
+                    }
                     i += 1;
+                }
+                if next >= until {
+                    break 'ranges;
                 }
                 if next < r.end_offset {
                     // The index ended before the range did: the object does not hold what the
@@ -855,11 +935,12 @@ impl Inner {
             for e in index.iter() {
                 let (at, end) = (e.position as usize, e.position as usize + e.size as usize);
                 if let Some(b) = tail.get(at..end) {
-                    blocks.insert(
+                    let unread = blocks.insert(
                         (r.object_id, e.position),
                         Bytes::copy_from_slice(b),
                         u64::from(e.size),
                     );
+                    self.meters.block_cache_evicted_unread_bytes.add(unread);
                 }
             }
         }
@@ -1012,11 +1093,12 @@ impl Inner {
                     let mut cache = lock(&this.blocks);
                     for &(position, size) in &entries {
                         let at = (position - start) as usize;
-                        cache.insert(
+                        let unread = cache.insert(
                             (object_id, position),
                             data.slice(at..at + size as usize),
                             u64::from(size),
                         );
+                        this.meters.block_cache_evicted_unread_bytes.add(unread);
                     }
                 }
             }
@@ -1164,6 +1246,33 @@ mod tests {
         assert_eq!(lru.bytes(), 40);
     }
 
+    #[test]
+    fn lru_evicts_demoted_values_first_and_counts_what_went_unread() {
+        let mut lru: Lru<u32, u32> = Lru::new(100);
+        for k in 0..3 {
+            assert_eq!(lru.insert(k, k, 30), 0);
+        }
+        // 0 and 1 are read, 2 is not. Reading 1 and 2 makes 0 the least recently used...
+        assert!(lru.get(&0).is_some() && lru.get(&1).is_some());
+        // ...but 1 and then 0 are demoted: 1 goes first, although 2 was used longest ago.
+        lru.demote(&1);
+        lru.demote(&0);
+        assert_eq!(lru.insert(3, 3, 30), 0, "a read value went");
+        assert_eq!(lru.get(&1), None);
+        assert_eq!(lru.insert(4, 4, 30), 0, "a read value went");
+        assert_eq!(lru.get(&0), None);
+        // Now 2 (never read) is the oldest: evicting it is counted.
+        assert_eq!(lru.insert(5, 5, 30), 30);
+        assert_eq!(lru.get(&2), None);
+        // A demoted value that is read again is in use again.
+        lru.demote(&3);
+        assert!(lru.get(&3).is_some());
+        assert_eq!(lru.insert(6, 6, 30), 30, "4, never read, went");
+        assert!(lru.get(&3).is_some() && lru.get(&4).is_none());
+        lru.demote(&42);
+        assert_eq!(lru.bytes(), 90);
+    }
+
     /// Many objects read through a reader whose index cache holds only a few of their indexes:
     /// the cache's bytes never exceed the bound, the most recent index is a hit, an evicted one
     /// is fetched again, and every read returns the right data.
@@ -1284,6 +1393,17 @@ mod readahead_tests {
         meta: Arc<dyn MetaStore>,
         latency: Duration,
     ) -> (ObjectReader, Arc<ObjectMeters>) {
+        reader_sized(store, meta, latency, 4 << 20, 64 << 10)
+    }
+
+    /// [`reader`] with a block cache of `cache` bytes and windows of at most `readahead_max`.
+    fn reader_sized(
+        store: Arc<dyn ObjectStore>,
+        meta: Arc<dyn MetaStore>,
+        latency: Duration,
+        cache: u64,
+        readahead_max: u64,
+    ) -> (ObjectReader, Arc<ObjectMeters>) {
         let slow = FaultyStore::new(
             store,
             FaultConfig {
@@ -1298,8 +1418,8 @@ mod readahead_tests {
             meta,
             Arc::new(StorageMeters::default()),
             BLOCK,
-            4 << 20,
-            64 << 10,
+            cache,
+            readahead_max,
             crate::budget::Budget::new(0),
             crate::budget::Budget::new(0),
             1 << 20,
@@ -1534,5 +1654,96 @@ mod readahead_tests {
         );
         assert_eq!(meters.index_lookups.get(), lookups);
         engine.close().await.expect("close");
+    }
+
+    /// A read that must stop at `until` (where the log cache starts) fetches nothing from there
+    /// on: neither the block that starts there nor the ones a GET would take along.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_fetches_nothing_from_where_it_stops() {
+        let (store, meta) = written().await;
+        let (reader, gets) = reader(store, meta, Duration::ZERO);
+        let meters = Arc::clone(&reader.inner.meters);
+        const UNTIL: u64 = 20;
+        let frames = reader
+            .read(1, 0, UNTIL, 1 << 20, Purpose::Fetch)
+            .await
+            .expect("read");
+        check(&frames, 0);
+        assert_eq!(frames.len() as u64, UNTIL);
+        // Blocks hold one batch each (4,000 bytes and a frame header, blocks of 4 KiB).
+        let block = 4000 + format::FRAME_HEADER_LEN as u64;
+        assert_eq!(meters.block_cache_fill_bytes.get(), UNTIL * block);
+        // Going on, with a larger window: GETs of several blocks, none past the end either.
+        let frames = reader
+            .read(1, UNTIL, 2 * UNTIL, 1 << 20, Purpose::Fetch)
+            .await
+            .expect("read");
+        check(&frames, UNTIL);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(meters.block_cache_fill_bytes.get(), 2 * UNTIL * block);
+        assert!(gets.get_bytes.get() <= 2 * UNTIL * block + TAIL_GUESS);
+    }
+
+    /// Two consumers reading on, one of them pausing with blocks fetched ahead of it, while the
+    /// other reads many blocks through a small block cache: the blocks the second has read
+    /// through go before the first one's blocks that nobody has read yet, which are still
+    /// cached when it comes back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn blocks_read_through_are_evicted_before_blocks_fetched_ahead_and_not_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (engine, store, meta) = super::tests::memory_engine(dir.path(), BLOCK).await;
+        for s in [1, 2] {
+            engine.open_stream(s, 1).await.expect("open");
+            for i in 0..BATCHES {
+                engine
+                    .append(s, 1, 1, 0, |_| Bytes::from(vec![i as u8; 4000]))
+                    .await
+                    .expect("append");
+            }
+        }
+        engine.close().await.expect("close");
+        // Twelve blocks of cache; windows of at most four blocks.
+        let (reader, _) =
+            reader_sized(store, meta, Duration::from_millis(1), 12 * BLOCK, 4 * BLOCK);
+        let meters = Arc::clone(&reader.inner.meters);
+        let read = |s: u64, from: u64| {
+            let reader = &reader;
+            async move {
+                let frames = reader
+                    .read(s, from, BATCHES, 4000, Purpose::Fetch)
+                    .await
+                    .expect("read");
+                check(&frames, from);
+                // Time for the read-ahead's GETs to land.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                frames.last().map(|f| f.end_offset()).expect("a frame")
+            }
+        };
+        // The first consumer reads two blocks: its window grows and blocks after them are
+        // fetched ahead.
+        let mut next1 = 0;
+        while next1 < 2 {
+            next1 = read(1, next1).await;
+        }
+        let ahead = meters.readahead_bytes.get();
+        assert!(ahead > 0, "nothing was fetched ahead");
+        // The second reads 30 blocks, more than twice the cache.
+        let mut next2 = 0;
+        while next2 < 30 {
+            next2 = read(2, next2).await;
+        }
+        assert_eq!(
+            meters.block_cache_evicted_unread_bytes.get(),
+            0,
+            "blocks fetched ahead were evicted before they were read"
+        );
+        // The first one's blocks are still there: it goes on without a GET of its own.
+        let misses = meters.block_cache_misses.get();
+        read(1, next1).await;
+        assert_eq!(
+            meters.block_cache_misses.get(),
+            misses,
+            "a block was fetched again"
+        );
     }
 }

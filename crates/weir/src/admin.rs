@@ -1040,6 +1040,13 @@ fn render(state: &State) -> String {
     );
     counter(
         &mut o,
+        "block_cache_evicted_unread_bytes",
+        "Bytes of blocks evicted from the block cache before any read took them.",
+        "",
+        &s.block_cache_evicted_unread_bytes,
+    );
+    counter(
+        &mut o,
         "block_in_flight_hits",
         "Object blocks a read found being fetched and waited for.",
         "",
