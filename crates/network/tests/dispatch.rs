@@ -404,3 +404,44 @@ async fn all_connections_together_stop_reading_at_the_total_bound() {
     }
     assert_eq!(srv.stub.produces.load(Ordering::SeqCst), 20);
 }
+
+/// Requests arriving a few bytes at a time, and several in one write: each is cut at its own
+/// length (the body of one is never read into the next) and answered in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_split_across_reads_and_packed_into_one_are_each_read_whole() {
+    let srv = start(NetworkConfig::default()).await;
+    let mut c = TcpStream::connect(srv.addr).await.expect("connect");
+    let list = RequestKind::ListOffsets(ListOffsetsRequest::default().with_topics(vec![
+        list_offsets_request::ListOffsetsTopic::default()
+            .with_name(TopicName(s("t")))
+            .with_partitions(vec![
+                list_offsets_request::ListOffsetsPartition::default().with_timestamp(-1),
+            ]),
+    ]));
+    // Three requests, written as one stream of bytes in pieces of 7 bytes.
+    let mut bytes = Vec::new();
+    for id in 1..=3 {
+        bytes.extend(frame(ApiKey::ListOffsets, 4, id, &list));
+    }
+    for piece in bytes.chunks(7) {
+        c.write_all(piece).await.expect("write");
+        c.flush().await.expect("flush");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // Three more in one write.
+    let mut packed = Vec::new();
+    for id in 4..=6 {
+        packed.extend(frame(ApiKey::ListOffsets, 4, id, &list));
+    }
+    c.write_all(&packed).await.expect("write");
+    for id in 1..=6 {
+        let (correlation, r) = recv(&mut c, ApiKey::ListOffsets, 4)
+            .await
+            .expect("an answer");
+        assert_eq!(correlation, id);
+        let ResponseKind::ListOffsets(r) = r else {
+            panic!("not a ListOffsets response: {r:?}");
+        };
+        assert_eq!(r.topics[0].partitions[0].offset, 3);
+    }
+}
