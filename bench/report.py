@@ -155,7 +155,7 @@ def cost_totals(text):
 
 def main():
     run_dir, out_md = sys.argv[1], sys.argv[2]
-    data = {(b, w): load(run_dir, b, w) for b in BROKERS for w in "abcd"}
+    data = {(b, w): load(run_dir, b, w) for b in BROKERS for w in "abpcd"}
     rows = []  # (workload, figure, kafka, weir)
 
     def add(w, label, *path, scale=1.0):
@@ -193,6 +193,13 @@ def main():
     add("b", "produce latency p50 ms", "summary", "produce_latency_ms", "p50")
     add("b", "produce latency p99 ms", "summary", "produce_latency_ms", "p99")
 
+    titles["p"] = (f"(p) maximum produce throughput, producer only, {rate_desc('p')}, acks=all, "
+                   "linger.ms=1")
+    add("p", "produce MiB/s", "summary", "produce", "mib_per_sec")
+    add("p", "produce records/s", "summary", "produce", "records_per_sec")
+    add("p", "produce latency p50 ms", "summary", "produce_latency_ms", "p50")
+    add("p", "produce latency p99 ms", "summary", "produce_latency_ms", "p99")
+
     titles["c"] = f"(c) {rate_desc('c')}, acks=all, linger.ms=1"
     add("c", "produce MiB/s", "summary", "produce", "mib_per_sec")
     for label, key in pcts:
@@ -227,15 +234,15 @@ def main():
     add("d", "produce latency p99 ms, before (no consumer)", "catch_up",
         "produce_latency_before_ms", "p99")
 
-    for w in "abcd":
+    for w in "abpcd":
         add(w, "broker CPU s per GiB produced + consumed", "proc", "cpu_s_per_gib")
         add(w, "broker CPU, cores (average over the run)", "proc", "cpu_cores")
         add(w, "broker resident memory MiB, idle (before the load)", "proc", "rss_idle_mib")
         add(w, "broker resident memory MiB, largest", "proc", "rss_max_mib")
-    rows.sort(key=lambda r: "abcd".index(r[0]) if r[0] in "abcd" else 9)
+    rows.sort(key=lambda r: "abpcd".index(r[0]) if r[0] in "abpcd" else 9)
 
     # Weir (S3)'s columns only when it ran (earlier runs' tables stay as they were).
-    s3 = any(data[("weir-s3", w)] is not None for w in "abcd")
+    s3 = any(data[("weir-s3", w)] is not None for w in "abpcd")
     if s3:
         lines = ["| workload | figure | Kafka | Weir | Weir/Kafka | Weir (S3) | Weir (S3)/Kafka |",
                  "|---|---|---:|---:|---:|---:|---:|"]
@@ -255,7 +262,7 @@ def main():
 
     obj_lines = []
     for b in WEIRS:
-        for w in "bacd":
+        for w in "bpacd":
             text = read_text(run_dir, f"{b}-{w}.metrics")
             if text is None:
                 continue

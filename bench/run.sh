@@ -18,6 +18,7 @@
 # s3s-fs root); the brokers' data dirs are on the same disk (under BENCH_DIR).
 #
 #   (b) maximum throughput, 1 KiB records, acks=all          (first: it sets the rates of a, c)
+#   (p) maximum produce throughput, producer only, 1 KiB records, acks=all, linger.ms=1
 #   (a) 1 KiB records at half of Kafka's (b) rate, acks=all, linger.ms=1
 #   (c) 64 KiB records at half of Kafka's (b) MiB/s
 #   (d) catch-up: produce BENCH_D_MIB MiB/s for BENCH_BACKLOG with no consumer, then read
@@ -37,7 +38,7 @@
 #   BENCH_D_DURATION [60s]                         (d): measured time after consumers start
 #   BENCH_PARTITIONS [16]                          partitions of the one topic
 #   BENCH_A_RATE, BENCH_C_RATE                     records/s of (a), (c): skip the derivation
-#   BENCH_BROKERS ["kafka weir weir-s3"]  BENCH_WORKLOADS ["b a c d"]
+#   BENCH_BROKERS ["kafka weir weir-s3"]  BENCH_WORKLOADS ["b p a c d"]
 #   BENCH_S3_WORKLOADS ["a d"]                     the workloads weir-s3 runs (of BENCH_WORKLOADS)
 #   BENCH_S3_DIR [/dev/shm/weir-bench-s3 if /dev/shm has 16 GiB free, else BENCH_DIR/s3]
 #                                                  root of s3s-fs; emptied for every workload
@@ -72,7 +73,7 @@ D_MIB=${BENCH_D_MIB:-40}
 D_DURATION=${BENCH_D_DURATION:-60s}
 PARTITIONS=${BENCH_PARTITIONS:-16}
 BROKERS=${BENCH_BROKERS:-kafka weir weir-s3}
-WORKLOADS=${BENCH_WORKLOADS:-b a c d}
+WORKLOADS=${BENCH_WORKLOADS:-b p a c d}
 S3_WORKLOADS=${BENCH_S3_WORKLOADS:-a d}
 WORK=${BENCH_DIR:-$ROOT/target/bench-run}
 CHARTS=${BENCH_CHARTS:-0}
@@ -293,6 +294,11 @@ workload_args() { # workload -> perf flags
   case $1 in
     a) echo "${common[@]} --record-size 1024 --rate ${A_RATE:-$FALLBACK_A_RATE} --warmup $WARMUP --duration $DURATION" ;;
     b) echo "${common[@]} --record-size 1024 --rate 0 --warmup $WARMUP --duration $DURATION" ;;
+    # The broker's maximum durable produce rate: no consumer in the load generator, whose
+    # reading would otherwise take client CPU from the producer.
+    p) echo "--partitions $PARTITIONS --producers 1 --groups 0 --producer-config acks=all" \
+      "--producer-config linger.ms=1 --quiet --delete-topics --record-size 1024 --rate 0" \
+      "--warmup $WARMUP --duration $DURATION" ;;
     c) echo "${common[@]} --record-size 65536 --rate ${C_RATE:-$FALLBACK_C_RATE} --warmup $WARMUP --duration $DURATION" ;;
     d) echo "${common[@]} --record-size 1024 --throughput-mib $D_MIB --warmup $WARMUP --backlog $BACKLOG --duration $D_DURATION" ;;
   esac
