@@ -23,7 +23,7 @@ from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechan
                                    UserScramCredentialUpsertion)
 
 import kproto as kp
-from compat_util import create_topic, metric, unique
+from compat_util import create_topic, eventually, metric, unique
 from conftest import KIND, REPO, free_port
 
 pytestmark = [
@@ -737,7 +737,11 @@ def test_every_broker_of_a_cluster_enforces_the_same_acls(broker_factory):
         secret = create_topic(first.bootstrap, unique("secret"), 1)
         public = create_topic(first.bootstrap, unique("public"), 1)
         for b in c.brokers:
-            assert {secret, public} <= _metadata_topic_names(b.port), b.name
+            # The other broker learns of new topics from the store's notification (or its next
+            # re-read, within a second): asynchronously, as Kafka's brokers do.
+            def sees_both(b=b):
+                assert {secret, public} <= _metadata_topic_names(b.port), b.name
+            eventually(sees_both)
         # A DENY made through the first broker...
         _create_acls(AdminClient({"bootstrap.servers": first.bootstrap}),
                      _acl("TOPIC", secret, "User:ANONYMOUS", "DESCRIBE", permission="DENY"))
