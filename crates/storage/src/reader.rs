@@ -80,8 +80,8 @@ const READAHEAD_GETS: usize = 8;
 /// Compaction is never urgent, and it competes with the readers for the store (and, on a small
 /// machine, for the S3 server's CPU: s3s-fs spends about 10 ms of CPU per MiB PUT in parts and
 /// 5 per MiB served). Unrestrained it took a third to a half of what s3s-fs served during a
-/// catch-up on a 2-core machine; 4 times slower, the catch-up read 93-101 MiB/s, against 123
-/// with compaction off.
+/// catch-up on a 2-core machine; 4 times slower, the catch-up read 69-110 MiB/s, against 123
+/// with compaction off (16 times slower: 91-104).
 const YIELD_TO_READERS: u64 = 16;
 
 /// How recently a consumer must have read from object storage for background work to yield.
