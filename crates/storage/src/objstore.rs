@@ -32,6 +32,8 @@ pub struct StoreOptions {
     /// Wrap the store in the fault layer even with no fault on, so that faults can be switched
     /// on while it runs ([`from_url_with_switch`]).
     pub fault_switch: bool,
+    /// `file://` only: objects through the page cache rather than with `O_DIRECT`.
+    pub local_buffered_io: bool,
 }
 
 fn split_bucket(rest: &str) -> (&str, &str) {
@@ -83,7 +85,11 @@ pub fn from_url_with_switch(
     }
     let base: Arc<dyn ObjectStore> = if let Some(path) = url.strip_prefix("file://") {
         std::fs::create_dir_all(path).map_err(|e| format!("creating {path}: {e}"))?;
-        Arc::new(crate::local::LocalStore::new(path).map_err(err)?)
+        Arc::new(
+            crate::local::LocalStore::new(path)
+                .map_err(err)?
+                .with_direct_io(!options.local_buffered_io),
+        )
     } else if url == "memory://" || url == "memory:///" {
         Arc::new(object_store::memory::InMemory::new())
     } else if let Some(rest) = url

@@ -34,12 +34,23 @@ impl AlignedBuf {
     pub fn len(&self) -> usize {
         self.layout.size()
     }
+
+    /// Never: a buffer holds at least one block.
+    pub fn is_empty(&self) -> bool {
+        self.layout.size() == 0
+    }
 }
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
         // SAFETY: allocated in `zeroed` with this layout.
         unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+impl AsRef<[u8]> for AlignedBuf {
+    fn as_ref(&self) -> &[u8] {
+        self
     }
 }
 

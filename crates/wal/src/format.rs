@@ -21,6 +21,7 @@ use bytes::{Buf, BufMut, Bytes};
 
 use crate::WalRecord;
 
+/// The unit of `O_DIRECT` I/O: offsets, lengths and buffer addresses are multiples of it.
 pub const BLOCK: u64 = 4096;
 pub const SUPERBLOCK_SLOTS: u64 = 2;
 /// Offset of the seal block, after the superblock slots.

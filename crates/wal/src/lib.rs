@@ -37,8 +37,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+pub use aligned::AlignedBuf;
 pub use file::{FileWal, FileWalConfig, WalFault, WalFaults, WalIdentity};
 pub use format::Seal;
+pub use format::BLOCK;
 
 /// Sequence number of a record in a WAL: increasing, not necessarily contiguous.
 pub type Seq = u64;
