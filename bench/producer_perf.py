@@ -15,7 +15,8 @@ records, acks=all, linger.ms=1, one partition, each run on a fresh single broker
 
 Each measured run comes after a warm-up in the same JVM (tools/kafka/WarmProducerPerformance.java:
 BENCH_PP_WARMUP_MAX_RECORDS [500000] records at full speed before "max", BENCH_PP_WARMUP_SECONDS
-[10] s at the rate before "30k"), so the JVM's start is not in the percentiles; plus the broker's
+[50] s at the rate before "30k"), so the JVM's start is not in the percentiles (after 10 s at the
+rate, the pinned JVM still compiled for another 15 s and sent below the rate meanwhile); plus the broker's
 CPU seconds per GiB and resident memory (largest), from /proc every second of the measured run.
 With BENCH_PIN=1 each broker runs on the cores BENCH_BROKER_CPUS [1] only and the producer on
 BENCH_CLIENT_CPUS [0] (taskset): equal hardware for both brokers, none of it shared with the
@@ -55,7 +56,7 @@ RESULTS = os.path.abspath(os.environ.get("BENCH_PP_RESULTS",
                                          os.path.join(REPO, "bench", "results")))
 # Records sent before the measured run, in the same JVM: "max" at full speed, "30k" at the rate.
 WARMUP_MAX = int(os.environ.get("BENCH_PP_WARMUP_MAX_RECORDS", "500000"))
-WARMUP_SECONDS = int(os.environ.get("BENCH_PP_WARMUP_SECONDS", "10"))
+WARMUP_SECONDS = int(os.environ.get("BENCH_PP_WARMUP_SECONDS", "50"))
 PIN = os.environ.get("BENCH_PIN") == "1"
 BROKER_CPUS = os.environ.get("BENCH_BROKER_CPUS", "1")
 CLIENT_CPUS = os.environ.get("BENCH_CLIENT_CPUS", "0")

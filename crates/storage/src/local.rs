@@ -261,8 +261,9 @@ fn open_direct(path: &std::path::Path, write: bool) -> Option<std::fs::File> {
 }
 
 /// Bytes of one direct read of an object; at most [`READ_CHUNKS`] are in the device queue at
-/// once over the process.
-const READ_CHUNK: usize = 1 << 20;
+/// once over the process. The catch-up from `file://` (1.95 GiB of backlog, by hand) read at
+/// 386-416 MiB/s with 4 MiB chunks against 327-376 with 1 MiB (through the page cache, 370-411).
+const READ_CHUNK: usize = 4 << 20;
 const READ_CHUNKS: usize = 2;
 
 /// The process-wide count of direct reads in the device queue: catch-up reads asked for many
