@@ -32,8 +32,9 @@ pub struct StoreOptions {
     /// Wrap the store in the fault layer even with no fault on, so that faults can be switched
     /// on while it runs ([`from_url_with_switch`]).
     pub fault_switch: bool,
-    /// `file://` only: objects through the page cache rather than with `O_DIRECT`.
-    pub local_buffered_io: bool,
+    /// `file://` only: objects written and read with `O_DIRECT` rather than through the page
+    /// cache.
+    pub local_direct_io: bool,
 }
 
 fn split_bucket(rest: &str) -> (&str, &str) {
@@ -88,7 +89,7 @@ pub fn from_url_with_switch(
         Arc::new(
             crate::local::LocalStore::new(path)
                 .map_err(err)?
-                .with_direct_io(!options.local_buffered_io),
+                .with_direct_io(options.local_direct_io),
         )
     } else if url == "memory://" || url == "memory:///" {
         Arc::new(object_store::memory::InMemory::new())
