@@ -12,10 +12,10 @@
 //! milliseconds on the bench machine's disk. Then `fdatasync`, rename into place, and a sync of
 //! the directory.
 //!
-//! With direct I/O on, and where the filesystem allows it, steps are written with `O_DIRECT` from an aligned buffer
-//! ([`DIRECT_STEP`] each): no copy into the page cache (a third of the broker's CPU at its
-//! maximum produce rate) and no dirty pages for the kernel to write back in bursts; the broker's
-//! own caches (log cache, block cache) hold what readers need. Elsewhere (tmpfs) steps go through
+//! With direct I/O on, and where the filesystem allows it, steps are written with `O_DIRECT` from
+//! an aligned buffer ([`DIRECT_STEP`] each): no copy into the page cache (a third of the broker's
+//! CPU at its maximum produce rate) and no dirty pages for the kernel to write back in bursts;
+//! the broker's own caches (log cache, block cache) hold what readers need. Elsewhere (tmpfs) steps go through
 //! the page cache, each handed to the disk with `sync_file_range`. Reads of objects are direct
 //! too, in chunks of [`READ_CHUNK`] with at most [`READ_CHUNKS`] in the device queue: a catch-up
 //! reader asks for its whole read-ahead window at once, and the WAL's writes would wait behind it.
@@ -73,16 +73,20 @@ struct WritebackState {
     peak: usize,
 }
 
-static WRITEBACK: Writeback = Writeback {
-    state: std::sync::Mutex::new(WritebackState {
-        in_flight: 0,
-        peak: 0,
-    }),
-    freed: std::sync::Condvar::new(),
-    bound: WRITEBACK_STEPS,
-};
+static WRITEBACK: Writeback = Writeback::new(WRITEBACK_STEPS);
 
 impl Writeback {
+    const fn new(bound: usize) -> Writeback {
+        Writeback {
+            state: std::sync::Mutex::new(WritebackState {
+                in_flight: 0,
+                peak: 0,
+            }),
+            freed: std::sync::Condvar::new(),
+            bound,
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, WritebackState> {
         // Nothing is left half-done under this lock: a poisoned one is still consistent.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -244,23 +248,32 @@ fn create_staging(
     }
     let file = std::fs::File::create(staging).map_err(ctx("creating"))?;
     let direct = if direct_io {
-        open_direct(staging, true)
+        open_direct(staging)
     } else {
         None
     };
     Ok((file, direct))
 }
 
-/// `path` opened with `O_DIRECT` for writing (or reading), or `None` where the filesystem refuses
-/// it (tmpfs).
-fn open_direct(path: &std::path::Path, write: bool) -> Option<std::fs::File> {
+/// `path` opened with `O_DIRECT` for writing, or `None` where the filesystem refuses it.
+fn open_direct(path: &std::path::Path) -> Option<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
-        .read(!write)
-        .write(write)
+        .write(true)
         .custom_flags(libc::O_DIRECT)
         .open(path)
         .ok()
+}
+
+/// Turns `O_DIRECT` on for an open descriptor of our own; false where the filesystem refuses it.
+fn set_direct(file: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    // SAFETY: plain syscalls on a valid descriptor.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_DIRECT) == 0
+    }
 }
 
 /// Bytes of one direct read of an object; at most [`READ_CHUNKS`] are in the device queue at
@@ -272,14 +285,7 @@ const READ_CHUNKS: usize = 2;
 /// The process-wide count of direct reads in the device queue: catch-up reads asked for many
 /// MiB at once (a reader's whole read-ahead window), and the WAL's small synced writes waited
 /// behind them.
-static READS: Writeback = Writeback {
-    state: std::sync::Mutex::new(WritebackState {
-        in_flight: 0,
-        peak: 0,
-    }),
-    freed: std::sync::Condvar::new(),
-    bound: READ_CHUNKS,
-};
+static READS: Writeback = Writeback::new(READ_CHUNKS);
 
 /// Reads `range` of `file` (opened with `O_DIRECT`) in chunks of [`READ_CHUNK`], into an
 /// aligned buffer that the returned bytes keep.
@@ -417,15 +423,14 @@ impl<'a> Pacer<'a> {
                 buf = &buf[n..];
                 continue;
             }
-            let step = DIRECT_STEP;
-            let n = (step - d.fill).min(buf.len());
+            let n = (DIRECT_STEP - d.fill).min(buf.len());
             let fill = d.fill;
             d.buf()[fill..fill + n].copy_from_slice(&buf[..n]);
             d.fill += n;
             self.at += n as u64;
             buf = &buf[n..];
-            if d.fill == step {
-                d.write_out(self.at - step as u64, step)?;
+            if d.fill == DIRECT_STEP {
+                d.write_out(self.at - DIRECT_STEP as u64, DIRECT_STEP)?;
             }
         }
         Ok(())
@@ -601,21 +606,29 @@ impl ObjectStore for LocalStore {
         if head || !self.direct_io {
             return Ok(got);
         }
-        let object_store::GetResultPayload::File(_, path) = &got.payload else {
-            return Ok(got);
+        let (file, path) = match got.payload {
+            object_store::GetResultPayload::File(file, path) => (file, path),
+            other => {
+                got.payload = other;
+                return Ok(got);
+            }
         };
-        let (path, range) = (path.clone(), got.range.clone());
+        let range = got.range.clone();
         let name = location.to_string();
-        let read = blocking(&name, move || match open_direct(&path, false) {
-            Some(file) => read_direct(&file, range).map(Some),
-            None => Ok(None),
+        let read = blocking(&name, move || {
+            if set_direct(&file) {
+                read_direct(&file, range).map(Ok)
+            } else {
+                Ok(Err((file, path)))
+            }
         })
         .await?;
-        if let Some(bytes) = read {
-            got.payload = object_store::GetResultPayload::Stream(Box::pin(futures::stream::once(
+        got.payload = match read {
+            Ok(bytes) => object_store::GetResultPayload::Stream(Box::pin(futures::stream::once(
                 futures::future::ready(Ok(bytes)),
-            )));
-        }
+            ))),
+            Err((file, path)) => object_store::GetResultPayload::File(file, path),
+        };
         Ok(got)
     }
 
@@ -836,7 +849,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let probe = dir.path().join("probe");
         std::fs::File::create(&probe).expect("probe");
-        if open_direct(&probe, true).is_none() {
+        if open_direct(&probe).is_none() {
             eprintln!("skipped: no O_DIRECT on {}", dir.path().display());
             return;
         }
