@@ -122,25 +122,18 @@ impl PartUpload {
         }
     }
 
-    /// Uploads the object's last bytes (`data`, its tail) and completes the upload; aborts it
-    /// on failure.
-    async fn finish(mut self, engine: &EngineInner, data: Vec<Bytes>) -> Result<()> {
+    /// Uploads the object's last bytes (`data`, its tail) and completes the upload; the caller
+    /// aborts it on failure.
+    async fn finish(&mut self, engine: &EngineInner, data: Vec<Bytes>) -> Result<()> {
         let len: u64 = data.iter().map(|d| d.len() as u64).sum();
         self.pending.extend(data);
         self.pending_len += len;
-        let done = async {
-            self.send(engine).await?;
-            while !self.in_flight.is_empty() {
-                self.wait_one().await?;
-            }
-            self.upload.complete().await.map_err(StorageError::Object)?;
-            Ok(())
+        self.send(engine).await?;
+        while !self.in_flight.is_empty() {
+            self.wait_one().await?;
         }
-        .await;
-        if done.is_err() {
-            self.abort().await;
-        }
-        done
+        self.upload.complete().await.map_err(StorageError::Object)?;
+        Ok(())
     }
 
     async fn abort(mut self) {
@@ -163,7 +156,7 @@ impl EngineInner {
         // stream after another did not keep up with the object WAL's rate on an S3 server.
         let streams = self.all_streams();
         for chunk in streams.chunks(COMPACTION_CONCURRENCY) {
-            if self.closed.load(Ordering::SeqCst) {
+            if self.is_stopping() {
                 break;
             }
             let results =
@@ -172,6 +165,7 @@ impl EngineInner {
                 // One stream's trouble (e.g. its topic was just deleted) must not stop the others.
                 match r {
                     Ok(n) => written += n,
+                    Err(StorageError::Closed) => {}
                     Err(e) => {
                         tracing::warn!(stream_id = s.id, error = %e, "compaction of a stream failed; will retry")
                     }
@@ -359,6 +353,59 @@ impl EngineInner {
         Ok(next == end)
     }
 
+    /// Reads the run from `start` to `end` of `stream_id` (through `transform`) and writes it as
+    /// one object, part by part into `upload` if any, else with one PUT: the object's id, size
+    /// and where the run is in it; `None` when the run was not whole.
+    #[allow(clippy::too_many_arguments)]
+    async fn write_run(
+        &self,
+        stream_id: u64,
+        start: u64,
+        end: u64,
+        transform: Option<&(dyn Fn(&Frame) -> Frame + Sync)>,
+        mut upload: Option<&mut PartUpload>,
+        part_bytes: u64,
+    ) -> Result<Option<(u64, u64, crate::format::Placement)>> {
+        let mut b = ObjectBuilder::new(self.config.block_bytes as usize);
+        let whole = self
+            .read_run(
+                stream_id,
+                start,
+                end,
+                transform,
+                &mut b,
+                upload.as_deref_mut(),
+                part_bytes,
+            )
+            .await?;
+        if !whole {
+            return Ok(None);
+        }
+        let (data, size, placements) = b.finish();
+        let p = placements[0];
+        debug_assert_eq!((p.start_offset, p.end_offset), (start, end));
+        let id = match upload {
+            Some(u) => {
+                u.finish(self, data).await?;
+                u.id
+            }
+            None => {
+                let id = self.meta.prepare_object(object_key).await?;
+                self.take_background(size).await;
+                self.put_with_retry(
+                    &object_key(id),
+                    data,
+                    size,
+                    crate::upload::PUT_ATTEMPTS,
+                    false,
+                )
+                .await?;
+                id
+            }
+        };
+        Ok(Some((id, size, p)))
+    }
+
     /// Takes `bytes` of compaction's bandwidth budget, yielding to consumers reading from
     /// object storage (as its reads do: [`crate::reader::ObjectReader::take_background`]).
     async fn take_background(&self, bytes: u64) {
@@ -382,7 +429,6 @@ impl EngineInner {
         let (start, end) = (run[0].start_offset, run[run.len() - 1].end_offset);
         let run_bytes: u64 = run.iter().map(|r| r.size).sum();
         let part_bytes = self.config.multipart_part_bytes.max(5 << 20);
-        let mut b = ObjectBuilder::new(self.config.block_bytes as usize);
         // A run of more than two parts streams: read a few GETs' worth, build its blocks, upload
         // them as a part, drop them. So compaction holds a few parts per stream, not the run
         // twice over (its frames and the object built from them), whatever the target size; a
@@ -393,40 +439,23 @@ impl EngineInner {
         } else {
             None
         };
-        let read = self
-            .read_run(
-                s.id,
-                start,
-                end,
-                transform,
-                &mut b,
-                upload.as_mut(),
-                part_bytes,
-            )
-            .await;
-        if !matches!(read, Ok(true)) {
-            if let Some(u) = upload {
-                u.abort().await;
-            }
-            // Not whole (retention moved the start meanwhile, or the ranges changed): try again
-            // later.
-            return read.map(|_| None);
-        }
-        let (data, size, placements) = b.finish();
-        let p = placements[0];
-        debug_assert_eq!((p.start_offset, p.end_offset), (start, end));
-        let id = match upload {
-            Some(u) => {
-                let id = u.id;
-                u.finish(self, data).await?;
-                id
-            }
-            None => {
-                let id = self.meta.prepare_object(object_key).await?;
-                self.take_background(size).await;
-                self.put_with_retry(&object_key(id), data, size, crate::upload::PUT_ATTEMPTS)
-                    .await?;
-                id
+        // Reading and writing the run stops when the engine closes: at the maximum produce rate
+        // a round of compaction was tens of seconds of GETs and PUTs, and the shutdown waited
+        // for it. What was written is an orphan then, collected as one; the commit below is
+        // not cut short.
+        let written = tokio::select! {
+            w = self.write_run(s.id, start, end, transform, upload.as_mut(), part_bytes) => w,
+            _ = self.until_stopping() => Err(StorageError::Closed),
+        };
+        let (id, size, p) = match written {
+            Ok(Some(w)) => w,
+            other => {
+                if let Some(u) = upload {
+                    u.abort().await;
+                }
+                // None: not whole (retention moved the start meanwhile, or the ranges changed):
+                // try again later.
+                return other.map(|_| None);
             }
         };
         let commit = ObjectCommit {

@@ -148,6 +148,9 @@ pub(crate) struct EngineInner {
     pub flush_requests: Mutex<HashSet<u64>>,
     pub upload_wanted: Notify,
     pub shutdown: watch::Sender<bool>,
+    /// Set when `close` begins: background work that can be done again later (compaction)
+    /// stops at once instead of holding the shutdown up.
+    pub stopping: watch::Sender<bool>,
     pub closed: AtomicBool,
 }
 
@@ -224,6 +227,7 @@ impl Engine {
             flush_requests: Mutex::new(HashSet::new()),
             upload_wanted: Notify::new(),
             shutdown: watch::channel(false).0,
+            stopping: watch::channel(false).0,
             closed: AtomicBool::new(false),
         });
         inner.recover().await?;
@@ -836,6 +840,7 @@ impl Engine {
 
     /// Closes every stream (uploading what they hold), stops the background tasks and the WAL.
     pub async fn close(&self) -> Result<()> {
+        self.inner.stopping.send_replace(true);
         let ids: Vec<u64> = self.inner.streams_read().keys().copied().collect();
         // One upload for every stream first: closing them one by one would write an object per
         // stream. What is still in flight now is uploaded per stream below.
@@ -913,6 +918,16 @@ fn completion(s: Arc<Stream>, base: u64, id: u64) -> weir_wal::Completion {
 }
 
 impl EngineInner {
+    /// Returns once the engine is closing.
+    pub async fn until_stopping(&self) {
+        let mut rx = self.stopping.subscribe();
+        let _ = rx.wait_for(|stopping| *stopping).await;
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        *self.stopping.borrow()
+    }
+
     pub fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::SeqCst) {
             Err(StorageError::Closed)

@@ -84,6 +84,9 @@ impl EngineInner {
         }
 
         self.compact().await?;
+        if self.is_stopping() {
+            return Ok(());
+        }
 
         let deletable = self
             .meta

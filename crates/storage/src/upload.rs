@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use object_store::path::Path;
-use object_store::{ObjectStoreExt, PutPayload};
+use object_store::{PutMultipartOptions, PutOptions, PutPayload};
 use weir_meta::{MetaError, ObjectCommit, RangeCommit, RangeInfo};
 
 use crate::engine::EngineInner;
@@ -268,10 +268,12 @@ impl EngineInner {
             builders.push(set);
         }
         let epochs: HashMap<u64, u64> = parts.iter().map(|p| (p.stream_id, p.epoch)).collect();
-        let puts = builders.into_iter().map(|b| async {
+        let backlogged = self.wal_backlogged();
+        let epochs = &epochs;
+        let puts = builders.into_iter().map(|b| async move {
             let id = self.prepare_patiently().await?;
             let (data, size, placements) = b.finish();
-            self.put_with_retry(&object_key(id), data, size, attempts)
+            self.put_with_retry(&object_key(id), data, size, attempts, backlogged)
                 .await?;
             Ok::<_, StorageError>(ObjectCommit {
                 object_id: id,
@@ -310,18 +312,30 @@ impl EngineInner {
         }
     }
 
+    /// Whether uploads are behind: the WAL holds more than a quarter of its capacity, or more
+    /// than two uploads' worth (`upload_bytes`; at a steady rate it holds about one). Then
+    /// uploads ask for throughput over the latency of the WAL's own writes
+    /// ([`crate::local::Backlogged`]).
+    pub(crate) fn wal_backlogged(&self) -> bool {
+        let u = self.wal.usage();
+        let behind = (u.capacity / 4).min(self.config.upload_bytes.saturating_mul(2));
+        u.capacity > 0 && u.used >= behind
+    }
+
+    /// `backlogged`: the data waits for this upload ([`Self::wal_backlogged`]).
     pub(crate) async fn put_with_retry(
         &self,
         key: &str,
         data: Vec<Bytes>,
         size: u64,
         attempts: u32,
+        backlogged: bool,
     ) -> Result<()> {
         let path = Path::from(key);
         let mut backoff = Duration::from_millis(50);
         let mut attempt = 1;
         loop {
-            match self.put_object(&path, &data, size).await {
+            match self.put_object(&path, &data, size, backlogged).await {
                 Ok(()) => return Ok(()),
                 Err(e) if attempt < attempts => {
                     self.meters.upload_errors.inc();
@@ -340,15 +354,33 @@ impl EngineInner {
 
     /// One PUT, or a multipart upload for objects of more than two parts. Payloads are sliced,
     /// not copied, into parts.
-    async fn put_object(&self, path: &Path, data: &[Bytes], size: u64) -> object_store::Result<()> {
+    async fn put_object(
+        &self,
+        path: &Path,
+        data: &[Bytes],
+        size: u64,
+        backlogged: bool,
+    ) -> object_store::Result<()> {
+        let mut extensions = object_store::Extensions::new();
+        if backlogged {
+            extensions.insert(crate::local::Backlogged);
+        }
         let part_bytes = self.config.multipart_part_bytes.max(5 << 20) as usize;
         if size <= 2 * part_bytes as u64 {
+            let opts = PutOptions {
+                extensions,
+                ..Default::default()
+            };
             self.store
-                .put(path, data.iter().cloned().collect::<PutPayload>())
+                .put_opts(path, data.iter().cloned().collect::<PutPayload>(), opts)
                 .await?;
             return Ok(());
         }
-        let mut upload = self.store.put_multipart(path).await?;
+        let opts = PutMultipartOptions {
+            extensions,
+            ..Default::default()
+        };
+        let mut upload = self.store.put_multipart_opts(path, opts).await?;
         let mut parts = Vec::new();
         let mut chunk: Vec<Bytes> = Vec::new();
         let mut filled = 0usize;

@@ -683,3 +683,232 @@ async fn a_peer_recovers_a_dead_brokers_wal_under_a_raised_epoch() {
     ));
     peer.close().await.unwrap();
 }
+
+/// A store that notes, for each PUT and multipart upload, whether it came with the hint that
+/// the WAL waits for it.
+#[derive(Debug)]
+struct HintedStore {
+    inner: object_store::memory::InMemory,
+    /// One entry per put: whether it was backlogged.
+    puts: std::sync::Mutex<Vec<bool>>,
+}
+
+impl std::fmt::Display for HintedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Hinted({})", self.inner)
+    }
+}
+
+impl HintedStore {
+    fn note(&self, ext: &object_store::Extensions) {
+        let backlogged = ext.get::<weir_storage::local::Backlogged>().is_some();
+        self.puts.lock().unwrap().push(backlogged);
+    }
+
+    fn take(&self) -> Vec<bool> {
+        std::mem::take(&mut *self.puts.lock().unwrap())
+    }
+}
+
+#[async_trait::async_trait]
+impl object_store::ObjectStore for HintedStore {
+    async fn put_opts(
+        &self,
+        location: &object_store::path::Path,
+        payload: object_store::PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        self.note(&opts.extensions);
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &object_store::path::Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.note(&opts.extensions);
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &object_store::path::Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: futures::stream::BoxStream<
+            'static,
+            object_store::Result<object_store::path::Path>,
+        >,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::path::Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &object_store::path::Path,
+        to: &object_store::path::Path,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+/// Uploads say when the WAL waits for them (it holds more than a quarter of its capacity), so
+/// that a local store writes them in larger steps, and not otherwise; what they write reads
+/// back either way.
+#[tokio::test]
+async fn uploads_the_wal_waits_for_say_so_to_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(HintedStore {
+        inner: object_store::memory::InMemory::new(),
+        puts: Default::default(),
+    });
+    let config = StorageConfig {
+        // Uploads only when flushed, one stream-set object each.
+        upload_bytes: u64::MAX,
+        upload_interval: Duration::from_secs(3600),
+        stream_object_bytes: u64::MAX,
+        ..small_config()
+    };
+    let engine = open_engine_with_store(dir.path(), config, WAL, store.clone()).await;
+    engine.open_stream(1, 1).await.unwrap();
+    let mut msg = 0u64;
+    let mut append = |n: u64| {
+        let engine = &engine;
+        let first = msg;
+        msg += n;
+        async move {
+            for i in first..first + n {
+                engine
+                    .append(1, 1, 1, i as i64, |base| payload(1, base, i, 16 << 10))
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    // 512 KiB of an 8 MiB WAL: not behind.
+    append(32).await;
+    engine.flush().await.unwrap();
+    assert_eq!(store.take(), vec![false]);
+    // 3 MiB: more than a quarter.
+    append(192).await;
+    engine.flush().await.unwrap();
+    assert_eq!(store.take(), vec![true]);
+    // Trimmed after the upload: not behind again.
+    append(32).await;
+    engine.flush().await.unwrap();
+    assert_eq!(store.take(), vec![false]);
+    let frames = read_all(&engine, 1, 0).await;
+    assert_eq!(frames.len(), 256);
+    for (i, f) in frames.iter().enumerate() {
+        assert_eq!(check_payload(&f.payload).0, 1);
+        assert_eq!(f.base_offset, i as u64);
+    }
+    engine.close().await.unwrap();
+}
+
+/// Closing the engine does not wait for a compaction under way (at the maximum produce rate a
+/// broker's shutdown waited 30 s for one): the compaction stops, its upload is aborted, and
+/// every record reads back after a restart, from the objects it did not replace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_stops_a_compaction_under_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let objects = dir.path().join("objects");
+    let store = weir_storage::objstore::from_url(&format!("file://{}", objects.display())).unwrap();
+    let faulty = Arc::new(FaultyStore::new(store, FaultConfig::default()));
+    let config = StorageConfig {
+        upload_bytes: u64::MAX,
+        upload_interval: Duration::from_secs(3600),
+        stream_object_bytes: u64::MAX,
+        compaction_target_bytes: 64 << 20,
+        compaction_min_ranges: 4,
+        background_bytes_per_sec: 0,
+        maintenance_interval: Duration::from_secs(3600),
+        ..small_config()
+    };
+    // Four uploads of 3 MiB: a run of 12 MiB, which compaction writes in parts (5 MiB each).
+    let engine = open_engine_with_store(dir.path(), config.clone(), 32 << 20, faulty.clone()).await;
+    engine.open_stream(1, 1).await.unwrap();
+    for i in 0..4 * 48u64 {
+        engine
+            .append(1, 1, 1, i as i64, |b| payload(1, b, i, 64 << 10))
+            .await
+            .unwrap();
+        if i % 48 == 47 {
+            engine.flush().await.unwrap();
+        }
+    }
+    engine.close().await.unwrap();
+    drop(engine);
+
+    // Again with maintenance every 100 ms, and parts that take a minute each.
+    faulty.set_faults(FaultConfig {
+        put_latency: Duration::from_secs(60),
+        ..Default::default()
+    });
+    let compacting = StorageConfig {
+        maintenance_interval: Duration::from_millis(100),
+        ..config.clone()
+    };
+    let engine = open_engine_with_store(dir.path(), compacting, 32 << 20, faulty.clone()).await;
+    engine.open_stream(1, 2).await.unwrap();
+    let started = std::time::Instant::now();
+    while engine.object_meters().multipart_parts.get() == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "compaction did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::timeout(Duration::from_secs(30), engine.close())
+        .await
+        .expect("close waited for the compaction's parts")
+        .unwrap();
+    assert_eq!(engine.meters().compactions.get(), 0);
+    // The aborted upload left no staging file behind.
+    let mut names = Vec::new();
+    let mut dirs = vec![objects.clone()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                dirs.push(e.path());
+            } else {
+                names.push(e.file_name().to_string_lossy().into_owned());
+            }
+        }
+    }
+    assert_eq!(names.len(), 4, "{names:?}");
+    assert!(names.iter().all(|n| !n.contains('#')), "{names:?}");
+    drop(engine);
+
+    faulty.set_faults(FaultConfig::default());
+    let engine = open_engine_with_store(dir.path(), config, 32 << 20, faulty).await;
+    engine.open_stream(1, 3).await.unwrap();
+    let frames = read_all(&engine, 1, 0).await;
+    assert_eq!(frames.len(), 4 * 48);
+    for (i, f) in frames.iter().enumerate() {
+        assert_eq!(check_payload(&f.payload), (1, i as u64, i as u64));
+    }
+    engine.close().await.unwrap();
+}
