@@ -44,6 +44,9 @@ const COMPACTION_CONCURRENCY: usize = 4;
 /// Each read of a run being compacted: about this many bytes, in whole GETs (of 8 MiB).
 const COMPACTION_READ_BYTES: usize = 8 << 20;
 
+/// How often compaction that yields to uploads looks again.
+const YIELD_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Parts of one compaction's upload in flight at once.
 const PARTS_IN_FLIGHT: usize = 2;
 
@@ -310,6 +313,7 @@ impl EngineInner {
     ) -> Result<bool> {
         let mut next = start;
         while next < end {
+            self.yield_to_uploads().await;
             let got = self
                 .reader
                 .read(
@@ -407,9 +411,21 @@ impl EngineInner {
     }
 
     /// Takes `bytes` of compaction's bandwidth budget, yielding to consumers reading from
-    /// object storage (as its reads do: [`crate::reader::ObjectReader::take_background`]).
+    /// object storage (as its reads do: [`crate::reader::ObjectReader::take_background`]) and
+    /// to uploads the WAL waits for.
     async fn take_background(&self, bytes: u64) {
+        self.yield_to_uploads().await;
         self.reader.take_background(bytes).await;
+    }
+
+    /// Waits while uploads are behind ([`EngineInner::wal_backlogged`]) or until the engine
+    /// closes: compaction can be done later, the WAL's room cannot. At the maximum produce rate
+    /// on one disk, compaction's reads and writes beside the uploads' let the WAL fill (1.3-1.7
+    /// GiB of 2 GiB, and the log cache with it).
+    async fn yield_to_uploads(&self) {
+        while self.wal_backlogged() && !self.is_stopping() {
+            tokio::time::sleep(YIELD_CHECK).await;
+        }
     }
 
     /// Rewrites the ranges of `run` (consecutive, of one stream) into one stream object.

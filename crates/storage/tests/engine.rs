@@ -912,3 +912,66 @@ async fn close_stops_a_compaction_under_way() {
     }
     engine.close().await.unwrap();
 }
+
+/// Compaction waits while uploads are behind (the WAL holds more than a quarter of its
+/// capacity), and goes on once an upload drains the WAL: compaction can be done later, the
+/// WAL's room cannot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_yields_to_uploads_the_wal_waits_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StorageConfig {
+        upload_bytes: u64::MAX,
+        upload_interval: Duration::from_secs(3600),
+        stream_object_bytes: u64::MAX,
+        compaction_target_bytes: 64 << 20,
+        compaction_min_ranges: 4,
+        background_bytes_per_sec: 0,
+        maintenance_interval: Duration::from_secs(3600),
+        ..small_config()
+    };
+    let engine = open_engine(dir.path(), config, WAL).await;
+    engine.open_stream(1, 1).await.unwrap();
+    engine.open_stream(2, 1).await.unwrap();
+    // Four small ranges of stream 1: compaction would merge them.
+    for i in 0..16u64 {
+        engine
+            .append(1, 1, 1, i as i64, |b| payload(1, b, i, 16 << 10))
+            .await
+            .unwrap();
+        if i % 4 == 3 {
+            engine.flush().await.unwrap();
+        }
+    }
+    // 3 MiB of stream 2 not uploaded: more than a quarter of the 8 MiB WAL.
+    for i in 0..48u64 {
+        engine
+            .append(2, 1, 1, i as i64, |b| payload(2, b, i, 64 << 10))
+            .await
+            .unwrap();
+    }
+    let compacting = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.compact().await }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        !compacting.is_finished(),
+        "compaction went on beside a full WAL"
+    );
+    assert_eq!(engine.meters().compactions.get(), 0);
+    engine.flush().await.unwrap();
+    let written = tokio::time::timeout(Duration::from_secs(30), compacting)
+        .await
+        .expect("compaction goes on once the WAL drains")
+        .unwrap()
+        .unwrap();
+    assert_eq!(written, 1);
+    for (stream, n) in [(1u64, 16usize), (2, 48)] {
+        let frames = read_all(&engine, stream, 0).await;
+        assert_eq!(frames.len(), n);
+        for (i, f) in frames.iter().enumerate() {
+            assert_eq!(check_payload(&f.payload), (stream, i as u64, i as u64));
+        }
+    }
+    engine.close().await.unwrap();
+}
