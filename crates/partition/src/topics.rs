@@ -705,6 +705,9 @@ impl Topics {
     pub async fn clean_compacted(&self) -> usize {
         let mut cleaned = 0;
         for p in self.local_partitions() {
+            if self.engine.is_stopping() {
+                break;
+            }
             if !p.is_compacted() {
                 continue;
             }
@@ -739,6 +742,7 @@ impl Topics {
                     tracing::info!(topic = %p.topic, partition = p.index, checkpoint = c.checkpoint, keys = c.keys, records_removed = c.records_removed, bytes_before = c.bytes_before, bytes_after = c.bytes_after, "cleaned a compacted partition");
                 }
                 Ok(None) => {}
+                Err(weir_storage::StorageError::Closed) => break,
                 Err(e) => {
                     self.cleaner.failures.inc();
                     tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "cleaning a compacted partition failed; will retry")

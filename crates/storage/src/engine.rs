@@ -818,8 +818,8 @@ impl Engine {
         self.inner.upload_stream(stream_id).await
     }
 
-    /// Compacts every open stream that needs it now, as the maintenance task does; returns the
-    /// number of objects written.
+    /// Rewrites the stream's frames that end at or below `until` through `transform` (the
+    /// cleaner of compacted topics), a run of ranges at a time (see `compaction.rs`).
     pub async fn rewrite_stream(
         &self,
         stream_id: u64,
@@ -829,6 +829,8 @@ impl Engine {
         self.inner.rewrite_stream(stream_id, until, transform).await
     }
 
+    /// Compacts every open stream that needs it now, as the maintenance task does; returns the
+    /// number of objects written.
     pub async fn compact(&self) -> Result<usize> {
         self.inner.compact().await
     }
@@ -839,8 +841,19 @@ impl Engine {
     }
 
     /// Closes every stream (uploading what they hold), stops the background tasks and the WAL.
-    pub async fn close(&self) -> Result<()> {
+    /// Stops background work that can be done again later (compaction, the rewrites of the
+    /// cleaner of compacted topics) at once: a run under way aborts its upload and fails with
+    /// [`StorageError::Closed`]. Appends, uploads and reads go on; `close` calls it first.
+    pub fn stop_background(&self) {
         self.inner.stopping.send_replace(true);
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.inner.is_stopping()
+    }
+
+    pub async fn close(&self) -> Result<()> {
+        self.stop_background();
         let ids: Vec<u64> = self.inner.streams_read().keys().copied().collect();
         // One upload for every stream first: closing them one by one would write an object per
         // stream. What is still in flight now is uploaded per stream below.

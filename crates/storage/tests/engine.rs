@@ -886,18 +886,7 @@ async fn close_stops_a_compaction_under_way() {
         .unwrap();
     assert_eq!(engine.meters().compactions.get(), 0);
     // The aborted upload left no staging file behind.
-    let mut names = Vec::new();
-    let mut dirs = vec![objects.clone()];
-    while let Some(d) = dirs.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let e = e.unwrap();
-            if e.file_type().unwrap().is_dir() {
-                dirs.push(e.path());
-            } else {
-                names.push(e.file_name().to_string_lossy().into_owned());
-            }
-        }
-    }
+    let names = object_names(&objects);
     assert_eq!(names.len(), 4, "{names:?}");
     assert!(names.iter().all(|n| !n.contains('#')), "{names:?}");
     drop(engine);
@@ -972,6 +961,98 @@ async fn compaction_yields_to_uploads_the_wal_waits_for() {
         for (i, f) in frames.iter().enumerate() {
             assert_eq!(check_payload(&f.payload), (stream, i as u64, i as u64));
         }
+    }
+    engine.close().await.unwrap();
+}
+
+/// Objects under `dir`, by name.
+fn object_names(dir: &std::path::Path) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                dirs.push(e.path());
+            } else {
+                names.push(e.file_name().to_string_lossy().into_owned());
+            }
+        }
+    }
+    names
+}
+
+/// `stop_background` (a broker's shutdown calls it first) ends a rewrite of the cleaner of
+/// compacted topics under way: it fails with `Closed`, its upload aborted, nothing swapped in,
+/// while appends, uploads and reads go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_background_work_ends_a_rewrite_under_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let objects = dir.path().join("objects");
+    let store = weir_storage::objstore::from_url(&format!("file://{}", objects.display())).unwrap();
+    let faulty = Arc::new(FaultyStore::new(store, FaultConfig::default()));
+    let config = StorageConfig {
+        upload_bytes: u64::MAX,
+        upload_interval: Duration::from_secs(3600),
+        stream_object_bytes: u64::MAX,
+        compaction_target_bytes: 64 << 20,
+        background_bytes_per_sec: 0,
+        maintenance_interval: Duration::from_secs(3600),
+        ..small_config()
+    };
+    let engine = open_engine_with_store(dir.path(), config, 32 << 20, faulty.clone()).await;
+    engine.open_stream(1, 1).await.unwrap();
+    // 12 MiB in four objects: one run, rewritten in parts (5 MiB each).
+    for i in 0..4 * 48u64 {
+        engine
+            .append(1, 1, 1, i as i64, |b| payload(1, b, i, 64 << 10))
+            .await
+            .unwrap();
+        if i % 48 == 47 {
+            engine.flush().await.unwrap();
+        }
+    }
+    faulty.set_faults(FaultConfig {
+        put_latency: Duration::from_secs(60),
+        ..Default::default()
+    });
+    let rewriting = tokio::spawn({
+        let engine = engine.clone();
+        async move {
+            let same = |f: &weir_storage::Frame| f.clone();
+            engine.rewrite_stream(1, u64::MAX, &same).await
+        }
+    });
+    let started = std::time::Instant::now();
+    while engine.object_meters().multipart_parts.get() == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the rewrite did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    engine.stop_background();
+    let r = tokio::time::timeout(Duration::from_secs(30), rewriting)
+        .await
+        .expect("the rewrite went on after stop_background")
+        .unwrap();
+    assert!(matches!(r, Err(StorageError::Closed)), "{r:?}");
+    assert_eq!(engine.meters().compactions.get(), 0);
+    let names = object_names(&objects);
+    assert_eq!(names.len(), 4, "{names:?}");
+    assert!(names.iter().all(|n| !n.contains('#')), "{names:?}");
+    // Appends, uploads and reads go on.
+    faulty.set_faults(FaultConfig::default());
+    let i = 4 * 48u64;
+    engine
+        .append(1, 1, 1, i as i64, |b| payload(1, b, i, 64 << 10))
+        .await
+        .unwrap();
+    engine.flush().await.unwrap();
+    let frames = read_all(&engine, 1, 0).await;
+    assert_eq!(frames.len(), 4 * 48 + 1);
+    for (i, f) in frames.iter().enumerate() {
+        assert_eq!(check_payload(&f.payload), (1, i as u64, i as u64));
     }
     engine.close().await.unwrap();
 }
