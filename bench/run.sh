@@ -118,6 +118,13 @@ OUT=$RESULTS/$STAMP
 mkdir -p "$OUT" "$WORK"
 
 log() { echo "bench: $*" >&2; }
+# (p) writes about 10 GiB of objects and a 2 GiB WAL per broker (Weir keeps its objects: no
+# retention in the bench); with less room the disk fills and the uploads fail, which makes the
+# WAL fill and the run measure that instead (seen here with 12 GiB free).
+free_gib=$(df -B1G --output=avail "$WORK" 2>/dev/null | tail -1 | tr -d ' ' || echo 0)
+if ((free_gib < 24)); then
+  log "warning: $free_gib GiB free under $WORK: (p) and (d) need about 24 GiB; the figures of a run that fills the disk are not the broker's"
+fi
 # With BENCH_PIN=1 a broker gets cores of its own (its threads and children inherit the
 # affinity), so that Kafka and Weir run on equal hardware and the load generator on its own.
 # Prefixes, not functions: taskset execs, so `$!` stays the process's own pid.

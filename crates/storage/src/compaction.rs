@@ -419,9 +419,8 @@ impl EngineInner {
     }
 
     /// Waits while uploads are behind ([`EngineInner::wal_backlogged`]) or until the engine
-    /// closes: compaction can be done later, the WAL's room cannot. At the maximum produce rate
-    /// on one disk, compaction's reads and writes beside the uploads' let the WAL fill (1.3-1.7
-    /// GiB of 2 GiB, and the log cache with it).
+    /// closes: compaction can be done later, the WAL's room cannot, and on one disk its reads
+    /// and writes share the device with the uploads'.
     async fn yield_to_uploads(&self) {
         while self.wal_backlogged() && !self.is_stopping() {
             tokio::time::sleep(YIELD_CHECK).await;
