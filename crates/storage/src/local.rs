@@ -846,6 +846,18 @@ mod tests {
             .expect("body")
     }
 
+    /// Whether files in `dir` can be opened with `O_DIRECT` (not on tmpfs); says so if not.
+    fn direct_io_allowed(dir: &std::path::Path) -> bool {
+        let probe = dir.join("probe");
+        std::fs::File::create(&probe).expect("probe");
+        let allowed = open_direct(&probe).is_some();
+        std::fs::remove_file(&probe).expect("probe removed");
+        if !allowed {
+            eprintln!("skipped: no O_DIRECT on {}", dir.display());
+        }
+        allowed
+    }
+
     fn names(dir: &std::path::Path) -> Vec<std::ffi::OsString> {
         let mut v: Vec<_> = std::fs::read_dir(dir)
             .expect("dir")
@@ -891,10 +903,7 @@ mod tests {
     #[tokio::test]
     async fn objects_are_written_around_the_page_cache() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let probe = dir.path().join("probe");
-        std::fs::File::create(&probe).expect("probe");
-        if open_direct(&probe).is_none() {
-            eprintln!("skipped: no O_DIRECT on {}", dir.path().display());
+        if !direct_io_allowed(dir.path()) {
             return;
         }
         let store = LocalStore::new(dir.path().to_str().expect("utf-8 path"))
@@ -963,10 +972,7 @@ mod tests {
         const { assert!(DIRECT_STEP_BACKLOGGED > DIRECT_STEP) };
 
         let dir = tempfile::tempdir().expect("tempdir");
-        let probe = dir.path().join("probe");
-        std::fs::File::create(&probe).expect("probe");
-        if open_direct(&probe).is_none() {
-            eprintln!("skipped: no O_DIRECT on {}", dir.path().display());
+        if !direct_io_allowed(dir.path()) {
             return;
         }
         let len = 4 * DIRECT_STEP_BACKLOGGED + 5;

@@ -827,13 +827,11 @@ async fn uploads_the_wal_waits_for_say_so_to_the_store() {
     engine.close().await.unwrap();
 }
 
-/// Closing the engine does not wait for a compaction under way (at the maximum produce rate a
-/// broker's shutdown waited 30 s for one): the compaction stops, its upload is aborted, and
-/// every record reads back after a restart, from the objects it did not replace.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn close_stops_a_compaction_under_way() {
-    let dir = tempfile::tempdir().unwrap();
-    let objects = dir.path().join("objects");
+/// A stream of 12 MiB in four objects of 3 MiB (a run that compaction or a rewrite writes in
+/// parts of 5 MiB) on a local store behind fault switches, written by an engine now closed;
+/// and the settings it was written with (maintenance once an hour, a compaction at 4 ranges).
+async fn four_objects(dir: &std::path::Path) -> (Arc<FaultyStore>, StorageConfig) {
+    let objects = dir.join("objects");
     let store = weir_storage::objstore::from_url(&format!("file://{}", objects.display())).unwrap();
     let faulty = Arc::new(FaultyStore::new(store, FaultConfig::default()));
     let config = StorageConfig {
@@ -846,8 +844,7 @@ async fn close_stops_a_compaction_under_way() {
         maintenance_interval: Duration::from_secs(3600),
         ..small_config()
     };
-    // Four uploads of 3 MiB: a run of 12 MiB, which compaction writes in parts (5 MiB each).
-    let engine = open_engine_with_store(dir.path(), config.clone(), 32 << 20, faulty.clone()).await;
+    let engine = open_engine_with_store(dir, config.clone(), 32 << 20, faulty.clone()).await;
     engine.open_stream(1, 1).await.unwrap();
     for i in 0..4 * 48u64 {
         engine
@@ -859,47 +856,69 @@ async fn close_stops_a_compaction_under_way() {
         }
     }
     engine.close().await.unwrap();
-    drop(engine);
+    (faulty, config)
+}
 
-    // Again with maintenance every 100 ms, and parts that take a minute each.
+/// Parts put from now on take a minute each; returns once one is under way.
+async fn slow_parts_under_way(engine: &Engine, faulty: &FaultyStore) {
     faulty.set_faults(FaultConfig {
         put_latency: Duration::from_secs(60),
         ..Default::default()
     });
-    let compacting = StorageConfig {
-        maintenance_interval: Duration::from_millis(100),
-        ..config.clone()
-    };
-    let engine = open_engine_with_store(dir.path(), compacting, 32 << 20, faulty.clone()).await;
-    engine.open_stream(1, 2).await.unwrap();
     let started = std::time::Instant::now();
     while engine.object_meters().multipart_parts.get() == 0 {
         assert!(
             started.elapsed() < Duration::from_secs(30),
-            "compaction did not start"
+            "no part was put"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    tokio::time::timeout(Duration::from_secs(30), engine.close())
-        .await
-        .expect("close waited for the compaction's parts")
-        .unwrap();
-    assert_eq!(engine.meters().compactions.get(), 0);
-    // The aborted upload left no staging file behind.
-    let names = object_names(&objects);
+}
+
+/// The four objects of [`four_objects`], whole and alone (nothing written beside them, no
+/// staging file left), and stream 1 read back whole by an engine opened at `epoch`.
+async fn four_objects_read_back(
+    dir: &std::path::Path,
+    faulty: Arc<FaultyStore>,
+    config: StorageConfig,
+    epoch: u64,
+) {
+    let names = object_names(&dir.join("objects"));
     assert_eq!(names.len(), 4, "{names:?}");
     assert!(names.iter().all(|n| !n.contains('#')), "{names:?}");
-    drop(engine);
-
     faulty.set_faults(FaultConfig::default());
-    let engine = open_engine_with_store(dir.path(), config, 32 << 20, faulty).await;
-    engine.open_stream(1, 3).await.unwrap();
+    let engine = open_engine_with_store(dir, config, 32 << 20, faulty).await;
+    engine.open_stream(1, epoch).await.unwrap();
     let frames = read_all(&engine, 1, 0).await;
     assert_eq!(frames.len(), 4 * 48);
     for (i, f) in frames.iter().enumerate() {
         assert_eq!(check_payload(&f.payload), (1, i as u64, i as u64));
     }
     engine.close().await.unwrap();
+}
+
+/// Closing the engine does not wait for a compaction under way (at the maximum produce rate a
+/// broker's shutdown waited 30 s for one): the compaction stops, its upload is aborted, and
+/// every record reads back after a restart, from the objects it did not replace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_stops_a_compaction_under_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let (faulty, config) = four_objects(dir.path()).await;
+    // Again with maintenance every 100 ms: it compacts the four ranges.
+    let compacting = StorageConfig {
+        maintenance_interval: Duration::from_millis(100),
+        ..config.clone()
+    };
+    let engine = open_engine_with_store(dir.path(), compacting, 32 << 20, faulty.clone()).await;
+    engine.open_stream(1, 2).await.unwrap();
+    slow_parts_under_way(&engine, &faulty).await;
+    tokio::time::timeout(Duration::from_secs(30), engine.close())
+        .await
+        .expect("close waited for the compaction's parts")
+        .unwrap();
+    assert_eq!(engine.meters().compactions.get(), 0);
+    drop(engine);
+    four_objects_read_back(dir.path(), faulty, config, 3).await;
 }
 
 /// Compaction waits while uploads are behind (the WAL holds more than a quarter of its
@@ -988,34 +1007,9 @@ fn object_names(dir: &std::path::Path) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopping_background_work_ends_a_rewrite_under_way() {
     let dir = tempfile::tempdir().unwrap();
-    let objects = dir.path().join("objects");
-    let store = weir_storage::objstore::from_url(&format!("file://{}", objects.display())).unwrap();
-    let faulty = Arc::new(FaultyStore::new(store, FaultConfig::default()));
-    let config = StorageConfig {
-        upload_bytes: u64::MAX,
-        upload_interval: Duration::from_secs(3600),
-        stream_object_bytes: u64::MAX,
-        compaction_target_bytes: 64 << 20,
-        background_bytes_per_sec: 0,
-        maintenance_interval: Duration::from_secs(3600),
-        ..small_config()
-    };
-    let engine = open_engine_with_store(dir.path(), config, 32 << 20, faulty.clone()).await;
-    engine.open_stream(1, 1).await.unwrap();
-    // 12 MiB in four objects: one run, rewritten in parts (5 MiB each).
-    for i in 0..4 * 48u64 {
-        engine
-            .append(1, 1, 1, i as i64, |b| payload(1, b, i, 64 << 10))
-            .await
-            .unwrap();
-        if i % 48 == 47 {
-            engine.flush().await.unwrap();
-        }
-    }
-    faulty.set_faults(FaultConfig {
-        put_latency: Duration::from_secs(60),
-        ..Default::default()
-    });
+    let (faulty, config) = four_objects(dir.path()).await;
+    let engine = open_engine_with_store(dir.path(), config.clone(), 32 << 20, faulty.clone()).await;
+    engine.open_stream(1, 2).await.unwrap();
     let rewriting = tokio::spawn({
         let engine = engine.clone();
         async move {
@@ -1023,14 +1017,7 @@ async fn stopping_background_work_ends_a_rewrite_under_way() {
             engine.rewrite_stream(1, u64::MAX, &same).await
         }
     });
-    let started = std::time::Instant::now();
-    while engine.object_meters().multipart_parts.get() == 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the rewrite did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    slow_parts_under_way(&engine, &faulty).await;
     engine.stop_background();
     let r = tokio::time::timeout(Duration::from_secs(30), rewriting)
         .await
@@ -1038,14 +1025,13 @@ async fn stopping_background_work_ends_a_rewrite_under_way() {
         .unwrap();
     assert!(matches!(r, Err(StorageError::Closed)), "{r:?}");
     assert_eq!(engine.meters().compactions.get(), 0);
-    let names = object_names(&objects);
+    let names = object_names(&dir.path().join("objects"));
     assert_eq!(names.len(), 4, "{names:?}");
-    assert!(names.iter().all(|n| !n.contains('#')), "{names:?}");
     // Appends, uploads and reads go on.
     faulty.set_faults(FaultConfig::default());
     let i = 4 * 48u64;
     engine
-        .append(1, 1, 1, i as i64, |b| payload(1, b, i, 64 << 10))
+        .append(1, 2, 1, i as i64, |b| payload(1, b, i, 64 << 10))
         .await
         .unwrap();
     engine.flush().await.unwrap();
