@@ -148,8 +148,9 @@ pub(crate) struct EngineInner {
     pub flush_requests: Mutex<HashSet<u64>>,
     pub upload_wanted: Notify,
     pub shutdown: watch::Sender<bool>,
-    /// Set when `close` begins: background work that can be done again later (compaction)
-    /// stops at once instead of holding the shutdown up.
+    /// Set by `stop_background` (the first thing `close` and a broker's shutdown do): background
+    /// work that can be done again later (compaction, the cleaner's rewrites) stops at once
+    /// instead of holding the shutdown up.
     pub stopping: watch::Sender<bool>,
     pub closed: AtomicBool,
 }
@@ -840,7 +841,6 @@ impl Engine {
         self.inner.maintain().await
     }
 
-    /// Closes every stream (uploading what they hold), stops the background tasks and the WAL.
     /// Stops background work that can be done again later (compaction, the rewrites of the
     /// cleaner of compacted topics) at once: a run under way aborts its upload and fails with
     /// [`StorageError::Closed`]. Appends, uploads and reads go on; `close` calls it first.
@@ -848,10 +848,12 @@ impl Engine {
         self.inner.stopping.send_replace(true);
     }
 
+    /// Whether [`Engine::stop_background`] (or `close`) was called.
     pub fn is_stopping(&self) -> bool {
         self.inner.is_stopping()
     }
 
+    /// Closes every stream (uploading what they hold), stops the background tasks and the WAL.
     pub async fn close(&self) -> Result<()> {
         self.stop_background();
         let ids: Vec<u64> = self.inner.streams_read().keys().copied().collect();

@@ -827,14 +827,10 @@ async fn uploads_the_wal_waits_for_say_so_to_the_store() {
     engine.close().await.unwrap();
 }
 
-/// A stream of 12 MiB in four objects of 3 MiB (a run that compaction or a rewrite writes in
-/// parts of 5 MiB) on a local store behind fault switches, written by an engine now closed;
-/// and the settings it was written with (maintenance once an hour, a compaction at 4 ranges).
-async fn four_objects(dir: &std::path::Path) -> (Arc<FaultyStore>, StorageConfig) {
-    let objects = dir.join("objects");
-    let store = weir_storage::objstore::from_url(&format!("file://{}", objects.display())).unwrap();
-    let faulty = Arc::new(FaultyStore::new(store, FaultConfig::default()));
-    let config = StorageConfig {
+/// Uploads and compaction only when a test asks for them (a flush, `compact`), the latter at 4
+/// small ranges of up to 64 MiB together, without a bandwidth budget.
+fn by_hand_config() -> StorageConfig {
+    StorageConfig {
         upload_bytes: u64::MAX,
         upload_interval: Duration::from_secs(3600),
         stream_object_bytes: u64::MAX,
@@ -843,7 +839,17 @@ async fn four_objects(dir: &std::path::Path) -> (Arc<FaultyStore>, StorageConfig
         background_bytes_per_sec: 0,
         maintenance_interval: Duration::from_secs(3600),
         ..small_config()
-    };
+    }
+}
+
+/// A stream of 12 MiB in four objects of 3 MiB (a run that compaction or a rewrite writes in
+/// parts of 5 MiB) on a local store behind fault switches, written by an engine now closed;
+/// and the settings it was written with ([`by_hand_config`]).
+async fn four_objects(dir: &std::path::Path) -> (Arc<FaultyStore>, StorageConfig) {
+    let objects = dir.join("objects");
+    let store = weir_storage::objstore::from_url(&format!("file://{}", objects.display())).unwrap();
+    let faulty = Arc::new(FaultyStore::new(store, FaultConfig::default()));
+    let config = by_hand_config();
     let engine = open_engine_with_store(dir, config.clone(), 32 << 20, faulty.clone()).await;
     engine.open_stream(1, 1).await.unwrap();
     for i in 0..4 * 48u64 {
@@ -927,16 +933,7 @@ async fn close_stops_a_compaction_under_way() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_yields_to_uploads_the_wal_waits_for() {
     let dir = tempfile::tempdir().unwrap();
-    let config = StorageConfig {
-        upload_bytes: u64::MAX,
-        upload_interval: Duration::from_secs(3600),
-        stream_object_bytes: u64::MAX,
-        compaction_target_bytes: 64 << 20,
-        compaction_min_ranges: 4,
-        background_bytes_per_sec: 0,
-        maintenance_interval: Duration::from_secs(3600),
-        ..small_config()
-    };
+    let config = by_hand_config();
     let engine = open_engine(dir.path(), config, WAL).await;
     engine.open_stream(1, 1).await.unwrap();
     engine.open_stream(2, 1).await.unwrap();

@@ -402,8 +402,8 @@ pub struct ObjectStoreConfig {
     pub fault_put_latency_ms: u64,
     /// `file://` stores only: write and read objects with `O_DIRECT` (where the filesystem allows
     /// it; tmpfs does not) instead of through the page cache. Off by default: it lowers the
-    /// produce tail and CPU per byte, but catch-up reads then come from the disk, and at the
-    /// maximum produce rate more data waits in memory for its upload.
+    /// produce tail and CPU per byte, but catch-up reads then come from the disk (slower than
+    /// from the page cache on the bench machine).
     pub local_direct_io: bool,
 }
 
