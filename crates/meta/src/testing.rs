@@ -41,11 +41,28 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-fn free_port() -> Result<u16, Error> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| Error(format!("finding a free port: {e}")))
+/// Ports are picked below Linux's ephemeral range (32768-60999 by default), so no outgoing
+/// connection of another process can take one between the pick and the server's bind (which
+/// binding port 0 cannot promise), and none twice in one process: binding port 0 may return a
+/// port it returned a moment ago.
+const PICK: std::ops::Range<u16> = 20000..32000;
+static NEXT_PICK: AtomicU64 = AtomicU64::new(0);
+
+/// A loopback port that is free when picked and not picked before by this process, for a
+/// server the test starts (PostgreSQL, s3s-fs, a broker).
+pub fn free_port() -> Result<u16, Error> {
+    // Test binaries run one after another, and each starts where its process id says, so
+    // two of them rarely walk the same ports.
+    let span = u64::from(PICK.end - PICK.start);
+    let start = u64::from(std::process::id()) * 97;
+    for _ in 0..span {
+        let n = NEXT_PICK.fetch_add(1, Ordering::Relaxed);
+        let port = PICK.start + ((start + n) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(Error(format!("no free port in {PICK:?}")))
 }
 
 impl PgServer {

@@ -2,7 +2,6 @@
 //! on a free loopback port, serving a temporary directory. CI installs it
 //! (`cargo install s3s-fs@0.14.1 --features binary --locked`); set `S3S_FS` to use another path.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -41,11 +40,7 @@ const SECRET_KEY: &str = "weir-secret";
 fn start() -> S3sFs {
     let root = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(root.path().join(BUCKET)).unwrap();
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = weir_meta::testing::free_port().unwrap();
     let child = Command::new(binary())
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
         .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])

@@ -14,13 +14,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -153,21 +153,40 @@ func repoRoot() string {
 	return p
 }
 
+// Ports are picked below Linux's ephemeral range (32768-60999 by default), so no outgoing
+// connection of another process can take one between the pick and the broker's bind, and
+// none is handed out twice in one run: bind(":0") may return a port it returned a moment
+// ago, and two brokers of one cluster were once given the same one.
+const (
+	pickLow  = 20000
+	pickHigh = 32000
+)
+
+var (
+	pickMu sync.Mutex
+	picked = map[int]bool{}
+)
+
+// freePorts picks n loopback ports that are free when picked and not picked before in this run.
 func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
+	pickMu.Lock()
+	defer pickMu.Unlock()
 	var ports []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 10000 {
+			return nil, fmt.Errorf("no free port in %d-%d", pickLow, pickHigh)
 		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		port := pickLow + rand.IntN(pickHigh-pickLow)
+		if picked[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue // in use
+		}
+		l.Close()
+		picked[port] = true
+		ports = append(ports, port)
 	}
 	return ports, nil
 }
@@ -244,19 +263,9 @@ func startBroker(t *testing.T, name string, opts ...BrokerOpt) *Broker {
 
 func (b *Broker) Addr() string { return "127.0.0.1:" + strconv.Itoa(b.Port) }
 
-// MorePorts picks n more free loopback ports, none of them the broker's own, for listeners of
-// its own beyond Port (set with a BrokerOpt). Like every pick, they are free when picked.
-func (b *Broker) MorePorts(n int) ([]int, error) {
-	for {
-		ps, err := freePorts(n)
-		if err != nil {
-			return nil, err
-		}
-		if !slices.Contains(ps, b.Port) && !slices.Contains(ps, b.Port2) {
-			return ps, nil
-		}
-	}
-}
+// MorePorts picks n more free loopback ports (none of them the broker's own: no port is
+// picked twice) for listeners of its own beyond Port, set with a BrokerOpt.
+func (b *Broker) MorePorts(n int) ([]int, error) { return freePorts(n) }
 
 func (b *Broker) Seeds() []string { return []string{b.Addr()} }
 

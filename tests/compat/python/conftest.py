@@ -30,6 +30,7 @@ import atexit
 import http.client
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -68,12 +69,27 @@ PG_BIN = os.environ.get("WEIR_PG_BIN", "/usr/lib/postgresql/15/bin")
 S3_BUCKET, S3_ACCESS_KEY, S3_SECRET_KEY = "weir-test", "weir-access", "weir-secret"
 
 
+# Ports are picked below Linux's ephemeral range (32768-60999 by default): no outgoing
+# connection can take one between the pick and the broker's bind, which bind(0) cannot
+# promise. None is handed out twice in one run.
+_PICK_LOW, _PICK_HIGH = 20000, 32000
+_picked = set()
+
+
 def free_port():
-    """A free TCP port on 127.0.0.1 (bound and released; the OS will not
-    hand it out again soon)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free TCP port on 127.0.0.1, not picked before in this run."""
+    for _ in range(10000):
+        port = random.randrange(_PICK_LOW, _PICK_HIGH)
+        if port in _picked:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _picked.add(port)
+        return port
+    raise RuntimeError(f"no free port in {_PICK_LOW}-{_PICK_HIGH}")
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

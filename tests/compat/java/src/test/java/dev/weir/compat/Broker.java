@@ -16,8 +16,11 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Function;
 import java.util.stream.Stream;
@@ -384,21 +387,32 @@ public final class Broker implements Target {
         }
     }
 
-    static int[] freePorts(int n) throws IOException {
-        List<ServerSocket> sockets = new ArrayList<>();
-        try {
-            int[] ports = new int[n];
-            for (int i = 0; i < n; i++) {
-                ServerSocket s = new ServerSocket(0, 1, InetAddress.getByName("127.0.0.1"));
-                sockets.add(s);
-                ports[i] = s.getLocalPort();
+    // Ports are picked below Linux's ephemeral range (32768-60999 by default): no outgoing
+    // connection can take one between the pick and the broker's bind, which binding port 0
+    // cannot promise. None is handed out twice in one run.
+    private static final int PICK_LOW = 20000;
+    private static final int PICK_HIGH = 32000;
+    private static final Set<Integer> PICKED = new HashSet<>();
+
+    static synchronized int[] freePorts(int n) throws IOException {
+        int[] ports = new int[n];
+        int found = 0;
+        for (int tries = 0; found < n; tries++) {
+            if (tries > 10000) {
+                throw new IOException("no free port in " + PICK_LOW + "-" + PICK_HIGH);
             }
-            return ports;
-        } finally {
-            for (ServerSocket s : sockets) {
-                s.close();
+            int port = ThreadLocalRandom.current().nextInt(PICK_LOW, PICK_HIGH);
+            if (PICKED.contains(port)) {
+                continue;
+            }
+            try (ServerSocket s = new ServerSocket(port, 1, InetAddress.getByName("127.0.0.1"))) {
+                PICKED.add(port);
+                ports[found++] = port;
+            } catch (IOException inUse) {
+                // taken: pick another
             }
         }
+        return ports;
     }
 
     static void deleteTree(Path p) throws IOException {
