@@ -12,8 +12,9 @@ pub struct StorageConfig {
     pub stream_object_bytes: u64,
     /// Target size of a data block in an object.
     pub block_bytes: u64,
-    /// Memory for recent data that is already in object storage. Data not yet uploaded stays in
-    /// memory regardless; the WAL's capacity bounds it.
+    /// Memory for recent data, uploaded or not: the oldest uploaded data is evicted to keep the
+    /// total within it. Data not yet uploaded stays in memory regardless (the WAL's capacity
+    /// bounds it), so the cache exceeds this only while more than this waits for an upload.
     pub log_cache_bytes: u64,
     /// Memory for blocks read from objects.
     pub block_cache_bytes: u64,

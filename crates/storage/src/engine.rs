@@ -485,6 +485,7 @@ impl Engine {
             oldest.get_or_insert_with(Instant::now);
         }
         inner.maybe_wake_uploader();
+        inner.evict_if_over();
         Ok(Some(PendingAppend {
             appended: Appended {
                 base_offset: base,
@@ -1064,9 +1065,26 @@ impl EngineInner {
         }
     }
 
+    /// The log cache's budget: `log_cache_bytes` for all it holds, uploaded or not. Data not
+    /// yet uploaded cannot be evicted, so while more than that waits for an upload the cache
+    /// holds just that (the WAL's capacity bounds it).
+    fn log_cache_budget(&self) -> u64 {
+        self.config
+            .log_cache_bytes
+            .max(self.totals.uncommitted.load(Ordering::Relaxed))
+    }
+
+    /// After an append: evicts if the append took the log cache over its budget, so that data
+    /// arriving between uploads does not come on top of it.
+    pub(crate) fn evict_if_over(&self) {
+        if self.totals.cached.load(Ordering::Relaxed) > self.log_cache_budget() {
+            self.evict();
+        }
+    }
+
     /// Evicts the oldest committed batches while the log cache is over its budget.
     pub fn evict(&self) {
-        let budget = self.config.log_cache_bytes + self.totals.uncommitted.load(Ordering::Relaxed);
+        let budget = self.log_cache_budget();
         while self.totals.cached.load(Ordering::Relaxed) > budget {
             let next = self
                 .evictable

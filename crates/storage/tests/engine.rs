@@ -133,6 +133,62 @@ async fn out_of_range_reads_are_errors() {
     engine.close().await.unwrap();
 }
 
+/// The log cache's budget covers data not yet uploaded too: appends between uploads evict the
+/// oldest uploaded batches, and only data that waits for an upload may exceed the budget.
+#[tokio::test]
+async fn the_log_cache_budget_covers_data_not_yet_uploaded() {
+    const BATCH: usize = 16 << 10;
+    const BUDGET: u64 = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let config = StorageConfig {
+        log_cache_bytes: BUDGET,
+        // Uploads only when the test flushes.
+        upload_bytes: 64 << 20,
+        upload_interval: Duration::from_secs(3600),
+        ..small_config()
+    };
+    let engine = open_engine(dir.path(), config, WAL).await;
+    engine.open_stream(1, 1).await.unwrap();
+    let mut msg = 0u64;
+    let mut append = async |batches: u64| {
+        for _ in 0..batches {
+            let i = msg;
+            engine
+                .append(1, 1, 1, i as i64, |b| payload(1, b, i, BATCH))
+                .await
+                .unwrap();
+            msg += 1;
+        }
+    };
+    // 2 MiB uploaded, 256 KiB at a time.
+    for _ in 0..8 {
+        append(16).await;
+        engine.flush().await.unwrap();
+    }
+    assert_eq!(engine.log_cache_bytes(), BUDGET);
+    // 512 KiB more, not uploaded: the oldest uploaded data makes room for it.
+    append(32).await;
+    assert_eq!(
+        engine.log_cache_bytes(),
+        BUDGET,
+        "data not yet uploaded came on top of the budget"
+    );
+    // 1 MiB more: 1.5 MiB waits for an upload, more than the budget, and is all the cache holds.
+    append(64).await;
+    assert_eq!(engine.log_cache_bytes(), 96 * BATCH as u64);
+    // Everything reads back, from the cache and from objects.
+    let frames = read_all(&engine, 1, 0).await;
+    assert_eq!(frames.len() as u64, msg);
+    for (i, f) in frames.iter().enumerate() {
+        assert_eq!(check_payload(&f.payload), (1, i as u64, i as u64));
+    }
+    assert!(engine.meters().log_cache_hits.get() > 0);
+    assert!(engine.meters().log_cache_misses.get() > 0);
+    engine.flush().await.unwrap();
+    assert!(engine.log_cache_bytes() <= BUDGET);
+    engine.close().await.unwrap();
+}
+
 /// After a restart the log cache is empty: reads must come from objects, through GETs.
 #[tokio::test]
 async fn restart_reads_from_objects_only() {
