@@ -485,7 +485,8 @@ impl Engine {
             oldest.get_or_insert_with(Instant::now);
         }
         inner.maybe_wake_uploader();
-        inner.evict_if_over();
+        // Data arriving between uploads must not come on top of the log cache's budget.
+        inner.evict();
         Ok(Some(PendingAppend {
             appended: Appended {
                 base_offset: base,
@@ -1072,14 +1073,6 @@ impl EngineInner {
         self.config
             .log_cache_bytes
             .max(self.totals.uncommitted.load(Ordering::Relaxed))
-    }
-
-    /// After an append: evicts if the append took the log cache over its budget, so that data
-    /// arriving between uploads does not come on top of it.
-    pub(crate) fn evict_if_over(&self) {
-        if self.totals.cached.load(Ordering::Relaxed) > self.log_cache_budget() {
-            self.evict();
-        }
     }
 
     /// Evicts the oldest committed batches while the log cache is over its budget.
