@@ -71,6 +71,15 @@ pub struct PerfArgs {
     #[serde(serialize_with = "ser_duration")]
     pub warmup: Duration,
 
+    /// After the warm-up, wait up to this long for every consumer group to catch up (records
+    /// read from every partition written to, and a backlog of at most a second of production) before
+    /// measuring; how long it took is reported. For
+    /// consumers slow to start: a new librdkafka consumer looks up each partition's first
+    /// offset with a request of its own, which at 10,000 partitions takes it tens of seconds.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    #[serde(serialize_with = "ser_duration")]
+    pub settle: Duration,
+
     /// Measured duration.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     #[serde(serialize_with = "ser_duration")]
@@ -131,6 +140,16 @@ impl PerfArgs {
         }
         if self.duration.is_zero() {
             bail!("--duration must be more than 0");
+        }
+        if !self.settle.is_zero() && (self.groups == 0 || !self.backlog.is_zero()) {
+            bail!("--settle needs consumer groups (--groups) and no --backlog (catch-up mode measures the catch-up itself)");
+        }
+        if !self.settle.is_zero() && self.partitions as usize > crate::stats::PartitionSet::CAPACITY
+        {
+            bail!(
+                "--settle follows at most {} partitions per topic",
+                crate::stats::PartitionSet::CAPACITY
+            );
         }
         if self.report_interval.is_zero() {
             bail!("--report-interval must be more than 0");
@@ -317,5 +336,19 @@ mod tests {
             .unwrap()
             .args;
         assert!(png.validate().is_err());
+    }
+
+    #[test]
+    fn settle_needs_consumers_and_no_backlog() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["perf", "--settle", "2m"];
+            argv.extend_from_slice(extra);
+            Cli::try_parse_from(argv).unwrap().args
+        };
+        let a = parse(&[]);
+        a.validate().unwrap();
+        assert_eq!(a.settle, Duration::from_secs(120));
+        assert!(parse(&["--groups", "0"]).validate().is_err());
+        assert!(parse(&["--backlog", "10s"]).validate().is_err());
     }
 }

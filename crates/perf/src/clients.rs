@@ -180,6 +180,7 @@ impl ProducerContext for ProducerCtx {
         match result {
             Ok(m) => {
                 self.stats.acked.fetch_add(1, Ordering::Relaxed);
+                self.stats.acked_partitions.insert(m.partition());
                 let len = m.payload().map_or(0, <[u8]>::len) as u64;
                 self.stats.acked_bytes.fetch_add(len, Ordering::Relaxed);
                 self.stats
@@ -426,6 +427,7 @@ fn poll_loop(
         match consumer.poll(Duration::from_millis(100)) {
             None => {}
             Some(Ok(m)) => {
+                stats.partitions_read.insert(m.partition());
                 let payload = m.payload().unwrap_or(&[]);
                 stats.records.fetch_add(1, Ordering::Relaxed);
                 stats

@@ -12,7 +12,8 @@ use crate::args::PerfArgs;
 use crate::chart::{self, ChartPhase, ChartPoint};
 use crate::clients::{self, ClientErrors, ConsumerHandle, ConsumerSpec, ProducerHandle};
 use crate::stats::{
-    ConsumerStats, IntervalReport, LatencySummary, ProducerStats, Sample, Totals, MIB,
+    is_subset, ConsumerStats, IntervalReport, LatencySummary, PartitionSet, ProducerStats, Sample,
+    Totals, MIB,
 };
 
 const TICK: Duration = Duration::from_secs(1);
@@ -26,6 +27,19 @@ const BACKLOG: &str = "backlog";
 const CATCH_UP: &str = "catch-up";
 const CAUGHT_UP: &str = "caught-up";
 const MEASURE: &str = "measure";
+const SETTLE: &str = "settle";
+
+/// When a phase ends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Until {
+    /// After its length.
+    Time,
+    /// When every group is within a second of production (or after its length).
+    CaughtUp,
+    /// As `CaughtUp`, once every group has also read from every partition that had records
+    /// acknowledged a tick before.
+    Settled,
+}
 
 // ---------------------------------------------------------------- workers
 
@@ -236,6 +250,28 @@ impl Sampler {
         s
     }
 
+    /// Per topic, the partitions a record was acknowledged on (bitmaps).
+    fn acked_partitions(&self) -> Vec<Vec<u64>> {
+        let mut out = vec![vec![0u64; PartitionSet::CAPACITY / 64]; self.topics];
+        for (t, p) in &self.producers {
+            p.acked_partitions.add_to(&mut out[*t]);
+        }
+        out
+    }
+
+    /// Every group has read from each partition of `acked` (its topic's, from
+    /// [`Sampler::acked_partitions`]): a consumer whose start left some partitions behind can be
+    /// within a second of production while those are not read at all.
+    fn read_all_of(&self, acked: &[Vec<u64>]) -> bool {
+        self.groups.iter().all(|(t, cs)| {
+            let mut read = vec![0u64; PartitionSet::CAPACITY / 64];
+            for c in cs {
+                c.partitions_read.add_to(&mut read);
+            }
+            is_subset(&acked[*t], &read)
+        })
+    }
+
     /// Every group's backlog is at most a second of its topic's production (and at least
     /// 100 records, so that a slow producer does not make the test meaningless).
     fn caught_up(&self) -> bool {
@@ -256,6 +292,14 @@ struct PhaseReport {
     phase: String,
     #[serde(flatten)]
     figures: IntervalReport,
+}
+
+/// The wait after the warm-up for the consumers to catch up (`--settle`).
+#[derive(Serialize)]
+struct SettleReport {
+    /// Whether they did within --settle.
+    caught_up: bool,
+    seconds: f64,
 }
 
 #[derive(Serialize)]
@@ -293,6 +337,7 @@ struct Results<'a> {
     /// The measured part: everything after the warm-up and the backlog build.
     summary: IntervalReport,
     catch_up: Option<CatchUpReport>,
+    settle: Option<SettleReport>,
     phases: Vec<PhaseReport>,
     /// Client-level errors (connections, metadata), not tied to one record.
     client_errors: u64,
@@ -453,7 +498,7 @@ impl Run<'_> {
 
     /// Runs one phase for `length`; with `until_caught_up`, ends early when the consumers have
     /// caught up, and says so.
-    fn phase(&mut self, name: &str, length: Duration, until_caught_up: bool) -> PhaseEnd {
+    fn phase(&mut self, name: &str, length: Duration, until: Until) -> PhaseEnd {
         let start = Instant::now();
         let end = start + length;
         let mut acc = Sample::empty(self.sampler.now());
@@ -463,16 +508,23 @@ impl Run<'_> {
             first_read: None,
         };
         let consumed_before = self.sampler.totals().consumed;
+        // `Settled`: the partitions acknowledged on as of the last tick, which every group
+        // must have read from by now.
+        let mut acked_at_tick = self.sampler.acked_partitions();
         loop {
             let now = Instant::now();
             if now >= end {
                 break;
             }
-            if until_caught_up {
+            if until != Until::Time {
                 if out.first_read.is_none() && self.sampler.totals().consumed > consumed_before {
                     out.first_read = Some(self.sampler.now());
                 }
-                if self.sampler.caught_up() {
+                let settled = match until {
+                    Until::Settled => self.sampler.read_all_of(&acked_at_tick),
+                    _ => true,
+                };
+                if settled && self.sampler.caught_up() {
                     out.caught_up = true;
                     break;
                 }
@@ -480,6 +532,9 @@ impl Run<'_> {
             if now >= next_tick {
                 self.tick(name, &mut acc);
                 next_tick += TICK;
+                if until == Until::Settled {
+                    acked_at_tick = self.sampler.acked_partitions();
+                }
             }
             self.show_progress(name, start, length);
             let wake = end.min(next_tick).min(now + CHECK);
@@ -602,12 +657,20 @@ pub fn run(args: PerfArgs) -> anyhow::Result<()> {
     workers.go.store(true, Ordering::Release);
 
     if !args.warmup.is_zero() {
-        run.phase(WARMUP, args.warmup, false);
+        run.phase(WARMUP, args.warmup, Until::Time);
     }
+    let settle = (!backlog_mode && args.groups > 0 && !args.settle.is_zero()).then(|| {
+        let t0 = Instant::now();
+        let ended = run.phase(SETTLE, args.settle, Until::Settled);
+        SettleReport {
+            caught_up: ended.caught_up,
+            seconds: t0.elapsed().as_secs_f64(),
+        }
+    });
     let mut measured = vec![MEASURE];
     let mut catch_up = None;
     if backlog_mode {
-        run.phase(BACKLOG, args.backlog, false);
+        run.phase(BACKLOG, args.backlog, Until::Time);
         let before = run.sampler.totals();
         let backlog_at_start = before.produced;
         let backlog_bytes = before.produced_bytes;
@@ -615,10 +678,10 @@ pub fn run(args: PerfArgs) -> anyhow::Result<()> {
         start_groups(&args, &topics, &errors, &mut workers)?;
         run.sampler.add_groups(&workers.groups[groups_from..]);
         let t0 = Instant::now();
-        let ended = run.phase(CATCH_UP, args.duration, true);
+        let ended = run.phase(CATCH_UP, args.duration, Until::CaughtUp);
         let rest = args.duration.saturating_sub(t0.elapsed());
         if ended.caught_up && !rest.is_zero() {
-            run.phase(CAUGHT_UP, rest, false);
+            run.phase(CAUGHT_UP, rest, Until::Time);
         }
         measured = vec![CATCH_UP, CAUGHT_UP];
         let c = run.merged(&[CATCH_UP]).report();
@@ -640,7 +703,7 @@ pub fn run(args: PerfArgs) -> anyhow::Result<()> {
             produce_latency_before_ms: LatencySummary::of(&before_phase.produce_latency),
         });
     } else {
-        run.phase(MEASURE, args.duration, false);
+        run.phase(MEASURE, args.duration, Until::Time);
     }
     run.clear_progress();
 
@@ -678,11 +741,27 @@ pub fn run(args: PerfArgs) -> anyhow::Result<()> {
             "{}",
             summary_text(
                 &format!(
-                    "Results, after {:.0} s of warm-up",
-                    args.warmup.as_secs_f64()
+                    "Results, after {:.0} s of warm-up{}",
+                    args.warmup.as_secs_f64(),
+                    settle.as_ref().map_or(String::new(), |s| format!(
+                        " and {:.1} s waiting for the consumers",
+                        s.seconds
+                    ))
                 ),
                 &summary
             )
+        );
+    }
+    if let Some(s) = &settle {
+        println!(
+            "Consumers {} after the warm-up in {:.1} s (--settle {} s)",
+            if s.caught_up {
+                "caught up"
+            } else {
+                "did NOT catch up"
+            },
+            s.seconds,
+            args.settle.as_secs_f64()
         );
     }
     if let Some(c) = &catch_up {
@@ -733,6 +812,7 @@ pub fn run(args: PerfArgs) -> anyhow::Result<()> {
         args: &args,
         summary,
         catch_up,
+        settle,
         phases,
         client_errors,
         timeline,

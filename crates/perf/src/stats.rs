@@ -5,7 +5,7 @@
 //! touch. Once a second (and at every phase change) the sampler reads the counters' deltas and
 //! drains the histograms into a [`Sample`]; samples merge into report periods and phases.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use serde::Serialize;
@@ -53,6 +53,51 @@ pub struct ProducerStats {
     pub acked_bytes: AtomicU64,
     pub errors: AtomicU64,
     pub latency: SharedHist,
+    /// Partitions a record was acknowledged on (librdkafka's sticky partitioner leaves
+    /// partitions without records for a while when there are many).
+    pub acked_partitions: PartitionSet,
+}
+
+/// A set of partition numbers below [`PartitionSet::CAPACITY`] that any thread may add to.
+pub struct PartitionSet(Vec<AtomicU64>);
+
+impl Default for PartitionSet {
+    fn default() -> Self {
+        PartitionSet(
+            (0..Self::CAPACITY / 64)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        )
+    }
+}
+
+impl PartitionSet {
+    /// Partitions tracked; others are ignored (`--settle` refuses topics with more).
+    pub const CAPACITY: usize = 1 << 16;
+
+    pub fn insert(&self, partition: i32) {
+        if let Some(word) = usize::try_from(partition)
+            .ok()
+            .and_then(|p| self.0.get(p / 64))
+        {
+            let bit = 1u64 << (partition as usize % 64);
+            if word.load(Ordering::Relaxed) & bit == 0 {
+                word.fetch_or(bit, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Adds this set's members to `into` (a bitmap of [`PartitionSet::CAPACITY`] bits).
+    pub fn add_to(&self, into: &mut [u64]) {
+        for (i, w) in into.iter_mut().zip(&self.0) {
+            *i |= w.load(Ordering::Relaxed);
+        }
+    }
+}
+
+/// Whether every member of bitmap `a` is in bitmap `b`.
+pub fn is_subset(a: &[u64], b: &[u64]) -> bool {
+    a.iter().zip(b).all(|(a, b)| a & !b == 0)
 }
 
 /// Counters of one consumer.
@@ -63,6 +108,8 @@ pub struct ConsumerStats {
     pub errors: AtomicU64,
     /// Partitions currently assigned to this consumer.
     pub assigned: AtomicUsize,
+    /// Partitions this consumer has received a record of.
+    pub partitions_read: PartitionSet,
     pub e2e: SharedHist,
 }
 
@@ -290,6 +337,31 @@ mod tests {
         assert_eq!(r.produce.mib_per_sec, 5.0);
         assert_eq!(r.produce_latency_ms.unwrap().count, 1);
         assert!(r.e2e_latency_ms.is_none());
+    }
+
+    #[test]
+    fn partition_sets_union_and_compare() {
+        let acked = PartitionSet::default();
+        let read_a = PartitionSet::default();
+        let read_b = PartitionSet::default();
+        for p in [0, 63, 64, 9_999] {
+            acked.insert(p);
+        }
+        acked.insert(-1); // out of range: ignored
+        acked.insert(PartitionSet::CAPACITY as i32);
+        read_a.insert(0);
+        read_a.insert(64);
+        read_b.insert(63);
+        let words = PartitionSet::CAPACITY / 64;
+        let (mut a, mut r) = (vec![0u64; words], vec![0u64; words]);
+        acked.add_to(&mut a);
+        read_a.add_to(&mut r);
+        read_b.add_to(&mut r);
+        assert!(!is_subset(&a, &r), "9,999 was not read");
+        read_b.insert(9_999);
+        read_b.add_to(&mut r);
+        assert!(is_subset(&a, &r));
+        assert!(is_subset(&vec![0u64; words], &a));
     }
 
     #[test]
