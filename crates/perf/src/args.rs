@@ -72,10 +72,10 @@ pub struct PerfArgs {
     pub warmup: Duration,
 
     /// After the warm-up, wait up to this long for every consumer group to catch up (records
-    /// read from every partition written to, and a backlog of at most a second of production) before
-    /// measuring; how long it took is reported. For
-    /// consumers slow to start: a new librdkafka consumer looks up each partition's first
-    /// offset with a request of its own, which at 10,000 partitions takes it tens of seconds.
+    /// read from every partition written to, and a backlog of at most a second of production)
+    /// before measuring; how long it took is reported. For consumers slow to start: a new
+    /// librdkafka consumer looks up each partition's first offset with a request of its own,
+    /// and at 10,000 partitions sends some thousands of them seconds to a minute late.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     #[serde(serialize_with = "ser_duration")]
     pub settle: Duration,

@@ -496,8 +496,9 @@ impl Run<'_> {
         self.period = Sample::empty(at);
     }
 
-    /// Runs one phase for `length`; with `until_caught_up`, ends early when the consumers have
-    /// caught up, and says so.
+    /// Runs one phase for `length`; `until` other than [`Until::Time`] ends it early when the
+    /// consumers have caught up (and have read from every partition written to, for
+    /// [`Until::Settled`]), and says so.
     fn phase(&mut self, name: &str, length: Duration, until: Until) -> PhaseEnd {
         let start = Instant::now();
         let end = start + length;
