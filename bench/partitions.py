@@ -19,8 +19,9 @@ it asks for each partition's first offset with a ListOffsets request of its own,
 partitions some thousands of those requests leave the client only seconds to tens of seconds
 after the others, while the partitions already started are fetched: 6 to more than 40 s
 against Weir in the runs we traced; against Kafka, whose answers to those requests take up to
-5 s, none in one run and 66 s for a few hundred partitions in another. The table shows that start ("consumer caught up after":
-warm-up plus the wait), and the measured period is the steady state that follows.
+5 s, none in one run and 66 s for a few hundred partitions in another. The table shows that
+start ("consumer caught up after": warm-up plus the wait), and the measured period is the
+steady state that follows.
 
 Per run: produce and end-to-end latency p50/p99 (`weir perf`), the share of produced records
 consumed in the measured period and the backlog at the end, the broker's CPU (average cores and
@@ -184,7 +185,7 @@ def run(kind, partitions):
     s = perf["summary"]
     # The consumer's start: the warm-up and the wait for it to catch up.
     settle = perf.get("settle") or {}
-    caught_up = (perf_seconds(WARMUP) + settle["seconds"]
+    caught_up = (perf["args"]["warmup"] + settle["seconds"]
                  if settle.get("caught_up") else None)
     moved = (s["produce"]["mib_per_sec"] + s["consume"]["mib_per_sec"]) * s["seconds"] / 1024
     bs = broker.summary()
@@ -197,14 +198,6 @@ def run(kind, partitions):
         "cpu_s_per_gib": bs["cpu_s"] / moved if bs and moved > 0 else None,
         "client_cores": client.summary().get("cores"),
     }
-
-
-def perf_seconds(d):
-    """Seconds of a `weir perf` duration such as 10s, 2m or 500ms."""
-    for unit, scale in (("ms", 0.001), ("s", 1), ("m", 60)):
-        if d.endswith(unit) and d[:-len(unit)].replace(".", "", 1).isdigit():
-            return float(d[:-len(unit)]) * scale
-    raise ValueError(f"not a duration: {d}")
 
 
 def fmt(v, digits=1):
@@ -250,12 +243,14 @@ def report(results, stamp, elapsed):
     lines = [f"## Many partitions ({stamp})", "",
              f"One topic, one producer (acks=all, linger.ms=5) at {MIB:g} MiB/s of 1 KiB "
              f"records, one consumer group of one consumer; {WARMUP} warm-up, then up to "
-             f"{SETTLE} for the consumer to catch up, then {DURATION} measured; a fresh single broker per run (Weir: objects in a local directory). "
+             f"{SETTLE} for the consumer to catch up, then {DURATION} measured; a fresh "
+             "single broker per run (Weir: objects in a local directory). "
              "Goal for Weir: consumers keep up (end-to-end p99 within 2x of produce p99, "
              "everything produced consumed) and memory within its cache budgets (log cache "
              "512 MiB + block cache 256 MiB by default). The load generator shares the "
              "machine's two cores with the broker. \"Consumer caught up after\": from the start "
-             "of the load until the backlog was within a second of production; at 10,000 "
+             "of the load until the consumer had read from every partition written to and its "
+             "backlog was within a second of production; at 10,000 "
              "partitions that is mostly a new librdkafka consumer looking up each partition's "
              "first offset (bench/partitions.py says how).", "",
              "| partitions | figure | Kafka | Weir | Weir/Kafka |", "|---:|---|---:|---:|---:|"]

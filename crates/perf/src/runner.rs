@@ -511,7 +511,12 @@ impl Run<'_> {
         let consumed_before = self.sampler.totals().consumed;
         // `Settled`: the partitions acknowledged on as of the last tick, which every group
         // must have read from by now.
-        let mut acked_at_tick = self.sampler.acked_partitions();
+        let settling = until == Until::Settled;
+        let mut acked_at_tick = if settling {
+            self.sampler.acked_partitions()
+        } else {
+            Vec::new()
+        };
         loop {
             let now = Instant::now();
             if now >= end {
@@ -521,10 +526,7 @@ impl Run<'_> {
                 if out.first_read.is_none() && self.sampler.totals().consumed > consumed_before {
                     out.first_read = Some(self.sampler.now());
                 }
-                let settled = match until {
-                    Until::Settled => self.sampler.read_all_of(&acked_at_tick),
-                    _ => true,
-                };
+                let settled = !settling || self.sampler.read_all_of(&acked_at_tick);
                 if settled && self.sampler.caught_up() {
                     out.caught_up = true;
                     break;
@@ -533,7 +535,7 @@ impl Run<'_> {
             if now >= next_tick {
                 self.tick(name, &mut acc);
                 next_tick += TICK;
-                if until == Until::Settled {
+                if settling {
                     acked_at_tick = self.sampler.acked_partitions();
                 }
             }
@@ -660,7 +662,8 @@ pub fn run(args: PerfArgs) -> anyhow::Result<()> {
     if !args.warmup.is_zero() {
         run.phase(WARMUP, args.warmup, Until::Time);
     }
-    let settle = (!backlog_mode && args.groups > 0 && !args.settle.is_zero()).then(|| {
+    // `validate` refuses --settle without consumer groups or with --backlog.
+    let settle = (!args.settle.is_zero()).then(|| {
         let t0 = Instant::now();
         let ended = run.phase(SETTLE, args.settle, Until::Settled);
         SettleReport {
