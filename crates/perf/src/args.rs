@@ -350,5 +350,12 @@ mod tests {
         assert_eq!(a.settle, Duration::from_secs(120));
         assert!(parse(&["--groups", "0"]).validate().is_err());
         assert!(parse(&["--backlog", "10s"]).validate().is_err());
+        // The partitions it follows: up to PartitionSet::CAPACITY per topic.
+        assert!(parse(&["--partitions", "65536"]).validate().is_ok());
+        let over = parse(&["--partitions", "65537"]).validate().unwrap_err();
+        assert!(
+            over.to_string().contains("at most 65536 partitions"),
+            "{over}"
+        );
     }
 }
