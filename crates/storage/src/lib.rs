@@ -92,6 +92,8 @@ pub struct StorageMeters {
     /// Bytes held by the cache of object indexes (a gauge; bounded by
     /// `StorageConfig::index_cache_bytes`).
     pub object_index_cache_bytes: std::sync::atomic::AtomicU64,
+    /// Bytes held by the block cache (a gauge; bounded by `StorageConfig::block_cache_bytes`).
+    pub block_cache_bytes: std::sync::atomic::AtomicU64,
     pub uploads: Counter,
     /// Latency of the metadata-store transaction that commits an upload's objects: the one
     /// place the write path touches the metadata store.

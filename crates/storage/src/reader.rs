@@ -947,6 +947,9 @@ impl Inner {
                     self.meters.block_cache_evicted_unread_bytes.add(unread);
                 }
             }
+            self.meters
+                .block_cache_bytes
+                .store(blocks.bytes(), std::sync::atomic::Ordering::Relaxed);
         }
         let mut cache = lock(&self.indexes);
         cache.insert(r.object_id, Arc::clone(&index), index_cost(&index));
@@ -1104,6 +1107,9 @@ impl Inner {
                         );
                         this.meters.block_cache_evicted_unread_bytes.add(unread);
                     }
+                    this.meters
+                        .block_cache_bytes
+                        .store(cache.bytes(), std::sync::atomic::Ordering::Relaxed);
                 }
             }
             // After the cache is filled: a read that misses the cache and then finds no GET in
@@ -1781,6 +1787,14 @@ mod readahead_tests {
             meters.block_cache_evicted_unread_bytes.get(),
             0,
             "blocks fetched ahead were evicted before they were read"
+        );
+        // The gauge shows a full cache, within its budget.
+        let cached = meters
+            .block_cache_bytes
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            cached > 8 * BLOCK && cached <= 12 * BLOCK,
+            "the block cache holds {cached} bytes"
         );
         // The first one's blocks are still there: it goes on without a GET of its own.
         let misses = meters.block_cache_misses.get();

@@ -1075,6 +1075,13 @@ fn render(state: &State) -> String {
     );
     gauge(
         &mut o,
+        "block_cache_bytes",
+        "Bytes held by the block cache.",
+        s.block_cache_bytes
+            .load(std::sync::atomic::Ordering::Relaxed),
+    );
+    gauge(
+        &mut o,
         "object_index_cache_bytes",
         "Bytes held by the cache of object indexes.",
         s.object_index_cache_bytes

@@ -19,7 +19,16 @@ use tokio::net::TcpListener;
 use crate::config::Config;
 
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's options, read before `main`; the environment variable `_RJEM_MALLOC_CONF` adds to
+/// them. `thp:always` asks for transparent huge pages for the heap: without them the broker
+/// produced about a fifth less at its maximum rate (the faults and TLB misses of 4 KiB pages
+/// for every request buffer and batch copy). `background_thread` returns memory freed after a
+/// burst (a catch-up, a rebalance) to the kernel while the broker is idle, instead of at its
+/// next allocations.
+#[export_name = "_rjem_malloc_conf"]
+static JEMALLOC_CONF: &u8 = &b"thp:always,background_thread:true\0"[0];
 
 #[derive(Parser)]
 #[command(
