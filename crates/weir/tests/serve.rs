@@ -74,3 +74,34 @@ fn admin_endpoints_refusals_and_clean_shutdown() {
     // SIGTERM: the broker uploads, stops, and exits 0.
     b.stop();
 }
+
+/// The allocator's options, exported from `main.rs` under the name jemalloc reads before `main`,
+/// take effect: its background purging threads (`background_thread:true`) run in the broker. A
+/// misspelt or renamed symbol would leave jemalloc on its defaults without a word.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_allocator_runs_with_its_configuration() {
+    let b = Broker::start(&[]);
+    let tasks = std::path::PathBuf::from(format!("/proc/{}/task", b.child.id()));
+    let names = || -> Vec<String> {
+        std::fs::read_dir(&tasks)
+            .map(|d| {
+                d.filter_map(|t| t.ok())
+                    .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+                    .map(|n| n.trim().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut seen = names();
+    while !seen.iter().any(|n| n.starts_with("jemalloc_bg_thd")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no jemalloc background thread among the broker's threads: {seen:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        seen = names();
+    }
+    b.stop();
+}
