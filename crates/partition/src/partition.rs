@@ -37,6 +37,7 @@ pub fn kafka_error(e: &StorageError) -> ResponseError {
             ResponseError::KafkaStorageError
         }
         StorageError::Shared(e) => kafka_error(e),
+        StorageError::Internal(_) => ResponseError::UnknownServerError,
     }
 }
 

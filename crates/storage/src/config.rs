@@ -42,6 +42,9 @@ pub struct StorageConfig {
     pub background_bytes_per_sec: u64,
     /// Bytes per second catch-up reads may fetch from object storage (0: unlimited).
     pub catchup_bytes_per_sec: u64,
+    /// How many nice steps below the broker's other threads consumers' reads from object
+    /// storage run (0: on the broker's own threads).
+    pub catchup_nice: i32,
     /// The object WAL seals an object once its first batch has waited this long...
     pub object_wal_linger: Duration,
     /// ...or once it holds this many bytes, whichever comes first.
@@ -71,6 +74,7 @@ impl Default for StorageConfig {
             compaction_min_ranges: 8,
             background_bytes_per_sec: 64 << 20,
             catchup_bytes_per_sec: 0,
+            catchup_nice: 10,
             object_wal_linger: Duration::from_millis(5),
             object_wal_bytes: 8 << 20,
             object_wal_max_in_flight: 8,

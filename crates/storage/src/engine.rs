@@ -133,6 +133,8 @@ pub(crate) struct EngineInner {
     pub meta: Arc<dyn MetaStore>,
     pub store: Arc<dyn ObjectStore>,
     pub reader: ObjectReader,
+    /// Where consumers' reads from object storage run.
+    pub catchup: crate::catchup::CatchupRuntime,
     pub streams: RwLock<HashMap<u64, Arc<Stream>>>,
     pub meters: Arc<StorageMeters>,
     pub object_meters: Arc<ObjectMeters>,
@@ -206,6 +208,7 @@ impl Engine {
             crate::budget::Budget::new(config.background_bytes_per_sec),
             config.index_cache_bytes,
         );
+        let catchup = crate::catchup::CatchupRuntime::new(config.catchup_nice)?;
         let object_wal = crate::collector::ObjectWal::new(
             config.object_wal_max_in_flight,
             config.object_wal_bytes,
@@ -218,6 +221,7 @@ impl Engine {
             meta,
             store,
             reader,
+            catchup,
             streams: RwLock::new(HashMap::new()),
             meters,
             object_meters,
@@ -584,10 +588,17 @@ impl Engine {
             (st.start_offset(), st.durable_end(), objects_until)
         };
         inner.meters.log_cache_misses.inc();
-        let reading = inner
-            .reader
-            .read_with(stream_id, from, committed, max_bytes, &[], purpose, wait)
-            .await?;
+        let reader = inner.reader.clone();
+        let read = async move {
+            reader
+                .read_with(stream_id, from, committed, max_bytes, &[], purpose, wait)
+                .await
+        };
+        let reading = if purpose == Purpose::Fetch {
+            inner.catchup.run(read).await?
+        } else {
+            read.await?
+        };
         let incomplete = reading.incomplete;
         let mut batches = reading.frames;
         let got: usize = batches.iter().map(|b| b.payload.len()).sum();
@@ -728,29 +739,33 @@ impl Engine {
         if from >= until {
             return Ok(Vec::new());
         }
-        let reader = &self.inner.reader;
-        if !known.is_empty() {
-            match reader
-                .read_with(
-                    stream_id,
-                    from,
-                    until,
-                    max_bytes,
-                    known,
-                    Purpose::Fetch,
-                    true,
-                )
-                .await
-            {
-                Ok(r) => return Ok(r.frames),
-                Err(e) => {
-                    tracing::debug!(stream_id, error = %e, "a read through fed ranges failed; reading through the metadata store");
+        let reader = self.inner.reader.clone();
+        let known = known.to_vec();
+        let read = async move {
+            if !known.is_empty() {
+                match reader
+                    .read_with(
+                        stream_id,
+                        from,
+                        until,
+                        max_bytes,
+                        &known,
+                        Purpose::Fetch,
+                        true,
+                    )
+                    .await
+                {
+                    Ok(r) => return Ok(r.frames),
+                    Err(e) => {
+                        tracing::debug!(stream_id, error = %e, "a read through fed ranges failed; reading through the metadata store");
+                    }
                 }
             }
-        }
-        reader
-            .read(stream_id, from, until, max_bytes, Purpose::Fetch)
-            .await
+            reader
+                .read(stream_id, from, until, max_bytes, Purpose::Fetch)
+                .await
+        };
+        self.inner.catchup.run(read).await
     }
 
     /// The ranges committed for a stream led here that end after `from`, oldest first, as far

@@ -31,6 +31,9 @@ pub enum StorageError {
     Corrupt { key: String, reason: String },
     #[error("storage engine is closed")]
     Closed,
+    /// A bug: a read's task panicked.
+    #[error("internal error: {0}")]
+    Internal(String),
     #[error("stream {stream_id}: an append must take at least one offset")]
     EmptyBatch { stream_id: u64 },
     #[error(

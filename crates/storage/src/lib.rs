@@ -19,7 +19,8 @@
 //!   large ones), PUTs them, commits them to the metadata store ([`weir_meta`]) in one
 //!   transaction, trims the WAL, and hands waiting batches on.
 //! - [`Engine::read`] serves from the log cache, or from objects through the block cache and
-//!   ranged GETs with read-ahead (`reader.rs`).
+//!   ranged GETs with read-ahead (`reader.rs`); consumers' reads from objects run on niced
+//!   threads of their own (`catchup.rs`), below the produce path.
 //! - On open, whatever the WAL holds that the metadata store does not is uploaded before any
 //!   stream opens (`recovery.rs`). A peer recovers a dead broker's WAL the same way
 //!   ([`Engine::recover_peer_wal`]), after sealing it and raising the epochs of its streams.
@@ -33,6 +34,7 @@
 #[macro_use]
 pub mod invariant;
 mod budget;
+mod catchup;
 mod collector;
 mod compaction;
 mod config;

@@ -299,6 +299,7 @@ struct Readers {
     counted: Instant,
 }
 
+#[derive(Clone)]
 pub(crate) struct ObjectReader {
     inner: Arc<Inner>,
 }

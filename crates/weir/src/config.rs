@@ -372,6 +372,8 @@ pub struct StorageSection {
     pub background_bytes_per_sec: u64,
     /// Bandwidth budget of catch-up reads from object storage, bytes/s (0: unlimited).
     pub catchup_bytes_per_sec: u64,
+    /// Nice steps below the broker's other threads of catch-up reads (0: no threads of their own).
+    pub catchup_nice: i32,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -493,6 +495,7 @@ impl Default for StorageSection {
             compaction_min_ranges: d.compaction_min_ranges,
             background_bytes_per_sec: d.background_bytes_per_sec,
             catchup_bytes_per_sec: d.catchup_bytes_per_sec,
+            catchup_nice: d.catchup_nice,
         }
     }
 }
@@ -736,6 +739,7 @@ impl Config {
             compaction_min_ranges: s.compaction_min_ranges,
             background_bytes_per_sec: s.background_bytes_per_sec,
             catchup_bytes_per_sec: s.catchup_bytes_per_sec,
+            catchup_nice: s.catchup_nice.clamp(0, 19),
             object_wal_linger: Duration::from_millis(self.wal.object_linger_ms),
             object_wal_bytes: self.wal.object_bytes.max(1),
             object_wal_max_in_flight: self.wal.object_max_in_flight.max(1),

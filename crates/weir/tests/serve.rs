@@ -105,3 +105,40 @@ fn the_allocator_runs_with_its_configuration() {
     }
     b.stop();
 }
+
+/// A thread's name and nice value, from `/proc/<pid>/task/<tid>/stat`.
+fn thread_nice(stat: &str) -> Option<(String, i64)> {
+    let (head, rest) = stat.rsplit_once(')')?;
+    let name = head.split_once('(')?.1.to_string();
+    // `rest` starts at the third field (state); the nice value is the 19th.
+    let nice = rest.split_whitespace().nth(16)?.parse().ok()?;
+    Some((name, nice))
+}
+
+#[test]
+fn catch_up_reads_run_on_threads_below_the_brokers_own() {
+    let b = Broker::start(&[("WEIR_STORAGE_CATCHUP_NICE", "7")]);
+    let tasks = std::path::PathBuf::from(format!("/proc/{}/task", b.child.id()));
+    let threads: Vec<(String, i64)> = std::fs::read_dir(&tasks)
+        .expect("the broker's threads")
+        .filter_map(|t| t.ok())
+        .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok())
+        .filter_map(|s| thread_nice(&s))
+        .collect();
+    let nice_of = |name: &str| -> Vec<i64> {
+        threads
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| *v)
+            .collect()
+    };
+    let own = nice_of("weir");
+    let catchup = nice_of("weir-catchup");
+    assert!(!catchup.is_empty(), "no catch-up threads: {threads:?}");
+    let base = *own.iter().min().expect("the broker's own threads");
+    assert!(
+        catchup.iter().all(|&n| n == (base + 7).min(19)),
+        "catch-up threads not 7 below the broker's ({base}): {threads:?}"
+    );
+    b.stop();
+}

@@ -1,0 +1,117 @@
+//! A runtime of lower CPU priority for consumers' reads from object storage.
+//!
+//! A consumer catching up reads as fast as the broker lets it; producers want their batches
+//! acknowledged at once. On a machine whose cores are busy, the threads that finish a WAL sync
+//! and answer a produce request wait behind the catch-up's work (GET bodies, checksums, frames),
+//! and the produce tail grows while a consumer reads old data. The catch-up's reads therefore run
+//! on worker threads of their own, niced (`storage.catchup_nice`): the scheduler gives them what
+//! the produce path leaves, and all of it when the machine is otherwise idle.
+
+use std::future::Future;
+
+use crate::error::{Result, StorageError};
+
+/// The catch-up reads' runtime; without one (`nice` 0) reads run where they are awaited.
+pub(crate) struct CatchupRuntime {
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl CatchupRuntime {
+    /// A runtime of as many worker threads as the machine has cores, each `nice` steps below
+    /// the thread that starts it (Linux: a thread's own nice value); none if `nice` is 0.
+    pub fn new(nice: i32) -> Result<Self> {
+        if nice == 0 {
+            return Ok(CatchupRuntime { runtime: None });
+        }
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("weir-catchup")
+            .enable_all()
+            .on_thread_start(move || set_nice(nice))
+            .build()
+            .map_err(|e| StorageError::Internal(format!("starting the catch-up runtime: {e}")))?;
+        Ok(CatchupRuntime {
+            runtime: Some(runtime),
+        })
+    }
+
+    /// Runs `read` on the catch-up runtime (with everything it spawns: its GETs and read-ahead)
+    /// and waits for it. If the caller stops waiting, the read still runs to its end and fills
+    /// the block cache, as a read-ahead GET would.
+    pub async fn run<T, F>(&self, read: F) -> Result<T>
+    where
+        F: Future<Output = Result<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        match &self.runtime {
+            None => read.await,
+            Some(rt) => match rt.spawn(read).await {
+                Ok(got) => got,
+                // The runtime shut down with the engine.
+                Err(e) if e.is_cancelled() => Err(StorageError::Closed),
+                Err(e) => Err(StorageError::Internal(format!(
+                    "a catch-up read panicked: {e}"
+                ))),
+            },
+        }
+    }
+}
+
+impl Drop for CatchupRuntime {
+    fn drop(&mut self) {
+        // The engine may be dropped inside another runtime, where a blocking shutdown panics.
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn set_nice(nice: i32) {
+    // SAFETY: `gettid`, `getpriority` and `setpriority` take and return plain integers; on
+    // Linux, PRIO_PROCESS with a thread id reads and sets that thread's nice value alone. A
+    // new thread inherits its creator's nice value, so this lowers it relative to the broker's.
+    let rc = unsafe {
+        let tid = libc::gettid() as libc::id_t;
+        let current = libc::getpriority(libc::PRIO_PROCESS, tid);
+        libc::setpriority(libc::PRIO_PROCESS, tid, (current + nice).min(19))
+    };
+    if rc != 0 {
+        tracing::warn!(
+            nice,
+            error = %std::io::Error::last_os_error(),
+            "could not lower a catch-up thread's priority"
+        );
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_nice(_nice: i32) {}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    fn own_nice() -> i32 {
+        // SAFETY: as in `set_nice`.
+        unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
+    }
+
+    #[tokio::test]
+    async fn reads_run_on_niced_threads_and_inline_without_them() {
+        let before = own_nice();
+        let niced = CatchupRuntime::new(7).expect("runtime");
+        let got = niced.run(async { Ok(own_nice()) }).await.expect("read");
+        assert_eq!(got, (before + 7).min(19));
+        let inline = CatchupRuntime::new(0).expect("runtime");
+        let got = inline.run(async { Ok(own_nice()) }).await.expect("read");
+        assert_eq!(got, before);
+        let failed: Result<()> = niced.run(async { Err(StorageError::Closed) }).await;
+        assert!(matches!(failed, Err(StorageError::Closed)));
+        let panicked: Result<()> = niced.run(async { panic!("a bug in a read") }).await;
+        assert!(matches!(panicked, Err(StorageError::Internal(_))));
+        // Dropped inside a runtime without panicking.
+        drop(niced);
+    }
+}
