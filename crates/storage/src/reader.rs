@@ -2,9 +2,11 @@
 //! GETs with asynchronous read-ahead.
 //!
 //! A consumer that goes on where its last read ended doubles its read-ahead window, up to
-//! `readahead_max_bytes` (less when many streams read at once: all windows together stay
+//! `readahead_max_bytes` (less when many readers read at once: all windows together stay
 //! within half of the block cache, so that what is fetched ahead is read before it is
-//! evicted); one that jumps starts again at one block. After each read a background task keeps
+//! evicted); one that jumps starts again at one block. A stream keeps a state for each of up
+//! to `READERS_PER_STREAM` positions it is read at, so that consumer groups reading one
+//! partition at different offsets each go on from their own last read. After each read a background task keeps
 //! the window ahead of the reader fetched: once less than half of it is, it starts ranged GETs
 //! for the rest, several at a time, each of adjacent blocks, so that the next reads find their
 //! blocks in the cache instead of waiting for a round trip each. A GET in flight is known by
@@ -272,16 +274,21 @@ struct InFlight {
     at: usize,
 }
 
-/// A stream's read-ahead state.
+/// Readers of one stream that keep read-ahead states of their own: consumer groups reading a
+/// partition at different offsets each go on from where their own last read ended. A read that
+/// goes on from none of them takes a new state, or the least recently used one's place.
+const READERS_PER_STREAM: usize = 4;
+
+/// A reader's read-ahead state: one per position a stream is read at.
 struct ReadAhead {
+    /// Which state this is: a read, and the read-ahead task it starts, update only their own,
+    /// even after it was taken over by another reader.
+    id: u64,
     /// Where the last read started and ended: a read from `next_offset` goes on; one from
     /// between them reads again what the last one read (a fetch's second, waiting pass, a long
     /// poll's next round) and changes nothing.
     last_from: u64,
     next_offset: u64,
-    /// Incremented at every jump: a read-ahead task started before one does not move
-    /// `ahead_to` after it.
-    generation: u64,
     window: u64,
     /// The ranges the last read went through, from the one holding `next_offset` on.
     ranges: Arc<Vec<RangeInfo>>,
@@ -292,11 +299,21 @@ struct ReadAhead {
     used: Instant,
 }
 
-/// The streams' read-ahead states, and how many read at the moment.
+/// The streams' read-ahead states, and how many readers read at the moment.
 struct Readers {
-    streams: HashMap<u64, ReadAhead>,
+    streams: HashMap<u64, Vec<ReadAhead>>,
     active: usize,
     counted: Instant,
+    last_id: u64,
+}
+
+impl Readers {
+    fn state(&mut self, stream_id: u64, id: u64) -> Option<&mut ReadAhead> {
+        self.streams
+            .get_mut(&stream_id)?
+            .iter_mut()
+            .find(|s| s.id == id)
+    }
 }
 
 #[derive(Clone)]
@@ -355,6 +372,7 @@ impl ObjectReader {
                     streams: HashMap::new(),
                     active: 0,
                     counted: Instant::now(),
+                    last_id: 0,
                 }),
                 readahead_gets: Arc::new(tokio::sync::Semaphore::new(READAHEAD_GETS)),
                 budget,
@@ -397,10 +415,10 @@ impl ObjectReader {
         wait: bool,
     ) -> Result<Reading> {
         let inner = &self.inner;
-        let (window, kept) = match purpose {
+        let (window, kept, reader) = match purpose {
             Purpose::Fetch => inner.start_fetch(stream_id, from),
-            Purpose::Lookup => (inner.block_bytes, Arc::default()),
-            Purpose::Background => (BACKGROUND_GET_BYTES, Arc::default()),
+            Purpose::Lookup => (inner.block_bytes, Arc::default(), 0),
+            Purpose::Background => (BACKGROUND_GET_BYTES, Arc::default(), 0),
         };
         let mut read = inner
             .read_ranges(
@@ -429,7 +447,7 @@ impl ObjectReader {
             let bytes: usize = frames.iter().map(|f| f.payload.len()).sum();
             inner.meters.object_read_bytes.add(bytes as u64);
             let next = frames.last().map_or(from, |f| f.end_offset());
-            inner.end_fetch(stream_id, next, until, run);
+            inner.end_fetch(stream_id, reader, next, until, run);
         }
         Ok(Reading { frames, incomplete })
     }
@@ -469,8 +487,9 @@ impl Inner {
         self.background.take(bytes).await;
     }
 
-    /// A consumer's read starts: its window and the ranges it may read through.
-    fn start_fetch(&self, stream_id: u64, from: u64) -> (u64, Arc<Vec<RangeInfo>>) {
+    /// A consumer's read starts: its window, the ranges it may read through, and which
+    /// read-ahead state is its.
+    fn start_fetch(&self, stream_id: u64, from: u64) -> (u64, Arc<Vec<RangeInfo>>, u64) {
         let now = Instant::now();
         self.last_fetch_ms.store(
             (now.duration_since(self.born).as_millis() as u64).max(1),
@@ -478,44 +497,55 @@ impl Inner {
         );
         let mut readers = lock(&self.readers);
         if now.duration_since(readers.counted) >= Duration::from_secs(1) {
-            readers
-                .streams
-                .retain(|_, s| now.duration_since(s.used) < FORGET_AFTER);
+            for states in readers.streams.values_mut() {
+                states.retain(|s| now.duration_since(s.used) < FORGET_AFTER);
+            }
+            readers.streams.retain(|_, states| !states.is_empty());
             readers.active = readers
                 .streams
                 .values()
+                .flatten()
                 .filter(|s| now.duration_since(s.used) < ACTIVE_FOR)
                 .count();
             readers.counted = now;
         }
         let cap = self.window_cap(readers.active.max(1));
         let block = self.block_bytes;
-        let s = readers.streams.entry(stream_id).or_insert(ReadAhead {
-            last_from: u64::MAX,
-            next_offset: u64::MAX,
-            generation: 0,
-            window: block,
-            ranges: Arc::default(),
-            ahead_to: 0,
-            prefetching: false,
-            used: now,
-        });
-        s.used = now;
-        if s.next_offset == from {
+        readers.last_id += 1;
+        let id = readers.last_id;
+        let states = readers.streams.entry(stream_id).or_default();
+        if let Some(s) = states.iter_mut().find(|s| s.next_offset == from) {
+            s.used = now;
             s.window = (s.window * 2).min(cap);
             s.last_from = from;
-            (s.window, Arc::clone(&s.ranges))
-        } else if s.last_from <= from && from < s.next_offset {
-            (s.window, Arc::clone(&s.ranges))
-        } else {
-            s.window = block;
-            s.ranges = Arc::default();
-            s.ahead_to = from;
-            s.last_from = from;
-            s.next_offset = from;
-            s.generation += 1;
-            (s.window, Arc::default())
+            return (s.window, Arc::clone(&s.ranges), s.id);
         }
+        if let Some(s) = states
+            .iter_mut()
+            .find(|s| s.last_from <= from && from < s.next_offset)
+        {
+            s.used = now;
+            return (s.window, Arc::clone(&s.ranges), s.id);
+        }
+        // A reader that goes on from none of the states: a new one (another consumer group, or
+        // one that jumped), starting again at one block.
+        let fresh = ReadAhead {
+            id,
+            last_from: from,
+            next_offset: from,
+            window: block,
+            ranges: Arc::default(),
+            ahead_to: from,
+            prefetching: false,
+            used: now,
+        };
+        if states.len() < READERS_PER_STREAM {
+            states.push(fresh);
+        } else if let Some(oldest) = states.iter_mut().min_by_key(|s| s.used) {
+            *oldest = fresh;
+        }
+        debug_assert!(states.len() <= READERS_PER_STREAM);
+        (block, Arc::default(), id)
     }
 
     /// The largest window of a stream while `active` streams read: all of them together within
@@ -526,12 +556,19 @@ impl Inner {
             .max(self.block_bytes)
     }
 
-    /// A consumer's read ended at `next` after going through `run`: the state for the next
-    /// read, and the read-ahead beyond it.
-    fn end_fetch(self: &Arc<Self>, stream_id: u64, next: u64, until: u64, run: Vec<RangeInfo>) {
+    /// A consumer's read (of read-ahead state `reader`) ended at `next` after going through
+    /// `run`: the state for the next read, and the read-ahead beyond it.
+    fn end_fetch(
+        self: &Arc<Self>,
+        stream_id: u64,
+        reader: u64,
+        next: u64,
+        until: u64,
+        run: Vec<RangeInfo>,
+    ) {
         let start = {
             let mut readers = lock(&self.readers);
-            let Some(s) = readers.streams.get_mut(&stream_id) else {
+            let Some(s) = readers.state(stream_id, reader) else {
                 return;
             };
             if next < s.next_offset && s.last_from < s.next_offset && s.next_offset != u64::MAX {
@@ -548,14 +585,14 @@ impl Inner {
                 None
             } else {
                 s.prefetching = true;
-                Some((s.window, Arc::clone(&s.ranges), s.ahead_to, s.generation))
+                Some((s.window, Arc::clone(&s.ranges), s.ahead_to))
             }
         };
-        let Some((window, ranges, ahead_to, generation)) = start else {
+        let Some((window, ranges, ahead_to)) = start else {
             return;
         };
         if next >= until {
-            if let Some(s) = lock(&self.readers).streams.get_mut(&stream_id) {
+            if let Some(s) = lock(&self.readers).state(stream_id, reader) {
                 s.prefetching = false;
             }
             return;
@@ -566,9 +603,9 @@ impl Inner {
                 .read_ahead(stream_id, next, until, window, &ranges, ahead_to)
                 .await;
             let mut readers = lock(&this.readers);
-            if let Some(s) = readers.streams.get_mut(&stream_id) {
+            if let Some(s) = readers.state(stream_id, reader) {
                 s.prefetching = false;
-                if let Some(to) = reached.filter(|_| s.generation == generation) {
+                if let Some(to) = reached {
                     s.ahead_to = s.ahead_to.max(to);
                 }
             }
@@ -1493,6 +1530,81 @@ mod readahead_tests {
         assert_eq!(meters.object_read_bytes.get(), BATCHES * 4000);
     }
 
+    /// Two consumer groups reading one stream at different offsets, in turns: each goes on from
+    /// where its own last read ended, so both windows grow and both find their next blocks
+    /// fetched ahead. With one state per stream, each read looked like a jump after the other
+    /// group's, the windows stayed at one block, and every read waited for its own GET.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn readers_at_different_offsets_each_keep_their_read_ahead() {
+        let (store, meta) = written().await;
+        let (reader, gets) = reader(store, meta, Duration::from_millis(20));
+        let meters = Arc::clone(&reader.inner.meters);
+        let mut next = [0, BATCHES / 2];
+        let end = [BATCHES / 2, BATCHES];
+        while next[0] < end[0] || next[1] < end[1] {
+            for g in 0..2 {
+                if next[g] >= end[g] {
+                    continue;
+                }
+                let frames = reader
+                    .read(1, next[g], end[g], 4000, Purpose::Fetch)
+                    .await
+                    .expect("read");
+                assert!(!frames.is_empty());
+                check(&frames, next[g]);
+                next[g] = frames.last().map(|f| f.end_offset()).expect("a frame");
+            }
+            // Time for the read-ahead's GETs (20 ms each) to land.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // As for one reader (`a_sequential_reader_finds_its_next_blocks_fetched_ahead`), each
+        // group's first reads start GETs of their own; none after.
+        let misses = meters.block_cache_misses.get();
+        assert!(misses <= 6, "{misses} GETs started by reads");
+        assert_eq!(
+            meters.block_in_flight_hits.get(),
+            0,
+            "a read waited for a GET"
+        );
+        assert!(
+            gets.gets.get() < BATCHES * 3 / 4,
+            "{} GETs for {BATCHES} blocks",
+            gets.gets.get()
+        );
+        assert_eq!(lock(&reader.inner.readers).streams[&1].len(), 2);
+    }
+
+    /// A stream keeps at most `READERS_PER_STREAM` states: a reader beyond them takes the place
+    /// of the one that read least recently, and the others go on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_reader_beyond_the_states_kept_replaces_the_least_recent() {
+        let (store, meta) = written().await;
+        let (reader, _gets) = reader(store, meta, Duration::ZERO);
+        let inner = &reader.inner;
+        let mut ids = Vec::new();
+        for k in 0..READERS_PER_STREAM as u64 {
+            let (window, _, id) = inner.start_fetch(1, k * 10);
+            assert_eq!(window, BLOCK);
+            ids.push(id);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        // The first goes on (its window doubles): now the second is the least recent.
+        let (window, _, id) = inner.start_fetch(1, 0);
+        assert_eq!((window, id), (2 * BLOCK, ids[0]));
+        std::thread::sleep(Duration::from_millis(2));
+        let (_, _, newcomer) = inner.start_fetch(1, 55);
+        let kept: Vec<u64> = lock(&inner.readers).streams[&1]
+            .iter()
+            .map(|s| s.id)
+            .collect();
+        assert_eq!(kept.len(), READERS_PER_STREAM);
+        assert!(
+            kept.contains(&newcomer) && !kept.contains(&ids[1]),
+            "{kept:?}"
+        );
+        assert!(kept.contains(&ids[0]) && kept.contains(&ids[2]) && kept.contains(&ids[3]));
+    }
+
     /// Two reads of the same block (the stream's last) at once: one GET, the second read waits
     /// for it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1522,7 +1634,7 @@ mod readahead_tests {
         let (store, meta) = written().await;
         let (reader, gets) = reader(store, meta, Duration::ZERO);
         let meters = Arc::clone(&reader.inner.meters);
-        let window = |r: &ObjectReader| lock(&r.inner.readers).streams[&1].window;
+        let window = |r: &ObjectReader| lock(&r.inner.readers).streams[&1][0].window;
         let mut next = 0;
         for _ in 0..3 {
             let f = reader
