@@ -6,12 +6,12 @@
 //! within half of the block cache, so that what is fetched ahead is read before it is
 //! evicted); one that jumps starts again at one block. A stream keeps a state for each of up
 //! to `READERS_PER_STREAM` positions it is read at, so that consumer groups reading one
-//! partition at different offsets each go on from their own last read. After each read a background task keeps
-//! the window ahead of the reader fetched: once less than half of it is, it starts ranged GETs
-//! for the rest, several at a time, each of adjacent blocks, so that the next reads find their
-//! blocks in the cache instead of waiting for a round trip each. A GET in flight is known by
-//! every block it covers: a read that needs one of them waits for it instead of fetching it
-//! again.
+//! partition at different offsets each go on from their own last read. After each read a
+//! background task keeps the window ahead of the reader fetched: once less than half of it
+//! is, it starts ranged GETs for the rest, several at a time, each of adjacent blocks, so
+//! that the next reads find their blocks in the cache instead of waiting for a round trip
+//! each. A GET in flight is known by every block it covers: a read that needs one of them
+//! waits for it instead of fetching it again.
 //!
 //! A reader going on keeps the ranges its last read went through and reads on through them:
 //! it asks the metadata store once per run of ranges rather than at every read, and when
@@ -511,9 +511,10 @@ impl Inner {
         }
         let cap = self.window_cap(readers.active.max(1));
         let block = self.block_bytes;
-        readers.last_id += 1;
-        let id = readers.last_id;
-        let states = readers.streams.entry(stream_id).or_default();
+        let Readers {
+            streams, last_id, ..
+        } = &mut *readers;
+        let states = streams.entry(stream_id).or_default();
         if let Some(s) = states.iter_mut().find(|s| s.next_offset == from) {
             s.used = now;
             s.window = (s.window * 2).min(cap);
@@ -529,6 +530,8 @@ impl Inner {
         }
         // A reader that goes on from none of the states: a new one (another consumer group, or
         // one that jumped), starting again at one block.
+        *last_id += 1;
+        let id = *last_id;
         let fresh = ReadAhead {
             id,
             last_from: from,
@@ -548,7 +551,7 @@ impl Inner {
         (block, Arc::default(), id)
     }
 
-    /// The largest window of a stream while `active` streams read: all of them together within
+    /// The largest window of a reader while `active` readers read: all of them together within
     /// half of the block cache, so that blocks read ahead are not evicted before they are read.
     fn window_cap(&self, active: usize) -> u64 {
         (self.block_cache_bytes / 2 / active as u64)
@@ -571,7 +574,7 @@ impl Inner {
             let Some(s) = readers.state(stream_id, reader) else {
                 return;
             };
-            if next < s.next_offset && s.last_from < s.next_offset && s.next_offset != u64::MAX {
+            if next < s.next_offset && s.last_from < s.next_offset {
                 // A read again of what the last read read, ending before it did: the state
                 // stays where the last one left it.
                 return;

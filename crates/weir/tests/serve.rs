@@ -107,6 +107,7 @@ fn the_allocator_runs_with_its_configuration() {
 }
 
 /// A thread's name and nice value, from `/proc/<pid>/task/<tid>/stat`.
+#[cfg(target_os = "linux")]
 fn thread_nice(stat: &str) -> Option<(String, i64)> {
     let (head, rest) = stat.rsplit_once(')')?;
     let name = head.split_once('(')?.1.to_string();
@@ -115,6 +116,7 @@ fn thread_nice(stat: &str) -> Option<(String, i64)> {
     Some((name, nice))
 }
 
+#[cfg(target_os = "linux")]
 #[test]
 fn catch_up_reads_run_on_threads_below_the_brokers_own() {
     let b = Broker::start(&[("WEIR_STORAGE_CATCHUP_NICE", "7")]);
