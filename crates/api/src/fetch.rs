@@ -155,6 +155,15 @@ impl Broker {
                 } else {
                     ResponseError::UnknownTopicOrPartition
                 };
+                // One look at the open partitions for the whole topic.
+                let mut found = topic
+                    .as_ref()
+                    .map(|tp| {
+                        self.topics
+                            .lookup_in(tp, t.partitions.iter().map(|p| p.partition))
+                    })
+                    .unwrap_or_default()
+                    .into_iter();
                 WantedTopic {
                     name: t.topic,
                     id: t.topic_id,
@@ -163,10 +172,7 @@ impl Broker {
                         .into_iter()
                         .map(|p| Wanted {
                             partition_index: p.partition,
-                            partition: match topic
-                                .as_ref()
-                                .map(|t| (t, self.topics.lookup(&t.name, p.partition)))
-                            {
+                            partition: match topic.as_ref().zip(found.next()) {
                                 Some((_, Lookup::Local(p))) => Ok(Source::Local(p)),
                                 Some((t, Lookup::NotHere)) => {
                                     self.remote_source(zone, &t.name, p.partition)

@@ -8,10 +8,11 @@
 //! open here. Waiting in the handler holds the connection's next request too, so a producer's
 //! batches keep their order.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::RequestKind;
-use weir_partition::Lookup;
+use weir_partition::{Lookup, Topic};
 
 use crate::Broker;
 
@@ -80,63 +81,76 @@ impl Broker {
     /// exist but are not open here.
     fn not_open_here(&self, request: &RequestKind, version: i16) -> Vec<Named> {
         let mut named = Vec::new();
-        let mut add = |topic: Option<String>, index: i32, epoch: i32| {
-            if let Some(t) = topic {
-                if matches!(self.topics.lookup(&t, index), Lookup::NotHere) {
-                    named.push((t, index, epoch));
-                }
-            }
-        };
-        let by_id = |id: &uuid::Uuid| self.topics.get_by_id(id.as_bytes()).map(|t| t.name.clone());
+        let by_name = |name: &str| self.topics.get(name);
+        let by_id = |id: &uuid::Uuid| self.topics.get_by_id(id.as_bytes());
         match request {
             RequestKind::Produce(r) => {
                 for t in &r.topic_data {
-                    let name = if version >= 13 {
+                    let topic = if version >= 13 {
                         by_id(&t.topic_id)
                     } else {
-                        Some(t.name.0.to_string())
+                        by_name(&t.name.0)
                     };
-                    for p in &t.partition_data {
-                        add(name.clone(), p.index, -1);
-                    }
+                    let parts = t.partition_data.iter().map(|p| (p.index, -1));
+                    self.not_here(topic, parts, &mut named);
                 }
             }
             RequestKind::Fetch(r) => {
                 for t in &r.topics {
-                    let name = if version >= 13 {
+                    let topic = if version >= 13 {
                         by_id(&t.topic_id)
                     } else {
-                        Some(t.topic.0.to_string())
+                        by_name(&t.topic.0)
                     };
-                    for p in &t.partitions {
-                        add(name.clone(), p.partition, p.current_leader_epoch);
-                    }
+                    let parts = t
+                        .partitions
+                        .iter()
+                        .map(|p| (p.partition, p.current_leader_epoch));
+                    self.not_here(topic, parts, &mut named);
                 }
             }
             RequestKind::ListOffsets(r) => {
                 for t in &r.topics {
-                    for p in &t.partitions {
-                        add(
-                            Some(t.name.0.to_string()),
-                            p.partition_index,
-                            p.current_leader_epoch,
-                        );
-                    }
+                    let parts = t
+                        .partitions
+                        .iter()
+                        .map(|p| (p.partition_index, p.current_leader_epoch));
+                    self.not_here(by_name(&t.name.0), parts, &mut named);
                 }
             }
             RequestKind::OffsetForLeaderEpoch(r) => {
                 for t in &r.topics {
-                    for p in &t.partitions {
-                        add(
-                            Some(t.topic.0.to_string()),
-                            p.partition,
-                            p.current_leader_epoch,
-                        );
-                    }
+                    let parts = t
+                        .partitions
+                        .iter()
+                        .map(|p| (p.partition, p.current_leader_epoch));
+                    self.not_here(by_name(&t.topic.0), parts, &mut named);
                 }
             }
             _ => {}
         }
         named
+    }
+
+    /// Adds to `named` the partitions of `topic` among `parts` (index, the leader epoch the
+    /// client knows) that exist but are not open here; one look for the whole topic, and no
+    /// copy of its name for a partition open here (a fetch names thousands).
+    fn not_here(
+        &self,
+        topic: Option<Arc<Topic>>,
+        parts: impl Iterator<Item = (i32, i32)> + Clone,
+        named: &mut Vec<Named>,
+    ) {
+        let Some(t) = topic else { return };
+        let at = self
+            .topics
+            .not_here_in(&t, parts.clone().map(|(index, _)| index));
+        let mut at = at.into_iter().peekable();
+        for (k, (index, epoch)) in parts.enumerate() {
+            if at.peek() == Some(&k) {
+                at.next();
+                named.push((t.name.clone(), index, epoch));
+            }
+        }
     }
 }

@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::ResponseError;
-use weir_meta::MetaStore;
+use weir_meta::{MetaStore, ProducerSnapshot};
 use weir_storage::{
-    AppendOutcome, Engine, NewBatch, RewindHook, StorageError, StreamOptions, WalKind,
+    AppendOutcome, Engine, NewBatch, RewindHook, StorageError, StreamHandle, StreamOptions, WalKind,
 };
 
 use crate::batch;
@@ -155,6 +155,10 @@ pub struct Partition {
     pub stream_id: u64,
     pub leader_epoch: i32,
     engine: Engine,
+    /// The stream this partition opened, for its offsets: a fetch of thousands of partitions
+    /// reads every one's, and a look-up by id in the engine's map for each was most of the
+    /// fetch's cost.
+    stream: StreamHandle,
     /// Changed under the stream's lock only (the engine calls the admission and the rewind
     /// hook with it held), so it always agrees with the stream's offsets.
     producers: Arc<Mutex<ProducerStates>>,
@@ -237,12 +241,16 @@ impl Partition {
             }
         }
         *lock(&producers) = state;
+        let stream = engine
+            .stream_handle(stream_id)
+            .ok_or(StorageError::NotOpen(stream_id))?;
         Ok(Arc::new(Partition {
             topic: topic.to_string(),
             index,
             stream_id,
             leader_epoch: epoch as i32,
             engine,
+            stream,
             producers,
             max_message_bytes: AtomicUsize::new(max_message_bytes),
             bytes_in: AtomicU64::new(0),
@@ -300,8 +308,8 @@ impl Partition {
 
     /// (log start offset, high watermark)
     pub fn offsets(&self) -> (i64, i64) {
-        self.engine
-            .stream_info(self.stream_id)
+        self.stream
+            .info()
             .map_or((0, 0), |i| (i.start_offset as i64, i.high_watermark as i64))
     }
 
@@ -559,15 +567,13 @@ impl Partition {
 
     /// (log start offset, end of what is in object storage, high watermark).
     pub fn stream_offsets(&self) -> (i64, i64, i64) {
-        self.engine
-            .stream_info(self.stream_id)
-            .map_or((0, 0, 0), |i| {
-                (
-                    i.start_offset as i64,
-                    i.committed_end as i64,
-                    i.high_watermark as i64,
-                )
-            })
+        self.stream.info().map_or((0, 0, 0), |i| {
+            (
+                i.start_offset as i64,
+                i.committed_end as i64,
+                i.high_watermark as i64,
+            )
+        })
     }
 
     /// A receiver of the end of what is in object storage.
@@ -577,7 +583,7 @@ impl Partition {
 
     /// A receiver of the high watermark, for fetches that wait for data.
     pub fn watch_high_watermark(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
-        self.engine.watch_high_watermark(self.stream_id)
+        self.stream.watch_high_watermark()
     }
 
     /// The offset and timestamp of the first record with a timestamp at least `ts`.
@@ -652,12 +658,29 @@ impl Partition {
 
     /// Saves the idempotent-producer state as of the high watermark.
     pub async fn snapshot_producers(&self, meta: &dyn MetaStore) -> Result<(), StorageError> {
-        let (_, hw) = self.offsets();
-        let data = self.producers().encode_until(hw as u64);
-        meta.save_producer_snapshot(self.stream_id, hw as u64, data)
+        let snap = self.producer_snapshot();
+        let offset = snap.offset;
+        meta.save_producer_snapshot(snap.stream_id, snap.offset, snap.data)
             .await?;
-        self.snapshot_at.fetch_max(hw as u64, Ordering::Relaxed);
+        self.snapshot_saved(offset);
         Ok(())
+    }
+
+    /// The idempotent-producer state as of the high watermark, to save (with others: see
+    /// [`crate::Topics::snapshot_producers`]); [`Partition::snapshot_saved`] once it is.
+    pub fn producer_snapshot(&self) -> ProducerSnapshot {
+        let (_, hw) = self.offsets();
+        ProducerSnapshot {
+            stream_id: self.stream_id,
+            offset: hw as u64,
+            data: self.producers().encode_until(hw as u64),
+        }
+    }
+
+    /// A snapshot up to `offset` is saved: the cleaner may go up to it, and the next snapshot
+    /// is due only once the log moves past it.
+    pub fn snapshot_saved(&self, offset: u64) {
+        self.snapshot_at.fetch_max(offset, Ordering::Relaxed);
     }
 
     /// Cleans the partition of a compacted topic once (see [`crate::clean`]): `None` when

@@ -58,6 +58,11 @@ pub struct ConfigEntry {
 
 /// A topic as the catalog knows it. Its partitions may be led by any broker; those led here are
 /// open in [`Topics`].
+/// Producer snapshots saved in one metadata transaction: few enough that the transaction
+/// (which holds SQLite's one connection) stays short, many enough that 10,000 partitions take
+/// ten commits rather than 10,000.
+pub const SNAPSHOTS_PER_COMMIT: usize = 1_000;
+
 pub struct Topic {
     pub name: String,
     pub id: [u8; 16],
@@ -411,6 +416,42 @@ impl Topics {
             Lookup::Unknown => ResponseError::UnknownTopicOrPartition,
             _ => ResponseError::NotLeaderOrFollower,
         }
+    }
+
+    /// [`Topics::lookup`] of each of `indices`, partitions of `t`, with one look at the open
+    /// partitions for all of them: a fetch names thousands of partitions of one topic.
+    pub fn lookup_in(&self, t: &Topic, indices: impl IntoIterator<Item = i32>) -> Vec<Lookup> {
+        let local = self.read_local();
+        indices
+            .into_iter()
+            .map(|index| {
+                let Some(stream) = usize::try_from(index).ok().and_then(|i| t.streams.get(i))
+                else {
+                    return Lookup::Unknown;
+                };
+                match local.get(stream) {
+                    Some(p) => Lookup::Local(Arc::clone(p)),
+                    None => Lookup::NotHere,
+                }
+            })
+            .collect()
+    }
+
+    /// Which of `indices` (their positions) name partitions of `t` that exist but are not open
+    /// here, with one look at the open partitions and no copies.
+    pub fn not_here_in(&self, t: &Topic, indices: impl IntoIterator<Item = i32>) -> Vec<usize> {
+        let local = self.read_local();
+        indices
+            .into_iter()
+            .enumerate()
+            .filter(|(_, index)| {
+                usize::try_from(*index)
+                    .ok()
+                    .and_then(|i| t.streams.get(i))
+                    .is_some_and(|s| !local.contains_key(s))
+            })
+            .map(|(at, _)| at)
+            .collect()
     }
 
     pub fn lookup(&self, topic: &str, index: i32) -> Lookup {
@@ -807,20 +848,35 @@ impl Topics {
         self.engine.flush_streams(stream_ids).await
     }
 
-    /// Forgets idle idempotent producers, then saves every partition's producer state.
+    /// Forgets idle idempotent producers, then saves every partition's producer state, up to
+    /// [`SNAPSHOTS_PER_COMMIT`] partitions' in one metadata transaction.
     pub async fn snapshot_producers(&self) {
         let expiration = self.defaults().producer_id_expiration_ms;
-        for p in self.local_partitions() {
-            let expired = p.expire_producers(expiration);
-            if expired > 0 {
-                tracing::debug!(topic = %p.topic, partition = p.index, expired, "idle producers expired");
-            } else if !p.snapshot_behind() {
+        let due: Vec<Arc<Partition>> = self
+            .local_partitions()
+            .into_iter()
+            .filter(|p| {
+                let expired = p.expire_producers(expiration);
+                if expired > 0 {
+                    tracing::debug!(topic = %p.topic, partition = p.index, expired, "idle producers expired");
+                }
                 // Nothing appended since the last one: the same snapshot again would be one
                 // more metadata write per partition per interval (10,000 at 10,000 partitions).
-                continue;
-            }
-            if let Err(e) = p.snapshot_producers(&*self.meta).await {
-                tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "producer snapshot failed");
+                expired > 0 || p.snapshot_behind()
+            })
+            .collect();
+        for chunk in due.chunks(SNAPSHOTS_PER_COMMIT) {
+            let snaps: Vec<_> = chunk.iter().map(|p| p.producer_snapshot()).collect();
+            let offsets: Vec<u64> = snaps.iter().map(|s| s.offset).collect();
+            match self.meta.save_producer_snapshots(snaps).await {
+                Ok(()) => {
+                    for (p, offset) in chunk.iter().zip(offsets) {
+                        p.snapshot_saved(offset);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(partitions = chunk.len(), error = %e, "producer snapshots failed")
+                }
             }
         }
     }

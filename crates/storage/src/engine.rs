@@ -123,6 +123,25 @@ pub struct StreamInfo {
     pub committed_end: u64,
 }
 
+/// A stream open on this engine, held by the partition that opened it, which reads its offsets
+/// through it rather than by a look-up in the engine's map of streams: a consumer of 10,000
+/// partitions names every one of them in every fetch (librdkafka has no fetch sessions).
+#[derive(Clone)]
+pub struct StreamHandle(Arc<Stream>);
+
+impl StreamHandle {
+    /// Its offsets; `None` once the engine has closed or dropped it, as
+    /// [`Engine::stream_info`] answers then.
+    pub fn info(&self) -> Option<StreamInfo> {
+        (!self.0.forgotten.load(Ordering::Acquire)).then(|| self.0.info())
+    }
+
+    /// A receiver of its high watermark; `None` once the engine has closed or dropped it.
+    pub fn watch_high_watermark(&self) -> Option<watch::Receiver<u64>> {
+        (!self.0.forgotten.load(Ordering::Acquire)).then(|| self.0.end_tx.subscribe())
+    }
+}
+
 pub(crate) struct EngineInner {
     pub config: StorageConfig,
     pub wal: Arc<dyn Wal>,
@@ -294,7 +313,10 @@ impl Engine {
             options.rewind_hook,
         ));
         let info = inner.info(&s);
-        inner.streams_write().insert(stream_id, s);
+        if let Some(old) = inner.streams_write().insert(stream_id, s) {
+            // Opened twice at once: the first's handles see it gone, as a look-up would.
+            old.forgotten.store(true, Ordering::Release);
+        }
         tracing::debug!(
             stream_id,
             epoch,
@@ -397,7 +419,7 @@ impl Engine {
                 backoff = (backoff * 2).min(std::time::Duration::from_secs(5));
             }
         }
-        inner.streams_write().remove(&stream_id);
+        inner.forget(stream_id);
         s.lock().release(Failure::Dropped);
         Ok(())
     }
@@ -405,7 +427,7 @@ impl Engine {
     /// Forgets a stream at once, without uploading what it holds: its topic is being deleted.
     /// Appends in flight fail; the WAL is trimmed past its records at the next upload.
     pub fn drop_stream(&self, stream_id: u64) {
-        if let Some(s) = self.inner.streams_write().remove(&stream_id) {
+        if let Some(s) = self.inner.forget(stream_id) {
             let mut st = s.lock();
             st.close();
             st.release(Failure::Dropped);
@@ -702,6 +724,11 @@ impl Engine {
         Ok(max)
     }
 
+    /// A handle on the stream, if it is open here: its offsets without a look-up by id.
+    pub fn stream_handle(&self, stream_id: u64) -> Option<StreamHandle> {
+        self.inner.stream(stream_id).map(StreamHandle)
+    }
+
     /// The stream's offsets, if it is open here.
     pub fn stream_info(&self, stream_id: u64) -> Option<StreamInfo> {
         self.inner.stream(stream_id).map(|s| self.inner.info(&s))
@@ -987,13 +1014,14 @@ impl EngineInner {
     }
 
     fn info(&self, s: &Stream) -> StreamInfo {
-        let st = s.lock();
-        StreamInfo {
-            epoch: st.epoch(),
-            start_offset: st.start_offset(),
-            high_watermark: st.durable_end(),
-            committed_end: st.committed_end(),
-        }
+        s.info()
+    }
+
+    /// Takes a stream out of the map of open streams; its handles see it gone.
+    pub(crate) fn forget(&self, stream_id: u64) -> Option<Arc<Stream>> {
+        let s = self.streams_write().remove(&stream_id)?;
+        s.forgotten.store(true, Ordering::Release);
+        Some(s)
     }
 
     /// Hands a stream's waiting batches to the WAL, in order, while it has room. A batch that

@@ -54,7 +54,8 @@ mod upload;
 pub use compaction::Rewritten;
 pub use config::{Retention, StorageConfig, WalKind};
 pub use engine::{
-    AppendOutcome, Appended, Engine, NewBatch, PendingAppend, ReadResult, StreamInfo, StreamOptions,
+    AppendOutcome, Appended, Engine, NewBatch, PendingAppend, ReadResult, StreamHandle, StreamInfo,
+    StreamOptions,
 };
 pub use error::{Result, StorageError};
 pub use format::Frame;

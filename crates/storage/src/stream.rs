@@ -574,6 +574,10 @@ pub(crate) struct Stream {
     /// none yet): until more is uploaded there is nothing new to merge, and no reason to read
     /// the stream's ranges again (at 10,000 partitions, 10,000 metadata reads a round).
     pub compaction_looked_at: std::sync::atomic::AtomicU64,
+    /// Set once the engine has closed or dropped the stream (taken it out of its map): a
+    /// [`crate::StreamHandle`] its partition still holds reads no offsets from it, as a look-up
+    /// in the map would find none.
+    pub forgotten: std::sync::atomic::AtomicBool,
 }
 
 /// Ranges a stream remembers for brokers that read it in other zones.
@@ -616,6 +620,18 @@ impl Stream {
             recent: Mutex::new(VecDeque::new()),
             rewrite: tokio::sync::Mutex::new(()),
             compaction_looked_at: std::sync::atomic::AtomicU64::new(u64::MAX),
+            forgotten: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Its offsets now.
+    pub fn info(&self) -> crate::StreamInfo {
+        let st = self.lock();
+        crate::StreamInfo {
+            epoch: st.epoch(),
+            start_offset: st.start_offset(),
+            high_watermark: st.durable_end(),
+            committed_end: st.committed_end(),
         }
     }
 

@@ -184,7 +184,7 @@ impl EngineInner {
                     stream_id,
                     "stream no longer exists in the metadata store; dropping it"
                 );
-                if let Some(s) = self.streams_write().remove(&stream_id) {
+                if let Some(s) = self.forget(stream_id) {
                     s.lock().release(Failure::Dropped);
                 }
                 Some(stream_id)

@@ -1,7 +1,7 @@
 //! [`ProducerSnapshots`] on PostgreSQL.
 
 use super::{backend, i, PostgresMetaStore};
-use crate::{ProducerSnapshots, Result};
+use crate::{ProducerSnapshot, ProducerSnapshots, Result};
 
 #[async_trait::async_trait]
 impl ProducerSnapshots for PostgresMetaStore {
@@ -20,6 +20,27 @@ impl ProducerSnapshots for PostgresMetaStore {
         )
         .await
         .map_err(backend("saving a producer snapshot"))?;
+        Ok(())
+    }
+
+    async fn save_producer_snapshots(&self, snapshots: Vec<ProducerSnapshot>) -> Result<()> {
+        if snapshots.is_empty() {
+            return Ok(());
+        }
+        // One statement: the rows as arrays, unnested (one round trip, one commit).
+        let ids: Vec<i64> = snapshots.iter().map(|s| i(s.stream_id)).collect();
+        let offsets: Vec<i64> = snapshots.iter().map(|s| i(s.offset)).collect();
+        let data: Vec<Vec<u8>> = snapshots.into_iter().map(|s| s.data).collect();
+        let c = self.client().await?;
+        c.execute(
+            "INSERT INTO producer_snapshots (stream_id, snap_offset, data)
+             SELECT * FROM UNNEST($1::BIGINT[], $2::BIGINT[], $3::BYTEA[])
+             ON CONFLICT (stream_id) DO UPDATE SET snap_offset = excluded.snap_offset, data = excluded.data
+             WHERE producer_snapshots.snap_offset <= excluded.snap_offset",
+            &[&ids, &offsets, &data],
+        )
+        .await
+        .map_err(backend("saving producer snapshots"))?;
         Ok(())
     }
 

@@ -3,7 +3,7 @@
 use rusqlite::{params, OptionalExtension};
 
 use super::{backend, i, SqliteMetaStore};
-use crate::{ProducerSnapshots, Result};
+use crate::{ProducerSnapshot, ProducerSnapshots, Result};
 
 #[async_trait::async_trait]
 impl ProducerSnapshots for SqliteMetaStore {
@@ -22,6 +22,30 @@ impl ProducerSnapshots for SqliteMetaStore {
             )
             .map_err(backend("saving a producer snapshot"))?;
             Ok(())
+        })
+        .await
+    }
+
+    async fn save_producer_snapshots(&self, snapshots: Vec<ProducerSnapshot>) -> Result<()> {
+        if snapshots.is_empty() {
+            return Ok(());
+        }
+        self.with(move |c| {
+            let tx = c.transaction().map_err(backend("begin"))?;
+            {
+                let mut stmt = tx
+                    .prepare_cached(
+                        "INSERT INTO producer_snapshots (stream_id, offset, data) VALUES (?1, ?2, ?3)
+                         ON CONFLICT (stream_id) DO UPDATE SET offset = excluded.offset, data = excluded.data
+                         WHERE producer_snapshots.offset <= excluded.offset",
+                    )
+                    .map_err(backend("saving producer snapshots"))?;
+                for s in &snapshots {
+                    stmt.execute(params![i(s.stream_id), i(s.offset), s.data])
+                        .map_err(backend("saving producer snapshots"))?;
+                }
+            }
+            tx.commit().map_err(backend("commit"))
         })
         .await
     }
