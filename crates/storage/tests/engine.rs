@@ -1095,3 +1095,42 @@ async fn stopping_background_work_ends_a_rewrite_under_way() {
     }
     engine.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_stream_handle_follows_its_stream_until_the_engine_forgets_it() {
+    // A partition reads its offsets through the handle it took when it opened the stream; once
+    // the stream is closed, dropped or opened again at a newer epoch, the handle must answer as
+    // a look-up by id would (nothing), not with the old stream's offsets.
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_engine(dir.path(), small_config(), WAL).await;
+    engine.open_stream(1, 1).await.unwrap();
+    engine.open_stream(2, 1).await.unwrap();
+    let h1 = engine.stream_handle(1).unwrap();
+    let h2 = engine.stream_handle(2).unwrap();
+    assert!(engine.stream_handle(3).is_none());
+    for i in 0..5u64 {
+        engine
+            .append(1, 1, 1, i as i64, |b| payload(1, b, i, 100))
+            .await
+            .unwrap();
+    }
+    assert_eq!(h1.info(), engine.stream_info(1));
+    assert_eq!(h1.info().unwrap().high_watermark, 5);
+    assert_eq!(*h1.watch_high_watermark().unwrap().borrow(), 5);
+    engine.close_stream(1).await.unwrap();
+    assert_eq!(engine.stream_info(1), None);
+    assert_eq!(h1.info(), None);
+    assert!(h1.watch_high_watermark().is_none());
+    engine.drop_stream(2);
+    assert_eq!(h2.info(), None);
+    // Opened again: a new handle sees it, the old one still does not.
+    engine.open_stream(1, 2).await.unwrap();
+    let again = engine.stream_handle(1).unwrap();
+    assert_eq!(again.info().unwrap().high_watermark, 5);
+    assert_eq!(h1.info(), None);
+    // A newer epoch replaces the stream: the handle taken before sees it gone.
+    engine.open_stream(1, 3).await.unwrap();
+    assert_eq!(again.info(), None);
+    assert_eq!(engine.stream_handle(1).unwrap().info().unwrap().epoch, 3);
+    engine.close().await.unwrap();
+}

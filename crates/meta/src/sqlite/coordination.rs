@@ -1,6 +1,7 @@
 //! [`Coordination`] on SQLite: one broker's cluster, with the same rows and rules as PostgreSQL's,
 //! so a single node runs the same controller and leadership code as a cluster.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
@@ -420,7 +421,22 @@ impl Coordination for SqliteMetaStore {
     }
 
     async fn assignments(&self) -> Result<Vec<Assignment>> {
+        let cache = Arc::clone(&self.assignments);
+        let catalog = self.catalog.clone();
         self.with(move |c| {
+            // Read with the connection held: no change can come between the version and
+            // the rows.
+            let version = catalog.version();
+            let mut cached = cache.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((v, rows)) = &*cached {
+                if *v == version {
+                    return Ok(rows.clone());
+                }
+            }
+            #[cfg(test)]
+            catalog
+                .reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let mut stmt = c
                 .prepare_cached(
                     "SELECT p.topic, p.partition, p.stream_id, a.leader, a.target,
@@ -443,8 +459,11 @@ impl Coordination for SqliteMetaStore {
                     })
                 })
                 .map_err(backend("listing assignments"))?;
-            rows.collect::<rusqlite::Result<_>>()
-                .map_err(backend("listing assignments"))
+            let rows: Vec<Assignment> = rows
+                .collect::<rusqlite::Result<_>>()
+                .map_err(backend("listing assignments"))?;
+            *cached = Some((version, rows.clone()));
+            Ok(rows)
         })
         .await
     }

@@ -1,0 +1,152 @@
+//! The catalog's look-ups for requests that name many partitions, and its producer snapshots,
+//! on a real engine (file WAL, SQLite, an in-memory object store).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use weir_meta::{ProducerSnapshots, SqliteMetaStore};
+use weir_partition::{Lookup, TopicDefaults, Topics};
+use weir_storage::{Engine, StorageConfig};
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    meta: Arc<SqliteMetaStore>,
+    topics: Arc<Topics>,
+}
+
+async fn setup() -> Setup {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let wal = weir_wal::FileWal::open(weir_wal::FileWalConfig {
+        capacity: 16 << 20,
+        direct_io: false,
+        format: false,
+        ..weir_wal::FileWalConfig::new(dir.path().join("wal"))
+    })
+    .expect("open WAL");
+    let meta = Arc::new(SqliteMetaStore::open(&dir.path().join("meta.sqlite")).expect("meta"));
+    let store = weir_storage::objstore::from_url("memory://").expect("store");
+    let engine = Engine::open(StorageConfig::default(), Arc::new(wal), meta.clone(), store)
+        .await
+        .expect("engine");
+    let topics = Topics::open(engine, meta.clone(), TopicDefaults::default())
+        .await
+        .expect("topics");
+    Setup {
+        _dir: dir,
+        meta,
+        topics,
+    }
+}
+
+/// One batch of `n` records of an idempotent producer, its first sequence number `first`.
+fn batch(producer_id: i64, first: i32, n: usize) -> Bytes {
+    let rs: Vec<Record> = (0..n)
+        .map(|i| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id,
+            producer_epoch: 0,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: first + i as i32,
+            timestamp: 1,
+            key: None,
+            value: Some(Bytes::from_static(b"v")),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &rs,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .expect("encode");
+    buf.freeze()
+}
+
+#[tokio::test]
+async fn many_partitions_are_looked_up_together() {
+    let s = setup().await;
+    let t = s
+        .topics
+        .create("t", 4, BTreeMap::new(), false)
+        .await
+        .expect("create");
+    for i in [0usize, 2] {
+        s.topics.open_partition(t.streams[i]).await.expect("open");
+    }
+    let found = s.topics.lookup_in(&t, [0, 1, 2, 3, 7, -1]);
+    let kinds: Vec<&str> = found
+        .iter()
+        .map(|l| match l {
+            Lookup::Local(_) => "local",
+            Lookup::NotHere => "not here",
+            Lookup::Unknown => "unknown",
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["local", "not here", "local", "not here", "unknown", "unknown"]
+    );
+    if let Lookup::Local(p) = &found[2] {
+        assert_eq!((p.index, p.stream_id), (2, t.streams[2]));
+    }
+    // Positions in the request, partitions that exist but are elsewhere only.
+    assert_eq!(s.topics.not_here_in(&t, [3, 0, 1, 9, 2]), vec![0, 2]);
+    assert!(s.topics.not_here_in(&t, [0, 2]).is_empty());
+}
+
+#[tokio::test]
+async fn producer_snapshots_of_partitions_with_new_data_are_saved_together() {
+    let s = setup().await;
+    let n = weir_partition::topics::SNAPSHOTS_PER_COMMIT + 5;
+    let t = s
+        .topics
+        .create("t", n as i32, BTreeMap::new(), false)
+        .await
+        .expect("create");
+    let mut parts = Vec::new();
+    for &stream in &t.streams {
+        parts.push(s.topics.open_partition(stream).await.expect("open"));
+    }
+    // Data in the first and the last partition (the last is in the second commit), none in
+    // the others.
+    for (k, p) in [(0, &parts[0]), (1, &parts[n - 1])] {
+        p.produce(&batch(1_000 + k, 0, 3)).await.expect("produce");
+    }
+    s.topics.snapshot_producers().await;
+    for (i, p) in parts.iter().enumerate() {
+        let saved = s
+            .meta
+            .load_producer_snapshot(p.stream_id)
+            .await
+            .expect("load");
+        if i == 0 || i == n - 1 {
+            let (offset, data) = saved.expect("a snapshot of a partition with data");
+            assert_eq!(offset, 3);
+            assert!(!data.is_empty());
+            assert!(!p.snapshot_behind());
+        } else {
+            assert_eq!(saved, None, "partition {i} has nothing to save");
+        }
+    }
+    // New data in one partition: the next round saves that one again.
+    parts[0]
+        .produce(&batch(1_000, 3, 2))
+        .await
+        .expect("produce");
+    assert!(parts[0].snapshot_behind());
+    s.topics.snapshot_producers().await;
+    let saved = s.meta.load_producer_snapshot(parts[0].stream_id).await;
+    assert_eq!(saved.expect("load").map(|(o, _)| o), Some(5));
+}
