@@ -1089,6 +1089,11 @@ impl EngineInner {
     /// Hands every stream's waiting batches to the WAL while it has room, and fails those that
     /// waited too long.
     pub(crate) fn submit_all_waiting(&self) {
+        // A batch counted after this look waits for the next tick, as one that finds the WAL
+        // full just after a pass would.
+        if self.totals.waiting.load(Ordering::Acquire) == 0 {
+            return;
+        }
         for s in self.all_streams() {
             let mut st = s.lock();
             if st.first_unsubmitted().is_some() {
