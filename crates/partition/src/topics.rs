@@ -56,13 +56,13 @@ pub struct ConfigEntry {
     pub is_default: bool,
 }
 
-/// A topic as the catalog knows it. Its partitions may be led by any broker; those led here are
-/// open in [`Topics`].
 /// Producer snapshots saved in one metadata transaction: few enough that the transaction
 /// (which holds SQLite's one connection) stays short, many enough that 10,000 partitions take
 /// ten commits rather than 10,000.
 pub const SNAPSHOTS_PER_COMMIT: usize = 1_000;
 
+/// A topic as the catalog knows it. Its partitions may be led by any broker; those led here are
+/// open in [`Topics`].
 pub struct Topic {
     pub name: String,
     pub id: [u8; 16],

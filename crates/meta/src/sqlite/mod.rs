@@ -203,9 +203,12 @@ pub struct SqliteMetaStore {
     /// Moves on every cluster change: one process uses a SQLite store, so no one else changes it.
     changes: tokio::sync::watch::Sender<u64>,
     /// The last answer of `assignments()` and the [`CatalogVersion::version`] it was read at.
-    assignments: Arc<std::sync::Mutex<Option<(u64, Vec<crate::Assignment>)>>>,
+    assignments: Arc<std::sync::Mutex<Option<KeptAssignments>>>,
     catalog: CatalogVersion,
 }
+
+/// An answer of `assignments()` and the [`CatalogVersion::version`] it was read at.
+type KeptAssignments = (u64, Vec<crate::Assignment>);
 
 /// Counts changes to the tables an assignment is read from (partitions, assignments and
 /// streams, whose epochs it reports), from SQLite's update hook on the one connection: the
