@@ -14,7 +14,9 @@ use kafka_protocol::ResponseError;
 use weir_meta::SqliteMetaStore;
 use weir_partition::clean::CleanerPolicy;
 use weir_partition::Partition;
-use weir_storage::{Engine, StorageConfig};
+use weir_storage::Engine;
+
+mod common;
 
 struct Setup {
     _dir: tempfile::TempDir,
@@ -24,19 +26,7 @@ struct Setup {
 }
 
 async fn setup() -> Setup {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let wal = weir_wal::FileWal::open(weir_wal::FileWalConfig {
-        capacity: 16 << 20,
-        direct_io: false,
-        format: false,
-        ..weir_wal::FileWalConfig::new(dir.path().join("wal"))
-    })
-    .expect("open WAL");
-    let meta = Arc::new(SqliteMetaStore::open(&dir.path().join("meta.sqlite")).expect("meta"));
-    let store = weir_storage::objstore::from_url("memory://").expect("store");
-    let engine = Engine::open(StorageConfig::default(), Arc::new(wal), meta.clone(), store)
-        .await
-        .expect("engine");
+    let common::Stack { dir, meta, engine } = common::stack().await;
     let partition = Partition::open(
         engine.clone(),
         &*meta,

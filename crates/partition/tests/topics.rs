@@ -10,7 +10,8 @@ use kafka_protocol::records::{
 };
 use weir_meta::{ProducerSnapshots, SqliteMetaStore};
 use weir_partition::{Lookup, TopicDefaults, Topics};
-use weir_storage::{Engine, StorageConfig};
+
+mod common;
 
 struct Setup {
     _dir: tempfile::TempDir,
@@ -19,19 +20,7 @@ struct Setup {
 }
 
 async fn setup() -> Setup {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let wal = weir_wal::FileWal::open(weir_wal::FileWalConfig {
-        capacity: 16 << 20,
-        direct_io: false,
-        format: false,
-        ..weir_wal::FileWalConfig::new(dir.path().join("wal"))
-    })
-    .expect("open WAL");
-    let meta = Arc::new(SqliteMetaStore::open(&dir.path().join("meta.sqlite")).expect("meta"));
-    let store = weir_storage::objstore::from_url("memory://").expect("store");
-    let engine = Engine::open(StorageConfig::default(), Arc::new(wal), meta.clone(), store)
-        .await
-        .expect("engine");
+    let common::Stack { dir, meta, engine } = common::stack().await;
     let topics = Topics::open(engine, meta.clone(), TopicDefaults::default())
         .await
         .expect("topics");
