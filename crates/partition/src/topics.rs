@@ -76,6 +76,13 @@ impl Topic {
         self.streams.len()
     }
 
+    /// The stream of partition `index`, if the topic has it.
+    pub fn stream(&self, index: i32) -> Option<u64> {
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| self.streams.get(i).copied())
+    }
+
     fn from_meta(t: TopicMeta) -> Topic {
         Topic {
             name: t.name,
@@ -278,11 +285,7 @@ impl Topics {
     /// Whether the last attempt to open the partition here failed (it is retried; meanwhile
     /// requests for it are refused at once rather than held).
     pub fn failed_to_open(&self, topic: &str, index: i32) -> bool {
-        let Some(stream) = self.get(topic).and_then(|t| {
-            usize::try_from(index)
-                .ok()
-                .and_then(|i| t.streams.get(i).copied())
-        }) else {
+        let Some(stream) = self.get(topic).and_then(|t| t.stream(index)) else {
             return false;
         };
         self.open_failed
@@ -425,11 +428,10 @@ impl Topics {
         indices
             .into_iter()
             .map(|index| {
-                let Some(stream) = usize::try_from(index).ok().and_then(|i| t.streams.get(i))
-                else {
+                let Some(stream) = t.stream(index) else {
                     return Lookup::Unknown;
                 };
-                match local.get(stream) {
+                match local.get(&stream) {
                     Some(p) => Lookup::Local(Arc::clone(p)),
                     None => Lookup::NotHere,
                 }
@@ -444,12 +446,7 @@ impl Topics {
         indices
             .into_iter()
             .enumerate()
-            .filter(|(_, index)| {
-                usize::try_from(*index)
-                    .ok()
-                    .and_then(|i| t.streams.get(i))
-                    .is_some_and(|s| !local.contains_key(s))
-            })
+            .filter(|(_, index)| t.stream(*index).is_some_and(|s| !local.contains_key(&s)))
             .map(|(at, _)| at)
             .collect()
     }
@@ -458,7 +455,7 @@ impl Topics {
         let Some(t) = self.get(topic) else {
             return Lookup::Unknown;
         };
-        let Some(&stream) = usize::try_from(index).ok().and_then(|i| t.streams.get(i)) else {
+        let Some(stream) = t.stream(index) else {
             return Lookup::Unknown;
         };
         match self.read_local().get(&stream) {

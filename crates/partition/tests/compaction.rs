@@ -6,10 +6,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use bytes::Bytes;
+use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, TimestampType};
 use kafka_protocol::ResponseError;
 use weir_meta::SqliteMetaStore;
 use weir_partition::clean::CleanerPolicy;
@@ -74,17 +72,7 @@ fn batch(records: &[(Option<&str>, Option<&str>)], ts: i64, compression: Compres
             headers: Default::default(),
         })
         .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &rs,
-        &RecordEncodeOptions {
-            version: 2,
-            compression,
-        },
-    )
-    .expect("encode");
-    buf.freeze()
+    common::encode(&rs, compression)
 }
 
 /// Every record from `from` on: offset -> (key, value).

@@ -4,10 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use bytes::Bytes;
+use kafka_protocol::records::{Compression, Record, TimestampType};
 use weir_meta::{ProducerSnapshots, SqliteMetaStore};
 use weir_partition::{Lookup, TopicDefaults, Topics};
 
@@ -50,17 +48,7 @@ fn batch(producer_id: i64, first: i32, n: usize) -> Bytes {
             headers: Default::default(),
         })
         .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &rs,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .expect("encode");
-    buf.freeze()
+    common::encode(&rs, Compression::None)
 }
 
 #[tokio::test]

@@ -286,7 +286,7 @@ impl Engine {
         if let Some(s) = inner.stream(stream_id) {
             let current = s.lock().epoch();
             if current == epoch {
-                return Ok(inner.info(&s));
+                return Ok(s.info());
             }
             if current > epoch {
                 return Err(StorageError::Fenced {
@@ -312,7 +312,7 @@ impl Engine {
             wal_kind,
             options.rewind_hook,
         ));
-        let info = inner.info(&s);
+        let info = s.info();
         if let Some(old) = inner.streams_write().insert(stream_id, s) {
             // Opened twice at once: the first's handles see it gone, as a look-up would.
             old.forgotten.store(true, Ordering::Release);
@@ -731,12 +731,7 @@ impl Engine {
 
     /// The stream's offsets, if it is open here.
     pub fn stream_info(&self, stream_id: u64) -> Option<StreamInfo> {
-        self.inner.stream(stream_id).map(|s| self.inner.info(&s))
-    }
-
-    /// A receiver of the stream's high watermark, for readers that wait for new data.
-    pub fn watch_high_watermark(&self, stream_id: u64) -> Option<watch::Receiver<u64>> {
-        self.inner.stream(stream_id).map(|s| s.end_tx.subscribe())
+        self.inner.stream(stream_id).map(|s| s.info())
     }
 
     /// A receiver of the end of what the stream has in object storage, for a leader that feeds
@@ -1011,10 +1006,6 @@ impl EngineInner {
         let mut v: Vec<_> = self.streams_read().values().cloned().collect();
         v.sort_by_key(|s| s.id);
         v
-    }
-
-    fn info(&self, s: &Stream) -> StreamInfo {
-        s.info()
     }
 
     /// Takes a stream out of the map of open streams; its handles see it gone.

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions};
 use weir_meta::SqliteMetaStore;
 use weir_storage::{Engine, StorageConfig};
 
@@ -27,4 +29,19 @@ pub async fn stack() -> Stack {
         .await
         .expect("engine");
     Stack { dir, meta, engine }
+}
+
+/// `records` as one record batch (format v2).
+pub fn encode(records: &[Record], compression: Compression) -> Bytes {
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression,
+        },
+    )
+    .expect("encode");
+    buf.freeze()
 }
