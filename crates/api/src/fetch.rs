@@ -402,7 +402,8 @@ async fn fetch_once(
     // Reads that do not wait (the first pass) of partitions led here are done one after the
     // other, in request order, each taking from the total what it read (its own limit, while
     // the total lasts), as Kafka does: a consumer of thousands of partitions with a little new
-    // data each gets all of it in one fetch. Reads that wait for object storage, and reads for
+    // data each gets all of it in one fetch; a read that stopped at a block not cached takes
+    // the bytes of the GET it started for it. Reads that wait for object storage, and reads for
     // another zone's leader, run concurrently, so that a catch-up of many partitions waits for
     // one round of GETs rather than one per partition; each of those gets its share of the total
     // up front. Partitions with nothing to read take no share, so that caught-up partitions
@@ -471,7 +472,18 @@ async fn fetch_once(
                     };
                     if inline {
                         let (_, _, a) = reading.await;
-                        reserved += a.1;
+                        // A GET the read started takes room as the bytes would have: they are
+                        // for the next fetch, which carries no more than this one. Without this,
+                        // a fetch of thousands of partitions behind started a GET for each, far
+                        // more than the block cache holds, and the blocks were evicted before
+                        // the next fetch came for them (at 10,000 partitions, the lagging ones
+                        // got nothing for tens of seconds while the broker fetched 1.9 GB/s from
+                        // objects and evicted it unread).
+                        let fetching = match a.2 {
+                            Outcome::Incomplete(bytes) => bytes as usize,
+                            _ => 0,
+                        };
+                        reserved += a.1 + fetching;
                         parts.push(Some(a));
                     } else {
                         parts.push(None);
@@ -496,7 +508,7 @@ async fn fetch_once(
             .map(|(pd, bytes, outcome)| {
                 total += bytes;
                 errors |= outcome == Outcome::Error;
-                pending |= outcome == Outcome::Incomplete;
+                pending |= matches!(outcome, Outcome::Incomplete(_));
                 pd
             })
             .collect();
@@ -535,8 +547,9 @@ fn whole_batches(records: &Bytes, limit: usize) -> Bytes {
 enum Outcome {
     Done,
     Error,
-    /// A read that did not wait stopped at data being fetched from object storage.
-    Incomplete,
+    /// A read that did not wait stopped at data being fetched from object storage; the bytes
+    /// of the GET it started there.
+    Incomplete(u64),
 }
 
 /// What a partition's part of a fetch needs: nothing more than its offsets (an error, no
@@ -718,7 +731,7 @@ async fn read_partition(
                 .with_aborted_transactions(aborted)
                 .with_records(Some(data.records));
             let outcome = if data.incomplete {
-                Outcome::Incomplete
+                Outcome::Incomplete(data.fetching)
             } else {
                 Outcome::Done
             };

@@ -8,7 +8,7 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::*;
 use weir_api::{ApiLimits, Reply};
 
-use common::{batch_of, env_with, topic, Env, TOPIC};
+use common::{batch_of, env_with, env_with_storage, topic, Env, TOPIC};
 
 /// Each batch: 4 records of 50,000 bytes, about 200 KB.
 const RECORD: usize = 50_000;
@@ -168,6 +168,92 @@ async fn many_partitions_with_a_little_data_each_fit_in_one_fetch() {
         got,
         vec![size; PARTITIONS as usize],
         "every partition's batch"
+    );
+
+    e.topics.close().await;
+    e.engine.close().await.expect("close");
+}
+
+/// A consumer of many partitions far behind, whose data has left the log cache for objects:
+/// a fetch starts GETs for about what one fetch can carry (its `max_bytes`; a GET takes room
+/// as the bytes it brings would), so that what it fetches is still cached when the next fetch
+/// comes for it. Every partition is read in full, and nothing is fetched twice. Before, the
+/// first fetch started a GET for every partition, eight times what the block cache holds here:
+/// most blocks were evicted unread and fetched again (at 10,000 partitions a consumer got
+/// nothing from the lagging ones for tens of seconds while the broker fetched 1.9 GB/s from
+/// objects and evicted it unread).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_of_many_partitions_behind_starts_gets_for_what_it_can_carry() {
+    const PARTITIONS: i32 = 40;
+    const BATCHES: usize = 2;
+    const MAX_BYTES: i32 = 1 << 20;
+    let storage = weir_storage::StorageConfig {
+        // Everything uploaded leaves the log cache: the reads go to objects.
+        log_cache_bytes: 1,
+        block_cache_bytes: 2 << 20,
+        ..Default::default()
+    };
+    let e = env_with_storage(
+        ApiLimits {
+            fetch_max_bytes: MAX_BYTES as usize,
+        },
+        storage,
+    )
+    .await;
+    e.topics
+        .create("behind", PARTITIONS, Default::default(), false)
+        .await
+        .expect("create");
+    let mut parts = Vec::new();
+    let mut size = 0;
+    for i in 0..PARTITIONS {
+        let p = common::open_partition(&e.topics, "behind", i).await;
+        let (_, at) = p.offsets();
+        for _ in 0..BATCHES {
+            let b = batch_of(4, RECORD);
+            size = b.len();
+            p.produce(&b).await.expect("produce");
+        }
+        parts.push((i, at));
+    }
+    e.engine.flush().await.expect("upload");
+    let meters = e.engine.meters();
+    let end: Vec<i64> = parts
+        .iter()
+        .map(|&(_, at)| at + 4 * BATCHES as i64)
+        .collect();
+
+    let mut fetches = 0;
+    let mut got = 0;
+    while parts.iter().zip(&end).any(|(&(_, at), &end)| at < end) {
+        fetches += 1;
+        assert!(fetches <= 50, "still behind after 50 fetches: {parts:?}");
+        let misses = meters.block_cache_misses.get();
+        let bytes = fetch_of(&e, "behind", &parts, MAX_BYTES, MAX_BYTES).await;
+        let started = meters.block_cache_misses.get() - misses;
+        // Each partition's blocks are one GET of about two batches: a fetch starts GETs for
+        // at most its limit, and one more that takes what is left.
+        let most = (MAX_BYTES as usize).div_ceil(BATCHES * size) as u64 + 1;
+        assert!(
+            started <= most,
+            "fetch {fetches} started {started} GETs, at most {most} fit in it"
+        );
+        for ((_, at), b) in parts.iter_mut().zip(&bytes) {
+            assert_eq!(b % size, 0, "whole batches");
+            *at += 4 * (b / size) as i64;
+            got += b;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        got,
+        PARTITIONS as usize * BATCHES * size,
+        "every partition in full"
+    );
+    assert_eq!(
+        meters.block_cache_evicted_unread_bytes.get(),
+        0,
+        "blocks fetched and evicted unread ({fetches} fetches)"
     );
 
     e.topics.close().await;

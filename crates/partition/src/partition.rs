@@ -87,6 +87,8 @@ pub struct FetchData {
     pub aborted: Vec<AbortedTxn>,
     /// A fetch that did not wait stopped at data still being fetched from object storage.
     pub incomplete: bool,
+    /// Bytes of the GET it started there ([`weir_storage::ReadResult::fetching`]).
+    pub fetching: u64,
 }
 
 /// What one clean of a compacted partition did.
@@ -562,6 +564,7 @@ impl Partition {
             log_start_offset: r.start_offset as i64,
             aborted,
             incomplete: r.incomplete,
+            fetching: r.fetching,
         })
     }
 

@@ -111,6 +111,9 @@ pub struct ReadResult {
     /// A read that did not wait stopped at data being fetched from object storage: there is
     /// more before the high watermark than it returned.
     pub incomplete: bool,
+    /// Bytes of the GET that such a read started, for a later read to find cached (0 if it
+    /// found the data already being fetched).
+    pub fetching: u64,
 }
 
 /// A stream's offsets.
@@ -600,6 +603,7 @@ impl Engine {
                     start_offset: st.start_offset(),
                     high_watermark: st.durable_end(),
                     incomplete: false,
+                    fetching: 0,
                 });
             }
             // Objects are read up to where the log cache starts (it may hold data that is also
@@ -621,7 +625,7 @@ impl Engine {
         } else {
             read.await?
         };
-        let incomplete = reading.incomplete;
+        let (incomplete, fetching) = (reading.incomplete, reading.fetching);
         let mut batches = reading.frames;
         let got: usize = batches.iter().map(|b| b.payload.len()).sum();
         let next = batches.last().map_or(from, |b| b.end_offset());
@@ -643,6 +647,7 @@ impl Engine {
             start_offset: start,
             high_watermark: hw,
             incomplete,
+            fetching,
         })
     }
 

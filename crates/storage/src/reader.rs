@@ -249,6 +249,9 @@ pub(crate) struct Reading {
     /// The read stopped at a block that is being fetched (a read that does not wait): there is
     /// more to read than it returned.
     pub incomplete: bool,
+    /// Bytes of the GET the read started there (0 if another read or the read-ahead had
+    /// started it): what a later read will find cached.
+    pub fetching: u64,
 }
 
 /// Why a read is made, which decides what it may do to the caches.
@@ -442,14 +445,18 @@ impl ObjectReader {
                 )
                 .await;
         }
-        let (frames, run, incomplete) = read?;
+        let (frames, run, incomplete, fetching) = read?;
         if purpose == Purpose::Fetch {
             let bytes: usize = frames.iter().map(|f| f.payload.len()).sum();
             inner.meters.object_read_bytes.add(bytes as u64);
             let next = frames.last().map_or(from, |f| f.end_offset());
             inner.end_fetch(stream_id, reader, next, until, run);
         }
-        Ok(Reading { frames, incomplete })
+        Ok(Reading {
+            frames,
+            incomplete,
+            fetching,
+        })
     }
 
     /// Takes `bytes` of the background budget. While consumers read from object storage,
@@ -758,7 +765,8 @@ impl Inner {
     }
 
     /// Reads through the ranges (from `known`, then `kept`, then the metadata store); returns
-    /// the frames and the last run of ranges it went through.
+    /// the frames, the last run of ranges it went through, whether it stopped at a block not
+    /// cached (unless `wait`), and the bytes of the GET it started for that block.
     #[allow(clippy::too_many_arguments)]
     async fn read_ranges(
         self: &Arc<Self>,
@@ -771,7 +779,7 @@ impl Inner {
         window: u64,
         purpose: Purpose,
         wait: bool,
-    ) -> Result<(Vec<Frame>, Vec<RangeInfo>, bool)> {
+    ) -> Result<(Vec<Frame>, Vec<RangeInfo>, bool, u64)> {
         let mut out = Vec::new();
         let mut bytes = 0usize;
         let mut next = from;
@@ -780,6 +788,7 @@ impl Inner {
         // (a background read caches nothing, and would GET them again).
         let mut held: Option<Held> = None;
         let mut incomplete = false;
+        let mut fetching = 0;
         'ranges: while next < until {
             run = match known_run(known, stream_id, next)
                 .or_else(|| known_run(kept, stream_id, next))
@@ -848,9 +857,10 @@ impl Inner {
                         b
                     } else {
                         match self.block_ready(r, index, i, window) {
-                            Some(b) => b,
-                            None => {
+                            Ok(b) => b,
+                            Err(started) => {
                                 incomplete = true;
+                                fetching = started;
                                 break 'ranges;
                             }
                         }
@@ -897,7 +907,7 @@ impl Inner {
                 }
             }
         }
-        Ok((out, run, incomplete))
+        Ok((out, run, incomplete, fetching))
     }
 
     /// Fetches, concurrently, the indexes of the ranges a read of `want` bytes will go through,
@@ -1032,7 +1042,7 @@ impl Inner {
                 self.meters.block_in_flight_hits.inc();
                 (w.fetch, position - w.at as u64)
             }
-            Found::Started(fetch) => (fetch, position),
+            Found::Started(fetch, _) => (fetch, position),
         };
         let data = fetch.await.map_err(StorageError::Shared)?;
         Ok(Held {
@@ -1043,17 +1053,19 @@ impl Inner {
     }
 
     /// Block `i` of `index` if it is cached; if not, starts its GET (with the blocks after it,
-    /// as [`Inner::block`] does) unless one is under way, and returns `None`.
+    /// as [`Inner::block`] does) unless one is under way, and returns the bytes it started
+    /// fetching (0 if none).
     fn block_ready(
         self: &Arc<Self>,
         r: &RangeInfo,
         index: &[IndexEntry],
         i: usize,
         window: u64,
-    ) -> Option<Bytes> {
+    ) -> std::result::Result<Bytes, u64> {
         match self.find(r, index, i, window, Purpose::Fetch) {
-            Found::Cached(b) => Some(b),
-            Found::Coming(_) | Found::Started(_) => None,
+            Found::Cached(b) => Ok(b),
+            Found::Coming(_) => Err(0),
+            Found::Started(_, bytes) => Err(bytes),
         }
     }
 
@@ -1082,7 +1094,11 @@ impl Inner {
         self.meters.block_cache_misses.inc();
         let j = missing_run(&blocks, &in_flight, r, index, i, window);
         drop(blocks);
-        Found::Started(self.start_get_locked(&mut in_flight, r, &index[i..j], purpose))
+        let bytes = index[i..j].iter().map(|e| u64::from(e.size)).sum();
+        Found::Started(
+            self.start_get_locked(&mut in_flight, r, &index[i..j], purpose),
+            bytes,
+        )
     }
 
     /// The bytes a GET for block `i` would fetch now (0 if it is cached or being fetched).
@@ -1228,7 +1244,8 @@ impl Held {
 enum Found {
     Cached(Bytes),
     Coming(InFlight),
-    Started(Fetch),
+    /// A GET started, of this many bytes.
+    Started(Fetch, u64),
 }
 
 fn corrupt(r: &RangeInfo, e: format::FormatError) -> StorageError {
@@ -1723,8 +1740,9 @@ mod readahead_tests {
         );
     }
 
-    /// A read that does not wait returns nothing when its block is not cached, and starts its
-    /// GET; once that is done, the same read finds the block without another GET.
+    /// A read that does not wait returns nothing when its block is not cached, starts its GET
+    /// and says how many bytes it fetches; a read meanwhile starts nothing more; once the GET
+    /// is done, the same read finds the block without another GET.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_read_that_does_not_wait_starts_the_get_and_returns_what_is_cached() {
         let (store, meta) = written().await;
@@ -1737,13 +1755,25 @@ mod readahead_tests {
                 .await
                 .expect("read");
             assert_eq!(r.incomplete, r.frames.is_empty());
-            Ok::<_, StorageError>(r.frames)
+            Ok::<_, StorageError>(r)
         };
         let meters = Arc::clone(&reader.inner.meters);
-        assert!(read(false).await.expect("read").is_empty());
+        let first = read(false).await.expect("read");
+        assert!(first.frames.is_empty());
         assert_eq!(meters.block_cache_misses.get(), 1, "one GET started");
+        assert!(
+            (4000..=BLOCK).contains(&first.fetching),
+            "the GET of one block: {} bytes",
+            first.fetching
+        );
+        let again = read(false).await.expect("read");
+        assert!(again.incomplete);
+        assert_eq!(again.fetching, 0, "the GET under way was not this read's");
+        assert_eq!(meters.block_cache_misses.get(), 1);
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let frames = read(false).await.expect("read");
+        let r = read(false).await.expect("read");
+        assert_eq!(r.fetching, 0);
+        let frames = r.frames;
         assert_eq!(frames.len(), 1);
         check(&frames, BATCHES - 1);
         assert_eq!(meters.block_cache_misses.get(), 1, "no second GET");

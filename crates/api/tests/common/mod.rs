@@ -76,6 +76,13 @@ pub async fn env() -> Env {
 }
 
 pub async fn env_with(limits: weir_api::ApiLimits) -> Env {
+    env_with_storage(limits, weir_storage::StorageConfig::default()).await
+}
+
+pub async fn env_with_storage(
+    limits: weir_api::ApiLimits,
+    storage: weir_storage::StorageConfig,
+) -> Env {
     let dir = tempfile::tempdir().expect("temp dir");
     let wal = weir_wal::FileWal::open(weir_wal::FileWalConfig {
         capacity: 16 << 20,
@@ -88,14 +95,9 @@ pub async fn env_with(limits: weir_api::ApiLimits) -> Env {
         weir_meta::SqliteMetaStore::open(&dir.path().join("meta.sqlite")).expect("open meta"),
     );
     let store = weir_storage::objstore::from_url("memory://").expect("memory store");
-    let engine = weir_storage::Engine::open(
-        weir_storage::StorageConfig::default(),
-        Arc::new(wal),
-        Arc::clone(&meta),
-        store,
-    )
-    .await
-    .expect("open engine");
+    let engine = weir_storage::Engine::open(storage, Arc::new(wal), Arc::clone(&meta), store)
+        .await
+        .expect("open engine");
     let topics = weir_partition::Topics::open(
         engine.clone(),
         Arc::clone(&meta),
