@@ -17,11 +17,13 @@ then grown (Kafka's controller refuses 10,000 partitions in one request).
 The wait for the consumer to catch up is there because of how a new librdkafka consumer starts:
 it asks for each partition's first offset with a ListOffsets request of its own, and at 10,000
 partitions some thousands of those requests leave the client only seconds to tens of seconds
-after the others, while the partitions already started are fetched: 6 to more than 40 s
-against Weir in the runs we traced; against Kafka, whose answers to those requests take up to
-5 s, none in one run and 66 s for a few hundred partitions in another. The table shows that
-start ("consumer caught up after": warm-up plus the wait), and the measured period is the
-steady state that follows.
+after the others, while the partitions already started are fetched: 6 to 11 s against Weir in
+the runs we traced; against Kafka, whose answers to those requests take up to 5 s, none in one
+run and 66 s for a few hundred partitions in another. (Against Weir it looked like tens of
+seconds until session 27: the partitions started late were behind, their data had left the log
+cache, and their reads thrashed the block cache; see docs/architecture.md, "A fetch's GETs fit
+in what it carries".) The table shows that start ("consumer caught up after": warm-up plus the
+wait), and the measured period is the steady state that follows.
 
 Per run: produce and end-to-end latency p50/p99 (`weir perf`), the share of produced records
 consumed in the measured period and the backlog at the end, the broker's CPU (average cores and
