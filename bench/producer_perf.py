@@ -25,6 +25,7 @@ Writes bench/results/producer-perf-YYYY-MM-DD-HHMM.md (and appends the section t
 BENCH_PP_APPEND_TO when set, as `make bench` does).
 
 Environment (defaults in brackets): WEIR_BIN (required), BENCH_PP_BROKERS ["kafka weir"],
+BENCH_PP_RUNS ["max 30k"],
 BENCH_PP_MAX_RECORDS, BENCH_PP_RATE, BENCH_PP_SECONDS, BENCH_PP_DIR [target/bench-producer-perf],
 BENCH_PP_RESULTS [bench/results].
 """
@@ -55,6 +56,7 @@ WORK = os.path.abspath(os.environ.get("BENCH_PP_DIR",
 RESULTS = os.path.abspath(os.environ.get("BENCH_PP_RESULTS",
                                          os.path.join(REPO, "bench", "results")))
 # Records sent before the measured run, in the same JVM: "max" at full speed, "30k" at the rate.
+RUNS = os.environ.get("BENCH_PP_RUNS", "max 30k").split()
 WARMUP_MAX = int(os.environ.get("BENCH_PP_WARMUP_MAX_RECORDS", "500000"))
 WARMUP_SECONDS = int(os.environ.get("BENCH_PP_WARMUP_SECONDS", "50"))
 PIN = os.environ.get("BENCH_PIN") == "1"
@@ -210,6 +212,8 @@ def main():
     for tag, records, throughput, warmup in [("max", MAX_RECORDS, -1, WARMUP_MAX),
                                              ("30k", RATE * SECONDS, RATE,
                                               RATE * WARMUP_SECONDS)]:
+        if tag not in RUNS:
+            continue
         for kind in BROKERS:
             try:
                 results[(kind, tag)] = run(kind, tag, records, throughput, warmup)

@@ -1,4 +1,5 @@
-//! A runtime of lower CPU priority for consumers' reads from object storage.
+//! A runtime of lower CPU priority for the broker's work that can wait: consumers' reads from
+//! object storage, and building and writing the objects of uploads the WAL does not wait for.
 //!
 //! A consumer catching up reads as fast as the broker lets it; producers want their batches
 //! acknowledged at once. On a machine whose cores are busy, the threads that finish a WAL sync
@@ -6,6 +7,13 @@
 //! and the produce tail grows while a consumer reads old data. The catch-up's reads therefore run
 //! on worker threads of their own, niced (`storage.catchup_nice`): the scheduler gives them what
 //! the produce path leaves, and all of it when the machine is otherwise idle.
+//!
+//! Uploads are the same kind of work. Building an object (a checksum over every byte of it,
+//! 128 MiB by default) took 26-32 ms of one core in one piece: on one of the broker's own worker
+//! threads it held up every request queued behind it there, once per upload
+//! ([`CatchupRuntime::compute`]). Writing it (a copy into the page cache, or the HTTP client's
+//! work) keeps a thread busy for hundreds of milliseconds. At a steady produce rate neither is
+//! urgent; once the WAL fills, uploads run at the broker's priority again (`upload.rs`).
 
 use std::future::Future;
 
@@ -36,8 +44,8 @@ impl CatchupRuntime {
         })
     }
 
-    /// Runs `read` on the catch-up runtime (with everything it spawns: its GETs and read-ahead)
-    /// and waits for it. If the caller stops waiting, the read still runs to its end and fills
+    /// Runs `read` (a catch-up read, or an upload's PUT) on the catch-up runtime (with
+    /// everything it spawns: its GETs and read-ahead) and waits for it. If the caller stops waiting, the read still runs to its end and fills
     /// the block cache, as a read-ahead GET would.
     pub async fn run<T, F>(&self, read: F) -> Result<T>
     where
@@ -51,10 +59,46 @@ impl CatchupRuntime {
                 // The runtime shut down with the engine.
                 Err(e) if e.is_cancelled() => Err(StorageError::Closed),
                 Err(e) => Err(StorageError::Internal(format!(
-                    "a catch-up read panicked: {e}"
+                    "a catch-up read or an upload panicked: {e}"
                 ))),
             },
         }
+    }
+
+    /// Runs the CPU-bound `work` on a blocking thread of the niced runtime (its threads are
+    /// niced as its workers are) and waits for it; without the runtime, as [`compute_now`] does.
+    /// Either way not on a worker thread, where it would stall the tasks queued there for as
+    /// long as it runs.
+    pub async fn compute<T, F>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        match &self.runtime {
+            Some(rt) => joined(rt.spawn_blocking(work).await),
+            None => compute_now(work).await,
+        }
+    }
+}
+
+/// Runs the CPU-bound `work` on a blocking thread of the caller's runtime, at the broker's
+/// priority, and waits for it: work something waits for, off the worker threads.
+pub async fn compute_now<T, F>(work: F) -> Result<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    joined(tokio::task::spawn_blocking(work).await)
+}
+
+fn joined<T>(got: std::result::Result<T, tokio::task::JoinError>) -> Result<T> {
+    match got {
+        Ok(got) => Ok(got),
+        // The runtime shut down with the engine.
+        Err(e) if e.is_cancelled() => Err(StorageError::Closed),
+        Err(e) => Err(StorageError::Internal(format!(
+            "background work panicked: {e}"
+        ))),
     }
 }
 
@@ -112,6 +156,25 @@ mod tests {
         let panicked: Result<()> = niced.run(async { panic!("a bug in a read") }).await;
         assert!(matches!(panicked, Err(StorageError::Internal(_))));
         // Dropped inside a runtime without panicking.
+        drop(niced);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn work_computes_on_niced_threads_and_off_the_workers_without_them() {
+        let before = own_nice();
+        let worker = std::thread::current().id();
+        let niced = CatchupRuntime::new(7).expect("runtime");
+        let got = niced.compute(own_nice).await.expect("work");
+        assert_eq!(got, (before + 7).min(19));
+        let inline = CatchupRuntime::new(0).expect("runtime");
+        let (nice, thread) = inline
+            .compute(|| (own_nice(), std::thread::current().id()))
+            .await
+            .expect("work");
+        assert_eq!(nice, before);
+        assert_ne!(thread, worker, "the work ran on the caller's worker thread");
+        let panicked: Result<()> = niced.compute(|| panic!("a bug in a build")).await;
+        assert!(matches!(panicked, Err(StorageError::Internal(_))));
         drop(niced);
     }
 }

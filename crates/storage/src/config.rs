@@ -43,7 +43,8 @@ pub struct StorageConfig {
     /// Bytes per second catch-up reads may fetch from object storage (0: unlimited).
     pub catchup_bytes_per_sec: u64,
     /// How many nice steps below the broker's other threads consumers' reads from object
-    /// storage run (0: on the broker's own threads).
+    /// storage run, and the building and writing of objects the WAL does not wait for (0: on
+    /// the broker's own threads).
     pub catchup_nice: i32,
     /// The object WAL seals an object once its first batch has waited this long...
     pub object_wal_linger: Duration,

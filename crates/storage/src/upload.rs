@@ -250,48 +250,66 @@ impl EngineInner {
         parts: &[Part],
         attempts: u32,
     ) -> Result<Vec<ObjectCommit>> {
-        let block = self.config.block_bytes as usize;
-        let mut set = ObjectBuilder::new(block);
-        let mut builders = Vec::new();
-        let mut sorted: Vec<&Part> = parts.iter().collect();
-        sorted.sort_by_key(|p| p.stream_id);
-        for p in &sorted {
-            if payload_bytes(&p.frames) >= self.config.stream_object_bytes {
-                let mut b = ObjectBuilder::new(block);
-                b.add_stream(p.stream_id, &p.frames);
-                builders.push(b);
-            } else {
-                set.add_stream(p.stream_id, &p.frames);
-            }
-        }
-        if !set.is_empty() {
-            builders.push(set);
-        }
-        let epochs: HashMap<u64, u64> = parts.iter().map(|p| (p.stream_id, p.epoch)).collect();
+        // Built off the broker's worker threads, and below the produce path unless the WAL
+        // waits for it ([`crate::catchup`]); the frames are shared, not copied.
         let backlogged = self.wal_backlogged();
+        let block = self.config.block_bytes as usize;
+        let stream_object_bytes = self.config.stream_object_bytes;
+        let mut sorted: Vec<(u64, Vec<Frame>)> = parts
+            .iter()
+            .map(|p| (p.stream_id, p.frames.clone()))
+            .collect();
+        sorted.sort_by_key(|(id, _)| *id);
+        let build = move || {
+            let mut set = ObjectBuilder::new(block);
+            let mut builders = Vec::new();
+            for (stream_id, frames) in &sorted {
+                if payload_bytes(frames) >= stream_object_bytes {
+                    let mut b = ObjectBuilder::new(block);
+                    b.add_stream(*stream_id, frames);
+                    builders.push(b);
+                } else {
+                    set.add_stream(*stream_id, frames);
+                }
+            }
+            if !set.is_empty() {
+                builders.push(set);
+            }
+            builders
+                .into_iter()
+                .map(ObjectBuilder::finish)
+                .collect::<Vec<_>>()
+        };
+        let built = if backlogged {
+            crate::catchup::compute_now(build).await?
+        } else {
+            self.catchup.compute(build).await?
+        };
+        let epochs: HashMap<u64, u64> = parts.iter().map(|p| (p.stream_id, p.epoch)).collect();
         let epochs = &epochs;
-        let puts = builders.into_iter().map(|b| async move {
-            let id = self.prepare_patiently().await?;
-            let (data, size, placements) = b.finish();
-            self.put_with_retry(&object_key(id), data, size, attempts, backlogged)
-                .await?;
-            Ok::<_, StorageError>(ObjectCommit {
-                object_id: id,
-                size,
-                ranges: placements
-                    .into_iter()
-                    .map(|p| RangeCommit {
-                        stream_id: p.stream_id,
-                        epoch: epochs[&p.stream_id],
-                        start_offset: p.start_offset,
-                        end_offset: p.end_offset,
-                        position: p.position,
-                        size: p.size,
-                        max_timestamp: p.max_timestamp,
-                    })
-                    .collect(),
-            })
-        });
+        let puts = built
+            .into_iter()
+            .map(|(data, size, placements)| async move {
+                let id = self.prepare_patiently().await?;
+                self.put_with_retry(&object_key(id), data, size, attempts, backlogged)
+                    .await?;
+                Ok::<_, StorageError>(ObjectCommit {
+                    object_id: id,
+                    size,
+                    ranges: placements
+                        .into_iter()
+                        .map(|p| RangeCommit {
+                            stream_id: p.stream_id,
+                            epoch: epochs[&p.stream_id],
+                            start_offset: p.start_offset,
+                            end_offset: p.end_offset,
+                            position: p.position,
+                            size: p.size,
+                            max_timestamp: p.max_timestamp,
+                        })
+                        .collect(),
+                })
+            });
         futures::future::try_join_all(puts).await
     }
 
@@ -334,8 +352,28 @@ impl EngineInner {
         let path = Path::from(key);
         let mut backoff = Duration::from_millis(50);
         let mut attempt = 1;
+        let part_bytes = self.config.multipart_part_bytes.max(5 << 20) as usize;
         loop {
-            match self.put_object(&path, &data, size, backlogged).await {
+            let put = put_object(
+                Arc::clone(&self.store),
+                path.clone(),
+                data.clone(),
+                size,
+                part_bytes,
+                backlogged,
+            );
+            // A PUT the WAL does not wait for (compaction's, an upload while the WAL has room)
+            // runs below the produce path, as catch-up reads do ([`crate::catchup`]): writing a
+            // 128 MiB object into a local directory kept a thread busy for 200-400 ms, and
+            // appends meanwhile waited 2-8 ms to be scheduled; against S3 the HTTP client's
+            // work is the same kind. One the WAL waits for keeps the broker's priority:
+            // producers wait for it.
+            let put = if backlogged {
+                put.await
+            } else {
+                self.catchup.run(async move { Ok(put.await) }).await?
+            };
+            match put {
                 Ok(()) => return Ok(()),
                 Err(e) if attempt < attempts => {
                     self.meters.upload_errors.inc();
@@ -348,62 +386,6 @@ impl EngineInner {
                     self.meters.upload_errors.inc();
                     return Err(e.into());
                 }
-            }
-        }
-    }
-
-    /// One PUT, or a multipart upload for objects of more than two parts. Payloads are sliced,
-    /// not copied, into parts.
-    async fn put_object(
-        &self,
-        path: &Path,
-        data: &[Bytes],
-        size: u64,
-        backlogged: bool,
-    ) -> object_store::Result<()> {
-        let mut extensions = object_store::Extensions::new();
-        if backlogged {
-            extensions.insert(crate::local::Backlogged);
-        }
-        let part_bytes = self.config.multipart_part_bytes.max(5 << 20) as usize;
-        if size <= 2 * part_bytes as u64 {
-            let opts = PutOptions {
-                extensions,
-                ..Default::default()
-            };
-            self.store
-                .put_opts(path, data.iter().cloned().collect::<PutPayload>(), opts)
-                .await?;
-            return Ok(());
-        }
-        let opts = PutMultipartOptions {
-            extensions,
-            ..Default::default()
-        };
-        let mut upload = self.store.put_multipart_opts(path, opts).await?;
-        let mut parts = Vec::new();
-        let mut chunk: Vec<Bytes> = Vec::new();
-        let mut filled = 0usize;
-        for b in data {
-            let mut b = b.clone();
-            while !b.is_empty() {
-                let take = (part_bytes - filled).min(b.len());
-                chunk.push(b.split_to(take));
-                filled += take;
-                if filled == part_bytes {
-                    parts.push(upload.put_part(std::mem::take(&mut chunk).into_iter().collect()));
-                    filled = 0;
-                }
-            }
-        }
-        if !chunk.is_empty() {
-            parts.push(upload.put_part(chunk.into_iter().collect()));
-        }
-        match futures::future::try_join_all(parts).await {
-            Ok(_) => upload.complete().await.map(|_| ()),
-            Err(e) => {
-                let _ = upload.abort().await;
-                Err(e)
             }
         }
     }
@@ -461,6 +443,62 @@ impl EngineInner {
                     backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
             }
+        }
+    }
+}
+
+/// One PUT, or a multipart upload for objects of more than two parts. Payloads are sliced,
+/// not copied, into parts.
+async fn put_object(
+    store: Arc<dyn object_store::ObjectStore>,
+    path: Path,
+    data: Vec<Bytes>,
+    size: u64,
+    part_bytes: usize,
+    backlogged: bool,
+) -> object_store::Result<()> {
+    let mut extensions = object_store::Extensions::new();
+    if backlogged {
+        extensions.insert(crate::local::Backlogged);
+    }
+    if size <= 2 * part_bytes as u64 {
+        let opts = PutOptions {
+            extensions,
+            ..Default::default()
+        };
+        store
+            .put_opts(&path, data.iter().cloned().collect::<PutPayload>(), opts)
+            .await?;
+        return Ok(());
+    }
+    let opts = PutMultipartOptions {
+        extensions,
+        ..Default::default()
+    };
+    let mut upload = store.put_multipart_opts(&path, opts).await?;
+    let mut parts = Vec::new();
+    let mut chunk: Vec<Bytes> = Vec::new();
+    let mut filled = 0usize;
+    for b in &data {
+        let mut b = b.clone();
+        while !b.is_empty() {
+            let take = (part_bytes - filled).min(b.len());
+            chunk.push(b.split_to(take));
+            filled += take;
+            if filled == part_bytes {
+                parts.push(upload.put_part(std::mem::take(&mut chunk).into_iter().collect()));
+                filled = 0;
+            }
+        }
+    }
+    if !chunk.is_empty() {
+        parts.push(upload.put_part(chunk.into_iter().collect()));
+    }
+    match futures::future::try_join_all(parts).await {
+        Ok(_) => upload.complete().await.map(|_| ()),
+        Err(e) => {
+            let _ = upload.abort().await;
+            Err(e)
         }
     }
 }

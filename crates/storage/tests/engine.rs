@@ -741,12 +741,18 @@ async fn a_peer_recovers_a_dead_brokers_wal_under_a_raised_epoch() {
 }
 
 /// A store that notes, for each PUT and multipart upload, whether it came with the hint that
-/// the WAL waits for it.
+/// the WAL waits for it, and the nice value of the thread that started it.
 #[derive(Debug)]
 struct HintedStore {
     inner: object_store::memory::InMemory,
-    /// One entry per put: whether it was backlogged.
-    puts: std::sync::Mutex<Vec<bool>>,
+    /// One entry per put: whether it was backlogged, and its thread's nice value.
+    puts: std::sync::Mutex<Vec<(bool, i32)>>,
+}
+
+/// The calling thread's own nice value (Linux: per thread).
+fn thread_nice() -> i32 {
+    // SAFETY: `gettid` and `getpriority` take and return plain integers.
+    unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
 }
 
 impl std::fmt::Display for HintedStore {
@@ -758,10 +764,10 @@ impl std::fmt::Display for HintedStore {
 impl HintedStore {
     fn note(&self, ext: &object_store::Extensions) {
         let backlogged = ext.get::<weir_storage::local::Backlogged>().is_some();
-        self.puts.lock().unwrap().push(backlogged);
+        self.puts.lock().unwrap().push((backlogged, thread_nice()));
     }
 
-    fn take(&self) -> Vec<bool> {
+    fn take(&self) -> Vec<(bool, i32)> {
         std::mem::take(&mut *self.puts.lock().unwrap())
     }
 }
@@ -831,7 +837,8 @@ impl object_store::ObjectStore for HintedStore {
 
 /// Uploads say when the WAL waits for them (it holds more than a quarter of its capacity), so
 /// that a local store writes them in larger steps, and not otherwise; what they write reads
-/// back either way.
+/// back either way. An upload the WAL does not wait for runs on the niced threads of catch-up
+/// reads, below the produce path; one it waits for keeps the broker's priority.
 #[tokio::test]
 async fn uploads_the_wal_waits_for_say_so_to_the_store() {
     let dir = tempfile::tempdir().unwrap();
@@ -844,8 +851,11 @@ async fn uploads_the_wal_waits_for_say_so_to_the_store() {
         upload_bytes: u64::MAX,
         upload_interval: Duration::from_secs(3600),
         stream_object_bytes: u64::MAX,
+        catchup_nice: 5,
         ..small_config()
     };
+    let own = thread_nice();
+    let niced = (own + 5).min(19);
     let engine = open_engine_with_store(dir.path(), config, WAL, store.clone()).await;
     engine.open_stream(1, 1).await.unwrap();
     let mut msg = 0u64;
@@ -865,15 +875,15 @@ async fn uploads_the_wal_waits_for_say_so_to_the_store() {
     // 512 KiB of an 8 MiB WAL: not behind.
     append(32).await;
     engine.flush().await.unwrap();
-    assert_eq!(store.take(), vec![false]);
+    assert_eq!(store.take(), vec![(false, niced)]);
     // 3 MiB: more than a quarter.
     append(192).await;
     engine.flush().await.unwrap();
-    assert_eq!(store.take(), vec![true]);
+    assert_eq!(store.take(), vec![(true, own)]);
     // Trimmed after the upload: not behind again.
     append(32).await;
     engine.flush().await.unwrap();
-    assert_eq!(store.take(), vec![false]);
+    assert_eq!(store.take(), vec![(false, niced)]);
     let frames = read_all(&engine, 1, 0).await;
     assert_eq!(frames.len(), 256);
     for (i, f) in frames.iter().enumerate() {

@@ -372,7 +372,8 @@ pub struct StorageSection {
     pub background_bytes_per_sec: u64,
     /// Bandwidth budget of catch-up reads from object storage, bytes/s (0: unlimited).
     pub catchup_bytes_per_sec: u64,
-    /// Nice steps below the broker's other threads of catch-up reads (0: no threads of their own).
+    /// Nice steps below the broker's other threads of catch-up reads, and of uploads the WAL
+    /// does not wait for (0: no threads of their own).
     pub catchup_nice: i32,
 }
 
