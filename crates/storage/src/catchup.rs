@@ -45,8 +45,9 @@ impl CatchupRuntime {
     }
 
     /// Runs `read` (a catch-up read, or an upload's PUT) on the catch-up runtime (with
-    /// everything it spawns: its GETs and read-ahead) and waits for it. If the caller stops waiting, the read still runs to its end and fills
-    /// the block cache, as a read-ahead GET would.
+    /// everything it spawns: its GETs and read-ahead) and waits for it. If the caller stops
+    /// waiting, the read still runs to its end and fills the block cache, as a read-ahead GET
+    /// would.
     pub async fn run<T, F>(&self, read: F) -> Result<T>
     where
         F: Future<Output = Result<T>> + Send + 'static,
@@ -54,14 +55,7 @@ impl CatchupRuntime {
     {
         match &self.runtime {
             None => read.await,
-            Some(rt) => match rt.spawn(read).await {
-                Ok(got) => got,
-                // The runtime shut down with the engine.
-                Err(e) if e.is_cancelled() => Err(StorageError::Closed),
-                Err(e) => Err(StorageError::Internal(format!(
-                    "a catch-up read or an upload panicked: {e}"
-                ))),
-            },
+            Some(rt) => joined(rt.spawn(read).await)?,
         }
     }
 
@@ -97,7 +91,7 @@ fn joined<T>(got: std::result::Result<T, tokio::task::JoinError>) -> Result<T> {
         // The runtime shut down with the engine.
         Err(e) if e.is_cancelled() => Err(StorageError::Closed),
         Err(e) => Err(StorageError::Internal(format!(
-            "background work panicked: {e}"
+            "a catch-up read or an upload panicked: {e}"
         ))),
     }
 }
