@@ -402,6 +402,7 @@ impl EngineInner {
                     size,
                     crate::upload::PUT_ATTEMPTS,
                     false,
+                    false,
                 )
                 .await?;
                 id

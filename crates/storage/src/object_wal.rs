@@ -207,7 +207,8 @@ impl EngineInner {
         let put = if parts.is_empty() {
             Ok(Vec::new())
         } else {
-            self.put_parts(&parts, PUT_ATTEMPTS).await
+            // Producers wait for this PUT: at the broker's priority.
+            self.put_parts(&parts, PUT_ATTEMPTS, true).await
         };
         if let Some(prev) = prev {
             // An error only means the previous writer is gone: its turn is over either way.

@@ -196,7 +196,9 @@ impl EngineInner {
     /// Builds objects from `parts` (a stream-set object, and stream objects for large streams),
     /// writes them and commits them in one metadata transaction.
     pub(crate) async fn commit_parts(&self, parts: &[Part]) -> Result<()> {
-        let commits = self.put_parts(parts, PUT_ATTEMPTS).await?;
+        let commits = self
+            .put_parts(parts, PUT_ATTEMPTS, self.wal_backlogged())
+            .await?;
         let bytes: u64 = commits.iter().map(|c| c.size).sum();
         let count = commits.len() as u64;
         let committing = std::time::Instant::now();
@@ -245,12 +247,16 @@ impl EngineInner {
 
     /// Builds objects from `parts` (a stream-set object, and stream objects for large streams)
     /// and writes them; returns what commits them.
+    /// `urgent`: something waits for these objects (producers: the object WAL, or an upload
+    /// the WAL is behind on); they are built and written at the broker's priority, else below
+    /// it.
     pub(crate) async fn put_parts(
         &self,
         parts: &[Part],
         attempts: u32,
+        urgent: bool,
     ) -> Result<Vec<ObjectCommit>> {
-        // Built off the broker's worker threads, and below the produce path unless the WAL
+        // Built off the broker's worker threads, and below the produce path unless something
         // waits for it ([`crate::catchup`]); the frames are shared, not copied.
         let backlogged = self.wal_backlogged();
         let block = self.config.block_bytes as usize;
@@ -280,7 +286,7 @@ impl EngineInner {
                 .map(ObjectBuilder::finish)
                 .collect::<Vec<_>>()
         };
-        let built = if backlogged {
+        let built = if urgent {
             crate::catchup::compute_now(build).await?
         } else {
             self.catchup.compute(build).await?
@@ -291,7 +297,7 @@ impl EngineInner {
             .into_iter()
             .map(|(data, size, placements)| async move {
                 let id = self.prepare_patiently().await?;
-                self.put_with_retry(&object_key(id), data, size, attempts, backlogged)
+                self.put_with_retry(&object_key(id), data, size, attempts, backlogged, urgent)
                     .await?;
                 Ok::<_, StorageError>(ObjectCommit {
                     object_id: id,
@@ -340,7 +346,8 @@ impl EngineInner {
         u.capacity > 0 && u.used >= behind
     }
 
-    /// `backlogged`: the data waits for this upload ([`Self::wal_backlogged`]).
+    /// `backlogged`: the WAL waits for this upload ([`Self::wal_backlogged`]); `urgent`:
+    /// something waits for it (as for [`Self::put_parts`]).
     pub(crate) async fn put_with_retry(
         &self,
         key: &str,
@@ -348,6 +355,7 @@ impl EngineInner {
         size: u64,
         attempts: u32,
         backlogged: bool,
+        urgent: bool,
     ) -> Result<()> {
         let path = Path::from(key);
         let mut backoff = Duration::from_millis(50);
@@ -362,13 +370,12 @@ impl EngineInner {
                 part_bytes,
                 backlogged,
             );
-            // A PUT the WAL does not wait for (compaction's, an upload while the WAL has room)
-            // runs below the produce path, as catch-up reads do ([`crate::catchup`]): writing a
+            // A PUT nothing waits for (compaction's, an upload while the WAL has room) runs
+            // below the produce path, as catch-up reads do ([`crate::catchup`]): writing a
             // 128 MiB object into a local directory kept a thread busy for 200-400 ms, and
             // appends meanwhile waited 2-8 ms to be scheduled; against S3 the HTTP client's
-            // work is the same kind. One the WAL waits for keeps the broker's priority:
-            // producers wait for it.
-            let put = if backlogged {
+            // work is the same kind. One producers wait for keeps the broker's priority.
+            let put = if urgent {
                 put.await
             } else {
                 self.catchup.run(async move { Ok(put.await) }).await?

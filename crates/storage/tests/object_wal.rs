@@ -7,7 +7,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{check_payload, open_engine_with_store, payload, read_all, small_config};
+use common::{
+    check_payload, open_engine_with_store, payload, read_all, small_config, thread_nice,
+    HintedStore,
+};
 use weir_meta::{MetaStore, SqliteMetaStore};
 use weir_storage::objstore::{FaultConfig, FaultyStore};
 use weir_storage::{Engine, StorageConfig, StorageError, StreamOptions, WalKind};
@@ -570,5 +573,37 @@ async fn an_append_waits_out_a_short_store_outage_and_fails_after_the_patience()
     let frames = read_all(&engine, 1, 0).await;
     let msgs: Vec<u64> = frames.iter().map(|f| check_payload(&f.payload).2).collect();
     assert_eq!(msgs, vec![0, 1]);
+    engine.close().await.unwrap();
+}
+
+/// Producers wait for the object WAL's PUTs: they run at the broker's priority, not on the niced
+/// threads of uploads nothing waits for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_object_wal_puts_at_the_brokers_priority() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(HintedStore {
+        inner: object_store::memory::InMemory::new(),
+        puts: Default::default(),
+    });
+    let config = StorageConfig {
+        catchup_nice: 5,
+        ..object_config()
+    };
+    let own = thread_nice();
+    let engine = diskless(sqlite(dir.path()), store.clone(), config).await;
+    engine.open_stream(1, 1).await.unwrap();
+    for i in 0..20u64 {
+        engine
+            .append(1, 1, 1, i as i64, |base| payload(1, base, i, 700))
+            .await
+            .unwrap();
+    }
+    let puts = store.take();
+    assert!(!puts.is_empty());
+    assert!(
+        puts.iter().all(|&(_, nice)| nice == own),
+        "object WAL PUTs on niced threads: {puts:?} (the broker's nice is {own})"
+    );
+    assert_eq!(read_all(&engine, 1, 0).await.len(), 20);
     engine.close().await.unwrap();
 }

@@ -105,3 +105,98 @@ pub async fn read_all(engine: &Engine, stream_id: u64, from: u64) -> Vec<weir_st
         }
     }
 }
+
+/// A store that notes, for each PUT and multipart upload, whether it came with the hint that
+/// the WAL waits for it, and the nice value of the thread that started it.
+#[derive(Debug)]
+pub struct HintedStore {
+    pub inner: object_store::memory::InMemory,
+    /// One entry per put: whether it was backlogged, and its thread's nice value.
+    pub puts: std::sync::Mutex<Vec<(bool, i32)>>,
+}
+
+/// The calling thread's own nice value (Linux: per thread).
+pub fn thread_nice() -> i32 {
+    // SAFETY: `gettid` and `getpriority` take and return plain integers.
+    unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
+}
+
+impl std::fmt::Display for HintedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Hinted({})", self.inner)
+    }
+}
+
+impl HintedStore {
+    fn note(&self, ext: &object_store::Extensions) {
+        let backlogged = ext.get::<weir_storage::local::Backlogged>().is_some();
+        self.puts.lock().unwrap().push((backlogged, thread_nice()));
+    }
+
+    pub fn take(&self) -> Vec<(bool, i32)> {
+        std::mem::take(&mut *self.puts.lock().unwrap())
+    }
+}
+
+#[async_trait::async_trait]
+impl object_store::ObjectStore for HintedStore {
+    async fn put_opts(
+        &self,
+        location: &object_store::path::Path,
+        payload: object_store::PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        self.note(&opts.extensions);
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &object_store::path::Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.note(&opts.extensions);
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &object_store::path::Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: futures::stream::BoxStream<
+            'static,
+            object_store::Result<object_store::path::Path>,
+        >,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::path::Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &object_store::path::Path,
+        to: &object_store::path::Path,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
