@@ -247,6 +247,7 @@ impl EngineInner {
 
     /// Builds objects from `parts` (a stream-set object, and stream objects for large streams)
     /// and writes them; returns what commits them.
+    ///
     /// `urgent`: something waits for these objects (producers: the object WAL, or an upload
     /// the WAL is behind on); they are built and written at the broker's priority, else below
     /// it.

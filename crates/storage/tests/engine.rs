@@ -750,10 +750,7 @@ async fn a_peer_recovers_a_dead_brokers_wal_under_a_raised_epoch() {
 #[tokio::test]
 async fn uploads_the_wal_waits_for_say_so_to_the_store() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(HintedStore {
-        inner: object_store::memory::InMemory::new(),
-        puts: Default::default(),
-    });
+    let store = Arc::new(HintedStore::new());
     let config = StorageConfig {
         // Uploads only when flushed, one stream-set object each.
         upload_bytes: u64::MAX,

@@ -581,10 +581,7 @@ async fn an_append_waits_out_a_short_store_outage_and_fails_after_the_patience()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_object_wal_puts_at_the_brokers_priority() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(HintedStore {
-        inner: object_store::memory::InMemory::new(),
-        puts: Default::default(),
-    });
+    let store = Arc::new(HintedStore::new());
     let config = StorageConfig {
         catchup_nice: 5,
         ..object_config()

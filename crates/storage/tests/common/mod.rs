@@ -110,9 +110,9 @@ pub async fn read_all(engine: &Engine, stream_id: u64, from: u64) -> Vec<weir_st
 /// the WAL waits for it, and the nice value of the thread that started it.
 #[derive(Debug)]
 pub struct HintedStore {
-    pub inner: object_store::memory::InMemory,
+    inner: object_store::memory::InMemory,
     /// One entry per put: whether it was backlogged, and its thread's nice value.
-    pub puts: std::sync::Mutex<Vec<(bool, i32)>>,
+    puts: std::sync::Mutex<Vec<(bool, i32)>>,
 }
 
 /// The calling thread's own nice value (Linux: per thread).
@@ -128,6 +128,13 @@ impl std::fmt::Display for HintedStore {
 }
 
 impl HintedStore {
+    pub fn new() -> Self {
+        HintedStore {
+            inner: object_store::memory::InMemory::new(),
+            puts: Default::default(),
+        }
+    }
+
     fn note(&self, ext: &object_store::Extensions) {
         let backlogged = ext.get::<weir_storage::local::Backlogged>().is_some();
         self.puts.lock().unwrap().push((backlogged, thread_nice()));
