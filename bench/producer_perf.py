@@ -32,11 +32,13 @@ BENCH_PP_RESULTS [bench/results].
 
 import datetime
 import os
+import re
 import shutil
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, ".."))
@@ -44,6 +46,7 @@ sys.path.insert(0, os.path.join(REPO, "tests", "compat", "python"))
 sys.path.insert(0, HERE)
 
 import conftest  # noqa: E402  (the harness: Broker)
+from disk_probe import probe  # noqa: E402  (the disk's own synced-write latency)
 from object_wal import JAVA_LINE  # noqa: E402  (ProducerPerformance's summary)
 from partitions import Sampler, create_topic, write_results  # noqa: E402
 
@@ -62,6 +65,8 @@ WARMUP_SECONDS = int(os.environ.get("BENCH_PP_WARMUP_SECONDS", "50"))
 PIN = os.environ.get("BENCH_PIN") == "1"
 BROKER_CPUS = os.environ.get("BENCH_BROKER_CPUS", "1")
 CLIENT_CPUS = os.environ.get("BENCH_CLIENT_CPUS", "0")
+# Seconds of the disk probe (bench/disk_probe.py) before Weir's fixed-rate run; 0: none.
+PROBE_SECONDS = float(os.environ.get("BENCH_PP_DISK_PROBE_SECONDS", "30"))
 PROPS = ["acks=all", "linger.ms=1"]
 KAFKA_SH = os.path.join(REPO, "tools", "kafka", "kafka.sh")
 WARM = os.path.join(REPO, "tools", "kafka", "WarmProducerPerformance.java")
@@ -78,13 +83,21 @@ def run(kind, tag, records, throughput, warmup):
     root = os.path.join(WORK, f"{kind}-{tag}")
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(root)
+    disk = None
+    if kind == "weir" and throughput > 0 and PROBE_SECONDS > 0:
+        # The disk alone, just before: its stalls are random, and a broker that syncs waits
+        # for every one of them.
+        disk = probe(root, PROBE_SECONDS)
     b = conftest.Broker(kind, root, env={"WEIR_WAL_CAPACITY": str(1 << 30)})
     b.kind = kind
     b.start()
     try:
         if PIN:
             pin(b.pid, BROKER_CPUS)
-        return measure(b, tag, records, throughput, warmup=warmup)
+        r = measure(b, tag, records, throughput, warmup=warmup)
+        if disk:
+            r.update({f"disk_{k}": v for k, v in disk.items()})
+        return r
     finally:
         b.stop()
         # A broker's data dir holds GiBs after a run.
@@ -108,8 +121,10 @@ def measure(b, tag, records, throughput, bootstrap=None, extra=(), warmup=0):
     cmd = [*(["taskset", "-c", CLIENT_CPUS] if PIN else []), KAFKA_SH, "tool", *tool]
     print("bench: " + " ".join(cmd), flush=True)
     sampler = Sampler(b.pid)
+    scrapes = []
     if not warmup:
         sampler.start()
+        scrapes.append(scrape(b))
     out = []
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             stdin=subprocess.DEVNULL)
@@ -120,7 +135,9 @@ def measure(b, tag, records, throughput, bootstrap=None, extra=(), warmup=0):
             out.append(line)
             if warmup and line.strip() == "warm-up done":
                 sampler.start()
+                scrapes.append(scrape(b))
         proc.wait()
+        scrapes.append(scrape(b))
     finally:
         killer.cancel()
         if sampler.is_alive():
@@ -136,13 +153,50 @@ def measure(b, tag, records, throughput, bootstrap=None, extra=(), warmup=0):
     g = [float(x) for x in m.groups()]
     gib = g[0] * 1024 / (1 << 30)
     s = sampler.summary()
-    return {"kind": b.kind, "tag": tag, "records_per_sec": g[1], "mb_per_sec": g[2],
+    broker = {}
+    if len(scrapes) == 2 and all(scrapes):
+        for name, key in [("wal_sync_latency", "wal_sync"), ("produce_latency", "produce")]:
+            over, slowest = slow(scrapes[0], scrapes[1], name, 0.016)
+            broker[f"{key}_over_16ms"] = over
+            broker[f"{key}_slowest_ms"] = slowest
+    return {**broker, "kind": b.kind, "tag": tag, "records_per_sec": g[1], "mb_per_sec": g[2],
             "avg": g[3], "p50": g[5], "p95": g[6], "p99": g[7], "p999": g[8], "max": g[4],
             "cpu_s_per_gib": s["cpu_s"] / gib if s and gib else None,
             "rss_max_mib": s.get("rss_max_mib"),
             "cmd": " ".join(["kafka.sh", "tool", *tool])
             .replace(WARM, "tools/kafka/WarmProducerPerformance.java")
             .replace(b.bootstrap, "HOST:PORT")}
+
+
+def scrape(b):
+    """Weir's /metrics text, or None (Kafka, or no answer)."""
+    if b.kind != "weir":
+        return None
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{b.aux_port}/metrics", timeout=5) as r:
+            return r.read().decode()
+    except OSError:
+        return None
+
+
+def slow(before, after, name, over):
+    """From the histogram `name` between two scrapes: how many observations were above `over`
+    seconds, and the upper bound (ms) of the highest bucket that gained any."""
+    def buckets(text):
+        return {float(le) if le != "+Inf" else float("inf"): int(float(v)) for le, v in
+                re.findall(r'^weir_%s_seconds_bucket\{le="([^"]+)"\} (\S+)' % name, text, re.M)}
+    a, b = buckets(before), buckets(after)
+    if not b:
+        return None, None
+    diff = sorted((le, b[le] - a.get(le, 0)) for le in b)
+    total = diff[-1][1]
+    under = max((c for le, c in diff if le <= over), default=0)
+    prev, slowest = 0, None
+    for le, c in diff:
+        if c > prev:
+            slowest = le * 1e3
+        prev = c
+    return total - under, slowest
 
 
 def fmt(v):
@@ -168,6 +222,12 @@ def report(results, stamp, elapsed):
         ("30k", "records/s", "records_per_sec"), ("30k", "latency p50 ms", "p50"),
         ("30k", "latency p99 ms", "p99"), ("30k", "latency p99.9 ms", "p999"),
         ("30k", "latency max ms", "max"),
+        ("30k", "broker: WAL syncs over 16 ms", "wal_sync_over_16ms"),
+        ("30k", "broker: slowest WAL sync, ms (bucket)", "wal_sync_slowest_ms"),
+        ("30k", "broker: produce requests over 16 ms", "produce_over_16ms"),
+        ("30k", "the disk alone before it: synced writes over 20 ms", "disk_over_20ms"),
+        ("30k", "the disk alone before it: slowest synced write, ms", "disk_max"),
+        ("30k", "the disk alone before it: p99.9 ms", "disk_p999"),
         ("30k", "broker CPU s per GiB", "cpu_s_per_gib"),
         ("30k", "broker RSS MiB, largest", "rss_max_mib"),
     ]
@@ -182,7 +242,12 @@ def report(results, stamp, elapsed):
              f"{WARMUP_MAX:,} records before the maximum, {WARMUP_SECONDS} s at the rate before "
              "the fixed rate). "
              + (f"Brokers pinned to core(s) {BROKER_CPUS}, the producer to {CLIENT_CPUS} "
-                "(BENCH_PIN=1)." if PIN else "Brokers and producer share all cores."), "",
+                "(BENCH_PIN=1)." if PIN else "Brokers and producer share all cores.")
+             + " The rows marked \"broker\" are Weir's own histograms over the measured run; "
+             "\"the disk alone\" is bench/disk_probe.py in the broker's data dir for "
+             f"{PROBE_SECONDS:.0f} s just before Weir's fixed-rate run (64 KiB direct writes, "
+             "each synced, 500 a second, no broker running): the stalls of the disk itself, "
+             "which every acknowledgement of a broker that syncs waits for.", "",
              "| run | figure | Kafka | Weir | Weir/Kafka |", "|---|---|---:|---:|---:|"]
     last = None
     for tag, label, key in rows:

@@ -1032,8 +1032,8 @@ mod tests {
                 buffered: STEP,
                 direct: step,
             };
-            let made = write_paced(&dest, &staging_path(&dest), &payload, true, steps)
-                .expect("write");
+            let made =
+                write_paced(&dest, &staging_path(&dest), &payload, true, steps).expect("write");
             assert_eq!(made, writes, "direct writes of {step} bytes");
             assert!(std::fs::read(&dest).expect("read") == data, "{step}");
         }
