@@ -86,9 +86,14 @@ struct Steps {
     direct: usize,
 }
 
+/// Whether a put with these extensions is one the WAL waits for.
+fn backlogged(extensions: &object_store::Extensions) -> bool {
+    extensions.get::<Backlogged>().is_some()
+}
+
 /// The steps of a put with these extensions.
 fn steps(extensions: &object_store::Extensions) -> Steps {
-    if extensions.get::<Backlogged>().is_some() {
+    if backlogged(extensions) {
         Steps {
             buffered: STEP_BACKLOGGED,
             direct: DIRECT_STEP_BACKLOGGED,
@@ -645,8 +650,9 @@ impl ObjectStore for LocalStore {
             return self.inner.put_opts(location, payload, opts).await;
         }
         let steps = steps(&opts.extensions);
+        let direct_io = self.direct_io || backlogged(&opts.extensions);
         let payload = payload.into_iter().collect();
-        write(&self.inner, location, payload, self.direct_io, steps).await
+        write(&self.inner, location, payload, direct_io, steps).await
     }
 
     async fn put_multipart_opts(
@@ -662,7 +668,7 @@ impl ObjectStore for LocalStore {
         let name = location.to_string();
         let (file, direct) = {
             let (dest, staging) = (dest.clone(), staging.clone());
-            let direct_io = self.direct_io;
+            let direct_io = self.direct_io || backlogged(&opts.extensions);
             blocking(&name, move || create_staging(&dest, &staging, direct_io)).await?
         };
         Ok(Box::new(LocalUpload {
@@ -1056,8 +1062,62 @@ mod tests {
         assert!(std::fs::read(&path).expect("read") == data);
     }
 
-    /// The same through the page cache (direct I/O is off by default): an upload the WAL waits
-    /// for hands the disk [`STEP_BACKLOGGED`] at a time, others [`STEP`].
+    /// An upload the WAL waits for goes around the page cache even with direct I/O off (the
+    /// default); other puts go through it.
+    #[tokio::test]
+    async fn backlogged_uploads_go_around_the_page_cache() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        if !direct_io_allowed(dir.path()) {
+            return;
+        }
+        let store = LocalStore::new(dir.path().to_str().expect("utf-8 path")).expect("store");
+        let data: Vec<u8> = (0..(8 * STEP + 5)).map(|i| (i % 241) as u8).collect();
+        for (name, hint) in [("plain", false), ("behind", true)] {
+            let mut extensions = object_store::Extensions::new();
+            if hint {
+                extensions.insert(Backlogged);
+            }
+            let path = Path::from(format!("b/{name}"));
+            let opts = PutOptions {
+                extensions,
+                ..Default::default()
+            };
+            store
+                .put_opts(&path, PutPayload::from(data.clone()), opts)
+                .await
+                .expect("put");
+            let (resident, pages) = resident_pages(&dir.path().join("b").join(name));
+            if hint {
+                assert!(resident <= 1, "{resident} of {pages} pages cached");
+            } else {
+                assert!(resident > pages / 2, "{resident} of {pages} pages cached");
+            }
+            assert!(read_back(&store, &path).await[..] == data[..]);
+        }
+        // The parts of a multipart upload the same way.
+        let mut extensions = object_store::Extensions::new();
+        extensions.insert(Backlogged);
+        let opts = PutMultipartOptions {
+            extensions,
+            ..Default::default()
+        };
+        let path = Path::from("b/parts");
+        let mut upload = store.put_multipart_opts(&path, opts).await.expect("start");
+        for part in data.chunks(3 * STEP + 1) {
+            upload
+                .put_part(PutPayload::from(part.to_vec()))
+                .await
+                .expect("part");
+        }
+        upload.complete().await.expect("complete");
+        let (resident, pages) = resident_pages(&dir.path().join("b").join("parts"));
+        // Partial blocks at the parts' edges go through the page cache.
+        assert!(resident <= 6, "{resident} of {pages} pages cached");
+        assert!(read_back(&store, &path).await[..] == data[..]);
+    }
+
+    /// Where O_DIRECT is refused (tmpfs), an upload the WAL waits for hands the disk
+    /// [`STEP_BACKLOGGED`] at a time through the page cache, others [`STEP`].
     #[test]
     fn backlogged_uploads_write_larger_steps_through_the_page_cache() {
         let mut ext = object_store::Extensions::new();
