@@ -19,12 +19,16 @@
 //! the page cache, each handed to the disk with `sync_file_range`. Reads of objects are direct
 //! too, in chunks of [`READ_CHUNK`] with at most [`READ_CHUNKS`] in the device queue: a catch-up
 //! reader asks for its whole read-ahead window at once, and the WAL's writes would wait behind it.
-//! An upload the WAL waits for ([`Backlogged`], set by the uploader when the WAL fills) writes
-//! larger direct steps ([`DIRECT_STEP_BACKLOGGED`]): with the small ones, at the maximum produce
-//! rate the uploads fell behind and the WAL filled, and the log cache with it.
 //! Direct I/O is off by default and `object_store.local_direct_io` turns it on: measured on the
 //! bench machine it cut the produce tail at a steady rate and the CPU per byte, but a catch-up
 //! then reads from the disk (348 MiB/s against 411 from the page cache).
+//!
+//! An upload the WAL waits for ([`Backlogged`], set by the uploader when the WAL fills) is
+//! written directly whatever that setting says, in larger steps ([`DIRECT_STEP_BACKLOGGED`];
+//! [`STEP_BACKLOGGED`] where the filesystem refuses `O_DIRECT`): at the maximum produce rate the
+//! copy into the page cache was two thirds of the broker's CPU and the uploads fell behind, the
+//! WAL filled, and the log cache with it. Data written then is read from the disk by a later
+//! catch-up, the price of keeping up.
 //!
 //! A multipart upload writes each part into a staging file as it is put, at the part's place
 //! (parts are put in their order in the object, so each one's offset is known then), paced the
