@@ -406,7 +406,8 @@ pub struct ObjectStoreConfig {
     /// `file://` stores only: write and read objects with `O_DIRECT` (where the filesystem allows
     /// it; tmpfs does not) instead of through the page cache. Off by default: it lowers the
     /// produce tail and CPU per byte, but catch-up reads then come from the disk (slower than
-    /// from the page cache on the bench machine).
+    /// from the page cache on the bench machine). Uploads the WAL is waiting for are written
+    /// directly either way.
     pub local_direct_io: bool,
 }
 
