@@ -32,13 +32,11 @@ BENCH_PP_RESULTS [bench/results].
 
 import datetime
 import os
-import re
 import shutil
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, ".."))
@@ -47,7 +45,8 @@ sys.path.insert(0, HERE)
 
 import conftest  # noqa: E402  (the harness: Broker)
 from sync_latency import measure as sync_latency  # noqa: E402  (the disk's own syncs)
-from object_wal import JAVA_LINE  # noqa: E402  (ProducerPerformance's summary)
+from object_wal import JAVA_LINE, metrics  # noqa: E402  (the summary line; /metrics)
+from pg_restart import buckets  # noqa: E402  (a histogram's buckets from /metrics)
 from partitions import Sampler, create_topic, write_results  # noqa: E402
 
 BROKERS = os.environ.get("BENCH_PP_BROKERS", "kafka weir").split()
@@ -169,12 +168,11 @@ def measure(b, tag, records, throughput, bootstrap=None, extra=(), warmup=0):
 
 
 def scrape(b):
-    """Weir's /metrics text, or None (Kafka, or no answer)."""
+    """Weir's /metrics, or None (Kafka, or no answer)."""
     if b.kind != "weir":
         return None
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{b.aux_port}/metrics", timeout=5) as r:
-            return r.read().decode()
+        return metrics(b)
     except OSError:
         return None
 
@@ -182,13 +180,11 @@ def scrape(b):
 def slow(before, after, name, over):
     """From the histogram `name` between two scrapes: how many observations were above `over`
     seconds, and the upper bound (ms) of the highest bucket that gained any."""
-    def buckets(text):
-        return {float(le) if le != "+Inf" else float("inf"): int(float(v)) for le, v in
-                re.findall(r'^weir_%s_seconds_bucket\{le="([^"]+)"\} (\S+)' % name, text, re.M)}
-    a, b = buckets(before), buckets(after)
+    a = dict(buckets(before, f"weir_{name}_seconds"))
+    b = buckets(after, f"weir_{name}_seconds")
     if not b:
         return None, None
-    diff = sorted((le, b[le] - a.get(le, 0)) for le in b)
+    diff = [(le, n - a.get(le, 0)) for le, n in b]
     total = diff[-1][1]
     under = max((c for le, c in diff if le <= over), default=0)
     prev, slowest = 0, None
