@@ -190,11 +190,22 @@ impl Broker {
         CreatePartitionsResponse::default().with_results(results)
     }
 
-    pub(crate) fn describe_configs(
+    pub(crate) async fn describe_configs(
         &self,
         r: DescribeConfigsRequest,
         _version: i16,
     ) -> DescribeConfigsResponse {
+        // Topic configs as the metadata store holds them: this broker's catalog catches up with
+        // a change made through another broker within a second, but the client that made it
+        // may ask here next and must see what it was told is done.
+        if r.resources
+            .iter()
+            .any(|res| res.resource_type == RESOURCE_TOPIC)
+        {
+            if let Err(e) = self.topics.refresh().await {
+                tracing::warn!(error = %e, "reading the catalog before describing configs");
+            }
+        }
         let results = r
             .resources
             .into_iter()

@@ -452,9 +452,9 @@ impl Broker {
             RequestKind::CreatePartitions(r) => now(ResponseKind::CreatePartitions(
                 self.create_partitions(r).await,
             )),
-            RequestKind::DescribeConfigs(r) => {
-                now(ResponseKind::DescribeConfigs(self.describe_configs(r, v)))
-            }
+            RequestKind::DescribeConfigs(r) => now(ResponseKind::DescribeConfigs(
+                self.describe_configs(r, v).await,
+            )),
             RequestKind::AlterConfigs(r) => {
                 now(ResponseKind::AlterConfigs(self.alter_configs(r).await))
             }

@@ -328,6 +328,11 @@ fn read_all(
 fn partitions_spread_and_clients_use_every_broker() {
     let c = Cluster::new(3);
     create_topic(c.port(1), "spread", 6);
+    // The broker that created the topic answered once every partition had a leader; another
+    // broker's view may be a moment behind (Kafka's are too: clients retry on -1).
+    eventually(10, "broker 1 learns the new topic's leaders", || {
+        leaders(c.port(0), "spread").iter().all(|&(l, _)| l >= 0)
+    });
     let seen = leaders(c.port(0), "spread");
     let mut per_node: BTreeMap<i32, usize> = BTreeMap::new();
     for (l, _) in &seen {
@@ -407,6 +412,89 @@ fn describe(port: u16) -> (i32, Vec<i32>) {
     let mut ids: Vec<i32> = d.brokers.iter().map(|b| b.broker_id.0).collect();
     ids.sort_unstable();
     (d.controller_id.0, ids)
+}
+
+/// A topic config as broker `port` describes it.
+fn topic_config(port: u16, topic: &str, key: &str) -> Option<String> {
+    let ResponseKind::DescribeConfigs(r) = call(
+        port,
+        ApiKey::DescribeConfigs,
+        4,
+        RequestKind::DescribeConfigs(DescribeConfigsRequest::default().with_resources(vec![
+            describe_configs_request::DescribeConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(s(topic))
+                .with_configuration_keys(Some(vec![s(key)])),
+        ])),
+    ) else {
+        panic!("not a DescribeConfigs response")
+    };
+    assert_eq!(
+        r.results[0].error_code, 0,
+        "{:?}",
+        r.results[0].error_message
+    );
+    r.results[0]
+        .configs
+        .iter()
+        .find(|c| c.name.as_str() == key)
+        .and_then(|c| c.value.as_ref().map(|v| v.to_string()))
+}
+
+fn set_topic_config(port: u16, topic: &str, key: &str, value: &str) {
+    let ResponseKind::IncrementalAlterConfigs(r) = call(
+        port,
+        ApiKey::IncrementalAlterConfigs,
+        1,
+        RequestKind::IncrementalAlterConfigs(
+            IncrementalAlterConfigsRequest::default().with_resources(vec![
+                incremental_alter_configs_request::AlterConfigsResource::default()
+                    .with_resource_type(2)
+                    .with_resource_name(s(topic))
+                    .with_configs(vec![
+                        incremental_alter_configs_request::AlterableConfig::default()
+                            .with_name(s(key))
+                            .with_config_operation(0)
+                            .with_value(Some(s(value))),
+                    ]),
+            ]),
+        ),
+    ) else {
+        panic!("not an IncrementalAlterConfigs response")
+    };
+    assert_eq!(
+        r.responses[0].error_code, 0,
+        "{:?}",
+        r.responses[0].error_message
+    );
+}
+
+/// A config change made through one broker is what every broker describes as soon as the
+/// change is acknowledged: the brokers read configs from the metadata store they share, not
+/// from a copy that catches up within a second (a client's next request may go elsewhere).
+#[test]
+fn every_broker_describes_a_config_change_once_it_is_acknowledged() {
+    let c = Cluster::new(3);
+    create_topic(c.port(0), "configs-everywhere", 3);
+    for round in 0..12u64 {
+        let value = (3_600_000 + round).to_string();
+        set_topic_config(
+            c.port(round as usize % 3),
+            "configs-everywhere",
+            "retention.ms",
+            &value,
+        );
+        for i in 0..3 {
+            assert_eq!(
+                topic_config(c.port(i), "configs-everywhere", "retention.ms").as_deref(),
+                Some(value.as_str()),
+                "round {round}: broker {} describes what broker {} acknowledged",
+                c.node_id(i),
+                c.node_id(round as usize % 3)
+            );
+        }
+    }
+    c.assert_no_panic();
 }
 
 /// The controller is killed (-9): another broker takes the lease once it has expired, the dead
