@@ -136,12 +136,12 @@ impl StreamHandle {
     /// Its offsets; `None` once the engine has closed or dropped it, as
     /// [`Engine::stream_info`] answers then.
     pub fn info(&self) -> Option<StreamInfo> {
-        (!self.0.forgotten.load(Ordering::Acquire)).then(|| self.0.info())
+        (!self.0.is_forgotten()).then(|| self.0.info())
     }
 
     /// A receiver of its high watermark; `None` once the engine has closed or dropped it.
     pub fn watch_high_watermark(&self) -> Option<watch::Receiver<u64>> {
-        (!self.0.forgotten.load(Ordering::Acquire)).then(|| self.0.end_tx.subscribe())
+        (!self.0.is_forgotten()).then(|| self.0.end_tx.subscribe())
     }
 }
 
@@ -318,7 +318,7 @@ impl Engine {
         let info = s.info();
         if let Some(old) = inner.streams_write().insert(stream_id, s) {
             // Opened twice at once: the first's handles see it gone, as a look-up would.
-            old.forgotten.store(true, Ordering::Release);
+            old.set_forgotten();
         }
         tracing::debug!(
             stream_id,
@@ -959,6 +959,7 @@ fn completion(s: Arc<Stream>, base: u64, id: u64) -> weir_wal::Completion {
         match res {
             Ok(_) => {
                 if st.durable(base, id) {
+                    st.publish();
                     s.end_tx.send_replace(st.durable_end());
                 }
             }
@@ -1016,7 +1017,7 @@ impl EngineInner {
     /// Takes a stream out of the map of open streams; its handles see it gone.
     pub(crate) fn forget(&self, stream_id: u64) -> Option<Arc<Stream>> {
         let s = self.streams_write().remove(&stream_id)?;
-        s.forgotten.store(true, Ordering::Release);
+        s.set_forgotten();
         Some(s)
     }
 

@@ -309,6 +309,7 @@ impl EngineInner {
             }
             if end > first {
                 st.committed(first, end);
+                st.publish();
                 share.stream.committed_tx.send_replace(end);
                 share.stream.end_tx.send_replace(st.durable_end());
             }

@@ -1049,3 +1049,52 @@ async fn a_stream_handle_follows_its_stream_until_the_engine_forgets_it() {
     assert_eq!(engine.stream_handle(1).unwrap().info().unwrap().epoch, 3);
     engine.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acknowledged_append_is_in_the_offsets_every_reader_sees() {
+    // Readers take a stream's offsets without its lock (a fetch of 10,000 partitions reads
+    // 10,000 of them): what they read must already include an append once it is acknowledged,
+    // or a consumer told of a write, or a fetch woken by the high watermark's watch, would read
+    // the offsets from before it. The WAL's thread completes appends; the waiter wakes on
+    // another thread, so a window between the two shows within a few hundred appends.
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_engine(dir.path(), small_config(), WAL).await;
+    engine.open_stream(1, 1).await.unwrap();
+    let h = engine.stream_handle(1).unwrap();
+    // A reader woken by the watch sees at least what the watch says.
+    let mut watch = h.watch_high_watermark().unwrap();
+    let reader = {
+        let h = h.clone();
+        tokio::spawn(async move {
+            let mut behind = 0;
+            while watch.changed().await.is_ok() {
+                let told = *watch.borrow_and_update();
+                if h.info().map_or(told, |i| i.high_watermark) < told {
+                    behind += 1;
+                }
+                if told >= 2_000 {
+                    break;
+                }
+            }
+            behind
+        })
+    };
+    for i in 0..2_000u64 {
+        let appended = engine
+            .append(1, 1, 1, i as i64, |b| payload(1, b, i, 100))
+            .await
+            .unwrap();
+        let hw = h.info().unwrap().high_watermark;
+        assert_eq!(
+            hw,
+            i + 1,
+            "append {i} acknowledged ({appended:?}), high watermark {hw}"
+        );
+    }
+    assert_eq!(
+        reader.await.unwrap(),
+        0,
+        "times the watch ran ahead of the offsets"
+    );
+    engine.close().await.unwrap();
+}
