@@ -163,7 +163,7 @@ pub struct Partition {
     stream: StreamHandle,
     /// Changed under the stream's lock only (the engine calls the admission and the rewind
     /// hook with it held), so it always agrees with the stream's offsets.
-    producers: Arc<Mutex<ProducerStates>>,
+    producers: Arc<Producers>,
     max_message_bytes: AtomicUsize,
     /// Bytes appended to it and fetched from it here since it opened: the balancer's measure
     /// of its load.
@@ -185,8 +185,62 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-fn lock(p: &Mutex<ProducerStates>) -> MutexGuard<'_, ProducerStates> {
-    p.lock().unwrap_or_else(|e| e.into_inner())
+/// A partition's producer state, and what fetches read of it without its lock.
+struct Producers {
+    state: Mutex<ProducerStates>,
+    /// The first offset of the earliest open transaction (`u64::MAX`: none), as of the state's
+    /// last unlock: with the high watermark, the last stable offset. A fetch of 10,000
+    /// partitions reads every one's; taking each one's lock for it serialised 10,000 misses
+    /// in the CPU's caches. Stored while the lock is still held, so a reader sees what one
+    /// taking the lock after that unlock would (the high watermark read first, as before:
+    /// a transaction's first offset is published when its batch is appended, before the
+    /// high watermark can pass it).
+    first_open: AtomicU64,
+}
+
+impl Producers {
+    fn new(state: ProducerStates) -> Self {
+        let first_open = AtomicU64::new(state.txns.first_open().unwrap_or(u64::MAX));
+        Producers {
+            state: Mutex::new(state),
+            first_open,
+        }
+    }
+}
+
+/// The producer state, locked; on the way out it publishes the first open transaction's
+/// offset ([`Producers::first_open`]).
+struct ProducersGuard<'a> {
+    guard: MutexGuard<'a, ProducerStates>,
+    first_open: &'a AtomicU64,
+}
+
+impl std::ops::Deref for ProducersGuard<'_> {
+    type Target = ProducerStates;
+
+    fn deref(&self) -> &ProducerStates {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for ProducersGuard<'_> {
+    fn deref_mut(&mut self) -> &mut ProducerStates {
+        &mut self.guard
+    }
+}
+
+impl Drop for ProducersGuard<'_> {
+    fn drop(&mut self) {
+        let first = self.guard.txns.first_open().unwrap_or(u64::MAX);
+        self.first_open.store(first, Ordering::Release);
+    }
+}
+
+fn lock(p: &Producers) -> ProducersGuard<'_> {
+    ProducersGuard {
+        guard: p.state.lock().unwrap_or_else(|e| e.into_inner()),
+        first_open: &p.first_open,
+    }
 }
 
 impl Partition {
@@ -202,7 +256,7 @@ impl Partition {
         wal_kind: WalKind,
     ) -> Result<Arc<Partition>, StorageError> {
         let epoch = meta.get_stream(stream_id).await?.map_or(1, |s| s.epoch + 1);
-        let producers = Arc::new(Mutex::new(ProducerStates::default()));
+        let producers = Arc::new(Producers::new(ProducerStates::default()));
         let hook_state = Arc::clone(&producers);
         let hook: RewindHook = Arc::new(move |offset| lock(&hook_state).rewind(offset));
         let info = engine
@@ -274,7 +328,7 @@ impl Partition {
         )
     }
 
-    fn producers(&self) -> MutexGuard<'_, ProducerStates> {
+    fn producers(&self) -> ProducersGuard<'_> {
         lock(&self.producers)
     }
 
@@ -503,7 +557,9 @@ impl Partition {
     /// Start, high watermark and last stable offset, from one look at the stream.
     pub fn offsets_and_lso(&self) -> (i64, i64, i64) {
         let (start, hw) = self.offsets();
-        let lso = (self.producers().txns.last_stable_offset(hw as u64) as i64).max(start);
+        // After the high watermark (see `Producers::first_open`).
+        let first_open = self.producers.first_open.load(Ordering::Acquire);
+        let lso = (first_open.min(hw as u64) as i64).max(start);
         (start, hw, lso)
     }
 

@@ -150,6 +150,11 @@ impl TxnIndex {
     }
 
     /// The last stable offset: the first offset of the oldest open transaction, at most `hw`.
+    /// The first offset of the earliest open transaction, if any.
+    pub fn first_open(&self) -> Option<u64> {
+        self.by_first.first().map(|&(f, _)| f)
+    }
+
     pub fn last_stable_offset(&self, hw: u64) -> u64 {
         self.by_first.first().map_or(hw, |&(f, _)| f.min(hw))
     }

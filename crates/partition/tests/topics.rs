@@ -31,9 +31,13 @@ async fn setup() -> Setup {
 
 /// One batch of `n` records of an idempotent producer, its first sequence number `first`.
 fn batch(producer_id: i64, first: i32, n: usize) -> Bytes {
+    batch_of(producer_id, first, n, false)
+}
+
+fn batch_of(producer_id: i64, first: i32, n: usize, transactional: bool) -> Bytes {
     let rs: Vec<Record> = (0..n)
         .map(|i| Record {
-            transactional: false,
+            transactional,
             control: false,
             delete_horizon: false,
             partition_leader_epoch: -1,
@@ -126,4 +130,50 @@ async fn producer_snapshots_of_partitions_with_new_data_are_saved_together() {
     s.topics.snapshot_producers().await;
     let saved = s.meta.load_producer_snapshot(parts[0].stream_id).await;
     assert_eq!(saved.expect("load").map(|(o, _)| o), Some(5));
+}
+
+#[tokio::test]
+async fn the_last_stable_offset_stops_at_an_open_transaction_until_its_marker() {
+    // Fetches read a partition's last stable offset without its producer state's lock (the
+    // first open transaction's offset is published when the lock is let go): it must stop at
+    // a transaction's first offset from the moment that transaction's batch is appended, and
+    // move on once its marker is.
+    let s = setup().await;
+    let t = s
+        .topics
+        .create("txn", 1, BTreeMap::new(), false)
+        .await
+        .expect("create");
+    let p = s.topics.open_partition(t.streams[0]).await.expect("open");
+    p.produce(&batch(7, 0, 3)).await.expect("idempotent batch");
+    assert_eq!(p.offsets_and_lso(), (0, 3, 3), "nothing open");
+
+    let guard = p.verification_guard(8).expect("not open yet");
+    let ticket = p
+        .start_produce_checked(
+            &batch_of(8, 0, 2, true),
+            weir_partition::TxnCheck::Guard { guard, version: 0 },
+        )
+        .expect("transactional batch");
+    // Appended, maybe not yet durable: whatever the high watermark, the LSO is at most 3.
+    let (_, hw, lso) = p.offsets_and_lso();
+    assert_eq!(
+        lso,
+        hw.min(3),
+        "the transaction's first offset bounds the LSO at once"
+    );
+    ticket.wait().await.expect("durable");
+    assert_eq!(p.offsets_and_lso(), (0, 5, 3), "open transaction");
+    p.produce(&batch(7, 3, 1))
+        .await
+        .expect("idempotent batch after it");
+    assert_eq!(p.offsets_and_lso(), (0, 6, 3), "still open");
+
+    let marker = p.start_marker(8, 0, true, 0).expect("marker");
+    marker
+        .expect("a ticket")
+        .wait()
+        .await
+        .expect("marker durable");
+    assert_eq!(p.offsets_and_lso(), (0, 7, 7), "committed");
 }
