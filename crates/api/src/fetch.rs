@@ -413,6 +413,7 @@ async fn fetch_once(
     // Partitions with nothing to read are answered here, without a future: a consumer of
     // thousands of partitions sends all of them in every fetch (librdkafka has no fetch
     // sessions), and few have new data each time.
+    //
     // Each partition's answer is written once, where the response keeps it: a consumer of
     // 10,000 partitions gets 10,000 of them in every response, and moving them from one vector
     // into another copied megabytes into fresh pages per fetch (with the kernel zeroing those

@@ -149,14 +149,14 @@ impl TxnIndex {
         self.aborted.back().map_or(0, |a| a.last_offset + 1)
     }
 
-    /// The last stable offset: the first offset of the oldest open transaction, at most `hw`.
     /// The first offset of the earliest open transaction, if any.
     pub fn first_open(&self) -> Option<u64> {
         self.by_first.first().map(|&(f, _)| f)
     }
 
+    /// The last stable offset: the first offset of the oldest open transaction, at most `hw`.
     pub fn last_stable_offset(&self, hw: u64) -> u64 {
-        self.by_first.first().map_or(hw, |&(f, _)| f.min(hw))
+        self.first_open().map_or(hw, |f| f.min(hw))
     }
 
     /// Aborted transactions with records in `[from, to)`.

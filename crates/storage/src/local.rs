@@ -57,11 +57,12 @@ use weir_wal::{AlignedBuf, BLOCK};
 const STEP: usize = 1 << 20;
 
 /// Bytes of one step of an upload that is behind ([`Backlogged`]), through the page cache: where
-/// the filesystem refuses `O_DIRECT`, since such an upload is otherwise direct. With 1 MiB steps, at the maximum produce rate (`weir perf --partitions 16 --rate 0`, about
-/// 350 MiB/s here) the uploads wrote 236 MB/s, each object of about 60 MB took 1.2 s to put, and
-/// the WAL filled (2 GiB, and the log cache with it, which holds what is not uploaded: RSS 2.5
-/// GiB); with 8 MiB steps 376 MiB/s was produced, puts took 0.45 s and the WAL held 300-700
-/// MiB (RSS under 1 GiB). The WAL's writes wait behind two of them then (16 MiB, 8 ms on that
+/// the filesystem refuses `O_DIRECT`, since such an upload is otherwise direct. With 1 MiB
+/// steps, at the maximum produce rate (`weir perf --partitions 16 --rate 0`, about 350 MiB/s
+/// here) the uploads wrote 236 MB/s, each object of about 60 MB took 1.2 s to put, and the WAL
+/// filled (2 GiB, and the log cache with it, which holds what is not uploaded: RSS 2.5 GiB);
+/// with 8 MiB steps 376 MiB/s was produced, puts took 0.45 s and the WAL held 300-700 MiB (RSS
+/// under 1 GiB). The WAL's writes wait behind two of them then (16 MiB, 8 ms on that
 /// disk), but producers are waiting for WAL room already.
 const STEP_BACKLOGGED: usize = 8 << 20;
 

@@ -621,7 +621,8 @@ pub(crate) struct Stream {
 /// move forward and never past it.
 #[repr(C, align(64))]
 struct Published {
-    epoch: AtomicU64,
+    /// Fixed: a stream opened at a newer epoch is a new stream.
+    epoch: u64,
     start_offset: AtomicU64,
     committed_end: AtomicU64,
     durable_end: AtomicU64,
@@ -634,7 +635,7 @@ struct Published {
 impl Published {
     fn new(st: &StreamState) -> Self {
         let p = Published {
-            epoch: AtomicU64::new(0),
+            epoch: st.epoch,
             start_offset: AtomicU64::new(0),
             committed_end: AtomicU64::new(0),
             durable_end: AtomicU64::new(0),
@@ -645,7 +646,7 @@ impl Published {
     }
 
     fn publish(&self, st: &StreamState) {
-        self.epoch.store(st.epoch, Ordering::Release);
+        debug_assert_eq!(self.epoch, st.epoch);
         self.durable_end.store(st.durable_end, Ordering::Release);
         self.committed_end
             .store(st.committed_end, Ordering::Release);
@@ -743,7 +744,7 @@ impl Stream {
         let start_offset = p.start_offset.load(Ordering::Acquire);
         let committed_end = p.committed_end.load(Ordering::Acquire);
         crate::StreamInfo {
-            epoch: p.epoch.load(Ordering::Acquire),
+            epoch: p.epoch,
             start_offset,
             committed_end,
             high_watermark: p.durable_end.load(Ordering::Acquire),
