@@ -24,6 +24,7 @@ use uuid::Uuid;
 use weir_partition::{Lookup, Partition, Topics};
 use weir_zone::wire::Offsets;
 
+use crate::fetch_session::Context;
 use crate::{str, Broker, Reply};
 
 /// How long a fetch of a partition served for another zone's leader waits for the leader's
@@ -132,12 +133,23 @@ struct WantedTopic {
 impl Broker {
     pub(crate) async fn fetch(
         self: &Arc<Self>,
-        r: FetchRequest,
+        mut r: FetchRequest,
         version: i16,
         zone: Option<&str>,
         listener: &str,
     ) -> Reply {
         let started = Instant::now();
+        // An incremental fetch reads its session's partitions (the request names only those
+        // that changed) and answers those with something to tell.
+        let session = self
+            .fetch_sessions
+            .begin(&mut r, version, !self.authz.enabled());
+        if let Context::Refused(e) = session {
+            self.meters.fetch_latency.record(started.elapsed());
+            return Reply::Now(Box::new(ResponseKind::Fetch(
+                FetchResponse::default().with_error_code(e.code()),
+            )));
+        }
         let committed = version >= 4 && r.isolation_level == 1;
         let zone_owned = zone.map(|z| z.to_string());
         let listener_owned = listener.to_string();
@@ -212,7 +224,8 @@ impl Broker {
         if !waits {
             self.meters.fetch_bytes.add(bytes as u64);
             self.meters.fetch_latency.record(started.elapsed());
-            let response = self.with_leader_hints(response, zone, listener);
+            let mut response = self.with_leader_hints(response, zone, listener);
+            session.finish(&mut response);
             return Reply::Now(Box::new(ResponseKind::Fetch(response)));
         }
         let deadline = started + Duration::from_millis(r.max_wait_ms as u64);
@@ -259,11 +272,10 @@ impl Broker {
             }
             this.meters.fetch_bytes.add(bytes as u64);
             this.meters.fetch_latency.record(started.elapsed());
-            ResponseKind::Fetch(this.with_leader_hints(
-                response,
-                zone_owned.as_deref(),
-                &listener_owned,
-            ))
+            let mut response =
+                this.with_leader_hints(response, zone_owned.as_deref(), &listener_owned);
+            session.finish(&mut response);
+            ResponseKind::Fetch(response)
         }))
     }
 

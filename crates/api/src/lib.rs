@@ -6,7 +6,8 @@
 //! send responses in order. Versions come from the `kafka-protocol` crate; [`supported_versions`]
 //! is the one table of what is implemented, and ApiVersions advertises exactly it.
 //!
-//! - `produce.rs`, `fetch.rs`, `offsets.rs`: the data path, on [`weir_partition`].
+//! - `produce.rs`, `fetch.rs`, `offsets.rs`: the data path, on [`weir_partition`];
+//!   `fetch_session.rs`: incremental fetch sessions (KIP-227).
 //! - `admin.rs`: topics, partitions, configs, DeleteRecords.
 //! - `cluster.rs`: ApiVersions, Metadata, DescribeCluster, FindCoordinator, InitProducerId.
 //! - `reassign.rs`: AlterPartitionReassignments, ListPartitionReassignments (moving partitions).
@@ -29,6 +30,7 @@ mod cluster;
 mod conn;
 mod errors;
 mod fetch;
+mod fetch_session;
 mod frame;
 mod internal;
 mod offsets;
@@ -44,6 +46,7 @@ mod zones;
 
 pub use cluster::txn_key;
 pub use conn::{Conn, ListenerSecurity};
+pub use fetch_session::{FetchSessions, SessionMeters};
 pub use frame::ResponseFrame;
 pub use internal::InternalReply;
 pub use zones::{ZoneMeters, ZoneServices};
@@ -184,13 +187,17 @@ pub struct ApiLimits {
     /// `fetch.max.bytes`: record bytes of one Fetch response at most, whatever the request
     /// asks (the first partition with data still returns one whole batch, KIP-74).
     pub fetch_max_bytes: usize,
+    /// `max.incremental.fetch.session.cache.slots`: fetch sessions (KIP-227) open at once; 0
+    /// turns them off.
+    pub fetch_session_slots: usize,
 }
 
 impl Default for ApiLimits {
     fn default() -> Self {
-        // Kafka's default: 55 MiB.
+        // Kafka's defaults: 55 MiB, 1,000 sessions.
         ApiLimits {
             fetch_max_bytes: 55 << 20,
+            fetch_session_slots: 1000,
         }
     }
 }
@@ -245,6 +252,8 @@ pub struct Broker {
     pub authz: authz::Authz,
     /// Client quotas and the rates measured against them.
     pub quotas: quotas::QuotaManager,
+    /// Incremental fetch sessions (KIP-227).
+    pub fetch_sessions: fetch_session::FetchSessions,
 }
 
 impl Broker {
@@ -302,7 +311,9 @@ impl Broker {
         let txns = weir_txn::TxnCoordinator::new(Arc::clone(&meta), weir_txn::TxnConfig::default());
         let catalog = Arc::clone(&topics);
         groups.set_catalog(Arc::new(move || group_catalog(&catalog)));
+        let fetch_sessions = fetch_session::FetchSessions::new(limits.fetch_session_slots);
         let broker = Arc::new(Broker {
+            fetch_sessions,
             identity,
             cluster,
             topics,

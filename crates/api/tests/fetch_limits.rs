@@ -81,6 +81,7 @@ async fn fetch_of(
 async fn fetch_is_capped_by_fetch_max_bytes() {
     let e = env_with(ApiLimits {
         fetch_max_bytes: 1 << 20,
+        ..Default::default()
     })
     .await;
     let (batch, a) = fill(&e, 0, 8).await;
@@ -115,6 +116,7 @@ async fn fetch_is_capped_by_fetch_max_bytes() {
 async fn first_partition_with_data_returns_a_batch_larger_than_the_limits() {
     let e = env_with(ApiLimits {
         fetch_max_bytes: 100_000,
+        ..Default::default()
     })
     .await;
     let (batch, a) = fill(&e, 0, 3).await;
@@ -147,6 +149,7 @@ async fn many_partitions_with_a_little_data_each_fit_in_one_fetch() {
     const PARTITIONS: i32 = 100;
     let e = env_with(ApiLimits {
         fetch_max_bytes: 1 << 20,
+        ..Default::default()
     })
     .await;
     e.topics
@@ -196,6 +199,7 @@ async fn a_fetch_of_many_partitions_behind_starts_gets_for_what_it_can_carry() {
     let e = env_with_storage(
         ApiLimits {
             fetch_max_bytes: MAX_BYTES as usize,
+            ..Default::default()
         },
         storage,
     )

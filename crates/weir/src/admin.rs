@@ -1252,6 +1252,41 @@ fn render(state: &State) -> String {
         "",
         &a.fetch_bytes,
     );
+    let fs = &state.broker.fetch_sessions;
+    gauge(
+        &mut o,
+        "fetch_sessions",
+        "Incremental fetch sessions (KIP-227) open.",
+        fs.len() as u64,
+    );
+    counter(
+        &mut o,
+        "fetch_sessions_created",
+        "Fetch sessions made.",
+        "",
+        &fs.meters.created,
+    );
+    counter(
+        &mut o,
+        "fetch_sessions_evicted",
+        "Fetch sessions whose slot went to a new one (broker.fetch_session_cache_slots).",
+        "",
+        &fs.meters.evicted,
+    );
+    counter(
+        &mut o,
+        "fetch_incremental",
+        "Fetches within a session: naming and answering only the partitions that changed.",
+        "",
+        &fs.meters.incremental,
+    );
+    counter(
+        &mut o,
+        "fetch_session_refused",
+        "Fetches of an unknown session or a wrong epoch (the client starts a new session).",
+        "",
+        &fs.meters.refused,
+    );
     if let Some(z) = &state.broker.zones {
         render_zones(&mut o, z);
     }

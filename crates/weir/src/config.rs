@@ -269,6 +269,13 @@ pub struct BrokerConfig {
     /// whatever the request asks; the first partition with data still returns one whole batch
     /// (KIP-74), so a consumer is never stuck behind a batch larger than the limits.
     pub fetch_max_bytes: usize,
+    /// `max.incremental.fetch.session.cache.slots` (Kafka's default, 1,000): fetch sessions
+    /// (KIP-227) open at once. A session keeps its client's partitions and what it was last
+    /// told of each (about 100 bytes a partition), so that its fetches name and answer only
+    /// what changed. When all are taken, a stale session's slot (idle 2 minutes) or the
+    /// smallest one's, if smaller, goes to a new one; otherwise the client fetches in full.
+    /// 0: no sessions.
+    pub fetch_session_cache_slots: usize,
     /// `max.connections`: Kafka connections open at once; more are closed at accept and counted
     /// (`weir_connections_refused_total`). Kafka's default is unlimited; 10000 is above what
     /// one broker is expected to serve (Kafka's guidance is a few thousand per broker), and
@@ -439,6 +446,7 @@ impl Default for BrokerConfig {
             num_partitions: 1,
             max_request_bytes: 100 << 20,
             fetch_max_bytes: 55 << 20,
+            fetch_session_cache_slots: 1000,
             max_connections: 10_000,
             queued_max_request_bytes: 256 << 20,
             queued_max_request_bytes_per_connection: 64 << 20,

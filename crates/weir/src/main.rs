@@ -499,6 +499,7 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
         Arc::clone(&meta),
         weir_api::ApiLimits {
             fetch_max_bytes: config.broker.fetch_max_bytes,
+            fetch_session_slots: config.broker.fetch_session_cache_slots,
         },
         Some(Arc::clone(&zones)),
     );
