@@ -23,7 +23,8 @@ Environment (defaults in brackets):
   BENCH_FS_PARTITIONS [10000]  BENCH_FS_MIB [20]
   BENCH_FS_WARMUP [40]  BENCH_FS_DURATION [30]   seconds: the consumer's warm-up (JVM start,
                                     group join, first fetches) and measured period
-  BENCH_FS_DIR [target/bench-fetch-sessions]
+  BENCH_FS_DIR [target/bench-fetch-sessions]   data dirs (removed after each run) and each
+                                    Weir broker's /metrics at the end of its run
 """
 
 import datetime
@@ -107,6 +108,12 @@ def run(kind):
             raise RuntimeError("weir perf failed")
         with open(perf_json) as f:
             produced = json.load(f)["summary"]
+        if b.kind == "weir":
+            # For a look at the broker's histograms after the run.
+            with urllib.request.urlopen(f"http://127.0.0.1:{b.admin_port}/metrics",
+                                        timeout=5) as r:
+                with open(os.path.join(WORK, f"{kind}.metrics"), "wb") as f:
+                    f.write(r.read())
     finally:
         b.stop()
         shutil.rmtree(root, ignore_errors=True)
