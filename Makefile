@@ -53,6 +53,15 @@ bench-partitions:
 	tools/kafka/kafka.sh install
 	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/partitions.py
 
+# A Java consumer of 10,000 partitions with fetch sessions (KIP-227) on and off, and Kafka (about
+# 5 minutes): end-to-end latency, broker and consumer CPU; writes
+# bench/results/fetch-sessions-*.md. Settings: BENCH_FS_* (bench/fetch_sessions.py).
+.PHONY: bench-fetch-sessions
+bench-fetch-sessions:
+	$(CARGO) build --release -p weir
+	tools/kafka/kafka.sh install
+	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/fetch_sessions.py
+
 # Kafka's ProducerPerformance against both (about 3 minutes): the maximum durable throughput and
 # latency at 30,000 records/s, one partition; writes bench/results/producer-perf-*.md.
 .PHONY: bench-producer-perf

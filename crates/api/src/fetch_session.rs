@@ -202,45 +202,23 @@ impl Session {
         places
     }
 
-    /// Removes the forgotten topics' partitions.
+    /// Removes the forgotten topics' partitions. The last partition takes each one's place
+    /// (no rebuilding: a client forgets the partitions it still holds data of on every fetch).
     fn forget(&mut self, forgotten: &[ForgottenTopic]) {
-        let mut gone = Vec::new();
         for f in forgotten {
             let topic = self.key(&f.topic, f.topic_id);
             for &p in &f.partitions {
-                if let Some(at) = self.index.remove(&(topic.clone(), p)) {
-                    gone.push(at);
+                let Some(at) = self.index.remove(&(topic.clone(), p)) else {
+                    continue;
+                };
+                self.parts.swap_remove(at);
+                if let Some(moved) = self.parts.get(at) {
+                    let key = (self.key(&moved.name, moved.topic_id), moved.partition);
+                    self.index.insert(key, at);
                 }
             }
         }
-        if gone.is_empty() {
-            return;
-        }
-        gone.sort_unstable();
-        let mut i = 0;
-        let mut next = gone.iter().peekable();
-        self.parts.retain(|_| {
-            let keep = next.peek() != Some(&&i);
-            if !keep {
-                next.next();
-            }
-            i += 1;
-            keep
-        });
-        let topic_ids = self.topic_ids;
-        self.index = self
-            .parts
-            .iter()
-            .enumerate()
-            .map(|(at, c)| {
-                let topic = if topic_ids {
-                    TopicKey::Id(c.topic_id)
-                } else {
-                    TopicKey::Name(c.name.clone())
-                };
-                ((topic, c.partition), at)
-            })
-            .collect();
+        debug_assert_eq!(self.index.len(), self.parts.len());
         if self.cursor >= self.parts.len() {
             self.cursor = 0;
         }
@@ -682,6 +660,45 @@ mod tests {
         c.finish(&mut f);
         // b-7 is new to the session: answered once even with nothing to read.
         assert_eq!(answered(&f), vec![("b".into(), 7)]);
+    }
+
+    #[test]
+    fn forgetting_keeps_the_rest_of_the_session_whole() {
+        let sessions = FetchSessions::new(10);
+        let parts: Vec<(&str, i32, i64)> = (0..10).map(|p| ("a", p, p as i64)).collect();
+        let mut r = request(0, 0, &parts);
+        let c = sessions.begin(&mut r, 12, true);
+        let id = session_of(&c);
+        c.finish(&mut answer(&r, &|_, _| 100, &[]));
+        let mut r = request(id, 1, &[("a", 5, 50), ("a", 9, 90)]);
+        r.forgotten_topics_data = vec![ForgottenTopic::default()
+            .with_topic(name("a"))
+            .with_partitions(vec![0, 3, 9, 11])];
+        sessions.begin(&mut r, 12, true);
+        let mut fetched: Vec<(i32, i64)> = r
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| (p.partition, p.fetch_offset)))
+            .collect();
+        fetched.sort();
+        // 9 was updated, then forgotten (updates come first, as in Kafka).
+        assert_eq!(
+            fetched,
+            vec![(1, 1), (2, 2), (4, 4), (5, 50), (6, 6), (7, 7), (8, 8)]
+        );
+        // Each one left is still found by its key.
+        let mut r = request(id, 2, &[("a", 8, 80), ("a", 1, 10)]);
+        sessions.begin(&mut r, 12, true);
+        let n: usize = r.topics.iter().map(|t| t.partitions.len()).sum();
+        assert_eq!(n, 7);
+        let offsets: Vec<(i32, i64)> = r
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| (p.partition, p.fetch_offset)))
+            .filter(|&(p, _)| p == 8 || p == 1)
+            .collect();
+        assert_eq!(offsets.len(), 2);
+        assert!(offsets.contains(&(8, 80)) && offsets.contains(&(1, 10)), "{offsets:?}");
     }
 
     #[test]

@@ -271,7 +271,7 @@ pub struct BrokerConfig {
     pub fetch_max_bytes: usize,
     /// `max.incremental.fetch.session.cache.slots` (Kafka's default, 1,000): fetch sessions
     /// (KIP-227) open at once. A session keeps its client's partitions and what it was last
-    /// told of each (about 100 bytes a partition), so that its fetches name and answer only
+    /// told of each (about 200 bytes a partition), so that its fetches name and answer only
     /// what changed. When all are taken, a stale session's slot (idle 2 minutes) or the
     /// smallest one's, if smaller, goes to a new one; otherwise the client fetches in full.
     /// 0: no sessions.
