@@ -698,7 +698,10 @@ mod tests {
             .filter(|&(p, _)| p == 8 || p == 1)
             .collect();
         assert_eq!(offsets.len(), 2);
-        assert!(offsets.contains(&(8, 80)) && offsets.contains(&(1, 10)), "{offsets:?}");
+        assert!(
+            offsets.contains(&(8, 80)) && offsets.contains(&(1, 10)),
+            "{offsets:?}"
+        );
     }
 
     #[test]
