@@ -6,7 +6,7 @@ mod common;
 
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::*;
-use weir_api::{ApiLimits, Reply};
+use weir_api::ApiLimits;
 
 use common::{batch_of, env_with, env_with_storage, topic, Env, TOPIC};
 
@@ -56,17 +56,7 @@ async fn fetch_of(
                     })
                     .collect(),
             )]);
-    let header = RequestHeader::default()
-        .with_request_api_key(ApiKey::Fetch as i16)
-        .with_request_api_version(12);
-    let response = match e.broker.handle(&header, RequestKind::Fetch(r), "h").await {
-        Reply::Now(r) => *r,
-        Reply::Later(f) => f.await,
-        _ => panic!("no fetch response"),
-    };
-    let ResponseKind::Fetch(f) = response else {
-        panic!("not a fetch response");
-    };
+    let f = common::fetch_response(e, r, 12).await;
     f.responses
         .iter()
         .flat_map(|t| t.partitions.iter())

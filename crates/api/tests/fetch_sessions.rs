@@ -11,7 +11,6 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, Forgot
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
-use weir_api::Reply;
 
 use common::{env, topic, Env};
 
@@ -59,18 +58,7 @@ async fn fetch(e: &Env, f: Fetch<'_>) -> FetchResponse {
         } else {
             vec![forgotten]
         });
-    let header = RequestHeader::default()
-        .with_request_api_key(ApiKey::Fetch as i16)
-        .with_request_api_version(f.version);
-    let response = match e.broker.handle(&header, RequestKind::Fetch(r), "h").await {
-        Reply::Now(r) => *r,
-        Reply::Later(f) => f.await,
-        _ => panic!("no fetch response"),
-    };
-    let ResponseKind::Fetch(f) = response else {
-        panic!("not a fetch response");
-    };
-    f
+    common::fetch_response(e, r, f.version).await
 }
 
 /// (partition, record bytes, high watermark) of every partition answered.

@@ -170,3 +170,19 @@ pub async fn open_partition(
     }
     panic!("{topic}-{index} was not opened here within 5 s");
 }
+
+/// Sends `r` as a Fetch of `version` through the broker and waits for its answer.
+pub async fn fetch_response(e: &Env, r: FetchRequest, version: i16) -> FetchResponse {
+    let header = RequestHeader::default()
+        .with_request_api_key(ApiKey::Fetch as i16)
+        .with_request_api_version(version);
+    let response = match e.broker.handle(&header, RequestKind::Fetch(r), "h").await {
+        weir_api::Reply::Now(r) => *r,
+        weir_api::Reply::Later(f) => f.await,
+        _ => panic!("no fetch response"),
+    };
+    let ResponseKind::Fetch(f) = response else {
+        panic!("not a fetch response");
+    };
+    f
+}
