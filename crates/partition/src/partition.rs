@@ -188,31 +188,33 @@ fn now_ms() -> i64 {
 /// A partition's producer state, and what fetches read of it without its lock.
 struct Producers {
     state: Mutex<ProducerStates>,
-    /// The first offset of the earliest open transaction (`u64::MAX`: none), as of the state's
-    /// last unlock: with the high watermark, the last stable offset. A fetch of 10,000
-    /// partitions reads every one's; taking each one's lock for it serialised 10,000 misses
-    /// in the CPU's caches. Stored while the lock is still held, so a reader sees what one
-    /// taking the lock after that unlock would (the high watermark read first, as before:
-    /// a transaction's first offset is published when its batch is appended, before the
-    /// high watermark can pass it).
-    first_open: AtomicU64,
+    /// The partition's stream, once opened: the first offset of the earliest open transaction
+    /// (`u64::MAX`: none) is published in its [`StreamHandle::aux`] word as the state's lock is
+    /// let go, beside the offsets a fetch reads with it (the last stable offset is that and
+    /// the high watermark). A fetch of 10,000 partitions reads every one's; taking each one's
+    /// lock for it serialised 10,000 misses in the CPU's caches, and a copy of its own took
+    /// one more miss per partition than the offsets. Stored while the lock is still held, so
+    /// a reader sees what one taking the lock after that unlock would (the high watermark
+    /// read first, as before: a transaction's first offset is published when its batch is
+    /// appended, before the high watermark can pass it). Before the stream is set there is no
+    /// reader: the partition is still opening.
+    stream: std::sync::OnceLock<StreamHandle>,
 }
 
 impl Producers {
     fn new(state: ProducerStates) -> Self {
-        let first_open = AtomicU64::new(state.txns.first_open().unwrap_or(u64::MAX));
         Producers {
             state: Mutex::new(state),
-            first_open,
+            stream: std::sync::OnceLock::new(),
         }
     }
 }
 
 /// The producer state, locked; on the way out it publishes the first open transaction's
-/// offset ([`Producers::first_open`]).
+/// offset ([`Producers::stream`]).
 struct ProducersGuard<'a> {
     guard: MutexGuard<'a, ProducerStates>,
-    first_open: &'a AtomicU64,
+    stream: &'a std::sync::OnceLock<StreamHandle>,
 }
 
 impl std::ops::Deref for ProducersGuard<'_> {
@@ -231,15 +233,17 @@ impl std::ops::DerefMut for ProducersGuard<'_> {
 
 impl Drop for ProducersGuard<'_> {
     fn drop(&mut self) {
-        let first = self.guard.txns.first_open().unwrap_or(u64::MAX);
-        self.first_open.store(first, Ordering::Release);
+        if let Some(stream) = self.stream.get() {
+            let first = self.guard.txns.first_open().unwrap_or(u64::MAX);
+            stream.aux().store(first, Ordering::Release);
+        }
     }
 }
 
 fn lock(p: &Producers) -> ProducersGuard<'_> {
     ProducersGuard {
         guard: p.state.lock().unwrap_or_else(|e| e.into_inner()),
-        first_open: &p.first_open,
+        stream: &p.stream,
     }
 }
 
@@ -296,10 +300,12 @@ impl Partition {
                 }
             }
         }
-        *lock(&producers) = state;
         let stream = engine
             .stream_handle(stream_id)
             .ok_or(StorageError::NotOpen(stream_id))?;
+        // From here on every unlock publishes the first open transaction, this one first.
+        let _ = producers.stream.set(stream.clone());
+        *lock(&producers) = state;
         Ok(Arc::new(Partition {
             topic: topic.to_string(),
             index,
@@ -557,8 +563,8 @@ impl Partition {
     /// Start, high watermark and last stable offset, from one look at the stream.
     pub fn offsets_and_lso(&self) -> (i64, i64, i64) {
         let (start, hw) = self.offsets();
-        // After the high watermark (see `Producers::first_open`).
-        let first_open = self.producers.first_open.load(Ordering::Acquire);
+        // After the high watermark (see `Producers::stream`).
+        let first_open = self.stream.aux().load(Ordering::Acquire);
         let lso = (first_open.min(hw as u64) as i64).max(start);
         (start, hw, lso)
     }

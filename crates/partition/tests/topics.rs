@@ -169,6 +169,12 @@ async fn the_last_stable_offset_stops_at_an_open_transaction_until_its_marker() 
         .expect("idempotent batch after it");
     assert_eq!(p.offsets_and_lso(), (0, 6, 3), "still open");
 
+    // Reopened (a new leader): the transaction found again in the log bounds the LSO as
+    // soon as the partition is open.
+    s.topics.close_partition(t.streams[0]).await.expect("close");
+    let p = s.topics.open_partition(t.streams[0]).await.expect("reopen");
+    assert_eq!(p.offsets_and_lso(), (0, 6, 3), "still open after reopening");
+
     let marker = p.start_marker(8, 0, true, 0).expect("marker");
     marker
         .expect("a ticket")

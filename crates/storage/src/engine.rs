@@ -139,6 +139,12 @@ impl StreamHandle {
         (!self.0.is_forgotten()).then(|| self.0.info())
     }
 
+    /// A word kept in the cache line of its offsets for the layer above (`u64::MAX` until
+    /// stored; see `Stream::aux`).
+    pub fn aux(&self) -> &std::sync::atomic::AtomicU64 {
+        self.0.aux()
+    }
+
     /// A receiver of its high watermark; `None` once the engine has closed or dropped it.
     pub fn watch_high_watermark(&self) -> Option<watch::Receiver<u64>> {
         (!self.0.is_forgotten()).then(|| self.0.end_tx.subscribe())

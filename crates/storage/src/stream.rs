@@ -626,6 +626,8 @@ struct Published {
     start_offset: AtomicU64,
     committed_end: AtomicU64,
     durable_end: AtomicU64,
+    /// A word the layer above keeps here, in the offsets' cache line ([`Stream::aux`]).
+    aux: AtomicU64,
     /// Set once the engine has closed or dropped the stream (taken it out of its map): a
     /// [`crate::StreamHandle`] its partition still holds reads no offsets from it, as a look-up
     /// in the map would find none.
@@ -639,6 +641,7 @@ impl Published {
             start_offset: AtomicU64::new(0),
             committed_end: AtomicU64::new(0),
             durable_end: AtomicU64::new(0),
+            aux: AtomicU64::new(u64::MAX),
             forgotten: AtomicBool::new(false),
         };
         p.publish(st);
@@ -752,6 +755,16 @@ impl Stream {
     }
 
     /// Whether the engine has closed or dropped the stream.
+    /// A word the layer above keeps in the cache line of the stream's published offsets
+    /// (`u64::MAX` until it stores one), for a value its readers take with them: a partition
+    /// keeps the first offset of its earliest open transaction here, read with the high
+    /// watermark for the last stable offset. In its own allocation that value was a second
+    /// miss in the CPU's caches per partition of a fetch (11% of the broker's CPU with a
+    /// consumer of 10,000 partitions, session 31).
+    pub fn aux(&self) -> &AtomicU64 {
+        &self.published.aux
+    }
+
     pub fn is_forgotten(&self) -> bool {
         self.published.forgotten.load(Ordering::Acquire)
     }
