@@ -261,8 +261,15 @@ impl Partition {
     ) -> Result<Arc<Partition>, StorageError> {
         let epoch = meta.get_stream(stream_id).await?.map_or(1, |s| s.epoch + 1);
         let producers = Arc::new(Producers::new(ProducerStates::default()));
-        let hook_state = Arc::clone(&producers);
-        let hook: RewindHook = Arc::new(move |offset| lock(&hook_state).rewind(offset));
+        // Weak: the stream keeps the hook, and the producer state keeps the stream (for its
+        // `aux` word); a strong reference would make the two keep each other alive after the
+        // partition is closed. Once the partition is gone there is no state to rewind.
+        let hook_state = Arc::downgrade(&producers);
+        let hook: RewindHook = Arc::new(move |offset| {
+            if let Some(p) = hook_state.upgrade() {
+                lock(&p).rewind(offset);
+            }
+        });
         let info = engine
             .open_stream_with(
                 stream_id,
@@ -861,5 +868,48 @@ impl Partition {
             tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "could not snapshot producer state; it will be rebuilt from the log");
         }
         self.engine.close_stream(self.stream_id).await
+    }
+}
+
+/// The integration tests' engine stack, for the unit tests below.
+#[cfg(test)]
+#[path = "../tests/common/mod.rs"]
+#[allow(dead_code)]
+mod common;
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::common;
+
+    use crate::{TopicDefaults, Topics};
+
+    /// The stream keeps its rewind hook and the producer state keeps the stream: the hook's
+    /// reference must not keep the producer state (and the stream with it) alive once the
+    /// partition is closed and dropped.
+    #[tokio::test]
+    async fn a_closed_partition_frees_its_producer_state() {
+        let common::Stack {
+            dir: _dir,
+            meta,
+            engine,
+        } = common::stack().await;
+        let topics = Topics::open(engine, meta, TopicDefaults::default())
+            .await
+            .expect("topics");
+        let t = topics
+            .create("t", 1, BTreeMap::new(), false)
+            .await
+            .expect("create");
+        let p = topics.open_partition(t.streams[0]).await.expect("open");
+        let producers = std::sync::Arc::downgrade(&p.producers);
+        drop(p);
+        topics.close_partition(t.streams[0]).await.expect("close");
+        assert!(
+            producers.upgrade().is_none(),
+            "the producer state outlived its closed partition"
+        );
+        topics.close().await;
     }
 }
