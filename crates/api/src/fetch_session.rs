@@ -262,7 +262,7 @@ pub struct SessionMeters {
     pub created: Counter,
     /// Sessions whose slot went to a new one.
     pub evicted: Counter,
-    /// Fetches within a session (epoch > 0).
+    /// Fetches within a session (epoch > 0) that were served; refused ones count in `refused`.
     pub incremental: Counter,
     /// Incremental fetches refused (unknown session, wrong epoch): the client starts over.
     pub refused: Counter,
@@ -358,7 +358,6 @@ impl FetchSessions {
                 incremental: false,
             };
         }
-        self.meters.incremental.inc();
         let slot = {
             let mut cache = lock(&self.cache);
             match cache.get_mut(&id) {
@@ -393,6 +392,7 @@ impl FetchSessions {
             lock(&self.cache).remove(&id);
             return Context::Sessionless;
         }
+        self.meters.incremental.inc();
         s.epoch = next_epoch(s.epoch);
         s.generation += 1;
         let generation = s.generation;
