@@ -21,9 +21,11 @@ use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
 use tokio::sync::watch;
 use uuid::Uuid;
+use weir_auth::acl::Operation;
 use weir_partition::{Lookup, Partition, Topics};
 use weir_zone::wire::Offsets;
 
+use crate::authz::Check;
 use crate::fetch_session::Context;
 use crate::{str, Broker, Reply};
 
@@ -137,13 +139,12 @@ impl Broker {
         version: i16,
         zone: Option<&str>,
         listener: &str,
+        check: Option<Check>,
     ) -> Reply {
         let started = Instant::now();
         // An incremental fetch reads its session's partitions (the request names only those
         // that changed) and answers those with something to tell.
-        let session = self
-            .fetch_sessions
-            .begin(&mut r, version, !self.authz.enabled());
+        let session = self.fetch_sessions.begin(&mut r, version);
         if let Context::Refused(e) = session {
             self.meters.fetch_latency.record(started.elapsed());
             return Reply::Now(Box::new(ResponseKind::Fetch(
@@ -167,6 +168,19 @@ impl Broker {
                 } else {
                     ResponseError::UnknownTopicOrPartition
                 };
+                // READ on the topic, checked here rather than at the gate: a session's fetch
+                // names only what changed, and a topic whose READ was taken away since must be
+                // refused in every fetch. A name the principal may not read is refused whether
+                // it exists or not (as Kafka does); an unknown id stays UNKNOWN_TOPIC_ID.
+                let name = match (&topic, version >= 13) {
+                    (Some(tp), true) => Some(tp.name.as_str()),
+                    (None, true) => None,
+                    (_, false) => Some(t.topic.0.as_str()),
+                };
+                let refused = match (&check, name) {
+                    (Some(c), Some(n)) => !c.topic(Operation::Read, n),
+                    _ => false,
+                };
                 // One look at the open partitions for the whole topic.
                 let mut found = topic
                     .as_ref()
@@ -185,6 +199,7 @@ impl Broker {
                         .map(|p| Wanted {
                             partition_index: p.partition,
                             partition: match topic.as_ref().zip(found.next()) {
+                                _ if refused => Err(ResponseError::TopicAuthorizationFailed),
                                 Some((_, Lookup::Local(p))) => Ok(Source::Local(p)),
                                 Some((t, Lookup::NotHere)) => {
                                     self.remote_source(zone, &t.name, p.partition)
@@ -196,7 +211,7 @@ impl Broker {
                             current_leader_epoch: p.current_leader_epoch,
                             committed,
                             preferred: match (&topic, version >= 11) {
-                                (Some(t), true) => {
+                                (Some(t), true) if !refused => {
                                     self.preferred_replica(zone, &t.name, p.partition)
                                 }
                                 _ => None,

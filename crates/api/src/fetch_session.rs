@@ -326,10 +326,7 @@ impl FetchSessions {
     }
 
     /// The fetch's context; an incremental request's topics become the session's whole list.
-    /// `allowed`: whether this fetch may use a session (not while ACLs are enforced, which
-    /// check the partitions a request names: a session would go on fetching the ones it named
-    /// before).
-    pub(crate) fn begin(&self, r: &mut FetchRequest, version: i16, allowed: bool) -> Context {
+    pub(crate) fn begin(&self, r: &mut FetchRequest, version: i16) -> Context {
         if version < 7 {
             return Context::Sessionless;
         }
@@ -339,7 +336,7 @@ impl FetchSessions {
             if id != 0 {
                 lock(&self.cache).remove(&id);
             }
-            if epoch == FINAL_EPOCH || !allowed || self.slots == 0 || r.topics.is_empty() {
+            if epoch == FINAL_EPOCH || self.slots == 0 || r.topics.is_empty() {
                 return Context::Sessionless;
             }
             let mut session = Session::new(topic_ids);
@@ -360,17 +357,10 @@ impl FetchSessions {
         }
         let slot = {
             let mut cache = lock(&self.cache);
-            match cache.get_mut(&id) {
-                Some(slot) if allowed => {
-                    slot.last_used = Instant::now();
-                    Some(Arc::clone(&slot.session))
-                }
-                Some(_) => {
-                    cache.remove(&id);
-                    None
-                }
-                None => None,
-            }
+            cache.get_mut(&id).map(|slot| {
+                slot.last_used = Instant::now();
+                Arc::clone(&slot.session)
+            })
         };
         let Some(session) = slot else {
             self.meters.refused.inc();
@@ -598,7 +588,7 @@ mod tests {
     fn a_session_answers_only_what_changed() {
         let sessions = FetchSessions::new(10);
         let mut r = request(0, 0, &[("a", 0, 0), ("a", 1, 0), ("b", 0, 0)]);
-        let c = sessions.begin(&mut r, 12, true);
+        let c = sessions.begin(&mut r, 12);
         let id = session_of(&c);
         let mut f = answer(&r, &|_, _| 5, &[]);
         c.finish(&mut f);
@@ -607,7 +597,7 @@ mod tests {
 
         // Nothing changed: an empty answer, though all three were read.
         let mut r = request(id, 1, &[]);
-        let c = sessions.begin(&mut r, 12, true);
+        let c = sessions.begin(&mut r, 12);
         assert_eq!(
             r.topics.iter().map(|t| t.partitions.len()).sum::<usize>(),
             3
@@ -618,7 +608,7 @@ mod tests {
 
         // a-1's high watermark moved, b-0 has records.
         let mut r = request(id, 2, &[]);
-        let c = sessions.begin(&mut r, 12, true);
+        let c = sessions.begin(&mut r, 12);
         let mut f = answer(
             &r,
             &|t, p| if (t, p) == ("a", 1) { 9 } else { 5 },
@@ -635,7 +625,7 @@ mod tests {
     fn an_incremental_request_updates_offsets_and_forgets_partitions() {
         let sessions = FetchSessions::new(10);
         let mut r = request(0, 0, &[("a", 0, 0), ("a", 1, 0)]);
-        let c = sessions.begin(&mut r, 12, true);
+        let c = sessions.begin(&mut r, 12);
         let id = session_of(&c);
         c.finish(&mut answer(&r, &|_, _| 5, &[]));
 
@@ -643,7 +633,7 @@ mod tests {
         r.forgotten_topics_data = vec![ForgottenTopic::default()
             .with_topic(name("a"))
             .with_partitions(vec![0])];
-        let c = sessions.begin(&mut r, 12, true);
+        let c = sessions.begin(&mut r, 12);
         let fetched: Vec<(String, i32, i64)> = r
             .topics
             .iter()
@@ -667,14 +657,14 @@ mod tests {
         let sessions = FetchSessions::new(10);
         let parts: Vec<(&str, i32, i64)> = (0..10).map(|p| ("a", p, p as i64)).collect();
         let mut r = request(0, 0, &parts);
-        let c = sessions.begin(&mut r, 12, true);
+        let c = sessions.begin(&mut r, 12);
         let id = session_of(&c);
         c.finish(&mut answer(&r, &|_, _| 100, &[]));
         let mut r = request(id, 1, &[("a", 5, 50), ("a", 9, 90)]);
         r.forgotten_topics_data = vec![ForgottenTopic::default()
             .with_topic(name("a"))
             .with_partitions(vec![0, 3, 9, 11])];
-        sessions.begin(&mut r, 12, true);
+        sessions.begin(&mut r, 12);
         let mut fetched: Vec<(i32, i64)> = r
             .topics
             .iter()
@@ -688,7 +678,7 @@ mod tests {
         );
         // Each one left is still found by its key.
         let mut r = request(id, 2, &[("a", 8, 80), ("a", 1, 10)]);
-        sessions.begin(&mut r, 12, true);
+        sessions.begin(&mut r, 12);
         let n: usize = r.topics.iter().map(|t| t.partitions.len()).sum();
         assert_eq!(n, 7);
         let offsets: Vec<(i32, i64)> = r
@@ -708,7 +698,7 @@ mod tests {
     fn wrong_epochs_and_unknown_sessions_are_refused() {
         let sessions = FetchSessions::new(10);
         let mut r = request(0, 0, &[("a", 0, 0)]);
-        let c = sessions.begin(&mut r, 12, true);
+        let c = sessions.begin(&mut r, 12);
         let id = session_of(&c);
         c.finish(&mut answer(&r, &|_, _| 5, &[]));
         let refused = |c: Context| match c {
@@ -716,36 +706,25 @@ mod tests {
             _ => panic!("not refused"),
         };
         assert_eq!(
-            refused(sessions.begin(&mut request(id, 5, &[]), 12, true)),
+            refused(sessions.begin(&mut request(id, 5, &[]), 12)),
             ResponseError::InvalidFetchSessionEpoch
         );
         assert_eq!(
-            refused(sessions.begin(&mut request(id + 1, 1, &[]), 12, true)),
+            refused(sessions.begin(&mut request(id + 1, 1, &[]), 12)),
             ResponseError::FetchSessionIdNotFound
         );
         assert_eq!(
-            refused(sessions.begin(&mut request(id, 1, &[]), 13, true)),
+            refused(sessions.begin(&mut request(id, 1, &[]), 13)),
             ResponseError::FetchSessionTopicIdError
         );
         // Epoch -1 closes it.
         assert!(matches!(
-            sessions.begin(&mut request(id, -1, &[("a", 0, 0)]), 12, true),
+            sessions.begin(&mut request(id, -1, &[("a", 0, 0)]), 12),
             Context::Sessionless
         ));
         assert!(sessions.is_empty());
         assert_eq!(
-            refused(sessions.begin(&mut request(id, 1, &[]), 12, true)),
-            ResponseError::FetchSessionIdNotFound
-        );
-        // Not while ACLs are enforced; an open session is closed by it.
-        let mut r = request(0, 0, &[("a", 0, 0)]);
-        assert!(matches!(
-            sessions.begin(&mut r, 12, false),
-            Context::Sessionless
-        ));
-        let id = session_of(&sessions.begin(&mut r, 12, true));
-        assert_eq!(
-            refused(sessions.begin(&mut request(id, 1, &[]), 12, false)),
+            refused(sessions.begin(&mut request(id, 1, &[]), 12)),
             ResponseError::FetchSessionIdNotFound
         );
     }
@@ -754,12 +733,12 @@ mod tests {
     fn errors_are_answered_until_they_are_gone() {
         let sessions = FetchSessions::new(10);
         let mut r = request(0, 0, &[("a", 0, 0)]);
-        let c = sessions.begin(&mut r, 12, true);
+        let c = sessions.begin(&mut r, 12);
         let id = session_of(&c);
         c.finish(&mut answer(&r, &|_, _| 5, &[]));
         for epoch in 1..=2 {
             let mut r = request(id, epoch, &[]);
-            let c = sessions.begin(&mut r, 12, true);
+            let c = sessions.begin(&mut r, 12);
             let mut f = answer(&r, &|_, _| -1, &[]);
             f.responses[0].partitions[0].error_code = ResponseError::NotLeaderOrFollower.code();
             c.finish(&mut f);
@@ -768,7 +747,7 @@ mod tests {
         // The error is gone, the offsets are as before it: still answered, once.
         for (epoch, n) in [(3, 1), (4, 0)] {
             let mut r = request(id, epoch, &[]);
-            let c = sessions.begin(&mut r, 12, true);
+            let c = sessions.begin(&mut r, 12);
             let mut f = answer(&r, &|_, _| 5, &[]);
             c.finish(&mut f);
             assert_eq!(answered(&f).len(), n, "epoch {epoch}");
@@ -780,12 +759,12 @@ mod tests {
         let sessions = FetchSessions::new(10);
         let parts: Vec<(&str, i32, i64)> = (0..4).map(|p| ("a", p, 0)).collect();
         let mut r = request(0, 0, &parts);
-        let c = sessions.begin(&mut r, 12, true);
+        let c = sessions.begin(&mut r, 12);
         let id = session_of(&c);
         // 0 and 1 returned records, the limit left 2 and 3 out.
         c.finish(&mut answer(&r, &|_, _| 5, &[("a", 0), ("a", 1)]));
         let mut r = request(id, 1, &[]);
-        sessions.begin(&mut r, 12, true);
+        sessions.begin(&mut r, 12);
         let order: Vec<i32> = r.topics[0].partitions.iter().map(|p| p.partition).collect();
         assert_eq!(order, vec![2, 3, 0, 1]);
         assert_eq!(r.topics.len(), 1, "one topic's partitions stay one topic");
@@ -796,33 +775,33 @@ mod tests {
         let sessions = FetchSessions::new(2);
         let small =
             |n: i32| -> Vec<(&'static str, i32, i64)> { (0..n).map(|p| ("a", p, 0)).collect() };
-        let a = session_of(&sessions.begin(&mut request(0, 0, &small(2)), 12, true));
-        let b = session_of(&sessions.begin(&mut request(0, 0, &small(3)), 12, true));
+        let a = session_of(&sessions.begin(&mut request(0, 0, &small(2)), 12));
+        let b = session_of(&sessions.begin(&mut request(0, 0, &small(3)), 12));
         // No larger than the smallest, none stale: no session.
         assert!(matches!(
-            sessions.begin(&mut request(0, 0, &small(2)), 12, true),
+            sessions.begin(&mut request(0, 0, &small(2)), 12),
             Context::Sessionless
         ));
         // Larger: takes the smallest one's slot.
-        let c = session_of(&sessions.begin(&mut request(0, 0, &small(5)), 12, true));
+        let c = session_of(&sessions.begin(&mut request(0, 0, &small(5)), 12));
         assert_eq!(sessions.len(), 2);
         assert_eq!(sessions.meters.evicted.get(), 1);
         assert!(matches!(
-            sessions.begin(&mut request(a, 1, &[]), 12, true),
+            sessions.begin(&mut request(a, 1, &[]), 12),
             Context::Refused(ResponseError::FetchSessionIdNotFound)
         ));
         assert!(matches!(
-            sessions.begin(&mut request(b, 1, &[]), 12, true),
+            sessions.begin(&mut request(b, 1, &[]), 12),
             Context::InSession { .. }
         ));
         assert!(matches!(
-            sessions.begin(&mut request(c, 1, &[]), 12, true),
+            sessions.begin(&mut request(c, 1, &[]), 12),
             Context::InSession { .. }
         ));
         // Off: no sessions at all.
         let off = FetchSessions::new(0);
         assert!(matches!(
-            off.begin(&mut request(0, 0, &small(5)), 12, true),
+            off.begin(&mut request(0, 0, &small(5)), 12),
             Context::Sessionless
         ));
     }
@@ -831,13 +810,13 @@ mod tests {
     fn an_answer_to_an_abandoned_request_leaves_the_session_alone() {
         let sessions = FetchSessions::new(10);
         let mut r = request(0, 0, &[("a", 0, 0)]);
-        let c = sessions.begin(&mut r, 12, true);
+        let c = sessions.begin(&mut r, 12);
         let id = session_of(&c);
         c.finish(&mut answer(&r, &|_, _| 5, &[]));
         let mut r1 = request(id, 1, &[]);
-        let old = sessions.begin(&mut r1, 12, true);
+        let old = sessions.begin(&mut r1, 12);
         let mut r2 = request(id, 2, &[]);
-        let new = sessions.begin(&mut r2, 12, true);
+        let new = sessions.begin(&mut r2, 12);
         // The abandoned one would have told hw 9; the session must still answer it.
         old.finish(&mut answer(&r1, &|_, _| 9, &[]));
         let mut f = answer(&r2, &|_, _| 9, &[]);

@@ -447,7 +447,7 @@ impl Broker {
                 self.init_producer_id(r, v).await,
             )),
             RequestKind::Produce(r) => self.produce(r, v, zone, listener).await,
-            RequestKind::Fetch(r) => self.fetch(r, v, zone, listener).await,
+            RequestKind::Fetch(r) => self.fetch(r, v, zone, listener, self.check_for(conn)).await,
             RequestKind::ListOffsets(r) => now(ResponseKind::ListOffsets(
                 self.list_offsets(r, v, zone).await,
             )),

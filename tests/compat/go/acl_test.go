@@ -650,3 +650,88 @@ func TestAclIdempotentAndTransactional(t *testing.T) {
 		t.Fatalf("orders end offset %d after tx-b's refused produce, want %d", got, end)
 	}
 }
+
+// TestAclFetchSessions: incremental fetch sessions (KIP-227) while ACLs are enforced. alice,
+// allowed READ on topics "feed" and "side", reads both through a session (the broker counts
+// incremental fetches). Once her READ on "side" is deleted, her session's fetches, which name
+// neither topic, answer TOPIC_AUTHORIZATION_FAILED for side's partition and do not deliver the
+// records produced to side after the deletion, while those produced to feed keep coming (a
+// fetch that began before the deletion may still deliver: authorization is checked when a
+// fetch begins).
+func TestAclFetchSessions(t *testing.T) {
+	skipUnlessWeir(t, weirOnlyACL)
+	a := startACLBroker(t, "acl-sessions", []string{"alice"})
+	createTopic(t, a.adm, "feed", 2)
+	createTopic(t, a.adm, "side", 1)
+	grant(t, a.adm, kadm.NewACLs().Allow("User:alice").Topics("feed", "side").Operations(kadm.OpRead))
+	prod := newProducer(t, a.Broker) // the super user, over PLAINTEXT
+	produceAll(t, prod, keyedRecords("feed", 0, 10, 2))
+	produceAll(t, prod, keyedRecords("side", 0, 5, 1))
+	before := sessionCounters(t, a.Broker)
+
+	cons := a.as(t, "alice", kgo.ConsumeTopics("feed", "side"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
+	read := map[string]int{}
+	revoked := false
+	var refused error // side's error after the deletion
+	readUntil := func(what string, done func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !done() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: read %v, side's error %v", what, read, refused)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			fs := cons.PollRecords(ctx, 1000)
+			cancel()
+			for _, r := range fs.Records() {
+				read[r.Topic]++
+			}
+			for _, fe := range fs.Errors() {
+				switch {
+				case errors.Is(fe.Err, context.DeadlineExceeded) || errors.Is(fe.Err, context.Canceled):
+				case revoked && fe.Topic == "side" && errors.Is(fe.Err, kerr.TopicAuthorizationFailed):
+					refused = fe.Err
+				default:
+					t.Fatalf("%s: fetch error %s/%d: %v", what, fe.Topic, fe.Partition, fe.Err)
+				}
+			}
+		}
+	}
+	readUntil("alice's first records", func() bool { return read["feed"] == 10 && read["side"] == 5 })
+	// Rounds of new records on feed alone: the session's fetches name only what moved.
+	for round := 1; round <= 3; round++ {
+		produceAll(t, prod, keyedRecords("feed", 10*round, 10, 2))
+		readUntil(fmt.Sprintf("round %d", round), func() bool { return read["feed"] == 10+10*round })
+	}
+	after := sessionCounters(t, a.Broker)
+	created := after["weir_fetch_sessions_created_total"] - before["weir_fetch_sessions_created_total"]
+	incremental := after["weir_fetch_incremental_total"] - before["weir_fetch_incremental_total"]
+	if created < 1 || incremental < 3 {
+		t.Fatalf("alice's fetches with ACLs enforced: %v sessions created, %v incremental fetches", created, incremental)
+	}
+	t.Logf("alice's fetches: %v sessions created, %v incremental", created, incremental)
+
+	// READ on side taken away while the session goes on.
+	res, err := a.adm.DeleteACLs(ctxFor(t, 30*time.Second),
+		kadm.NewACLs().Topics("side").Allow("User:alice").AllowHosts().Operations(kadm.OpRead))
+	if err != nil || len(res) != 1 || res[0].Err != nil || len(res[0].Deleted) != 1 {
+		t.Fatalf("delete alice's READ on side: %v %+v", err, res)
+	}
+	revoked = true
+	// A fetch authorizes when it begins (as Kafka's does): the long poll in flight during the
+	// deletion may still answer. Records on feed end it; every fetch after them begins after
+	// the deletion.
+	produceAll(t, prod, keyedRecords("feed", 40, 10, 2))
+	readUntil("feed after the deletion", func() bool { return read["feed"] == 50 })
+	produceAll(t, prod, keyedRecords("side", 5, 3, 1))
+	produceAll(t, prod, keyedRecords("feed", 50, 10, 2))
+	readUntil("feed, and side refused", func() bool { return read["feed"] == 60 && refused != nil })
+	// One more round: side's records must not come late either.
+	produceAll(t, prod, keyedRecords("feed", 60, 10, 2))
+	readUntil("the last round", func() bool { return read["feed"] == 70 })
+	if read["side"] != 5 {
+		t.Fatalf("alice read %d records of side, 5 of them before her READ was deleted", read["side"])
+	}
+	t.Logf("after the deletion: read %v, side: %v", read, refused)
+}
