@@ -35,6 +35,8 @@ set, as `make bench` does).
 
 Environment (defaults in brackets):
   WEIR_BIN                     the weir binary (required)
+  BENCH_PERF_BIN [WEIR_BIN]    the binary whose `weir perf` is the load generator (to compare
+                               an older broker build under the same load generator)
   BENCH_P_COUNTS ["16 1000 10000"]
   BENCH_P_BROKERS ["kafka weir"]
   BENCH_P_MIB [20]             MiB/s of 1 KiB records
@@ -162,7 +164,7 @@ def run(kind, partitions):
         broker.start()
         create_topic(b.bootstrap, TOPIC + "-0", partitions)
         out_json = os.path.join(root, "perf.json")
-        cmd = [os.environ["WEIR_BIN"], "perf", "--bootstrap-servers", b.bootstrap,
+        cmd = [os.environ.get("BENCH_PERF_BIN", os.environ["WEIR_BIN"]), "perf", "--bootstrap-servers", b.bootstrap,
                "--topic-prefix", TOPIC, "--partitions", str(partitions), "--producers", "1", "--groups", "1",
                "--consumers", "1", "--record-size", "1024", "--throughput-mib", f"{MIB:g}",
                "--producer-config", "acks=all", "--producer-config", "linger.ms=5",

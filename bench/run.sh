@@ -47,6 +47,9 @@
 #   BENCH_RESULTS [bench/results]                  where the table and JSON go
 #   BENCH_CHARTS [0]                               1: an SVG chart per run next to the JSON
 #   BENCH_NO_BUILD [0]                             1: use target/release/weir as it is
+#   BENCH_SERVE_BIN [target/release/weir]          the broker's binary (another build's, to
+#                                                  compare builds); the load generator, `weir
+#                                                  perf` and `weir cost` stay target/release/weir's
 #   BENCH_OBJECT_WAL [1]                           0: leave out the object WAL's section
 #                                                  (bench/object_wal.py, BENCH_OW_* settings)
 #   BENCH_PRODUCER_PERF [1]                        0: leave out the ProducerPerformance section
@@ -87,6 +90,7 @@ COST_WINDOW=20 # s: `weir cost --window` during weir-s3's (a)
 
 KAFKA=$ROOT/tools/kafka/kafka.sh
 WEIR=$ROOT/target/release/weir
+SERVE_BIN=${BENCH_SERVE_BIN:-$WEIR}
 KAFKA_PORT=19192
 KAFKA_CONTROLLER_PORT=19193
 WEIR_PORT=19292
@@ -236,7 +240,7 @@ start_broker() { # broker; sets BOOTSTRAP (not in a subshell: it records pids)
           AWS_ACCESS_KEY_ID="$S3_ACCESS_KEY" AWS_SECRET_ACCESS_KEY="$S3_SECRET_KEY"
           AWS_REGION=us-east-1 AWS_VIRTUAL_HOSTED_STYLE_REQUEST=false)
       fi
-      "${ON_BROKER_CPUS[@]}" env "${envs[@]}" "$WEIR" serve --data-dir "$WORK/$broker" --listen "127.0.0.1:$WEIR_PORT" \
+      "${ON_BROKER_CPUS[@]}" env "${envs[@]}" "$SERVE_BIN" serve --data-dir "$WORK/$broker" --listen "127.0.0.1:$WEIR_PORT" \
         --admin-listen "127.0.0.1:$WEIR_ADMIN_PORT" "${store[@]}" >"$WEIR_LOG" 2>&1 &
       WEIR_PID=$!
       local ok=
