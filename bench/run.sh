@@ -456,6 +456,12 @@ disk=$disk_dev ($disk_fs, $( [[ $rot == 0 ]] && echo SSD/virtual || { [[ $rot ==
 kernel=$(uname -sr)
 os=$(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME")
 weir=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null)$(cd "$ROOT" && git diff --quiet HEAD 2>/dev/null || echo "+local changes")
+if [[ $SERVE_BIN != "$WEIR" ]]; then
+  # Another build's broker: where it came from, if it sits in a git checkout.
+  serve_dir=$(dirname "$SERVE_BIN")
+  serve_rev=$(cd "$serve_dir" 2>/dev/null && git rev-parse --short HEAD 2>/dev/null)
+  weir="broker $SERVE_BIN${serve_rev:+ (checkout at $serve_rev)}; load generator $weir"
+fi
 kafka=4.1.2 ($(java -version 2>&1 | head -1), heap 1 GiB, G1)
 rustc=$(rustc --version)
 librdkafka=$(json_field "$(ls "$OUT"/*.json | head -1)" "d['librdkafka']" || echo "?")
