@@ -137,7 +137,7 @@ impl Check {
     }
 
     /// Logs a refusal (the 1st, 2nd, 4th... of this broker: seen, not a flood) and counts it.
-    fn denied(&self, what: &str, meter: &weir_metrics::Counter) {
+    pub(crate) fn denied(&self, what: &str, meter: &weir_metrics::Counter) {
         meter.inc();
         let n = meter.get();
         if n.is_power_of_two() {

@@ -152,6 +152,7 @@ impl Broker {
             )));
         }
         let committed = version >= 4 && r.isolation_level == 1;
+        let mut any_refused = false;
         let zone_owned = zone.map(|z| z.to_string());
         let listener_owned = listener.to_string();
         let wanted: Vec<WantedTopic> = r
@@ -181,6 +182,7 @@ impl Broker {
                     (Some(c), Some(n)) => !c.topic(Operation::Read, n),
                     _ => false,
                 };
+                any_refused |= refused;
                 // One look at the open partitions for the whole topic.
                 let mut found = topic
                     .as_ref()
@@ -221,6 +223,9 @@ impl Broker {
                 }
             })
             .collect();
+        if let Some(c) = check.as_ref().filter(|_| any_refused) {
+            c.denied("topics of a fetch", &self.meters.authorization_denied);
+        }
         let asked = if r.max_bytes <= 0 {
             i32::MAX
         } else {

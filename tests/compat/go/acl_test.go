@@ -654,10 +654,10 @@ func TestAclIdempotentAndTransactional(t *testing.T) {
 // TestAclFetchSessions: incremental fetch sessions (KIP-227) while ACLs are enforced. alice,
 // allowed READ on topics "feed" and "side", reads both through a session (the broker counts
 // incremental fetches). Once her READ on "side" is deleted, her session's fetches, which name
-// neither topic, answer TOPIC_AUTHORIZATION_FAILED for side's partition and do not deliver the
-// records produced to side after the deletion, while those produced to feed keep coming (a
-// fetch that began before the deletion may still deliver: authorization is checked when a
-// fetch begins).
+// neither topic, answer TOPIC_AUTHORIZATION_FAILED for side's partition and do not deliver the records produced to side after the deletion, while those produced to
+// feed keep coming (a fetch that began before the deletion may still deliver: authorization is
+// checked when a fetch begins). A sessionless Fetch of side is refused too, and counted in
+// weir_authorization_denied_total.
 func TestAclFetchSessions(t *testing.T) {
 	skipUnlessWeir(t, weirOnlyACL)
 	a := startACLBroker(t, "acl-sessions", []string{"alice"})
@@ -732,6 +732,42 @@ func TestAclFetchSessions(t *testing.T) {
 	readUntil("the last round", func() bool { return read["feed"] == 70 })
 	if read["side"] != 5 {
 		t.Fatalf("alice read %d records of side, 5 of them before her READ was deleted", read["side"])
+	}
+	cons.Close()
+
+	// One sessionless Fetch of side as alice, nothing else going on: refused, and counted.
+	raw := a.as(t, "alice")
+	if err := raw.Ping(ctxFor(t, 20*time.Second)); err != nil {
+		t.Fatalf("alice's client: %v", err)
+	}
+	deniedBefore := weirMetrics(t, a.Broker, "weir_authorization_denied_total")["weir_authorization_denied_total"]
+	details, err := a.adm.ListTopics(ctxFor(t, 20*time.Second), "side")
+	if err != nil || details["side"].Err != nil {
+		t.Fatalf("side's topic id: %v %v", err, details["side"].Err)
+	}
+	fetch := kmsg.NewPtrFetchRequest() // the version both sides support: side by id and name
+	fetch.MaxWaitMillis = 100
+	fetch.MaxBytes = 1 << 20
+	fetch.SessionEpoch = -1
+	ft := kmsg.NewFetchRequestTopic()
+	ft.Topic = "side"
+	ft.TopicID = details["side"].ID
+	fp := kmsg.NewFetchRequestTopicPartition()
+	fp.PartitionMaxBytes = 1 << 20
+	ft.Partitions = append(ft.Partitions, fp)
+	fetch.Topics = append(fetch.Topics, ft)
+	fr, err := fetch.RequestWith(ctxFor(t, 20*time.Second), raw)
+	if err != nil {
+		t.Fatalf("alice's Fetch of side: %v", err)
+	}
+	if len(fr.Topics) != 1 || len(fr.Topics[0].Partitions) != 1 ||
+		!errors.Is(kerr.ErrorForCode(fr.Topics[0].Partitions[0].ErrorCode), kerr.TopicAuthorizationFailed) ||
+		len(fr.Topics[0].Partitions[0].RecordBatches) != 0 {
+		t.Fatalf("alice's Fetch of side: %+v, want TOPIC_AUTHORIZATION_FAILED and no records", fr.Topics)
+	}
+	denied := weirMetrics(t, a.Broker, "weir_authorization_denied_total")["weir_authorization_denied_total"] - deniedBefore
+	if denied != 1 {
+		t.Fatalf("weir_authorization_denied_total rose by %v for one refused Fetch, want 1", denied)
 	}
 	t.Logf("after the deletion: read %v, side: %v", read, refused)
 }

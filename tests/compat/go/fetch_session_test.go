@@ -95,6 +95,13 @@ func caughtUp(next, sent map[int32]int) bool {
 // Kafka.
 func sessionCounters(t *testing.T, b Target) map[string]float64 {
 	t.Helper()
+	return weirMetrics(t, b, "weir_fetch_")
+}
+
+// weirMetrics sums the unlabelled metrics named with prefix over the target's brokers; nil
+// for Kafka.
+func weirMetrics(t *testing.T, b Target, prefix string) map[string]float64 {
+	t.Helper()
 	var brokers []*Broker
 	switch x := b.(type) {
 	case *Broker:
@@ -115,7 +122,7 @@ func sessionCounters(t *testing.T, b Target) map[string]float64 {
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
 			f := strings.Fields(sc.Text())
-			if len(f) == 2 && strings.HasPrefix(f[0], "weir_fetch_") {
+			if len(f) == 2 && strings.HasPrefix(f[0], prefix) {
 				v, _ := strconv.ParseFloat(f[1], 64)
 				out[f[0]] += v
 			}
