@@ -311,6 +311,12 @@ def write_results(where, name, text, results, append_to=None):
     """Prints the section, writes it as WHERE/NAME.md and its runs (keyed (broker, run)) as
     NAME.json, and appends it to `append_to` (the report of `make bench`) if given."""
     print(text)
+    # Names are stamped to the minute: a run started in the same minute as an earlier one
+    # must not overwrite its results.
+    base, n = name, 1
+    while os.path.exists(os.path.join(where, f"{name}.md")):
+        n += 1
+        name = f"{base}-{n}"
     out = os.path.join(where, f"{name}.md")
     with open(out, "w") as f:
         f.write(text)
