@@ -754,7 +754,6 @@ impl Stream {
         }
     }
 
-    /// Whether the engine has closed or dropped the stream.
     /// A word the layer above keeps in the cache line of the stream's published offsets
     /// (`u64::MAX` until it stores one), for a value its readers take with them: a partition
     /// keeps the first offset of its earliest open transaction here, read with the high
@@ -765,6 +764,7 @@ impl Stream {
         &self.published.aux
     }
 
+    /// Whether the engine has closed or dropped the stream.
     pub fn is_forgotten(&self) -> bool {
         self.published.forgotten.load(Ordering::Acquire)
     }
