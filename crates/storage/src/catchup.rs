@@ -32,6 +32,10 @@ impl CatchupRuntime {
             return Ok(CatchupRuntime { runtime: None });
         }
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        // Fixed here, from the broker's own value: a thread the runtime starts inherits the
+        // nice value of the thread that starts it, which for blocking threads is often one of
+        // its own niced workers, so lowering "from the current value" lowered those twice.
+        let nice = (own_nice() + nice).min(19);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
             .thread_name("weir-catchup")
@@ -105,16 +109,24 @@ impl Drop for CatchupRuntime {
     }
 }
 
+/// The calling thread's nice value (Linux: a thread's own); 0 elsewhere.
+#[cfg(target_os = "linux")]
+fn own_nice() -> i32 {
+    // SAFETY: `gettid` and `getpriority` take and return plain integers; on Linux, PRIO_PROCESS
+    // with a thread id reads that thread's nice value alone.
+    unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn own_nice() -> i32 {
+    0
+}
+
+/// Sets the calling thread's nice value to `nice`.
 #[cfg(target_os = "linux")]
 fn set_nice(nice: i32) {
-    // SAFETY: `gettid`, `getpriority` and `setpriority` take and return plain integers; on
-    // Linux, PRIO_PROCESS with a thread id reads and sets that thread's nice value alone. A
-    // new thread inherits its creator's nice value, so this lowers it relative to the broker's.
-    let rc = unsafe {
-        let tid = libc::gettid() as libc::id_t;
-        let current = libc::getpriority(libc::PRIO_PROCESS, tid);
-        libc::setpriority(libc::PRIO_PROCESS, tid, (current + nice).min(19))
-    };
+    // SAFETY: as in `own_nice`; PRIO_PROCESS with a thread id sets that thread's value alone.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, nice) };
     if rc != 0 {
         tracing::warn!(
             nice,
@@ -131,11 +143,6 @@ fn set_nice(_nice: i32) {}
 mod tests {
     use super::*;
 
-    fn own_nice() -> i32 {
-        // SAFETY: as in `set_nice`.
-        unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
-    }
-
     #[tokio::test]
     async fn reads_run_on_niced_threads_and_inline_without_them() {
         let before = own_nice();
@@ -149,6 +156,17 @@ mod tests {
         assert!(matches!(failed, Err(StorageError::Closed)));
         let panicked: Result<()> = niced.run(async { panic!("a bug in a read") }).await;
         assert!(matches!(panicked, Err(StorageError::Internal(_))));
+        // Blocking work a read starts (object_store's file reads do) on threads the niced
+        // workers create: niced as they are, not twice.
+        let got = niced
+            .run(async {
+                tokio::task::spawn_blocking(own_nice)
+                    .await
+                    .map_err(|e| StorageError::Internal(e.to_string()))
+            })
+            .await
+            .expect("read");
+        assert_eq!(got, (before + 7).min(19));
         // Dropped inside a runtime without panicking.
         drop(niced);
     }
