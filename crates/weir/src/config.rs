@@ -763,8 +763,9 @@ mod tests {
 
     #[test]
     fn file_then_env_then_flags() {
-        let dir = tempfile_dir();
-        let path = dir.join("weir.toml");
+        // Removed when the test ends (a directory named by the process id stayed behind).
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("weir.toml");
         std::fs::write(
             &path,
             "[broker]\nlisten = \"127.0.0.1:1\"\nnode_id = 5\n[wal]\ncapacity = 1048576\n",
@@ -858,11 +859,5 @@ mod tests {
             let e = Config::load(None, env(&[bad]), &[]).expect_err("a rate above 1 or below 0");
             assert!(format!("{e:#}").contains("between 0.0 and 1.0"), "{e:#}");
         }
-    }
-
-    fn tempfile_dir() -> PathBuf {
-        let d = std::env::temp_dir().join(format!("weir-config-test-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        d
     }
 }
