@@ -654,9 +654,10 @@ func TestAclIdempotentAndTransactional(t *testing.T) {
 // TestAclFetchSessions: incremental fetch sessions (KIP-227) while ACLs are enforced. alice,
 // allowed READ on topics "feed" and "side", reads both through a session (the broker counts
 // incremental fetches). Once her READ on "side" is deleted, her session's fetches, which name
-// neither topic, answer TOPIC_AUTHORIZATION_FAILED for side's partition and do not deliver the records produced to side after the deletion, while those produced to
-// feed keep coming (a fetch that began before the deletion may still deliver: authorization is
-// checked when a fetch begins). A sessionless Fetch of side is refused too, and counted in
+// neither topic, answer TOPIC_AUTHORIZATION_FAILED for side's partition and do not deliver the
+// records produced to side after the deletion, while those produced to feed keep coming (a
+// fetch that began before the deletion may still deliver: authorization is checked when a
+// fetch begins). A sessionless Fetch of side is refused too, and counted in
 // weir_authorization_denied_total.
 func TestAclFetchSessions(t *testing.T) {
 	skipUnlessWeir(t, weirOnlyACL)
