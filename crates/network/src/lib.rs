@@ -607,6 +607,33 @@ where
 
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
+/// Runs an answer that waits (a produce's durability, a fetch's long poll, a group join) on a
+/// task of its own, and gives back its outcome (`Err`: its panic, or its cancellation), so
+/// that it progresses whether or not its connection's task is polling it. The connection's
+/// task polls its waiting answers only between requests; left there, an answer handed a lock
+/// (the metadata store's connection, a group's writer) while its connection waited inside the
+/// next request for that same lock never moved again, and neither did anyone else who needed
+/// it (the broker wedged on franz-go's transactional ETL test). Dropping the returned future
+/// (the connection closed) cancels the task, as dropping the answer itself did.
+fn detach<T: Send + 'static>(
+    f: impl Future<Output = T> + Send + 'static,
+) -> impl Future<Output = Result<T, Box<dyn std::any::Any + Send>>> + Send + 'static {
+    struct Task<T>(tokio::task::JoinHandle<T>);
+    impl<T> Drop for Task<T> {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let mut task = Task(tokio::spawn(f));
+    async move {
+        (&mut task.0).await.map_err(|e| match e.try_into_panic() {
+            Ok(panic) => panic,
+            Err(_) => Box::new("the task answering the request was cancelled")
+                as Box<dyn std::any::Any + Send>,
+        })
+    }
+}
+
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
@@ -700,8 +727,7 @@ async fn internal_request<H: Handler>(
             ))
         })?;
     Ok(Some(
-        AssertUnwindSafe(reply)
-            .catch_unwind()
+        detach(reply)
             .map(move |r| {
                 let out = match r {
                     Ok(Some(body)) => {
@@ -761,8 +787,7 @@ async fn request<H: Handler>(
     let reply = match reply {
         Ok(Reply::Silent(f)) => {
             return Ok(Some(
-                AssertUnwindSafe(f)
-                    .catch_unwind()
+                detach(f)
                     .map(move |r| {
                         if let Err(panic) = r {
                             meters.handler_panics.inc();
@@ -782,8 +807,7 @@ async fn request<H: Handler>(
     Ok(match reply {
         Ok(Reply::Now(r)) => Some(futures::future::ready(finish(Ok(*r))).boxed()),
         Ok(Reply::Later(f)) => Some(
-            AssertUnwindSafe(f)
-                .catch_unwind()
+            detach(f)
                 .map(move |r| finish(r.map_err(panic_message)))
                 .boxed(),
         ),

@@ -22,10 +22,13 @@ use weir_network::{serve, Handler, NetworkConfig, NetworkMeters};
 
 /// Answers ApiVersions; panics on Metadata (at once) and Heartbeat (in its later answer);
 /// answers ListOffsets with a leader epoch, which versions below 4 cannot carry; holds Produce
-/// requests until released.
+/// requests until released. JoinGroup (in its later answer) and OffsetCommit (before it
+/// answers) each take `store`, a lock shared by every request as a metadata store's one
+/// connection is.
 struct Stub {
     produces: AtomicUsize,
     release: watch::Receiver<bool>,
+    store: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Handler for Stub {
@@ -53,6 +56,19 @@ impl Handler for Stub {
                             .with_leader_epoch(5)]),
                 ]),
             ))),
+            RequestKind::JoinGroup(_) => {
+                let store = Arc::clone(&self.store);
+                Reply::Later(Box::pin(async move {
+                    let _turn = store.lock().await;
+                    ResponseKind::JoinGroup(JoinGroupResponse::default())
+                }))
+            }
+            RequestKind::OffsetCommit(_) => {
+                let _turn = self.store.lock().await;
+                Reply::Now(Box::new(ResponseKind::OffsetCommit(
+                    OffsetCommitResponse::default(),
+                )))
+            }
             RequestKind::Produce(_) => {
                 self.produces.fetch_add(1, Ordering::SeqCst);
                 let mut release = self.release.clone();
@@ -85,6 +101,7 @@ async fn start(config: NetworkConfig) -> Server {
     let stub = Arc::new(Stub {
         produces: AtomicUsize::new(0),
         release: release_rx,
+        store: Arc::default(),
     });
     let meters = Arc::new(NetworkMeters::default());
     let (shutdown, shutdown_rx) = watch::channel(false);
@@ -228,6 +245,45 @@ async fn panics_and_unencodable_responses_are_answered_with_error_codes() {
     assert_eq!(srv.meters.handler_panics.get(), 2);
     assert_eq!(srv.meters.response_encode_errors.get(), 1);
     assert_eq!(srv.meters.connections_closed.get(), 0);
+}
+
+/// An answer that waits (a JoinGroup's) makes progress while its connection serves the next
+/// request. Before, the waiting answers of a connection were polled only between requests:
+/// the JoinGroup was handed the shared lock while its connection waited inside an
+/// OffsetCommit for that same lock, and neither ever moved again, nor did anyone else who
+/// needed it (the broker wedged, idle, on franz-go's transactional ETL test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_answer_progresses_while_its_connection_serves_the_next_request() {
+    let srv = start(NetworkConfig::default()).await;
+    let held = Arc::clone(&srv.stub.store).lock_owned().await;
+    let mut c = TcpStream::connect(srv.addr).await.expect("connect");
+    let join = RequestKind::JoinGroup(JoinGroupRequest::default());
+    c.write_all(&frame(ApiKey::JoinGroup, 5, 1, &join))
+        .await
+        .expect("send");
+    // The JoinGroup's answer queues for the lock first, then the OffsetCommit does.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let commit = RequestKind::OffsetCommit(OffsetCommitRequest::default());
+    c.write_all(&frame(ApiKey::OffsetCommit, 8, 2, &commit))
+        .await
+        .expect("send");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(held);
+    let answers = async {
+        let (id, _) = recv(&mut c, ApiKey::JoinGroup, 5).await.expect("join answer");
+        assert_eq!(id, 1);
+        let (id, _) = recv(&mut c, ApiKey::OffsetCommit, 8)
+            .await
+            .expect("commit answer");
+        assert_eq!(id, 2);
+    };
+    tokio::time::timeout(Duration::from_secs(10), answers)
+        .await
+        .expect("both answered: the connection is not wedged");
+    // And the lock is free for everyone else.
+    tokio::time::timeout(Duration::from_secs(1), srv.stub.store.lock())
+        .await
+        .expect("the lock is free");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
