@@ -144,7 +144,7 @@ bench-pg:
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
 	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/pg_restart.py
 
-# The chaos suite's long form (tests/chaos/chaos.py --mode long; about 20 minutes): 102 faults in
+# The chaos suite's long form (tests/chaos/chaos.py --mode long; about 20 minutes, then 5 of stress): 102 faults in
 # turn (kill -9 of a leader, SIGSTOP past the session timeout, PostgreSQL restarts, object-store
 # and WAL errors, an unreachable WAL) on a three-broker cluster under idempotent and transactional
 # load, then every acknowledged record read back: per fault kind, lost / duplicated / reordered,
@@ -158,6 +158,12 @@ chaos:
 	$(CARGO) build --release -p weir
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
 	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) tests/chaos/chaos.py --mode long
+	# Coordinators under concurrency for 5 minutes (12 s in `make test`) on a three-broker cluster:
+	# transactional pipelines of every group protocol with members replaced every second, beside
+	# probes of producer ids, groups, offsets and topic creation (tests/compat/go/stress_test.go).
+	cd tests/compat/go && WEIR_BIN=$(WEIR_RELEASE_BIN) WEIR_COMPAT_TARGET=cluster \
+		WEIR_STRESS_SECONDS=$${WEIR_STRESS_SECONDS:-300} \
+		go test -count=1 -timeout 30m -run 'TestTxnPipelinesUnderRebalances$$' -v .
 
 # Failover after kill -9 (about 3 minutes): 10 kills of a leader under load on a three-broker
 # cluster; per kill the time until every partition it led is acknowledged again by a new leader,
