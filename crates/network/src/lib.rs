@@ -27,6 +27,8 @@
 //! its session ends (KIP-368): such a request closes the connection, as in Kafka. A failed
 //! authentication's answer is written, then the connection is closed.
 
+pub mod inflight;
+
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +39,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use futures::{FutureExt, StreamExt};
+pub use inflight::{watch_stuck, InFlight};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseKind};
 use kafka_protocol::protocol::Decodable;
 use kafka_protocol::ResponseError;
@@ -87,6 +90,9 @@ pub struct NetworkConfig {
     pub listener: Arc<ListenerSecurity>,
     /// TLS (SSL and SASL_SSL listeners).
     pub tls: Option<Arc<Tls>>,
+    /// `broker.request_stuck_ms`: a request in flight longer than this (or than twice the wait
+    /// it asks for, if longer) is stuck ([`inflight`]).
+    pub stuck_after: Duration,
 }
 
 impl Default for NetworkConfig {
@@ -101,6 +107,7 @@ impl Default for NetworkConfig {
             zone: None,
             listener: Arc::default(),
             tls: None,
+            stuck_after: Duration::from_secs(120),
         }
     }
 }
@@ -128,6 +135,8 @@ pub struct NetworkMeters {
     pub tls_handshake_failures: Counter,
     /// Requests before authentication, or after a session ended (the connection was closed).
     pub unauthenticated_requests: Counter,
+    /// Kafka requests being handled, for the stuck-request watch.
+    pub in_flight: InFlight,
 }
 
 /// What requests are dispatched to: [`Broker`], or a stand-in in tests.
@@ -565,7 +574,7 @@ where
                     let started = if internal {
                         internal_request(&handler, frame, &conn, held).await.map(|p| p.map(|p| (p, true)))
                     } else {
-                        request(&handler, frame, &conn, held, meters).await.map(|p| p.map(|p| (p, false)))
+                        request(&handler, frame, &conn, held, meters, config.stuck_after).await.map(|p| p.map(|p| (p, false)))
                     };
                     // Between brokers each side counts what it sends; a client's bytes are
                     // counted here both ways.
@@ -755,6 +764,7 @@ async fn request<H: Handler>(
     conn: &Conn,
     held: Held,
     meters: &Arc<NetworkMeters>,
+    stuck_after: Duration,
 ) -> Result<Option<Pending>, Close> {
     // The handler consumes the request; a failure answer is built from the frame again (a
     // reference, not a copy).
@@ -780,6 +790,15 @@ async fn request<H: Handler>(
     };
     let key = ApiKey::try_from(header.request_api_key)
         .map_err(|_| Close::Protocol("unknown API key".into()))?;
+    let registered = InFlight::register(
+        meters,
+        key,
+        &body,
+        stuck_after,
+        conn.peer,
+        header.client_id.as_deref(),
+        header.correlation_id,
+    );
     let reply = AssertUnwindSafe(handler.handle(&header, body, conn))
         .catch_unwind()
         .await;
@@ -789,6 +808,7 @@ async fn request<H: Handler>(
             return Ok(Some(
                 detach(f)
                     .map(move |r| {
+                        drop(registered);
                         if let Err(panic) = r {
                             meters.handler_panics.inc();
                             tracing::error!(api = ?key, panic = %panic_message(panic),
@@ -808,7 +828,10 @@ async fn request<H: Handler>(
         Ok(Reply::Now(r)) => Some(futures::future::ready(finish(Ok(*r))).boxed()),
         Ok(Reply::Later(f)) => Some(
             detach(f)
-                .map(move |r| finish(r.map_err(panic_message)))
+                .map(move |r| {
+                    drop(registered);
+                    finish(r.map_err(panic_message))
+                })
                 .boxed(),
         ),
         Ok(Reply::Silent(_)) => None,

@@ -270,7 +270,9 @@ async fn a_waiting_answer_progresses_while_its_connection_serves_the_next_reques
     tokio::time::sleep(Duration::from_millis(200)).await;
     drop(held);
     let answers = async {
-        let (id, _) = recv(&mut c, ApiKey::JoinGroup, 5).await.expect("join answer");
+        let (id, _) = recv(&mut c, ApiKey::JoinGroup, 5)
+            .await
+            .expect("join answer");
         assert_eq!(id, 1);
         let (id, _) = recv(&mut c, ApiKey::OffsetCommit, 8)
             .await
@@ -281,7 +283,7 @@ async fn a_waiting_answer_progresses_while_its_connection_serves_the_next_reques
         .await
         .expect("both answered: the connection is not wedged");
     // And the lock is free for everyone else.
-    tokio::time::timeout(Duration::from_secs(1), srv.stub.store.lock())
+    let _free = tokio::time::timeout(Duration::from_secs(1), srv.stub.store.lock())
         .await
         .expect("the lock is free");
 }

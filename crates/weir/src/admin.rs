@@ -186,6 +186,9 @@ struct App {
     /// The broker, for the zone routes (`None` in tests of the HTTP layer alone).
     broker: Option<Arc<weir_api::Broker>>,
     token: Option<Arc<str>>,
+    /// Requests in flight: the broker is not ready while any is stuck (`None` in tests of the
+    /// HTTP layer alone).
+    network: Option<Arc<weir_network::NetworkMeters>>,
 }
 
 /// Serves admin HTTP on `listener` until `shutdown` turns true (or its sender goes away), then
@@ -201,6 +204,7 @@ pub async fn serve(
         faults: state.faults.clone(),
         broker: Some(Arc::clone(&state.broker)),
         token: state.token.clone(),
+        network: Some(Arc::clone(&state.network)),
         metrics: Arc::new(move || render(&state)),
     };
     serve_app(listener, app, shutdown, SHUTDOWN_GRACE).await
@@ -326,7 +330,16 @@ async fn healthz() -> Response {
 }
 
 async fn readyz(Shared(app): Shared<App>) -> Response {
-    if app.ready.load(Ordering::SeqCst) {
+    let stuck = app.network.as_ref().map_or(0, |n| n.in_flight.stuck());
+    if stuck > 0 {
+        // Stuck requests mean something in the broker waits for what will not happen: an
+        // orchestrator should replace it (its partitions fail over as after a crash).
+        text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            format!("not ready: {stuck} requests stuck (weir_requests_stuck)\n"),
+        )
+    } else if app.ready.load(Ordering::SeqCst) {
         text(StatusCode::OK, "text/plain", "ready\n".into())
     } else {
         text(
@@ -1434,7 +1447,43 @@ fn render(state: &State) -> String {
         n.queued_request_bytes
             .load(std::sync::atomic::Ordering::Relaxed),
     );
+    render_in_flight(&mut o, &n.in_flight);
     o
+}
+
+/// The stuck-request watch's meters: the oldest request in flight per API, how many are stuck.
+fn render_in_flight(o: &mut String, f: &weir_network::InFlight) {
+    let _ = writeln!(
+        o,
+        "# HELP weir_request_oldest_seconds Age of the oldest request in flight, per API.\n\
+         # TYPE weir_request_oldest_seconds gauge"
+    );
+    for (api, age) in f.oldest(std::time::Instant::now()) {
+        let _ = writeln!(
+            o,
+            "weir_request_oldest_seconds{{api=\"{api:?}\"}} {:.3}",
+            age.as_secs_f64()
+        );
+    }
+    gauge(
+        o,
+        "requests_in_flight",
+        "Kafka requests being handled.",
+        f.len() as u64,
+    );
+    gauge(
+        o,
+        "requests_stuck",
+        "Requests past their bound (broker.request_stuck_ms) now; /readyz fails while any is.",
+        f.stuck() as u64,
+    );
+    counter(
+        o,
+        "stuck_requests",
+        "Requests that went past their bound (broker.request_stuck_ms), each logged at WARN.",
+        "",
+        &f.stuck_total,
+    );
 }
 
 #[cfg(test)]
@@ -1518,6 +1567,7 @@ mod tests {
             faults: None,
             broker: None,
             token: token.map(Arc::from),
+            network: None,
         };
         let task = tokio::spawn(serve_app(listener, app, stop_rx, grace));
         Server {

@@ -322,6 +322,17 @@ pub struct BrokerConfig {
     /// object store's fault injection while the broker runs. Off by default; never on in
     /// production.
     pub fault_switch: bool,
+    /// A Kafka request in flight longer than this (or than twice the wait it asks for itself:
+    /// a fetch's max wait, a produce's timeout, a join's rebalance timeout) is stuck: logged at
+    /// WARN, counted (`weir_stuck_requests_total`), and `/readyz` fails while any is, so that an
+    /// orchestrator replaces the broker. 120 s: twice the longest wait a request has without
+    /// asking for it (a metadata store call retried for a minute).
+    pub request_stuck_ms: u64,
+    /// After SIGTERM, the broker hands its partitions over, uploads what its WAL holds and
+    /// stops; if that is not done within this bound (a metadata store that does not answer),
+    /// it exits anyway, as after a crash: what was not handed over fails over, and nothing
+    /// acknowledged is lost (the WAL is durable). 0: no bound.
+    pub shutdown_timeout_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -460,6 +471,8 @@ impl Default for BrokerConfig {
             producer_id_expiration_ms: 86_400_000,
             log_cleaner_backoff_ms: 15_000,
             fault_switch: false,
+            request_stuck_ms: 120_000,
+            shutdown_timeout_ms: 120_000,
         }
     }
 }

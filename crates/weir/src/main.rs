@@ -642,8 +642,15 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
             .broker
             .queued_max_request_bytes_per_connection,
         zone: (!config.zones.listener_zone.is_empty()).then(|| config.zones.listener_zone.clone()),
+        stuck_after: Duration::from_millis(config.broker.request_stuck_ms.max(1)),
         ..Default::default()
     };
+    // Requests that never end are looked for every second (`weir_network::inflight`).
+    tokio::spawn(weir_network::watch_stuck(
+        Arc::clone(&net_meters),
+        Duration::from_secs(1).min(net_config.stuck_after),
+        shutdown_rx.clone(),
+    ));
     let mut network = Vec::new();
     for (socket, security, tls) in kafka_listeners {
         network.push(tokio::spawn(weir_network::serve(
@@ -768,6 +775,7 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
         }
     }
     ready.store(false, Ordering::SeqCst);
+    bound_the_shutdown(Duration::from_millis(config.broker.shutdown_timeout_ms));
     // Controlled shutdown: while still serving, let the controller move this broker's
     // partitions to the others (clients are redirected with retriable errors).
     tracing::info!("shutting down: moving partitions to other brokers");
@@ -793,6 +801,39 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
     let _ = admin.await;
     tracing::info!("stopped");
     Ok(Exit::Stopped)
+}
+
+/// Ends the process if the shutdown under way is not done within `bound` (0: no bound), or at
+/// a second signal. A thread of its own, not a task: whatever holds the shutdown up (a
+/// metadata store that does not answer, a wedged request) must not hold this up too. Exiting
+/// here is a crash for the cluster: what was not handed over fails over, and what the WAL
+/// acknowledged is read back by whoever takes over (or by this broker when it starts again).
+fn bound_the_shutdown(bound: Duration) {
+    let started = std::time::Instant::now();
+    let spawned = std::thread::Builder::new()
+        .name("weir-shutdown-bound".into())
+        .spawn(move || {
+            if bound.is_zero() {
+                return;
+            }
+            std::thread::sleep(bound);
+            tracing::error!(
+                bound_ms = bound.as_millis() as u64,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "shutdown not done within broker.shutdown_timeout_ms: exiting now; partitions not handed over fail over as after a crash"
+            );
+            std::process::exit(2);
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "could not start the shutdown bound's thread; shutdown is unbounded");
+    }
+    // A second SIGTERM or SIGINT: the operator wants out now.
+    tokio::spawn(async {
+        if wait_for_signal().await.is_ok() {
+            tracing::error!("a second signal during shutdown: exiting now");
+            std::process::exit(2);
+        }
+    });
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {
