@@ -6,13 +6,12 @@
 //! (AlterUserScramCredentials writes them): a PLAIN password is checked against the user's
 //! SCRAM-SHA-256 credential, or else its SCRAM-SHA-512 one. A failed authentication is
 //! answered with SASL_AUTHENTICATION_FAILED after a short delay (Kafka's
-//! `connection.failed.authentication.delay.ms`) and the connection is closed; a user name that
-//! failed too often from one address in the last minute is refused there without its password
-//! being checked, so that guessing is slow and costs the broker no hashing.
+//! `connection.failed.authentication.delay.ms`) and the connection is closed. Nothing is ever
+//! refused unchecked: what checking PLAIN passwords may cost is bounded by
+//! [`weir_auth::checks`] (verdicts remembered, budgets per address and per broker), so that a
+//! stale client failing after a password rotation never locks out the new password.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{
@@ -27,10 +26,6 @@ use weir_metrics::Counter;
 use crate::conn::{Conn, Sasl};
 use crate::str;
 
-/// Failed authentications of one user from one address within [`FAILURE_WINDOW`] before
-/// further attempts are refused unchecked.
-const MAX_FAILURES: u32 = 10;
-const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 /// How long a failed authentication's answer waits (Kafka's
 /// `connection.failed.authentication.delay.ms` default).
 pub(crate) const FAILURE_DELAY: Duration = Duration::from_millis(100);
@@ -39,41 +34,20 @@ pub(crate) const FAILURE_DELAY: Duration = Duration::from_millis(100);
 pub struct SaslMeters {
     pub succeeded: Counter,
     pub failed: Counter,
-    /// Attempts refused because their user failed too often from their address.
+    /// Attempts failed because their address's budget of password checks was spent (a
+    /// guesser's).
     pub refused: Counter,
+    /// PLAIN passwords checked (a PBKDF2 derivation each), not answered from memory.
+    pub password_checks: Counter,
 }
 
-/// Failed authentications by source address and user name, and the meters. Keyed by both, so
-/// that a client with a stale password locks out only its own user on its host, not every
-/// service behind the same address.
+/// The meters, what checking passwords may cost, and OAUTHBEARER's validator.
 #[derive(Debug, Default)]
 pub struct Guard {
-    failures: Mutex<HashMap<(IpAddr, String), (Instant, u32)>>,
     pub meters: SaslMeters,
+    checks: weir_auth::checks::PasswordChecks,
     /// OAUTHBEARER's JWKS and expected claims, if configured.
     oauth: std::sync::RwLock<Option<std::sync::Arc<oauth::Validator>>>,
-}
-
-impl Guard {
-    fn blocked(&self, ip: IpAddr, user: &str, now: Instant) -> bool {
-        let f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        f.get(&(ip, user.to_string())).is_some_and(|&(since, n)| {
-            n >= MAX_FAILURES && now.duration_since(since) < FAILURE_WINDOW
-        })
-    }
-
-    fn failed(&self, ip: IpAddr, user: &str, now: Instant) {
-        let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        // Many addresses failing once each must not grow the map without end.
-        if f.len() >= 100_000 {
-            f.retain(|_, (since, _)| now.duration_since(*since) < FAILURE_WINDOW);
-        }
-        let e = f.entry((ip, user.to_string())).or_insert((now, 0));
-        if now.duration_since(e.0) >= FAILURE_WINDOW {
-            *e = (now, 0);
-        }
-        e.1 += 1;
-    }
 }
 
 /// A SaslAuthenticate's message, parsed for the exchange's state.
@@ -141,13 +115,8 @@ impl crate::Broker {
         let now = Instant::now();
         let ip = conn.peer.ip();
         let state = std::mem::take(&mut conn.auth().sasl);
-        let oauth = matches!(state, Sasl::Chosen(SaslMechanism::OAuthBearer));
-        let fail = |user: &str, code: ResponseError, message: String| {
+        let fail = |code: ResponseError, message: String| {
             self.sasl.meters.failed.inc();
-            // A token's signature cannot be guessed: only passwords are held to the limit.
-            if !oauth {
-                self.sasl.failed(ip, user, now);
-            }
             conn.auth().close = true;
             Authenticated {
                 response: SaslAuthenticateResponse::default()
@@ -158,13 +127,10 @@ impl crate::Broker {
         };
         if !conn.listener.protocol.sasl() || matches!(state, Sasl::Idle) {
             return fail(
-                "",
                 ResponseError::IllegalSaslState,
                 "SaslAuthenticate without a SaslHandshake first".into(),
             );
         }
-        // Who is trying comes first (parsing is cheap), so that a user guessed at too often
-        // from this address is refused before any credential is read or checked.
         let parsed = match state {
             Sasl::Idle => unreachable!("checked above"),
             Sasl::Chosen(SaslMechanism::Plain) => plain::parse(&r.auth_bytes).map(Step::Plain),
@@ -182,24 +148,11 @@ impl crate::Broker {
             Ok(Step::ScramFinal(a)) => a.user().to_string(),
             Ok(Step::OAuth(_)) | Err(_) => String::new(),
         };
-        if !oauth && self.sasl.blocked(ip, &user, now) {
-            self.sasl.meters.refused.inc();
-            conn.auth().close = true;
-            tracing::info!(peer = %conn.peer, user, "SASL authentication refused: too many failures");
-            return Authenticated {
-                response: SaslAuthenticateResponse::default()
-                    .with_error_code(ResponseError::SaslAuthenticationFailed.code())
-                    .with_error_message(Some(str(
-                        "Too many failed authentications of this user from this address; try again later",
-                    ))),
-                delay: Some(FAILURE_DELAY),
-            };
-        }
         let mut token_expires: Option<i64> = None;
         let step = match parsed {
             Err(e) => Err(e),
             Ok(Step::Plain(p)) => self
-                .plain(p)
+                .plain(p, ip)
                 .await
                 .map(|user| (Vec::new(), Some((user, SaslMechanism::Plain)))),
             Ok(Step::ScramFirst(first)) => match self.scram_first(first).await {
@@ -234,11 +187,7 @@ impl crate::Broker {
             Ok(s) => s,
             Err(e) => {
                 tracing::info!(peer = %conn.peer, user, error = %e, "SASL authentication failed");
-                return fail(
-                    &user,
-                    ResponseError::SaslAuthenticationFailed,
-                    e.to_string(),
-                );
+                return fail(ResponseError::SaslAuthenticationFailed, e.to_string());
             }
         };
         let mut response = SaslAuthenticateResponse::default().with_auth_bytes(message.into());
@@ -248,7 +197,6 @@ impl crate::Broker {
             if auth.principal.as_ref().is_some_and(|p| *p != principal) {
                 drop(auth);
                 return fail(
-                    &principal.name,
                     ResponseError::SaslAuthenticationFailed,
                     "Cannot change principals during re-authentication".into(),
                 );
@@ -280,21 +228,42 @@ impl crate::Broker {
         }
     }
 
-    /// Checks a PLAIN message against the user's SCRAM credentials; the user name.
-    async fn plain(&self, p: plain::Plain) -> Result<String, AuthError> {
+    /// Checks a PLAIN message against the user's SCRAM credentials; the user name. A verdict
+    /// remembered for this very attempt is given again; otherwise the check waits for its turn
+    /// in the budgets of `ip` and of the broker ([`weir_auth::checks`]).
+    async fn plain(&self, p: plain::Plain, ip: IpAddr) -> Result<String, AuthError> {
         for m in Mechanism::ALL {
-            if let Some(c) = self.credential(&p.user, m).await? {
-                // PBKDF2 takes milliseconds: off the runtime's threads.
-                let password = p.password.clone();
-                let ok = tokio::task::spawn_blocking(move || c.matches_password(m, &password))
-                    .await
-                    .map_err(|_| AuthError::Internal("password check"))?;
-                return if ok {
-                    Ok(p.user)
-                } else {
-                    Err(plain::invalid())
-                };
-            }
+            let Some(c) = self.credential(&p.user, m).await? else {
+                continue;
+            };
+            let checks = &self.sasl.checks;
+            let fingerprint = checks.fingerprint(m, &p.user, &c, &p.password);
+            let ok = match checks.remembered(&fingerprint) {
+                Some(ok) => ok,
+                None => {
+                    let Some(wait) = checks.admit(ip, Instant::now()) else {
+                        self.sasl.meters.refused.inc();
+                        tracing::info!(%ip, user = %p.user, "PLAIN password checks from this address are over their budget");
+                        return Err(AuthError::Failed(
+                            "Too many password checks from this address; try again later".into(),
+                        ));
+                    };
+                    tokio::time::sleep(wait).await;
+                    self.sasl.meters.password_checks.inc();
+                    // PBKDF2 takes milliseconds: off the runtime's threads.
+                    let password = p.password.clone();
+                    let ok = tokio::task::spawn_blocking(move || c.matches_password(m, &password))
+                        .await
+                        .map_err(|_| AuthError::Internal("password check"))?;
+                    checks.remember(fingerprint, ok);
+                    ok
+                }
+            };
+            return if ok {
+                Ok(p.user)
+            } else {
+                Err(plain::invalid())
+            };
         }
         Err(plain::invalid())
     }

@@ -6,6 +6,8 @@
 //! - [`oauth`]: OAUTHBEARER: JWTs checked against a JWKS (signature, expiry, issuer, audience).
 //! - [`plain`]: SASL/PLAIN, checked against the same SCRAM credentials, so that one store of
 //!   users serves every mechanism.
+//! - [`checks`]: what checking PLAIN passwords may cost (remembered verdicts, budgets per
+//!   address and per broker), never refusing a right password.
 //! - [`peer`]: brokers proving to each other that they hold the cluster's internal secret.
 //! - [`x509`]: the subject of a client certificate, the principal of an mTLS connection.
 //! - [`acl`]: ACL bindings, filters, and the decision for one request ([`acl::Authorizer`]).
@@ -13,6 +15,7 @@
 //! - [`SecurityProtocol`]: what a listener asks of its clients (TLS, SASL, both, neither).
 
 pub mod acl;
+pub mod checks;
 pub mod oauth;
 pub mod peer;
 pub mod plain;

@@ -1357,9 +1357,16 @@ fn render(state: &State) -> String {
     counter(
         &mut o,
         "sasl_authentications_refused",
-        "SASL authentications refused unchecked: their address failed too often in the last minute.",
+        "PLAIN authentications failed unchecked: their address's budget of password checks was spent for the next 5 s.",
         "",
         &sasl.refused,
+    );
+    counter(
+        &mut o,
+        "sasl_password_checks",
+        "PLAIN passwords checked against a credential (a PBKDF2 derivation each), not answered from memory.",
+        "",
+        &sasl.password_checks,
     );
 
     let n = &state.network;

@@ -395,8 +395,7 @@ func emptyTopic(t *testing.T, adm *kadm.Client, topic string) {
 // that does not exist (mallory) is refused with SASL_AUTHENTICATION_FAILED, and one asking for
 // PLAIN (not enabled) with UNSUPPORTED_SASL_MECHANISM: its first request and its produce fail,
 // each within 20 s, and nothing is stored. Right after, alice and bob produce with their
-// passwords. (Weir refuses a user for a while after 10 failed logins from one address within
-// 60 s; each refused case here has a user of its own, and bob's four failures stay under that.)
+// passwords (failures never lock a user out: TestSecurityPasswordRotation).
 func TestSecuritySASLRefused(t *testing.T) {
 	skipUnlessWeir(t, weirOnlySecurity)
 	s := startSecureBroker(t, "sasl-refused", []string{"SASL_SSL"})
@@ -504,4 +503,83 @@ func TestSecurityTLSGarbage(t *testing.T) {
 		t.Logf("garbage starting %#x: closed after %v, %d bytes back (%x), %v", junk[0], time.Since(start).Round(time.Millisecond), len(back), back, err)
 	}
 	roundTrip(t, ssl, 100, kgo.DialTLSConfig(tlsConfig(t, s.certs, "")))
+}
+
+// TestSecurityPasswordRotation: alice's SCRAM-SHA-512 password is rotated while a client with
+// the old one keeps failing from the same address, far more than ten times a minute; clients
+// with the new password (SCRAM and PLAIN) still get in, at once. A guesser trying many PLAIN
+// passwords for alice from the same address meanwhile costs the broker at most its budget of
+// password checks (weir_sasl_password_checks_total), and alice's new password still gets in.
+func TestSecurityPasswordRotation(t *testing.T) {
+	skipUnlessWeir(t, weirOnlySecurity)
+	s := startSecureBroker(t, "sasl-rotation", []string{"SASL_SSL"},
+		"WEIR_SECURITY_SASL_ENABLED_MECHANISMS=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512")
+	adm := newAdmin(t, s.Broker)
+	upsertUsers(t, adm, kadm.UpsertSCRAM{User: "alice", Mechanism: kadm.ScramSha512, Iterations: 4096, Password: "old-secret"})
+	topic := unique("sasl-rotation")
+	createTopic(t, adm, topic, 1)
+	saslL := s.on("SASL_SSL")
+	tlsOpt := kgo.DialTLSConfig(tlsConfig(t, s.certs, ""))
+	// One connection and one authentication per call.
+	login := func(mech sasl.Mechanism) error {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(saslL.Seeds()...), tlsOpt, kgo.SASL(mech), kgo.RequestRetries(0),
+			kgo.ClientID("compat-rotation"))
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		return cl.Ping(ctxFor(t, 20*time.Second))
+	}
+	if err := login(scram.Auth{User: "alice", Pass: "old-secret"}.AsSha512Mechanism()); err != nil {
+		t.Fatalf("alice with her password before the rotation: %v", err)
+	}
+	upsertUsers(t, adm, kadm.UpsertSCRAM{User: "alice", Mechanism: kadm.ScramSha512, Iterations: 4096, Password: "new-secret"})
+
+	// The stale client: old password, again and again.
+	stale := func(n int) {
+		for i := 0; i < n; i++ {
+			if err := login(scram.Auth{User: "alice", Pass: "old-secret"}.AsSha512Mechanism()); !errors.Is(err, kerr.SaslAuthenticationFailed) {
+				t.Errorf("the old password after the rotation: %v, want SASL_AUTHENTICATION_FAILED", err)
+			}
+		}
+	}
+	stale(15)
+	for _, c := range []struct {
+		name string
+		mech sasl.Mechanism
+	}{
+		{"SCRAM-SHA-512", scram.Auth{User: "alice", Pass: "new-secret"}.AsSha512Mechanism()},
+		{"PLAIN", plain.Auth{User: "alice", Pass: "new-secret"}.AsMechanism()},
+	} {
+		if err := login(c.mech); err != nil {
+			t.Fatalf("alice's new password (%s) after 15 failures of her old one from this address: %v", c.name, err)
+		}
+	}
+
+	// A guesser, and the stale client still going: the new password still gets in.
+	checks := func() float64 { return metricValue(t, s.Broker, "weir_sasl_password_checks_total") }
+	before, start := checks(), time.Now()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 40; i++ {
+			_ = login(plain.Auth{User: "alice", Pass: fmt.Sprintf("guess-%d", i)}.AsMechanism())
+		}
+	}()
+	stale(5)
+	prod := newProducer(t, saslL, tlsOpt, kgo.SASL(scram.Auth{User: "alice", Pass: "new-secret"}.AsSha512Mechanism()))
+	if err := prod.ProduceSync(ctxFor(t, 20*time.Second), &kgo.Record{Topic: topic, Value: []byte("rotated")}).FirstErr(); err != nil {
+		t.Fatalf("produce with the new password while a guesser and the stale client fail: %v", err)
+	}
+	if err := login(plain.Auth{User: "alice", Pass: "new-secret"}.AsMechanism()); err != nil {
+		t.Fatalf("alice's new password over PLAIN while a guesser fails: %v", err)
+	}
+	<-done
+	spent, took := checks()-before, time.Since(start)
+	// The budget: 10 checks a second per address, 20 at once.
+	budget := 20 + 10*took.Seconds()
+	t.Logf("40 guesses and 2 right logins in %v: %.0f password checks (budget %.0f)", took.Round(time.Millisecond), spent, budget)
+	if spent < 1 || spent > budget+2 {
+		t.Fatalf("%v password checks in %v, want between 1 and the budget %.0f", spent, took, budget)
+	}
 }
