@@ -57,6 +57,9 @@ impl Source {
     /// (the feed may change under a read that awaits).
     fn bounds(&self, committed: bool) -> Result<Bounds, ResponseError> {
         match self {
+            // Closed or dropped meanwhile (moved away, deleted): its offsets would read as
+            // nothing; the consumer must look for its new leader.
+            Source::Local(p) if p.is_gone() => Err(ResponseError::NotLeaderOrFollower),
             Source::Local(p) => {
                 let (start, hw, lso) = p.offsets_and_lso();
                 Ok(Bounds {

@@ -235,3 +235,39 @@ async fn a_fetch_without_a_session_is_answered_in_full() {
     e.topics.close().await;
     e.engine.close().await.expect("close");
 }
+
+/// A fetch parked on a partition that leaves this broker (closed: moved to another broker) is
+/// answered NOT_LEADER_OR_FOLLOWER as the partition leaves, not when its max wait runs out: the
+/// consumer's gap in a partition move was the whole `fetch.max.wait.ms`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_on_a_partition_that_leaves_is_answered_as_it_leaves() {
+    let e = env().await;
+    e.topics
+        .create("many", 1, Default::default(), false)
+        .await
+        .expect("create");
+    common::open_partition(&e.topics, "many", 0).await;
+    let end = produce(&e, 0).await;
+    let stream = e.topics.get("many").expect("topic").streams[0];
+    let f = Fetch {
+        version: 12,
+        session: (0, -1),
+        parts: &[(0, end)],
+        forget: &[],
+        max_wait_ms: 30_000,
+        topic_id: Uuid::nil(),
+    };
+    let started = Instant::now();
+    let (answer, closed) = tokio::join!(fetch(&e, f), async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        e.topics.close_partition(stream).await
+    });
+    closed.expect("close");
+    let waited = started.elapsed();
+    let p = &answer.responses[0].partitions[0];
+    assert_eq!(p.error_code, ResponseError::NotLeaderOrFollower.code());
+    assert!(
+        waited < Duration::from_secs(10),
+        "answered after {waited:?}, with a max wait of 30 s"
+    );
+}

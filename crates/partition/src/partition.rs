@@ -376,6 +376,12 @@ impl Partition {
     }
 
     /// (log start offset, high watermark)
+    /// Whether its stream was closed or dropped (the partition moved away or was deleted):
+    /// nothing more is read from it here.
+    pub fn is_gone(&self) -> bool {
+        self.stream.info().is_none()
+    }
+
     pub fn offsets(&self) -> (i64, i64) {
         self.stream
             .info()

@@ -769,9 +769,13 @@ impl Stream {
         self.published.forgotten.load(Ordering::Acquire)
     }
 
-    /// Marks the stream closed or dropped: its handles read nothing more from it.
+    /// Marks the stream closed or dropped: its handles read nothing more from it. Fetches
+    /// waiting on its high watermark are woken, so that they learn at once that it left (a
+    /// partition moved away answers NOT_LEADER_OR_FOLLOWER now, not at the end of the
+    /// consumer's `fetch.max.wait.ms`).
     pub fn set_forgotten(&self) {
         self.published.forgotten.store(true, Ordering::Release);
+        self.end_tx.send_modify(|_| {});
     }
 
     pub fn lock(&self) -> StateGuard<'_> {

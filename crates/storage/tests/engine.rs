@@ -1050,6 +1050,45 @@ async fn a_stream_handle_follows_its_stream_until_the_engine_forgets_it() {
     engine.close().await.unwrap();
 }
 
+#[tokio::test]
+async fn a_fetch_waiting_on_a_stream_is_woken_when_the_stream_is_closed_or_dropped() {
+    // A fetch parked on a partition's high watermark must learn at once that the partition
+    // left (moved to another broker, deleted), so that it is answered NOT_LEADER_OR_FOLLOWER
+    // and its consumer follows the partition, instead of waiting out fetch.max.wait.ms (the
+    // consumer's gap of every move was 500 ms).
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open_engine(dir.path(), small_config(), WAL).await;
+    engine.open_stream(1, 1).await.unwrap();
+    engine.open_stream(2, 1).await.unwrap();
+    engine
+        .append(1, 1, 1, 0, |b| payload(1, b, 0, 100))
+        .await
+        .unwrap();
+    // Handles held, as the partitions that a fetch holds keep theirs.
+    let (h1, h2) = (
+        engine.stream_handle(1).unwrap(),
+        engine.stream_handle(2).unwrap(),
+    );
+    let mut closed = h1.watch_high_watermark().unwrap();
+    let mut dropped = h2.watch_high_watermark().unwrap();
+    closed.borrow_and_update();
+    dropped.borrow_and_update();
+    let woken = Duration::from_secs(5);
+    let close = engine.close_stream(1);
+    let (changed, closing) = tokio::join!(tokio::time::timeout(woken, closed.changed()), close);
+    closing.unwrap();
+    assert!(
+        changed.is_ok(),
+        "a watcher of a closed stream was not woken"
+    );
+    engine.drop_stream(2);
+    assert!(
+        tokio::time::timeout(woken, dropped.changed()).await.is_ok(),
+        "a watcher of a dropped stream was not woken"
+    );
+    engine.close().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acknowledged_append_is_in_the_offsets_every_reader_sees() {
     // Readers take a stream's offsets without its lock (a fetch of 10,000 partitions reads
