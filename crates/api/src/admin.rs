@@ -339,72 +339,21 @@ impl Broker {
         &self,
         r: IncrementalAlterConfigsRequest,
     ) -> IncrementalAlterConfigsResponse {
-        // The changes apply to the configs as the metadata store holds them: this broker's
-        // catalog may not have heard yet of a change made through another broker, which
-        // writing back its stale copy would undo.
-        if let Err(e) = self.topics.refresh().await {
-            tracing::warn!(error = %e, "reading the catalog before altering configs");
-        }
         let mut out = Vec::with_capacity(r.resources.len());
         for res in r.resources {
             let name = res.resource_name.as_str();
-            let result = match self.topics.get(name) {
-                None if res.resource_type == RESOURCE_TOPIC => Err((
-                    ResponseError::UnknownTopicOrPartition,
-                    format!("Topic '{name}' does not exist."),
-                )),
-                None => Err((
+            // The changes apply to the configs as the metadata store holds them, with a
+            // compare-and-set: a change made through another broker meanwhile is neither
+            // undone by this broker's stale copy nor overwritten.
+            let result = if res.resource_type == RESOURCE_TOPIC {
+                self.topics
+                    .alter_configs(name, |old| incremental(old, &res.configs), r.validate_only)
+                    .await
+            } else {
+                Err((
                     ResponseError::InvalidRequest,
                     "Weir alters topic configs only".to_string(),
-                )),
-                Some(t) => {
-                    let mut configs = t.configs.clone();
-                    let mut bad = None;
-                    for c in &res.configs {
-                        let key = c.name.to_string();
-                        let value = c.value.as_ref().map(|v| v.to_string());
-                        match (c.config_operation, value) {
-                            (0, Some(v)) => {
-                                configs.insert(key, v);
-                            }
-                            (1, _) => {
-                                configs.remove(&key);
-                            }
-                            (2, Some(v)) => {
-                                let merged = match configs.get(&key) {
-                                    Some(old) if !old.is_empty() => format!("{old},{v}"),
-                                    _ => v,
-                                };
-                                configs.insert(key, merged);
-                            }
-                            (3, Some(v)) => {
-                                if let Some(old) = configs.get(&key) {
-                                    let kept: Vec<&str> =
-                                        old.split(',').filter(|x| x.trim() != v).collect();
-                                    configs.insert(key, kept.join(","));
-                                }
-                            }
-                            (op, _) => {
-                                bad = Some((
-                                    ResponseError::InvalidRequest,
-                                    format!("invalid operation {op} for {key}"),
-                                ))
-                            }
-                        }
-                    }
-                    match bad {
-                        Some(e) => Err(e),
-                        None => {
-                            self.set_topic_configs(
-                                res.resource_type,
-                                name,
-                                configs,
-                                r.validate_only,
-                            )
-                            .await
-                        }
-                    }
-                }
+                ))
             };
             let resp = incremental_alter_configs_response::AlterConfigsResourceResponse::default()
                 .with_resource_type(res.resource_type)
@@ -467,4 +416,44 @@ impl Broker {
         }
         DeleteRecordsResponse::default().with_topics(topics)
     }
+}
+
+/// IncrementalAlterConfigs' operations (SET, DELETE, APPEND, SUBTRACT) applied to `configs`.
+fn incremental(
+    configs: &BTreeMap<String, String>,
+    ops: &[incremental_alter_configs_request::AlterableConfig],
+) -> Result<BTreeMap<String, String>, AdminError> {
+    let mut configs = configs.clone();
+    for c in ops {
+        let key = c.name.to_string();
+        let value = c.value.as_ref().map(|v| v.to_string());
+        match (c.config_operation, value) {
+            (0, Some(v)) => {
+                configs.insert(key, v);
+            }
+            (1, _) => {
+                configs.remove(&key);
+            }
+            (2, Some(v)) => {
+                let merged = match configs.get(&key) {
+                    Some(old) if !old.is_empty() => format!("{old},{v}"),
+                    _ => v,
+                };
+                configs.insert(key, merged);
+            }
+            (3, Some(v)) => {
+                if let Some(old) = configs.get(&key) {
+                    let kept: Vec<&str> = old.split(',').filter(|x| x.trim() != v).collect();
+                    configs.insert(key, kept.join(","));
+                }
+            }
+            (op, _) => {
+                return Err((
+                    ResponseError::InvalidRequest,
+                    format!("invalid operation {op} for {key}"),
+                ))
+            }
+        }
+    }
+    Ok(configs)
 }

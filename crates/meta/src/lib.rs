@@ -323,6 +323,16 @@ pub trait Catalog: Send + Sync + 'static {
     /// Replaces a topic's configs.
     async fn set_topic_configs(&self, name: &str, configs: BTreeMap<String, String>) -> Result<()>;
 
+    /// Replaces a topic's configs if they are still `expected` (a compare-and-set): `Ok(false)`
+    /// if another writer changed them first, so that two incremental alters of one topic
+    /// through two brokers cannot undo each other.
+    async fn replace_topic_configs(
+        &self,
+        name: &str,
+        expected: &BTreeMap<String, String>,
+        configs: BTreeMap<String, String>,
+    ) -> Result<bool>;
+
     /// Allocates `count` consecutive ids from the named counter; returns the first.
     async fn allocate_ids(&self, counter: &str, count: u64) -> Result<u64>;
 

@@ -632,6 +632,67 @@ impl Topics {
         Ok(())
     }
 
+    /// Changes a topic's configs by `change`, applied to the configs as the metadata store holds
+    /// them, and stores the result only if they are still those (compare-and-set): a change
+    /// made meanwhile through another broker is read again and `change` applied to it, never
+    /// overwritten (IncrementalAlterConfigs).
+    pub async fn alter_configs(
+        &self,
+        name: &str,
+        change: impl Fn(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, AdminError>,
+        validate_only: bool,
+    ) -> Result<(), AdminError> {
+        /// Rounds of read, change, compare-and-set before giving up: each lost round means
+        /// another alter of the same topic succeeded meanwhile.
+        const ROUNDS: usize = 8;
+        for _ in 0..ROUNDS {
+            self.refresh()
+                .await
+                .map_err(|e| (ResponseError::KafkaStorageError, e.to_string()))?;
+            let _change = self.changes.lock().await;
+            let t = self.get(name).ok_or_else(|| {
+                (
+                    ResponseError::UnknownTopicOrPartition,
+                    format!("Topic '{name}' does not exist."),
+                )
+            })?;
+            let configs = change(&t.configs)?;
+            for (k, v) in &configs {
+                validate_config(k, v)?;
+            }
+            if validate_only {
+                return Ok(());
+            }
+            let stored = self
+                .meta
+                .replace_topic_configs(name, &t.configs, configs.clone())
+                .await
+                .map_err(meta_err)?;
+            if !stored {
+                tracing::debug!(
+                    topic = name,
+                    "topic configs changed meanwhile; reading them again"
+                );
+                continue;
+            }
+            let topic = Arc::new(Topic {
+                name: t.name.clone(),
+                id: t.id,
+                streams: t.streams.clone(),
+                configs,
+            });
+            self.apply_configs(&topic);
+            self.insert(topic);
+            drop(_change);
+            self.announce().await;
+            return Ok(());
+        }
+        Err((
+            ResponseError::RequestTimedOut,
+            format!("The configs of topic '{name}' kept changing while this alter was applied; try again."),
+        ))
+    }
+
     /// Every topic config with its value, default or set.
     pub fn describe_configs(&self, t: &Topic) -> Vec<ConfigEntry> {
         let mut out: Vec<ConfigEntry> = self

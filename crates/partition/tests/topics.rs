@@ -183,3 +183,56 @@ async fn the_last_stable_offset_stops_at_an_open_transaction_until_its_marker() 
         .expect("marker durable");
     assert_eq!(p.offsets_and_lso(), (0, 7, 7), "committed");
 }
+
+/// Two brokers (two catalogs on one metadata store) alter one topic's configs at once, each
+/// alter an increment of `segment.ms` (a read, a change, a write): every increment counts. Each
+/// alter is a compare-and-set; without the compare, a write from a read taken before the other
+/// broker's write undid it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_alters_through_two_brokers_lose_nothing() {
+    let common::Stack {
+        dir: _dir,
+        meta,
+        engine,
+    } = common::stack().await;
+    let a = Topics::open(engine.clone(), meta.clone(), TopicDefaults::default())
+        .await
+        .expect("topics");
+    let b = Topics::open(engine, meta.clone(), TopicDefaults::default())
+        .await
+        .expect("topics");
+    let start: BTreeMap<String, String> = [("segment.ms".to_string(), "1000".to_string())].into();
+    a.create("t", 1, start, false).await.expect("create");
+    const EACH: u64 = 25;
+    let mut tasks = tokio::task::JoinSet::new();
+    for topics in [a, b] {
+        for _ in 0..EACH {
+            let topics = Arc::clone(&topics);
+            tasks.spawn(async move {
+                topics
+                    .alter_configs(
+                        "t",
+                        |old| {
+                            let n: u64 = old["segment.ms"].parse().expect("a number");
+                            let mut new = old.clone();
+                            new.insert("segment.ms".into(), (n + 1).to_string());
+                            Ok(new)
+                        },
+                        false,
+                    )
+                    .await
+            });
+        }
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.expect("task").expect("alter");
+    }
+    let stored = weir_meta::Catalog::list_topics(&*meta)
+        .await
+        .expect("list")
+        .into_iter()
+        .find(|t| t.name == "t")
+        .expect("topic")
+        .configs;
+    assert_eq!(stored["segment.ms"], (1000 + 2 * EACH).to_string());
+}

@@ -9,6 +9,47 @@ pub async fn run(open: impl Fn() -> Box<dyn Catalog>) {
     topics_have_streams_and_configs(&*open()).await;
     deleted_topics_do_not_reuse_streams(&*open()).await;
     counters_and_keys(&*open()).await;
+    configs_are_replaced_only_if_unchanged(&*open()).await;
+}
+
+/// Two writers that read the same configs: the first replace wins, the second learns that it
+/// read stale configs (and must read again), and nothing it wrote is stored.
+pub async fn configs_are_replaced_only_if_unchanged(m: &dyn Catalog) {
+    let read: BTreeMap<String, String> = [("a".to_string(), "1".to_string())].into();
+    m.create_topic("t", [9; 16], 1, read.clone())
+        .await
+        .expect("create");
+    let mut first = read.clone();
+    first.insert("b".into(), "2".into());
+    let mut second = read.clone();
+    second.insert("c".into(), "3".into());
+    assert!(m
+        .replace_topic_configs("t", &read, first.clone())
+        .await
+        .expect("first"));
+    assert!(!m
+        .replace_topic_configs("t", &read, second)
+        .await
+        .expect("second"));
+    let stored =
+        |ts: Vec<crate::TopicMeta>| ts.into_iter().find(|t| t.name == "t").map(|t| t.configs);
+    assert_eq!(
+        stored(m.list_topics().await.expect("list")),
+        Some(first.clone())
+    );
+    // Read again, it goes through.
+    let mut again = first.clone();
+    again.insert("c".into(), "3".into());
+    assert!(m
+        .replace_topic_configs("t", &first, again.clone())
+        .await
+        .expect("again"));
+    assert_eq!(stored(m.list_topics().await.expect("list")), Some(again));
+    assert!(matches!(
+        m.replace_topic_configs("nope", &BTreeMap::new(), BTreeMap::new())
+            .await,
+        Err(MetaError::UnknownTopic(_))
+    ));
 }
 
 pub async fn topics_have_streams_and_configs(m: &dyn Catalog) {

@@ -136,6 +136,35 @@ impl Catalog for PostgresMetaStore {
         Ok(())
     }
 
+    async fn replace_topic_configs(
+        &self,
+        name: &str,
+        expected: &BTreeMap<String, String>,
+        configs: BTreeMap<String, String>,
+    ) -> Result<bool> {
+        let c = self.client().await?;
+        let n = c
+            .execute(
+                "UPDATE topics SET configs = $3 WHERE name = $1 AND configs = $2",
+                &[&name, &encode_configs(expected), &encode_configs(&configs)],
+            )
+            .await
+            .map_err(backend("updating topic configs"))?;
+        if n > 0 {
+            return Ok(true);
+        }
+        let exists = c
+            .query_opt("SELECT 1 FROM topics WHERE name = $1", &[&name])
+            .await
+            .map_err(backend("reading a topic"))?
+            .is_some();
+        if exists {
+            Ok(false)
+        } else {
+            Err(MetaError::UnknownTopic(name.to_string()))
+        }
+    }
+
     async fn allocate_ids(&self, counter: &str, count: u64) -> Result<u64> {
         let c = self.client().await?;
         next_id(&*c, counter, count).await

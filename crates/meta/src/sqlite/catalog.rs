@@ -144,6 +144,41 @@ impl Catalog for SqliteMetaStore {
         .await
     }
 
+    async fn replace_topic_configs(
+        &self,
+        name: &str,
+        expected: &BTreeMap<String, String>,
+        configs: BTreeMap<String, String>,
+    ) -> Result<bool> {
+        let (name, expected) = (name.to_string(), encode_configs(expected));
+        self.with(move |c| {
+            let n = c
+                .execute(
+                    "UPDATE topics SET configs = ?3 WHERE name = ?1 AND configs = ?2",
+                    params![name, expected, encode_configs(&configs)],
+                )
+                .map_err(backend("updating topic configs"))?;
+            if n > 0 {
+                return Ok(true);
+            }
+            let exists = c
+                .query_row(
+                    "SELECT 1 FROM topics WHERE name = ?1",
+                    params![name],
+                    |_| Ok(()),
+                )
+                .optional()
+                .map_err(backend("reading a topic"))?
+                .is_some();
+            if exists {
+                Ok(false)
+            } else {
+                Err(MetaError::UnknownTopic(name))
+            }
+        })
+        .await
+    }
+
     async fn allocate_ids(&self, counter: &str, count: u64) -> Result<u64> {
         let key = format!("counter.{counter}");
         self.with(move |c| {
