@@ -255,6 +255,18 @@ fn overlaps(a: &Assignment, b: &Assignment) -> bool {
 }
 
 impl ConsumerGroup {
+    /// Whether `member_id` (with `instance_id`) may join without taking the group past
+    /// `max_size` members: a known member, or a static member coming back, always may.
+    pub fn admits(&self, member_id: &str, instance_id: Option<&str>, max_size: usize) -> bool {
+        self.members.len() < max_size
+            || self.members.contains_key(member_id)
+            || instance_id.is_some_and(|i| {
+                self.members
+                    .values()
+                    .any(|m| m.instance_id.as_deref() == Some(i))
+            })
+    }
+
     /// The assignor the members ask for (the most common choice), else `uniform`.
     fn assignor(&self) -> Assignor {
         let mut votes: BTreeMap<&str, usize> = BTreeMap::new();

@@ -116,6 +116,20 @@ impl GroupCoordinator {
                 candidate = Some(ConsumerGroup::default());
             }
             let leaving = hb.member_epoch == -1;
+            let max = self.inner.config.consumer_max_size;
+            let group = candidate
+                .as_ref()
+                .or_else(|| state.consumers.get(&group_id).map(|c| &c.group));
+            if hb.member_epoch == 0
+                && group.is_some_and(|g| !g.admits(&hb.member_id, hb.instance_id.as_deref(), max))
+            {
+                return heartbeat_error(
+                    GROUP_MAX_SIZE_REACHED,
+                    format!(
+                        "The consumer group has reached its maximum capacity of {max} members."
+                    ),
+                );
+            }
             let answer = match candidate {
                 Some(mut group) => {
                     let answer = group.heartbeat(hb, topics, now_ms);

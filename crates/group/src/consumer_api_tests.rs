@@ -847,3 +847,44 @@ async fn no_heartbeat_is_answered_with_state_the_store_does_not_hold() {
     assert_eq!(b.member_epoch, r.member_epoch);
     drop(a);
 }
+
+/// `group.consumer.max.size`: a new member beyond it is refused GROUP_MAX_SIZE_REACHED and the
+/// group is unchanged; members already in keep heartbeating; a static member coming back under
+/// a new id still gets in; once one leaves, a new one may join.
+#[tokio::test]
+async fn a_consumer_group_takes_no_more_than_its_max_size() {
+    let co = GroupCoordinator::new(
+        Arc::new(SqliteMetaStore::in_memory().expect("store")),
+        GroupConfig {
+            consumer_max_size: 2,
+            ..config()
+        },
+    );
+    co.set_catalog(Arc::new(catalog));
+    let mut a = Client::join(&co, "a", &["orders"]).await;
+    let mut static_req = join_req("b", &["orders"]);
+    static_req.instance_id = Some(s("instance-b"));
+    assert_eq!(hb(&co, static_req).await.error_code, NONE);
+    let r = hb(&co, join_req("c", &["orders"])).await;
+    assert_eq!(
+        r.error_code, GROUP_MAX_SIZE_REACHED,
+        "{:?}",
+        r.error_message
+    );
+    assert_eq!(a.beat(&co).await, NONE, "a member already in goes on");
+    // The static member leaves for now (epoch -2) and comes back under a new id: admitted.
+    let mut leave = beat_req("b", 1, &Owned::new());
+    leave.member_epoch = -2;
+    leave.instance_id = Some(s("instance-b"));
+    hb(&co, leave).await;
+    let mut back = join_req("b2", &["orders"]);
+    back.instance_id = Some(s("instance-b"));
+    let r = hb(&co, back).await;
+    assert_eq!(r.error_code, NONE, "{:?}", r.error_message);
+    // a leaves: c gets in.
+    let mut gone = beat_req("a", a.epoch, &a.owned);
+    gone.member_epoch = -1;
+    assert_eq!(hb(&co, gone).await.error_code, NONE);
+    let r = hb(&co, join_req("c", &["orders"])).await;
+    assert_eq!(r.error_code, NONE, "{:?}", r.error_message);
+}

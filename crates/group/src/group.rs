@@ -53,6 +53,8 @@ pub(crate) struct Cx {
     pub now: Instant,
     /// Kafka's `group.initial.rebalance.delay.ms`.
     pub initial_rebalance_delay: Duration,
+    /// Kafka's `group.classic.max.size`.
+    pub max_size: usize,
 }
 
 /// What a JoinGroup gets back, before it is shaped for the request's version.
@@ -491,11 +493,24 @@ impl Group {
 
     // ---- JoinGroup ----
 
+    /// Whether one more member (not one of the pending ones) would take the group past its
+    /// size: members and pending members count, as in Kafka.
+    fn full(&self, cx: &Cx) -> bool {
+        self.members.len() + self.pending_join.len() >= cx.max_size
+    }
+
     pub(crate) fn join(&mut self, p: JoinParams, cx: &Cx) -> Reply<JoinOutcome> {
         let names: Vec<&str> = p.protocols.iter().map(|(n, _)| n.as_str()).collect();
         if p.member_id.is_empty() {
             if !self.supports_protocols(&p.protocol_type, &names, None) {
                 return Reply::Now(JoinOutcome::error(INCONSISTENT_GROUP_PROTOCOL, ""));
+            }
+            let returning = p
+                .instance_id
+                .as_deref()
+                .is_some_and(|i| self.static_member(i).is_some());
+            if !returning && self.full(cx) {
+                return Reply::Now(JoinOutcome::error(GROUP_MAX_SIZE_REACHED, ""));
             }
             let prefix = p.instance_id.as_deref().unwrap_or(&p.client_id);
             let new_id = format!("{prefix}-{}", crate::random_id());

@@ -117,6 +117,7 @@ mod codes {
     pub const INVALID_REQUEST: i16 = E::InvalidRequest.code();
     pub const STALE_MEMBER_EPOCH: i16 = E::StaleMemberEpoch.code();
     pub const UNRELEASED_INSTANCE_ID: i16 = E::UnreleasedInstanceId.code();
+    pub const GROUP_MAX_SIZE_REACHED: i16 = E::GroupMaxSizeReached.code();
     pub const UNSUPPORTED_ASSIGNOR: i16 = E::UnsupportedAssignor.code();
     pub const INVALID_REGULAR_EXPRESSION: i16 = E::InvalidRegularExpression.code();
     pub const UNSUPPORTED_VERSION: i16 = E::UnsupportedVersion.code();
@@ -133,6 +134,12 @@ const MAX_OFFSET_METADATA: usize = 4096;
 /// one is allowed): READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS.
 const GROUP_AUTHORIZED_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11);
 
+/// Members of one group at most, by default. Kafka's default is unbounded; every group's
+/// members are scanned under the coordinator's one lock (a rebalance, an assignment), so a
+/// runaway client (a member id per restart, never leaving) is stopped here. A member beyond a
+/// group's partitions has nothing to consume, and few groups read a thousand partitions.
+pub const DEFAULT_MAX_SIZE: usize = 1000;
+
 #[derive(Debug, Clone)]
 pub struct GroupConfig {
     /// Kafka's `group.initial.rebalance.delay.ms`: how long the first rebalance of an empty group
@@ -147,6 +154,12 @@ pub struct GroupConfig {
     pub consumer_session_timeout: Duration,
     /// Kafka's `group.consumer.heartbeat.interval.ms`, told to consumer group members.
     pub consumer_heartbeat_interval: Duration,
+    /// Kafka's `group.classic.max.size`: members of a classic group at most (pending members,
+    /// told MEMBER_ID_REQUIRED, count); a new member beyond is answered
+    /// GROUP_MAX_SIZE_REACHED.
+    pub classic_max_size: usize,
+    /// Kafka's `group.consumer.max.size`: the same for consumer groups (KIP-848).
+    pub consumer_max_size: usize,
 }
 
 impl Default for GroupConfig {
@@ -157,6 +170,8 @@ impl Default for GroupConfig {
             max_session_timeout: Duration::from_secs(30 * 60),
             consumer_session_timeout: Duration::from_secs(45),
             consumer_heartbeat_interval: Duration::from_secs(5),
+            classic_max_size: DEFAULT_MAX_SIZE,
+            consumer_max_size: DEFAULT_MAX_SIZE,
         }
     }
 }
@@ -402,6 +417,7 @@ impl Inner {
         Cx {
             now: Instant::now(),
             initial_rebalance_delay: self.config.initial_rebalance_delay,
+            max_size: self.config.classic_max_size,
         }
     }
 

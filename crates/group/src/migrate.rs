@@ -273,6 +273,13 @@ impl GroupCoordinator {
                 return None;
             }
             let mut member_id = req.member_id.to_string();
+            let max = self.inner.config.consumer_max_size;
+            if !c
+                .group
+                .admits(&member_id, req.group_instance_id.as_deref(), max)
+            {
+                return Some(JoinOutcome::error(GROUP_MAX_SIZE_REACHED, member_id));
+            }
             if member_id.is_empty() {
                 member_id = format!("{client_id}-{}", crate::random_id());
                 if version >= 4 && req.group_instance_id.is_none() {

@@ -1792,3 +1792,23 @@ async fn offset_fetch_while_the_store_is_down_is_retried_by_clients() {
         assert_eq!(code, load, "v{version}");
     }
 }
+
+/// `group.classic.max.size`: a new member beyond it (pending members count) is refused
+/// GROUP_MAX_SIZE_REACHED, without a rebalance; the members in are untouched.
+#[tokio::test]
+async fn a_classic_group_takes_no_more_than_its_max_size() {
+    let co = GroupCoordinator::new(
+        store(),
+        GroupConfig {
+            classic_max_size: 2,
+            initial_rebalance_delay: Duration::from_millis(500),
+            ..config()
+        },
+    );
+    let (a, _b) = two_stable_members(&co).await;
+    let p = protocols(&["range"], &["t1"]);
+    let third = co.join_group(join_req("", &p), 9, "c", "/10.0.0.1").await;
+    assert_eq!(third.error_code, GROUP_MAX_SIZE_REACHED);
+    assert_eq!(describe(&co, GROUP, 5).await.group_state.as_str(), "Stable");
+    assert_eq!(heartbeat(&co, &a.member_id, 1).await, NONE);
+}

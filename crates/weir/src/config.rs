@@ -309,6 +309,12 @@ pub struct BrokerConfig {
     /// `group.consumer.heartbeat.interval.ms`: how often consumer group members heartbeat
     /// (they learn of a new assignment at their next heartbeat).
     pub group_consumer_heartbeat_interval_ms: u64,
+    /// `group.classic.max.size`: members of one classic group at most (Kafka's default is
+    /// unbounded; 1000 here: every group's members are scanned under the coordinator's one
+    /// lock, and a member beyond the group's partitions has nothing to consume).
+    pub group_classic_max_size: usize,
+    /// `group.consumer.max.size`: the same for consumer groups (KIP-848).
+    pub group_consumer_max_size: usize,
     /// How often idempotent-producer state is snapshotted to the metadata store (idle
     /// producers are expired at the same time).
     pub producer_snapshot_interval_ms: u64,
@@ -467,6 +473,8 @@ impl Default for BrokerConfig {
             group_initial_rebalance_delay_ms: 0,
             group_consumer_session_timeout_ms: 45_000,
             group_consumer_heartbeat_interval_ms: 5_000,
+            group_classic_max_size: weir_group::DEFAULT_MAX_SIZE,
+            group_consumer_max_size: weir_group::DEFAULT_MAX_SIZE,
             producer_snapshot_interval_ms: 30_000,
             producer_id_expiration_ms: 86_400_000,
             log_cleaner_backoff_ms: 15_000,

@@ -423,6 +423,8 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
             consumer_heartbeat_interval: Duration::from_millis(
                 config.broker.group_consumer_heartbeat_interval_ms,
             ),
+            classic_max_size: config.broker.group_classic_max_size.max(1),
+            consumer_max_size: config.broker.group_consumer_max_size.max(1),
             ..weir_group::GroupConfig::default()
         },
     );
