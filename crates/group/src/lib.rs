@@ -176,6 +176,42 @@ impl Default for GroupConfig {
     }
 }
 
+/// How the coordinator's one lock for all groups fares: whether it still holds under load is
+/// read here (`weir_group_lock_wait_seconds`, `weir_group_lock_held_seconds`).
+#[derive(Debug, Default)]
+pub struct GroupMeters {
+    /// From asking for the lock to having it.
+    pub lock_wait: weir_metrics::Histogram,
+    /// From having the lock to letting it go.
+    pub lock_held: weir_metrics::Histogram,
+}
+
+/// The coordinator's state, locked; how long it was held is recorded when it is let go.
+struct Locked<'a> {
+    guard: MutexGuard<'a, State>,
+    taken: std::time::Instant,
+    held: &'a weir_metrics::Histogram,
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.guard
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        self.held.record(self.taken.elapsed());
+    }
+}
+
 /// The classic group coordinator. See the crate documentation.
 pub struct GroupCoordinator {
     inner: Arc<Inner>,
@@ -188,6 +224,7 @@ pub type Ownership = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 struct Inner {
     meta: Arc<dyn GroupStore>,
+    meters: GroupMeters,
     config: GroupConfig,
     state: Mutex<State>,
     /// Wakes the timer task when a deadline earlier than the one it sleeps to appears.
@@ -361,10 +398,18 @@ impl State {
 }
 
 impl Inner {
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> Locked<'_> {
+        let asked = std::time::Instant::now();
         // A panic under the lock leaves the state as the panicking operation left it; a debug
         // assertion already reported the problem, and the broker keeps serving.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        let guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let taken = std::time::Instant::now();
+        self.meters.lock_wait.record(taken - asked);
+        Locked {
+            guard,
+            taken,
+            held: &self.meters.lock_held,
+        }
     }
 
     fn catalog(&self) -> consumer::Topics {
@@ -671,6 +716,13 @@ async fn run_timer(inner: Arc<Inner>) {
 }
 
 impl GroupCoordinator {
+    /// How the coordinator's lock fares.
+    pub fn meters(&self) -> &GroupMeters {
+        &self.inner.meters
+    }
+}
+
+impl GroupCoordinator {
     /// Spawns the background task that expires members whose session timed out and ends
     /// rebalances whose rebalance timeout passed. Needs a tokio runtime. Coordinates every group
     /// until told otherwise ([`GroupCoordinator::set_ownership`]).
@@ -691,6 +743,7 @@ impl GroupCoordinator {
             }),
             wake: Notify::new(),
             writer: tokio::sync::Mutex::new(()),
+            meters: GroupMeters::default(),
             base: Instant::now(),
             catalog: std::sync::RwLock::new(Arc::new(consumer::Topics::new)),
         });

@@ -1339,6 +1339,19 @@ fn render(state: &State) -> String {
         "",
         &a.authorization_denied,
     );
+    let g = state.broker.groups.meters();
+    histogram(
+        &mut o,
+        "group_lock_wait",
+        "Time to take the group coordinator's one lock for all groups.",
+        &g.lock_wait,
+    );
+    histogram(
+        &mut o,
+        "group_lock_held",
+        "Time the group coordinator's lock was held.",
+        &g.lock_held,
+    );
     let sasl = &state.broker.sasl.meters;
     counter(
         &mut o,

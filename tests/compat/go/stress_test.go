@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -81,6 +82,13 @@ func TestTxnPipelinesUnderRebalances(t *testing.T) {
 	close(stop)
 	s := <-probed
 	t.Logf("probes: %d answered, slowest %v", s.answered, s.slowest)
+	if br, ok := b.(*Broker); ok && br.Kind == "weir" {
+		// Whether one lock for all groups still holds under this load.
+		_, body := adminGet(t, br, "/metrics")
+		for _, h := range []string{"weir_group_lock_wait_seconds", "weir_group_lock_held_seconds"} {
+			t.Logf("%s: %s", h, histogramSummary(body, h))
+		}
+	}
 	if s.answered == 0 {
 		t.Errorf("no probe was answered")
 	}
@@ -353,4 +361,54 @@ func (p *pipeline) check(t *testing.T) {
 				p.kind, part, len(got[part]), len(want), part)
 		}
 	}
+}
+
+// histogramSummary reads a histogram of /metrics: its count, mean, and the upper bounds of the
+// buckets holding its 99th and 99.9th percentiles and its largest sample.
+func histogramSummary(body, name string) string {
+	re := regexp.MustCompile("(?m)^" + regexp.QuoteMeta(name) + `_bucket\{le="([^"]+)"\} (\d+)$`)
+	type bucket struct {
+		le    string
+		count float64
+	}
+	var bs []bucket
+	for _, m := range re.FindAllStringSubmatch(body, -1) {
+		n, _ := strconv.ParseFloat(m[2], 64)
+		bs = append(bs, bucket{m[1], n})
+	}
+	if len(bs) == 0 {
+		return "absent"
+	}
+	total := bs[len(bs)-1].count
+	sum := metricIn(body, name+"_sum")
+	at := func(q float64) string {
+		for _, b := range bs {
+			if b.count >= q*total {
+				return b.le
+			}
+		}
+		return "+Inf"
+	}
+	max := "0"
+	for i := len(bs) - 1; i > 0; i-- {
+		if bs[i-1].count < total {
+			max = bs[i].le
+			break
+		}
+	}
+	if total == 0 {
+		return "no samples"
+	}
+	return fmt.Sprintf("%.0f samples, mean %.1f µs, p99 <= %s s, p99.9 <= %s s, max <= %s s",
+		total, sum/total*1e6, at(0.99), at(0.999), max)
+}
+
+// metricIn reads one sample's value from a /metrics body (0 if absent).
+func metricIn(body, sample string) float64 {
+	m := regexp.MustCompile("(?m)^" + regexp.QuoteMeta(sample) + " ([0-9.e+-]+)$").FindStringSubmatch(body)
+	if m == nil {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	return v
 }
