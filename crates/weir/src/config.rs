@@ -337,8 +337,9 @@ pub struct BrokerConfig {
     /// After SIGTERM, the broker hands its partitions over, uploads what its WAL holds and
     /// stops; if that is not done within this bound (a metadata store that does not answer),
     /// it exits anyway, as after a crash: what was not handed over fails over, and nothing
-    /// acknowledged is lost (the WAL is durable). 0: no bound.
-    pub shutdown_timeout_ms: u64,
+    /// acknowledged is lost (the WAL is durable). 0: no bound. (`cluster.shutdown_timeout_ms`
+    /// is the part of it spent waiting for the partitions to move.)
+    pub shutdown_deadline_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -480,7 +481,7 @@ impl Default for BrokerConfig {
             log_cleaner_backoff_ms: 15_000,
             fault_switch: false,
             request_stuck_ms: 120_000,
-            shutdown_timeout_ms: 120_000,
+            shutdown_deadline_ms: 120_000,
         }
     }
 }

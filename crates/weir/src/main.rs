@@ -777,7 +777,7 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
         }
     }
     ready.store(false, Ordering::SeqCst);
-    bound_the_shutdown(Duration::from_millis(config.broker.shutdown_timeout_ms));
+    bound_the_shutdown(Duration::from_millis(config.broker.shutdown_deadline_ms));
     // Controlled shutdown: while still serving, let the controller move this broker's
     // partitions to the others (clients are redirected with retriable errors).
     tracing::info!("shutting down: moving partitions to other brokers");
@@ -822,7 +822,7 @@ fn bound_the_shutdown(bound: Duration) {
             tracing::error!(
                 bound_ms = bound.as_millis() as u64,
                 elapsed_ms = started.elapsed().as_millis() as u64,
-                "shutdown not done within broker.shutdown_timeout_ms: exiting now; partitions not handed over fail over as after a crash"
+                "shutdown not done within broker.shutdown_deadline_ms: exiting now; partitions not handed over fail over as after a crash"
             );
             std::process::exit(2);
         });

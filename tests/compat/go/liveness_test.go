@@ -4,7 +4,7 @@ package compat
 // SQLite file write-locked by another process, as a stalled disk or a hung PostgreSQL would)
 // shows the age of its oldest CreateTopics in weir_request_oldest_seconds, logs the request at
 // WARN once it is past broker.request_stuck_ms, fails /readyz while it is stuck and is ready
-// again once it is answered; and SIGTERM stops it within broker.shutdown_timeout_ms even while
+// again once it is answered; and SIGTERM stops it within broker.shutdown_deadline_ms even while
 // the store still does not answer.
 
 import (
@@ -94,7 +94,7 @@ func TestStuckRequestIsSeenAndTheStopIsBounded(t *testing.T) {
 	const stuckMs, shutdownMs = 1500, 4000
 	b := startBroker(t, "stuck", func(b *Broker) error {
 		b.env = append(b.env, "WEIR_BROKER_REQUEST_STUCK_MS="+strconv.Itoa(stuckMs),
-			"WEIR_BROKER_SHUTDOWN_TIMEOUT_MS="+strconv.Itoa(shutdownMs))
+			"WEIR_BROKER_SHUTDOWN_DEADLINE_MS="+strconv.Itoa(shutdownMs))
 		return nil
 	})
 	adm := newAdmin(t, b)
