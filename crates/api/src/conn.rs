@@ -21,6 +21,9 @@ pub struct ListenerSecurity {
     /// The internal listener of a cluster with `cluster.internal_secret`: a peer is served once
     /// its hello proves it holds the secret.
     pub peer_secret: Option<Arc<[u8]>>,
+    /// `cluster.legacy_peer_hello`: a peer's hello without a challenge (earlier versions') is
+    /// accepted, while a cluster is upgraded from them.
+    pub legacy_peer_hello: bool,
 }
 
 impl Default for ListenerSecurity {
@@ -31,6 +34,7 @@ impl Default for ListenerSecurity {
             mechanisms: Vec::new(),
             reauth_ms: 0,
             peer_secret: None,
+            legacy_peer_hello: false,
         }
     }
 }
@@ -91,6 +95,8 @@ struct State {
     resolved: Option<(String, Option<Arc<str>>)>,
     /// A peer broker's zone, from its hello.
     peer_zone: Option<Arc<str>>,
+    /// The nonce a peer broker was challenged with, until its hello answers it.
+    challenge: Option<[u8; 32]>,
 }
 
 impl Conn {
@@ -198,6 +204,15 @@ impl Conn {
 
     pub(crate) fn cache_zone(&self, client_id: &str, zone: Option<Arc<str>>) {
         self.state().resolved = Some((client_id.to_string(), zone));
+    }
+
+    pub(crate) fn set_challenge(&self, nonce: [u8; 32]) {
+        self.state().challenge = Some(nonce);
+    }
+
+    /// The challenge this connection's peer was given, once (a hello answers it only once).
+    pub(crate) fn take_challenge(&self) -> Option<[u8; 32]> {
+        self.state().challenge.take()
     }
 
     pub(crate) fn set_peer_zone(&self, zone: &str) {

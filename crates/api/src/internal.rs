@@ -40,21 +40,40 @@ impl Broker {
         conn: &Conn,
     ) -> Result<InternalReply, String> {
         match key {
+            wire::HELLO_CHALLENGE => {
+                let nonce = weir_auth::peer::nonce().map_err(|e| e.to_string())?;
+                conn.set_challenge(nonce);
+                Ok(ready(Some(BytesMut::from(&nonce[..]))))
+            }
             wire::HELLO => {
                 let hello = wire::Hello::decode(body).map_err(|e| e.to_string())?;
                 if let Some(secret) = &conn.listener.peer_secret {
-                    let now_ms = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_millis() as i64);
-                    weir_auth::peer::verify(
-                        secret,
-                        hello.node_id,
-                        &hello.zone,
-                        hello.timestamp_ms,
-                        &hello.proof,
-                        now_ms,
-                    )
-                    .map_err(|e| format!("broker {} not admitted: {e}", hello.node_id))?;
+                    let checked = match conn.take_challenge() {
+                        Some(nonce) => weir_auth::peer::verify_challenged(
+                            secret,
+                            hello.node_id,
+                            &hello.zone,
+                            &nonce,
+                            &hello.proof,
+                        ),
+                        None if conn.listener.legacy_peer_hello => {
+                            let now_ms = std::time::SystemTime::now()
+                                .duration_since(std::time::UNIX_EPOCH)
+                                .map_or(0, |d| d.as_millis() as i64);
+                            weir_auth::peer::verify(
+                                secret,
+                                hello.node_id,
+                                &hello.zone,
+                                hello.timestamp_ms,
+                                &hello.proof,
+                                now_ms,
+                            )
+                        }
+                        None => Err("a hello without a challenge (an earlier version's; \
+                                     cluster.legacy_peer_hello accepts it during an upgrade)"
+                            .to_string()),
+                    };
+                    checked.map_err(|e| format!("broker {} not admitted: {e}", hello.node_id))?;
                     conn.set_principal(weir_auth::Principal::user(format!(
                         "broker-{}",
                         hello.node_id

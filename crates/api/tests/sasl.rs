@@ -46,6 +46,7 @@ fn conn(port: u16, reauth_ms: u64) -> Conn {
             mechanisms: SaslMechanism::ALL.to_vec(),
             reauth_ms,
             peer_secret: None,
+            legacy_peer_hello: false,
         }),
     )
 }
@@ -221,6 +222,7 @@ async fn a_mechanism_not_offered_is_refused_with_the_ones_that_are() {
             mechanisms: vec![SaslMechanism::Scram(Mechanism::Sha512)],
             reauth_ms: 0,
             peer_secret: None,
+            legacy_peer_hello: false,
         }),
     );
     for wanted in ["PLAIN", "SCRAM-SHA-256", "GSSAPI"] {

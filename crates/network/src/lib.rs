@@ -563,7 +563,8 @@ where
                     held.kind = kind_of(key);
                     let size = 4 + frame.len() as u64;
                     let introduction = BEFORE_AUTHENTICATION.contains(&key)
-                        || (conn.internal && key == weir_zone::wire::HELLO);
+                        || (conn.internal
+                            && matches!(key, weir_zone::wire::HELLO | weir_zone::wire::HELLO_CHALLENGE));
                     if !introduction && !conn.may_serve(Instant::now()) {
                         meters.unauthenticated_requests.inc();
                         tracing::info!(%peer, api_key = key, listener = %conn.listener.name,

@@ -221,7 +221,13 @@ pub struct ClusterSection {
     /// A secret every broker of the cluster shares: a broker proves it (HMAC, never the secret
     /// itself) when it connects to a peer's internal listener, which serves nothing before.
     /// Empty: the internal listener serves any connection (keep it on a private network).
+    /// The listener challenges each connection with a nonce the proof must sign, so a hello
+    /// seen on the wire cannot be replayed.
     pub internal_secret: String,
+    /// Accept (and send) the hello of versions before the challenge, whose proof signs the
+    /// time and could be replayed for ten minutes: only while a cluster is upgraded from them,
+    /// on every broker, and off again once all run this version.
+    pub legacy_peer_hello: bool,
 }
 
 impl Default for ClusterSection {
@@ -237,6 +243,7 @@ impl Default for ClusterSection {
             clock_drift_margin_ms: d.clock_drift_margin.as_millis() as u64,
             wal_retry_interval_ms: d.wal_retry_interval.as_millis() as u64,
             internal_secret: String::new(),
+            legacy_peer_hello: false,
         }
     }
 }

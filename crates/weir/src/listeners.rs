@@ -257,6 +257,7 @@ pub fn security(config: &Config, spec: &ListenerSpec) -> Result<Arc<ListenerSecu
         },
         reauth_ms: config.security.connections_max_reauth_ms,
         peer_secret: None,
+        legacy_peer_hello: false,
     }))
 }
 

@@ -456,7 +456,7 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
     let peer_secret: Option<Arc<[u8]>> = (!config.cluster.internal_secret.is_empty())
         .then(|| Arc::from(config.cluster.internal_secret.as_bytes()));
     if let Some(secret) = &peer_secret {
-        zone_peers.set_secret(secret);
+        zone_peers.set_secret(secret, config.cluster.legacy_peer_hello);
     }
     let forwarder = weir_zone::Forwarder::start(
         cluster.node_id(),
@@ -698,6 +698,7 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
             listener: Arc::new(weir_api::ListenerSecurity {
                 name: "INTERNAL".into(),
                 peer_secret,
+                legacy_peer_hello: config.cluster.legacy_peer_hello,
                 ..Default::default()
             }),
             ..net_config

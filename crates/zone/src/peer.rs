@@ -76,8 +76,9 @@ pub struct Peer<'a> {
 pub struct Peers {
     node_id: i32,
     zone: String,
-    /// `cluster.internal_secret`, proven in every hello.
-    secret: Mutex<Option<Arc<[u8]>>>,
+    /// `cluster.internal_secret`, proven in every hello, and whether hellos answer a challenge
+    /// (`false`: `cluster.legacy_peer_hello`, an earlier version's hello, during an upgrade).
+    secret: Mutex<Option<(Arc<[u8]>, bool)>>,
     meters: Arc<NetMeters>,
     conns: Mutex<HashMap<(i32, Channel), PeerConn>>,
 }
@@ -95,9 +96,10 @@ impl Peers {
         })
     }
 
-    /// Sets the cluster's internal secret, which every new connection's hello proves.
-    pub fn set_secret(&self, secret: &[u8]) {
-        *self.secret.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::from(secret));
+    /// Sets the cluster's internal secret, which every new connection's hello proves: by
+    /// answering the listener's challenge, or (`legacy`) as earlier versions did.
+    pub fn set_secret(&self, secret: &[u8], legacy: bool) {
+        *self.secret.lock().unwrap_or_else(|e| e.into_inner()) = Some((Arc::from(secret), !legacy));
     }
 
     /// Queues a request to `peer` now (requests on one channel are written in the order of
@@ -124,7 +126,11 @@ impl Peers {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .clone();
-                let hello = crate::wire::Hello::new(self.node_id, &self.zone, secret.as_deref());
+                let hello = Introduction {
+                    node_id: self.node_id,
+                    zone: self.zone.clone(),
+                    secret,
+                };
                 conns.insert(slot, open(peer.node_id, peer.internal_addr, hello, sent));
             }
             if let Some(c) = conns.get(&slot) {
@@ -158,7 +164,67 @@ impl Peers {
 type Pending = Arc<Mutex<HashMap<i32, oneshot::Sender<Result<Bytes, PeerError>>>>>;
 
 /// Starts a connection's task; requests queue until it is open.
-fn open(node: i32, addr: &str, hello: crate::wire::Hello, sent: Arc<Counter>) -> PeerConn {
+/// What a connection's first frames say: who calls, and the proof of the secret.
+struct Introduction {
+    node_id: i32,
+    zone: String,
+    /// The secret, and whether the listener's challenge is asked for first.
+    secret: Option<(Arc<[u8]>, bool)>,
+}
+
+/// The longest wait for a listener's challenge.
+const CHALLENGE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl Introduction {
+    /// Asks for the listener's challenge (if the hello answers one) and makes the hello.
+    async fn hello<R: AsyncReadExt + Unpin, W: AsyncWriteExt + Unpin>(
+        &self,
+        rd: &mut R,
+        wr: &mut W,
+        sent: &Counter,
+    ) -> Result<crate::wire::Hello, String> {
+        let (secret, challenged) = match &self.secret {
+            None => return Ok(crate::wire::Hello::new(self.node_id, &self.zone, None)),
+            Some((s, false)) => {
+                return Ok(crate::wire::Hello::new(self.node_id, &self.zone, Some(s)))
+            }
+            Some((s, true)) => (s, true),
+        };
+        debug_assert!(challenged);
+        let mut frame = BytesMut::with_capacity(12);
+        frame.put_u32(8);
+        frame.put_i16(crate::wire::HELLO_CHALLENGE);
+        frame.put_i16(0);
+        frame.put_i32(0);
+        wr.write_all(&frame)
+            .await
+            .map_err(|e| format!("asking for the challenge: {e}"))?;
+        sent.add(frame.len() as u64);
+        let read = async {
+            let mut len = [0u8; 4];
+            rd.read_exact(&mut len).await?;
+            let n = u32::from_be_bytes(len) as usize;
+            if !(4..=4 + 64).contains(&n) {
+                return Err(std::io::Error::other(format!("a challenge of {n} bytes")));
+            }
+            let mut buf = vec![0u8; n];
+            rd.read_exact(&mut buf).await?;
+            Ok(buf.split_off(4))
+        };
+        let nonce = tokio::time::timeout(CHALLENGE_TIMEOUT, read)
+            .await
+            .map_err(|_| "no challenge from the listener".to_string())?
+            .map_err(|e| format!("reading the challenge (a peer of an earlier version closes the connection: set cluster.legacy_peer_hello during the upgrade): {e}"))?;
+        Ok(crate::wire::Hello::challenged(
+            self.node_id,
+            &self.zone,
+            secret,
+            &nonce,
+        ))
+    }
+}
+
+fn open(node: i32, addr: &str, hello: Introduction, sent: Arc<Counter>) -> PeerConn {
     let (tx, rx) = mpsc::unbounded_channel();
     let dead = Arc::new(AtomicBool::new(false));
     let conn = PeerConn {
@@ -196,7 +262,7 @@ async fn run(
     addr: &str,
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
     pending: &Pending,
-    hello: crate::wire::Hello,
+    hello: Introduction,
     sent: &Counter,
 ) -> String {
     let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
@@ -212,6 +278,13 @@ async fn run(
     };
     let _ = stream.set_nodelay(true);
     let (mut rd, mut wr) = stream.into_split();
+    let hello = match hello.hello(&mut rd, &mut wr, sent).await {
+        Ok(h) => h,
+        Err(e) => {
+            fail_queued(&mut rx, &e);
+            return e;
+        }
+    };
     let reader = {
         let pending = Arc::clone(pending);
         async move {

@@ -22,6 +22,9 @@ pub const HELLO: i16 = 1003;
 pub const TXN_MARKERS: i16 = 1004;
 /// The aborted transactions of a partition in a span of offsets: see [`AbortedTxns`].
 pub const ABORTED_TXNS: i16 = 1005;
+/// Before the hello on a cluster with an internal secret: the listener answers a nonce that the
+/// hello's proof must sign ([`weir_auth::peer`]). Empty body; the answer is the nonce.
+pub const HELLO_CHALLENGE: i16 = 1006;
 
 /// A peer broker introduces itself, so that the listener's side meters its answers with the
 /// peer's zone, and proves it holds the cluster's internal secret (if the cluster has one:
@@ -47,6 +50,19 @@ impl Hello {
             proof: secret.map_or_else(Vec::new, |s| {
                 weir_auth::peer::proof(s, node_id, zone, timestamp_ms)
             }),
+        }
+    }
+
+    /// A hello that answers the listener's challenge `nonce` (see [`HELLO_CHALLENGE`]).
+    pub fn challenged(node_id: i32, zone: &str, secret: &[u8], nonce: &[u8]) -> Hello {
+        let timestamp_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        Hello {
+            node_id,
+            zone: zone.to_string(),
+            timestamp_ms,
+            proof: weir_auth::peer::challenged_proof(secret, node_id, zone, nonce),
         }
     }
 
