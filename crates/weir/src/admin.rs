@@ -1468,7 +1468,46 @@ fn render(state: &State) -> String {
             .load(std::sync::atomic::Ordering::Relaxed),
     );
     render_in_flight(&mut o, &n.in_flight);
+    render_process(&mut o);
     o
+}
+
+/// What the process holds (Linux's /proc; absent elsewhere) and the runtime's live tasks: what
+/// a soak watches for growth without bound.
+fn render_process(o: &mut String) {
+    if let Ok(h) = tokio::runtime::Handle::try_current() {
+        gauge(
+            o,
+            "runtime_tasks_alive",
+            "Tasks alive on the broker's main runtime.",
+            h.metrics().num_alive_tasks() as u64,
+        );
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| -> Option<u64> {
+        let line = status.lines().find(|l| l.starts_with(name))?;
+        line[name.len()..].split_whitespace().next()?.parse().ok()
+    };
+    let mut raw = |name: &str, help: &str, v: u64| {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+    };
+    if let Some(kib) = field("VmRSS:") {
+        raw(
+            "process_resident_memory_bytes",
+            "Resident memory of the broker process.",
+            kib * 1024,
+        );
+    }
+    if let Some(n) = field("Threads:") {
+        raw("process_threads", "Threads of the broker process.", n);
+    }
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        raw(
+            "process_open_fds",
+            "File descriptors the broker process holds open.",
+            fds.count() as u64,
+        );
+    }
 }
 
 /// The stuck-request watch's meters: the oldest request in flight per API, how many are stuck.
