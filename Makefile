@@ -165,6 +165,17 @@ chaos:
 		WEIR_STRESS_SECONDS=$${WEIR_STRESS_SECONDS:-300} \
 		go test -count=1 -timeout 30m -run 'TestTxnPipelinesUnderRebalances$$' -v .
 
+# The soak (2 hours; WEIR_SOAK_SECONDS to change it): a three-broker cluster under idempotent,
+# transactional and consumer-group load (both group protocols), a partition move and a SIGTERM
+# restart of one broker every 3 minutes; fails on any lost, duplicated or reordered record, any
+# stuck request, or resident memory, open files, threads or tasks of the brokers that run
+# throughout growing without bound. Writes bench/results/soak-YYYY-MM-DD-HHMM.md.
+.PHONY: soak
+soak:
+	$(CARGO) build --release -p weir
+	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
+	CHAOS_SOAK_SECONDS=$${WEIR_SOAK_SECONDS:-7200} WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) tests/chaos/chaos.py --mode soak
+
 # Failover after kill -9 (about 3 minutes): 10 kills of a leader under load on a three-broker
 # cluster; per kill the time until every partition it led is acknowledged again by a new leader,
 # min/median/max beside AutoMQ's; writes bench/results/failover-YYYY-MM-DD-HHMM.md.

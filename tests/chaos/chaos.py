@@ -54,6 +54,9 @@ Faults, in an order drawn from the seed (printed; a failure prints the command t
   walpath   a leader killed with its WAL file (<data_dir>/wal) renamed away: its partitions must
             wait (no broker may lead them meanwhile); after a few seconds the file is renamed
             back (a peer then recovers it, retried every few seconds) and the broker restarted
+  move      (soak) a third of each topic's partitions moved to the next broker
+  restart   (soak) the last broker stopped with SIGTERM (its partitions handed over) and started
+            again
 
 Brokers restarted after a fault are given their share of the partitions back (POST
 /v1/reassignments) when CHAOS_REBALANCE=1 (default), so that every kill hits about a third of
@@ -98,6 +101,16 @@ Modes (--mode or CHAOS_MODE):
   bench  only kill -9 of a leader, CHAOS_FAULTS [10] kills; prints each kill's failover time
          and min/median/max over all kills beside AutoMQ's (make bench-failover); writes
          bench/results/failover-YYYY-MM-DD-HHMM.md
+  soak   CHAOS_SOAK_SECONDS [7200] of the load (both group protocols: one consumer reads in a
+         KIP-848 group, CHAOS_SOAK_CONSUMER_PROTOCOL), with a partition move and a SIGTERM restart
+         of the last broker every CHAOS_SOAK_EVERY [180] seconds (kinds `move` and `restart`,
+         soak's only); the other brokers run throughout and their resident memory, open files,
+         threads and live tasks (/metrics) are sampled every CHAOS_SOAK_SAMPLE [15] seconds.
+         Fails, beside the checks above, if any of those grew without bound (the median of the
+         last fifth of the run above the median of the first fifth after the warm-up by more than
+         half, plus a slack: 64 MiB, 64 files, 16 threads, 500 tasks) or if any broker ever had a
+         stuck request (weir_stuck_requests_total). make soak; writes
+         bench/results/soak-YYYY-MM-DD-HHMM.md
 
 Flags (each also an environment variable, flags win):
   --mode [short]               CHAOS_MODE
@@ -142,6 +155,7 @@ import signal
 import statistics
 import sys
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -149,6 +163,8 @@ sys.path.insert(0, os.path.join(REPO, "tests", "compat", "python"))
 sys.path.insert(0, os.path.join(REPO, "bench"))
 
 KINDS = ("kill", "pause", "pg", "objstore", "wal", "walpath")
+# The soak's kinds (not in the others' defaults; --kinds may name them anywhere).
+SOAK_KINDS = ("move", "restart")
 TOPIC = "chaos"
 TXN_TOPIC = "chaos-txn"
 GROUP = "chaos-group"
@@ -165,6 +181,9 @@ MODES = {
              "pg_down": (1.0, 6.0), "pause_extra": (0.5, 4.0), "walpath_hold": (4.0, 10.0)},
     "bench": {"faults": 10, "warmup": 5.0, "settle": (3.0, 4.0), "hold": (3.0, 4.0),
               "pg_down": (2.0, 3.0), "pause_extra": (1.0, 2.0), "walpath_hold": (4.5, 5.5)},
+    # settle: half of CHAOS_SOAK_EVERY, set in Settings (a move, then a restart, per period).
+    "soak": {"faults": None, "warmup": 10.0, "settle": None, "hold": (3.0, 4.0),
+             "pg_down": (2.0, 3.0), "pause_extra": (1.0, 2.0), "walpath_hold": (4.5, 5.5)},
 }
 
 
@@ -191,12 +210,14 @@ class Settings:
         a = ap.parse_args(argv)
         self.wal_kind = a.wal_kind
         # Faults of the WAL file: there is none on the object WAL.
-        applicable = [k for k in KINDS if a.wal_kind == "file" or k not in ("wal", "walpath")]
+        applicable = [k for k in KINDS + SOAK_KINDS
+                      if a.wal_kind == "file" or k not in ("wal", "walpath")]
         self.mode = a.mode
         m = MODES[a.mode]
         self.seed = a.seed if a.seed is not None else random.randrange(1 << 31)
-        self.kinds = [k.strip() for k in a.kinds.split(",") if k.strip()] or (
-            ["kill"] if a.mode == "bench" else applicable)
+        default = (["kill"] if a.mode == "bench" else list(SOAK_KINDS) if a.mode == "soak"
+                   else [k for k in applicable if k not in SOAK_KINDS])
+        self.kinds = [k.strip() for k in a.kinds.split(",") if k.strip()] or default
         for k in self.kinds:
             if k not in applicable:
                 raise SystemExit(f"chaos.py: fault kind {k!r} does not apply (kinds with "
@@ -213,6 +234,14 @@ class Settings:
         self.pg_down = m["pg_down"]
         self.pause_extra = m["pause_extra"]
         self.walpath_hold = m["walpath_hold"]
+        self.soak_seconds = env_float("CHAOS_SOAK_SECONDS", 7200)
+        self.soak_every = env_float("CHAOS_SOAK_EVERY", 180)
+        self.soak_sample = env_float("CHAOS_SOAK_SAMPLE", 15)
+        self.soak_consumer_protocol = os.environ.get("CHAOS_SOAK_CONSUMER_PROTOCOL", "consumer")
+        if a.mode == "soak":
+            self.settle = (self.soak_every / 2, self.soak_every / 2)
+            if self.faults is None:
+                self.faults = max(2, int(self.soak_seconds / (self.soak_every / 2)))
         self.producers = env_int("CHAOS_PRODUCERS", 3)
         self.consumers = env_int("CHAOS_CONSUMERS", 2)
         self.partitions = env_int("CHAOS_PARTITIONS", 12)
@@ -397,9 +426,10 @@ def producer_main(idx, bootstrap, topic, partitions, rate, record_bytes, out_dir
                    "errors": errors.most_common(20), "error_count": sum(errors.values())}, f)
 
 
-def consumer_main(idx, bootstrap, topic, out_dir, stop):
+def consumer_main(idx, bootstrap, topic, out_dir, stop, protocol="classic"):
     """A consumer group member reading throughout, committing every second; writes
-    consumer-<idx>.json: records read, longest gap between records, errors, commits."""
+    consumer-<idx>.json: records read, longest gap between records, errors, commits. With
+    protocol "consumer", a member of a KIP-848 group of its own (GROUP-848)."""
     from confluent_kafka import Consumer
 
     logger = client_logger(out_dir, f"consumer-{idx}")
@@ -409,11 +439,14 @@ def consumer_main(idx, bootstrap, topic, out_dir, stop):
     def on_commit(err, _partitions):
         commits["ok" if err is None else "failed"] += 1
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP,
-                  "client.id": f"chaos-consumer-{idx}", "enable.auto.commit": False,
-                  "auto.offset.reset": "earliest", "on_commit": on_commit,
-                  "error_cb": lambda e: errors.__setitem__(str(e), errors[str(e)] + 1),
-                  "logger": logger})
+    conf = {"bootstrap.servers": bootstrap, "group.id": GROUP,
+            "client.id": f"chaos-consumer-{idx}", "enable.auto.commit": False,
+            "auto.offset.reset": "earliest", "on_commit": on_commit,
+            "error_cb": lambda e: errors.__setitem__(str(e), errors[str(e)] + 1),
+            "logger": logger}
+    if protocol == "consumer":
+        conf.update({"group.id": GROUP + "-848", "group.protocol": "consumer"})
+    c = Consumer(conf)
     c.subscribe([topic])
     read = 0
     first = last = None
@@ -720,6 +753,10 @@ class Chaos:
         self.acks = AckTail(out_dir, s.producers)
         self.switch = None  # fault switch answers (None: not probed yet)
         self.watch = None  # callback on each leader poll during a fault (walpath)
+        # Every CHAOS_SOAK_SAMPLE s: (t, node, {measure: value}) of each live broker.
+        self.samples = []
+        self.last_sample = 0.0
+        self.stuck_seen = set()  # nodes that reported a stuck request
 
     def rel(self, t=None):
         return (time.monotonic() if t is None else t) - self.t_start
@@ -783,6 +820,9 @@ class Chaos:
     def observe(self):
         self.acks.poll()
         self.check_processes()
+        if time.monotonic() - self.last_sample >= self.s.soak_sample:
+            self.last_sample = time.monotonic()
+            self.sample()
         views = self.leaders()
         v = None
         if views is not None:
@@ -849,6 +889,36 @@ class Chaos:
 
     def all_moved(self, f):
         return all(p in f.moved_ms for p in f.affected or [])
+
+    # ----------------------------------------------------------- resources
+    SAMPLED = ("process_resident_memory_bytes", "process_open_fds", "process_threads",
+               "weir_runtime_tasks_alive", "weir_stuck_requests_total", "weir_requests_stuck")
+
+    def sample(self):
+        """Each live broker's process figures and stuck requests (/metrics); a broker that
+        reports a stuck request fails the run (it wedged)."""
+        for i in self.live():
+            b = self.c.brokers[i]
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{b.aux_port}/metrics",
+                                            timeout=2) as r:
+                    text = r.read().decode()
+            except OSError:
+                continue
+            got = {}
+            for line in text.splitlines():
+                name, _, value = line.partition(" ")
+                if name in self.SAMPLED:
+                    try:
+                        got[name] = float(value)
+                    except ValueError:
+                        pass
+            self.samples.append((self.rel(), b.node_id, b.starts, got))
+            if got.get("weir_stuck_requests_total", 0) > 0 and b.node_id not in self.stuck_seen:
+                self.stuck_seen.add(b.node_id)
+                self.fail(f"broker {b.node_id} reports "
+                          f"{got['weir_stuck_requests_total']:.0f} stuck requests "
+                          "(weir_stuck_requests_total): a request waited past its bound")
 
     # ----------------------------------------------------------- fault switch
     def put_faults(self, i, body):
@@ -1090,6 +1160,56 @@ class Chaos:
         f.t0 = f.t1 = time.monotonic()
         self.say(f"fault #{f.n} {f.kind} skipped: {why}")
 
+    # ----------------------------------------------------------- the soak's events
+    def move(self, f, draw):
+        """A third of each topic's partitions, every third from a drawn start, to the broker
+        after their leader."""
+        self.begin(f)
+        live = sorted(self.node(i) for i in self.live())
+        if len(live) < 2:
+            return self.skip(f, "fewer than two live brokers")
+        start = int(draw * 3)
+        moves = []
+        for topic, view in ((TOPIC, self.view),) + (((TXN_TOPIC, self.txn_view),)
+                                                     if self.txn else ()):
+            for p, (leader, _) in sorted(view.items()):
+                if p % 3 == start % 3 and leader in live:
+                    to = live[(live.index(leader) + 1) % len(live)]
+                    moves.append({"topic": topic, "partition": p, "broker": to})
+        f.params["partitions"] = len(moves)
+        try:
+            status, body = self.c.brokers[self.live()[0]].admin(
+                "POST", "/v1/reassignments", {"partitions": moves}, timeout=10)
+        except OSError as e:
+            f.notes.append(f"the move request failed: {e}")
+            status = None
+        if status is not None and status != 200:
+            f.notes.append(f"the move was refused: {status} {body}")
+        want = {(m["topic"], m["partition"]): m["broker"] for m in moves}
+        if not self.wait(30, lambda: all(
+                (self.view if t == TOPIC else self.txn_view).get(p, (None,))[0] == n
+                for (t, p), n in want.items())):
+            f.notes.append("not every partition moved within 30 s")
+        f.t1 = time.monotonic()
+
+    def restart(self, f):
+        """SIGTERM of the last broker (its partitions handed over), then started again."""
+        i = len(self.c.brokers) - 1
+        if i not in self.live():
+            return self.skip(f, "the last broker is not running")
+        self.begin(f, i)
+        self.down.add(i)
+        t = time.monotonic()
+        try:
+            self.c.brokers[i].stop(timeout=150)
+        except RuntimeError as e:
+            self.fail(f"broker {f.broker}: {e}")
+        f.params["stop_s"] = round(time.monotonic() - t, 1)
+        t = time.monotonic()
+        if self.start_broker(i):
+            f.params["restart_s"] = round(time.monotonic() - t, 1)
+        f.t1 = time.monotonic()
+
     def inject(self, f):
         """Draws every parameter first (the same number of draws whatever the cluster's state,
         so a seed replays the same faults), then injects."""
@@ -1112,6 +1232,10 @@ class Chaos:
             self.wal(f, draw, write, sync, latency, r.randrange(1, 1 << 31), hold)
         elif f.kind == "walpath":
             self.walpath(f, draw, r.uniform(*self.s.walpath_hold))
+        elif f.kind == "move":
+            self.move(f, draw)
+        elif f.kind == "restart":
+            self.restart(f)
         for note in f.notes:
             self.say(f"  #{f.n}: {note}")
 
@@ -1127,6 +1251,8 @@ def log_count(b, needle):
 def plan(s, rng):
     """The kinds in order: short, one of each; long, shuffled rounds of all kinds; bench, kills."""
     kinds = list(s.kinds)
+    if s.mode == "soak":
+        return [kinds[i % len(kinds)] for i in range(s.faults)]
     if s.faults is None:
         rng.shuffle(kinds)
         return kinds
@@ -1538,6 +1664,11 @@ def run(s):
         procs += [ctx.Process(target=consumer_main,
                               args=(i, cluster.bootstrap, TOPIC, out_dir, stop_c))
                   for i in range(s.consumers)]
+        if s.mode == "soak":
+            # Both group protocols: one more consumer, in a KIP-848 group of its own.
+            procs.append(ctx.Process(target=consumer_main,
+                                     args=(s.consumers, cluster.bootstrap, TOPIC, out_dir,
+                                           stop_c, s.soak_consumer_protocol)))
         for p in procs:
             p.start()
         chaos.say(f"load: {s.producers} idempotent producers, {s.rate:g} records/s of "
@@ -1598,6 +1729,8 @@ def run(s):
                                f"offsets {e} of partitions {short}")
                 result["txn_log"][isolation] = got
             result["txn_ends"] = txn_ends
+        chaos.sample()
+        result["samples"] = chaos.samples
         result.update(faults=sorted(faults + skipped, key=lambda f: f.n), failures=chaos.failures, notes=chaos.notes,
                       t_start=chaos.t_start, t_load_end=t_load_end, t_flushed=t_flushed,
                       log=log, ends=ends)
@@ -1624,11 +1757,52 @@ def run(s):
     result["producers"] = [read_json(os.path.join(out_dir, f"producer-{i}.json"))
                            for i in range(s.producers)]
     result["consumers"] = [read_json(os.path.join(out_dir, f"consumer-{i}.json"))
-                           for i in range(s.consumers)]
+                           for i in range(s.consumers + (1 if s.mode == "soak" else 0))]
     result["txn_producers"] = [read_json(os.path.join(out_dir, f"txn-producer-{i}.json"))
                                for i in range(s.txn_producers)]
     result["txns"] = load_txns(out_dir, s.txn_producers)
     return result
+
+
+# What a soak allows a measure to grow by: (factor, slack) over its early median.
+GROWTH = {"process_resident_memory_bytes": (1.5, 64 << 20), "process_open_fds": (1.5, 64),
+          "process_threads": (1.5, 16), "weir_runtime_tasks_alive": (1.5, 500)}
+
+
+def soak_section(r):
+    """The soak's resource table, for brokers that ran the whole time, and what grew."""
+    by_node = collections.defaultdict(list)
+    starts = collections.defaultdict(set)
+    for t, node, n_start, got in r.get("samples", []):
+        by_node[node].append((t, got))
+        starts[node].add(n_start)
+    lines = ["", "## Resources of the brokers that ran throughout", "",
+             "Medians of /metrics samples: early (the first fifth after the first tenth of the "
+             "run) and late (the last fifth); the limit is early x factor + slack.", "",
+             "| broker | measure | samples | early | late | limit | |",
+             "|---:|---|---:|---:|---:|---:|---|"]
+    grew = []
+    for node in sorted(by_node):
+        if len(starts[node]) != 1:
+            continue  # restarted: its process did not run the whole time
+        xs = sorted(by_node[node], key=lambda x: x[0])
+        n = len(xs)
+        for m, (factor, slack) in GROWTH.items():
+            vals = [g[m] for _, g in xs if m in g]
+            if len(vals) < 10:
+                lines.append(f"| {node} | {m} | {len(vals)} | - | - | - | too few samples |")
+                continue
+            k = len(vals)
+            early = statistics.median(vals[k // 10: max(k // 10 + 1, k * 3 // 10)])
+            late = statistics.median(vals[k * 4 // 5:])
+            limit = early * factor + slack
+            ok = late <= limit
+            lines.append(f"| {node} | {m} | {n} | {early:,.0f} | {late:,.0f} | {limit:,.0f} "
+                         f"| {'ok' if ok else 'GREW'} |")
+            if not ok:
+                grew.append(f"broker {node}: {m} grew from {early:,.0f} to {late:,.0f} "
+                            f"(limit {limit:,.0f})")
+    return lines, grew
 
 
 def read_json(path):
@@ -1949,6 +2123,8 @@ def report(r, a, stamp):
               f"- load: {s.producers} confluent-kafka idempotent producers (acks=all, "
               f"linger.ms=5, request.timeout.ms=5000), {s.rate:g} records/s of {s.record_bytes} B "
               f"in all over {s.partitions} partitions; {s.consumers} consumers in one group"
+              + (f" and one in a KIP-848 group (group.protocol={s.soak_consumer_protocol})"
+                 if s.mode == "soak" else "")
               + (f"; {s.txn_producers} confluent-kafka transactional producers "
                  f"(transaction.timeout.ms=30000, request.timeout.ms=5000), at most "
                  f"{s.txn_rate:g} transactions/s in all of 2 to 6 records over 2 to 4 of "
@@ -2024,10 +2200,14 @@ def main(argv=None):
         return 2
     a = analyse(r)
     text, broke = report(r, a, stamp)
+    if s.mode == "soak":
+        extra, grew = soak_section(r)
+        text += "\n".join(extra) + "\n"
+        broke = list(broke) + grew
     print("\n" + text, flush=True)
-    if s.mode in ("long", "bench"):
+    if s.mode in ("long", "bench", "soak"):
         os.makedirs(s.results, exist_ok=True)
-        name = "failover" if s.mode == "bench" else "chaos"
+        name = {"bench": "failover", "soak": "soak"}.get(s.mode, "chaos")
         if s.wal_kind != "file":
             name += f"-{s.wal_kind}-wal"
         path = os.path.join(s.results, f"{name}-{stamp}.md")
