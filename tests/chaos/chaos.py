@@ -54,6 +54,14 @@ Faults, in an order drawn from the seed (printed; a failure prints the command t
   walpath   a leader killed with its WAL file (<data_dir>/wal) renamed away: its partitions must
             wait (no broker may lead them meanwhile); after a few seconds the file is renamed
             back (a peer then recovers it, retried every few seconds) and the broker restarted
+  pgcut     the cut broker (the second) cut off from PostgreSQL while its clients and peers still
+            reach it: its connections through the suite's proxy become a black hole (open,
+            nothing forwarded, new ones held) for a few seconds, then are closed
+  s3cut     the same between the cut broker and the object store
+  peercut   the same between the other brokers and the cut broker's internal listener
+  clientcut the same between the clients and the cut broker's Kafka listener
+  clock     the cut broker's wall clock jumped forward 30 to 90 s, and back after a few seconds
+            (libfaketime, Debian's faketime package; skipped with a note without it)
   move      (soak) a third of each topic's partitions moved to the next broker
   restart   (soak) the last broker stopped with SIGTERM (its partitions handed over) and started
             again
@@ -162,7 +170,12 @@ REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "tests", "compat", "python"))
 sys.path.insert(0, os.path.join(REPO, "bench"))
 
-KINDS = ("kill", "pause", "pg", "objstore", "wal", "walpath")
+KINDS = ("kill", "pause", "pg", "objstore", "wal", "walpath", "pgcut", "s3cut", "peercut",
+         "clientcut", "clock")
+# The broker whose links go through the suite's proxies (pgcut, s3cut, peercut, clientcut) and
+# whose clock is libfaketime's (clock).
+CUT = 1
+FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 # The soak's kinds (not in the others' defaults; --kinds may name them anywhere).
 SOAK_KINDS = ("move", "restart")
 TOPIC = "chaos"
@@ -713,6 +726,123 @@ class AckTail:
         return all(self.last.get(p, 0.0) > t for p in partitions)
 
 
+class Proxy:
+    """A TCP proxy the suite controls: forwards to (host, port) until cut(); then a black hole
+    (connections stay open, nothing is forwarded, new ones are accepted and held), as a network
+    partition looks to both ends, until heal() closes every connection made through it (the
+    ends reconnect)."""
+
+    def __init__(self, host, port):
+        import socket
+        import threading
+        self.target = (host, port)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(256)
+        self.port = self.sock.getsockname()[1]
+        self.blackhole = threading.Event()
+        self.lock = threading.Lock()
+        self.conns = set()
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import socket
+        import threading
+        while not self.closed:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.conns.add(c)
+            if self.blackhole.is_set():
+                continue  # held: nothing forwarded until heal() closes it
+            try:
+                u = socket.create_connection(self.target, timeout=5)
+                u.settimeout(None)
+            except OSError:
+                self._close(c)
+                continue
+            with self.lock:
+                self.conns.add(u)
+            for a, b in ((c, u), (u, c)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, a, b):
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                if not self.blackhole.is_set():
+                    b.sendall(data)
+        except OSError:
+            pass
+        self._close(a)
+        self._close(b)
+
+    def _close(self, c):
+        import socket
+        with self.lock:
+            self.conns.discard(c)
+        try:
+            c.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        c.close()
+
+    def cut(self):
+        self.blackhole.set()
+
+    def heal(self):
+        with self.lock:
+            conns = list(self.conns)
+        for c in conns:
+            self._close(c)
+        self.blackhole.clear()
+
+    def close(self):
+        self.closed = True
+        self.heal()
+        self.sock.close()
+
+
+def interpose(cluster, i, out_dir):
+    """Restarts broker i with its links to PostgreSQL, the object store, its peers and its
+    clients through Proxies, and its wall clock libfaketime's when that is installed. Returns
+    ({link: Proxy}, the faketime file or None)."""
+    import socket
+    b = cluster.brokers[i]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        internal = s.getsockname()[1]
+    proxies = {"pg": Proxy("127.0.0.1", cluster.pg.port),
+               "s3": Proxy("127.0.0.1", cluster.s3.port),
+               "peer": Proxy("127.0.0.1", internal),
+               "client": Proxy(b.host, b.port)}
+    b.stop()
+    args = list(b.args)
+    args[args.index("--metadata-url") + 1] = cluster.metadata_url.replace(
+        f":{cluster.pg.port}/", f":{proxies['pg'].port}/")
+    args[args.index("--advertised") + 1] = f"127.0.0.1:{proxies['client'].port}"
+    b.args = args
+    b.env = {**b.env,
+             "AWS_ENDPOINT": f"http://127.0.0.1:{proxies['s3'].port}",
+             "WEIR_CLUSTER_INTERNAL_LISTEN": f"127.0.0.1:{internal}",
+             "WEIR_CLUSTER_INTERNAL_ADVERTISED": f"127.0.0.1:{proxies['peer'].port}"}
+    clock = None
+    if os.path.exists(FAKETIME):
+        clock = os.path.join(out_dir, "faketime")
+        with open(clock, "w") as f:
+            f.write("+0\n")
+        b.env.update({"LD_PRELOAD": FAKETIME, "FAKETIME_TIMESTAMP_FILE": clock,
+                      "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+    b.start()
+    return proxies, clock
+
+
 class Fault:
     def __init__(self, n, kind):
         self.n, self.kind = n, kind
@@ -753,6 +883,7 @@ class Chaos:
         self.acks = AckTail(out_dir, s.producers)
         self.switch = None  # fault switch answers (None: not probed yet)
         self.watch = None  # callback on each leader poll during a fault (walpath)
+        self.proxies, self.clock = {}, None  # the cut broker's (interpose)
         # Every CHAOS_SOAK_SAMPLE s: (t, node, {measure: value}) of each live broker.
         self.samples = []
         self.last_sample = 0.0
@@ -1160,6 +1291,44 @@ class Chaos:
         f.t0 = f.t1 = time.monotonic()
         self.say(f"fault #{f.n} {f.kind} skipped: {why}")
 
+    # ----------------------------------------------------------- cut links, the clock
+    def cut(self, f, link, hold):
+        """One of the cut broker's links a black hole for `hold` s, then closed."""
+        proxy = self.proxies.get(link)
+        if proxy is None or CUT not in self.live():
+            return self.skip(f, "the cut broker does not run through the suite's proxies")
+        f.params["secs"] = round(hold, 1)
+        self.begin(f, CUT)
+        proxy.cut()
+        self.watch = lambda v: self.moved(f, v)
+        self.wait(hold)
+        proxy.heal()
+        self.say(f"broker {f.broker}: its {link} link is back")
+        self.wait(30, lambda: self.ready(CUT))
+        self.watch = None
+        if not self.ready(CUT):
+            f.notes.append("not ready 30 s after its link came back")
+        f.t1 = time.monotonic()
+
+    def jump(self, f, ahead, hold):
+        """The cut broker's wall clock `ahead` s forward for `hold` s, then back."""
+        if self.clock is None or CUT not in self.live():
+            return self.skip(f, f"no libfaketime ({FAKETIME}: apt-get install faketime)")
+        f.params.update({"ahead_s": round(ahead), "secs": round(hold, 1)})
+        self.begin(f, CUT)
+        with open(self.clock, "w") as fh:
+            fh.write(f"+{int(ahead)}s\n")
+        self.watch = lambda v: self.moved(f, v)
+        self.wait(hold)
+        with open(self.clock, "w") as fh:
+            fh.write("+0\n")
+        self.say(f"broker {f.broker}: its clock is back")
+        self.wait(30, lambda: self.ready(CUT))
+        self.watch = None
+        if not self.ready(CUT):
+            f.notes.append("not ready 30 s after its clock came back")
+        f.t1 = time.monotonic()
+
     # ----------------------------------------------------------- the soak's events
     def move(self, f, draw):
         """A third of each topic's partitions, every third from a drawn start, to the broker
@@ -1232,6 +1401,10 @@ class Chaos:
             self.wal(f, draw, write, sync, latency, r.randrange(1, 1 << 31), hold)
         elif f.kind == "walpath":
             self.walpath(f, draw, r.uniform(*self.s.walpath_hold))
+        elif f.kind in ("pgcut", "s3cut", "peercut", "clientcut"):
+            self.cut(f, f.kind[:-3], hold)
+        elif f.kind == "clock":
+            self.jump(f, r.uniform(30, 90), hold)
         elif f.kind == "move":
             self.move(f, draw)
         elif f.kind == "restart":
@@ -1638,11 +1811,15 @@ def run(s):
     procs = []
     result = {"settings": s, "faults": [], "failures": [], "notes": []}
     chaos = None
+    proxies, clock = {}, None
     try:
         cluster.launch()
+        if any(k in ("pgcut", "s3cut", "peercut", "clientcut", "clock") for k in kinds):
+            proxies, clock = interpose(cluster, CUT, out_dir)
         create_topic(cluster.bootstrap, s.partitions, out_dir,
                      (TOPIC, TXN_TOPIC) if s.txn_producers else (TOPIC,))
         chaos = Chaos(s, cluster, rng, out_dir)
+        chaos.proxies, chaos.clock = proxies, clock
         for key in sorted(s.unknown_keys()):
             chaos.note(f"{os.environ['WEIR_BIN']} does not know {key}: left out")
         views = [lambda: chaos.view] + ([lambda: chaos.txn_view] if s.txn_producers else [])
@@ -1753,6 +1930,8 @@ def run(s):
         result["logs"] = broker_lines(logs)
         result["recoveries"] = recovery_lines(logs)
         cluster.cleanup()
+        for p in proxies.values():
+            p.close()
     result["acks"] = load_acks(out_dir, s.producers)
     result["producers"] = [read_json(os.path.join(out_dir, f"producer-{i}.json"))
                            for i in range(s.producers)]

@@ -201,6 +201,9 @@ pub struct ClusterSection {
     /// brokers find each other's internal address in the metadata store, so three brokers on
     /// one machine need no setting for it.
     pub internal_listen: String,
+    /// The internal listener's address as peers reach it, host:port, when not the advertised
+    /// host and the bound port (a NAT, a proxy, a Kubernetes service). Empty: those.
+    pub internal_advertised: String,
     /// A broker that has not renewed its session for this long (plus the drift margin) is
     /// fenced and its WAL recovered by a peer; it stops acknowledging writes after this long by
     /// its own clock (Kafka's `broker.session.timeout.ms` is 9000).
@@ -235,6 +238,7 @@ impl Default for ClusterSection {
         let d = weir_cluster::ClusterConfig::default();
         ClusterSection {
             internal_listen: String::new(),
+            internal_advertised: String::new(),
             session_timeout_ms: d.session_timeout.as_millis() as u64,
             heartbeat_interval_ms: d.heartbeat_interval.as_millis() as u64,
             controller_lease_ms: d.controller_lease.as_millis() as u64,

@@ -338,7 +338,11 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
                 port: l.advertised_port,
             })
             .collect(),
-        internal_addr: format!("{host}:{internal_port}"),
+        internal_addr: if config.cluster.internal_advertised.is_empty() {
+            format!("{host}:{internal_port}")
+        } else {
+            config.cluster.internal_advertised.clone()
+        },
         wal: None,
     };
     // Without a WAL file (`wal.kind = "object"`) there is nothing to claim, recover or seal:
