@@ -771,13 +771,19 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
             // another broker's now. Stop listening and start again.
             ready.store(false, Ordering::SeqCst);
             shutdown_tx.send_replace(true);
-            for task in network {
-                let _ = task.await;
-            }
-            let _ = internal.await;
-            let _ = admin.await;
+            // Each step is bounded: what is left when one runs out is dropped with the runtime
+            // (the process starts again anyway). The chaos suite's PostgreSQL cut left a
+            // replaced broker waiting here for ever, neither serving nor restarting.
+            bounded("the listeners", async {
+                for task in network {
+                    let _ = task.await;
+                }
+                let _ = internal.await;
+                let _ = admin.await;
+            })
+            .await;
             groups.shutdown();
-            cluster.stop().await;
+            bounded("the cluster's tasks", cluster.stop()).await;
             return Ok(Exit::Replaced);
         }
     }
@@ -808,6 +814,21 @@ async fn serve(config: Config) -> anyhow::Result<Exit> {
     let _ = admin.await;
     tracing::info!("stopped");
     Ok(Exit::Stopped)
+}
+
+/// How long each step of the teardown after being replaced may take.
+const REPLACED_STEP_BOUND: Duration = Duration::from_secs(15);
+
+/// Waits for one step of the teardown after being replaced, at most [`REPLACED_STEP_BOUND`];
+/// says which step ran out.
+async fn bounded(step: &str, f: impl std::future::Future<Output = ()>) {
+    if tokio::time::timeout(REPLACED_STEP_BOUND, f).await.is_err() {
+        tracing::warn!(
+            step,
+            bound_s = REPLACED_STEP_BOUND.as_secs(),
+            "after being replaced: a step of the teardown did not finish in time; what is left of it is dropped with the runtime"
+        );
+    }
 }
 
 /// Ends the process if the shutdown under way is not done within `bound` (0: no bound), or at
