@@ -30,7 +30,8 @@ struct Entry {
     since: Instant,
     bound: Duration,
     peer: SocketAddr,
-    client_id: Option<String>,
+    /// The header's client id, shared (no copy per request).
+    client_id: Option<kafka_protocol::protocol::StrBytes>,
     correlation_id: i32,
     /// Logged as stuck already.
     warned: bool,
@@ -87,7 +88,7 @@ impl InFlight {
         request: &RequestKind,
         stuck_after: Duration,
         peer: SocketAddr,
-        client_id: Option<&str>,
+        client_id: Option<kafka_protocol::protocol::StrBytes>,
         correlation_id: i32,
     ) -> Registered {
         let registry = &meters.in_flight;
@@ -100,7 +101,7 @@ impl InFlight {
                 since: Instant::now(),
                 bound,
                 peer,
-                client_id: client_id.map(str::to_string),
+                client_id,
                 correlation_id,
                 warned: false,
             },

@@ -797,7 +797,7 @@ async fn request<H: Handler>(
         &body,
         stuck_after,
         conn.peer,
-        header.client_id.as_deref(),
+        header.client_id.clone(),
         header.correlation_id,
     );
     let reply = AssertUnwindSafe(handler.handle(&header, body, conn))

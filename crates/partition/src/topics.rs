@@ -619,6 +619,15 @@ impl Topics {
             .set_topic_configs(name, configs.clone())
             .await
             .map_err(meta_err)?;
+        self.publish_configs(&t, configs);
+        drop(_change);
+        self.announce().await;
+        Ok(())
+    }
+
+    /// Puts `t` with its new (stored) `configs` in the catalog and applies them to its
+    /// partitions. Called under the `changes` lock.
+    fn publish_configs(&self, t: &Topic, configs: BTreeMap<String, String>) {
         let topic = Arc::new(Topic {
             name: t.name.clone(),
             id: t.id,
@@ -627,9 +636,6 @@ impl Topics {
         });
         self.apply_configs(&topic);
         self.insert(topic);
-        drop(_change);
-        self.announce().await;
-        Ok(())
     }
 
     /// Changes a topic's configs by `change`, applied to the configs as the metadata store holds
@@ -675,14 +681,7 @@ impl Topics {
                 );
                 continue;
             }
-            let topic = Arc::new(Topic {
-                name: t.name.clone(),
-                id: t.id,
-                streams: t.streams.clone(),
-                configs,
-            });
-            self.apply_configs(&topic);
-            self.insert(topic);
+            self.publish_configs(&t, configs);
             drop(_change);
             self.announce().await;
             return Ok(());

@@ -183,14 +183,13 @@ impl Introduction {
         wr: &mut W,
         sent: &Counter,
     ) -> Result<crate::wire::Hello, String> {
-        let (secret, challenged) = match &self.secret {
+        let secret = match &self.secret {
             None => return Ok(crate::wire::Hello::new(self.node_id, &self.zone, None)),
             Some((s, false)) => {
                 return Ok(crate::wire::Hello::new(self.node_id, &self.zone, Some(s)))
             }
-            Some((s, true)) => (s, true),
+            Some((s, true)) => s,
         };
-        debug_assert!(challenged);
         let mut frame = BytesMut::with_capacity(12);
         frame.put_u32(8);
         frame.put_i16(crate::wire::HELLO_CHALLENGE);

@@ -38,11 +38,15 @@ pub struct Hello {
     pub proof: Vec<u8>,
 }
 
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 impl Hello {
     pub fn new(node_id: i32, zone: &str, secret: Option<&[u8]>) -> Hello {
-        let timestamp_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let timestamp_ms = now_ms();
         Hello {
             node_id,
             zone: zone.to_string(),
@@ -55,13 +59,10 @@ impl Hello {
 
     /// A hello that answers the listener's challenge `nonce` (see [`HELLO_CHALLENGE`]).
     pub fn challenged(node_id: i32, zone: &str, secret: &[u8], nonce: &[u8]) -> Hello {
-        let timestamp_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
         Hello {
             node_id,
             zone: zone.to_string(),
-            timestamp_ms,
+            timestamp_ms: now_ms(),
             proof: weir_auth::peer::challenged_proof(secret, node_id, zone, nonce),
         }
     }
