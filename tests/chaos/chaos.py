@@ -730,8 +730,10 @@ class AckTail:
 class Proxy:
     """A TCP proxy the suite controls: forwards to (host, port) until cut(); then a black hole
     (connections stay open, nothing is forwarded, new ones are accepted and held), as a network
-    partition looks to both ends, until heal() closes every connection made through it (the
-    ends reconnect)."""
+    partition looks to both ends, until heal() closes every connection that was forwarded (the
+    ends reconnect). A connection accepted during the cut is held for good, never answered nor
+    closed, as by a load balancer whose backend is gone: the caller must give up on it itself
+    (this found the metadata store's connect waiting for ever on its startup)."""
 
     def __init__(self, host, port):
         import socket
@@ -745,6 +747,7 @@ class Proxy:
         self.blackhole = threading.Event()
         self.lock = threading.Lock()
         self.conns = set()
+        self.held = set()
         self.closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -757,9 +760,10 @@ class Proxy:
             except OSError:
                 return
             with self.lock:
+                if self.blackhole.is_set():
+                    self.held.add(c)  # never forwarded, never closed before close()
+                    continue
                 self.conns.add(c)
-            if self.blackhole.is_set():
-                continue  # held: nothing forwarded until heal() closes it
             try:
                 u = socket.create_connection(self.target, timeout=5)
                 u.settimeout(None)
@@ -772,12 +776,15 @@ class Proxy:
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
     def _pump(self, a, b):
+        # Once bytes were dropped, nothing more goes through: the stream would be corrupt.
+        dropped = False
         try:
             while True:
                 data = a.recv(65536)
                 if not data:
                     break
-                if not self.blackhole.is_set():
+                dropped = dropped or self.blackhole.is_set()
+                if not dropped:
                     b.sendall(data)
         except OSError:
             pass
@@ -798,15 +805,24 @@ class Proxy:
         self.blackhole.set()
 
     def heal(self):
+        # Under the lock, so that no connection is accepted into the black hole after the
+        # forwarded ones are closed.
         with self.lock:
+            self.blackhole.clear()
             conns = list(self.conns)
         for c in conns:
             self._close(c)
-        self.blackhole.clear()
 
     def close(self):
         self.closed = True
         self.heal()
+        with self.lock:
+            held, self.held = list(self.held), set()
+        for c in held:
+            try:
+                c.close()
+            except OSError:
+                pass
         self.sock.close()
 
 

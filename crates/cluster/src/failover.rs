@@ -303,7 +303,7 @@ impl Cluster {
     /// Starts recovering the WALs the controller assigns to this broker.
     pub fn start_recovery(self: &Arc<Self>, recoverer: Arc<dyn WalRecoverer>) {
         let task = tokio::spawn(Arc::clone(self).recovery_loop(recoverer));
-        self.tasks().push(task);
+        self.tasks().push(("recovery", task));
     }
 
     async fn recovery_loop(self: Arc<Self>, recoverer: Arc<dyn WalRecoverer>) {

@@ -98,7 +98,7 @@ impl Cluster {
     /// Starts opening and closing this broker's partitions as the view changes.
     pub fn start_leadership(self: &Arc<Self>, host: Arc<dyn PartitionHost>) {
         let task = tokio::spawn(Arc::clone(self).leadership_loop(host));
-        self.tasks().push(task);
+        self.tasks().push(("leadership", task));
     }
 
     /// Waits until this broker has opened every partition the latest view assigns to it (or

@@ -48,6 +48,10 @@ pub use failover::{
 pub use leadership::PartitionHost;
 pub use view::{rendezvous_weight, ClusterView};
 
+/// How long `Cluster::stop` waits for each background task, and for giving up the controller
+/// lease, before it goes on without them (a task that does not stop is aborted).
+const STOP_BOUND: Duration = Duration::from_secs(10);
+
 /// Timings of the cluster protocol.
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
@@ -147,7 +151,8 @@ pub struct Cluster {
     incarnation: AtomicU64,
     view: watch::Sender<Arc<ClusterView>>,
     stop: watch::Sender<bool>,
-    tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// The background tasks, each with the name `stop` gives when it does not end.
+    tasks: Mutex<Vec<(&'static str, JoinHandle<()>)>>,
     lease: Arc<SessionLease>,
     /// Set once this broker learns it was replaced (a peer recovered its WAL).
     replaced: watch::Sender<bool>,
@@ -197,16 +202,19 @@ impl Cluster {
             balancing: Mutex::new(controller::Balancing::default()),
         });
         cluster.refresh().await?;
-        let tasks = vec![
-            tokio::spawn(Arc::clone(&cluster).session_loop()),
-            tokio::spawn(Arc::clone(&cluster).refresh_loop()),
-            tokio::spawn(Arc::clone(&cluster).controller_loop()),
+        let tasks = [
+            ("session", tokio::spawn(Arc::clone(&cluster).session_loop())),
+            ("refresh", tokio::spawn(Arc::clone(&cluster).refresh_loop())),
+            (
+                "controller",
+                tokio::spawn(Arc::clone(&cluster).controller_loop()),
+            ),
         ];
         cluster.tasks().extend(tasks);
         Ok(cluster)
     }
 
-    fn tasks(&self) -> std::sync::MutexGuard<'_, Vec<JoinHandle<()>>> {
+    fn tasks(&self) -> std::sync::MutexGuard<'_, Vec<(&'static str, JoinHandle<()>)>> {
         self.tasks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -458,13 +466,27 @@ impl Cluster {
     pub async fn stop(&self) {
         self.stop.send_replace(true);
         let tasks: Vec<_> = self.tasks().drain(..).collect();
-        for t in tasks {
-            let _ = t.await;
-        }
-        if let Ok(Some(lease)) = self.meta.controller().await {
-            if lease.node_id == self.node_id {
-                let _ = self.meta.resign_controller(lease).await;
+        for (task, mut handle) in tasks {
+            if tokio::time::timeout(STOP_BOUND, &mut handle).await.is_err() {
+                tracing::warn!(
+                    task,
+                    bound_s = STOP_BOUND.as_secs(),
+                    "a cluster task did not stop in time; aborted"
+                );
+                handle.abort();
             }
+        }
+        let resign = async {
+            if let Ok(Some(lease)) = self.meta.controller().await {
+                if lease.node_id == self.node_id {
+                    let _ = self.meta.resign_controller(lease).await;
+                }
+            }
+        };
+        if tokio::time::timeout(STOP_BOUND, resign).await.is_err() {
+            tracing::warn!(
+                "giving up the controller lease did not finish in time; it expires instead"
+            );
         }
     }
 }

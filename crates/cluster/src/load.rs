@@ -181,7 +181,7 @@ impl Cluster {
     /// or an autoscaler reads.
     pub fn start_load_reports(self: &Arc<Self>, source: Arc<dyn LoadSource>) {
         let task = tokio::spawn(Arc::clone(self).load_loop(source));
-        self.tasks().push(task);
+        self.tasks().push(("load reports", task));
     }
 
     async fn load_loop(self: Arc<Self>, source: Arc<dyn LoadSource>) {

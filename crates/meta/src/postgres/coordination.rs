@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
-use tokio_postgres::{AsyncMessage, Config, GenericClient, NoTls};
+use tokio_postgres::{AsyncMessage, Config, GenericClient};
 
 use super::{backend, i, in_tx, PostgresMetaStore};
 use crate::{check_wal_claim, group_listeners, tried_list, wal_state};
@@ -98,7 +98,7 @@ async fn listen(config: Config, changes: Arc<watch::Sender<u64>>) {
     let bump = |c: &watch::Sender<u64>| c.send_modify(|n| *n = n.wrapping_add(1));
     let mut backoff = Duration::from_millis(100);
     while Arc::strong_count(&changes) > 1 {
-        let (client, mut conn) = match config.connect(NoTls).await {
+        let (client, mut conn) = match super::open(&config).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "metadata store: cannot listen for cluster changes; retrying");

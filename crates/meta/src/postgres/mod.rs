@@ -31,11 +31,12 @@ mod quotas;
 mod transactions;
 
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, Config, GenericClient, NoTls};
+use tokio_postgres::tls::NoTlsStream;
+use tokio_postgres::{Client, Config, Connection, GenericClient, NoTls, Socket};
 
 use crate::{MetaError, Result, StreamMeta};
 
@@ -247,6 +248,52 @@ const RETRIES: u32 = 20;
 /// per-record path, so a few suffice, and a cluster of brokers stays far below PostgreSQL's
 /// `max_connections`.
 const MAX_CONNECTIONS: usize = 8;
+
+/// How long opening a connection may take, startup and authentication included. The driver's
+/// `connect_timeout` bounds only the TCP connect: a server (or a proxy, or a load balancer)
+/// that accepts and then never answers would otherwise hold the caller for ever. A chaos
+/// suite's PostgreSQL cut left a refresh of the cluster view waiting on such a connection.
+const CONNECT_BOUND: Duration = Duration::from_secs(10);
+
+/// Sets the bounds the URL leaves out: the TCP connect, and how long a connection whose peer
+/// has gone silent (a network partition drops packets without a reset) stays open, through
+/// TCP keepalives when idle and `TCP_USER_TIMEOUT` when data waits for an acknowledgement.
+/// Without them a query in flight over a black-holed link waits for the kernel's
+/// retransmissions, about 15 minutes.
+fn with_bounds(mut config: Config) -> Config {
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_secs(5));
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(Duration::from_secs(20));
+    }
+    // The driver's default idle time is 2 hours, the kernel's.
+    if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+        config.keepalives_idle(Duration::from_secs(10));
+    }
+    if config.get_keepalives_interval().is_none() {
+        config.keepalives_interval(Duration::from_secs(5));
+    }
+    if config.get_keepalives_retries().is_none() {
+        config.keepalives_retries(3);
+    }
+    config
+}
+
+/// Opens a connection, in at most [`CONNECT_BOUND`].
+async fn open(config: &Config) -> Result<(Client, Connection<Socket, NoTlsStream>)> {
+    match tokio::time::timeout(CONNECT_BOUND, config.connect(NoTls)).await {
+        Ok(r) => r.map_err(backend("connecting to PostgreSQL")),
+        Err(_) => Err(MetaError::Backend {
+            context: "connecting to PostgreSQL",
+            source: format!(
+                "no answer within {} s (the connection was opened but the server never completed its startup)",
+                CONNECT_BOUND.as_secs()
+            )
+            .into(),
+        }),
+    }
+}
 
 pub struct PostgresMetaStore {
     config: Config,
@@ -471,6 +518,7 @@ impl PostgresMetaStore {
     /// creates or migrates its schema.
     pub async fn connect(url: &str) -> Result<PostgresMetaStore> {
         let config: Config = url.parse().map_err(backend("parsing the PostgreSQL URL"))?;
+        let config = with_bounds(config);
         let store = PostgresMetaStore {
             config,
             changes: std::sync::Arc::new(tokio::sync::watch::Sender::new(0)),
@@ -501,11 +549,7 @@ impl PostgresMetaStore {
                 None => break,
             }
         }
-        let (client, conn) = self
-            .config
-            .connect(NoTls)
-            .await
-            .map_err(backend("connecting to PostgreSQL"))?;
+        let (client, conn) = open(&self.config).await?;
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::warn!(error = %e, "metadata store connection failed");
@@ -594,6 +638,36 @@ mod tests {
 
     fn server() -> Arc<PgServer> {
         PgServer::shared().expect("start PostgreSQL")
+    }
+
+    /// A server that accepts connections and never answers (as a proxy or load balancer in
+    /// front of an unreachable PostgreSQL does) makes connecting fail within the bound, with
+    /// an error that says so, instead of holding the caller for ever.
+    #[tokio::test]
+    async fn a_server_that_never_answers_fails_the_connect_in_bounded_time() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let held = tokio::spawn(async move {
+            let mut conns = Vec::new();
+            while let Ok((c, _)) = listener.accept().await {
+                conns.push(c);
+            }
+        });
+        let url = format!("postgres://weir@127.0.0.1:{port}/weir");
+        let r = tokio::time::timeout(
+            CONNECT_BOUND + Duration::from_secs(20),
+            PostgresMetaStore::connect(&url),
+        )
+        .await;
+        held.abort();
+        let err = match r {
+            Err(_) => panic!("connecting to a silent server did not end"),
+            Ok(Ok(_)) => panic!("connected to a server that never answered"),
+            Ok(Err(e)) => e.to_string(),
+        };
+        assert!(err.contains("no answer within"), "{err}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
