@@ -276,6 +276,9 @@ async fn run(
         }
     };
     let _ = stream.set_nodelay(true);
+    if let Err(e) = notice_silence(&stream) {
+        tracing::debug!(addr, error = %e, "setting TCP keepalives on a peer connection failed");
+    }
     let (mut rd, mut wr) = stream.into_split();
     let hello = match hello.hello(&mut rd, &mut wr, sent).await {
         Ok(h) => h,
@@ -350,6 +353,21 @@ async fn run(
     }
 }
 
+/// Makes the kernel close a connection whose peer went silent (a network partition drops
+/// packets without a reset): keepalives after 10 s idle, 3 probes 5 s apart, and 20 s at most
+/// for sent data to be acknowledged. Without them a connection that no longer reaches its
+/// peer stays open for about 15 minutes (the kernel's retransmissions), and every request on
+/// its channel waits out its caller's timeout in turn instead of opening a new connection.
+fn notice_silence(stream: &TcpStream) -> std::io::Result<()> {
+    let sock = socket2::SockRef::from(stream);
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(Duration::from_secs(10))
+        .with_interval(Duration::from_secs(5))
+        .with_retries(3);
+    sock.set_tcp_keepalive(&keepalive)?;
+    sock.set_tcp_user_timeout(Some(Duration::from_secs(20)))
+}
+
 fn fail_queued(rx: &mut mpsc::UnboundedReceiver<Outgoing>, reason: &str) {
     rx.close();
     while let Ok(o) = rx.try_recv() {
@@ -358,5 +376,63 @@ fn fail_queued(rx: &mut mpsc::UnboundedReceiver<Outgoing>, reason: &str) {
             addr: String::new(),
             reason: reason.to_string(),
         }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A listener that accepts and never sends its challenge (a hung peer, or a proxy whose
+    /// backend is gone) fails the request within the challenge's bound, with a reason that
+    /// says so, instead of holding it and every request queued behind it.
+    #[tokio::test]
+    async fn a_listener_that_never_challenges_fails_the_request_in_bounded_time() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address").to_string();
+        let held = tokio::spawn(async move {
+            let mut conns = Vec::new();
+            while let Ok((c, _)) = listener.accept().await {
+                conns.push(c);
+            }
+        });
+        let peers = Peers::new(1, "a", Arc::new(NetMeters::default()));
+        peers.set_secret(b"secret", false);
+        let peer = Peer {
+            node_id: 2,
+            internal_addr: &addr,
+            zone: "a",
+        };
+        let answer = peers.send(peer, Channel::Feed, 1, BytesMut::from(&b"x"[..]));
+        let r = tokio::time::timeout(CHALLENGE_TIMEOUT + Duration::from_secs(10), answer).await;
+        held.abort();
+        match r {
+            Err(_) => panic!("a request to a silent listener did not end"),
+            Ok(Ok(_)) => panic!("a silent listener answered"),
+            Ok(Err(e)) => assert!(e.to_string().contains("no challenge"), "{e}"),
+        }
+    }
+
+    /// Peer connections carry the kernel's bounds on silence (see `notice_silence`).
+    #[tokio::test]
+    async fn peer_connections_notice_a_silent_link() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let stream = TcpStream::connect(addr).await.expect("connect");
+        notice_silence(&stream).expect("set the options");
+        let sock = socket2::SockRef::from(&stream);
+        assert!(sock.keepalive().expect("SO_KEEPALIVE"));
+        assert_eq!(
+            sock.tcp_keepalive_time().expect("idle"),
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            sock.tcp_user_timeout().expect("TCP_USER_TIMEOUT"),
+            Some(Duration::from_secs(20))
+        );
     }
 }
