@@ -614,7 +614,13 @@ def txn_producer_main(idx, bootstrap, topic, partitions, rate, record_bytes, see
             # records are then really in the log.
             p.flush(45)
             outcome, error, restart = finish(p, not abort)
-        except KafkaException as e:
+        except (KafkaException, SystemError) as e:
+            # confluent-kafka 2.x can raise a fatal error (a fenced producer) from flush() as
+            # a SystemError whose cause is the KafkaException: the process died on it once.
+            if isinstance(e, SystemError):
+                if not isinstance(e.__cause__, KafkaException):
+                    raise
+                e = e.__cause__
             err = e.args[0]
             error = f"in the transaction: {err}"
             errors[error] += 1

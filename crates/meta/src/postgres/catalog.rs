@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use tokio_postgres::GenericClient;
 
-use super::{backend, drop_ranges_below_start, i, in_tx, lock_stream, now_ms, PostgresMetaStore};
+use super::{backend, drop_ranges_below_start, i, in_tx, lock_stream, PostgresMetaStore};
 use crate::sqlite::catalog::{decode_configs, encode_configs};
 use crate::{Catalog, MetaError, Result, TopicMeta};
 
@@ -60,7 +60,6 @@ impl Catalog for PostgresMetaStore {
     async fn delete_topic(&self, name: &str) -> Result<TopicMeta> {
         in_tx!(self, |tx| {
             let t = lock_topic(&tx, name).await?;
-            let now = now_ms();
             let mut streams = t.streams.clone();
             streams.sort_unstable();
             for &stream_id in &streams {
@@ -72,7 +71,7 @@ impl Catalog for PostgresMetaStore {
                 )
                 .await
                 .map_err(backend("dropping a stream"))?;
-                drop_ranges_below_start(&tx, stream_id, now).await?;
+                drop_ranges_below_start(&tx, stream_id).await?;
                 tx.execute("DELETE FROM streams WHERE stream_id = $1", &[&i(stream_id)])
                     .await
                     .map_err(backend("dropping a stream"))?;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio_postgres::{AsyncMessage, Config, GenericClient};
 
-use super::{backend, i, in_tx, PostgresMetaStore};
+use super::{backend, i, in_tx, PostgresMetaStore, NOW_MS};
 use crate::{check_wal_claim, group_listeners, tried_list, wal_state};
 use crate::{
     Assignment, AssignmentChange, BrokerInfo, BrokerLoad, BrokerRegistration, BrokerState,
@@ -20,8 +20,6 @@ use crate::{
 };
 
 /// The server's clock in milliseconds: brokers' clocks never decide a session or a lease.
-const NOW_MS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
-
 const CHANNEL: &str = "weir_cluster";
 
 fn ms(d: Duration) -> i64 {

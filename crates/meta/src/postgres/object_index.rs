@@ -6,7 +6,7 @@ use tokio_postgres::GenericClient;
 
 use super::{
     backend, drop_ranges_below_start, i, in_tx, lock_objects, lock_stream, mark_unreferenced,
-    now_ms, read_stream, PostgresMetaStore,
+    read_stream, PostgresMetaStore, NOW_MS,
 };
 use crate::{
     KeyFn, MetaError, ObjectCommit, ObjectId, ObjectIndex, ObjectInfo, RangeInfo, Result,
@@ -60,9 +60,11 @@ impl ObjectIndex for PostgresMetaStore {
         in_tx!(self, |tx| {
             let id: i64 = tx
                 .query_one(
-                    "INSERT INTO objects (key, state, since_ms) VALUES ('', 'prepared', $1)
-                     RETURNING object_id",
-                    &[&now_ms()],
+                    &format!(
+                        "INSERT INTO objects (key, state, since_ms) VALUES ('', 'prepared', {NOW_MS})
+                         RETURNING object_id"
+                    ),
+                    &[],
                 )
                 .await
                 .map_err(backend("preparing an object"))?
@@ -90,14 +92,13 @@ impl ObjectIndex for PostgresMetaStore {
             for &s in &streams {
                 lock_stream(&tx, s).await?;
             }
-            let now = now_ms();
             for o in &objects {
                 // A commit repeated after it landed (its answer was lost with the connection)
                 // finds its object live with exactly these ranges: it is done already.
                 if committed_before(&tx, o).await? {
                     continue;
                 }
-                mark_live(&tx, o.object_id, o.size, now).await?;
+                mark_live(&tx, o.object_id, o.size).await?;
                 for r in &o.ranges {
                     // An empty or inverted range would move the end offset back.
                     if r.start_offset >= r.end_offset || r.end_offset > i64::MAX as u64 {
@@ -135,7 +136,7 @@ impl ObjectIndex for PostgresMetaStore {
                 // Data committed below a start offset that already moved past it (DeleteRecords
                 // racing an upload) is dropped at once.
                 for r in &o.ranges {
-                    drop_ranges_below_start(&tx, r.stream_id, now).await?;
+                    drop_ranges_below_start(&tx, r.stream_id).await?;
                 }
             }
             Ok(())
@@ -192,7 +193,7 @@ impl ObjectIndex for PostgresMetaStore {
                 )
                 .await
                 .map_err(backend("moving the start offset"))?;
-                drop_ranges_below_start(&tx, stream_id, now_ms()).await?;
+                drop_ranges_below_start(&tx, stream_id).await?;
             }
             read_stream(&tx, stream_id)
                 .await?
@@ -205,19 +206,19 @@ impl ObjectIndex for PostgresMetaStore {
         grace: Duration,
         orphan_grace: Duration,
     ) -> Result<Vec<ObjectInfo>> {
-        let now = now_ms();
-        let cutoff = now.saturating_sub(grace.as_millis().try_into().unwrap_or(i64::MAX));
-        let orphan_cutoff =
-            now.saturating_sub(orphan_grace.as_millis().try_into().unwrap_or(i64::MAX));
+        let grace = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
+        let orphan_grace = i64::try_from(orphan_grace.as_millis()).unwrap_or(i64::MAX);
         in_tx!(self, |tx| {
             // Claimed in the transaction that finds them: a commit of a prepared object either
             // lands before (the object is live and not claimed) or is refused after. The state
             // condition is re-checked on the row a concurrent commit leaves.
             tx.execute(
-                "UPDATE objects SET state = 'deleting', since_ms = $3
-                 WHERE (state = 'unreferenced' AND since_ms <= $1)
-                    OR (state = 'prepared' AND since_ms <= $2)",
-                &[&cutoff, &orphan_cutoff, &now],
+                &format!(
+                    "UPDATE objects SET state = 'deleting', since_ms = {NOW_MS}
+                     WHERE (state = 'unreferenced' AND since_ms <= {NOW_MS} - $1)
+                        OR (state = 'prepared' AND since_ms <= {NOW_MS} - $2)"
+                ),
+                &[&grace, &orphan_grace],
             )
             .await
             .map_err(backend("claiming objects for deletion"))?;
@@ -296,8 +297,7 @@ impl ObjectIndex for PostgresMetaStore {
                     got: old.first().map_or(0, |o| o.0 as u64),
                 });
             }
-            let now = now_ms();
-            mark_live(&tx, object.object_id, object.size, now).await?;
+            mark_live(&tx, object.object_id, object.size).await?;
             let mut replaced: Vec<i64> = old.iter().map(|o| o.2).collect();
             lock_objects(&tx, &mut replaced).await?;
             tx.execute(
@@ -307,7 +307,7 @@ impl ObjectIndex for PostgresMetaStore {
             .await
             .map_err(backend("dropping replaced ranges"))?;
             insert_range(&tx, object.object_id, r).await?;
-            mark_unreferenced(&tx, &replaced, now).await
+            mark_unreferenced(&tx, &replaced).await
         })
     }
 
@@ -326,12 +326,14 @@ impl ObjectIndex for PostgresMetaStore {
 }
 
 /// A prepared object becomes live (its ranges are being committed); any other state is an error.
-async fn mark_live(c: &impl GenericClient, object_id: u64, size: u64, now: i64) -> Result<()> {
+async fn mark_live(c: &impl GenericClient, object_id: u64, size: u64) -> Result<()> {
     let n = c
         .execute(
-            "UPDATE objects SET state = 'live', size = $2, since_ms = $3
-             WHERE object_id = $1 AND state = 'prepared'",
-            &[&i(object_id), &i(size), &now],
+            &format!(
+                "UPDATE objects SET state = 'live', size = $2, since_ms = {NOW_MS}
+                 WHERE object_id = $1 AND state = 'prepared'"
+            ),
+            &[&i(object_id), &i(size)],
         )
         .await
         .map_err(backend("committing an object"))?;
