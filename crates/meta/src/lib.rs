@@ -73,6 +73,8 @@
 //!   without ranges left becomes unreferenced, and is deleted only after a grace period;
 //! - only a `prepared` object can be committed, and only a `deleting` one forgotten.
 
+/// Compiled for tests only (feature `testing` for other crates' tests).
+#[cfg(any(test, feature = "testing"))]
 pub mod conformance;
 pub mod postgres;
 pub mod sqlite;

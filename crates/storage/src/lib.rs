@@ -38,6 +38,8 @@ mod catchup;
 mod collector;
 mod compaction;
 mod config;
+/// Compiled for tests only (feature `testing`, which this crate's integration tests turn on).
+#[cfg(any(test, feature = "testing"))]
 pub mod conformance;
 mod engine;
 mod error;

@@ -29,6 +29,8 @@
 //! more; when it starts again it begins empty ([`FileWal::start_empty`]).
 
 mod aligned;
+/// Compiled for tests only (feature `testing` for other crates' tests).
+#[cfg(any(test, feature = "testing"))]
 pub mod conformance;
 pub mod file;
 mod format;
