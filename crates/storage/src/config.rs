@@ -53,6 +53,10 @@ pub struct StorageConfig {
     /// Objects of the object WAL being written (PUT, then commit) at once. Commits still happen
     /// in the order the objects were sealed, so a partition's batches are acknowledged in order.
     pub object_wal_max_in_flight: usize,
+    /// The longest an object WAL object's PUT may take, its attempts and the object-store
+    /// client's own retries included, before its batches fail (retriably): producers wait for
+    /// it, and their own request timeout is 30 s by default.
+    pub object_wal_put_timeout: Duration,
 }
 
 impl Default for StorageConfig {
@@ -78,6 +82,7 @@ impl Default for StorageConfig {
             catchup_nice: 10,
             object_wal_linger: Duration::from_millis(5),
             object_wal_bytes: 8 << 20,
+            object_wal_put_timeout: Duration::from_secs(30),
             object_wal_max_in_flight: 8,
         }
     }

@@ -55,6 +55,12 @@ pub struct NewBatch {
 /// How long closing a stream keeps retrying failed uploads.
 const CLOSE_UPLOAD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(120);
 
+/// The delays between those uploads.
+const CLOSE_UPLOAD_RETRY: weir_retry::Backoff = weir_retry::Backoff::new(
+    std::time::Duration::from_millis(100),
+    std::time::Duration::from_secs(5),
+);
+
 /// The outcome of one append, which any number of waiters can share: the request that made it,
 /// and retries of it that arrive before it is durable (they must not answer before it does,
 /// nor succeed if it fails).
@@ -402,7 +408,7 @@ impl Engine {
         };
         s.lock().close();
         let started = Instant::now();
-        let mut backoff = std::time::Duration::from_millis(100);
+        let mut delays = CLOSE_UPLOAD_RETRY.delays();
         // Pending appends complete (or fail) on the WAL thread; wait until none is left.
         loop {
             let (pending, uncommitted) = {
@@ -424,8 +430,7 @@ impl Engine {
                     return Err(e);
                 }
                 tracing::warn!(stream_id, error = %e, "upload while closing failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(std::time::Duration::from_secs(5));
+                delays.wait().await;
             }
         }
         inner.forget(stream_id);

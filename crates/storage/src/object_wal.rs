@@ -28,6 +28,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use weir_retry::Backoff;
 
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 use weir_meta::{MetaError, ObjectCommit};
@@ -35,7 +36,7 @@ use weir_wal::WalError;
 
 use crate::collector::Entry;
 use crate::engine::EngineInner;
-use crate::error::Result;
+use crate::error::{Result, StorageError};
 use crate::format::Frame;
 use crate::stream::{Failure, Stream};
 use crate::upload::Part;
@@ -44,6 +45,9 @@ use crate::upload::Part;
 /// unreachable) before its batches fail. Later objects wait behind it meanwhile, as their
 /// commits must come after it.
 const COMMIT_PATIENCE: Duration = Duration::from_secs(10);
+
+/// The delays between those commits.
+const COMMIT_RETRY: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
 
 /// Attempts of an object's PUT. Few, and quickly: its producers wait meanwhile, and a failure
 /// only makes them retry (the batches are still in their memory), where the uploader's data
@@ -207,8 +211,20 @@ impl EngineInner {
         let put = if parts.is_empty() {
             Ok(Vec::new())
         } else {
-            // Producers wait for this PUT: at the broker's priority.
-            self.put_parts(&parts, PUT_ATTEMPTS, true).await
+            // Producers wait for this PUT: at the broker's priority, and bounded as a whole (a
+            // PUT abandoned here leaves a prepared object, collected as an orphan).
+            let bound = self.config.object_wal_put_timeout;
+            match tokio::time::timeout(bound, self.put_parts(&parts, PUT_ATTEMPTS, true)).await {
+                Ok(put) => put,
+                Err(_) => Err(StorageError::Object(object_store::Error::Generic {
+                    store: "object WAL",
+                    source: format!(
+                        "an object's PUT did not finish within {} ms",
+                        bound.as_millis()
+                    )
+                    .into(),
+                })),
+            }
         };
         if let Some(prev) = prev {
             // An error only means the previous writer is gone: its turn is over either way.
@@ -263,7 +279,7 @@ impl EngineInner {
             st.fenced_by().is_none() && st.in_flight_first(base, id)
         });
         let started = Instant::now();
-        let mut backoff = Duration::from_millis(50);
+        let mut delays = COMMIT_RETRY.delays();
         loop {
             for c in &mut commits {
                 c.ranges.retain(|r| shares.contains_key(&r.stream_id));
@@ -286,8 +302,7 @@ impl EngineInner {
                 }
                 Err(e @ MetaError::Backend { .. }) if started.elapsed() < COMMIT_PATIENCE => {
                     tracing::warn!(error = %e, "object WAL: commit failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    delays.wait().await;
                     continue;
                 }
                 Err(e) => match self.refused_stream(&e, |id| shares.get(&id).map(|s| &s.stream)) {

@@ -44,6 +44,22 @@ fn split_bucket(rest: &str) -> (&str, &str) {
     }
 }
 
+/// How a cloud client retries one request: at most 3 retries, none started later than 15 s
+/// after the first attempt (`object_store`'s default, 10 retries within 3 minutes, would hide
+/// minutes inside what Weir's own loops count as one attempt). With the client's request
+/// timeout (30 s unless the URL's settings change it), one call takes at most about 45 s.
+pub fn request_retry() -> object_store::RetryConfig {
+    object_store::RetryConfig {
+        backoff: object_store::BackoffConfig {
+            init_backoff: std::time::Duration::from_millis(100),
+            max_backoff: std::time::Duration::from_secs(2),
+            base: 2.0,
+        },
+        max_retries: 3,
+        retry_timeout: std::time::Duration::from_secs(15),
+    }
+}
+
 fn with_prefix<T: ObjectStore>(store: T, prefix: &str) -> Arc<dyn ObjectStore> {
     if prefix.is_empty() {
         Arc::new(store)
@@ -56,8 +72,8 @@ fn with_prefix<T: ObjectStore>(store: T, prefix: &str) -> Arc<dyn ObjectStore> {
 /// region and endpoint from the usual `AWS_*` variables), `gs://bucket/prefix`,
 /// `az://container/prefix`; then wraps it with fault injection (if configured, see
 /// [`FaultyStore`]) and a bound on
-/// concurrent requests. Retries with backoff on 5xx, throttling and timeouts are the cloud
-/// clients' own (`object_store`'s `RetryConfig`).
+/// concurrent requests. Retries of one request (on 5xx, throttling and timeouts) are the cloud
+/// clients' own, configured by [`request_retry`]; Weir's loops above them retry whole calls.
 pub fn from_url_with(url: &str, options: &StoreOptions) -> Result<Arc<dyn ObjectStore>, String> {
     from_url_with_switch(url, options).map(|(store, _)| store)
 }
@@ -73,7 +89,7 @@ pub fn from_url_with_switch(
     macro_rules! cloud {
         ($named:expr, $rest:expr, $what:literal) => {{
             let (bucket, prefix) = split_bucket($rest);
-            let mut b = ($named)(bucket);
+            let mut b = ($named)(bucket).with_retry(request_retry());
             for (k, v) in &options.settings {
                 let key = k
                     .to_ascii_lowercase()

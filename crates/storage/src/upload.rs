@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use weir_retry::Backoff;
 
 use bytes::Bytes;
 use object_store::path::Path;
@@ -33,6 +34,18 @@ pub(crate) const PUT_ATTEMPTS: u32 = 8;
 /// object WAL a failure fails its producers' appends, which makes them retry and librdkafka bump
 /// its producer epoch: worth avoiding for a blip.
 const PREPARE_PATIENCE: Duration = Duration::from_secs(10);
+
+/// The delays between those prepares.
+const STORE_RETRY: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+
+/// The delays between the attempts of one object's PUT.
+const PUT_RETRY: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
+
+/// The delays between failed uploads of the upload loop. At most a second (two with jitter):
+/// an attempt while the metadata store or the object store is down fails fast and costs one
+/// connection attempt, while a longer back-off would keep the WAL full for that long after the
+/// store is back.
+const UPLOAD_LOOP_RETRY: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
 
 impl EngineInner {
     /// Uploads every stream's durable, uncommitted data, commits it, then trims the WAL and
@@ -324,13 +337,12 @@ impl EngineInner {
     /// [`PREPARE_PATIENCE`]. A prepare whose answer was lost leaves an orphan, collected as one.
     async fn prepare_patiently(&self) -> Result<u64> {
         let started = Instant::now();
-        let mut backoff = Duration::from_millis(50);
+        let mut delays = STORE_RETRY.delays();
         loop {
             match self.meta.prepare_object(object_key).await {
                 Err(e @ MetaError::Backend { .. }) if started.elapsed() < PREPARE_PATIENCE => {
                     tracing::warn!(error = %e, "preparing an object failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    delays.wait().await;
                 }
                 r => return Ok(r?),
             }
@@ -359,7 +371,7 @@ impl EngineInner {
         urgent: bool,
     ) -> Result<()> {
         let path = Path::from(key);
-        let mut backoff = Duration::from_millis(50);
+        let mut delays = PUT_RETRY.delays();
         let mut attempt = 1;
         let part_bytes = self.config.multipart_part_bytes.max(5 << 20) as usize;
         loop {
@@ -386,8 +398,7 @@ impl EngineInner {
                 Err(e) if attempt < attempts => {
                     self.meters.upload_errors.inc();
                     tracing::warn!(key, attempt, error = %e, "object upload failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    delays.wait().await;
                     attempt += 1;
                 }
                 Err(e) => {
@@ -417,7 +428,7 @@ impl EngineInner {
         // also fails those that waited too long while nothing could be uploaded.
         let mut shutdown = self.shutdown.subscribe();
         let tick = Duration::from_millis(100).min(self.config.upload_interval);
-        let mut backoff = Duration::from_millis(100);
+        let mut delays = UPLOAD_LOOP_RETRY.delays();
         loop {
             // A task first polled after close() sent the signal would never see it change.
             if *shutdown.borrow_and_update() {
@@ -441,14 +452,10 @@ impl EngineInner {
                 continue;
             }
             match self.upload().await {
-                Ok(()) => backoff = Duration::from_millis(100),
+                Ok(()) => delays = UPLOAD_LOOP_RETRY.delays(),
                 Err(e) => {
                     tracing::warn!(error = %e, "upload failed; data stays in the WAL and is retried");
-                    tokio::time::sleep(backoff).await;
-                    // At most a second: an attempt while the metadata store or the object
-                    // store is down fails fast and costs one connection attempt, while a longer
-                    // back-off would keep the WAL full for that long after the store is back.
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    delays.wait().await;
                 }
             }
         }

@@ -181,6 +181,55 @@ async fn a_failed_put_fails_the_append_and_the_stream_takes_its_offset_again() {
     engine.close().await.unwrap();
 }
 
+/// A PUT that hangs (a store that accepts and never answers, or answers slower than anyone
+/// waits) fails its append retriably within `object_wal_put_timeout`, however many attempts
+/// and client retries were left; the stream takes the offset again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_that_hangs_fails_the_append_within_its_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let meta = sqlite(dir.path());
+    let faulty = slow_store(0);
+    let store: Arc<dyn object_store::ObjectStore> = Arc::new(faulty.clone());
+    let config = StorageConfig {
+        object_wal_put_timeout: Duration::from_millis(500),
+        ..object_config()
+    };
+    let engine = diskless(meta, store, config).await;
+    engine.open_stream(1, 1).await.unwrap();
+    faulty.set_faults(FaultConfig {
+        put_latency: Duration::from_secs(600),
+        ..Default::default()
+    });
+    let started = std::time::Instant::now();
+    let e = tokio::time::timeout(
+        Duration::from_secs(60),
+        engine.append(1, 1, 1, 0, |b| payload(1, b, 0, 100)),
+    )
+    .await
+    .expect("the append did not end")
+    .unwrap_err();
+    assert!(e.is_retriable(), "{e}");
+    assert!(
+        e.to_string().contains("did not finish within 500 ms"),
+        "{e}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    faulty.set_faults(FaultConfig::default());
+    let a = engine
+        .append(1, 1, 1, 0, |b| payload(1, b, 1, 100))
+        .await
+        .unwrap();
+    assert_eq!(
+        a.base_offset, 0,
+        "the failed append's offset is taken again"
+    );
+    engine.close().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_leader_cannot_acknowledge() {
     let dir = tempfile::tempdir().unwrap();

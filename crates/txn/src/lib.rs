@@ -86,6 +86,10 @@ pub trait MarkerWriter: Send + Sync + 'static {
 /// How long one round of marker writes may take before it counts as failed (and is retried).
 const MARKER_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The delays between rounds of marker writes (within `marker_patience`).
+const MARKER_RETRY: weir_retry::Backoff =
+    weir_retry::Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
+
 /// Says whether this broker coordinates a transactional id.
 pub type Ownership = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
@@ -563,7 +567,7 @@ impl TxnCoordinator {
             .ok_or(ResponseError::CoordinatorNotAvailable)?;
         let deadline = tokio::time::Instant::now() + self.config.marker_patience;
         let mut pending = r.partitions.clone();
-        let mut backoff = Duration::from_millis(20);
+        let mut delays = MARKER_RETRY.delays();
         let mut first = true;
         while !pending.is_empty() {
             if !std::mem::take(&mut first) {
@@ -609,11 +613,11 @@ impl TxnCoordinator {
             if pending.is_empty() {
                 break;
             }
-            if tokio::time::Instant::now() + backoff > deadline {
+            let delay = delays.next_delay();
+            if tokio::time::Instant::now() + delay > deadline {
                 return Err(ResponseError::CoordinatorLoadInProgress);
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_millis(500));
+            tokio::time::sleep(delay).await;
         }
         r.state = if commit {
             TxnState::CompleteCommit

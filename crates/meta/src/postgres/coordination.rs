@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio_postgres::{AsyncMessage, Config, GenericClient};
+use weir_retry::Backoff;
 
 use super::{backend, i, in_tx, PostgresMetaStore, NOW_MS};
 use crate::{check_wal_claim, group_listeners, tried_list, wal_state};
@@ -19,8 +20,11 @@ use crate::{
     ControllerLease, Coordination, ListenerEndpoint, MetaError, Result, WalInfo, WalRegistration,
 };
 
-/// The server's clock in milliseconds: brokers' clocks never decide a session or a lease.
+/// The channel cluster changes are NOTIFYed on.
 const CHANNEL: &str = "weir_cluster";
+
+/// Reconnecting the LISTEN connection (from the first delay again once it is up).
+const LISTEN_RETRY: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
 
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
@@ -94,14 +98,13 @@ impl PostgresMetaStore {
 /// missed while it was down). Ends when the store is gone.
 async fn listen(config: Config, changes: Arc<watch::Sender<u64>>) {
     let bump = |c: &watch::Sender<u64>| c.send_modify(|n| *n = n.wrapping_add(1));
-    let mut backoff = Duration::from_millis(100);
+    let mut delays = LISTEN_RETRY.delays();
     while Arc::strong_count(&changes) > 1 {
         let (client, mut conn) = match super::open(&config).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "metadata store: cannot listen for cluster changes; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
+                delays.wait().await;
                 continue;
             }
         };
@@ -125,10 +128,10 @@ async fn listen(config: Config, changes: Arc<watch::Sender<u64>>) {
         if let Err(e) = client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
             tracing::warn!(error = %e, "metadata store: LISTEN failed; retrying");
             driver.abort();
-            tokio::time::sleep(backoff).await;
+            delays.wait().await;
             continue;
         }
-        backoff = Duration::from_millis(100);
+        delays = LISTEN_RETRY.delays();
         bump(&changes);
         loop {
             tokio::select! {

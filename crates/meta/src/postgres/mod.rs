@@ -244,6 +244,11 @@ const MIGRATION_LOCK: i64 = 0x7765_6972_6d65_7461;
 /// How many times a transaction PostgreSQL aborted (deadlock, serialization failure) is retried.
 const RETRIES: u32 = 20;
 
+/// The delays between those retries: short, and jittered so that the transactions that
+/// conflicted do not meet again in step.
+const CONFLICT_RETRY: weir_retry::Backoff =
+    weir_retry::Backoff::new(Duration::from_millis(1), Duration::from_millis(50));
+
 /// Connections a store holds at most; calls beyond wait for one. The metadata store is off the
 /// per-record path, so a few suffice, and a cluster of brokers stays far below PostgreSQL's
 /// `max_connections`.
@@ -458,6 +463,7 @@ macro_rules! in_tx {
     ($store:expr, |$tx:ident| $body:block) => {{
         let mut client = $store.client().await?;
         let mut attempt = 0u32;
+        let mut delays = $crate::postgres::CONFLICT_RETRY.delays();
         loop {
             let $tx = client
                 .transaction()
@@ -476,6 +482,7 @@ macro_rules! in_tx {
                 Err(e) if $crate::postgres::retryable(&e) && attempt < $crate::postgres::RETRIES => {
                     attempt += 1;
                     tracing::debug!(attempt, error = %e, "metadata transaction aborted, retrying");
+                    delays.wait().await;
                 }
                 r => break r,
             }
