@@ -1136,6 +1136,34 @@ fn render(state: &State) -> String {
     );
     counter(
         &mut o,
+        "wal_full_failures",
+        "Appends failed because the WAL stayed full longer than wal.full_wait_ms (KAFKA_STORAGE_ERROR, retriable).",
+        "",
+        &s.wal_full_failures,
+    );
+    counter(
+        &mut o,
+        "recovered_batches",
+        "Batches read back from a WAL at recovery (this broker's own at start, or a failed peer's) and uploaded.",
+        "",
+        &s.recovered_batches,
+    );
+    counter(
+        &mut o,
+        "compactions",
+        "Compaction runs that replaced small objects with one larger object.",
+        "",
+        &s.compactions,
+    );
+    counter(
+        &mut o,
+        "compacted_bytes",
+        "Bytes written by compaction (the objects that replaced smaller ones).",
+        "",
+        &s.compacted_bytes,
+    );
+    counter(
+        &mut o,
         "objects_deleted",
         "Objects deleted by retention and cleanup.",
         "",

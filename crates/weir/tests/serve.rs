@@ -45,6 +45,16 @@ fn admin_endpoints_refusals_and_clean_shutdown() {
         "{metrics}"
     );
     assert!(metrics.contains("weir_object_requests_total{kind=\"put\"}"));
+    // Counted by the engine and once left out of /metrics.
+    for name in [
+        "wal_full_failures",
+        "recovered_batches",
+        "compactions",
+        "compacted_bytes",
+    ] {
+        let line = format!("# TYPE weir_{name}_total counter");
+        assert!(metrics.contains(&line), "{line} missing");
+    }
     assert_eq!(http_get(b.admin, "/nope").unwrap().0, 404);
 
     // SaslHandshake v1 (mechanism "PLAIN") on a listener without SASL: ILLEGAL_SASL_STATE, as
