@@ -448,6 +448,13 @@ disk_dev=$(df --output=source "$WORK" | tail -1)
 disk_fs=$(df --output=fstype "$WORK" | tail -1)
 disk_base=$(basename "$disk_dev")
 rot=$(cat "/sys/block/$disk_base/queue/rotational" 2>/dev/null || echo "?")
+weir_desc=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null)$(cd "$ROOT" && git diff --quiet HEAD 2>/dev/null || echo "+local changes")
+if [[ $SERVE_BIN != "$WEIR" ]]; then
+  # Another build's broker: where it came from, if it sits in a git checkout.
+  serve_dir=$(dirname "$SERVE_BIN")
+  serve_rev=$(cd "$serve_dir" 2>/dev/null && git rev-parse --short HEAD 2>/dev/null || true)
+  weir_desc="broker $SERVE_BIN${serve_rev:+ (checkout at $serve_rev)}; load generator $weir_desc"
+fi
 cat >"$OUT/machine.txt" <<EOF
 cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
 cores=$(nproc)
@@ -455,13 +462,7 @@ memory=$(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)
 disk=$disk_dev ($disk_fs, $( [[ $rot == 0 ]] && echo SSD/virtual || { [[ $rot == 1 ]] && echo "rotational (as reported; virtual disk)" || echo "type unknown"; } ), $(lsblk -dno SIZE "$disk_dev" 2>/dev/null | head -1 | tr -d ' ')); data dirs under $WORK
 kernel=$(uname -sr)
 os=$(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME")
-weir=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null)$(cd "$ROOT" && git diff --quiet HEAD 2>/dev/null || echo "+local changes")
-if [[ $SERVE_BIN != "$WEIR" ]]; then
-  # Another build's broker: where it came from, if it sits in a git checkout.
-  serve_dir=$(dirname "$SERVE_BIN")
-  serve_rev=$(cd "$serve_dir" 2>/dev/null && git rev-parse --short HEAD 2>/dev/null)
-  weir="broker $SERVE_BIN${serve_rev:+ (checkout at $serve_rev)}; load generator $weir"
-fi
+weir=$weir_desc
 kafka=4.1.2 ($(java -version 2>&1 | head -1), heap 1 GiB, G1)
 rustc=$(rustc --version)
 librdkafka=$(json_field "$(ls "$OUT"/*.json | head -1)" "d['librdkafka']" || echo "?")
