@@ -5,7 +5,7 @@ partitions, then two more brokers join; how long until every broker carries its 
     WEIR_BIN=target/release/weir bench/elastic.py        (or: make bench-elastic)
 
 Starts a one-broker Weir cluster on this machine (private PostgreSQL and s3s-fs: the `Cluster`
-of tests/compat/python/conftest.py), runs `weir perf` on a topic of BENCH_EL_PARTITIONS
+of tests/harness/weir_harness), runs `weir perf` on a topic of BENCH_EL_PARTITIONS
 partitions (one idempotent producer at BENCH_EL_MIB MiB/s of 1 KiB records, acks=all, and one
 consumer group), and after BENCH_EL_BEFORE seconds of measured load starts two more brokers.
 Every 0.5 s it reads each broker's `weir_produce_bytes_total` and `weir_fetch_bytes_total` (its
@@ -47,9 +47,9 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, ".."))
-sys.path.insert(0, os.path.join(REPO, "tests", "compat", "python"))
+sys.path.insert(0, os.path.join(REPO, "tests", "harness"))
 
-import conftest  # noqa: E402  (the harness: Cluster)
+import weir_harness  # noqa: E402  (the harness: Cluster)
 
 PARTITIONS = int(os.environ.get("BENCH_EL_PARTITIONS", "100"))
 MIB = float(os.environ.get("BENCH_EL_MIB", "6"))
@@ -128,7 +128,7 @@ def main():
         shutil.rmtree(WORK)
     os.makedirs(WORK)
     env = {"WEIR_WAL_CAPACITY": str(1 << 30), "WEIR_BALANCER_INTERVAL_MS": INTERVAL_MS}
-    cluster = conftest.Cluster("bench-elastic", WORK, size=1, env=env)
+    cluster = weir_harness.Cluster("bench-elastic", WORK, size=1, env=env)
     cluster.launch()
     topic = "elastic-0"
     out = os.path.join(WORK, "perf.json")

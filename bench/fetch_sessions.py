@@ -39,10 +39,10 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, ".."))
-sys.path.insert(0, os.path.join(REPO, "tests", "compat", "python"))
+sys.path.insert(0, os.path.join(REPO, "tests", "harness"))
 sys.path.insert(0, HERE)
 
-import conftest  # noqa: E402
+import weir_harness  # noqa: E402
 from partitions import Sampler, create_topic, proc_sample, write_results  # noqa: E402
 
 BROKERS = os.environ.get("BENCH_FS_BROKERS", "weir weir-nosessions kafka").split()
@@ -76,7 +76,7 @@ def run(kind):
     env = {"WEIR_WAL_CAPACITY": str(1 << 30)}
     if kind == "weir-nosessions":
         env["WEIR_BROKER_FETCH_SESSION_CACHE_SLOTS"] = "0"
-    b = conftest.Broker(kind, root, env=env)
+    b = weir_harness.Broker(kind, root, env=env)
     b.kind = "kafka" if kind == "kafka" else "weir"
     b.start()
     try:

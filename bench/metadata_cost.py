@@ -20,10 +20,10 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "compat", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "harness"))
 sys.path.insert(0, HERE)
 
-import conftest  # noqa: E402  (the harness: Broker)
+import weir_harness  # noqa: E402  (the harness: Broker)
 import partitions  # noqa: E402  (create_topic: kafka-topics, then waits for leaders)
 
 PARTITIONS = int(os.environ.get("BENCH_M_PARTITIONS", "10000"))
@@ -39,7 +39,7 @@ def measure(binary):
     from confluent_kafka.admin import AdminClient
     root = tempfile.mkdtemp(prefix="weir-metadata-cost-")
     os.environ["WEIR_BIN"] = binary  # the harness starts $WEIR_BIN
-    b = conftest.Broker("weir", root, env={"WEIR_WAL_CAPACITY": str(256 << 20)})
+    b = weir_harness.Broker("weir", root, env={"WEIR_WAL_CAPACITY": str(256 << 20)})
     b.kind = "weir"
     b.start()
     try:

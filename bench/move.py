@@ -4,7 +4,7 @@
     WEIR_BIN=target/release/weir bench/move.py        (or: make bench-move)
 
 Starts a three-broker Weir cluster on this machine (one private PostgreSQL, one s3s-fs, three
-`weir serve`: the `Cluster` of tests/compat/python/conftest.py). For each backlog size it creates
+`weir serve`: the `Cluster` of tests/harness/weir_harness). For each backlog size it creates
 a topic of one partition, fills it with that many bytes (a bulk producer), then runs a steady
 load on it: an idempotent producer (acks=all) at a fixed rate, with the time of every
 acknowledgement, and a consumer reading from where the steady load starts, with the time every
@@ -41,7 +41,7 @@ Environment (defaults in brackets):
   BENCH_MOVE_S3_DIR [/dev/shm/weir-bench-move-s3 if /dev/shm has room, else BENCH_MOVE_DIR/s3]
   BENCH_MOVE_RESULTS [bench/results]   where the report goes
   BENCH_MOVE_KEEP [0]            1: keep BENCH_MOVE_DIR and the s3s-fs root afterwards
-  S3S_FS, WEIR_PG_BIN            as for the cluster tests (tests/compat/python/conftest.py)
+  S3S_FS, WEIR_PG_BIN            as for the cluster tests (tests/harness/weir_harness)
 """
 
 import datetime
@@ -61,7 +61,7 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(REPO, "tests", "compat", "python"))
+sys.path.insert(0, os.path.join(REPO, "tests", "harness"))
 
 AUTOMQ = "AutoMQ published: 1500-2200 ms"
 SEQ = struct.Struct(">Q")
@@ -604,7 +604,7 @@ def main():
     if not os.environ.get("WEIR_BIN"):
         raise SystemExit("bench/move.py: set WEIR_BIN to the weir binary (make bench-move does)")
     s = Settings()
-    import conftest  # the cluster harness of the compatibility tests
+    import weir_harness  # the test cluster
 
     def on_signal(signum, _frame):
         raise SystemExit(128 + signum)
@@ -622,8 +622,8 @@ def main():
           f"{s.moves} moves each; {s.rate:g} records/s of {s.record_bytes} B; "
           f"{os.environ['WEIR_BIN']}", flush=True)
 
-    cluster = conftest.Cluster("bench-move", s.dir, env={"WEIR_WAL_CAPACITY": str(s.wal_capacity)})
-    cluster.s3 = conftest.S3sFs(s.s3_dir)
+    cluster = weir_harness.Cluster("bench-move", s.dir, env={"WEIR_WAL_CAPACITY": str(s.wal_capacity)})
+    cluster.s3 = weir_harness.S3sFs(s.s3_dir)
     results = []
     failed = True
     try:

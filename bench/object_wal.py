@@ -57,9 +57,9 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, ".."))
-sys.path.insert(0, os.path.join(REPO, "tests", "compat", "python"))
+sys.path.insert(0, os.path.join(REPO, "tests", "harness"))
 
-import conftest  # noqa: E402  (the harness: Broker, S3sFs)
+import weir_harness  # noqa: E402  (the harness: Broker, S3sFs)
 
 RATE = int(os.environ.get("BENCH_OW_RATE", "5000"))
 PARTITIONS = int(os.environ.get("BENCH_OW_PARTITIONS", "16"))
@@ -110,11 +110,11 @@ def start(config, root):
     """A fresh broker for `config`; returns (broker, s3 or None)."""
     os.makedirs(root, exist_ok=True)
     if config == "kafka":
-        b = conftest.Broker(config, root)
+        b = weir_harness.Broker(config, root)
         b.kind = "kafka"
         b.start()
         return b, None
-    s3 = conftest.S3sFs(s3_root())
+    s3 = weir_harness.S3sFs(s3_root())
     shutil.rmtree(s3.root, ignore_errors=True)
     os.makedirs(s3.root)
     s3.log_path = os.path.join(root, "s3s-fs.log")
@@ -124,8 +124,8 @@ def start(config, root):
         env["WEIR_WAL_KIND"] = "object"
     if config.endswith("-100ms"):
         env["WEIR_OBJECT_STORE_FAULT_PUT_LATENCY_MS"] = "100"
-    b = conftest.Broker(config, root, env=env,
-                        args=["--object-store-url", f"s3://{conftest.S3_BUCKET}/weir"])
+    b = weir_harness.Broker(config, root, env=env,
+                        args=["--object-store-url", f"s3://{weir_harness.S3_BUCKET}/weir"])
     b.kind = "weir"
     b.start()
     return b, s3

@@ -56,9 +56,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, ".."))
-sys.path.insert(0, os.path.join(REPO, "tests", "compat", "python"))
+sys.path.insert(0, os.path.join(REPO, "tests", "harness"))
 
-import conftest  # noqa: E402  (the harness: Broker)
+import weir_harness  # noqa: E402  (the harness: Broker)
 
 COUNTS = [int(x) for x in os.environ.get("BENCH_P_COUNTS", "16 1000 10000").split()]
 BROKERS = os.environ.get("BENCH_P_BROKERS", "kafka weir").split()
@@ -154,7 +154,7 @@ def run(kind, partitions):
     root = os.path.join(WORK, f"{kind}-{partitions}")
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(root)
-    b = conftest.Broker(kind, root, env={"WEIR_WAL_CAPACITY": str(1 << 30)})
+    b = weir_harness.Broker(kind, root, env={"WEIR_WAL_CAPACITY": str(1 << 30)})
     b.kind = kind
     b.start()
     try:

@@ -4,7 +4,7 @@
     WEIR_BIN=target/release/weir bench/pg_restart.py        (or: make bench-pg)
 
 Starts a three-broker Weir cluster on this machine (one private PostgreSQL, one s3s-fs, three
-`weir serve`: the `Cluster` of tests/compat/python/conftest.py), then:
+`weir serve`: the `Cluster` of tests/harness/weir_harness), then:
 
 1. Commits under load. `weir perf` at full speed (1 KiB records, acks=all, linger.ms=1, one
    producer and one consumer group, BENCH_PG_PARTITIONS partitions), as `make bench`'s workload
@@ -39,7 +39,7 @@ Environment (defaults in brackets):
   BENCH_PG_DIR [target/bench-pg] brokers' data dirs, PostgreSQL, s3s-fs, logs (emptied first)
   BENCH_PG_RESULTS [bench/results]
   BENCH_PG_KEEP [0]             1: keep BENCH_PG_DIR afterwards
-  S3S_FS, WEIR_PG_BIN           as for the cluster tests (tests/compat/python/conftest.py)
+  S3S_FS, WEIR_PG_BIN           as for the cluster tests (tests/harness/weir_harness)
 """
 
 import datetime
@@ -58,7 +58,7 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(REPO, "tests", "compat", "python"))
+sys.path.insert(0, os.path.join(REPO, "tests", "harness"))
 sys.path.insert(0, HERE)
 
 from move import fmt_size, longest_gap, machine, parse_size  # noqa: E402
@@ -471,7 +471,7 @@ def main():
         raise SystemExit("bench/pg_restart.py: set WEIR_BIN to the weir binary "
                          "(make bench-pg does)")
     s = Settings()
-    import conftest  # the cluster harness of the compatibility tests
+    import weir_harness  # the test cluster
 
     def on_signal(signum, _frame):
         raise SystemExit(128 + signum)
@@ -492,7 +492,7 @@ def main():
         env = {"WEIR_WAL_CAPACITY": str(s.wal_capacity),
                "WEIR_STORAGE_UPLOAD_INTERVAL_MS": str(s.upload_interval_ms)}
         os.makedirs(os.path.join(s.dir, "restart"))
-        c = conftest.Cluster("bench-pg-restart", os.path.join(s.dir, "restart"), env=env)
+        c = weir_harness.Cluster("bench-pg-restart", os.path.join(s.dir, "restart"), env=env)
         clusters.append(c)
         c.launch()
         restart = restart_under_load(s, c)
@@ -500,7 +500,7 @@ def main():
         c.cleanup()
         # The commit rate on brokers with the default settings.
         os.makedirs(os.path.join(s.dir, "load"))
-        c = conftest.Cluster("bench-pg-load", os.path.join(s.dir, "load"),
+        c = weir_harness.Cluster("bench-pg-load", os.path.join(s.dir, "load"),
                              env={"WEIR_WAL_CAPACITY": str(s.wal_capacity)})
         clusters.append(c)
         c.launch()

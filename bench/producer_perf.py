@@ -42,10 +42,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, ".."))
-sys.path.insert(0, os.path.join(REPO, "tests", "compat", "python"))
+sys.path.insert(0, os.path.join(REPO, "tests", "harness"))
 sys.path.insert(0, HERE)
 
-import conftest  # noqa: E402  (the harness: Broker)
+import weir_harness  # noqa: E402  (the harness: Broker)
 from sync_latency import measure as sync_latency  # noqa: E402  (the disk's own syncs)
 from object_wal import JAVA_LINE, metrics  # noqa: E402  (the summary line; /metrics)
 from pg_restart import buckets  # noqa: E402  (a histogram's buckets from /metrics)
@@ -91,7 +91,7 @@ def run(kind, tag, records, throughput, warmup, partitions=1):
         # The disk alone, just before: its stalls are random, and a broker that syncs waits
         # for every one of them.
         disk = sync_latency(root, size=16384, seconds=PROBE_SECONDS, interval=0.001)
-    b = conftest.Broker(kind, root, env={"WEIR_WAL_CAPACITY": str(1 << 30)})
+    b = weir_harness.Broker(kind, root, env={"WEIR_WAL_CAPACITY": str(1 << 30)})
     b.kind = kind
     b.start()
     try:

@@ -38,10 +38,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, ".."))
-sys.path.insert(0, os.path.join(REPO, "tests", "compat", "python"))
+sys.path.insert(0, os.path.join(REPO, "tests", "harness"))
 sys.path.insert(0, HERE)
 
-import conftest  # noqa: E402  (the harness: Broker, free_port)
+import weir_harness  # noqa: E402  (the harness: Broker, free_port)
 from object_wal import kafka_tool  # noqa: E402  (kafka.sh tool)
 from partitions import write_results  # noqa: E402
 from producer_perf import PROPS, fmt, measure  # noqa: E402  (ProducerPerformance, its summary)
@@ -61,12 +61,12 @@ USER, PASSWORD = "bench", "bench-secret"
 SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 
-class TlsBroker(conftest.Broker):
+class TlsBroker(weir_harness.Broker):
     """A single broker with the harness's PLAINTEXT listener (topics, the user) and a SASL_SSL
     one (SCRAM-SHA-512; certs/server.pem, a certificate for 127.0.0.1 and its PKCS#8 key)."""
 
     def __init__(self, kind, root):
-        self.sasl_port = conftest.free_port()
+        self.sasl_port = weir_harness.free_port()
         super().__init__(kind, root, env={
             "WEIR_WAL_CAPACITY": str(1 << 30),
             "WEIR_SECURITY_SASL_ENABLED_MECHANISMS": MECHANISM,

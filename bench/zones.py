@@ -60,9 +60,9 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, ".."))
-sys.path.insert(0, os.path.join(REPO, "tests", "compat", "python"))
+sys.path.insert(0, os.path.join(REPO, "tests", "harness"))
 
-import conftest  # noqa: E402  (the harness: Cluster)
+import weir_harness  # noqa: E402  (the harness: Cluster)
 
 RATE = int(os.environ.get("BENCH_Z_RATE", "500"))
 PARTITIONS = int(os.environ.get("BENCH_Z_PARTITIONS", "4"))
@@ -190,7 +190,7 @@ def weir_topics(cluster, tag, wal, routing):
 def weir_runs(configs, store="s3"):
     root = os.path.join(WORK, f"weir-{store}")
     os.makedirs(root, exist_ok=True)
-    cluster = conftest.Cluster("bench-zones", root, size=3,
+    cluster = weir_harness.Cluster("bench-zones", root, size=3,
                                env={"WEIR_WAL_CAPACITY": str(1 << 30)}, zones=ZONES)
     if store == "file":
         # One directory every broker of this machine shares: objects without HTTP.

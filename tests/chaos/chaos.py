@@ -8,7 +8,7 @@ once, and nothing of an aborted one.
     WEIR_BIN=target/release/weir tests/chaos/chaos.py --mode long   # make chaos
     WEIR_BIN=target/release/weir tests/chaos/chaos.py --mode bench  # make bench-failover
 
-The cluster is the `Cluster` of tests/compat/python/conftest.py: one private PostgreSQL, one
+The cluster is the `Cluster` of tests/harness/weir_harness: one private PostgreSQL, one
 s3s-fs and three `weir serve`, each with a small WAL (CHAOS_WAL_CAPACITY), the fault switch on
 (WEIR_BROKER_FAULT_SWITCH=true), uploads every CHAOS_UPLOAD_INTERVAL_MS (so that object-store
 faults hit uploads, and a killed broker's WAL holds un-uploaded records), and the cluster timings
@@ -147,7 +147,7 @@ Environment only (defaults in brackets):
   CHAOS_REBALANCE [1]
   CHAOS_CLIENT_DEBUG           librdkafka debug contexts for the producers, transactional
                                ones included (e.g. eos,msg)
-  S3S_FS, WEIR_PG_BIN          as for the cluster tests (tests/compat/python/conftest.py)
+  S3S_FS, WEIR_PG_BIN          as for the cluster tests (tests/harness/weir_harness)
 """
 
 import argparse
@@ -168,7 +168,7 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
-sys.path.insert(0, os.path.join(REPO, "tests", "compat", "python"))
+sys.path.insert(0, os.path.join(REPO, "tests", "harness"))
 sys.path.insert(0, os.path.join(REPO, "bench"))
 
 KINDS = ("kill", "pause", "pg", "objstore", "wal", "walpath", "pgcut", "s3cut", "peercut",
@@ -1818,7 +1818,7 @@ def ms(v):
 
 # ------------------------------------------------------------------ main
 def run(s):
-    import conftest  # the cluster harness of the compatibility tests
+    import weir_harness  # the test cluster
 
     rng = random.Random(s.seed)
     kinds = plan(s, rng)
@@ -1829,7 +1829,7 @@ def run(s):
     os.makedirs(s.dir)
     out_dir = os.path.join(s.dir, "clients")
     os.makedirs(out_dir)
-    cluster = conftest.Cluster("chaos", s.dir, env=s.broker_env())
+    cluster = weir_harness.Cluster("chaos", s.dir, env=s.broker_env())
     ctx = mp.get_context("spawn")
     stop_p, stop_c = ctx.Event(), ctx.Event()
     procs = []
