@@ -11,7 +11,7 @@ run:
 
 # Three brokers on one PostgreSQL and one s3s-fs, on this machine; prints the bootstrap servers.
 cluster: build
-	scripts/cluster.sh
+	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) tests/harness/weir_harness cluster --base-port 19092 --admin-base-port 19644
 
 build:
 	$(CARGO) build --release -p weir

@@ -588,7 +588,8 @@ class Cluster:
     over a raw socket.
     """
 
-    def __init__(self, name, root, size=CLUSTER_SIZE, env=None, zones=None):
+    def __init__(self, name, root, size=CLUSTER_SIZE, env=None, zones=None, base_port=None,
+                 admin_base_port=None):
         if KIND != "weir":
             raise RuntimeError("a cluster is of Weir brokers: WEIR_COMPAT_TARGET=cluster "
                                "needs WEIR_TEST_BROKER=weir")
@@ -606,6 +607,9 @@ class Cluster:
         self.brokers = []
         # Zones, if any: broker n is in zones[(n - 1) % len(zones)] (--zone).
         self.zones = zones or []
+        # Fixed ports (`make cluster`): broker n on base_port + n - 1, its admin port on
+        # admin_base_port + n - 1; otherwise free ones.
+        self.base_port, self.admin_base_port = base_port, admin_base_port
 
     # ------------------------------------------------------------- lifecycle
     def launch(self):
@@ -632,6 +636,10 @@ class Cluster:
         os.makedirs(root, exist_ok=True)
         b = Broker(f"{self.name}-{node_id}", root, {**self.env, **self.s3.env()},
                    node_id=node_id)
+        if self.base_port:
+            b.port = self.base_port + node_id - 1
+        if self.admin_base_port:
+            b.aux_port = self.admin_base_port + node_id - 1
         b.args = ["--node-id", str(node_id), "--advertised", b.bootstrap,
                   "--metadata-url", self.metadata_url,
                   "--object-store-url", self.object_store_url]
