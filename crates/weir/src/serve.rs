@@ -580,14 +580,10 @@ async fn start_refreshers(
         // seen within the interval.
         broker.refresh_acls().await.context("reading the ACLs")?;
         let broker = Arc::clone(broker);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(acl_every).await;
-                if let Err(e) = broker.refresh_acls().await {
-                    tracing::warn!(error = %e, "reading the ACLs failed; the ones in force stay");
-                }
-            }
-        });
+        tokio::spawn(again_every(acl_every, "ACLs", move || {
+            let broker = Arc::clone(&broker);
+            async move { broker.refresh_acls().await }
+        }));
     }
     broker.quotas.set_window(weir_api::quotas::QuotaWindow {
         samples: config.security.quota_window_num,
@@ -604,15 +600,26 @@ async fn start_refreshers(
         .await
         .context("reading the client quotas")?;
     let broker = Arc::clone(broker);
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(acl_every).await;
-            if let Err(e) = broker.refresh_quotas().await {
-                tracing::warn!(error = %e, "reading the client quotas failed; the ones in force stay");
-            }
-        }
-    });
+    tokio::spawn(again_every(acl_every, "client quotas", move || {
+        let broker = Arc::clone(&broker);
+        async move { broker.refresh_quotas().await }
+    }));
     Ok(())
+}
+
+/// Reads `what` again every `period` for as long as the broker runs; a failed read keeps the
+/// ones in force.
+async fn again_every<F, Fut>(period: Duration, what: &'static str, read: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<(), weir_meta::MetaError>>,
+{
+    loop {
+        tokio::time::sleep(period).await;
+        if let Err(e) = read().await {
+            tracing::warn!(error = %e, what, "reading again failed; the ones in force stay");
+        }
+    }
 }
 
 /// Reads the CIDR map (PUT /v1/zones/cidrs on any broker) every few seconds.
