@@ -58,3 +58,50 @@ def test_brokers_serve_stop_kill_start_and_join(cluster):
     assert b.node_id == 4 and len(cluster.brokers) == 4
     _serves(b)
     assert cluster.alive()
+
+
+def test_the_cluster_program_prints_its_endpoints_and_takes_commands():
+    """`python3 tests/harness/weir_harness cluster`, the harness as a program for the other
+    languages' suites and `make cluster`: its JSON names brokers that serve; a broker killed,
+    started and added through its standard input; every process gone once stdin closes."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    program = os.path.join(REPO, "tests", "harness", "weir_harness")
+    # Its own directory: PostgreSQL runs as `postgres` under it, which pytest's tmp_path
+    # (mode 700 parents) would not let in.
+    p = subprocess.Popen([sys.executable, program, "cluster", "--brokers", "2"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        first = json.loads(p.stdout.readline())
+
+        def cmd(line):
+            p.stdin.write(line + "\n")
+            p.stdin.flush()
+            return json.loads(p.stdout.readline())
+
+        assert [b["node_id"] for b in first["brokers"]] == [1, 2]
+        assert first["bootstrap"] == ",".join(f"127.0.0.1:{b['port']}" for b in first["brokers"])
+        assert first["metadata_url"].startswith("postgres://")
+        for b in first["brokers"]:
+            with kp.connect(b["host"], b["port"]) as s:
+                assert kp.api_versions(s, version=3, correlation_id=1)[1] == kp.ERR_NONE
+        killed = cmd("kill 1")
+        assert killed["brokers"][1]["pid"] is None
+        started = cmd("start 1")
+        assert started["brokers"][1]["pid"] not in (None, first["brokers"][1]["pid"])
+        assert started["brokers"][1]["port"] == first["brokers"][1]["port"]
+        added = cmd("add")
+        assert [b["node_id"] for b in added["brokers"]] == [1, 2, 3]
+        produce_and_consume_check(added["bootstrap"], "cluster-program")
+        assert "error" in cmd("stop 7")
+        pids = [b["pid"] for b in added["brokers"]]
+    finally:
+        p.stdin.close()
+        assert p.wait(timeout=120) == 0
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    assert not os.path.exists(first["dir"])

@@ -17,6 +17,16 @@ broker is ready:
 and runs until its standard input closes (the caller exited or closed the pipe) or it gets
 SIGTERM or SIGINT; then it stops the brokers, s3s-fs and PostgreSQL and removes DIR (kept with
 --keep). Progress goes to standard error.
+
+While it runs, a line on standard input acts on one broker (N counts from 0, in the order of
+"brokers"), and is answered with one line of JSON, the cluster as above after the change, or
+{"error": "..."}:
+
+    stop N     SIGTERM, and wait until it exited (a controlled shutdown)
+    kill N     SIGKILL
+    start N    start it again (same node id, ports and data directory)
+    add        start one more broker, with the next node id
+    describe   nothing; the answer is the cluster as it is
 """
 
 import argparse
@@ -56,6 +66,39 @@ def describe(c):
     }
 
 
+def act(c, line):
+    """Carries out one command line; returns the answer."""
+    words = line.split()
+    if not words:
+        return None
+    verb, rest = words[0], words[1:]
+    if verb == "add" and not rest:
+        with contextlib.redirect_stdout(sys.stderr):
+            c.add_broker()
+    elif verb in ("stop", "kill", "start") and len(rest) == 1 and rest[0].isdigit():
+        i = int(rest[0])
+        if i >= len(c.brokers):
+            return {"error": f"no broker {i}: there are {len(c.brokers)}"}
+        with contextlib.redirect_stdout(sys.stderr):
+            getattr(c, verb)(i)
+    elif verb != "describe" or rest:
+        return {"error": f"unknown command {line.strip()!r}: stop N, kill N, start N, add, "
+                         "describe"}
+    return describe(c)
+
+
+def serve_commands(c, done):
+    """Answers command lines until standard input closes."""
+    for line in sys.stdin:
+        try:
+            answer = act(c, line)
+        except Exception as e:  # noqa: BLE001 - the caller hears of it and goes on
+            answer = {"error": f"{line.strip()}: {e}"}
+        if answer is not None:
+            print(json.dumps(answer), flush=True)
+    done.set()
+
+
 def cluster(args):
     root = args.dir or tempfile.mkdtemp(prefix="weir-cluster-")
     os.makedirs(root, exist_ok=True)
@@ -71,7 +114,7 @@ def cluster(args):
             c.launch()
         print(json.dumps(describe(c)), flush=True)
         # The caller's end of stdin closes when it exits, however it exits.
-        threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+        threading.Thread(target=serve_commands, args=(c, done), daemon=True).start()
         done.wait()
     finally:
         with contextlib.redirect_stdout(sys.stderr):
