@@ -21,8 +21,8 @@ use weir_auth::acl::{Acl, Authorizer, Operation, ResourceType, CLUSTER_NAME};
 use weir_auth::Principal;
 use weir_meta::{AclBinding, Acls};
 
+use crate::apis::error_response_for;
 use crate::conn::Conn;
-use crate::errors::error_response_for;
 
 /// The authorizer in force, if any.
 #[derive(Debug, Default)]

@@ -3,9 +3,11 @@
 //! [`Broker::handle`] takes a decoded request and returns a [`Reply`]: most handlers answer at
 //! once; Produce (waiting for durability) and Fetch (long polling) may answer later, so that the
 //! network layer can go on reading the connection's next request while they wait, and still
-//! send responses in order. Versions come from the `kafka-protocol` crate; [`supported_versions`]
-//! is the one table of what is implemented, and ApiVersions advertises exactly it.
+//! send responses in order.
 //!
+//! - `apis/`: a module per API key with the versions Weir serves and the API's error response;
+//!   its one list makes [`supported_versions`] (what ApiVersions advertises) and
+//!   [`error_response_for`].
 //! - `produce.rs`, `fetch.rs`, `offsets.rs`: the data path, on [`weir_partition`];
 //!   `fetch_session.rs`: incremental fetch sessions (KIP-227).
 //! - `admin.rs`: topics, partitions, configs, DeleteRecords.
@@ -25,10 +27,10 @@
 
 mod acls;
 mod admin;
+mod apis;
 mod authz;
 mod cluster;
 mod conn;
-mod errors;
 mod fetch;
 mod fetch_session;
 mod frame;
@@ -63,89 +65,12 @@ use weir_meta::MetaStore;
 use weir_metrics::{Counter, Histogram};
 use weir_partition::Topics;
 
-/// The API keys Weir implements, with the versions it accepts. ApiVersions advertises these.
-pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
-    use ApiKey::*;
-    let implemented = matches!(
-        key,
-        Produce
-            | Fetch
-            | ListOffsets
-            | Metadata
-            | OffsetCommit
-            | OffsetFetch
-            | FindCoordinator
-            | JoinGroup
-            | Heartbeat
-            | LeaveGroup
-            | SyncGroup
-            | DescribeGroups
-            | ListGroups
-            | ApiVersions
-            | CreateTopics
-            | DeleteTopics
-            | DeleteRecords
-            | InitProducerId
-            | OffsetForLeaderEpoch
-            | DescribeConfigs
-            | AlterConfigs
-            | CreatePartitions
-            | DeleteGroups
-            | IncrementalAlterConfigs
-            | OffsetDelete
-            | DescribeCluster
-            | AlterPartitionReassignments
-            | ListPartitionReassignments
-            | AddPartitionsToTxn
-            | AddOffsetsToTxn
-            | EndTxn
-            | TxnOffsetCommit
-            | DescribeTransactions
-            | ListTransactions
-            | DescribeLogDirs
-            | ConsumerGroupHeartbeat
-            | ConsumerGroupDescribe
-            | DescribeProducers
-            | SaslHandshake
-            | SaslAuthenticate
-            | DescribeUserScramCredentials
-            | AlterUserScramCredentials
-            | CreateAcls
-            | DescribeAcls
-            | DeleteAcls
-            | DescribeClientQuotas
-            | AlterClientQuotas
-    );
-    if !implemented {
-        return None;
-    }
-    let v = key.valid_versions();
-    // Versions newer than Apache Kafka 4.1 speaks are left out: clients that know them were
-    // tested against nothing, and OffsetFetch/OffsetCommit v10 (topic ids) do not decode the
-    // way franz-go encodes them.
-    let max = match key {
-        OffsetCommit | OffsetFetch => 9,
-        InitProducerId => 5,
-        // v2 filters by a regular expression (KIP-1152), which Weir does not evaluate yet.
-        ListTransactions => 1,
-        ConsumerGroupHeartbeat | ConsumerGroupDescribe => 1,
-        _ => v.max,
-    };
-    // SaslHandshake v0 is followed by raw SASL tokens instead of SaslAuthenticate requests;
-    // every client of this decade speaks v1.
-    let min = match key {
-        SaslHandshake => 1,
-        _ => v.min,
-    };
-    Some((min, v.max.min(max)))
-}
-
 /// The ApiVersions response: every implemented API and its versions.
 pub fn api_versions_response(error_code: i16) -> kafka_protocol::messages::ApiVersionsResponse {
     cluster::api_versions(error_code)
 }
 
-pub use errors::error_response_for;
+pub use apis::{error_response_for, supported_versions};
 
 /// The answer to `request` when its handler failed or its response would not encode: the API's
 /// response with UNKNOWN_SERVER_ERROR wherever it carries an error code, at the request's version.

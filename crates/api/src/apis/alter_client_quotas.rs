@@ -1,0 +1,37 @@
+//! AlterClientQuotas: the versions Weir serves and its error response.
+
+use kafka_protocol::messages::*;
+
+/// The versions Weir serves: all that `kafka-protocol` knows.
+pub(crate) fn versions() -> (i16, i16) {
+    super::valid(ApiKey::AlterClientQuotas)
+}
+
+/// The response to `request` that carries `code` wherever it has an error code.
+pub(crate) fn error_response(
+    request: &AlterClientQuotasRequest,
+    _version: i16,
+    code: i16,
+) -> ResponseKind {
+    use alter_client_quotas_response::{EntityData, EntryData};
+    ResponseKind::AlterClientQuotas(
+        AlterClientQuotasResponse::default().with_entries(
+            request
+                .entries
+                .iter()
+                .map(|e| {
+                    EntryData::default().with_error_code(code).with_entity(
+                        e.entity
+                            .iter()
+                            .map(|c| {
+                                EntityData::default()
+                                    .with_entity_type(c.entity_type.clone())
+                                    .with_entity_name(c.entity_name.clone())
+                            })
+                            .collect(),
+                    )
+                })
+                .collect(),
+        ),
+    )
+}

@@ -1,0 +1,31 @@
+//! AlterConfigs: the versions Weir serves and its error response.
+
+use kafka_protocol::messages::*;
+
+/// The versions Weir serves: all that `kafka-protocol` knows.
+pub(crate) fn versions() -> (i16, i16) {
+    super::valid(ApiKey::AlterConfigs)
+}
+
+/// The response to `request` that carries `code` wherever it has an error code.
+pub(crate) fn error_response(
+    request: &AlterConfigsRequest,
+    _version: i16,
+    code: i16,
+) -> ResponseKind {
+    use alter_configs_response::AlterConfigsResourceResponse;
+    ResponseKind::AlterConfigs(
+        AlterConfigsResponse::default().with_responses(
+            request
+                .resources
+                .iter()
+                .map(|res| {
+                    AlterConfigsResourceResponse::default()
+                        .with_resource_type(res.resource_type)
+                        .with_resource_name(res.resource_name.clone())
+                        .with_error_code(code)
+                })
+                .collect(),
+        ),
+    )
+}

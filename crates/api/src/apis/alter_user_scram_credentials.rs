@@ -1,0 +1,37 @@
+//! AlterUserScramCredentials: the versions Weir serves and its error response.
+
+use kafka_protocol::messages::*;
+
+/// The versions Weir serves: all that `kafka-protocol` knows.
+pub(crate) fn versions() -> (i16, i16) {
+    super::valid(ApiKey::AlterUserScramCredentials)
+}
+
+/// The response to `request` that carries `code` wherever it has an error code.
+pub(crate) fn error_response(
+    request: &AlterUserScramCredentialsRequest,
+    _version: i16,
+    code: i16,
+) -> ResponseKind {
+    use alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
+    let mut users: Vec<_> = request
+        .deletions
+        .iter()
+        .map(|d| &d.name)
+        .chain(request.upsertions.iter().map(|u| &u.name))
+        .collect();
+    users.sort();
+    users.dedup();
+    ResponseKind::AlterUserScramCredentials(
+        AlterUserScramCredentialsResponse::default().with_results(
+            users
+                .into_iter()
+                .map(|u| {
+                    AlterUserScramCredentialsResult::default()
+                        .with_user(u.clone())
+                        .with_error_code(code)
+                })
+                .collect(),
+        ),
+    )
+}

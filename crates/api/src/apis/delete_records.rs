@@ -1,0 +1,40 @@
+//! DeleteRecords: the versions Weir serves and its error response.
+
+use kafka_protocol::messages::*;
+
+/// The versions Weir serves: all that `kafka-protocol` knows.
+pub(crate) fn versions() -> (i16, i16) {
+    super::valid(ApiKey::DeleteRecords)
+}
+
+/// The response to `request` that carries `code` wherever it has an error code.
+pub(crate) fn error_response(
+    request: &DeleteRecordsRequest,
+    _version: i16,
+    code: i16,
+) -> ResponseKind {
+    use delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
+    ResponseKind::DeleteRecords(
+        DeleteRecordsResponse::default().with_topics(
+            request
+                .topics
+                .iter()
+                .map(|t| {
+                    DeleteRecordsTopicResult::default()
+                        .with_name(t.name.clone())
+                        .with_partitions(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    DeleteRecordsPartitionResult::default()
+                                        .with_partition_index(p.partition_index)
+                                        .with_low_watermark(-1)
+                                        .with_error_code(code)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        ),
+    )
+}

@@ -1,0 +1,40 @@
+//! DeleteTopics: the versions Weir serves and its error response.
+
+use kafka_protocol::messages::*;
+
+/// The versions Weir serves: all that `kafka-protocol` knows.
+pub(crate) fn versions() -> (i16, i16) {
+    super::valid(ApiKey::DeleteTopics)
+}
+
+/// The response to `request` that carries `code` wherever it has an error code.
+pub(crate) fn error_response(
+    request: &DeleteTopicsRequest,
+    version: i16,
+    code: i16,
+) -> ResponseKind {
+    use delete_topics_response::DeletableTopicResult;
+    let results = if version >= 6 {
+        request
+            .topics
+            .iter()
+            .map(|t| {
+                DeletableTopicResult::default()
+                    .with_name(t.name.clone())
+                    .with_topic_id(t.topic_id)
+                    .with_error_code(code)
+            })
+            .collect()
+    } else {
+        request
+            .topic_names
+            .iter()
+            .map(|n| {
+                DeletableTopicResult::default()
+                    .with_name(Some(n.clone()))
+                    .with_error_code(code)
+            })
+            .collect()
+    };
+    ResponseKind::DeleteTopics(DeleteTopicsResponse::default().with_responses(results))
+}

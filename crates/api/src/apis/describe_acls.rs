@@ -1,0 +1,17 @@
+//! DescribeAcls: the versions Weir serves and its error response.
+
+use kafka_protocol::messages::*;
+
+/// The versions Weir serves: all that `kafka-protocol` knows.
+pub(crate) fn versions() -> (i16, i16) {
+    super::valid(ApiKey::DescribeAcls)
+}
+
+/// The response to `request` that carries `code` wherever it has an error code.
+pub(crate) fn error_response(
+    _request: &DescribeAclsRequest,
+    _version: i16,
+    code: i16,
+) -> ResponseKind {
+    ResponseKind::DescribeAcls(DescribeAclsResponse::default().with_error_code(code))
+}

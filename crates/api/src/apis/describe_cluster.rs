@@ -1,0 +1,21 @@
+//! DescribeCluster: the versions Weir serves and its error response.
+
+use kafka_protocol::messages::*;
+
+/// The versions Weir serves: all that `kafka-protocol` knows.
+pub(crate) fn versions() -> (i16, i16) {
+    super::valid(ApiKey::DescribeCluster)
+}
+
+/// The response to `request` that carries `code` wherever it has an error code.
+pub(crate) fn error_response(
+    request: &DescribeClusterRequest,
+    _version: i16,
+    code: i16,
+) -> ResponseKind {
+    ResponseKind::DescribeCluster(
+        DescribeClusterResponse::default()
+            .with_error_code(code)
+            .with_endpoint_type(request.endpoint_type),
+    )
+}

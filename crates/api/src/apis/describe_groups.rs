@@ -1,0 +1,30 @@
+//! DescribeGroups: the versions Weir serves and its error response.
+
+use kafka_protocol::messages::*;
+
+/// The versions Weir serves: all that `kafka-protocol` knows.
+pub(crate) fn versions() -> (i16, i16) {
+    super::valid(ApiKey::DescribeGroups)
+}
+
+/// The response to `request` that carries `code` wherever it has an error code.
+pub(crate) fn error_response(
+    request: &DescribeGroupsRequest,
+    _version: i16,
+    code: i16,
+) -> ResponseKind {
+    use describe_groups_response::DescribedGroup;
+    ResponseKind::DescribeGroups(
+        DescribeGroupsResponse::default().with_groups(
+            request
+                .groups
+                .iter()
+                .map(|g| {
+                    DescribedGroup::default()
+                        .with_group_id(g.clone())
+                        .with_error_code(code)
+                })
+                .collect(),
+        ),
+    )
+}

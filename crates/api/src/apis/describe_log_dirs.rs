@@ -1,0 +1,24 @@
+//! DescribeLogDirs: the versions Weir serves and its error response.
+
+use kafka_protocol::messages::*;
+
+/// The versions Weir serves: all that `kafka-protocol` knows.
+pub(crate) fn versions() -> (i16, i16) {
+    super::valid(ApiKey::DescribeLogDirs)
+}
+
+/// The response to `request` that carries `code` wherever it has an error code.
+pub(crate) fn error_response(
+    _request: &DescribeLogDirsRequest,
+    _version: i16,
+    code: i16,
+) -> ResponseKind {
+    ResponseKind::DescribeLogDirs(
+        // The top-level code exists from v3; before, each directory carries it.
+        DescribeLogDirsResponse::default()
+            .with_error_code(code)
+            .with_results(vec![
+                describe_log_dirs_response::DescribeLogDirsResult::default().with_error_code(code),
+            ]),
+    )
+}

@@ -1,0 +1,39 @@
+//! DescribeProducers: the versions Weir serves and its error response.
+
+use kafka_protocol::messages::*;
+
+/// The versions Weir serves: all that `kafka-protocol` knows.
+pub(crate) fn versions() -> (i16, i16) {
+    super::valid(ApiKey::DescribeProducers)
+}
+
+/// The response to `request` that carries `code` wherever it has an error code.
+pub(crate) fn error_response(
+    request: &DescribeProducersRequest,
+    _version: i16,
+    code: i16,
+) -> ResponseKind {
+    use describe_producers_response::{PartitionResponse, TopicResponse};
+    ResponseKind::DescribeProducers(
+        DescribeProducersResponse::default().with_topics(
+            request
+                .topics
+                .iter()
+                .map(|t| {
+                    TopicResponse::default()
+                        .with_name(t.name.clone())
+                        .with_partitions(
+                            t.partition_indexes
+                                .iter()
+                                .map(|&p| {
+                                    PartitionResponse::default()
+                                        .with_partition_index(p)
+                                        .with_error_code(code)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        ),
+    )
+}

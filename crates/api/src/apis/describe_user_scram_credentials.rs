@@ -1,0 +1,19 @@
+//! DescribeUserScramCredentials: the versions Weir serves and its error response.
+
+use kafka_protocol::messages::*;
+
+/// The versions Weir serves: all that `kafka-protocol` knows.
+pub(crate) fn versions() -> (i16, i16) {
+    super::valid(ApiKey::DescribeUserScramCredentials)
+}
+
+/// The response to `request` that carries `code` wherever it has an error code.
+pub(crate) fn error_response(
+    _request: &DescribeUserScramCredentialsRequest,
+    _version: i16,
+    code: i16,
+) -> ResponseKind {
+    ResponseKind::DescribeUserScramCredentials(
+        DescribeUserScramCredentialsResponse::default().with_error_code(code),
+    )
+}

@@ -1,0 +1,18 @@
+//! EndTxn: the versions Weir serves and its error response.
+
+use kafka_protocol::messages::*;
+
+/// The versions Weir serves: all that `kafka-protocol` knows.
+pub(crate) fn versions() -> (i16, i16) {
+    super::valid(ApiKey::EndTxn)
+}
+
+/// The response to `request` that carries `code` wherever it has an error code.
+pub(crate) fn error_response(request: &EndTxnRequest, _version: i16, code: i16) -> ResponseKind {
+    ResponseKind::EndTxn(
+        EndTxnResponse::default()
+            .with_error_code(code)
+            .with_producer_id(request.producer_id)
+            .with_producer_epoch(request.producer_epoch),
+    )
+}

@@ -1,0 +1,40 @@
+//! Fetch: the versions Weir serves and its error response.
+
+use kafka_protocol::messages::*;
+
+/// The versions Weir serves: all that `kafka-protocol` knows.
+pub(crate) fn versions() -> (i16, i16) {
+    super::valid(ApiKey::Fetch)
+}
+
+/// The response to `request` that carries `code` wherever it has an error code.
+pub(crate) fn error_response(request: &FetchRequest, version: i16, code: i16) -> ResponseKind {
+    use fetch_response::{FetchableTopicResponse, PartitionData};
+    let response = FetchResponse::default().with_responses(
+        request
+            .topics
+            .iter()
+            .map(|t| {
+                FetchableTopicResponse::default()
+                    .with_topic(t.topic.clone())
+                    .with_topic_id(t.topic_id)
+                    .with_partitions(
+                        t.partitions
+                            .iter()
+                            .map(|p| {
+                                PartitionData::default()
+                                    .with_partition_index(p.partition)
+                                    .with_error_code(code)
+                                    .with_high_watermark(-1)
+                            })
+                            .collect(),
+                    )
+            })
+            .collect(),
+    );
+    ResponseKind::Fetch(if version >= 7 {
+        response.with_error_code(code)
+    } else {
+        response
+    })
+}

@@ -1,0 +1,37 @@
+//! FindCoordinator: the versions Weir serves and its error response.
+
+use kafka_protocol::messages::*;
+
+/// The versions Weir serves: all that `kafka-protocol` knows.
+pub(crate) fn versions() -> (i16, i16) {
+    super::valid(ApiKey::FindCoordinator)
+}
+
+/// The response to `request` that carries `code` wherever it has an error code.
+pub(crate) fn error_response(
+    request: &FindCoordinatorRequest,
+    version: i16,
+    code: i16,
+) -> ResponseKind {
+    use find_coordinator_response::Coordinator;
+    ResponseKind::FindCoordinator(if version >= 4 {
+        FindCoordinatorResponse::default().with_coordinators(
+            request
+                .coordinator_keys
+                .iter()
+                .map(|k| {
+                    Coordinator::default()
+                        .with_key(k.clone())
+                        .with_node_id(BrokerId(-1))
+                        .with_port(-1)
+                        .with_error_code(code)
+                })
+                .collect(),
+        )
+    } else {
+        FindCoordinatorResponse::default()
+            .with_error_code(code)
+            .with_node_id(BrokerId(-1))
+            .with_port(-1)
+    })
+}

@@ -1,0 +1,39 @@
+//! ListOffsets: the versions Weir serves and its error response.
+
+use kafka_protocol::messages::*;
+
+/// The versions Weir serves: all that `kafka-protocol` knows.
+pub(crate) fn versions() -> (i16, i16) {
+    super::valid(ApiKey::ListOffsets)
+}
+
+/// The response to `request` that carries `code` wherever it has an error code.
+pub(crate) fn error_response(
+    request: &ListOffsetsRequest,
+    _version: i16,
+    code: i16,
+) -> ResponseKind {
+    use list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
+    ResponseKind::ListOffsets(
+        ListOffsetsResponse::default().with_topics(
+            request
+                .topics
+                .iter()
+                .map(|t| {
+                    ListOffsetsTopicResponse::default()
+                        .with_name(t.name.clone())
+                        .with_partitions(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    ListOffsetsPartitionResponse::default()
+                                        .with_partition_index(p.partition_index)
+                                        .with_error_code(code)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        ),
+    )
+}

@@ -1,0 +1,23 @@
+//! ListPartitionReassignments: the versions Weir serves and its error response.
+
+use kafka_protocol::messages::*;
+
+/// The versions Weir serves: all that `kafka-protocol` knows.
+pub(crate) fn versions() -> (i16, i16) {
+    super::valid(ApiKey::ListPartitionReassignments)
+}
+
+/// The response to `request` that carries `code` wherever it has an error code.
+pub(crate) fn error_response(
+    _request: &ListPartitionReassignmentsRequest,
+    _version: i16,
+    code: i16,
+) -> ResponseKind {
+    ResponseKind::ListPartitionReassignments(
+        ListPartitionReassignmentsResponse::default()
+            .with_error_code(code)
+            .with_error_message(Some(kafka_protocol::protocol::StrBytes::from_static_str(
+                "the request failed",
+            ))),
+    )
+}

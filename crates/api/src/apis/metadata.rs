@@ -1,0 +1,28 @@
+//! Metadata: the versions Weir serves and its error response.
+
+use kafka_protocol::messages::*;
+
+/// The versions Weir serves: all that `kafka-protocol` knows.
+pub(crate) fn versions() -> (i16, i16) {
+    super::valid(ApiKey::Metadata)
+}
+
+/// The response to `request` that carries `code` wherever it has an error code.
+pub(crate) fn error_response(request: &MetadataRequest, _version: i16, code: i16) -> ResponseKind {
+    use metadata_response::MetadataResponseTopic;
+    ResponseKind::Metadata(
+        MetadataResponse::default().with_topics(
+            request
+                .topics
+                .iter()
+                .flatten()
+                .map(|t| {
+                    MetadataResponseTopic::default()
+                        .with_name(t.name.clone())
+                        .with_topic_id(t.topic_id)
+                        .with_error_code(code)
+                })
+                .collect(),
+        ),
+    )
+}

@@ -1,0 +1,155 @@
+//! The Kafka APIs Weir serves, one module each, and the one list of them below: it makes
+//! [`supported_versions`] (what ApiVersions advertises) and [`error_response_for`].
+//!
+//! Each module says, for its API, the versions Weir serves and the error response: what a
+//! client gets when Weir cannot give it the real answer (a handler failed, its response would
+//! not encode at the request's version, or a part of the request was refused by the ACLs),
+//! instead of a closed connection. Kafka's `AbstractRequest.getErrorResponse` does the same:
+//! the API's own response, with the error in its top-level error code, or in the error code of
+//! every topic, partition, group or resource the request named where the response has no
+//! top-level code. Only fields that exist at every version the request's fields exist in are
+//! set, so the result encodes at the request's version (the `versions` test walks every
+//! advertised version). Versions newer than Apache Kafka 4.1 speaks are served only where a
+//! module says so.
+//!
+//! Adding an API: its module, declared below, and a line in the list.
+
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+use kafka_protocol::ResponseError;
+
+mod add_offsets_to_txn;
+mod add_partitions_to_txn;
+mod alter_client_quotas;
+mod alter_configs;
+mod alter_partition_reassignments;
+mod alter_user_scram_credentials;
+mod api_versions;
+mod consumer_group_describe;
+mod consumer_group_heartbeat;
+mod create_acls;
+mod create_partitions;
+mod create_topics;
+mod delete_acls;
+mod delete_groups;
+mod delete_records;
+mod delete_topics;
+mod describe_acls;
+mod describe_client_quotas;
+mod describe_cluster;
+mod describe_configs;
+mod describe_groups;
+mod describe_log_dirs;
+mod describe_producers;
+mod describe_transactions;
+mod describe_user_scram_credentials;
+mod end_txn;
+mod fetch;
+mod find_coordinator;
+mod heartbeat;
+mod incremental_alter_configs;
+mod init_producer_id;
+mod join_group;
+mod leave_group;
+mod list_groups;
+mod list_offsets;
+mod list_partition_reassignments;
+mod list_transactions;
+mod metadata;
+mod offset_commit;
+mod offset_delete;
+mod offset_fetch;
+mod offset_for_leader_epoch;
+mod produce;
+mod sasl_authenticate;
+mod sasl_handshake;
+mod sync_group;
+mod txn_offset_commit;
+
+macro_rules! apis {
+    ($($variant:ident => $module:ident,)*) => {
+        /// The API keys Weir implements, with the versions it accepts. ApiVersions advertises
+        /// these.
+        pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
+            match key {
+                $(ApiKey::$variant => Some($module::versions()),)*
+                _ => None,
+            }
+        }
+
+        /// The error response to `request` at `version` with `error` in every error code it
+        /// has, or `None` for an API Weir does not implement.
+        pub fn error_response_for(
+            request: &RequestKind,
+            version: i16,
+            error: ResponseError,
+        ) -> Option<ResponseKind> {
+            let code = error.code();
+            match request {
+                $(RequestKind::$variant(r) => Some($module::error_response(r, version, code)),)*
+                _ => None,
+            }
+        }
+    };
+}
+
+apis! {
+    Produce => produce,
+    Fetch => fetch,
+    ListOffsets => list_offsets,
+    Metadata => metadata,
+    OffsetCommit => offset_commit,
+    OffsetFetch => offset_fetch,
+    FindCoordinator => find_coordinator,
+    JoinGroup => join_group,
+    Heartbeat => heartbeat,
+    LeaveGroup => leave_group,
+    SyncGroup => sync_group,
+    DescribeGroups => describe_groups,
+    ListGroups => list_groups,
+    ApiVersions => api_versions,
+    CreateTopics => create_topics,
+    DeleteTopics => delete_topics,
+    DeleteRecords => delete_records,
+    InitProducerId => init_producer_id,
+    OffsetForLeaderEpoch => offset_for_leader_epoch,
+    DescribeConfigs => describe_configs,
+    AlterConfigs => alter_configs,
+    IncrementalAlterConfigs => incremental_alter_configs,
+    CreatePartitions => create_partitions,
+    DeleteGroups => delete_groups,
+    OffsetDelete => offset_delete,
+    AlterPartitionReassignments => alter_partition_reassignments,
+    ListPartitionReassignments => list_partition_reassignments,
+    DescribeCluster => describe_cluster,
+    AddPartitionsToTxn => add_partitions_to_txn,
+    AddOffsetsToTxn => add_offsets_to_txn,
+    EndTxn => end_txn,
+    TxnOffsetCommit => txn_offset_commit,
+    DescribeTransactions => describe_transactions,
+    DescribeLogDirs => describe_log_dirs,
+    ListTransactions => list_transactions,
+    DescribeProducers => describe_producers,
+    ConsumerGroupHeartbeat => consumer_group_heartbeat,
+    ConsumerGroupDescribe => consumer_group_describe,
+    DescribeClientQuotas => describe_client_quotas,
+    AlterClientQuotas => alter_client_quotas,
+    CreateAcls => create_acls,
+    DescribeAcls => describe_acls,
+    DeleteAcls => delete_acls,
+    SaslHandshake => sasl_handshake,
+    SaslAuthenticate => sasl_authenticate,
+    DescribeUserScramCredentials => describe_user_scram_credentials,
+    AlterUserScramCredentials => alter_user_scram_credentials,
+}
+
+/// Every version `kafka-protocol` knows of `key`.
+fn valid(key: ApiKey) -> (i16, i16) {
+    let v = key.valid_versions();
+    (v.min, v.max)
+}
+
+/// [`valid`], up to `max`.
+fn capped(key: ApiKey, max: i16) -> (i16, i16) {
+    let (min, top) = valid(key);
+    (min, top.min(max))
+}

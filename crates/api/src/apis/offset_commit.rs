@@ -1,0 +1,41 @@
+//! OffsetCommit: the versions Weir serves and its error response.
+
+use kafka_protocol::messages::*;
+
+/// The versions Weir serves: v10 names topics by id, which franz-go encodes in a way that does not
+/// decode here; Kafka 4.1 speaks up to 9.
+pub(crate) fn versions() -> (i16, i16) {
+    super::capped(ApiKey::OffsetCommit, 9)
+}
+
+/// The response to `request` that carries `code` wherever it has an error code.
+pub(crate) fn error_response(
+    request: &OffsetCommitRequest,
+    _version: i16,
+    code: i16,
+) -> ResponseKind {
+    use offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
+    ResponseKind::OffsetCommit(
+        OffsetCommitResponse::default().with_topics(
+            request
+                .topics
+                .iter()
+                .map(|t| {
+                    OffsetCommitResponseTopic::default()
+                        .with_name(t.name.clone())
+                        .with_topic_id(t.topic_id)
+                        .with_partitions(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    OffsetCommitResponsePartition::default()
+                                        .with_partition_index(p.partition_index)
+                                        .with_error_code(code)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        ),
+    )
+}

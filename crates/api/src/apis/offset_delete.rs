@@ -1,0 +1,41 @@
+//! OffsetDelete: the versions Weir serves and its error response.
+
+use kafka_protocol::messages::*;
+
+/// The versions Weir serves: all that `kafka-protocol` knows.
+pub(crate) fn versions() -> (i16, i16) {
+    super::valid(ApiKey::OffsetDelete)
+}
+
+/// The response to `request` that carries `code` wherever it has an error code.
+pub(crate) fn error_response(
+    request: &OffsetDeleteRequest,
+    _version: i16,
+    code: i16,
+) -> ResponseKind {
+    use offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
+    ResponseKind::OffsetDelete(
+        OffsetDeleteResponse::default()
+            .with_error_code(code)
+            .with_topics(
+                request
+                    .topics
+                    .iter()
+                    .map(|t| {
+                        OffsetDeleteResponseTopic::default()
+                            .with_name(t.name.clone())
+                            .with_partitions(
+                                t.partitions
+                                    .iter()
+                                    .map(|p| {
+                                        OffsetDeleteResponsePartition::default()
+                                            .with_partition_index(p.partition_index)
+                                            .with_error_code(code)
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            ),
+    )
+}

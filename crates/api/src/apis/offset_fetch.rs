@@ -1,0 +1,63 @@
+//! OffsetFetch: the versions Weir serves and its error response.
+
+use kafka_protocol::messages::*;
+
+/// The versions Weir serves: v10 names topics by id, which franz-go encodes in a way that does not
+/// decode here; Kafka 4.1 speaks up to 9.
+pub(crate) fn versions() -> (i16, i16) {
+    super::capped(ApiKey::OffsetFetch, 9)
+}
+
+/// The response to `request` that carries `code` wherever it has an error code.
+pub(crate) fn error_response(
+    request: &OffsetFetchRequest,
+    version: i16,
+    code: i16,
+) -> ResponseKind {
+    use offset_fetch_response::{
+        OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponseTopic,
+    };
+    if version >= 8 {
+        ResponseKind::OffsetFetch(
+            OffsetFetchResponse::default().with_groups(
+                request
+                    .groups
+                    .iter()
+                    .map(|g| {
+                        OffsetFetchResponseGroup::default()
+                            .with_group_id(g.group_id.clone())
+                            .with_error_code(code)
+                    })
+                    .collect(),
+            ),
+        )
+    } else {
+        let response = OffsetFetchResponse::default().with_topics(
+            request
+                .topics
+                .iter()
+                .flatten()
+                .map(|t| {
+                    OffsetFetchResponseTopic::default()
+                        .with_name(t.name.clone())
+                        .with_partitions(
+                            t.partition_indexes
+                                .iter()
+                                .map(|&p| {
+                                    OffsetFetchResponsePartition::default()
+                                        .with_partition_index(p)
+                                        .with_committed_offset(-1)
+                                        .with_error_code(code)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        );
+        ResponseKind::OffsetFetch(if version >= 2 {
+            response.with_error_code(code)
+        } else {
+            response
+        })
+    }
+}

@@ -1,0 +1,39 @@
+//! OffsetForLeaderEpoch: the versions Weir serves and its error response.
+
+use kafka_protocol::messages::*;
+
+/// The versions Weir serves: all that `kafka-protocol` knows.
+pub(crate) fn versions() -> (i16, i16) {
+    super::valid(ApiKey::OffsetForLeaderEpoch)
+}
+
+/// The response to `request` that carries `code` wherever it has an error code.
+pub(crate) fn error_response(
+    request: &OffsetForLeaderEpochRequest,
+    _version: i16,
+    code: i16,
+) -> ResponseKind {
+    use offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
+    ResponseKind::OffsetForLeaderEpoch(
+        OffsetForLeaderEpochResponse::default().with_topics(
+            request
+                .topics
+                .iter()
+                .map(|t| {
+                    OffsetForLeaderTopicResult::default()
+                        .with_topic(t.topic.clone())
+                        .with_partitions(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    EpochEndOffset::default()
+                                        .with_partition(p.partition)
+                                        .with_error_code(code)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        ),
+    )
+}

@@ -1,0 +1,17 @@
+//! SaslAuthenticate: the versions Weir serves and its error response.
+
+use kafka_protocol::messages::*;
+
+/// The versions Weir serves: all that `kafka-protocol` knows.
+pub(crate) fn versions() -> (i16, i16) {
+    super::valid(ApiKey::SaslAuthenticate)
+}
+
+/// The response to `request` that carries `code` wherever it has an error code.
+pub(crate) fn error_response(
+    _request: &SaslAuthenticateRequest,
+    _version: i16,
+    code: i16,
+) -> ResponseKind {
+    ResponseKind::SaslAuthenticate(SaslAuthenticateResponse::default().with_error_code(code))
+}

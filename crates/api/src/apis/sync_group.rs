@@ -1,0 +1,17 @@
+//! SyncGroup: the versions Weir serves and its error response.
+
+use kafka_protocol::messages::*;
+
+/// The versions Weir serves: all that `kafka-protocol` knows.
+pub(crate) fn versions() -> (i16, i16) {
+    super::valid(ApiKey::SyncGroup)
+}
+
+/// The response to `request` that carries `code` wherever it has an error code.
+pub(crate) fn error_response(
+    _request: &SyncGroupRequest,
+    _version: i16,
+    code: i16,
+) -> ResponseKind {
+    ResponseKind::SyncGroup(SyncGroupResponse::default().with_error_code(code))
+}

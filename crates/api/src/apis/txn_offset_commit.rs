@@ -1,0 +1,39 @@
+//! TxnOffsetCommit: the versions Weir serves and its error response.
+
+use kafka_protocol::messages::*;
+
+/// The versions Weir serves: all that `kafka-protocol` knows.
+pub(crate) fn versions() -> (i16, i16) {
+    super::valid(ApiKey::TxnOffsetCommit)
+}
+
+/// The response to `request` that carries `code` wherever it has an error code.
+pub(crate) fn error_response(
+    request: &TxnOffsetCommitRequest,
+    _version: i16,
+    code: i16,
+) -> ResponseKind {
+    use txn_offset_commit_response::*;
+    ResponseKind::TxnOffsetCommit(
+        TxnOffsetCommitResponse::default().with_topics(
+            request
+                .topics
+                .iter()
+                .map(|t| {
+                    TxnOffsetCommitResponseTopic::default()
+                        .with_name(t.name.clone())
+                        .with_partitions(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    TxnOffsetCommitResponsePartition::default()
+                                        .with_partition_index(p.partition_index)
+                                        .with_error_code(code)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        ),
+    )
+}
