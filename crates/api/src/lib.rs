@@ -5,9 +5,9 @@
 //! network layer can go on reading the connection's next request while they wait, and still
 //! send responses in order.
 //!
-//! - `apis/`: a module per API key with the versions Weir serves and the API's error response;
-//!   its one list makes [`supported_versions`] (what ApiVersions advertises) and
-//!   [`error_response_for`].
+//! - `apis/`: a module per API key with the versions Weir serves, its handler and its error
+//!   response; its one list makes the dispatch, [`supported_versions`] (what ApiVersions
+//!   advertises) and [`error_response_for`]. The handlers call the services below.
 //! - `produce.rs`, `fetch.rs`, `offsets.rs`: the data path, on [`weir_partition`];
 //!   `fetch_session.rs`: incremental fetch sessions (KIP-227).
 //! - `admin.rs`: topics, partitions, configs, DeleteRecords.
@@ -307,18 +307,16 @@ impl Broker {
             _ => None,
         };
         let handling = std::time::Instant::now();
-        let reply = self
-            .serve(
-                header,
-                request,
-                conn,
-                v,
-                client_id,
-                client_host,
-                zone,
-                listener,
-            )
-            .await;
+        let cx = apis::Cx {
+            header,
+            conn,
+            v,
+            client_id,
+            client_host,
+            zone,
+            listener,
+        };
+        let reply = self.serve(request, cx).await;
         let reply = self.throttle_request_time(reply, conn, client_id, handling.elapsed());
         let reply = match produced {
             Some(bytes) => self.throttle_produce(reply, conn, client_id, bytes),
@@ -344,201 +342,18 @@ impl Broker {
     }
 
     /// Dispatches a request (authorized) to its handler.
-    #[allow(clippy::too_many_arguments)]
-    async fn serve(
-        self: &Arc<Self>,
-        header: &RequestHeader,
-        request: RequestKind,
-        conn: &Conn,
-        v: i16,
-        client_id: &str,
-        client_host: &str,
-        zone: Option<&str>,
-        listener: &str,
-    ) -> Reply {
-        let now = |r: ResponseKind| Reply::Now(Box::new(r));
-        match request {
-            RequestKind::ApiVersions(_) => now(ResponseKind::ApiVersions(cluster::api_versions(0))),
-            RequestKind::Metadata(r) => now(ResponseKind::Metadata(
-                self.metadata(r, v, zone, listener).await,
-            )),
-            RequestKind::DescribeCluster(r) => now(ResponseKind::DescribeCluster(
-                self.describe_cluster(r, v, listener),
-            )),
-            RequestKind::FindCoordinator(r) => now(ResponseKind::FindCoordinator(
-                self.find_coordinator(r, v, listener),
-            )),
-            RequestKind::InitProducerId(r) => now(ResponseKind::InitProducerId(
-                self.init_producer_id(r, v).await,
-            )),
-            RequestKind::Produce(r) => self.produce(r, v, zone, listener).await,
-            RequestKind::Fetch(r) => self.fetch(r, v, zone, listener, self.check_for(conn)).await,
-            RequestKind::ListOffsets(r) => now(ResponseKind::ListOffsets(
-                self.list_offsets(r, v, zone).await,
-            )),
-            RequestKind::OffsetForLeaderEpoch(r) => now(ResponseKind::OffsetForLeaderEpoch(
-                self.offset_for_leader_epoch(r, zone).await,
-            )),
-            RequestKind::CreateTopics(r) => {
-                now(ResponseKind::CreateTopics(self.create_topics(r, v).await))
-            }
-            RequestKind::DeleteTopics(r) => {
-                now(ResponseKind::DeleteTopics(self.delete_topics(r, v).await))
-            }
-            RequestKind::CreatePartitions(r) => now(ResponseKind::CreatePartitions(
-                self.create_partitions(r).await,
-            )),
-            RequestKind::DescribeConfigs(r) => now(ResponseKind::DescribeConfigs(
-                self.describe_configs(r, v).await,
-            )),
-            RequestKind::AlterConfigs(r) => {
-                now(ResponseKind::AlterConfigs(self.alter_configs(r).await))
-            }
-            RequestKind::IncrementalAlterConfigs(r) => now(ResponseKind::IncrementalAlterConfigs(
-                self.incremental_alter_configs(r).await,
-            )),
-            RequestKind::DeleteRecords(r) => {
-                now(ResponseKind::DeleteRecords(self.delete_records(r).await))
-            }
-            RequestKind::AlterPartitionReassignments(r) => {
-                now(ResponseKind::AlterPartitionReassignments(
-                    self.alter_partition_reassignments(r).await,
-                ))
-            }
-            RequestKind::ListPartitionReassignments(r) => now(
-                ResponseKind::ListPartitionReassignments(self.list_partition_reassignments(r)),
-            ),
-            RequestKind::JoinGroup(r) => {
-                // Joins wait for the rebalance; answer later so the connection keeps serving.
-                let groups = Arc::clone(&self.groups);
-                let (client_id, host) = (client_id.to_string(), client_host.to_string());
-                Reply::Later(Box::pin(async move {
-                    ResponseKind::JoinGroup(groups.join_group(r, v, &client_id, &host).await)
-                }))
-            }
-            RequestKind::SyncGroup(r) => {
-                let groups = Arc::clone(&self.groups);
-                Reply::Later(Box::pin(async move {
-                    ResponseKind::SyncGroup(groups.sync_group(r, v).await)
-                }))
-            }
-            RequestKind::Heartbeat(r) => {
-                now(ResponseKind::Heartbeat(self.groups.heartbeat(r, v).await))
-            }
-            RequestKind::LeaveGroup(r) => now(ResponseKind::LeaveGroup(
-                self.groups.leave_group(r, v).await,
-            )),
-            RequestKind::OffsetCommit(r) => {
-                let topics = Arc::clone(&self.topics);
-                // The partition may be led by another broker than the group's coordinator.
-                let exists = move |t: &str, p: i32| {
-                    !matches!(topics.lookup(t, p), weir_partition::Lookup::Unknown)
-                };
-                now(ResponseKind::OffsetCommit(
-                    self.groups.offset_commit(r, v, &exists).await,
-                ))
-            }
-            RequestKind::OffsetFetch(r) => {
-                now(ResponseKind::OffsetFetch(self.offset_fetch(r, v).await))
-            }
-            RequestKind::AddPartitionsToTxn(r) => now(ResponseKind::AddPartitionsToTxn(
-                self.add_partitions_to_txn(r, v).await,
-            )),
-            RequestKind::AddOffsetsToTxn(r) => now(ResponseKind::AddOffsetsToTxn(
-                self.add_offsets_to_txn(r, v).await,
-            )),
-            RequestKind::EndTxn(r) => {
-                // Markers take a WAL write or two: answer later, so the connection keeps going.
-                let this = Arc::clone(self);
-                Reply::Later(Box::pin(async move {
-                    ResponseKind::EndTxn(this.end_txn(r, v).await)
-                }))
-            }
-            RequestKind::TxnOffsetCommit(r) => now(ResponseKind::TxnOffsetCommit(
-                self.txn_offset_commit(r, v).await,
-            )),
-            RequestKind::DescribeTransactions(r) => now(ResponseKind::DescribeTransactions(
-                self.describe_transactions(r).await,
-            )),
-            RequestKind::ListTransactions(r) => now(ResponseKind::ListTransactions(
-                self.list_transactions(r, v).await,
-            )),
-            RequestKind::DescribeLogDirs(r) => now(ResponseKind::DescribeLogDirs(
-                self.describe_log_dirs(r).await,
-            )),
-            RequestKind::DescribeGroups(r) => now(ResponseKind::DescribeGroups(
-                self.groups.describe_groups(r, v).await,
-            )),
-            RequestKind::ListGroups(r) => now(ResponseKind::ListGroups(
-                self.groups.list_groups(r, v).await,
-            )),
-            RequestKind::DeleteGroups(r) => now(ResponseKind::DeleteGroups(
-                self.groups.delete_groups(r, v).await,
-            )),
-            RequestKind::OffsetDelete(r) => now(ResponseKind::OffsetDelete(
-                self.groups.offset_delete(r, v).await,
-            )),
-            RequestKind::DescribeProducers(r) => {
-                now(ResponseKind::DescribeProducers(self.describe_producers(r)))
-            }
-            RequestKind::ConsumerGroupHeartbeat(r) => {
-                let topics = self.group_catalog();
-                now(ResponseKind::ConsumerGroupHeartbeat(
-                    self.groups
-                        .consumer_group_heartbeat(r, v, client_id, client_host, &topics)
-                        .await,
-                ))
-            }
-            RequestKind::SaslHandshake(r) => {
-                now(ResponseKind::SaslHandshake(self.sasl_handshake(r, conn)))
-            }
-            RequestKind::SaslAuthenticate(r) => {
-                let done = self.sasl_authenticate(r, v, conn).await;
-                match done.delay {
-                    None => now(ResponseKind::SaslAuthenticate(done.response)),
-                    // The failure's answer waits without holding up the broker.
-                    Some(d) => Reply::Later(Box::pin(async move {
-                        tokio::time::sleep(d).await;
-                        ResponseKind::SaslAuthenticate(done.response)
-                    })),
-                }
-            }
-            RequestKind::DescribeUserScramCredentials(r) => {
-                now(ResponseKind::DescribeUserScramCredentials(
-                    self.describe_user_scram_credentials(r).await,
-                ))
-            }
-            RequestKind::AlterUserScramCredentials(r) => now(
-                ResponseKind::AlterUserScramCredentials(self.alter_user_scram_credentials(r).await),
-            ),
-            RequestKind::DescribeClientQuotas(r) => now(ResponseKind::DescribeClientQuotas(
-                self.describe_client_quotas(r).await,
-            )),
-            RequestKind::AlterClientQuotas(r) => now(ResponseKind::AlterClientQuotas(
-                self.alter_client_quotas(r).await,
-            )),
-            RequestKind::CreateAcls(r) => now(ResponseKind::CreateAcls(self.create_acls(r).await)),
-            RequestKind::DescribeAcls(r) => {
-                now(ResponseKind::DescribeAcls(self.describe_acls(r, v).await))
-            }
-            RequestKind::DeleteAcls(r) => {
-                now(ResponseKind::DeleteAcls(self.delete_acls(r, v).await))
-            }
-            RequestKind::ConsumerGroupDescribe(r) => {
-                let topics = self.group_catalog();
-                now(ResponseKind::ConsumerGroupDescribe(
-                    self.groups.consumer_group_describe(r, v, &topics).await,
-                ))
-            }
-            other => {
+    async fn serve(self: &Arc<Self>, request: RequestKind, cx: apis::Cx<'_>) -> Reply {
+        match apis::handle(self, request, &cx).await {
+            Ok(reply) => reply,
+            Err(other) => {
                 self.meters.unsupported.inc();
                 tracing::debug!(
-                    api_key = header.request_api_key,
-                    version = v,
+                    api_key = cx.header.request_api_key,
+                    version = cx.v,
                     "API not implemented"
                 );
                 match refusal(&other) {
-                    Some(r) => now(r),
+                    Some(r) => Reply::Now(Box::new(r)),
                     None => Reply::Unsupported,
                 }
             }

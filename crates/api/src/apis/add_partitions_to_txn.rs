@@ -1,6 +1,12 @@
-//! AddPartitionsToTxn: the versions Weir serves and its error response.
+//! AddPartitionsToTxn: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::now;
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: all that `kafka-protocol` knows.
 pub(crate) fn versions() -> (i16, i16) {
@@ -20,4 +26,16 @@ pub(crate) fn error_response(
     } else {
         AddPartitionsToTxnResponse::default().with_error_code(code)
     })
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(
+    broker: &Arc<Broker>,
+    cx: &Cx<'_>,
+    request: AddPartitionsToTxnRequest,
+) -> Reply {
+    let Cx { v, .. } = *cx;
+    now(ResponseKind::AddPartitionsToTxn(
+        broker.add_partitions_to_txn(request, v).await,
+    ))
 }

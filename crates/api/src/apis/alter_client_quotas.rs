@@ -1,6 +1,12 @@
-//! AlterClientQuotas: the versions Weir serves and its error response.
+//! AlterClientQuotas: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::now;
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: all that `kafka-protocol` knows.
 pub(crate) fn versions() -> (i16, i16) {
@@ -34,4 +40,15 @@ pub(crate) fn error_response(
                 .collect(),
         ),
     )
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(
+    broker: &Arc<Broker>,
+    _cx: &Cx<'_>,
+    request: AlterClientQuotasRequest,
+) -> Reply {
+    now(ResponseKind::AlterClientQuotas(
+        broker.alter_client_quotas(request).await,
+    ))
 }

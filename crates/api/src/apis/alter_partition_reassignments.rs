@@ -1,6 +1,12 @@
-//! AlterPartitionReassignments: the versions Weir serves and its error response.
+//! AlterPartitionReassignments: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::now;
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: all that `kafka-protocol` knows.
 pub(crate) fn versions() -> (i16, i16) {
@@ -20,4 +26,15 @@ pub(crate) fn error_response(
                 "the request failed",
             ))),
     )
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(
+    broker: &Arc<Broker>,
+    _cx: &Cx<'_>,
+    request: AlterPartitionReassignmentsRequest,
+) -> Reply {
+    now(ResponseKind::AlterPartitionReassignments(
+        broker.alter_partition_reassignments(request).await,
+    ))
 }

@@ -1,6 +1,12 @@
-//! ApiVersions: the versions Weir serves and its error response.
+//! ApiVersions: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::now;
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: all that `kafka-protocol` knows.
 pub(crate) fn versions() -> (i16, i16) {
@@ -14,4 +20,13 @@ pub(crate) fn error_response(
     code: i16,
 ) -> ResponseKind {
     ResponseKind::ApiVersions(crate::cluster::api_versions(code))
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(
+    _broker: &Arc<Broker>,
+    _cx: &Cx<'_>,
+    _request: ApiVersionsRequest,
+) -> Reply {
+    now(ResponseKind::ApiVersions(crate::cluster::api_versions(0)))
 }

@@ -1,6 +1,12 @@
-//! ConsumerGroupDescribe: the versions Weir serves and its error response.
+//! ConsumerGroupDescribe: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::now;
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: versions newer than Apache Kafka 4.1 speaks are left out: clients that
 /// know them were tested against nothing.
@@ -28,4 +34,20 @@ pub(crate) fn error_response(
                 .collect(),
         ),
     )
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(
+    broker: &Arc<Broker>,
+    cx: &Cx<'_>,
+    request: ConsumerGroupDescribeRequest,
+) -> Reply {
+    let Cx { v, .. } = *cx;
+    let topics = broker.group_catalog();
+    now(ResponseKind::ConsumerGroupDescribe(
+        broker
+            .groups
+            .consumer_group_describe(request, v, &topics)
+            .await,
+    ))
 }

@@ -1,6 +1,12 @@
-//! ConsumerGroupHeartbeat: the versions Weir serves and its error response.
+//! ConsumerGroupHeartbeat: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::now;
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: versions newer than Apache Kafka 4.1 speaks are left out: clients that
 /// know them were tested against nothing.
@@ -19,4 +25,25 @@ pub(crate) fn error_response(
             .with_error_code(code)
             .with_member_epoch(-1),
     )
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(
+    broker: &Arc<Broker>,
+    cx: &Cx<'_>,
+    request: ConsumerGroupHeartbeatRequest,
+) -> Reply {
+    let Cx {
+        v,
+        client_id,
+        client_host,
+        ..
+    } = *cx;
+    let topics = broker.group_catalog();
+    now(ResponseKind::ConsumerGroupHeartbeat(
+        broker
+            .groups
+            .consumer_group_heartbeat(request, v, client_id, client_host, &topics)
+            .await,
+    ))
 }

@@ -1,6 +1,12 @@
-//! CreateTopics: the versions Weir serves and its error response.
+//! CreateTopics: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::now;
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: all that `kafka-protocol` knows.
 pub(crate) fn versions() -> (i16, i16) {
@@ -27,4 +33,16 @@ pub(crate) fn error_response(
                 .collect(),
         ),
     )
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(
+    broker: &Arc<Broker>,
+    cx: &Cx<'_>,
+    request: CreateTopicsRequest,
+) -> Reply {
+    let Cx { v, .. } = *cx;
+    now(ResponseKind::CreateTopics(
+        broker.create_topics(request, v).await,
+    ))
 }

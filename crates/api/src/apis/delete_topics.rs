@@ -1,6 +1,12 @@
-//! DeleteTopics: the versions Weir serves and its error response.
+//! DeleteTopics: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::now;
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: all that `kafka-protocol` knows.
 pub(crate) fn versions() -> (i16, i16) {
@@ -37,4 +43,16 @@ pub(crate) fn error_response(
             .collect()
     };
     ResponseKind::DeleteTopics(DeleteTopicsResponse::default().with_responses(results))
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(
+    broker: &Arc<Broker>,
+    cx: &Cx<'_>,
+    request: DeleteTopicsRequest,
+) -> Reply {
+    let Cx { v, .. } = *cx;
+    now(ResponseKind::DeleteTopics(
+        broker.delete_topics(request, v).await,
+    ))
 }

@@ -1,6 +1,12 @@
-//! DescribeClientQuotas: the versions Weir serves and its error response.
+//! DescribeClientQuotas: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::now;
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: all that `kafka-protocol` knows.
 pub(crate) fn versions() -> (i16, i16) {
@@ -16,4 +22,15 @@ pub(crate) fn error_response(
     ResponseKind::DescribeClientQuotas(
         DescribeClientQuotasResponse::default().with_error_code(code),
     )
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(
+    broker: &Arc<Broker>,
+    _cx: &Cx<'_>,
+    request: DescribeClientQuotasRequest,
+) -> Reply {
+    now(ResponseKind::DescribeClientQuotas(
+        broker.describe_client_quotas(request).await,
+    ))
 }

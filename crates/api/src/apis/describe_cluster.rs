@@ -1,6 +1,12 @@
-//! DescribeCluster: the versions Weir serves and its error response.
+//! DescribeCluster: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::now;
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: all that `kafka-protocol` knows.
 pub(crate) fn versions() -> (i16, i16) {
@@ -18,4 +24,16 @@ pub(crate) fn error_response(
             .with_error_code(code)
             .with_endpoint_type(request.endpoint_type),
     )
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(
+    broker: &Arc<Broker>,
+    cx: &Cx<'_>,
+    request: DescribeClusterRequest,
+) -> Reply {
+    let Cx { v, listener, .. } = *cx;
+    now(ResponseKind::DescribeCluster(
+        broker.describe_cluster(request, v, listener),
+    ))
 }

@@ -1,6 +1,12 @@
-//! DescribeConfigs: the versions Weir serves and its error response.
+//! DescribeConfigs: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::now;
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: all that `kafka-protocol` knows.
 pub(crate) fn versions() -> (i16, i16) {
@@ -28,4 +34,16 @@ pub(crate) fn error_response(
                 .collect(),
         ),
     )
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(
+    broker: &Arc<Broker>,
+    cx: &Cx<'_>,
+    request: DescribeConfigsRequest,
+) -> Reply {
+    let Cx { v, .. } = *cx;
+    now(ResponseKind::DescribeConfigs(
+        broker.describe_configs(request, v).await,
+    ))
 }

@@ -1,6 +1,12 @@
-//! DescribeLogDirs: the versions Weir serves and its error response.
+//! DescribeLogDirs: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::now;
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: all that `kafka-protocol` knows.
 pub(crate) fn versions() -> (i16, i16) {
@@ -21,4 +27,15 @@ pub(crate) fn error_response(
                 describe_log_dirs_response::DescribeLogDirsResult::default().with_error_code(code),
             ]),
     )
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(
+    broker: &Arc<Broker>,
+    _cx: &Cx<'_>,
+    request: DescribeLogDirsRequest,
+) -> Reply {
+    now(ResponseKind::DescribeLogDirs(
+        broker.describe_log_dirs(request).await,
+    ))
 }

@@ -1,6 +1,11 @@
-//! EndTxn: the versions Weir serves and its error response.
+//! EndTxn: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: all that `kafka-protocol` knows.
 pub(crate) fn versions() -> (i16, i16) {
@@ -15,4 +20,14 @@ pub(crate) fn error_response(request: &EndTxnRequest, _version: i16, code: i16) 
             .with_producer_id(request.producer_id)
             .with_producer_epoch(request.producer_epoch),
     )
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: EndTxnRequest) -> Reply {
+    let Cx { v, .. } = *cx;
+    // Markers take a WAL write or two: answer later, so the connection keeps going.
+    let this = Arc::clone(broker);
+    Reply::Later(Box::pin(async move {
+        ResponseKind::EndTxn(this.end_txn(request, v).await)
+    }))
 }

@@ -1,6 +1,11 @@
-//! Fetch: the versions Weir serves and its error response.
+//! Fetch: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: all that `kafka-protocol` knows.
 pub(crate) fn versions() -> (i16, i16) {
@@ -37,4 +42,18 @@ pub(crate) fn error_response(request: &FetchRequest, version: i16, code: i16) ->
     } else {
         response
     })
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: FetchRequest) -> Reply {
+    let Cx {
+        conn,
+        v,
+        zone,
+        listener,
+        ..
+    } = *cx;
+    broker
+        .fetch(request, v, zone, listener, broker.check_for(conn))
+        .await
 }

@@ -1,6 +1,12 @@
-//! FindCoordinator: the versions Weir serves and its error response.
+//! FindCoordinator: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::now;
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: all that `kafka-protocol` knows.
 pub(crate) fn versions() -> (i16, i16) {
@@ -34,4 +40,16 @@ pub(crate) fn error_response(
             .with_node_id(BrokerId(-1))
             .with_port(-1)
     })
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(
+    broker: &Arc<Broker>,
+    cx: &Cx<'_>,
+    request: FindCoordinatorRequest,
+) -> Reply {
+    let Cx { v, listener, .. } = *cx;
+    now(ResponseKind::FindCoordinator(
+        broker.find_coordinator(request, v, listener),
+    ))
 }

@@ -1,6 +1,12 @@
-//! InitProducerId: the versions Weir serves and its error response.
+//! InitProducerId: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::now;
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: versions newer than Apache Kafka 4.1 speaks are left out: clients that
 /// know them were tested against nothing.
@@ -20,4 +26,16 @@ pub(crate) fn error_response(
             .with_producer_id(ProducerId(-1))
             .with_producer_epoch(-1),
     )
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(
+    broker: &Arc<Broker>,
+    cx: &Cx<'_>,
+    request: InitProducerIdRequest,
+) -> Reply {
+    let Cx { v, .. } = *cx;
+    now(ResponseKind::InitProducerId(
+        broker.init_producer_id(request, v).await,
+    ))
 }

@@ -1,6 +1,11 @@
-//! JoinGroup: the versions Weir serves and its error response.
+//! JoinGroup: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: all that `kafka-protocol` knows.
 pub(crate) fn versions() -> (i16, i16) {
@@ -18,4 +23,20 @@ pub(crate) fn error_response(
             .with_error_code(code)
             .with_generation_id(-1),
     )
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: JoinGroupRequest) -> Reply {
+    let Cx {
+        v,
+        client_id,
+        client_host,
+        ..
+    } = *cx;
+    // Joins wait for the rebalance; answer later so the connection keeps serving.
+    let groups = Arc::clone(&broker.groups);
+    let (client_id, host) = (client_id.to_string(), client_host.to_string());
+    Reply::Later(Box::pin(async move {
+        ResponseKind::JoinGroup(groups.join_group(request, v, &client_id, &host).await)
+    }))
 }

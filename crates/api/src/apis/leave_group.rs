@@ -1,6 +1,12 @@
-//! LeaveGroup: the versions Weir serves and its error response.
+//! LeaveGroup: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::now;
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: all that `kafka-protocol` knows.
 pub(crate) fn versions() -> (i16, i16) {
@@ -14,4 +20,12 @@ pub(crate) fn error_response(
     code: i16,
 ) -> ResponseKind {
     ResponseKind::LeaveGroup(LeaveGroupResponse::default().with_error_code(code))
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: LeaveGroupRequest) -> Reply {
+    let Cx { v, .. } = *cx;
+    now(ResponseKind::LeaveGroup(
+        broker.groups.leave_group(request, v).await,
+    ))
 }

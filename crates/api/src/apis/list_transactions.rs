@@ -1,6 +1,12 @@
-//! ListTransactions: the versions Weir serves and its error response.
+//! ListTransactions: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::now;
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: v2 filters by a regular expression (KIP-1152), which Weir does not
 /// evaluate yet.
@@ -15,4 +21,16 @@ pub(crate) fn error_response(
     code: i16,
 ) -> ResponseKind {
     ResponseKind::ListTransactions(ListTransactionsResponse::default().with_error_code(code))
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(
+    broker: &Arc<Broker>,
+    cx: &Cx<'_>,
+    request: ListTransactionsRequest,
+) -> Reply {
+    let Cx { v, .. } = *cx;
+    now(ResponseKind::ListTransactions(
+        broker.list_transactions(request, v).await,
+    ))
 }

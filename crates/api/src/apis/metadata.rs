@@ -1,6 +1,12 @@
-//! Metadata: the versions Weir serves and its error response.
+//! Metadata: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::now;
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: all that `kafka-protocol` knows.
 pub(crate) fn versions() -> (i16, i16) {
@@ -25,4 +31,14 @@ pub(crate) fn error_response(request: &MetadataRequest, _version: i16, code: i16
                 .collect(),
         ),
     )
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: MetadataRequest) -> Reply {
+    let Cx {
+        v, zone, listener, ..
+    } = *cx;
+    now(ResponseKind::Metadata(
+        broker.metadata(request, v, zone, listener).await,
+    ))
 }

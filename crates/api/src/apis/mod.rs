@@ -1,7 +1,7 @@
 //! The Kafka APIs Weir serves, one module each, and the one list of them below: it makes
 //! [`supported_versions`] (what ApiVersions advertises) and [`error_response_for`].
 //!
-//! Each module says, for its API, the versions Weir serves and the error response: what a
+//! Each module says, for its API, the versions Weir serves, its handler, and the error response: what a
 //! client gets when Weir cannot give it the real answer (a handler failed, its response would
 //! not encode at the request's version, or a part of the request was refused by the ACLs),
 //! instead of a closed connection. Kafka's `AbstractRequest.getErrorResponse` does the same:
@@ -14,8 +14,12 @@
 //!
 //! Adding an API: its module, declared below, and a line in the list.
 
-use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+use std::sync::Arc;
+
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseKind};
 use kafka_protocol::ResponseError;
+
+use crate::{Broker, Conn, Reply};
 
 mod add_offsets_to_txn;
 mod add_partitions_to_txn;
@@ -73,6 +77,19 @@ macro_rules! apis {
             match key {
                 $(ApiKey::$variant => Some($module::versions()),)*
                 _ => None,
+            }
+        }
+
+        /// Serves an authorized request with its API's handler; gives back a request of an API
+        /// Weir does not implement.
+        pub(crate) async fn handle(
+            broker: &Arc<Broker>,
+            request: RequestKind,
+            cx: &Cx<'_>,
+        ) -> Result<Reply, RequestKind> {
+            match request {
+                $(RequestKind::$variant(r) => Ok($module::handle(broker, cx, r).await),)*
+                other => Err(other),
             }
         }
 
@@ -152,4 +169,24 @@ fn valid(key: ApiKey) -> (i16, i16) {
 fn capped(key: ApiKey, max: i16) -> (i16, i16) {
     let (min, top) = valid(key);
     (min, top.min(max))
+}
+
+/// What a handler knows of a request besides its body.
+#[derive(Clone, Copy)]
+pub(crate) struct Cx<'a> {
+    pub header: &'a RequestHeader,
+    pub conn: &'a Conn,
+    /// The request's version.
+    pub v: i16,
+    pub client_id: &'a str,
+    pub client_host: &'a str,
+    /// The client's zone, where zones are in use.
+    pub zone: Option<&'a str>,
+    /// The name of the listener the request came in on.
+    pub listener: &'a str,
+}
+
+/// An answer now.
+pub(crate) fn now(r: ResponseKind) -> Reply {
+    Reply::Now(Box::new(r))
 }

@@ -1,6 +1,12 @@
-//! OffsetCommit: the versions Weir serves and its error response.
+//! OffsetCommit: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::now;
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: v10 names topics by id, which franz-go encodes in a way that does not
 /// decode here; Kafka 4.1 speaks up to 9.
@@ -38,4 +44,20 @@ pub(crate) fn error_response(
                 .collect(),
         ),
     )
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(
+    broker: &Arc<Broker>,
+    cx: &Cx<'_>,
+    request: OffsetCommitRequest,
+) -> Reply {
+    let Cx { v, .. } = *cx;
+    let topics = Arc::clone(&broker.topics);
+    // The partition may be led by another broker than the group's coordinator.
+    let exists =
+        move |t: &str, p: i32| !matches!(topics.lookup(t, p), weir_partition::Lookup::Unknown);
+    now(ResponseKind::OffsetCommit(
+        broker.groups.offset_commit(request, v, &exists).await,
+    ))
 }

@@ -1,6 +1,12 @@
-//! OffsetDelete: the versions Weir serves and its error response.
+//! OffsetDelete: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::now;
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: all that `kafka-protocol` knows.
 pub(crate) fn versions() -> (i16, i16) {
@@ -38,4 +44,16 @@ pub(crate) fn error_response(
                     .collect(),
             ),
     )
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(
+    broker: &Arc<Broker>,
+    cx: &Cx<'_>,
+    request: OffsetDeleteRequest,
+) -> Reply {
+    let Cx { v, .. } = *cx;
+    now(ResponseKind::OffsetDelete(
+        broker.groups.offset_delete(request, v).await,
+    ))
 }

@@ -1,6 +1,12 @@
-//! OffsetFetch: the versions Weir serves and its error response.
+//! OffsetFetch: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::now;
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: v10 names topics by id, which franz-go encodes in a way that does not
 /// decode here; Kafka 4.1 speaks up to 9.
@@ -60,4 +66,16 @@ pub(crate) fn error_response(
             response
         })
     }
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(
+    broker: &Arc<Broker>,
+    cx: &Cx<'_>,
+    request: OffsetFetchRequest,
+) -> Reply {
+    let Cx { v, .. } = *cx;
+    now(ResponseKind::OffsetFetch(
+        broker.offset_fetch(request, v).await,
+    ))
 }

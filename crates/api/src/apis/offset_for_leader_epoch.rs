@@ -1,6 +1,12 @@
-//! OffsetForLeaderEpoch: the versions Weir serves and its error response.
+//! OffsetForLeaderEpoch: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::now;
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: all that `kafka-protocol` knows.
 pub(crate) fn versions() -> (i16, i16) {
@@ -36,4 +42,16 @@ pub(crate) fn error_response(
                 .collect(),
         ),
     )
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(
+    broker: &Arc<Broker>,
+    cx: &Cx<'_>,
+    request: OffsetForLeaderEpochRequest,
+) -> Reply {
+    let Cx { zone, .. } = *cx;
+    now(ResponseKind::OffsetForLeaderEpoch(
+        broker.offset_for_leader_epoch(request, zone).await,
+    ))
 }

@@ -1,6 +1,11 @@
-//! Produce: the versions Weir serves and its error response.
+//! Produce: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: all that `kafka-protocol` knows.
 pub(crate) fn versions() -> (i16, i16) {
@@ -34,4 +39,12 @@ pub(crate) fn error_response(request: &ProduceRequest, _version: i16, code: i16)
                 .collect(),
         ),
     )
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: ProduceRequest) -> Reply {
+    let Cx {
+        v, zone, listener, ..
+    } = *cx;
+    broker.produce(request, v, zone, listener).await
 }

@@ -1,6 +1,12 @@
-//! SaslAuthenticate: the versions Weir serves and its error response.
+//! SaslAuthenticate: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::now;
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: all that `kafka-protocol` knows.
 pub(crate) fn versions() -> (i16, i16) {
@@ -14,4 +20,22 @@ pub(crate) fn error_response(
     code: i16,
 ) -> ResponseKind {
     ResponseKind::SaslAuthenticate(SaslAuthenticateResponse::default().with_error_code(code))
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(
+    broker: &Arc<Broker>,
+    cx: &Cx<'_>,
+    request: SaslAuthenticateRequest,
+) -> Reply {
+    let Cx { conn, v, .. } = *cx;
+    let done = broker.sasl_authenticate(request, v, conn).await;
+    match done.delay {
+        None => now(ResponseKind::SaslAuthenticate(done.response)),
+        // The failure's answer waits without holding up the broker.
+        Some(d) => Reply::Later(Box::pin(async move {
+            tokio::time::sleep(d).await;
+            ResponseKind::SaslAuthenticate(done.response)
+        })),
+    }
 }

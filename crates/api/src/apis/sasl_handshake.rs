@@ -1,6 +1,12 @@
-//! SaslHandshake: the versions Weir serves and its error response.
+//! SaslHandshake: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::now;
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: v0 is followed by raw SASL tokens instead of SaslAuthenticate
 /// requests; every client of this decade speaks v1.
@@ -15,4 +21,16 @@ pub(crate) fn error_response(
     code: i16,
 ) -> ResponseKind {
     ResponseKind::SaslHandshake(SaslHandshakeResponse::default().with_error_code(code))
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(
+    broker: &Arc<Broker>,
+    cx: &Cx<'_>,
+    request: SaslHandshakeRequest,
+) -> Reply {
+    let Cx { conn, .. } = *cx;
+    now(ResponseKind::SaslHandshake(
+        broker.sasl_handshake(request, conn),
+    ))
 }

@@ -1,6 +1,11 @@
-//! SyncGroup: the versions Weir serves and its error response.
+//! SyncGroup: the versions Weir serves, its error response and its handler.
+
+use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+
+use crate::apis::Cx;
+use crate::{Broker, Reply};
 
 /// The versions Weir serves: all that `kafka-protocol` knows.
 pub(crate) fn versions() -> (i16, i16) {
@@ -14,4 +19,13 @@ pub(crate) fn error_response(
     code: i16,
 ) -> ResponseKind {
     ResponseKind::SyncGroup(SyncGroupResponse::default().with_error_code(code))
+}
+
+/// Serves an authorized request.
+pub(crate) async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: SyncGroupRequest) -> Reply {
+    let Cx { v, .. } = *cx;
+    let groups = Arc::clone(&broker.groups);
+    Reply::Later(Box::pin(async move {
+        ResponseKind::SyncGroup(groups.sync_group(request, v).await)
+    }))
 }
