@@ -5,50 +5,49 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: all that `kafka-protocol` knows.
-pub(crate) fn versions() -> (i16, i16) {
-    super::valid(ApiKey::AlterClientQuotas)
-}
+/// AlterClientQuotas.
+pub(crate) struct AlterClientQuotas;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(
-    request: &AlterClientQuotasRequest,
-    _version: i16,
-    code: i16,
-) -> ResponseKind {
-    use alter_client_quotas_response::{EntityData, EntryData};
-    ResponseKind::AlterClientQuotas(
-        AlterClientQuotasResponse::default().with_entries(
-            request
-                .entries
-                .iter()
-                .map(|e| {
-                    EntryData::default().with_error_code(code).with_entity(
-                        e.entity
-                            .iter()
-                            .map(|c| {
-                                EntityData::default()
-                                    .with_entity_type(c.entity_type.clone())
-                                    .with_entity_name(c.entity_name.clone())
-                            })
-                            .collect(),
-                    )
-                })
-                .collect(),
-        ),
-    )
-}
+impl Api for AlterClientQuotas {
+    type Request = AlterClientQuotasRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(
-    broker: &Arc<Broker>,
-    _cx: &Cx<'_>,
-    request: AlterClientQuotasRequest,
-) -> Reply {
-    now(ResponseKind::AlterClientQuotas(
-        broker.alter_client_quotas(request).await,
-    ))
+    /// The versions Weir serves: all that `kafka-protocol` knows.
+    fn versions() -> (i16, i16) {
+        super::valid(ApiKey::AlterClientQuotas)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
+        use alter_client_quotas_response::{EntityData, EntryData};
+        ResponseKind::AlterClientQuotas(
+            AlterClientQuotasResponse::default().with_entries(
+                request
+                    .entries
+                    .iter()
+                    .map(|e| {
+                        EntryData::default().with_error_code(code).with_entity(
+                            e.entity
+                                .iter()
+                                .map(|c| {
+                                    EntityData::default()
+                                        .with_entity_type(c.entity_type.clone())
+                                        .with_entity_name(c.entity_name.clone())
+                                })
+                                .collect(),
+                        )
+                    })
+                    .collect(),
+            ),
+        )
+    }
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, _cx: &Cx<'_>, request: Self::Request) -> Reply {
+        now(ResponseKind::AlterClientQuotas(
+            broker.alter_client_quotas(request).await,
+        ))
+    }
 }

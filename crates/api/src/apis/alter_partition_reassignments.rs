@@ -5,36 +5,35 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: all that `kafka-protocol` knows.
-pub(crate) fn versions() -> (i16, i16) {
-    super::valid(ApiKey::AlterPartitionReassignments)
-}
+/// AlterPartitionReassignments.
+pub(crate) struct AlterPartitionReassignments;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(
-    _request: &AlterPartitionReassignmentsRequest,
-    _version: i16,
-    code: i16,
-) -> ResponseKind {
-    ResponseKind::AlterPartitionReassignments(
-        AlterPartitionReassignmentsResponse::default()
-            .with_error_code(code)
-            .with_error_message(Some(kafka_protocol::protocol::StrBytes::from_static_str(
-                "the request failed",
-            ))),
-    )
-}
+impl Api for AlterPartitionReassignments {
+    type Request = AlterPartitionReassignmentsRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(
-    broker: &Arc<Broker>,
-    _cx: &Cx<'_>,
-    request: AlterPartitionReassignmentsRequest,
-) -> Reply {
-    now(ResponseKind::AlterPartitionReassignments(
-        broker.alter_partition_reassignments(request).await,
-    ))
+    /// The versions Weir serves: all that `kafka-protocol` knows.
+    fn versions() -> (i16, i16) {
+        super::valid(ApiKey::AlterPartitionReassignments)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(_request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
+        ResponseKind::AlterPartitionReassignments(
+            AlterPartitionReassignmentsResponse::default()
+                .with_error_code(code)
+                .with_error_message(Some(kafka_protocol::protocol::StrBytes::from_static_str(
+                    "the request failed",
+                ))),
+        )
+    }
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, _cx: &Cx<'_>, request: Self::Request) -> Reply {
+        now(ResponseKind::AlterPartitionReassignments(
+            broker.alter_partition_reassignments(request).await,
+        ))
+    }
 }

@@ -5,50 +5,49 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: all that `kafka-protocol` knows.
-pub(crate) fn versions() -> (i16, i16) {
-    super::valid(ApiKey::AlterUserScramCredentials)
-}
+/// AlterUserScramCredentials.
+pub(crate) struct AlterUserScramCredentials;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(
-    request: &AlterUserScramCredentialsRequest,
-    _version: i16,
-    code: i16,
-) -> ResponseKind {
-    use alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
-    let mut users: Vec<_> = request
-        .deletions
-        .iter()
-        .map(|d| &d.name)
-        .chain(request.upsertions.iter().map(|u| &u.name))
-        .collect();
-    users.sort();
-    users.dedup();
-    ResponseKind::AlterUserScramCredentials(
-        AlterUserScramCredentialsResponse::default().with_results(
-            users
-                .into_iter()
-                .map(|u| {
-                    AlterUserScramCredentialsResult::default()
-                        .with_user(u.clone())
-                        .with_error_code(code)
-                })
-                .collect(),
-        ),
-    )
-}
+impl Api for AlterUserScramCredentials {
+    type Request = AlterUserScramCredentialsRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(
-    broker: &Arc<Broker>,
-    _cx: &Cx<'_>,
-    request: AlterUserScramCredentialsRequest,
-) -> Reply {
-    now(ResponseKind::AlterUserScramCredentials(
-        broker.alter_user_scram_credentials(request).await,
-    ))
+    /// The versions Weir serves: all that `kafka-protocol` knows.
+    fn versions() -> (i16, i16) {
+        super::valid(ApiKey::AlterUserScramCredentials)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
+        use alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
+        let mut users: Vec<_> = request
+            .deletions
+            .iter()
+            .map(|d| &d.name)
+            .chain(request.upsertions.iter().map(|u| &u.name))
+            .collect();
+        users.sort();
+        users.dedup();
+        ResponseKind::AlterUserScramCredentials(
+            AlterUserScramCredentialsResponse::default().with_results(
+                users
+                    .into_iter()
+                    .map(|u| {
+                        AlterUserScramCredentialsResult::default()
+                            .with_user(u.clone())
+                            .with_error_code(code)
+                    })
+                    .collect(),
+            ),
+        )
+    }
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, _cx: &Cx<'_>, request: Self::Request) -> Reply {
+        now(ResponseKind::AlterUserScramCredentials(
+            broker.alter_user_scram_credentials(request).await,
+        ))
+    }
 }

@@ -5,28 +5,27 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: all that `kafka-protocol` knows.
-pub(crate) fn versions() -> (i16, i16) {
-    super::valid(ApiKey::ApiVersions)
-}
+/// ApiVersions.
+pub(crate) struct ApiVersions;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(
-    _request: &ApiVersionsRequest,
-    _version: i16,
-    code: i16,
-) -> ResponseKind {
-    ResponseKind::ApiVersions(crate::cluster::api_versions(code))
-}
+impl Api for ApiVersions {
+    type Request = ApiVersionsRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(
-    _broker: &Arc<Broker>,
-    _cx: &Cx<'_>,
-    _request: ApiVersionsRequest,
-) -> Reply {
-    now(ResponseKind::ApiVersions(crate::cluster::api_versions(0)))
+    /// The versions Weir serves: all that `kafka-protocol` knows.
+    fn versions() -> (i16, i16) {
+        super::valid(ApiKey::ApiVersions)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(_request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
+        ResponseKind::ApiVersions(crate::cluster::api_versions(code))
+    }
+
+    /// Serves an authorized request.
+    async fn handle(_broker: &Arc<Broker>, _cx: &Cx<'_>, _request: Self::Request) -> Reply {
+        now(ResponseKind::ApiVersions(crate::cluster::api_versions(0)))
+    }
 }

@@ -5,49 +5,48 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: versions newer than Apache Kafka 4.1 speaks are left out: clients that
-/// know them were tested against nothing.
-pub(crate) fn versions() -> (i16, i16) {
-    super::capped(ApiKey::ConsumerGroupDescribe, 1)
-}
+/// ConsumerGroupDescribe.
+pub(crate) struct ConsumerGroupDescribe;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(
-    request: &ConsumerGroupDescribeRequest,
-    _version: i16,
-    code: i16,
-) -> ResponseKind {
-    use consumer_group_describe_response::DescribedGroup;
-    ResponseKind::ConsumerGroupDescribe(
-        ConsumerGroupDescribeResponse::default().with_groups(
-            request
-                .group_ids
-                .iter()
-                .map(|id| {
-                    DescribedGroup::default()
-                        .with_group_id(id.clone())
-                        .with_error_code(code)
-                })
-                .collect(),
-        ),
-    )
-}
+impl Api for ConsumerGroupDescribe {
+    type Request = ConsumerGroupDescribeRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(
-    broker: &Arc<Broker>,
-    cx: &Cx<'_>,
-    request: ConsumerGroupDescribeRequest,
-) -> Reply {
-    let Cx { v, .. } = *cx;
-    let topics = broker.group_catalog();
-    now(ResponseKind::ConsumerGroupDescribe(
-        broker
-            .groups
-            .consumer_group_describe(request, v, &topics)
-            .await,
-    ))
+    /// The versions Weir serves: versions newer than Apache Kafka 4.1 speaks are left out: clients that
+    /// know them were tested against nothing.
+    fn versions() -> (i16, i16) {
+        super::capped(ApiKey::ConsumerGroupDescribe, 1)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
+        use consumer_group_describe_response::DescribedGroup;
+        ResponseKind::ConsumerGroupDescribe(
+            ConsumerGroupDescribeResponse::default().with_groups(
+                request
+                    .group_ids
+                    .iter()
+                    .map(|id| {
+                        DescribedGroup::default()
+                            .with_group_id(id.clone())
+                            .with_error_code(code)
+                    })
+                    .collect(),
+            ),
+        )
+    }
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
+        let Cx { v, .. } = *cx;
+        let topics = broker.group_catalog();
+        now(ResponseKind::ConsumerGroupDescribe(
+            broker
+                .groups
+                .consumer_group_describe(request, v, &topics)
+                .await,
+        ))
+    }
 }

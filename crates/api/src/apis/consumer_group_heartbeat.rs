@@ -5,45 +5,44 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: versions newer than Apache Kafka 4.1 speaks are left out: clients that
-/// know them were tested against nothing.
-pub(crate) fn versions() -> (i16, i16) {
-    super::capped(ApiKey::ConsumerGroupHeartbeat, 1)
-}
+/// ConsumerGroupHeartbeat.
+pub(crate) struct ConsumerGroupHeartbeat;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(
-    _request: &ConsumerGroupHeartbeatRequest,
-    _version: i16,
-    code: i16,
-) -> ResponseKind {
-    ResponseKind::ConsumerGroupHeartbeat(
-        ConsumerGroupHeartbeatResponse::default()
-            .with_error_code(code)
-            .with_member_epoch(-1),
-    )
-}
+impl Api for ConsumerGroupHeartbeat {
+    type Request = ConsumerGroupHeartbeatRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(
-    broker: &Arc<Broker>,
-    cx: &Cx<'_>,
-    request: ConsumerGroupHeartbeatRequest,
-) -> Reply {
-    let Cx {
-        v,
-        client_id,
-        client_host,
-        ..
-    } = *cx;
-    let topics = broker.group_catalog();
-    now(ResponseKind::ConsumerGroupHeartbeat(
-        broker
-            .groups
-            .consumer_group_heartbeat(request, v, client_id, client_host, &topics)
-            .await,
-    ))
+    /// The versions Weir serves: versions newer than Apache Kafka 4.1 speaks are left out: clients that
+    /// know them were tested against nothing.
+    fn versions() -> (i16, i16) {
+        super::capped(ApiKey::ConsumerGroupHeartbeat, 1)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(_request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
+        ResponseKind::ConsumerGroupHeartbeat(
+            ConsumerGroupHeartbeatResponse::default()
+                .with_error_code(code)
+                .with_member_epoch(-1),
+        )
+    }
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
+        let Cx {
+            v,
+            client_id,
+            client_host,
+            ..
+        } = *cx;
+        let topics = broker.group_catalog();
+        now(ResponseKind::ConsumerGroupHeartbeat(
+            broker
+                .groups
+                .consumer_group_heartbeat(request, v, client_id, client_host, &topics)
+                .await,
+        ))
+    }
 }

@@ -5,36 +5,39 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: all that `kafka-protocol` knows.
-pub(crate) fn versions() -> (i16, i16) {
-    super::valid(ApiKey::DeleteAcls)
-}
+/// DeleteAcls.
+pub(crate) struct DeleteAcls;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(
-    request: &DeleteAclsRequest,
-    _version: i16,
-    code: i16,
-) -> ResponseKind {
-    use delete_acls_response::DeleteAclsFilterResult;
-    ResponseKind::DeleteAcls(
-        DeleteAclsResponse::default().with_filter_results(
-            request
-                .filters
-                .iter()
-                .map(|_| DeleteAclsFilterResult::default().with_error_code(code))
-                .collect(),
-        ),
-    )
-}
+impl Api for DeleteAcls {
+    type Request = DeleteAclsRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: DeleteAclsRequest) -> Reply {
-    let Cx { v, .. } = *cx;
-    now(ResponseKind::DeleteAcls(
-        broker.delete_acls(request, v).await,
-    ))
+    /// The versions Weir serves: all that `kafka-protocol` knows.
+    fn versions() -> (i16, i16) {
+        super::valid(ApiKey::DeleteAcls)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
+        use delete_acls_response::DeleteAclsFilterResult;
+        ResponseKind::DeleteAcls(
+            DeleteAclsResponse::default().with_filter_results(
+                request
+                    .filters
+                    .iter()
+                    .map(|_| DeleteAclsFilterResult::default().with_error_code(code))
+                    .collect(),
+            ),
+        )
+    }
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
+        let Cx { v, .. } = *cx;
+        now(ResponseKind::DeleteAcls(
+            broker.delete_acls(request, v).await,
+        ))
+    }
 }

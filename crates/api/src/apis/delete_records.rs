@@ -5,53 +5,52 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: all that `kafka-protocol` knows.
-pub(crate) fn versions() -> (i16, i16) {
-    super::valid(ApiKey::DeleteRecords)
-}
+/// DeleteRecords.
+pub(crate) struct DeleteRecords;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(
-    request: &DeleteRecordsRequest,
-    _version: i16,
-    code: i16,
-) -> ResponseKind {
-    use delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
-    ResponseKind::DeleteRecords(
-        DeleteRecordsResponse::default().with_topics(
-            request
-                .topics
-                .iter()
-                .map(|t| {
-                    DeleteRecordsTopicResult::default()
-                        .with_name(t.name.clone())
-                        .with_partitions(
-                            t.partitions
-                                .iter()
-                                .map(|p| {
-                                    DeleteRecordsPartitionResult::default()
-                                        .with_partition_index(p.partition_index)
-                                        .with_low_watermark(-1)
-                                        .with_error_code(code)
-                                })
-                                .collect(),
-                        )
-                })
-                .collect(),
-        ),
-    )
-}
+impl Api for DeleteRecords {
+    type Request = DeleteRecordsRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(
-    broker: &Arc<Broker>,
-    _cx: &Cx<'_>,
-    request: DeleteRecordsRequest,
-) -> Reply {
-    now(ResponseKind::DeleteRecords(
-        broker.delete_records(request).await,
-    ))
+    /// The versions Weir serves: all that `kafka-protocol` knows.
+    fn versions() -> (i16, i16) {
+        super::valid(ApiKey::DeleteRecords)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
+        use delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
+        ResponseKind::DeleteRecords(
+            DeleteRecordsResponse::default().with_topics(
+                request
+                    .topics
+                    .iter()
+                    .map(|t| {
+                        DeleteRecordsTopicResult::default()
+                            .with_name(t.name.clone())
+                            .with_partitions(
+                                t.partitions
+                                    .iter()
+                                    .map(|p| {
+                                        DeleteRecordsPartitionResult::default()
+                                            .with_partition_index(p.partition_index)
+                                            .with_low_watermark(-1)
+                                            .with_error_code(code)
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            ),
+        )
+    }
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, _cx: &Cx<'_>, request: Self::Request) -> Reply {
+        now(ResponseKind::DeleteRecords(
+            broker.delete_records(request).await,
+        ))
+    }
 }

@@ -5,32 +5,31 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: all that `kafka-protocol` knows.
-pub(crate) fn versions() -> (i16, i16) {
-    super::valid(ApiKey::DescribeClientQuotas)
-}
+/// DescribeClientQuotas.
+pub(crate) struct DescribeClientQuotas;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(
-    _request: &DescribeClientQuotasRequest,
-    _version: i16,
-    code: i16,
-) -> ResponseKind {
-    ResponseKind::DescribeClientQuotas(
-        DescribeClientQuotasResponse::default().with_error_code(code),
-    )
-}
+impl Api for DescribeClientQuotas {
+    type Request = DescribeClientQuotasRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(
-    broker: &Arc<Broker>,
-    _cx: &Cx<'_>,
-    request: DescribeClientQuotasRequest,
-) -> Reply {
-    now(ResponseKind::DescribeClientQuotas(
-        broker.describe_client_quotas(request).await,
-    ))
+    /// The versions Weir serves: all that `kafka-protocol` knows.
+    fn versions() -> (i16, i16) {
+        super::valid(ApiKey::DescribeClientQuotas)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(_request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
+        ResponseKind::DescribeClientQuotas(
+            DescribeClientQuotasResponse::default().with_error_code(code),
+        )
+    }
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, _cx: &Cx<'_>, request: Self::Request) -> Reply {
+        now(ResponseKind::DescribeClientQuotas(
+            broker.describe_client_quotas(request).await,
+        ))
+    }
 }

@@ -5,44 +5,43 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: all that `kafka-protocol` knows.
-pub(crate) fn versions() -> (i16, i16) {
-    super::valid(ApiKey::DescribeGroups)
-}
+/// DescribeGroups.
+pub(crate) struct DescribeGroups;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(
-    request: &DescribeGroupsRequest,
-    _version: i16,
-    code: i16,
-) -> ResponseKind {
-    use describe_groups_response::DescribedGroup;
-    ResponseKind::DescribeGroups(
-        DescribeGroupsResponse::default().with_groups(
-            request
-                .groups
-                .iter()
-                .map(|g| {
-                    DescribedGroup::default()
-                        .with_group_id(g.clone())
-                        .with_error_code(code)
-                })
-                .collect(),
-        ),
-    )
-}
+impl Api for DescribeGroups {
+    type Request = DescribeGroupsRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(
-    broker: &Arc<Broker>,
-    cx: &Cx<'_>,
-    request: DescribeGroupsRequest,
-) -> Reply {
-    let Cx { v, .. } = *cx;
-    now(ResponseKind::DescribeGroups(
-        broker.groups.describe_groups(request, v).await,
-    ))
+    /// The versions Weir serves: all that `kafka-protocol` knows.
+    fn versions() -> (i16, i16) {
+        super::valid(ApiKey::DescribeGroups)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
+        use describe_groups_response::DescribedGroup;
+        ResponseKind::DescribeGroups(
+            DescribeGroupsResponse::default().with_groups(
+                request
+                    .groups
+                    .iter()
+                    .map(|g| {
+                        DescribedGroup::default()
+                            .with_group_id(g.clone())
+                            .with_error_code(code)
+                    })
+                    .collect(),
+            ),
+        )
+    }
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
+        let Cx { v, .. } = *cx;
+        now(ResponseKind::DescribeGroups(
+            broker.groups.describe_groups(request, v).await,
+        ))
+    }
 }

@@ -5,37 +5,37 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: all that `kafka-protocol` knows.
-pub(crate) fn versions() -> (i16, i16) {
-    super::valid(ApiKey::DescribeLogDirs)
-}
+/// DescribeLogDirs.
+pub(crate) struct DescribeLogDirs;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(
-    _request: &DescribeLogDirsRequest,
-    _version: i16,
-    code: i16,
-) -> ResponseKind {
-    ResponseKind::DescribeLogDirs(
-        // The top-level code exists from v3; before, each directory carries it.
-        DescribeLogDirsResponse::default()
-            .with_error_code(code)
-            .with_results(vec![
-                describe_log_dirs_response::DescribeLogDirsResult::default().with_error_code(code),
-            ]),
-    )
-}
+impl Api for DescribeLogDirs {
+    type Request = DescribeLogDirsRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(
-    broker: &Arc<Broker>,
-    _cx: &Cx<'_>,
-    request: DescribeLogDirsRequest,
-) -> Reply {
-    now(ResponseKind::DescribeLogDirs(
-        broker.describe_log_dirs(request).await,
-    ))
+    /// The versions Weir serves: all that `kafka-protocol` knows.
+    fn versions() -> (i16, i16) {
+        super::valid(ApiKey::DescribeLogDirs)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(_request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
+        ResponseKind::DescribeLogDirs(
+            // The top-level code exists from v3; before, each directory carries it.
+            DescribeLogDirsResponse::default()
+                .with_error_code(code)
+                .with_results(vec![
+                    describe_log_dirs_response::DescribeLogDirsResult::default()
+                        .with_error_code(code),
+                ]),
+        )
+    }
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, _cx: &Cx<'_>, request: Self::Request) -> Reply {
+        now(ResponseKind::DescribeLogDirs(
+            broker.describe_log_dirs(request).await,
+        ))
+    }
 }

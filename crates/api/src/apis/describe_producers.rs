@@ -5,52 +5,51 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: all that `kafka-protocol` knows.
-pub(crate) fn versions() -> (i16, i16) {
-    super::valid(ApiKey::DescribeProducers)
-}
+/// DescribeProducers.
+pub(crate) struct DescribeProducers;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(
-    request: &DescribeProducersRequest,
-    _version: i16,
-    code: i16,
-) -> ResponseKind {
-    use describe_producers_response::{PartitionResponse, TopicResponse};
-    ResponseKind::DescribeProducers(
-        DescribeProducersResponse::default().with_topics(
-            request
-                .topics
-                .iter()
-                .map(|t| {
-                    TopicResponse::default()
-                        .with_name(t.name.clone())
-                        .with_partitions(
-                            t.partition_indexes
-                                .iter()
-                                .map(|&p| {
-                                    PartitionResponse::default()
-                                        .with_partition_index(p)
-                                        .with_error_code(code)
-                                })
-                                .collect(),
-                        )
-                })
-                .collect(),
-        ),
-    )
-}
+impl Api for DescribeProducers {
+    type Request = DescribeProducersRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(
-    broker: &Arc<Broker>,
-    _cx: &Cx<'_>,
-    request: DescribeProducersRequest,
-) -> Reply {
-    now(ResponseKind::DescribeProducers(
-        broker.describe_producers(request),
-    ))
+    /// The versions Weir serves: all that `kafka-protocol` knows.
+    fn versions() -> (i16, i16) {
+        super::valid(ApiKey::DescribeProducers)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
+        use describe_producers_response::{PartitionResponse, TopicResponse};
+        ResponseKind::DescribeProducers(
+            DescribeProducersResponse::default().with_topics(
+                request
+                    .topics
+                    .iter()
+                    .map(|t| {
+                        TopicResponse::default()
+                            .with_name(t.name.clone())
+                            .with_partitions(
+                                t.partition_indexes
+                                    .iter()
+                                    .map(|&p| {
+                                        PartitionResponse::default()
+                                            .with_partition_index(p)
+                                            .with_error_code(code)
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            ),
+        )
+    }
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, _cx: &Cx<'_>, request: Self::Request) -> Reply {
+        now(ResponseKind::DescribeProducers(
+            broker.describe_producers(request),
+        ))
+    }
 }

@@ -4,56 +4,63 @@ use std::sync::Arc;
 
 use kafka_protocol::messages::*;
 
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: all that `kafka-protocol` knows.
-pub(crate) fn versions() -> (i16, i16) {
-    super::valid(ApiKey::Fetch)
-}
+/// Fetch.
+pub(crate) struct Fetch;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(request: &FetchRequest, version: i16, code: i16) -> ResponseKind {
-    use fetch_response::{FetchableTopicResponse, PartitionData};
-    let response = FetchResponse::default().with_responses(
-        request
-            .topics
-            .iter()
-            .map(|t| {
-                FetchableTopicResponse::default()
-                    .with_topic(t.topic.clone())
-                    .with_topic_id(t.topic_id)
-                    .with_partitions(
-                        t.partitions
-                            .iter()
-                            .map(|p| {
-                                PartitionData::default()
-                                    .with_partition_index(p.partition)
-                                    .with_error_code(code)
-                                    .with_high_watermark(-1)
-                            })
-                            .collect(),
-                    )
-            })
-            .collect(),
-    );
-    ResponseKind::Fetch(if version >= 7 {
-        response.with_error_code(code)
-    } else {
-        response
-    })
-}
+impl Api for Fetch {
+    type Request = FetchRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: FetchRequest) -> Reply {
-    let Cx {
-        conn,
-        v,
-        zone,
-        listener,
-        ..
-    } = *cx;
-    broker
-        .fetch(request, v, zone, listener, broker.check_for(conn))
-        .await
+    /// The versions Weir serves: all that `kafka-protocol` knows.
+    fn versions() -> (i16, i16) {
+        super::valid(ApiKey::Fetch)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(request: &Self::Request, version: i16, code: i16) -> ResponseKind {
+        use fetch_response::{FetchableTopicResponse, PartitionData};
+        let response = FetchResponse::default().with_responses(
+            request
+                .topics
+                .iter()
+                .map(|t| {
+                    FetchableTopicResponse::default()
+                        .with_topic(t.topic.clone())
+                        .with_topic_id(t.topic_id)
+                        .with_partitions(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    PartitionData::default()
+                                        .with_partition_index(p.partition)
+                                        .with_error_code(code)
+                                        .with_high_watermark(-1)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        );
+        ResponseKind::Fetch(if version >= 7 {
+            response.with_error_code(code)
+        } else {
+            response
+        })
+    }
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
+        let Cx {
+            conn,
+            v,
+            zone,
+            listener,
+            ..
+        } = *cx;
+        broker
+            .fetch(request, v, zone, listener, broker.check_for(conn))
+            .await
+    }
 }

@@ -5,44 +5,43 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: all that `kafka-protocol` knows.
-pub(crate) fn versions() -> (i16, i16) {
-    super::valid(ApiKey::IncrementalAlterConfigs)
-}
+/// IncrementalAlterConfigs.
+pub(crate) struct IncrementalAlterConfigs;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(
-    request: &IncrementalAlterConfigsRequest,
-    _version: i16,
-    code: i16,
-) -> ResponseKind {
-    use incremental_alter_configs_response::AlterConfigsResourceResponse;
-    ResponseKind::IncrementalAlterConfigs(
-        IncrementalAlterConfigsResponse::default().with_responses(
-            request
-                .resources
-                .iter()
-                .map(|res| {
-                    AlterConfigsResourceResponse::default()
-                        .with_resource_type(res.resource_type)
-                        .with_resource_name(res.resource_name.clone())
-                        .with_error_code(code)
-                })
-                .collect(),
-        ),
-    )
-}
+impl Api for IncrementalAlterConfigs {
+    type Request = IncrementalAlterConfigsRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(
-    broker: &Arc<Broker>,
-    _cx: &Cx<'_>,
-    request: IncrementalAlterConfigsRequest,
-) -> Reply {
-    now(ResponseKind::IncrementalAlterConfigs(
-        broker.incremental_alter_configs(request).await,
-    ))
+    /// The versions Weir serves: all that `kafka-protocol` knows.
+    fn versions() -> (i16, i16) {
+        super::valid(ApiKey::IncrementalAlterConfigs)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
+        use incremental_alter_configs_response::AlterConfigsResourceResponse;
+        ResponseKind::IncrementalAlterConfigs(
+            IncrementalAlterConfigsResponse::default().with_responses(
+                request
+                    .resources
+                    .iter()
+                    .map(|res| {
+                        AlterConfigsResourceResponse::default()
+                            .with_resource_type(res.resource_type)
+                            .with_resource_name(res.resource_name.clone())
+                            .with_error_code(code)
+                    })
+                    .collect(),
+            ),
+        )
+    }
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, _cx: &Cx<'_>, request: Self::Request) -> Reply {
+        now(ResponseKind::IncrementalAlterConfigs(
+            broker.incremental_alter_configs(request).await,
+        ))
+    }
 }

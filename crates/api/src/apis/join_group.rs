@@ -4,39 +4,42 @@ use std::sync::Arc;
 
 use kafka_protocol::messages::*;
 
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: all that `kafka-protocol` knows.
-pub(crate) fn versions() -> (i16, i16) {
-    super::valid(ApiKey::JoinGroup)
-}
+/// JoinGroup.
+pub(crate) struct JoinGroup;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(
-    _request: &JoinGroupRequest,
-    _version: i16,
-    code: i16,
-) -> ResponseKind {
-    ResponseKind::JoinGroup(
-        JoinGroupResponse::default()
-            .with_error_code(code)
-            .with_generation_id(-1),
-    )
-}
+impl Api for JoinGroup {
+    type Request = JoinGroupRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: JoinGroupRequest) -> Reply {
-    let Cx {
-        v,
-        client_id,
-        client_host,
-        ..
-    } = *cx;
-    // Joins wait for the rebalance; answer later so the connection keeps serving.
-    let groups = Arc::clone(&broker.groups);
-    let (client_id, host) = (client_id.to_string(), client_host.to_string());
-    Reply::Later(Box::pin(async move {
-        ResponseKind::JoinGroup(groups.join_group(request, v, &client_id, &host).await)
-    }))
+    /// The versions Weir serves: all that `kafka-protocol` knows.
+    fn versions() -> (i16, i16) {
+        super::valid(ApiKey::JoinGroup)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(_request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
+        ResponseKind::JoinGroup(
+            JoinGroupResponse::default()
+                .with_error_code(code)
+                .with_generation_id(-1),
+        )
+    }
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
+        let Cx {
+            v,
+            client_id,
+            client_host,
+            ..
+        } = *cx;
+        // Joins wait for the rebalance; answer later so the connection keeps serving.
+        let groups = Arc::clone(&broker.groups);
+        let (client_id, host) = (client_id.to_string(), client_host.to_string());
+        Reply::Later(Box::pin(async move {
+            ResponseKind::JoinGroup(groups.join_group(request, v, &client_id, &host).await)
+        }))
+    }
 }

@@ -5,36 +5,35 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: all that `kafka-protocol` knows.
-pub(crate) fn versions() -> (i16, i16) {
-    super::valid(ApiKey::ListPartitionReassignments)
-}
+/// ListPartitionReassignments.
+pub(crate) struct ListPartitionReassignments;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(
-    _request: &ListPartitionReassignmentsRequest,
-    _version: i16,
-    code: i16,
-) -> ResponseKind {
-    ResponseKind::ListPartitionReassignments(
-        ListPartitionReassignmentsResponse::default()
-            .with_error_code(code)
-            .with_error_message(Some(kafka_protocol::protocol::StrBytes::from_static_str(
-                "the request failed",
-            ))),
-    )
-}
+impl Api for ListPartitionReassignments {
+    type Request = ListPartitionReassignmentsRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(
-    broker: &Arc<Broker>,
-    _cx: &Cx<'_>,
-    request: ListPartitionReassignmentsRequest,
-) -> Reply {
-    now(ResponseKind::ListPartitionReassignments(
-        broker.list_partition_reassignments(request),
-    ))
+    /// The versions Weir serves: all that `kafka-protocol` knows.
+    fn versions() -> (i16, i16) {
+        super::valid(ApiKey::ListPartitionReassignments)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(_request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
+        ResponseKind::ListPartitionReassignments(
+            ListPartitionReassignmentsResponse::default()
+                .with_error_code(code)
+                .with_error_message(Some(kafka_protocol::protocol::StrBytes::from_static_str(
+                    "the request failed",
+                ))),
+        )
+    }
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, _cx: &Cx<'_>, request: Self::Request) -> Reply {
+        now(ResponseKind::ListPartitionReassignments(
+            broker.list_partition_reassignments(request),
+        ))
+    }
 }

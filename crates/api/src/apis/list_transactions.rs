@@ -5,32 +5,31 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: v2 filters by a regular expression (KIP-1152), which Weir does not
-/// evaluate yet.
-pub(crate) fn versions() -> (i16, i16) {
-    super::capped(ApiKey::ListTransactions, 1)
-}
+/// ListTransactions.
+pub(crate) struct ListTransactions;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(
-    _request: &ListTransactionsRequest,
-    _version: i16,
-    code: i16,
-) -> ResponseKind {
-    ResponseKind::ListTransactions(ListTransactionsResponse::default().with_error_code(code))
-}
+impl Api for ListTransactions {
+    type Request = ListTransactionsRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(
-    broker: &Arc<Broker>,
-    cx: &Cx<'_>,
-    request: ListTransactionsRequest,
-) -> Reply {
-    let Cx { v, .. } = *cx;
-    now(ResponseKind::ListTransactions(
-        broker.list_transactions(request, v).await,
-    ))
+    /// The versions Weir serves: v2 filters by a regular expression (KIP-1152), which Weir does not
+    /// evaluate yet.
+    fn versions() -> (i16, i16) {
+        super::capped(ApiKey::ListTransactions, 1)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(_request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
+        ResponseKind::ListTransactions(ListTransactionsResponse::default().with_error_code(code))
+    }
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
+        let Cx { v, .. } = *cx;
+        now(ResponseKind::ListTransactions(
+            broker.list_transactions(request, v).await,
+        ))
+    }
 }

@@ -5,40 +5,47 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: all that `kafka-protocol` knows.
-pub(crate) fn versions() -> (i16, i16) {
-    super::valid(ApiKey::Metadata)
-}
+/// Metadata.
+pub(crate) struct Metadata;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(request: &MetadataRequest, _version: i16, code: i16) -> ResponseKind {
-    use metadata_response::MetadataResponseTopic;
-    ResponseKind::Metadata(
-        MetadataResponse::default().with_topics(
-            request
-                .topics
-                .iter()
-                .flatten()
-                .map(|t| {
-                    MetadataResponseTopic::default()
-                        .with_name(t.name.clone())
-                        .with_topic_id(t.topic_id)
-                        .with_error_code(code)
-                })
-                .collect(),
-        ),
-    )
-}
+impl Api for Metadata {
+    type Request = MetadataRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: MetadataRequest) -> Reply {
-    let Cx {
-        v, zone, listener, ..
-    } = *cx;
-    now(ResponseKind::Metadata(
-        broker.metadata(request, v, zone, listener).await,
-    ))
+    /// The versions Weir serves: all that `kafka-protocol` knows.
+    fn versions() -> (i16, i16) {
+        super::valid(ApiKey::Metadata)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
+        use metadata_response::MetadataResponseTopic;
+        ResponseKind::Metadata(
+            MetadataResponse::default().with_topics(
+                request
+                    .topics
+                    .iter()
+                    .flatten()
+                    .map(|t| {
+                        MetadataResponseTopic::default()
+                            .with_name(t.name.clone())
+                            .with_topic_id(t.topic_id)
+                            .with_error_code(code)
+                    })
+                    .collect(),
+            ),
+        )
+    }
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
+        let Cx {
+            v, zone, listener, ..
+        } = *cx;
+        now(ResponseKind::Metadata(
+            broker.metadata(request, v, zone, listener).await,
+        ))
+    }
 }

@@ -75,7 +75,7 @@ macro_rules! apis {
         /// these.
         pub fn supported_versions(key: ApiKey) -> Option<(i16, i16)> {
             match key {
-                $(ApiKey::$variant => Some($module::versions()),)*
+                $(ApiKey::$variant => Some(<$module::$variant as Api>::versions()),)*
                 _ => None,
             }
         }
@@ -88,7 +88,7 @@ macro_rules! apis {
             cx: &Cx<'_>,
         ) -> Result<Reply, RequestKind> {
             match request {
-                $(RequestKind::$variant(r) => Ok($module::handle(broker, cx, r).await),)*
+                $(RequestKind::$variant(r) => Ok(<$module::$variant as Api>::handle(broker, cx, r).await),)*
                 other => Err(other),
             }
         }
@@ -102,7 +102,7 @@ macro_rules! apis {
         ) -> Option<ResponseKind> {
             let code = error.code();
             match request {
-                $(RequestKind::$variant(r) => Some($module::error_response(r, version, code)),)*
+                $(RequestKind::$variant(r) => Some(<$module::$variant as Api>::error_response(r, version, code)),)*
                 _ => None,
             }
         }
@@ -169,6 +169,22 @@ fn valid(key: ApiKey) -> (i16, i16) {
 fn capped(key: ApiKey, max: i16) -> (i16, i16) {
     let (min, top) = valid(key);
     (min, top.min(max))
+}
+
+/// Everything about one Kafka API, implemented by the unit struct of its module.
+pub(crate) trait Api {
+    /// The API's request.
+    type Request;
+
+    /// The versions Weir serves.
+    fn versions() -> (i16, i16);
+
+    /// The response to `request` at `version` that carries `code` wherever it has an error
+    /// code.
+    fn error_response(request: &Self::Request, version: i16, code: i16) -> ResponseKind;
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply;
 }
 
 /// What a handler knows of a request besides its body.

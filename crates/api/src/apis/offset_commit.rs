@@ -5,59 +5,58 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: v10 names topics by id, which franz-go encodes in a way that does not
-/// decode here; Kafka 4.1 speaks up to 9.
-pub(crate) fn versions() -> (i16, i16) {
-    super::capped(ApiKey::OffsetCommit, 9)
-}
+/// OffsetCommit.
+pub(crate) struct OffsetCommit;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(
-    request: &OffsetCommitRequest,
-    _version: i16,
-    code: i16,
-) -> ResponseKind {
-    use offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
-    ResponseKind::OffsetCommit(
-        OffsetCommitResponse::default().with_topics(
-            request
-                .topics
-                .iter()
-                .map(|t| {
-                    OffsetCommitResponseTopic::default()
-                        .with_name(t.name.clone())
-                        .with_topic_id(t.topic_id)
-                        .with_partitions(
-                            t.partitions
-                                .iter()
-                                .map(|p| {
-                                    OffsetCommitResponsePartition::default()
-                                        .with_partition_index(p.partition_index)
-                                        .with_error_code(code)
-                                })
-                                .collect(),
-                        )
-                })
-                .collect(),
-        ),
-    )
-}
+impl Api for OffsetCommit {
+    type Request = OffsetCommitRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(
-    broker: &Arc<Broker>,
-    cx: &Cx<'_>,
-    request: OffsetCommitRequest,
-) -> Reply {
-    let Cx { v, .. } = *cx;
-    let topics = Arc::clone(&broker.topics);
-    // The partition may be led by another broker than the group's coordinator.
-    let exists =
-        move |t: &str, p: i32| !matches!(topics.lookup(t, p), weir_partition::Lookup::Unknown);
-    now(ResponseKind::OffsetCommit(
-        broker.groups.offset_commit(request, v, &exists).await,
-    ))
+    /// The versions Weir serves: v10 names topics by id, which franz-go encodes in a way that does not
+    /// decode here; Kafka 4.1 speaks up to 9.
+    fn versions() -> (i16, i16) {
+        super::capped(ApiKey::OffsetCommit, 9)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
+        use offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
+        ResponseKind::OffsetCommit(
+            OffsetCommitResponse::default().with_topics(
+                request
+                    .topics
+                    .iter()
+                    .map(|t| {
+                        OffsetCommitResponseTopic::default()
+                            .with_name(t.name.clone())
+                            .with_topic_id(t.topic_id)
+                            .with_partitions(
+                                t.partitions
+                                    .iter()
+                                    .map(|p| {
+                                        OffsetCommitResponsePartition::default()
+                                            .with_partition_index(p.partition_index)
+                                            .with_error_code(code)
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            ),
+        )
+    }
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
+        let Cx { v, .. } = *cx;
+        let topics = Arc::clone(&broker.topics);
+        // The partition may be led by another broker than the group's coordinator.
+        let exists =
+            move |t: &str, p: i32| !matches!(topics.lookup(t, p), weir_partition::Lookup::Unknown);
+        now(ResponseKind::OffsetCommit(
+            broker.groups.offset_commit(request, v, &exists).await,
+        ))
+    }
 }

@@ -5,55 +5,54 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: all that `kafka-protocol` knows.
-pub(crate) fn versions() -> (i16, i16) {
-    super::valid(ApiKey::OffsetDelete)
-}
+/// OffsetDelete.
+pub(crate) struct OffsetDelete;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(
-    request: &OffsetDeleteRequest,
-    _version: i16,
-    code: i16,
-) -> ResponseKind {
-    use offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
-    ResponseKind::OffsetDelete(
-        OffsetDeleteResponse::default()
-            .with_error_code(code)
-            .with_topics(
-                request
-                    .topics
-                    .iter()
-                    .map(|t| {
-                        OffsetDeleteResponseTopic::default()
-                            .with_name(t.name.clone())
-                            .with_partitions(
-                                t.partitions
-                                    .iter()
-                                    .map(|p| {
-                                        OffsetDeleteResponsePartition::default()
-                                            .with_partition_index(p.partition_index)
-                                            .with_error_code(code)
-                                    })
-                                    .collect(),
-                            )
-                    })
-                    .collect(),
-            ),
-    )
-}
+impl Api for OffsetDelete {
+    type Request = OffsetDeleteRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(
-    broker: &Arc<Broker>,
-    cx: &Cx<'_>,
-    request: OffsetDeleteRequest,
-) -> Reply {
-    let Cx { v, .. } = *cx;
-    now(ResponseKind::OffsetDelete(
-        broker.groups.offset_delete(request, v).await,
-    ))
+    /// The versions Weir serves: all that `kafka-protocol` knows.
+    fn versions() -> (i16, i16) {
+        super::valid(ApiKey::OffsetDelete)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
+        use offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
+        ResponseKind::OffsetDelete(
+            OffsetDeleteResponse::default()
+                .with_error_code(code)
+                .with_topics(
+                    request
+                        .topics
+                        .iter()
+                        .map(|t| {
+                            OffsetDeleteResponseTopic::default()
+                                .with_name(t.name.clone())
+                                .with_partitions(
+                                    t.partitions
+                                        .iter()
+                                        .map(|p| {
+                                            OffsetDeleteResponsePartition::default()
+                                                .with_partition_index(p.partition_index)
+                                                .with_error_code(code)
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                ),
+        )
+    }
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
+        let Cx { v, .. } = *cx;
+        now(ResponseKind::OffsetDelete(
+            broker.groups.offset_delete(request, v).await,
+        ))
+    }
 }

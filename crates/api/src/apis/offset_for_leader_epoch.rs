@@ -5,53 +5,52 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: all that `kafka-protocol` knows.
-pub(crate) fn versions() -> (i16, i16) {
-    super::valid(ApiKey::OffsetForLeaderEpoch)
-}
+/// OffsetForLeaderEpoch.
+pub(crate) struct OffsetForLeaderEpoch;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(
-    request: &OffsetForLeaderEpochRequest,
-    _version: i16,
-    code: i16,
-) -> ResponseKind {
-    use offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
-    ResponseKind::OffsetForLeaderEpoch(
-        OffsetForLeaderEpochResponse::default().with_topics(
-            request
-                .topics
-                .iter()
-                .map(|t| {
-                    OffsetForLeaderTopicResult::default()
-                        .with_topic(t.topic.clone())
-                        .with_partitions(
-                            t.partitions
-                                .iter()
-                                .map(|p| {
-                                    EpochEndOffset::default()
-                                        .with_partition(p.partition)
-                                        .with_error_code(code)
-                                })
-                                .collect(),
-                        )
-                })
-                .collect(),
-        ),
-    )
-}
+impl Api for OffsetForLeaderEpoch {
+    type Request = OffsetForLeaderEpochRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(
-    broker: &Arc<Broker>,
-    cx: &Cx<'_>,
-    request: OffsetForLeaderEpochRequest,
-) -> Reply {
-    let Cx { zone, .. } = *cx;
-    now(ResponseKind::OffsetForLeaderEpoch(
-        broker.offset_for_leader_epoch(request, zone).await,
-    ))
+    /// The versions Weir serves: all that `kafka-protocol` knows.
+    fn versions() -> (i16, i16) {
+        super::valid(ApiKey::OffsetForLeaderEpoch)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
+        use offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
+        ResponseKind::OffsetForLeaderEpoch(
+            OffsetForLeaderEpochResponse::default().with_topics(
+                request
+                    .topics
+                    .iter()
+                    .map(|t| {
+                        OffsetForLeaderTopicResult::default()
+                            .with_topic(t.topic.clone())
+                            .with_partitions(
+                                t.partitions
+                                    .iter()
+                                    .map(|p| {
+                                        EpochEndOffset::default()
+                                            .with_partition(p.partition)
+                                            .with_error_code(code)
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            ),
+        )
+    }
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
+        let Cx { zone, .. } = *cx;
+        now(ResponseKind::OffsetForLeaderEpoch(
+            broker.offset_for_leader_epoch(request, zone).await,
+        ))
+    }
 }

@@ -5,37 +5,36 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: all that `kafka-protocol` knows.
-pub(crate) fn versions() -> (i16, i16) {
-    super::valid(ApiKey::SaslAuthenticate)
-}
+/// SaslAuthenticate.
+pub(crate) struct SaslAuthenticate;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(
-    _request: &SaslAuthenticateRequest,
-    _version: i16,
-    code: i16,
-) -> ResponseKind {
-    ResponseKind::SaslAuthenticate(SaslAuthenticateResponse::default().with_error_code(code))
-}
+impl Api for SaslAuthenticate {
+    type Request = SaslAuthenticateRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(
-    broker: &Arc<Broker>,
-    cx: &Cx<'_>,
-    request: SaslAuthenticateRequest,
-) -> Reply {
-    let Cx { conn, v, .. } = *cx;
-    let done = broker.sasl_authenticate(request, v, conn).await;
-    match done.delay {
-        None => now(ResponseKind::SaslAuthenticate(done.response)),
-        // The failure's answer waits without holding up the broker.
-        Some(d) => Reply::Later(Box::pin(async move {
-            tokio::time::sleep(d).await;
-            ResponseKind::SaslAuthenticate(done.response)
-        })),
+    /// The versions Weir serves: all that `kafka-protocol` knows.
+    fn versions() -> (i16, i16) {
+        super::valid(ApiKey::SaslAuthenticate)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(_request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
+        ResponseKind::SaslAuthenticate(SaslAuthenticateResponse::default().with_error_code(code))
+    }
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
+        let Cx { conn, v, .. } = *cx;
+        let done = broker.sasl_authenticate(request, v, conn).await;
+        match done.delay {
+            None => now(ResponseKind::SaslAuthenticate(done.response)),
+            // The failure's answer waits without holding up the broker.
+            Some(d) => Reply::Later(Box::pin(async move {
+                tokio::time::sleep(d).await;
+                ResponseKind::SaslAuthenticate(done.response)
+            })),
+        }
     }
 }

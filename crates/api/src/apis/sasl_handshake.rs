@@ -5,32 +5,31 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: v0 is followed by raw SASL tokens instead of SaslAuthenticate
-/// requests; every client of this decade speaks v1.
-pub(crate) fn versions() -> (i16, i16) {
-    (1, super::valid(ApiKey::SaslHandshake).1)
-}
+/// SaslHandshake.
+pub(crate) struct SaslHandshake;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(
-    _request: &SaslHandshakeRequest,
-    _version: i16,
-    code: i16,
-) -> ResponseKind {
-    ResponseKind::SaslHandshake(SaslHandshakeResponse::default().with_error_code(code))
-}
+impl Api for SaslHandshake {
+    type Request = SaslHandshakeRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(
-    broker: &Arc<Broker>,
-    cx: &Cx<'_>,
-    request: SaslHandshakeRequest,
-) -> Reply {
-    let Cx { conn, .. } = *cx;
-    now(ResponseKind::SaslHandshake(
-        broker.sasl_handshake(request, conn),
-    ))
+    /// The versions Weir serves: v0 is followed by raw SASL tokens instead of SaslAuthenticate
+    /// requests; every client of this decade speaks v1.
+    fn versions() -> (i16, i16) {
+        (1, super::valid(ApiKey::SaslHandshake).1)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(_request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
+        ResponseKind::SaslHandshake(SaslHandshakeResponse::default().with_error_code(code))
+    }
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
+        let Cx { conn, .. } = *cx;
+        now(ResponseKind::SaslHandshake(
+            broker.sasl_handshake(request, conn),
+        ))
+    }
 }

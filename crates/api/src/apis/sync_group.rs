@@ -4,28 +4,31 @@ use std::sync::Arc;
 
 use kafka_protocol::messages::*;
 
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: all that `kafka-protocol` knows.
-pub(crate) fn versions() -> (i16, i16) {
-    super::valid(ApiKey::SyncGroup)
-}
+/// SyncGroup.
+pub(crate) struct SyncGroup;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(
-    _request: &SyncGroupRequest,
-    _version: i16,
-    code: i16,
-) -> ResponseKind {
-    ResponseKind::SyncGroup(SyncGroupResponse::default().with_error_code(code))
-}
+impl Api for SyncGroup {
+    type Request = SyncGroupRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: SyncGroupRequest) -> Reply {
-    let Cx { v, .. } = *cx;
-    let groups = Arc::clone(&broker.groups);
-    Reply::Later(Box::pin(async move {
-        ResponseKind::SyncGroup(groups.sync_group(request, v).await)
-    }))
+    /// The versions Weir serves: all that `kafka-protocol` knows.
+    fn versions() -> (i16, i16) {
+        super::valid(ApiKey::SyncGroup)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(_request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
+        ResponseKind::SyncGroup(SyncGroupResponse::default().with_error_code(code))
+    }
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
+        let Cx { v, .. } = *cx;
+        let groups = Arc::clone(&broker.groups);
+        Reply::Later(Box::pin(async move {
+            ResponseKind::SyncGroup(groups.sync_group(request, v).await)
+        }))
+    }
 }

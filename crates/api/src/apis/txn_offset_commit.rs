@@ -5,53 +5,52 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
-use crate::apis::Cx;
+use crate::apis::{Api, Cx};
 use crate::{Broker, Reply};
 
-/// The versions Weir serves: all that `kafka-protocol` knows.
-pub(crate) fn versions() -> (i16, i16) {
-    super::valid(ApiKey::TxnOffsetCommit)
-}
+/// TxnOffsetCommit.
+pub(crate) struct TxnOffsetCommit;
 
-/// The response to `request` that carries `code` wherever it has an error code.
-pub(crate) fn error_response(
-    request: &TxnOffsetCommitRequest,
-    _version: i16,
-    code: i16,
-) -> ResponseKind {
-    use txn_offset_commit_response::*;
-    ResponseKind::TxnOffsetCommit(
-        TxnOffsetCommitResponse::default().with_topics(
-            request
-                .topics
-                .iter()
-                .map(|t| {
-                    TxnOffsetCommitResponseTopic::default()
-                        .with_name(t.name.clone())
-                        .with_partitions(
-                            t.partitions
-                                .iter()
-                                .map(|p| {
-                                    TxnOffsetCommitResponsePartition::default()
-                                        .with_partition_index(p.partition_index)
-                                        .with_error_code(code)
-                                })
-                                .collect(),
-                        )
-                })
-                .collect(),
-        ),
-    )
-}
+impl Api for TxnOffsetCommit {
+    type Request = TxnOffsetCommitRequest;
 
-/// Serves an authorized request.
-pub(crate) async fn handle(
-    broker: &Arc<Broker>,
-    cx: &Cx<'_>,
-    request: TxnOffsetCommitRequest,
-) -> Reply {
-    let Cx { v, .. } = *cx;
-    now(ResponseKind::TxnOffsetCommit(
-        broker.txn_offset_commit(request, v).await,
-    ))
+    /// The versions Weir serves: all that `kafka-protocol` knows.
+    fn versions() -> (i16, i16) {
+        super::valid(ApiKey::TxnOffsetCommit)
+    }
+
+    /// The response to `request` that carries `code` wherever it has an error code.
+    fn error_response(request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
+        use txn_offset_commit_response::*;
+        ResponseKind::TxnOffsetCommit(
+            TxnOffsetCommitResponse::default().with_topics(
+                request
+                    .topics
+                    .iter()
+                    .map(|t| {
+                        TxnOffsetCommitResponseTopic::default()
+                            .with_name(t.name.clone())
+                            .with_partitions(
+                                t.partitions
+                                    .iter()
+                                    .map(|p| {
+                                        TxnOffsetCommitResponsePartition::default()
+                                            .with_partition_index(p.partition_index)
+                                            .with_error_code(code)
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            ),
+        )
+    }
+
+    /// Serves an authorized request.
+    async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
+        let Cx { v, .. } = *cx;
+        now(ResponseKind::TxnOffsetCommit(
+            broker.txn_offset_commit(request, v).await,
+        ))
+    }
 }
