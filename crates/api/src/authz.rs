@@ -79,9 +79,9 @@ pub(crate) fn acls_of(bindings: Vec<AclBinding>) -> Vec<Acl> {
 /// One connection's checks.
 #[derive(Clone)]
 pub(crate) struct Check {
-    authorizer: Arc<Authorizer>,
-    principal: Principal,
-    host: String,
+    pub(crate) authorizer: Arc<Authorizer>,
+    pub(crate) principal: Principal,
+    pub(crate) host: String,
 }
 
 impl Check {
@@ -90,18 +90,18 @@ impl Check {
             .authorize(&self.principal, &self.host, op, kind, name)
     }
 
-    fn cluster(&self, op: Operation) -> bool {
+    pub(crate) fn cluster(&self, op: Operation) -> bool {
         self.ok(op, ResourceType::Cluster, CLUSTER_NAME)
     }
 
     /// Kafka's bit field of the operations allowed on a resource (bit n: operation code n).
-    fn operations(&self, kind: ResourceType, name: &str, ops: &[Operation]) -> i32 {
+    pub(crate) fn operations(&self, kind: ResourceType, name: &str, ops: &[Operation]) -> i32 {
         ops.iter()
             .filter(|op| self.ok(**op, kind, name))
             .fold(0, |bits, op| bits | (1 << op.code()))
     }
 
-    fn cluster_operations(&self) -> i32 {
+    pub(crate) fn cluster_operations(&self) -> i32 {
         use Operation::*;
         let ops = [
             Create,
@@ -115,7 +115,7 @@ impl Check {
         self.operations(ResourceType::Cluster, CLUSTER_NAME, &ops)
     }
 
-    fn topic_operations(&self, name: &str) -> i32 {
+    pub(crate) fn topic_operations(&self, name: &str) -> i32 {
         use Operation::*;
         let ops = [
             Read,
@@ -130,7 +130,7 @@ impl Check {
         self.operations(ResourceType::Topic, name, &ops)
     }
 
-    fn group_operations(&self, name: &str) -> i32 {
+    pub(crate) fn group_operations(&self, name: &str) -> i32 {
         use Operation::*;
         let ops = [Read, Delete, Describe, DescribeConfigs, AlterConfigs];
         self.operations(ResourceType::Group, name, &ops)
@@ -150,11 +150,11 @@ impl Check {
         self.ok(op, ResourceType::Topic, name)
     }
 
-    fn group(&self, op: Operation, name: &str) -> bool {
+    pub(crate) fn group(&self, op: Operation, name: &str) -> bool {
         self.ok(op, ResourceType::Group, name)
     }
 
-    fn txn(&self, op: Operation, name: &str) -> bool {
+    pub(crate) fn txn(&self, op: Operation, name: &str) -> bool {
         self.ok(op, ResourceType::TransactionalId, name)
     }
 }
@@ -177,48 +177,57 @@ pub(crate) enum Gate {
 /// response with `e`, built as the API answers when it fails.
 macro_rules! sift {
     ($v:expr, $kind:ident, $ty:ty, $r:ident . $field:ident, $keep:expr, $e:expr) => {{
-        let (ok, no) = split(std::mem::take(&mut $r.$field), $keep);
+        let (ok, no) = $crate::authz::split(std::mem::take(&mut $r.$field), $keep);
         $r.$field = ok;
         let denied = if no.is_empty() {
             None
         } else {
             let mut d = <$ty>::default();
             d.$field = no;
-            error_response_for(&RequestKind::$kind(d), $v, $e)
+            $crate::apis::error_response_for(
+                &kafka_protocol::messages::RequestKind::$kind(d),
+                $v,
+                $e,
+            )
         };
-        Gate::Serve {
-            request: RequestKind::$kind($r),
+        $crate::authz::Gate::Serve {
+            request: kafka_protocol::messages::RequestKind::$kind($r),
             denied,
             filter: None,
         }
     }};
 }
+pub(crate) use sift;
 
 /// The config APIs: topic resources need `op` on the topic (else TOPIC_AUTHORIZATION_FAILED),
 /// broker resources on the cluster (else CLUSTER_AUTHORIZATION_FAILED).
 macro_rules! configs {
     ($kind:ident, $ty:ty, $r:ident, $op:ident, $check:ident, $v:ident) => {{
         let mut $r = $r;
-        let (ok, no) = split(std::mem::take(&mut $r.resources), |c| {
+        let (ok, no) = $crate::authz::split(std::mem::take(&mut $r.resources), |c| {
             match c.resource_type {
-                2 => $check.topic(Operation::$op, &c.resource_name),
-                _ => $check.cluster(Operation::$op),
+                2 => $check.topic(weir_auth::acl::Operation::$op, &c.resource_name),
+                _ => $check.cluster(weir_auth::acl::Operation::$op),
             }
         });
-        let (topics, brokers) = split(no, |c| c.resource_type == 2);
+        let (topics, brokers) = $crate::authz::split(no, |c| c.resource_type == 2);
         $r.resources = ok;
-        Gate::Serve {
-            request: RequestKind::$kind($r),
-            denied: merge_denied(
+        $crate::authz::Gate::Serve {
+            request: kafka_protocol::messages::RequestKind::$kind($r),
+            denied: $crate::authz::merge_denied(
                 $v,
                 [
                     (
-                        RequestKind::$kind(<$ty>::default().with_resources(topics)),
-                        E::TopicAuthorizationFailed,
+                        kafka_protocol::messages::RequestKind::$kind(
+                            <$ty>::default().with_resources(topics),
+                        ),
+                        kafka_protocol::ResponseError::TopicAuthorizationFailed,
                     ),
                     (
-                        RequestKind::$kind(<$ty>::default().with_resources(brokers)),
-                        E::ClusterAuthorizationFailed,
+                        kafka_protocol::messages::RequestKind::$kind(
+                            <$ty>::default().with_resources(brokers),
+                        ),
+                        kafka_protocol::ResponseError::ClusterAuthorizationFailed,
                     ),
                 ],
             ),
@@ -226,8 +235,64 @@ macro_rules! configs {
         }
     }};
 }
+pub(crate) use configs;
 
-fn split<T>(items: Vec<T>, keep: impl Fn(&T) -> bool) -> (Vec<T>, Vec<T>) {
+/// Serve the request whole.
+pub(crate) fn serve(request: RequestKind) -> Gate {
+    Gate::Serve {
+        request,
+        denied: None,
+        filter: None,
+    }
+}
+
+/// Answer the request with its error response, with `e` everywhere, and serve nothing.
+pub(crate) fn refuse(request: &RequestKind, e: E, v: i16) -> Gate {
+    Gate::Refuse(error_response_for(request, v, e).unwrap_or_else(|| {
+        // Every API Weir serves has an error response; a refusal without one would close the
+        // connection, which is also what Kafka does for such requests.
+        ResponseKind::ApiVersions(crate::api_versions_response(e.code()))
+    }))
+}
+
+/// Serve `request`; `denied`, what was taken out of it, comes back with `e` if any was.
+pub(crate) fn partly(
+    request: RequestKind,
+    denied: RequestKind,
+    any_denied: bool,
+    e: E,
+    v: i16,
+) -> Gate {
+    Gate::Serve {
+        request,
+        denied: if any_denied {
+            error_response_for(&denied, v, e)
+        } else {
+            None
+        },
+        filter: None,
+    }
+}
+
+/// Serve the request if `op` is allowed on the cluster, else refuse it.
+pub(crate) fn cluster(check: &Check, op: Operation, request: RequestKind, v: i16) -> Gate {
+    if check.cluster(op) {
+        serve(request)
+    } else {
+        refuse(&request, E::ClusterAuthorizationFailed, v)
+    }
+}
+
+/// Serve the request if `op` is allowed on group `id`, else refuse it.
+pub(crate) fn group(check: &Check, op: Operation, id: &str, request: RequestKind, v: i16) -> Gate {
+    if check.group(op, id) {
+        serve(request)
+    } else {
+        refuse(&request, E::GroupAuthorizationFailed, v)
+    }
+}
+
+pub(crate) fn split<T>(items: Vec<T>, keep: impl Fn(&T) -> bool) -> (Vec<T>, Vec<T>) {
     items.into_iter().partition(|i| keep(i))
 }
 
@@ -247,7 +312,7 @@ impl crate::Broker {
     }
 
     /// A topic's name from a request that may name it by id.
-    fn topic_name(&self, name: &str, id: &uuid::Uuid) -> String {
+    pub(crate) fn topic_name(&self, name: &str, id: &uuid::Uuid) -> String {
         if name.is_empty() && !id.is_nil() {
             if let Some(t) = self.topics.get_by_id(id.as_bytes()) {
                 return t.name.clone();
@@ -287,7 +352,7 @@ impl crate::Broker {
                 | RequestKind::DescribeGroups(_)
                 | RequestKind::ConsumerGroupDescribe(_)
         );
-        let gate = self.gate_inner(check, request, v);
+        let gate = crate::apis::authorize(self, check, request, v);
         match gate {
             Gate::Refuse(_) => {
                 check.denied("a request refused whole", &self.meters.authorization_denied);
@@ -310,499 +375,6 @@ impl crate::Broker {
                     filter: if tells { Some(check.clone()) } else { filter },
                 }
             }
-        }
-    }
-
-    fn gate_inner(&self, check: &Check, request: RequestKind, v: i16) -> Gate {
-        use Operation::*;
-        use RequestKind as R;
-        let refuse = |request: &RequestKind, e: E| {
-            Gate::Refuse(error_response_for(request, v, e).unwrap_or_else(|| {
-                // Every API Weir serves has an error response; a refusal without one would
-                // close the connection, which is also what Kafka does for such requests.
-                ResponseKind::ApiVersions(crate::api_versions_response(e.code()))
-            }))
-        };
-        let serve = |request| Gate::Serve {
-            request,
-            denied: None,
-            filter: None,
-        };
-        let partly =
-            |request: RequestKind, denied: RequestKind, any_denied: bool, e: E| Gate::Serve {
-                request,
-                denied: if any_denied {
-                    error_response_for(&denied, v, e)
-                } else {
-                    None
-                },
-                filter: None,
-            };
-        let cluster = |op, request: RequestKind| {
-            if check.cluster(op) {
-                serve(request)
-            } else {
-                refuse(&request, E::ClusterAuthorizationFailed)
-            }
-        };
-        let group = |op, id: &str, request: RequestKind| {
-            if check.group(op, id) {
-                serve(request)
-            } else {
-                refuse(&request, E::GroupAuthorizationFailed)
-            }
-        };
-        match request {
-            R::ApiVersions(_) | R::SaslHandshake(_) | R::SaslAuthenticate(_) => serve(request),
-            R::Produce(mut r) => {
-                if let Some(id) = &r.transactional_id {
-                    if !check.txn(Write, id) {
-                        return refuse(&R::Produce(r), E::TransactionalIdAuthorizationFailed);
-                    }
-                }
-                sift!(
-                    v,
-                    Produce,
-                    ProduceRequest,
-                    r.topic_data,
-                    |t| { check.topic(Write, &self.topic_name(&t.name, &t.topic_id)) },
-                    E::TopicAuthorizationFailed
-                )
-            }
-            // Fetch checks READ itself (`Broker::fetch`): a fetch in a session reads partitions
-            // its request does not name.
-            R::Fetch(_) => serve(request),
-            R::ListOffsets(mut r) => {
-                sift!(
-                    v,
-                    ListOffsets,
-                    ListOffsetsRequest,
-                    r.topics,
-                    |t| { check.topic(Describe, &t.name) },
-                    E::TopicAuthorizationFailed
-                )
-            }
-            R::OffsetForLeaderEpoch(mut r) => {
-                sift!(
-                    v,
-                    OffsetForLeaderEpoch,
-                    OffsetForLeaderEpochRequest,
-                    r.topics,
-                    |t| { check.topic(Describe, &t.topic) },
-                    E::TopicAuthorizationFailed
-                )
-            }
-            R::Metadata(mut r) => {
-                let Some(topics) = r.topics.take() else {
-                    // Every topic: those the principal may not describe are left out.
-                    return Gate::Serve {
-                        request: R::Metadata(r),
-                        denied: None,
-                        filter: Some(check.clone()),
-                    };
-                };
-                let (ok, no) = split(topics, |t| {
-                    let name = t.name.as_ref().map_or("", |n| n.as_str());
-                    check.topic(Describe, &self.topic_name(name, &t.topic_id))
-                });
-                // Auto-creation needs CREATE on the cluster or on the topic; a missing topic the
-                // principal may not create is answered TOPIC_AUTHORIZATION_FAILED, as Kafka does.
-                let (ok, no) = if r.allow_auto_topic_creation && !check.cluster(Create) {
-                    let (ok, mut more) = split(ok, |t| {
-                        t.name
-                            .as_ref()
-                            .is_none_or(|n| self.topics.get(n).is_some() || check.topic(Create, n))
-                    });
-                    more.extend(no);
-                    (ok, more)
-                } else {
-                    (ok, no)
-                };
-                let any = !no.is_empty();
-                r.topics = Some(ok);
-                partly(
-                    R::Metadata(r),
-                    R::Metadata(MetadataRequest::default().with_topics(Some(no))),
-                    any,
-                    E::TopicAuthorizationFailed,
-                )
-            }
-            R::OffsetCommit(mut r) => {
-                if !check.group(Read, &r.group_id) {
-                    return refuse(&R::OffsetCommit(r), E::GroupAuthorizationFailed);
-                }
-                sift!(
-                    v,
-                    OffsetCommit,
-                    OffsetCommitRequest,
-                    r.topics,
-                    |t| { check.topic(Read, &t.name) },
-                    E::TopicAuthorizationFailed
-                )
-            }
-            R::OffsetFetch(mut r) => {
-                if v < 8 {
-                    if !check.group(Describe, &r.group_id) {
-                        return refuse(&R::OffsetFetch(r), E::GroupAuthorizationFailed);
-                    }
-                    let Some(topics) = r.topics.take() else {
-                        return Gate::Serve {
-                            request: R::OffsetFetch(r),
-                            denied: None,
-                            filter: Some(check.clone()),
-                        };
-                    };
-                    let (ok, no) = split(topics, |t| check.topic(Describe, &t.name));
-                    let any = !no.is_empty();
-                    r.topics = Some(ok);
-                    return partly(
-                        R::OffsetFetch(r),
-                        R::OffsetFetch(OffsetFetchRequest::default().with_topics(Some(no))),
-                        any,
-                        E::TopicAuthorizationFailed,
-                    );
-                }
-                // v8+: several groups; a group the principal may not describe gets the group
-                // error, and topics are checked by the filter on the way out.
-                let (ok, no) = split(std::mem::take(&mut r.groups), |g| {
-                    check.group(Describe, &g.group_id)
-                });
-                let any = !no.is_empty();
-                r.groups = ok;
-                let mut gate = partly(
-                    R::OffsetFetch(r),
-                    R::OffsetFetch(OffsetFetchRequest::default().with_groups(no)),
-                    any,
-                    E::GroupAuthorizationFailed,
-                );
-                if let Gate::Serve { filter, .. } = &mut gate {
-                    *filter = Some(check.clone());
-                }
-                gate
-            }
-            R::FindCoordinator(mut r) => {
-                let allowed = |key: &str| match r.key_type {
-                    1 => check.txn(Describe, key),
-                    _ => check.group(Describe, key),
-                };
-                let error = if r.key_type == 1 {
-                    E::TransactionalIdAuthorizationFailed
-                } else {
-                    E::GroupAuthorizationFailed
-                };
-                if v < 4 {
-                    return if allowed(&r.key) {
-                        serve(R::FindCoordinator(r))
-                    } else {
-                        refuse(&R::FindCoordinator(r), error)
-                    };
-                }
-                let (ok, no) = split(std::mem::take(&mut r.coordinator_keys), |k| allowed(k));
-                let any = !no.is_empty();
-                let denied = FindCoordinatorRequest::default()
-                    .with_key_type(r.key_type)
-                    .with_coordinator_keys(no);
-                r.coordinator_keys = ok;
-                partly(
-                    R::FindCoordinator(r),
-                    R::FindCoordinator(denied),
-                    any,
-                    error,
-                )
-            }
-            R::JoinGroup(ref r) => group(Read, &r.group_id.clone(), request),
-            R::SyncGroup(ref r) => group(Read, &r.group_id.clone(), request),
-            R::Heartbeat(ref r) => group(Read, &r.group_id.clone(), request),
-            R::LeaveGroup(ref r) => group(Read, &r.group_id.clone(), request),
-            R::ConsumerGroupHeartbeat(ref r) => {
-                let denied_topic = r
-                    .subscribed_topic_names
-                    .iter()
-                    .flatten()
-                    .any(|t| !check.topic(Describe, t));
-                if !check.group(Read, &r.group_id) {
-                    refuse(&request, E::GroupAuthorizationFailed)
-                } else if denied_topic {
-                    // Kafka 4 (KAFKA-18813): no subscription to topics the member may not
-                    // describe.
-                    Gate::Refuse(ResponseKind::ConsumerGroupHeartbeat(
-                        ConsumerGroupHeartbeatResponse::default()
-                            .with_error_code(E::TopicAuthorizationFailed.code())
-                            .with_error_message(Some(crate::str(
-                                "The group has subscribed to topics that are not authorized.",
-                            )))
-                            .with_member_epoch(-1),
-                    ))
-                } else {
-                    serve(request)
-                }
-            }
-            R::DescribeGroups(mut r) => {
-                sift!(
-                    v,
-                    DescribeGroups,
-                    DescribeGroupsRequest,
-                    r.groups,
-                    |g| check.group(Describe, g),
-                    E::GroupAuthorizationFailed
-                )
-            }
-            R::ConsumerGroupDescribe(mut r) => {
-                let (ok, no) = split(std::mem::take(&mut r.group_ids), |g| {
-                    check.group(Describe, g)
-                });
-                let any = !no.is_empty();
-                r.group_ids = ok;
-                partly(
-                    R::ConsumerGroupDescribe(r),
-                    R::ConsumerGroupDescribe(
-                        ConsumerGroupDescribeRequest::default().with_group_ids(no),
-                    ),
-                    any,
-                    E::GroupAuthorizationFailed,
-                )
-            }
-            R::ListGroups(_) => Gate::Serve {
-                request,
-                denied: None,
-                // With DESCRIBE on the cluster, every group; else the groups it may describe.
-                filter: (!check.cluster(Describe)).then(|| check.clone()),
-            },
-            R::DeleteGroups(mut r) => {
-                sift!(
-                    v,
-                    DeleteGroups,
-                    DeleteGroupsRequest,
-                    r.groups_names,
-                    |g| { check.group(Delete, g) },
-                    E::GroupAuthorizationFailed
-                )
-            }
-            R::OffsetDelete(mut r) => {
-                if !check.group(Delete, &r.group_id) {
-                    return refuse(&R::OffsetDelete(r), E::GroupAuthorizationFailed);
-                }
-                sift!(
-                    v,
-                    OffsetDelete,
-                    OffsetDeleteRequest,
-                    r.topics,
-                    |t| { check.topic(Read, &t.name) },
-                    E::TopicAuthorizationFailed
-                )
-            }
-            R::CreateTopics(mut r) => {
-                let cluster_create = check.cluster(Create);
-                let (ok, no) = split(std::mem::take(&mut r.topics), |t| {
-                    cluster_create || check.topic(Create, &t.name)
-                });
-                let any = !no.is_empty();
-                r.topics = ok;
-                let mut gate = partly(
-                    R::CreateTopics(r),
-                    R::CreateTopics(CreateTopicsRequest::default().with_topics(no)),
-                    any,
-                    E::TopicAuthorizationFailed,
-                );
-                // The created topics' configs are shown only with DESCRIBE_CONFIGS.
-                if let Gate::Serve { filter, .. } = &mut gate {
-                    *filter = Some(check.clone());
-                }
-                gate
-            }
-            R::DeleteTopics(mut r) => {
-                let (ok, no) = split(std::mem::take(&mut r.topic_names), |t| {
-                    check.topic(Delete, t)
-                });
-                let (ok6, no6) = split(std::mem::take(&mut r.topics), |t| {
-                    let name = t.name.as_ref().map_or("", |n| n.as_str());
-                    check.topic(Delete, &self.topic_name(name, &t.topic_id))
-                });
-                let any = !no.is_empty() || !no6.is_empty();
-                r.topic_names = ok;
-                r.topics = ok6;
-                partly(
-                    R::DeleteTopics(r),
-                    R::DeleteTopics(
-                        DeleteTopicsRequest::default()
-                            .with_topic_names(no)
-                            .with_topics(no6),
-                    ),
-                    any,
-                    E::TopicAuthorizationFailed,
-                )
-            }
-            R::CreatePartitions(mut r) => {
-                sift!(
-                    v,
-                    CreatePartitions,
-                    CreatePartitionsRequest,
-                    r.topics,
-                    |t| { check.topic(Alter, &t.name) },
-                    E::TopicAuthorizationFailed
-                )
-            }
-            R::DeleteRecords(mut r) => {
-                sift!(
-                    v,
-                    DeleteRecords,
-                    DeleteRecordsRequest,
-                    r.topics,
-                    |t| { check.topic(Delete, &t.name) },
-                    E::TopicAuthorizationFailed
-                )
-            }
-            R::DescribeProducers(mut r) => {
-                sift!(
-                    v,
-                    DescribeProducers,
-                    DescribeProducersRequest,
-                    r.topics,
-                    |t| { check.topic(Read, &t.name) },
-                    E::TopicAuthorizationFailed
-                )
-            }
-            R::DescribeConfigs(r) => configs!(
-                DescribeConfigs,
-                DescribeConfigsRequest,
-                r,
-                DescribeConfigs,
-                check,
-                v
-            ),
-            R::AlterConfigs(r) => {
-                configs!(AlterConfigs, AlterConfigsRequest, r, AlterConfigs, check, v)
-            }
-            R::IncrementalAlterConfigs(r) => {
-                configs!(
-                    IncrementalAlterConfigs,
-                    IncrementalAlterConfigsRequest,
-                    r,
-                    AlterConfigs,
-                    check,
-                    v
-                )
-            }
-            R::InitProducerId(ref r) => {
-                let allowed = match &r.transactional_id {
-                    Some(id) => check.txn(Write, id),
-                    // Idempotence: IDEMPOTENT_WRITE on the cluster, or WRITE on any topic
-                    // (KIP-679).
-                    None => {
-                        check.cluster(IdempotentWrite)
-                            || check.authorizer.authorize_any(
-                                &check.principal,
-                                &check.host,
-                                Write,
-                                ResourceType::Topic,
-                            )
-                    }
-                };
-                match (allowed, r.transactional_id.is_some()) {
-                    (true, _) => serve(request),
-                    (false, true) => refuse(&request, E::TransactionalIdAuthorizationFailed),
-                    (false, false) => refuse(&request, E::ClusterAuthorizationFailed),
-                }
-            }
-            R::AddPartitionsToTxn(mut r) => {
-                if v >= 4 {
-                    // Batched, from brokers verifying transactions.
-                    return cluster(ClusterAction, R::AddPartitionsToTxn(r));
-                }
-                if !check.txn(Write, &r.v3_and_below_transactional_id) {
-                    return refuse(
-                        &R::AddPartitionsToTxn(r),
-                        E::TransactionalIdAuthorizationFailed,
-                    );
-                }
-                let (ok, no) = split(std::mem::take(&mut r.v3_and_below_topics), |t| {
-                    check.topic(Write, &t.name)
-                });
-                let any = !no.is_empty();
-                r.v3_and_below_topics = ok;
-                partly(
-                    R::AddPartitionsToTxn(r),
-                    R::AddPartitionsToTxn(
-                        AddPartitionsToTxnRequest::default().with_v3_and_below_topics(no),
-                    ),
-                    any,
-                    E::TopicAuthorizationFailed,
-                )
-            }
-            R::AddOffsetsToTxn(ref r) => {
-                if !check.txn(Write, &r.transactional_id) {
-                    refuse(&request, E::TransactionalIdAuthorizationFailed)
-                } else if !check.group(Read, &r.group_id) {
-                    refuse(&request, E::GroupAuthorizationFailed)
-                } else {
-                    serve(request)
-                }
-            }
-            R::EndTxn(ref r) => {
-                if check.txn(Write, &r.transactional_id) {
-                    serve(request)
-                } else {
-                    refuse(&request, E::TransactionalIdAuthorizationFailed)
-                }
-            }
-            R::TxnOffsetCommit(mut r) => {
-                if !check.txn(Write, &r.transactional_id) {
-                    return refuse(
-                        &R::TxnOffsetCommit(r),
-                        E::TransactionalIdAuthorizationFailed,
-                    );
-                }
-                if !check.group(Read, &r.group_id) {
-                    return refuse(&R::TxnOffsetCommit(r), E::GroupAuthorizationFailed);
-                }
-                sift!(
-                    v,
-                    TxnOffsetCommit,
-                    TxnOffsetCommitRequest,
-                    r.topics,
-                    |t| { check.topic(Read, &t.name) },
-                    E::TopicAuthorizationFailed
-                )
-            }
-            R::DescribeTransactions(mut r) => {
-                let (ok, no) = split(std::mem::take(&mut r.transactional_ids), |t| {
-                    check.txn(Describe, t)
-                });
-                let any = !no.is_empty();
-                r.transactional_ids = ok;
-                partly(
-                    R::DescribeTransactions(r),
-                    R::DescribeTransactions(
-                        DescribeTransactionsRequest::default().with_transactional_ids(no),
-                    ),
-                    any,
-                    E::TransactionalIdAuthorizationFailed,
-                )
-            }
-            R::ListTransactions(_) => Gate::Serve {
-                request,
-                denied: None,
-                filter: Some(check.clone()),
-            },
-            // Kafka serves DescribeCluster to everyone; what the principal may do on the
-            // cluster is what its authorized operations say.
-            R::DescribeCluster(_) => Gate::Serve {
-                request,
-                denied: None,
-                filter: Some(check.clone()),
-            },
-            R::DescribeLogDirs(_)
-            | R::ListPartitionReassignments(_)
-            | R::DescribeAcls(_)
-            | R::DescribeUserScramCredentials(_) => cluster(Describe, request),
-            R::AlterPartitionReassignments(_)
-            | R::CreateAcls(_)
-            | R::DeleteAcls(_)
-            | R::AlterUserScramCredentials(_) => cluster(Alter, request),
-            R::DescribeClientQuotas(_) => cluster(DescribeConfigs, request),
-            R::AlterClientQuotas(_) => cluster(AlterConfigs, request),
-            // APIs Weir does not serve are refused by their handler.
-            other => serve(other),
         }
     }
 
@@ -1006,7 +578,10 @@ impl crate::Broker {
 
 /// The error responses of several denied parts, joined (DescribeConfigs and the AlterConfigs
 /// APIs, whose topics and broker resources fail with different errors).
-fn merge_denied<const N: usize>(v: i16, parts: [(RequestKind, E); N]) -> Option<ResponseKind> {
+pub(crate) fn merge_denied<const N: usize>(
+    v: i16,
+    parts: [(RequestKind, E); N],
+) -> Option<ResponseKind> {
     let mut out: Option<ResponseKind> = None;
     for (request, e) in parts {
         let empty = match &request {

@@ -1,4 +1,5 @@
-//! AddOffsetsToTxn: the versions Weir serves, its error response and its handler.
+//! AddOffsetsToTxn: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,7 +7,10 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{refuse, serve, Check, Gate};
 use crate::{Broker, Reply};
+use kafka_protocol::ResponseError as E;
+use weir_auth::acl::Operation;
 
 /// AddOffsetsToTxn.
 pub(crate) struct AddOffsetsToTxn;
@@ -22,6 +26,25 @@ impl Api for AddOffsetsToTxn {
     /// The response to `request` that carries `code` wherever it has an error code.
     fn error_response(_request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
         ResponseKind::AddOffsetsToTxn(AddOffsetsToTxnResponse::default().with_error_code(code))
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, check: &Check, r: Self::Request, v: i16) -> Gate {
+        if !check.txn(Operation::Write, &r.transactional_id) {
+            refuse(
+                &RequestKind::AddOffsetsToTxn(r),
+                E::TransactionalIdAuthorizationFailed,
+                v,
+            )
+        } else if !check.group(Operation::Read, &r.group_id) {
+            refuse(
+                &RequestKind::AddOffsetsToTxn(r),
+                E::GroupAuthorizationFailed,
+                v,
+            )
+        } else {
+            serve(RequestKind::AddOffsetsToTxn(r))
+        }
     }
 
     /// Serves an authorized request.

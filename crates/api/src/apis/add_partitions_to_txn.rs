@@ -1,4 +1,5 @@
-//! AddPartitionsToTxn: the versions Weir serves, its error response and its handler.
+//! AddPartitionsToTxn: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,7 +7,10 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{cluster, partly, refuse, split, Check, Gate};
 use crate::{Broker, Reply};
+use kafka_protocol::ResponseError as E;
+use weir_auth::acl::Operation;
 
 /// AddPartitionsToTxn.
 pub(crate) struct AddPartitionsToTxn;
@@ -28,6 +32,40 @@ impl Api for AddPartitionsToTxn {
         } else {
             AddPartitionsToTxnResponse::default().with_error_code(code)
         })
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, check: &Check, mut r: Self::Request, v: i16) -> Gate {
+        if v >= 4 {
+            // Batched, from brokers verifying transactions.
+            return cluster(
+                check,
+                Operation::ClusterAction,
+                RequestKind::AddPartitionsToTxn(r),
+                v,
+            );
+        }
+        if !check.txn(Operation::Write, &r.v3_and_below_transactional_id) {
+            return refuse(
+                &RequestKind::AddPartitionsToTxn(r),
+                E::TransactionalIdAuthorizationFailed,
+                v,
+            );
+        }
+        let (ok, no) = split(std::mem::take(&mut r.v3_and_below_topics), |t| {
+            check.topic(Operation::Write, &t.name)
+        });
+        let any = !no.is_empty();
+        r.v3_and_below_topics = ok;
+        partly(
+            RequestKind::AddPartitionsToTxn(r),
+            RequestKind::AddPartitionsToTxn(
+                AddPartitionsToTxnRequest::default().with_v3_and_below_topics(no),
+            ),
+            any,
+            E::TopicAuthorizationFailed,
+            v,
+        )
     }
 
     /// Serves an authorized request.

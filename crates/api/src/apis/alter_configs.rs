@@ -1,4 +1,5 @@
-//! AlterConfigs: the versions Weir serves, its error response and its handler.
+//! AlterConfigs: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,6 +7,7 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{configs, Check, Gate};
 use crate::{Broker, Reply};
 
 /// AlterConfigs.
@@ -36,6 +38,11 @@ impl Api for AlterConfigs {
                     .collect(),
             ),
         )
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, check: &Check, r: Self::Request, v: i16) -> Gate {
+        configs!(AlterConfigs, AlterConfigsRequest, r, AlterConfigs, check, v)
     }
 
     /// Serves an authorized request.

@@ -1,4 +1,5 @@
-//! AlterUserScramCredentials: the versions Weir serves, its error response and its handler.
+//! AlterUserScramCredentials: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,7 +7,9 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{cluster, Check, Gate};
 use crate::{Broker, Reply};
+use weir_auth::acl::Operation;
 
 /// AlterUserScramCredentials.
 pub(crate) struct AlterUserScramCredentials;
@@ -41,6 +44,16 @@ impl Api for AlterUserScramCredentials {
                     })
                     .collect(),
             ),
+        )
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, check: &Check, r: Self::Request, v: i16) -> Gate {
+        cluster(
+            check,
+            Operation::Alter,
+            RequestKind::AlterUserScramCredentials(r),
+            v,
         )
     }
 

@@ -1,4 +1,5 @@
-//! ApiVersions: the versions Weir serves, its error response and its handler.
+//! ApiVersions: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,6 +7,7 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{serve, Check, Gate};
 use crate::{Broker, Reply};
 
 /// ApiVersions.
@@ -22,6 +24,11 @@ impl Api for ApiVersions {
     /// The response to `request` that carries `code` wherever it has an error code.
     fn error_response(_request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
         ResponseKind::ApiVersions(crate::cluster::api_versions(code))
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, _check: &Check, r: Self::Request, _v: i16) -> Gate {
+        serve(RequestKind::ApiVersions(r))
     }
 
     /// Serves an authorized request.

@@ -1,4 +1,5 @@
-//! ConsumerGroupDescribe: the versions Weir serves, its error response and its handler.
+//! ConsumerGroupDescribe: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,7 +7,10 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{partly, split, Check, Gate};
 use crate::{Broker, Reply};
+use kafka_protocol::ResponseError as E;
+use weir_auth::acl::Operation;
 
 /// ConsumerGroupDescribe.
 pub(crate) struct ConsumerGroupDescribe;
@@ -35,6 +39,24 @@ impl Api for ConsumerGroupDescribe {
                     })
                     .collect(),
             ),
+        )
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, check: &Check, mut r: Self::Request, v: i16) -> Gate {
+        let (ok, no) = split(std::mem::take(&mut r.group_ids), |g| {
+            check.group(Operation::Describe, g)
+        });
+        let any = !no.is_empty();
+        r.group_ids = ok;
+        partly(
+            RequestKind::ConsumerGroupDescribe(r),
+            RequestKind::ConsumerGroupDescribe(
+                ConsumerGroupDescribeRequest::default().with_group_ids(no),
+            ),
+            any,
+            E::GroupAuthorizationFailed,
+            v,
         )
     }
 

@@ -1,4 +1,5 @@
-//! ConsumerGroupHeartbeat: the versions Weir serves, its error response and its handler.
+//! ConsumerGroupHeartbeat: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,7 +7,10 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{refuse, serve, Check, Gate};
 use crate::{Broker, Reply};
+use kafka_protocol::ResponseError as E;
+use weir_auth::acl::Operation;
 
 /// ConsumerGroupHeartbeat.
 pub(crate) struct ConsumerGroupHeartbeat;
@@ -27,6 +31,35 @@ impl Api for ConsumerGroupHeartbeat {
                 .with_error_code(code)
                 .with_member_epoch(-1),
         )
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, check: &Check, r: Self::Request, v: i16) -> Gate {
+        let denied_topic = r
+            .subscribed_topic_names
+            .iter()
+            .flatten()
+            .any(|t| !check.topic(Operation::Describe, t));
+        if !check.group(Operation::Read, &r.group_id) {
+            refuse(
+                &RequestKind::ConsumerGroupHeartbeat(r),
+                E::GroupAuthorizationFailed,
+                v,
+            )
+        } else if denied_topic {
+            // Kafka 4 (KAFKA-18813): no subscription to topics the member may not
+            // describe.
+            Gate::Refuse(ResponseKind::ConsumerGroupHeartbeat(
+                ConsumerGroupHeartbeatResponse::default()
+                    .with_error_code(E::TopicAuthorizationFailed.code())
+                    .with_error_message(Some(crate::str(
+                        "The group has subscribed to topics that are not authorized.",
+                    )))
+                    .with_member_epoch(-1),
+            ))
+        } else {
+            serve(RequestKind::ConsumerGroupHeartbeat(r))
+        }
     }
 
     /// Serves an authorized request.

@@ -1,4 +1,5 @@
-//! CreateTopics: the versions Weir serves, its error response and its handler.
+//! CreateTopics: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,7 +7,10 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{partly, split, Check, Gate};
 use crate::{Broker, Reply};
+use kafka_protocol::ResponseError as E;
+use weir_auth::acl::Operation;
 
 /// CreateTopics.
 pub(crate) struct CreateTopics;
@@ -35,6 +39,28 @@ impl Api for CreateTopics {
                     .collect(),
             ),
         )
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, check: &Check, mut r: Self::Request, v: i16) -> Gate {
+        let cluster_create = check.cluster(Operation::Create);
+        let (ok, no) = split(std::mem::take(&mut r.topics), |t| {
+            cluster_create || check.topic(Operation::Create, &t.name)
+        });
+        let any = !no.is_empty();
+        r.topics = ok;
+        let mut gate = partly(
+            RequestKind::CreateTopics(r),
+            RequestKind::CreateTopics(CreateTopicsRequest::default().with_topics(no)),
+            any,
+            E::TopicAuthorizationFailed,
+            v,
+        );
+        // The created topics' configs are shown only with DESCRIBE_CONFIGS.
+        if let Gate::Serve { filter, .. } = &mut gate {
+            *filter = Some(check.clone());
+        }
+        gate
     }
 
     /// Serves an authorized request.

@@ -1,4 +1,5 @@
-//! DeleteGroups: the versions Weir serves, its error response and its handler.
+//! DeleteGroups: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,7 +7,10 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{sift, Check, Gate};
 use crate::{Broker, Reply};
+use kafka_protocol::ResponseError as E;
+use weir_auth::acl::Operation;
 
 /// DeleteGroups.
 pub(crate) struct DeleteGroups;
@@ -34,6 +38,18 @@ impl Api for DeleteGroups {
                     })
                     .collect(),
             ),
+        )
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, check: &Check, mut r: Self::Request, v: i16) -> Gate {
+        sift!(
+            v,
+            DeleteGroups,
+            DeleteGroupsRequest,
+            r.groups_names,
+            |g| { check.group(Operation::Delete, g) },
+            E::GroupAuthorizationFailed
         )
     }
 

@@ -1,4 +1,5 @@
-//! DeleteRecords: the versions Weir serves, its error response and its handler.
+//! DeleteRecords: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,7 +7,10 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{sift, Check, Gate};
 use crate::{Broker, Reply};
+use kafka_protocol::ResponseError as E;
+use weir_auth::acl::Operation;
 
 /// DeleteRecords.
 pub(crate) struct DeleteRecords;
@@ -44,6 +48,18 @@ impl Api for DeleteRecords {
                     })
                     .collect(),
             ),
+        )
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, check: &Check, mut r: Self::Request, v: i16) -> Gate {
+        sift!(
+            v,
+            DeleteRecords,
+            DeleteRecordsRequest,
+            r.topics,
+            |t| { check.topic(Operation::Delete, &t.name) },
+            E::TopicAuthorizationFailed
         )
     }
 

@@ -1,4 +1,5 @@
-//! DeleteTopics: the versions Weir serves, its error response and its handler.
+//! DeleteTopics: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,7 +7,10 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{partly, split, Check, Gate};
 use crate::{Broker, Reply};
+use kafka_protocol::ResponseError as E;
+use weir_auth::acl::Operation;
 
 /// DeleteTopics.
 pub(crate) struct DeleteTopics;
@@ -45,6 +49,31 @@ impl Api for DeleteTopics {
                 .collect()
         };
         ResponseKind::DeleteTopics(DeleteTopicsResponse::default().with_responses(results))
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(broker: &Broker, check: &Check, mut r: Self::Request, v: i16) -> Gate {
+        let (ok, no) = split(std::mem::take(&mut r.topic_names), |t| {
+            check.topic(Operation::Delete, t)
+        });
+        let (ok6, no6) = split(std::mem::take(&mut r.topics), |t| {
+            let name = t.name.as_ref().map_or("", |n| n.as_str());
+            check.topic(Operation::Delete, &broker.topic_name(name, &t.topic_id))
+        });
+        let any = !no.is_empty() || !no6.is_empty();
+        r.topic_names = ok;
+        r.topics = ok6;
+        partly(
+            RequestKind::DeleteTopics(r),
+            RequestKind::DeleteTopics(
+                DeleteTopicsRequest::default()
+                    .with_topic_names(no)
+                    .with_topics(no6),
+            ),
+            any,
+            E::TopicAuthorizationFailed,
+            v,
+        )
     }
 
     /// Serves an authorized request.

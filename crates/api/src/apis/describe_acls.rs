@@ -1,4 +1,5 @@
-//! DescribeAcls: the versions Weir serves, its error response and its handler.
+//! DescribeAcls: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,7 +7,9 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{cluster, Check, Gate};
 use crate::{Broker, Reply};
+use weir_auth::acl::Operation;
 
 /// DescribeAcls.
 pub(crate) struct DescribeAcls;
@@ -22,6 +25,11 @@ impl Api for DescribeAcls {
     /// The response to `request` that carries `code` wherever it has an error code.
     fn error_response(_request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
         ResponseKind::DescribeAcls(DescribeAclsResponse::default().with_error_code(code))
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, check: &Check, r: Self::Request, v: i16) -> Gate {
+        cluster(check, Operation::Describe, RequestKind::DescribeAcls(r), v)
     }
 
     /// Serves an authorized request.

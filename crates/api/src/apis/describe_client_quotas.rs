@@ -1,4 +1,5 @@
-//! DescribeClientQuotas: the versions Weir serves, its error response and its handler.
+//! DescribeClientQuotas: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,7 +7,9 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{cluster, Check, Gate};
 use crate::{Broker, Reply};
+use weir_auth::acl::Operation;
 
 /// DescribeClientQuotas.
 pub(crate) struct DescribeClientQuotas;
@@ -23,6 +26,16 @@ impl Api for DescribeClientQuotas {
     fn error_response(_request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
         ResponseKind::DescribeClientQuotas(
             DescribeClientQuotasResponse::default().with_error_code(code),
+        )
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, check: &Check, r: Self::Request, v: i16) -> Gate {
+        cluster(
+            check,
+            Operation::DescribeConfigs,
+            RequestKind::DescribeClientQuotas(r),
+            v,
         )
     }
 

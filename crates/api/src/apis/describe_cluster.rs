@@ -1,4 +1,5 @@
-//! DescribeCluster: the versions Weir serves, its error response and its handler.
+//! DescribeCluster: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,6 +7,7 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{Check, Gate};
 use crate::{Broker, Reply};
 
 /// DescribeCluster.
@@ -26,6 +28,16 @@ impl Api for DescribeCluster {
                 .with_error_code(code)
                 .with_endpoint_type(request.endpoint_type),
         )
+    }
+
+    /// Kafka serves DescribeCluster to everyone; what the principal may do on the
+    /// cluster is what its authorized operations say.
+    fn authorize(_broker: &Broker, check: &Check, r: Self::Request, _v: i16) -> Gate {
+        Gate::Serve {
+            request: RequestKind::DescribeCluster(r),
+            denied: None,
+            filter: Some(check.clone()),
+        }
     }
 
     /// Serves an authorized request.

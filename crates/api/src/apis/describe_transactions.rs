@@ -1,4 +1,5 @@
-//! DescribeTransactions: the versions Weir serves, its error response and its handler.
+//! DescribeTransactions: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,7 +7,10 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{partly, split, Check, Gate};
 use crate::{Broker, Reply};
+use kafka_protocol::ResponseError as E;
+use weir_auth::acl::Operation;
 
 /// DescribeTransactions.
 pub(crate) struct DescribeTransactions;
@@ -34,6 +38,24 @@ impl Api for DescribeTransactions {
                     })
                     .collect(),
             ),
+        )
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, check: &Check, mut r: Self::Request, v: i16) -> Gate {
+        let (ok, no) = split(std::mem::take(&mut r.transactional_ids), |t| {
+            check.txn(Operation::Describe, t)
+        });
+        let any = !no.is_empty();
+        r.transactional_ids = ok;
+        partly(
+            RequestKind::DescribeTransactions(r),
+            RequestKind::DescribeTransactions(
+                DescribeTransactionsRequest::default().with_transactional_ids(no),
+            ),
+            any,
+            E::TransactionalIdAuthorizationFailed,
+            v,
         )
     }
 

@@ -1,4 +1,5 @@
-//! DescribeUserScramCredentials: the versions Weir serves, its error response and its handler.
+//! DescribeUserScramCredentials: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,7 +7,9 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{cluster, Check, Gate};
 use crate::{Broker, Reply};
+use weir_auth::acl::Operation;
 
 /// DescribeUserScramCredentials.
 pub(crate) struct DescribeUserScramCredentials;
@@ -23,6 +26,16 @@ impl Api for DescribeUserScramCredentials {
     fn error_response(_request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
         ResponseKind::DescribeUserScramCredentials(
             DescribeUserScramCredentialsResponse::default().with_error_code(code),
+        )
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, check: &Check, r: Self::Request, v: i16) -> Gate {
+        cluster(
+            check,
+            Operation::Describe,
+            RequestKind::DescribeUserScramCredentials(r),
+            v,
         )
     }
 

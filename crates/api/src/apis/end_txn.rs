@@ -1,11 +1,15 @@
-//! EndTxn: the versions Weir serves, its error response and its handler.
+//! EndTxn: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
 use kafka_protocol::messages::*;
 
 use crate::apis::{Api, Cx};
+use crate::authz::{refuse, serve, Check, Gate};
 use crate::{Broker, Reply};
+use kafka_protocol::ResponseError as E;
+use weir_auth::acl::Operation;
 
 /// EndTxn.
 pub(crate) struct EndTxn;
@@ -26,6 +30,19 @@ impl Api for EndTxn {
                 .with_producer_id(request.producer_id)
                 .with_producer_epoch(request.producer_epoch),
         )
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, check: &Check, r: Self::Request, v: i16) -> Gate {
+        if check.txn(Operation::Write, &r.transactional_id) {
+            serve(RequestKind::EndTxn(r))
+        } else {
+            refuse(
+                &RequestKind::EndTxn(r),
+                E::TransactionalIdAuthorizationFailed,
+                v,
+            )
+        }
     }
 
     /// Serves an authorized request.

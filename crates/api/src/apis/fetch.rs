@@ -1,10 +1,12 @@
-//! Fetch: the versions Weir serves, its error response and its handler.
+//! Fetch: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
 use kafka_protocol::messages::*;
 
 use crate::apis::{Api, Cx};
+use crate::authz::{serve, Check, Gate};
 use crate::{Broker, Reply};
 
 /// Fetch.
@@ -48,6 +50,12 @@ impl Api for Fetch {
         } else {
             response
         })
+    }
+
+    /// Fetch checks READ itself (`Broker::fetch`): a fetch in a session reads partitions
+    /// its request does not name.
+    fn authorize(_broker: &Broker, _check: &Check, r: Self::Request, _v: i16) -> Gate {
+        serve(RequestKind::Fetch(r))
     }
 
     /// Serves an authorized request.

@@ -1,4 +1,5 @@
-//! FindCoordinator: the versions Weir serves, its error response and its handler.
+//! FindCoordinator: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,7 +7,10 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{partly, refuse, serve, split, Check, Gate};
 use crate::{Broker, Reply};
+use kafka_protocol::ResponseError as E;
+use weir_auth::acl::Operation;
 
 /// FindCoordinator.
 pub(crate) struct FindCoordinator;
@@ -42,6 +46,39 @@ impl Api for FindCoordinator {
                 .with_node_id(BrokerId(-1))
                 .with_port(-1)
         })
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, check: &Check, mut r: Self::Request, v: i16) -> Gate {
+        let allowed = |key: &str| match r.key_type {
+            1 => check.txn(Operation::Describe, key),
+            _ => check.group(Operation::Describe, key),
+        };
+        let error = if r.key_type == 1 {
+            E::TransactionalIdAuthorizationFailed
+        } else {
+            E::GroupAuthorizationFailed
+        };
+        if v < 4 {
+            return if allowed(&r.key) {
+                serve(RequestKind::FindCoordinator(r))
+            } else {
+                refuse(&RequestKind::FindCoordinator(r), error, v)
+            };
+        }
+        let (ok, no) = split(std::mem::take(&mut r.coordinator_keys), |k| allowed(k));
+        let any = !no.is_empty();
+        let denied = FindCoordinatorRequest::default()
+            .with_key_type(r.key_type)
+            .with_coordinator_keys(no);
+        r.coordinator_keys = ok;
+        partly(
+            RequestKind::FindCoordinator(r),
+            RequestKind::FindCoordinator(denied),
+            any,
+            error,
+            v,
+        )
     }
 
     /// Serves an authorized request.

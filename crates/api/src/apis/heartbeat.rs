@@ -1,4 +1,5 @@
-//! Heartbeat: the versions Weir serves, its error response and its handler.
+//! Heartbeat: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,7 +7,9 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{group, Check, Gate};
 use crate::{Broker, Reply};
+use weir_auth::acl::Operation;
 
 /// Heartbeat.
 pub(crate) struct Heartbeat;
@@ -22,6 +25,17 @@ impl Api for Heartbeat {
     /// The response to `request` that carries `code` wherever it has an error code.
     fn error_response(_request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
         ResponseKind::Heartbeat(HeartbeatResponse::default().with_error_code(code))
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, check: &Check, r: Self::Request, v: i16) -> Gate {
+        group(
+            check,
+            Operation::Read,
+            &r.group_id.clone(),
+            RequestKind::Heartbeat(r),
+            v,
+        )
     }
 
     /// Serves an authorized request.

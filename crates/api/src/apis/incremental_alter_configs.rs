@@ -1,4 +1,5 @@
-//! IncrementalAlterConfigs: the versions Weir serves, its error response and its handler.
+//! IncrementalAlterConfigs: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,6 +7,7 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{configs, Check, Gate};
 use crate::{Broker, Reply};
 
 /// IncrementalAlterConfigs.
@@ -35,6 +37,18 @@ impl Api for IncrementalAlterConfigs {
                     })
                     .collect(),
             ),
+        )
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, check: &Check, r: Self::Request, v: i16) -> Gate {
+        configs!(
+            IncrementalAlterConfigs,
+            IncrementalAlterConfigsRequest,
+            r,
+            AlterConfigs,
+            check,
+            v
         )
     }
 

@@ -1,4 +1,5 @@
-//! InitProducerId: the versions Weir serves, its error response and its handler.
+//! InitProducerId: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,7 +7,10 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{refuse, serve, Check, Gate};
 use crate::{Broker, Reply};
+use kafka_protocol::ResponseError as E;
+use weir_auth::acl::{Operation, ResourceType};
 
 /// InitProducerId.
 pub(crate) struct InitProducerId;
@@ -28,6 +32,37 @@ impl Api for InitProducerId {
                 .with_producer_id(ProducerId(-1))
                 .with_producer_epoch(-1),
         )
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, check: &Check, r: Self::Request, v: i16) -> Gate {
+        let allowed = match &r.transactional_id {
+            Some(id) => check.txn(Operation::Write, id),
+            // Idempotence: IDEMPOTENT_WRITE on the cluster, or WRITE on any topic
+            // (KIP-679).
+            None => {
+                check.cluster(Operation::IdempotentWrite)
+                    || check.authorizer.authorize_any(
+                        &check.principal,
+                        &check.host,
+                        Operation::Write,
+                        ResourceType::Topic,
+                    )
+            }
+        };
+        match (allowed, r.transactional_id.is_some()) {
+            (true, _) => serve(RequestKind::InitProducerId(r)),
+            (false, true) => refuse(
+                &RequestKind::InitProducerId(r),
+                E::TransactionalIdAuthorizationFailed,
+                v,
+            ),
+            (false, false) => refuse(
+                &RequestKind::InitProducerId(r),
+                E::ClusterAuthorizationFailed,
+                v,
+            ),
+        }
     }
 
     /// Serves an authorized request.

@@ -1,11 +1,14 @@
-//! JoinGroup: the versions Weir serves, its error response and its handler.
+//! JoinGroup: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
 use kafka_protocol::messages::*;
 
 use crate::apis::{Api, Cx};
+use crate::authz::{group, Check, Gate};
 use crate::{Broker, Reply};
+use weir_auth::acl::Operation;
 
 /// JoinGroup.
 pub(crate) struct JoinGroup;
@@ -24,6 +27,17 @@ impl Api for JoinGroup {
             JoinGroupResponse::default()
                 .with_error_code(code)
                 .with_generation_id(-1),
+        )
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, check: &Check, r: Self::Request, v: i16) -> Gate {
+        group(
+            check,
+            Operation::Read,
+            &r.group_id.clone(),
+            RequestKind::JoinGroup(r),
+            v,
         )
     }
 

@@ -1,4 +1,5 @@
-//! ListGroups: the versions Weir serves, its error response and its handler.
+//! ListGroups: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,7 +7,9 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{Check, Gate};
 use crate::{Broker, Reply};
+use weir_auth::acl::Operation;
 
 /// ListGroups.
 pub(crate) struct ListGroups;
@@ -22,6 +25,16 @@ impl Api for ListGroups {
     /// The response to `request` that carries `code` wherever it has an error code.
     fn error_response(_request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
         ResponseKind::ListGroups(ListGroupsResponse::default().with_error_code(code))
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, check: &Check, r: Self::Request, _v: i16) -> Gate {
+        Gate::Serve {
+            request: RequestKind::ListGroups(r),
+            denied: None,
+            // With DESCRIBE on the cluster, every group; else the groups it may describe.
+            filter: (!check.cluster(Operation::Describe)).then(|| check.clone()),
+        }
     }
 
     /// Serves an authorized request.

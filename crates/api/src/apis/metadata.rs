@@ -1,4 +1,5 @@
-//! Metadata: the versions Weir serves, its error response and its handler.
+//! Metadata: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,7 +7,10 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{partly, split, Check, Gate};
 use crate::{Broker, Reply};
+use kafka_protocol::ResponseError as E;
+use weir_auth::acl::Operation;
 
 /// Metadata.
 pub(crate) struct Metadata;
@@ -36,6 +40,44 @@ impl Api for Metadata {
                     })
                     .collect(),
             ),
+        )
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(broker: &Broker, check: &Check, mut r: Self::Request, v: i16) -> Gate {
+        let Some(topics) = r.topics.take() else {
+            // Every topic: those the principal may not describe are left out.
+            return Gate::Serve {
+                request: RequestKind::Metadata(r),
+                denied: None,
+                filter: Some(check.clone()),
+            };
+        };
+        let (ok, no) = split(topics, |t| {
+            let name = t.name.as_ref().map_or("", |n| n.as_str());
+            check.topic(Operation::Describe, &broker.topic_name(name, &t.topic_id))
+        });
+        // Auto-creation needs CREATE on the cluster or on the topic; a missing topic the
+        // principal may not create is answered TOPIC_AUTHORIZATION_FAILED, as Kafka does.
+        let (ok, no) = if r.allow_auto_topic_creation && !check.cluster(Operation::Create) {
+            let (ok, mut more) = split(ok, |t| {
+                t.name.as_ref().is_none_or(|n| {
+                    broker.topics.get(n).is_some() || check.topic(Operation::Create, n)
+                })
+            });
+            more.extend(no);
+            (ok, more)
+        } else {
+            (ok, no)
+        };
+        let any = !no.is_empty();
+        r.topics = Some(ok);
+        partly(
+            RequestKind::Metadata(r),
+            RequestKind::Metadata(MetadataRequest::default().with_topics(Some(no))),
+            any,
+            E::TopicAuthorizationFailed,
+            v,
         )
     }
 

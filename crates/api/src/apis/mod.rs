@@ -19,6 +19,7 @@ use std::sync::Arc;
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseKind};
 use kafka_protocol::ResponseError;
 
+use crate::authz::{Check, Gate};
 use crate::{Broker, Conn, Reply};
 
 mod add_offsets_to_txn;
@@ -90,6 +91,20 @@ macro_rules! apis {
             match request {
                 $(RequestKind::$variant(r) => Ok(<$module::$variant as Api>::handle(broker, cx, r).await),)*
                 other => Err(other),
+            }
+        }
+
+        /// What `request` must be authorized for, by its API ([`Api::authorize`]).
+        pub(crate) fn authorize(
+            broker: &Broker,
+            check: &Check,
+            request: RequestKind,
+            v: i16,
+        ) -> Gate {
+            match request {
+                $(RequestKind::$variant(r) => <$module::$variant as Api>::authorize(broker, check, r, v),)*
+                // APIs Weir does not serve are refused by their handler.
+                other => crate::authz::serve(other),
             }
         }
 
@@ -182,6 +197,11 @@ pub(crate) trait Api {
     /// The response to `request` at `version` that carries `code` wherever it has an error
     /// code.
     fn error_response(request: &Self::Request, version: i16, code: i16) -> ResponseKind;
+
+    /// What the request must be authorized for: refused whole ([`Gate::Refuse`], its error
+    /// response), or served without the topics, groups or ids the principal may not touch,
+    /// which come back in the response with their error (as Kafka's `KafkaApis` checks).
+    fn authorize(broker: &Broker, check: &Check, request: Self::Request, v: i16) -> Gate;
 
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply;

@@ -1,4 +1,5 @@
-//! OffsetDelete: the versions Weir serves, its error response and its handler.
+//! OffsetDelete: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,7 +7,10 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{refuse, sift, Check, Gate};
 use crate::{Broker, Reply};
+use kafka_protocol::ResponseError as E;
+use weir_auth::acl::Operation;
 
 /// OffsetDelete.
 pub(crate) struct OffsetDelete;
@@ -45,6 +49,25 @@ impl Api for OffsetDelete {
                         })
                         .collect(),
                 ),
+        )
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, check: &Check, mut r: Self::Request, v: i16) -> Gate {
+        if !check.group(Operation::Delete, &r.group_id) {
+            return refuse(
+                &RequestKind::OffsetDelete(r),
+                E::GroupAuthorizationFailed,
+                v,
+            );
+        }
+        sift!(
+            v,
+            OffsetDelete,
+            OffsetDeleteRequest,
+            r.topics,
+            |t| { check.topic(Operation::Read, &t.name) },
+            E::TopicAuthorizationFailed
         )
     }
 

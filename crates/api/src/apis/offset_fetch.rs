@@ -1,4 +1,5 @@
-//! OffsetFetch: the versions Weir serves, its error response and its handler.
+//! OffsetFetch: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,7 +7,10 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{partly, refuse, split, Check, Gate};
 use crate::{Broker, Reply};
+use kafka_protocol::ResponseError as E;
+use weir_auth::acl::Operation;
 
 /// OffsetFetch.
 pub(crate) struct OffsetFetch;
@@ -68,6 +72,50 @@ impl Api for OffsetFetch {
                 response
             })
         }
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, check: &Check, mut r: Self::Request, v: i16) -> Gate {
+        if v < 8 {
+            if !check.group(Operation::Describe, &r.group_id) {
+                return refuse(&RequestKind::OffsetFetch(r), E::GroupAuthorizationFailed, v);
+            }
+            let Some(topics) = r.topics.take() else {
+                return Gate::Serve {
+                    request: RequestKind::OffsetFetch(r),
+                    denied: None,
+                    filter: Some(check.clone()),
+                };
+            };
+            let (ok, no) = split(topics, |t| check.topic(Operation::Describe, &t.name));
+            let any = !no.is_empty();
+            r.topics = Some(ok);
+            return partly(
+                RequestKind::OffsetFetch(r),
+                RequestKind::OffsetFetch(OffsetFetchRequest::default().with_topics(Some(no))),
+                any,
+                E::TopicAuthorizationFailed,
+                v,
+            );
+        }
+        // v8+: several groups; a group the principal may not describe gets the group
+        // error, and topics are checked by the filter on the way out.
+        let (ok, no) = split(std::mem::take(&mut r.groups), |g| {
+            check.group(Operation::Describe, &g.group_id)
+        });
+        let any = !no.is_empty();
+        r.groups = ok;
+        let mut gate = partly(
+            RequestKind::OffsetFetch(r),
+            RequestKind::OffsetFetch(OffsetFetchRequest::default().with_groups(no)),
+            any,
+            E::GroupAuthorizationFailed,
+            v,
+        );
+        if let Gate::Serve { filter, .. } = &mut gate {
+            *filter = Some(check.clone());
+        }
+        gate
     }
 
     /// Serves an authorized request.

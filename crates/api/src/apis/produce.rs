@@ -1,11 +1,15 @@
-//! Produce: the versions Weir serves, its error response and its handler.
+//! Produce: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
 use kafka_protocol::messages::*;
 
 use crate::apis::{Api, Cx};
+use crate::authz::{refuse, sift, Check, Gate};
 use crate::{Broker, Reply};
+use kafka_protocol::ResponseError as E;
+use weir_auth::acl::Operation;
 
 /// Produce.
 pub(crate) struct Produce;
@@ -44,6 +48,27 @@ impl Api for Produce {
                     })
                     .collect(),
             ),
+        )
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(broker: &Broker, check: &Check, mut r: Self::Request, v: i16) -> Gate {
+        if let Some(id) = &r.transactional_id {
+            if !check.txn(Operation::Write, id) {
+                return refuse(
+                    &RequestKind::Produce(r),
+                    E::TransactionalIdAuthorizationFailed,
+                    v,
+                );
+            }
+        }
+        sift!(
+            v,
+            Produce,
+            ProduceRequest,
+            r.topic_data,
+            |t| { check.topic(Operation::Write, &broker.topic_name(&t.name, &t.topic_id)) },
+            E::TopicAuthorizationFailed
         )
     }
 

@@ -1,4 +1,5 @@
-//! SaslHandshake: the versions Weir serves, its error response and its handler.
+//! SaslHandshake: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,6 +7,7 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{serve, Check, Gate};
 use crate::{Broker, Reply};
 
 /// SaslHandshake.
@@ -23,6 +25,11 @@ impl Api for SaslHandshake {
     /// The response to `request` that carries `code` wherever it has an error code.
     fn error_response(_request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
         ResponseKind::SaslHandshake(SaslHandshakeResponse::default().with_error_code(code))
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, _check: &Check, r: Self::Request, _v: i16) -> Gate {
+        serve(RequestKind::SaslHandshake(r))
     }
 
     /// Serves an authorized request.

@@ -1,11 +1,14 @@
-//! SyncGroup: the versions Weir serves, its error response and its handler.
+//! SyncGroup: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
 use kafka_protocol::messages::*;
 
 use crate::apis::{Api, Cx};
+use crate::authz::{group, Check, Gate};
 use crate::{Broker, Reply};
+use weir_auth::acl::Operation;
 
 /// SyncGroup.
 pub(crate) struct SyncGroup;
@@ -21,6 +24,17 @@ impl Api for SyncGroup {
     /// The response to `request` that carries `code` wherever it has an error code.
     fn error_response(_request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
         ResponseKind::SyncGroup(SyncGroupResponse::default().with_error_code(code))
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, check: &Check, r: Self::Request, v: i16) -> Gate {
+        group(
+            check,
+            Operation::Read,
+            &r.group_id.clone(),
+            RequestKind::SyncGroup(r),
+            v,
+        )
     }
 
     /// Serves an authorized request.

@@ -1,4 +1,5 @@
-//! TxnOffsetCommit: the versions Weir serves, its error response and its handler.
+//! TxnOffsetCommit: the versions Weir serves, its error response, what it must be authorized for, and its
+//! handler.
 
 use std::sync::Arc;
 
@@ -6,7 +7,10 @@ use kafka_protocol::messages::*;
 
 use crate::apis::now;
 use crate::apis::{Api, Cx};
+use crate::authz::{refuse, sift, Check, Gate};
 use crate::{Broker, Reply};
+use kafka_protocol::ResponseError as E;
+use weir_auth::acl::Operation;
 
 /// TxnOffsetCommit.
 pub(crate) struct TxnOffsetCommit;
@@ -43,6 +47,32 @@ impl Api for TxnOffsetCommit {
                     })
                     .collect(),
             ),
+        )
+    }
+
+    /// What the request must be authorized for, and the parts of it refused.
+    fn authorize(_broker: &Broker, check: &Check, mut r: Self::Request, v: i16) -> Gate {
+        if !check.txn(Operation::Write, &r.transactional_id) {
+            return refuse(
+                &RequestKind::TxnOffsetCommit(r),
+                E::TransactionalIdAuthorizationFailed,
+                v,
+            );
+        }
+        if !check.group(Operation::Read, &r.group_id) {
+            return refuse(
+                &RequestKind::TxnOffsetCommit(r),
+                E::GroupAuthorizationFailed,
+                v,
+            );
+        }
+        sift!(
+            v,
+            TxnOffsetCommit,
+            TxnOffsetCommitRequest,
+            r.topics,
+            |t| { check.topic(Operation::Read, &t.name) },
+            E::TopicAuthorizationFailed
         )
     }
 
