@@ -1,5 +1,7 @@
 //! Authorization: every request checked against the ACLs as Kafka's `KafkaApis` checks it,
-//! before its handler runs, so that handlers stay as they are.
+//! before its handler runs, so that handlers stay as they are. What each API needs is in its
+//! module (`crate::apis`, `Api::authorize` and `Api::put_back`); this module has the checks of a
+//! connection ([`Check`]), the gate around them, and the helpers the APIs share.
 //!
 //! [`Broker::gate`] looks at a decoded request with the connection's principal and either
 //! refuses it whole (a group API without READ on its group, an admin API without its
@@ -379,200 +381,14 @@ impl crate::Broker {
     }
 
     /// Adds what `gate` took out to the response, and leaves out of listings what the
-    /// principal may not describe.
+    /// principal may not describe: each API's [`crate::apis::Api::put_back`].
     pub(crate) fn after_gate(
         &self,
         response: ResponseKind,
         denied: Option<ResponseKind>,
         filter: Option<&Check>,
     ) -> ResponseKind {
-        use Operation::Describe;
-        use ResponseKind as P;
-        let mut response = match (response, denied) {
-            (r, None) => r,
-            (P::Produce(mut r), Some(P::Produce(d))) => {
-                r.responses.extend(d.responses);
-                P::Produce(r)
-            }
-            (P::Fetch(mut r), Some(P::Fetch(d))) => {
-                r.responses.extend(d.responses);
-                P::Fetch(r)
-            }
-            (P::ListOffsets(mut r), Some(P::ListOffsets(d))) => {
-                r.topics.extend(d.topics);
-                P::ListOffsets(r)
-            }
-            (P::OffsetForLeaderEpoch(mut r), Some(P::OffsetForLeaderEpoch(d))) => {
-                r.topics.extend(d.topics);
-                P::OffsetForLeaderEpoch(r)
-            }
-            (P::Metadata(mut r), Some(P::Metadata(d))) => {
-                r.topics.extend(d.topics);
-                P::Metadata(r)
-            }
-            (P::OffsetCommit(mut r), Some(P::OffsetCommit(d))) => {
-                r.topics.extend(d.topics);
-                P::OffsetCommit(r)
-            }
-            (P::OffsetFetch(mut r), Some(P::OffsetFetch(d))) => {
-                r.topics.extend(d.topics);
-                r.groups.extend(d.groups);
-                P::OffsetFetch(r)
-            }
-            (P::FindCoordinator(mut r), Some(P::FindCoordinator(d))) => {
-                r.coordinators.extend(d.coordinators);
-                P::FindCoordinator(r)
-            }
-            (P::DescribeGroups(mut r), Some(P::DescribeGroups(d))) => {
-                r.groups.extend(d.groups);
-                P::DescribeGroups(r)
-            }
-            (P::ConsumerGroupDescribe(mut r), Some(P::ConsumerGroupDescribe(d))) => {
-                r.groups.extend(d.groups);
-                P::ConsumerGroupDescribe(r)
-            }
-            (P::DeleteGroups(mut r), Some(P::DeleteGroups(d))) => {
-                r.results.extend(d.results);
-                P::DeleteGroups(r)
-            }
-            (P::OffsetDelete(mut r), Some(P::OffsetDelete(d))) => {
-                r.topics.extend(d.topics);
-                P::OffsetDelete(r)
-            }
-            (P::CreateTopics(mut r), Some(P::CreateTopics(d))) => {
-                r.topics.extend(d.topics);
-                P::CreateTopics(r)
-            }
-            (P::DeleteTopics(mut r), Some(P::DeleteTopics(d))) => {
-                r.responses.extend(d.responses);
-                P::DeleteTopics(r)
-            }
-            (P::CreatePartitions(mut r), Some(P::CreatePartitions(d))) => {
-                r.results.extend(d.results);
-                P::CreatePartitions(r)
-            }
-            (P::DeleteRecords(mut r), Some(P::DeleteRecords(d))) => {
-                r.topics.extend(d.topics);
-                P::DeleteRecords(r)
-            }
-            (P::DescribeProducers(mut r), Some(P::DescribeProducers(d))) => {
-                r.topics.extend(d.topics);
-                P::DescribeProducers(r)
-            }
-            (P::DescribeConfigs(mut r), Some(P::DescribeConfigs(d))) => {
-                r.results.extend(d.results);
-                P::DescribeConfigs(r)
-            }
-            (P::AlterConfigs(mut r), Some(P::AlterConfigs(d))) => {
-                r.responses.extend(d.responses);
-                P::AlterConfigs(r)
-            }
-            (P::IncrementalAlterConfigs(mut r), Some(P::IncrementalAlterConfigs(d))) => {
-                r.responses.extend(d.responses);
-                P::IncrementalAlterConfigs(r)
-            }
-            (P::AddPartitionsToTxn(mut r), Some(P::AddPartitionsToTxn(d))) => {
-                r.results_by_topic_v3_and_below
-                    .extend(d.results_by_topic_v3_and_below);
-                P::AddPartitionsToTxn(r)
-            }
-            (P::TxnOffsetCommit(mut r), Some(P::TxnOffsetCommit(d))) => {
-                r.topics.extend(d.topics);
-                P::TxnOffsetCommit(r)
-            }
-            (P::DescribeTransactions(mut r), Some(P::DescribeTransactions(d))) => {
-                r.transaction_states.extend(d.transaction_states);
-                P::DescribeTransactions(r)
-            }
-            (r, Some(_)) => {
-                tracing::error!("a denied part of a request has no place in its response");
-                r
-            }
-        };
-        if let Some(check) = filter {
-            match &mut response {
-                P::Metadata(r) => {
-                    // Topics refused by name keep their error; the others need DESCRIBE.
-                    let refused = E::TopicAuthorizationFailed.code();
-                    r.topics.retain(|t| {
-                        let name = t.name.as_ref().map_or("", |n| n.as_str());
-                        t.error_code == refused
-                            || check.topic(Describe, &self.topic_name(name, &t.topic_id))
-                    });
-                    for t in &mut r.topics {
-                        if t.topic_authorized_operations != i32::MIN && t.error_code != refused {
-                            let name = t.name.as_ref().map_or("", |n| n.as_str());
-                            t.topic_authorized_operations =
-                                check.topic_operations(&self.topic_name(name, &t.topic_id));
-                        }
-                    }
-                    if r.cluster_authorized_operations != i32::MIN {
-                        r.cluster_authorized_operations = check.cluster_operations();
-                    }
-                }
-                P::DescribeGroups(r) => {
-                    for g in &mut r.groups {
-                        if g.authorized_operations != i32::MIN && g.error_code == 0 {
-                            g.authorized_operations = check.group_operations(&g.group_id);
-                        }
-                    }
-                }
-                P::ConsumerGroupDescribe(r) => {
-                    // A group with topics the principal may not describe is described by its
-                    // error alone (KAFKA-18813).
-                    for g in &mut r.groups {
-                        let hidden = g.members.iter().any(|m| {
-                            m.subscribed_topic_names
-                                .iter()
-                                .chain(m.assignment.topic_partitions.iter().map(|t| &t.topic_name))
-                                .chain(
-                                    m.target_assignment
-                                        .topic_partitions
-                                        .iter()
-                                        .map(|t| &t.topic_name),
-                                )
-                                .any(|t| !t.is_empty() && !check.topic(Describe, t))
-                        });
-                        if g.error_code == 0 && hidden {
-                            *g = consumer_group_describe_response::DescribedGroup::default()
-                                .with_group_id(g.group_id.clone())
-                                .with_error_code(E::TopicAuthorizationFailed.code())
-                                .with_authorized_operations(i32::MIN);
-                        }
-                    }
-                    for g in &mut r.groups {
-                        if g.authorized_operations != i32::MIN && g.error_code == 0 {
-                            g.authorized_operations = check.group_operations(&g.group_id);
-                        }
-                    }
-                }
-                P::OffsetFetch(r) => {
-                    r.topics.retain(|t| check.topic(Describe, &t.name));
-                    for g in &mut r.groups {
-                        g.topics.retain(|t| check.topic(Describe, &t.name));
-                    }
-                }
-                P::ListGroups(r) => r.groups.retain(|g| check.group(Describe, &g.group_id)),
-                P::DescribeCluster(r) if r.cluster_authorized_operations != i32::MIN => {
-                    r.cluster_authorized_operations = check.cluster_operations();
-                }
-                P::CreateTopics(r) => {
-                    for t in &mut r.topics {
-                        if t.error_code == 0 && !check.topic(Operation::DescribeConfigs, &t.name) {
-                            t.topic_config_error_code = E::TopicAuthorizationFailed.code();
-                            t.configs = None;
-                            t.num_partitions = -1;
-                            t.replication_factor = -1;
-                        }
-                    }
-                }
-                P::ListTransactions(r) => r
-                    .transaction_states
-                    .retain(|t| check.txn(Describe, &t.transactional_id)),
-                _ => {}
-            }
-        }
-        response
+        crate::apis::put_back(self, response, denied, filter)
     }
 }
 

@@ -68,6 +68,24 @@ impl Api for AddPartitionsToTxn {
         )
     }
 
+    /// Puts back what `authorize` took out (`denied`: the error response of those parts), and
+    /// leaves out what the principal may not see (`filter`).
+    fn put_back(
+        _broker: &Broker,
+        response: ResponseKind,
+        denied: Option<ResponseKind>,
+        _filter: Option<&Check>,
+    ) -> ResponseKind {
+        let ResponseKind::AddPartitionsToTxn(mut r) = response else {
+            return response;
+        };
+        if let Some(ResponseKind::AddPartitionsToTxn(d)) = denied {
+            r.results_by_topic_v3_and_below
+                .extend(d.results_by_topic_v3_and_below);
+        }
+        ResponseKind::AddPartitionsToTxn(r)
+    }
+
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx { v, .. } = *cx;

@@ -45,6 +45,23 @@ impl Api for AlterConfigs {
         configs!(AlterConfigs, AlterConfigsRequest, r, AlterConfigs, check, v)
     }
 
+    /// Puts back what `authorize` took out (`denied`: the error response of those parts), and
+    /// leaves out what the principal may not see (`filter`).
+    fn put_back(
+        _broker: &Broker,
+        response: ResponseKind,
+        denied: Option<ResponseKind>,
+        _filter: Option<&Check>,
+    ) -> ResponseKind {
+        let ResponseKind::AlterConfigs(mut r) = response else {
+            return response;
+        };
+        if let Some(ResponseKind::AlterConfigs(d)) = denied {
+            r.responses.extend(d.responses);
+        }
+        ResponseKind::AlterConfigs(r)
+    }
+
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, _cx: &Cx<'_>, request: Self::Request) -> Reply {
         now(ResponseKind::AlterConfigs(

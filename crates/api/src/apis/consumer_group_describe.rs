@@ -60,6 +60,53 @@ impl Api for ConsumerGroupDescribe {
         )
     }
 
+    /// Puts back what `authorize` took out (`denied`: the error response of those parts), and
+    /// leaves out what the principal may not see (`filter`).
+    fn put_back(
+        _broker: &Broker,
+        response: ResponseKind,
+        denied: Option<ResponseKind>,
+        filter: Option<&Check>,
+    ) -> ResponseKind {
+        let ResponseKind::ConsumerGroupDescribe(mut r) = response else {
+            return response;
+        };
+        if let Some(ResponseKind::ConsumerGroupDescribe(d)) = denied {
+            r.groups.extend(d.groups);
+        }
+        if let Some(check) = filter {
+            let r = &mut r;
+            // A group with topics the principal may not describe is described by its
+            // error alone (KAFKA-18813).
+            for g in &mut r.groups {
+                let hidden = g.members.iter().any(|m| {
+                    m.subscribed_topic_names
+                        .iter()
+                        .chain(m.assignment.topic_partitions.iter().map(|t| &t.topic_name))
+                        .chain(
+                            m.target_assignment
+                                .topic_partitions
+                                .iter()
+                                .map(|t| &t.topic_name),
+                        )
+                        .any(|t| !t.is_empty() && !check.topic(Operation::Describe, t))
+                });
+                if g.error_code == 0 && hidden {
+                    *g = consumer_group_describe_response::DescribedGroup::default()
+                        .with_group_id(g.group_id.clone())
+                        .with_error_code(E::TopicAuthorizationFailed.code())
+                        .with_authorized_operations(i32::MIN);
+                }
+            }
+            for g in &mut r.groups {
+                if g.authorized_operations != i32::MIN && g.error_code == 0 {
+                    g.authorized_operations = check.group_operations(&g.group_id);
+                }
+            }
+        }
+        ResponseKind::ConsumerGroupDescribe(r)
+    }
+
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx { v, .. } = *cx;

@@ -63,6 +63,34 @@ impl Api for CreateTopics {
         gate
     }
 
+    /// Puts back what `authorize` took out (`denied`: the error response of those parts), and
+    /// leaves out what the principal may not see (`filter`).
+    fn put_back(
+        _broker: &Broker,
+        response: ResponseKind,
+        denied: Option<ResponseKind>,
+        filter: Option<&Check>,
+    ) -> ResponseKind {
+        let ResponseKind::CreateTopics(mut r) = response else {
+            return response;
+        };
+        if let Some(ResponseKind::CreateTopics(d)) = denied {
+            r.topics.extend(d.topics);
+        }
+        if let Some(check) = filter {
+            let r = &mut r;
+            for t in &mut r.topics {
+                if t.error_code == 0 && !check.topic(Operation::DescribeConfigs, &t.name) {
+                    t.topic_config_error_code = E::TopicAuthorizationFailed.code();
+                    t.configs = None;
+                    t.num_partitions = -1;
+                    t.replication_factor = -1;
+                }
+            }
+        }
+        ResponseKind::CreateTopics(r)
+    }
+
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx { v, .. } = *cx;

@@ -40,6 +40,27 @@ impl Api for DescribeCluster {
         }
     }
 
+    /// Says what the principal may do on the cluster.
+    fn put_back(
+        _broker: &Broker,
+        response: ResponseKind,
+        denied: Option<ResponseKind>,
+        filter: Option<&Check>,
+    ) -> ResponseKind {
+        let ResponseKind::DescribeCluster(mut r) = response else {
+            return response;
+        };
+        if denied.is_some() {
+            tracing::error!("a denied part of a request has no place in its response");
+        }
+        if let Some(check) = filter {
+            if r.cluster_authorized_operations != i32::MIN {
+                r.cluster_authorized_operations = check.cluster_operations();
+            }
+        }
+        ResponseKind::DescribeCluster(r)
+    }
+
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx { v, listener, .. } = *cx;

@@ -53,6 +53,31 @@ impl Api for DescribeGroups {
         )
     }
 
+    /// Puts back what `authorize` took out (`denied`: the error response of those parts), and
+    /// leaves out what the principal may not see (`filter`).
+    fn put_back(
+        _broker: &Broker,
+        response: ResponseKind,
+        denied: Option<ResponseKind>,
+        filter: Option<&Check>,
+    ) -> ResponseKind {
+        let ResponseKind::DescribeGroups(mut r) = response else {
+            return response;
+        };
+        if let Some(ResponseKind::DescribeGroups(d)) = denied {
+            r.groups.extend(d.groups);
+        }
+        if let Some(check) = filter {
+            let r = &mut r;
+            for g in &mut r.groups {
+                if g.authorized_operations != i32::MIN && g.error_code == 0 {
+                    g.authorized_operations = check.group_operations(&g.group_id);
+                }
+            }
+        }
+        ResponseKind::DescribeGroups(r)
+    }
+
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx { v, .. } = *cx;

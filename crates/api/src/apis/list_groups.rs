@@ -37,6 +37,28 @@ impl Api for ListGroups {
         }
     }
 
+    /// Puts back what `authorize` took out (`denied`: the error response of those parts), and
+    /// leaves out what the principal may not see (`filter`).
+    fn put_back(
+        _broker: &Broker,
+        response: ResponseKind,
+        denied: Option<ResponseKind>,
+        filter: Option<&Check>,
+    ) -> ResponseKind {
+        let ResponseKind::ListGroups(mut r) = response else {
+            return response;
+        };
+        if denied.is_some() {
+            tracing::error!("a denied part of a request has no place in its response");
+        }
+        if let Some(check) = filter {
+            let r = &mut r;
+            r.groups
+                .retain(|g| check.group(Operation::Describe, &g.group_id));
+        }
+        ResponseKind::ListGroups(r)
+    }
+
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx { v, .. } = *cx;

@@ -9,6 +9,7 @@ use crate::apis::now;
 use crate::apis::{Api, Cx};
 use crate::authz::{Check, Gate};
 use crate::{Broker, Reply};
+use weir_auth::acl::Operation;
 
 /// ListTransactions.
 pub(crate) struct ListTransactions;
@@ -34,6 +35,28 @@ impl Api for ListTransactions {
             denied: None,
             filter: Some(check.clone()),
         }
+    }
+
+    /// Puts back what `authorize` took out (`denied`: the error response of those parts), and
+    /// leaves out what the principal may not see (`filter`).
+    fn put_back(
+        _broker: &Broker,
+        response: ResponseKind,
+        denied: Option<ResponseKind>,
+        filter: Option<&Check>,
+    ) -> ResponseKind {
+        let ResponseKind::ListTransactions(mut r) = response else {
+            return response;
+        };
+        if denied.is_some() {
+            tracing::error!("a denied part of a request has no place in its response");
+        }
+        if let Some(check) = filter {
+            let r = &mut r;
+            r.transaction_states
+                .retain(|t| check.txn(Operation::Describe, &t.transactional_id));
+        }
+        ResponseKind::ListTransactions(r)
     }
 
     /// Serves an authorized request.

@@ -81,6 +81,43 @@ impl Api for Metadata {
         )
     }
 
+    /// Puts back what `authorize` took out (`denied`: the error response of those parts), and
+    /// leaves out what the principal may not see (`filter`).
+    fn put_back(
+        broker: &Broker,
+        response: ResponseKind,
+        denied: Option<ResponseKind>,
+        filter: Option<&Check>,
+    ) -> ResponseKind {
+        let ResponseKind::Metadata(mut r) = response else {
+            return response;
+        };
+        if let Some(ResponseKind::Metadata(d)) = denied {
+            r.topics.extend(d.topics);
+        }
+        if let Some(check) = filter {
+            let r = &mut r;
+            // Topics refused by name keep their error; the others need DESCRIBE.
+            let refused = E::TopicAuthorizationFailed.code();
+            r.topics.retain(|t| {
+                let name = t.name.as_ref().map_or("", |n| n.as_str());
+                t.error_code == refused
+                    || check.topic(Operation::Describe, &broker.topic_name(name, &t.topic_id))
+            });
+            for t in &mut r.topics {
+                if t.topic_authorized_operations != i32::MIN && t.error_code != refused {
+                    let name = t.name.as_ref().map_or("", |n| n.as_str());
+                    t.topic_authorized_operations =
+                        check.topic_operations(&broker.topic_name(name, &t.topic_id));
+                }
+            }
+            if r.cluster_authorized_operations != i32::MIN {
+                r.cluster_authorized_operations = check.cluster_operations();
+            }
+        }
+        ResponseKind::Metadata(r)
+    }
+
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx {

@@ -1,7 +1,9 @@
-//! The Kafka APIs Weir serves, one module each, and the one list of them below: it makes
+//! The Kafka APIs Weir serves, one module each, and the one list of them below: it makes the
+//! dispatch of requests ([`handle`]), of their authorization ([`authorize`], [`put_back`]),
 //! [`supported_versions`] (what ApiVersions advertises) and [`error_response_for`].
 //!
-//! Each module says, for its API, the versions Weir serves, its handler, and the error response: what a
+//! Each module says, for its API, in one `Api` impl: the versions Weir serves, what it must be
+//! authorized for (and how refused parts come back), its handler, and the error response: what a
 //! client gets when Weir cannot give it the real answer (a handler failed, its response would
 //! not encode at the request's version, or a part of the request was refused by the ACLs),
 //! instead of a closed connection. Kafka's `AbstractRequest.getErrorResponse` does the same:
@@ -108,6 +110,19 @@ macro_rules! apis {
             }
         }
 
+        /// Puts back what `authorize` took out of a request, by its API ([`Api::put_back`]).
+        pub(crate) fn put_back(
+            broker: &Broker,
+            response: ResponseKind,
+            denied: Option<ResponseKind>,
+            filter: Option<&Check>,
+        ) -> ResponseKind {
+            match &response {
+                $(ResponseKind::$variant(_) => <$module::$variant as Api>::put_back(broker, response, denied, filter),)*
+                _ => response,
+            }
+        }
+
         /// The error response to `request` at `version` with `error` in every error code it
         /// has, or `None` for an API Weir does not implement.
         pub fn error_response_for(
@@ -202,6 +217,21 @@ pub(crate) trait Api {
     /// response), or served without the topics, groups or ids the principal may not touch,
     /// which come back in the response with their error (as Kafka's `KafkaApis` checks).
     fn authorize(broker: &Broker, check: &Check, request: Self::Request, v: i16) -> Gate;
+
+    /// Puts back into `response` what `authorize` took out of the request (`denied`, the error
+    /// response of those parts) and leaves out what the principal may not see (`filter`).
+    /// Nothing, for an API whose requests are served or refused whole.
+    fn put_back(
+        _broker: &Broker,
+        response: ResponseKind,
+        denied: Option<ResponseKind>,
+        _filter: Option<&Check>,
+    ) -> ResponseKind {
+        if denied.is_some() {
+            tracing::error!("a denied part of a request has no place in its response");
+        }
+        response
+    }
 
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply;

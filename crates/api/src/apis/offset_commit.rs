@@ -71,6 +71,23 @@ impl Api for OffsetCommit {
         )
     }
 
+    /// Puts back what `authorize` took out (`denied`: the error response of those parts), and
+    /// leaves out what the principal may not see (`filter`).
+    fn put_back(
+        _broker: &Broker,
+        response: ResponseKind,
+        denied: Option<ResponseKind>,
+        _filter: Option<&Check>,
+    ) -> ResponseKind {
+        let ResponseKind::OffsetCommit(mut r) = response else {
+            return response;
+        };
+        if let Some(ResponseKind::OffsetCommit(d)) = denied {
+            r.topics.extend(d.topics);
+        }
+        ResponseKind::OffsetCommit(r)
+    }
+
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx { v, .. } = *cx;

@@ -118,6 +118,33 @@ impl Api for OffsetFetch {
         gate
     }
 
+    /// Puts back what `authorize` took out (`denied`: the error response of those parts), and
+    /// leaves out what the principal may not see (`filter`).
+    fn put_back(
+        _broker: &Broker,
+        response: ResponseKind,
+        denied: Option<ResponseKind>,
+        filter: Option<&Check>,
+    ) -> ResponseKind {
+        let ResponseKind::OffsetFetch(mut r) = response else {
+            return response;
+        };
+        if let Some(ResponseKind::OffsetFetch(d)) = denied {
+            r.topics.extend(d.topics);
+            r.groups.extend(d.groups);
+        }
+        if let Some(check) = filter {
+            let r = &mut r;
+            r.topics
+                .retain(|t| check.topic(Operation::Describe, &t.name));
+            for g in &mut r.groups {
+                g.topics
+                    .retain(|t| check.topic(Operation::Describe, &t.name));
+            }
+        }
+        ResponseKind::OffsetFetch(r)
+    }
+
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx { v, .. } = *cx;
