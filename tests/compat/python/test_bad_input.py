@@ -14,7 +14,8 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 import kproto as kp
-from compat_util import admin, create_topic, produce_and_consume_check, unique
+from compat_util import (admin, create_topic, produce_and_consume_check, unique,
+                         wait_for_partitions)
 
 
 @pytest.fixture(scope="module")
@@ -145,8 +146,11 @@ def _hwm(broker, topic, partition):
 
 
 def _leader(broker, topic, partition):
-    """(host, port) of the partition's leader (the broker itself unless it is a cluster)."""
-    md = admin(broker.bootstrap).list_topics(topic, timeout=30)
+    """(host, port) of the partition's leader (the broker itself unless it is a cluster).
+    Waits until the broker asked knows it: in a cluster each broker's view follows the store
+    within a second, so one may still say -1 just after another showed the leader."""
+    a = admin(broker.bootstrap)
+    md = wait_for_partitions(a, topic, len(a.list_topics(topic, timeout=30).topics[topic].partitions))
     node = md.brokers[md.topics[topic].partitions[partition].leader]
     return node.host, node.port
 
