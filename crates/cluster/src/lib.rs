@@ -142,6 +142,27 @@ async fn set_draining(meta: &dyn MetaStore, ids: &[i32]) -> Result<(), MetaError
     meta.set_value(DRAINING_KEY, &v.join(",")).await
 }
 
+/// How long [`Cluster::refresh`] waits for the refresh loop's read (each of its statements is
+/// bounded by the store; this bounds the caller whatever happens).
+const REFRESH_BOUND: Duration = Duration::from_secs(30);
+
+/// Reads of the view: asked for by [`Cluster::refresh`], done by the refresh loop.
+#[derive(Default)]
+struct Reads {
+    /// Tickets handed out so far.
+    asked: AtomicU64,
+    /// Wakes the loop for a read.
+    wake: tokio::sync::Notify,
+    done: watch::Sender<ReadDone>,
+}
+
+/// The last read done: every ticket up to `covers` was asked before it began.
+#[derive(Default, Clone)]
+struct ReadDone {
+    covers: u64,
+    failed: Option<Arc<String>>,
+}
+
 /// This broker's membership of the cluster.
 pub struct Cluster {
     meta: Arc<dyn MetaStore>,
@@ -150,6 +171,9 @@ pub struct Cluster {
     node_id: i32,
     incarnation: AtomicU64,
     view: watch::Sender<Arc<ClusterView>>,
+    /// Reads of the view asked for ([`Cluster::refresh`]) and done (by the refresh loop, the
+    /// view's one reader).
+    reads: Reads,
     stop: watch::Sender<bool>,
     /// The background tasks, each with the name `stop` gives when it does not end.
     tasks: Mutex<Vec<(&'static str, JoinHandle<()>)>>,
@@ -193,6 +217,7 @@ impl Cluster {
             node_id: me.node_id,
             incarnation: AtomicU64::new(me.incarnation),
             view: watch::Sender::new(Arc::new(ClusterView::default())),
+            reads: Reads::default(),
             stop: watch::Sender::new(false),
             tasks: Mutex::new(Vec::new()),
             lease,
@@ -201,7 +226,8 @@ impl Cluster {
             balancer_meters: Arc::new(load::BalancerMeters::default()),
             balancing: Mutex::new(controller::Balancing::default()),
         });
-        cluster.refresh().await?;
+        // The refresh loop is not running yet: this read is the only one.
+        cluster.read_view().await?;
         let tasks = [
             ("session", tokio::spawn(Arc::clone(&cluster).session_loop())),
             ("refresh", tokio::spawn(Arc::clone(&cluster).refresh_loop())),
@@ -256,8 +282,44 @@ impl Cluster {
         self.view.subscribe()
     }
 
-    /// Re-reads the cluster from the store and publishes it.
+    /// Re-reads the cluster from the store and publishes it: returns a view read after the
+    /// call began (so it shows every change the caller made before).
+    ///
+    /// The refresh loop does the reading, one read at a time, for every caller: two readers
+    /// could publish out of order (a read that began before a hand-over published after a
+    /// newer one), and a broker that saw such an older view opened the partition it had just
+    /// handed over, fencing its new leader.
     pub async fn refresh(&self) -> Result<Arc<ClusterView>, MetaError> {
+        if *self.stop.borrow() {
+            // The loop has stopped (shutdown): nothing reads concurrently any more.
+            return self.read_view().await;
+        }
+        let ticket = self.reads.asked.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut done = self.reads.done.subscribe();
+        self.reads.wake.notify_one();
+        let answered =
+            tokio::time::timeout(REFRESH_BOUND, done.wait_for(|d| d.covers >= ticket)).await;
+        let read = match answered {
+            Ok(Ok(read)) => read.clone(),
+            _ => {
+                return Err(MetaError::Backend {
+                    context: "refreshing the view of the cluster",
+                    source: format!("no read within {} s", REFRESH_BOUND.as_secs()).into(),
+                })
+            }
+        };
+        match read.failed {
+            None => Ok(self.view()),
+            Some(e) => Err(MetaError::Backend {
+                context: "reading the cluster",
+                source: e.as_str().into(),
+            }),
+        }
+    }
+
+    /// Reads the cluster from the store and publishes it. Only the refresh loop calls this once
+    /// it runs (see [`Cluster::refresh`]).
+    async fn read_view(&self) -> Result<Arc<ClusterView>, MetaError> {
         let brokers = self.meta.brokers().await?;
         let controller = self.meta.controller().await?;
         let assignments = self.meta.assignments().await?;
@@ -344,11 +406,20 @@ impl Cluster {
         loop {
             tokio::select! {
                 _ = changes.changed() => {}
+                _ = self.reads.wake.notified() => {}
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                 _ = stop.changed() => return,
             }
             changes.borrow_and_update();
-            if let Err(e) = self.refresh().await {
+            // Every read asked for until now is answered by this one, which begins after them.
+            let covers = self.reads.asked.load(Ordering::SeqCst);
+            let result = self.read_view().await;
+            let failed = result.as_ref().err().map(|e| Arc::new(e.to_string()));
+            self.reads.done.send_replace(ReadDone {
+                covers,
+                failed: failed.clone(),
+            });
+            if let Some(e) = failed {
                 tracing::warn!(error = %e, "reading the cluster failed");
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
