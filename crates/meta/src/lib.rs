@@ -239,7 +239,8 @@ pub type Result<T, E = MetaError> = std::result::Result<T, E>;
 #[async_trait::async_trait]
 pub trait ObjectIndex: Send + Sync + 'static {
     /// Opens a stream as its leader at `epoch`, creating it (empty, at offset 0) if it never
-    /// existed. Fails with [`MetaError::Fenced`] if the stream is already at a higher epoch, and
+    /// existed. Fails with [`MetaError::Fenced`] if the stream is already at that epoch or a
+    /// higher one (each leader has an epoch of its own), and
     /// with [`MetaError::UnknownStream`] if it was deleted.
     async fn open_stream(&self, stream_id: u64, epoch: u64) -> Result<StreamMeta>;
 

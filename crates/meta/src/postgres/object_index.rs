@@ -18,23 +18,29 @@ impl ObjectIndex for PostgresMetaStore {
     async fn open_stream(&self, stream_id: u64, epoch: u64) -> Result<StreamMeta> {
         in_tx!(self, |tx| {
             let mut current = lock_stream(&tx, stream_id).await?;
+            let mut created = false;
             if current.is_none() {
                 if stream_deleted(&tx, stream_id).await? {
                     return Err(MetaError::UnknownStream(stream_id));
                 }
                 // Another broker may create it at the same time: whoever comes second finds it
                 // and goes through the epoch check below.
-                tx.execute(
-                    "INSERT INTO streams (stream_id, epoch, start_offset, end_offset)
-                     VALUES ($1, $2, 0, 0) ON CONFLICT (stream_id) DO NOTHING",
-                    &[&i(stream_id), &i(epoch)],
-                )
-                .await
-                .map_err(backend("creating a stream"))?;
+                created = tx
+                    .execute(
+                        "INSERT INTO streams (stream_id, epoch, start_offset, end_offset)
+                         VALUES ($1, $2, 0, 0) ON CONFLICT (stream_id) DO NOTHING",
+                        &[&i(stream_id), &i(epoch)],
+                    )
+                    .await
+                    .map_err(backend("creating a stream"))?
+                    == 1;
                 current = lock_stream(&tx, stream_id).await?;
             }
             let s = current.ok_or(MetaError::UnknownStream(stream_id))?;
-            if s.epoch > epoch {
+            // Every leader has an epoch of its own: two brokers that both read epoch e and open
+            // at e + 1 must not both lead. (A stream created just now is at `epoch`, unless
+            // another broker created it first.)
+            if s.epoch > epoch || (s.epoch == epoch && !created) {
                 return Err(MetaError::Fenced {
                     stream_id,
                     epoch,

@@ -30,7 +30,9 @@ impl ObjectIndex for SqliteMetaStore {
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(backend("begin"))?;
             let meta = match read_stream(&tx, stream_id)? {
-                Some(s) if s.epoch > epoch => {
+                // Every leader has an epoch of its own: two brokers that both read epoch e and
+                // open at e + 1 must not both lead.
+                Some(s) if s.epoch >= epoch => {
                     return Err(MetaError::Fenced {
                         stream_id,
                         epoch,
