@@ -268,6 +268,37 @@ pub struct SessionMeters {
     pub refused: Counter,
 }
 
+impl SessionMeters {
+    /// Declares the fetch sessions' meters (the open sessions, read from `sessions`).
+    pub fn register(
+        sessions: impl Fn() -> usize + Send + Sync + 'static,
+        m: &Self,
+        r: &mut weir_metrics::Registry,
+    ) {
+        r.gauge_read(
+            "fetch_sessions",
+            "Incremental fetch sessions (KIP-227) open.",
+            move || sessions() as u64,
+        );
+        r.counter("fetch_sessions_created", "Fetch sessions made.", &m.created);
+        r.counter(
+            "fetch_sessions_evicted",
+            "Fetch sessions whose slot went to a new one (broker.fetch_session_cache_slots).",
+            &m.evicted,
+        );
+        r.counter(
+            "fetch_incremental",
+            "Fetches within a session: naming and answering only the partitions that changed.",
+            &m.incremental,
+        );
+        r.counter(
+            "fetch_session_refused",
+            "Fetches of an unknown session or a wrong epoch (the client starts a new session).",
+            &m.refused,
+        );
+    }
+}
+
 struct Slot {
     session: Arc<Mutex<Session>>,
     last_used: Instant,

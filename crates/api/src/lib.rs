@@ -141,6 +141,51 @@ pub struct ApiMeters {
     pub authorization_denied: Counter,
 }
 
+impl ApiMeters {
+    /// Declares the request path's meters.
+    pub fn register(&self, r: &mut weir_metrics::Registry) {
+        let requests = self.requests.clone();
+        r.counters_read("requests", "Kafka requests by API key.", move || {
+            requests
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.get() > 0)
+                .map(|(key, c)| (vec![("api_key", key.to_string())], c.get()))
+                .collect()
+        });
+        r.counter(
+            "unsupported_requests",
+            "Requests for an API this broker does not serve (answered with an error, or the connection closed).",
+            &self.unsupported,
+        );
+        r.histogram(
+            "produce_latency",
+            "Produce request latency, to durable.",
+            &self.produce_latency,
+        );
+        r.histogram(
+            "fetch_latency",
+            "Fetch request latency, long polls included.",
+            &self.fetch_latency,
+        );
+        r.counter(
+            "produce_bytes",
+            "Record bytes received by Produce.",
+            &self.produce_bytes,
+        );
+        r.counter(
+            "fetch_bytes",
+            "Record bytes returned by Fetch.",
+            &self.fetch_bytes,
+        );
+        r.counter(
+            "authorization_denied",
+            "Requests refused whole, or in part (some topics, groups or ids), by the ACLs.",
+            &self.authorization_denied,
+        );
+    }
+}
+
 impl Default for ApiMeters {
     fn default() -> Self {
         ApiMeters {
@@ -184,6 +229,29 @@ pub struct Broker {
 impl Broker {
     fn group_catalog(&self) -> weir_group::consumer::Topics {
         group_catalog(&self.topics)
+    }
+
+    /// Declares the meters of the request path and of every service the broker holds (its
+    /// cluster membership included).
+    pub fn register_meters(self: &Arc<Self>, r: &mut weir_metrics::Registry) {
+        self.meters.register(r);
+        let b = Arc::clone(self);
+        fetch_session::SessionMeters::register(
+            move || b.fetch_sessions.len(),
+            &self.fetch_sessions.meters,
+            r,
+        );
+        self.quotas.meters.register(r);
+        self.sasl.meters.register(r);
+        self.groups.meters().register(r);
+        self.txns.meters.register(r);
+        self.topics.cleaner.register(r);
+        self.cluster.register_meters(r);
+        if let Some(z) = &self.zones {
+            weir_zone::meters::NetMeters::register(&z.net, r);
+            z.meters.register(r);
+            z.forwarder.meters.register(r);
+        }
     }
 }
 

@@ -149,6 +149,32 @@ pub struct QuotaMeters {
     pub throttle_ms: Counter,
 }
 
+impl QuotaMeters {
+    /// Declares the client quotas' meters.
+    pub fn register(&self, r: &mut weir_metrics::Registry) {
+        r.counter(
+            "quota_produce_throttled",
+            "Produce requests over their client quota, answered with a throttle time.",
+            &self.produce_throttled,
+        );
+        r.counter(
+            "quota_fetch_throttled",
+            "Fetch requests over their client quota, answered empty with a throttle time.",
+            &self.fetch_throttled,
+        );
+        r.counter(
+            "quota_request_throttled",
+            "Requests whose handling time took their client over request_percentage (the connection was muted).",
+            &self.request_throttled,
+        );
+        r.counter(
+            "quota_throttle_ms",
+            "Milliseconds of throttle time given to clients over their quotas.",
+            &self.throttle_ms,
+        );
+    }
+}
+
 /// The quotas in force and the rates measured against them.
 #[derive(Debug, Default)]
 pub struct QuotaManager {

@@ -41,6 +41,32 @@ pub struct SaslMeters {
     pub password_checks: Counter,
 }
 
+impl SaslMeters {
+    /// Declares the SASL guard's meters.
+    pub fn register(&self, r: &mut weir_metrics::Registry) {
+        r.counter(
+            "sasl_authentications_succeeded",
+            "SASL authentications (and re-authentications) that succeeded.",
+            &self.succeeded,
+        );
+        r.counter(
+            "sasl_authentications_failed",
+            "SASL authentications that failed (wrong credentials, malformed exchanges); the connection was closed.",
+            &self.failed,
+        );
+        r.counter(
+            "sasl_authentications_refused",
+            "PLAIN authentications failed unchecked: their address's budget of password checks was spent for the next 5 s.",
+            &self.refused,
+        );
+        r.counter(
+            "sasl_password_checks",
+            "PLAIN passwords checked against a credential (a PBKDF2 derivation each), not answered from memory.",
+            &self.password_checks,
+        );
+    }
+}
+
 /// The meters, what checking passwords may cost, and OAUTHBEARER's validator.
 #[derive(Debug, Default)]
 pub struct Guard {

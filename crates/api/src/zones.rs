@@ -31,6 +31,32 @@ pub struct ZoneMeters {
     pub remote_read_uploads: Counter,
 }
 
+impl ZoneMeters {
+    /// Declares zone routing's meters.
+    pub fn register(&self, r: &mut weir_metrics::Registry) {
+        r.counter(
+            "zone_unknown_clients",
+            "Client connections (or client ids) placed in no zone while this broker has one; routed to leaders.",
+            &self.unknown_zone_clients,
+        );
+        r.counter(
+            "zone_forwarded_partitions",
+            "Partitions of produce requests forwarded to a leader in another zone.",
+            &self.forwarded_partitions,
+        );
+        r.counter(
+            "zone_remote_fetches",
+            "Partitions of fetch requests served here for a leader in another zone.",
+            &self.remote_fetches,
+        );
+        r.counter(
+            "zone_remote_read_uploads",
+            "Uploads started so that other zones read partitions led here.",
+            &self.remote_read_uploads,
+        );
+    }
+}
+
 /// What the broker needs for zone routing.
 pub struct ZoneServices {
     /// This broker's zone ("" for none: zone routing is off).

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use tokio::task::JoinSet;
 use weir_meta::{BrokerState, MetaError, WalInfo, WalState};
-use weir_metrics::Counter;
+use weir_metrics::{Counter, Gauge, Registry};
 
 use crate::{Cluster, ClusterView};
 
@@ -129,12 +129,48 @@ pub struct FailoverMeters {
     /// Recoveries this broker gave back because it could not open the WAL.
     pub wals_unreachable: Counter,
     /// Milliseconds the last recovery here took (seal, read, upload, commit).
-    pub last_recovery_ms: AtomicU64,
+    pub last_recovery_ms: Gauge,
     /// Set by the controller: partitions whose leader is fenced and whose WAL no live broker can
     /// open; they wait for that broker to come back.
-    pub partitions_waiting_for_wal: AtomicU64,
+    pub partitions_waiting_for_wal: Gauge,
     /// Set by the controller: WALs of fenced brokers not yet recovered.
-    pub wals_awaiting_recovery: AtomicU64,
+    pub wals_awaiting_recovery: Gauge,
+}
+
+impl FailoverMeters {
+    /// Declares the meters of WAL recovery and the controller's failover gauges.
+    pub fn register(&self, r: &mut Registry) {
+        r.counter(
+            "wal_recoveries",
+            "WALs of fenced brokers this broker recovered.",
+            &self.wal_recoveries,
+        );
+        r.counter(
+            "wal_recovery_failures",
+            "WAL recoveries that failed part-way here (retried).",
+            &self.wal_recovery_failures,
+        );
+        r.counter(
+            "wal_recoveries_unreachable",
+            "WAL recoveries given back because this broker could not open the WAL.",
+            &self.wals_unreachable,
+        );
+        r.gauge(
+            "wal_last_recovery_ms",
+            "Milliseconds the last WAL recovery here took (seal, read, upload, commit).",
+            &self.last_recovery_ms,
+        );
+        r.gauge(
+            "partitions_waiting_for_wal",
+            "Controller: partitions of fenced brokers whose WAL no live broker can open; they wait for the broker to come back.",
+            &self.partitions_waiting_for_wal,
+        );
+        r.gauge(
+            "wals_awaiting_recovery",
+            "Controller: WALs of fenced brokers not yet recovered.",
+            &self.wals_awaiting_recovery,
+        );
+    }
 }
 
 /// A controller decision about a WAL.

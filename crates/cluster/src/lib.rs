@@ -261,6 +261,18 @@ impl Cluster {
         Arc::clone(&self.lease)
     }
 
+    /// Declares the cluster layer's meters: the session, failover and the balancer.
+    pub fn register_meters(self: &Arc<Self>, r: &mut weir_metrics::Registry) {
+        let lease = self.session_lease();
+        r.gauge_read(
+            "session_valid",
+            "1 while this broker's cluster session is valid and it may acknowledge writes.",
+            move || u64::from(lease.is_valid()),
+        );
+        self.failover.register(r);
+        self.balancer_meters.register(r);
+    }
+
     /// Whether writes made durable now may be acknowledged (the session is valid).
     pub fn may_acknowledge(&self) -> bool {
         self.lease.is_valid()

@@ -3,12 +3,12 @@
 //! store every `balancer.interval`, where the controller reads every broker's last report.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use weir_meta::{BrokerLoad, PartitionLoad};
-use weir_metrics::Counter;
+use weir_metrics::{Counter, Gauge, Registry};
 
 use crate::Cluster;
 
@@ -54,18 +54,18 @@ pub struct BalancerMeters {
     pub moves_zones: Counter,
     /// Set by the controller: the largest deviation of a broker's bytes in (and out) from the
     /// mean, in thousandths of the mean.
-    pub imbalance_in_permille: AtomicU64,
-    pub imbalance_out_permille: AtomicU64,
+    pub imbalance_in_permille: Gauge,
+    pub imbalance_out_permille: Gauge,
     /// Set by the controller: the cluster's bytes in plus out per second, and that against the
     /// configured capacity of its brokers, in thousandths (0 without a capacity): the gauge for
     /// autoscalers.
-    pub cluster_bytes_per_sec: AtomicU64,
-    pub cluster_load_permille: AtomicU64,
+    pub cluster_bytes_per_sec: Gauge,
+    pub cluster_load_permille: Gauge,
     /// This broker's last measured rates (bytes per second, CPU in thousandths of a core).
-    pub bytes_in_per_sec: AtomicU64,
-    pub bytes_out_per_sec: AtomicU64,
-    pub requests_per_sec: AtomicU64,
-    pub cpu_permille: AtomicU64,
+    pub bytes_in_per_sec: Gauge,
+    pub bytes_out_per_sec: Gauge,
+    pub requests_per_sec: Gauge,
+    pub cpu_permille: Gauge,
     /// This broker's partitions' last measured rates.
     pub partitions: Mutex<Vec<PartitionRate>>,
 }
@@ -77,6 +77,112 @@ impl BalancerMeters {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
+
+    /// Declares the balancer's and the load reporter's meters.
+    pub fn register(self: &Arc<Self>, r: &mut Registry) {
+        r.counters(
+            "balancer_moves",
+            "Partition moves the balancer asked for (on the controller), by goal.",
+            "goal",
+            &[
+                ("capacity", &self.moves_capacity),
+                ("bytes_in", &self.moves_bytes_in),
+                ("bytes_out", &self.moves_bytes_out),
+                ("count", &self.moves_count),
+                ("zones", &self.moves_zones),
+            ],
+        );
+        r.counter(
+            "balancer_rounds",
+            "Balancing rounds run (on the controller).",
+            &self.rounds,
+        );
+        let m = Arc::clone(self);
+        r.gauges_read(
+            "balancer_imbalance",
+            "Controller: the largest deviation of a broker's bytes from the mean, relative to the mean, by direction.",
+            move || {
+                [("in", &m.imbalance_in_permille), ("out", &m.imbalance_out_permille)]
+                    .into_iter()
+                    .map(|(d, g)| (vec![("direction", d.to_string())], ratio(g)))
+                    .collect()
+            },
+        );
+        r.gauge(
+            "cluster_bytes_per_sec",
+            "Controller: bytes in plus out per second of the brokers that take partitions.",
+            &self.cluster_bytes_per_sec,
+        );
+        let load = self.cluster_load_permille.clone();
+        r.gauge_read(
+            "cluster_load_ratio",
+            "Controller: the cluster's bytes in plus out against the capacity of its brokers (balancer.capacity_bytes_per_sec each; 0 without one): scale out above about 0.8, in below about 0.3.",
+            move || ratio(&load),
+        );
+        r.gauge(
+            "broker_bytes_in_per_sec",
+            "This broker's produce bytes per second, as last reported to the balancer.",
+            &self.bytes_in_per_sec,
+        );
+        r.gauge(
+            "broker_bytes_out_per_sec",
+            "This broker's fetch bytes per second, as last reported to the balancer.",
+            &self.bytes_out_per_sec,
+        );
+        r.gauge(
+            "broker_requests_per_sec",
+            "This broker's produce and fetch requests per second (per partition served), as last reported to the balancer.",
+            &self.requests_per_sec,
+        );
+        let cpu = self.cpu_permille.clone();
+        r.gauge_read(
+            "broker_cpu",
+            "This broker's CPU seconds per second, as last reported.",
+            move || ratio(&cpu),
+        );
+        self.register_partitions(r);
+    }
+
+    fn register_partitions(self: &Arc<Self>, r: &mut Registry) {
+        let at = |p: &PartitionRate| {
+            vec![
+                ("topic", p.topic.clone()),
+                ("partition", p.partition.to_string()),
+            ]
+        };
+        let m = Arc::clone(self);
+        r.gauges_read(
+            "partition_bytes_per_sec",
+            "Bytes per second of each partition led here, by direction, as last reported.",
+            move || {
+                let mut out = Vec::new();
+                for p in m.partition_rates() {
+                    for (dir, v) in [("in", p.bytes_in), ("out", p.bytes_out)] {
+                        let mut labels = at(&p);
+                        labels.push(("direction", dir.to_string()));
+                        out.push((labels, v.round()));
+                    }
+                }
+                out
+            },
+        );
+        let m = Arc::clone(self);
+        r.gauges_read(
+            "partition_requests_per_sec",
+            "Produce and fetch requests per second of each partition led here, as last reported.",
+            move || {
+                m.partition_rates()
+                    .iter()
+                    .map(|p| (at(p), (p.requests * 10.0).round() / 10.0))
+                    .collect()
+            },
+        );
+    }
+}
+
+/// A gauge kept in thousandths, as a ratio.
+fn ratio(g: &Gauge) -> f64 {
+    g.load(Ordering::Relaxed) as f64 / 1000.0
 }
 
 /// CPU seconds this process has used (user and system).

@@ -186,6 +186,22 @@ pub struct GroupMeters {
     pub lock_held: weir_metrics::Histogram,
 }
 
+impl GroupMeters {
+    /// Declares the group coordinator's meters.
+    pub fn register(&self, r: &mut weir_metrics::Registry) {
+        r.histogram(
+            "group_lock_wait",
+            "Time to take the group coordinator's one lock for all groups.",
+            &self.lock_wait,
+        );
+        r.histogram(
+            "group_lock_held",
+            "Time the group coordinator's lock was held.",
+            &self.lock_held,
+        );
+    }
+}
+
 /// The coordinator's state, locked; how long it was held is recorded when it is let go.
 struct Locked<'a> {
     guard: MutexGuard<'a, State>,

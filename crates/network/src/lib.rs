@@ -31,7 +31,7 @@ pub mod inflight;
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -130,13 +130,115 @@ pub struct NetworkMeters {
     /// reached.
     pub read_pauses: Counter,
     /// Request bytes read and not yet answered, now (a gauge).
-    pub queued_request_bytes: AtomicU64,
+    pub queued_request_bytes: weir_metrics::Gauge,
     /// TLS handshakes that failed or timed out (the connection was closed).
     pub tls_handshake_failures: Counter,
     /// Requests before authentication, or after a session ended (the connection was closed).
     pub unauthenticated_requests: Counter,
     /// Kafka requests being handled, for the stuck-request watch.
     pub in_flight: InFlight,
+}
+
+impl NetworkMeters {
+    /// Declares the Kafka listeners' meters and the stuck-request watch's.
+    pub fn register(self: &Arc<Self>, r: &mut weir_metrics::Registry) {
+        r.counter(
+            "connections_opened",
+            "Kafka connections accepted.",
+            &self.connections_opened,
+        );
+        r.counter(
+            "connections_closed",
+            "Kafka connections closed.",
+            &self.connections_closed,
+        );
+        r.counter(
+            "network_bytes_in",
+            "Bytes received on the Kafka listener.",
+            &self.bytes_in,
+        );
+        r.counter(
+            "network_bytes_out",
+            "Bytes sent on the Kafka listener.",
+            &self.bytes_out,
+        );
+        r.counter(
+            "rejected_requests",
+            "Requests that closed their connection (malformed, oversized, unsupported).",
+            &self.rejected_frames,
+        );
+        r.counter(
+            "tls_handshake_failures",
+            "TLS handshakes that failed or timed out (the connection was closed).",
+            &self.tls_handshake_failures,
+        );
+        r.counter(
+            "unauthenticated_requests",
+            "Requests before SASL authentication or after the session ended (the connection was closed).",
+            &self.unauthenticated_requests,
+        );
+        r.counter(
+            "connections_refused",
+            "Connections closed at accept because max.connections were open.",
+            &self.connections_refused,
+        );
+        r.counter(
+            "response_encode_errors",
+            "Responses that did not encode at their request's version (answered UNKNOWN_SERVER_ERROR).",
+            &self.response_encode_errors,
+        );
+        r.counter(
+            "request_handler_panics",
+            "Request handlers that panicked (answered UNKNOWN_SERVER_ERROR).",
+            &self.handler_panics,
+        );
+        r.counter(
+            "connection_read_pauses",
+            "Times a connection stopped reading at the queued request bytes bound.",
+            &self.read_pauses,
+        );
+        r.gauge(
+            "queued_request_bytes",
+            "Request bytes read and not yet answered.",
+            &self.queued_request_bytes,
+        );
+        self.register_in_flight(r);
+    }
+
+    fn register_in_flight(self: &Arc<Self>, r: &mut weir_metrics::Registry) {
+        let m = Arc::clone(self);
+        r.gauges_read(
+            "request_oldest_seconds",
+            "Age of the oldest request in flight, per API.",
+            move || {
+                m.in_flight
+                    .oldest(std::time::Instant::now())
+                    .into_iter()
+                    .map(|(api, age)| {
+                        let secs = (age.as_secs_f64() * 1000.0).round() / 1000.0;
+                        (vec![("api", format!("{api:?}"))], secs)
+                    })
+                    .collect()
+            },
+        );
+        let m = Arc::clone(self);
+        r.gauge_read(
+            "requests_in_flight",
+            "Kafka requests being handled.",
+            move || m.in_flight.len() as u64,
+        );
+        let m = Arc::clone(self);
+        r.gauge_read(
+            "requests_stuck",
+            "Requests past their bound (broker.request_stuck_ms) now; /readyz fails while any is.",
+            move || m.in_flight.stuck() as u64,
+        );
+        r.counter(
+            "stuck_requests",
+            "Requests that went past their bound (broker.request_stuck_ms), each logged at WARN.",
+            &self.in_flight.stuck_total,
+        );
+    }
 }
 
 /// What requests are dispatched to: [`Broker`], or a stand-in in tests.

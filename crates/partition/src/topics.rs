@@ -148,6 +148,37 @@ pub struct CleanerMeters {
     pub failures: weir_metrics::Counter,
 }
 
+impl CleanerMeters {
+    /// Declares the cleaner's meters (compacted topics).
+    pub fn register(&self, r: &mut weir_metrics::Registry) {
+        r.counter(
+            "cleaner_cleans",
+            "Cleans of compacted partitions that rewrote data.",
+            &self.cleans,
+        );
+        r.counter(
+            "cleaner_records_removed",
+            "Records the cleaner of compacted topics removed (superseded, deleted, aborted).",
+            &self.records_removed,
+        );
+        r.counter(
+            "cleaner_bytes_read",
+            "Bytes of the ranges the cleaner rewrote.",
+            &self.bytes_read,
+        );
+        r.counter(
+            "cleaner_bytes_written",
+            "Bytes the cleaner wrote in their place.",
+            &self.bytes_written,
+        );
+        r.counter(
+            "cleaner_failures",
+            "Cleans that failed (retried at the next round).",
+            &self.failures,
+        );
+    }
+}
+
 /// Kafka's rule for topic names.
 pub fn validate_topic_name(name: &str) -> Result<(), AdminError> {
     let bad = |m: &str| Err((ResponseError::InvalidTopicException, m.to_string()));

@@ -960,6 +960,17 @@ impl Engine {
     pub fn log_cache_bytes(&self) -> u64 {
         self.inner.totals.cached.load(Ordering::Relaxed)
     }
+
+    /// Declares the meters of the engine, its WAL and its object store.
+    pub fn register_meters(&self, r: &mut weir_metrics::Registry) {
+        weir_wal::WalMeters::register(self.wal(), r);
+        self.meters().register(r);
+        let engine = self.clone();
+        r.gauge_read("log_cache_bytes", "Bytes in the log cache.", move || {
+            engine.log_cache_bytes()
+        });
+        self.object_meters().register(r);
+    }
 }
 
 /// What the WAL thread runs when a batch is durable or failed: advance the stream in WAL order,

@@ -64,7 +64,7 @@ pub use format::Frame;
 pub use recovery::{PeerRecovery, PeerRecoveryError};
 pub use stream::RewindHook;
 
-use weir_metrics::{Counter, Histogram};
+use weir_metrics::{Counter, Gauge, Histogram, Registry};
 
 /// What the engine counts.
 #[derive(Debug, Default)]
@@ -96,9 +96,9 @@ pub struct StorageMeters {
     pub index_lookups: Counter,
     /// Bytes held by the cache of object indexes (a gauge; bounded by
     /// `StorageConfig::index_cache_bytes`).
-    pub object_index_cache_bytes: std::sync::atomic::AtomicU64,
+    pub object_index_cache_bytes: Gauge,
     /// Bytes held by the block cache (a gauge; bounded by `StorageConfig::block_cache_bytes`).
-    pub block_cache_bytes: std::sync::atomic::AtomicU64,
+    pub block_cache_bytes: Gauge,
     pub uploads: Counter,
     /// Latency of the metadata-store transaction that commits an upload's objects: the one
     /// place the write path touches the metadata store.
@@ -122,5 +122,183 @@ pub struct StorageMeters {
     /// From an object's first batch to its commit: what an append waits on the object WAL.
     pub object_wal_latency: Histogram,
     /// Payload bytes handed to the object WAL and not yet committed (a gauge).
-    pub object_wal_pending_bytes: std::sync::atomic::AtomicU64,
+    pub object_wal_pending_bytes: Gauge,
+}
+
+impl StorageMeters {
+    /// Declares the engine's meters.
+    pub fn register(&self, r: &mut Registry) {
+        r.counter(
+            "storage_appends",
+            "Batches appended and durable.",
+            &self.appends,
+        );
+        r.histogram(
+            "storage_append_latency",
+            "Append latency: offset assignment to durable.",
+            &self.append_latency,
+        );
+        self.register_reads(r);
+        self.register_uploads(r);
+        self.register_object_wal(r);
+    }
+
+    fn register_reads(&self, r: &mut Registry) {
+        r.counter(
+            "log_cache_hits",
+            "Reads served from the log cache.",
+            &self.log_cache_hits,
+        );
+        r.counter(
+            "log_cache_misses",
+            "Reads that went to objects.",
+            &self.log_cache_misses,
+        );
+        r.counter(
+            "index_lookups",
+            "Look-ups of a stream's ranges in the metadata store by reads from object storage.",
+            &self.index_lookups,
+        );
+        r.counter(
+            "log_cache_evicted_bytes",
+            "Bytes evicted from the log cache.",
+            &self.log_cache_evicted_bytes,
+        );
+        r.counter(
+            "block_cache_hits",
+            "Object blocks served from the block cache.",
+            &self.block_cache_hits,
+        );
+        r.counter(
+            "block_cache_misses",
+            "Object blocks fetched with ranged GETs.",
+            &self.block_cache_misses,
+        );
+        r.counter(
+            "block_cache_fill_bytes",
+            "Bytes fetched into the block cache.",
+            &self.block_cache_fill_bytes,
+        );
+        r.counter(
+            "block_cache_evicted_unread_bytes",
+            "Bytes of blocks evicted from the block cache before any read took them.",
+            &self.block_cache_evicted_unread_bytes,
+        );
+        r.counter(
+            "block_in_flight_hits",
+            "Object blocks a read found being fetched and waited for.",
+            &self.block_in_flight_hits,
+        );
+        r.counter(
+            "readahead_bytes",
+            "Bytes the read-ahead fetched from objects (also in block_cache_fill_bytes).",
+            &self.readahead_bytes,
+        );
+        r.counter(
+            "object_read_bytes",
+            "Payload bytes consumers' reads got from objects (through the block cache).",
+            &self.object_read_bytes,
+        );
+        r.counter(
+            "background_get_bytes",
+            "Bytes compaction and the cleaner fetched from objects (not cached).",
+            &self.background_get_bytes,
+        );
+        r.gauge(
+            "block_cache_bytes",
+            "Bytes held by the block cache.",
+            &self.block_cache_bytes,
+        );
+        r.gauge(
+            "object_index_cache_bytes",
+            "Bytes held by the cache of object indexes.",
+            &self.object_index_cache_bytes,
+        );
+    }
+
+    fn register_uploads(&self, r: &mut Registry) {
+        r.counter(
+            "uploads",
+            "Uploads (objects written and committed together).",
+            &self.uploads,
+        );
+        r.histogram(
+            "metadata_commit",
+            "Latency of committing an upload's objects to the metadata store (one transaction).",
+            &self.commit_latency,
+        );
+        r.counter(
+            "objects_uploaded",
+            "Objects written.",
+            &self.objects_uploaded,
+        );
+        r.counter(
+            "upload_bytes",
+            "Bytes of objects written.",
+            &self.upload_bytes,
+        );
+        r.counter(
+            "upload_errors",
+            "Failed object PUTs (retried).",
+            &self.upload_errors,
+        );
+        r.counter(
+            "wal_full_failures",
+            "Appends failed because the WAL stayed full longer than wal.full_wait_ms (KAFKA_STORAGE_ERROR, retriable).",
+            &self.wal_full_failures,
+        );
+        r.counter(
+            "recovered_batches",
+            "Batches read back from a WAL at recovery (this broker's own at start, or a failed peer's) and uploaded.",
+            &self.recovered_batches,
+        );
+        r.counter(
+            "compactions",
+            "Compaction runs that replaced small objects with one larger object.",
+            &self.compactions,
+        );
+        r.counter(
+            "compacted_bytes",
+            "Bytes written by compaction (the objects that replaced smaller ones).",
+            &self.compacted_bytes,
+        );
+        r.counter(
+            "objects_deleted",
+            "Objects deleted by retention and cleanup.",
+            &self.objects_deleted,
+        );
+    }
+
+    fn register_object_wal(&self, r: &mut Registry) {
+        r.counter(
+            "object_wal_objects",
+            "Objects the object WAL wrote and committed (each holds the batches it acknowledged).",
+            &self.object_wal_objects,
+        );
+        r.counter(
+            "object_wal_bytes",
+            "Payload bytes acknowledged through the object WAL.",
+            &self.object_wal_bytes,
+        );
+        r.counter(
+            "object_wal_object_bytes",
+            "Bytes of the objects the object WAL wrote (payload and object format), before compaction.",
+            &self.object_wal_object_bytes,
+        );
+        r.counter(
+            "object_wal_failures",
+            "Objects of the object WAL whose PUT or commit failed (their appends failed and were retried by clients).",
+            &self.object_wal_failures,
+        );
+        r.histogram(
+            "object_wal",
+            "Object WAL: from an object's first batch to its commit (linger, PUT, commit).",
+            &self.object_wal_latency,
+        );
+        r.gauge(
+            "object_wal_pending_bytes",
+            "Payload bytes handed to the object WAL and not yet committed.",
+            &self.object_wal_pending_bytes,
+        );
+    }
 }

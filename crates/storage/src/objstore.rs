@@ -194,6 +194,45 @@ pub struct ObjectMeters {
     pub get_latency: Histogram,
 }
 
+impl ObjectMeters {
+    /// Declares the object store's meters.
+    pub fn register(&self, r: &mut weir_metrics::Registry) {
+        r.counters(
+            "object_requests",
+            "Object-store requests by kind.",
+            "kind",
+            &[
+                ("put", &self.puts),
+                ("get", &self.gets),
+                ("delete", &self.deletes),
+                ("list", &self.lists),
+                ("multipart_part", &self.multipart_parts),
+            ],
+        );
+        r.counters(
+            "object_bytes",
+            "Object-store bytes by direction.",
+            "kind",
+            &[("put", &self.put_bytes), ("get", &self.get_bytes)],
+        );
+        r.counter(
+            "object_errors",
+            "Failed object-store requests.",
+            &self.errors,
+        );
+        r.histogram(
+            "object_put_latency",
+            "Object PUT latency.",
+            &self.put_latency,
+        );
+        r.histogram(
+            "object_get_latency",
+            "Object GET latency (to the first byte).",
+            &self.get_latency,
+        );
+    }
+}
+
 /// Counts every request that passes through to `inner`.
 #[derive(Debug)]
 pub struct MeteredStore {

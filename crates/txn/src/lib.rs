@@ -103,6 +103,28 @@ pub struct TxnMeters {
     pub markers: Counter,
 }
 
+impl TxnMeters {
+    /// Declares the transaction coordinator's meters.
+    pub fn register(&self, r: &mut weir_metrics::Registry) {
+        r.counters(
+            "transactions",
+            "Transactions this broker coordinated, by what happened: begun, committed, aborted (by the producer, a new producer of the id, or a timeout), timed_out.",
+            "event",
+            &[
+                ("begun", &self.begun),
+                ("committed", &self.committed),
+                ("aborted", &self.aborted),
+                ("timed_out", &self.timed_out),
+            ],
+        );
+        r.counter(
+            "transaction_markers",
+            "Transaction markers written for transactions this broker coordinated.",
+            &self.markers,
+        );
+    }
+}
+
 pub struct TxnCoordinator {
     meta: Arc<dyn MetaStore>,
     config: TxnConfig,

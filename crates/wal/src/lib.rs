@@ -145,6 +145,53 @@ pub struct WalMeters {
     pub refused_acks: weir_metrics::Counter,
 }
 
+impl WalMeters {
+    /// Declares the WAL's meters, and its capacity and use read from `wal` when scraped.
+    pub fn register(wal: &Arc<dyn Wal>, r: &mut weir_metrics::Registry) {
+        let m = wal.meters();
+        r.counter("wal_appends", "Records appended to the WAL.", &m.appends);
+        r.counter(
+            "wal_bytes_written",
+            "Bytes written to the WAL device, padding included.",
+            &m.bytes_written,
+        );
+        r.counter(
+            "wal_writes",
+            "Group writes to the WAL device (each holds the records queued meanwhile).",
+            &m.writes,
+        );
+        r.counter(
+            "wal_syncs",
+            "WAL writes made durable (one per group commit).",
+            &m.syncs,
+        );
+        r.counter("wal_write_errors", "Failed WAL writes.", &m.write_errors);
+        r.counter(
+            "wal_full_rejections",
+            "Appends refused because the WAL was full.",
+            &m.full_rejections,
+        );
+        r.histogram(
+            "wal_sync_latency",
+            "Time of one WAL write plus its sync.",
+            &m.sync_latency,
+        );
+        r.counter(
+            "wal_refused_acks",
+            "WAL writes that were durable but not acknowledged: the broker's session had lapsed or a peer had sealed its WAL.",
+            &m.refused_acks,
+        );
+        let w = Arc::clone(wal);
+        r.gauge_read("wal_capacity_bytes", "WAL capacity.", move || {
+            w.usage().capacity
+        });
+        let w = Arc::clone(wal);
+        r.gauge_read("wal_used_bytes", "WAL bytes not yet trimmed.", move || {
+            w.usage().used
+        });
+    }
+}
+
 /// Whether records that just became durable may be acknowledged. The broker's cluster membership
 /// implements it: it refuses once the broker's session may have expired, since the controller may
 /// then have handed the broker's partitions, and its WAL, to a peer.

@@ -11,7 +11,6 @@
 //! repository (`weir cost`, the test harness) read a response to EOF, and admin traffic is a
 //! few requests a minute, so keep-alive would buy nothing.
 
-use std::fmt::Write as _;
 use std::future::IntoFuture as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -27,7 +26,6 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
 use tokio::net::TcpListener;
-use weir_metrics::{Counter, Histogram, HistogramSnapshot, BUCKETS};
 
 /// The largest request body taken (a reassignment of every partition of a large cluster fits
 /// many times over).
@@ -56,7 +54,8 @@ pub trait ClusterAdmin: Send + Sync + 'static {
 #[derive(Clone)]
 pub struct State {
     pub ready: Arc<AtomicBool>,
-    pub engine: weir_storage::Engine,
+    /// Every meter of the broker, registered by its components at start.
+    pub meters: Arc<weir_metrics::Registry>,
     pub broker: Arc<weir_api::Broker>,
     pub network: Arc<weir_network::NetworkMeters>,
     /// The cluster layer; `None` where there is none (the `/v1` routes answer 503).
@@ -180,7 +179,8 @@ impl FaultSwitch {
 #[derive(Clone)]
 struct App {
     ready: Arc<AtomicBool>,
-    metrics: Arc<dyn Fn() -> String + Send + Sync>,
+    /// Every meter, as `/metrics` encodes it.
+    meters: Arc<weir_metrics::Registry>,
     cluster: Option<Arc<dyn ClusterAdmin>>,
     faults: Option<Arc<FaultSwitch>>,
     /// The broker, for the zone routes (`None` in tests of the HTTP layer alone).
@@ -205,7 +205,7 @@ pub async fn serve(
         broker: Some(Arc::clone(&state.broker)),
         token: state.token.clone(),
         network: Some(Arc::clone(&state.network)),
-        metrics: Arc::new(move || render(&state)),
+        meters: state.meters,
     };
     serve_app(listener, app, shutdown, SHUTDOWN_GRACE).await
 }
@@ -243,6 +243,7 @@ fn router(app: App) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/v1/meters", get(meters))
         .route("/v1/cluster", get(cluster))
         .route("/v1/partitions", get(partitions))
         .route(
@@ -351,7 +352,11 @@ async fn readyz(Shared(app): Shared<App>) -> Response {
 }
 
 async fn metrics(Shared(app): Shared<App>) -> Response {
-    text(StatusCode::OK, "text/plain; version=0.0.4", (app.metrics)())
+    text(
+        StatusCode::OK,
+        "text/plain; version=0.0.4",
+        app.meters.encode(),
+    )
 }
 
 fn is_api(uri: &Uri) -> bool {
@@ -598,979 +603,51 @@ async fn drain(Shared(app): Shared<App>, id: Result<Path<i32>, PathRejection>) -
     }
 }
 
-fn counter(out: &mut String, name: &str, help: &str, labels: &str, c: &Counter) {
-    let _ = writeln!(
-        out,
-        "# HELP weir_{name}_total {help}\n# TYPE weir_{name}_total counter"
-    );
-    let _ = writeln!(out, "weir_{name}_total{labels} {}", c.get());
-}
-
-fn gauge(out: &mut String, name: &str, help: &str, v: u64) {
-    let _ = writeln!(
-        out,
-        "# HELP weir_{name} {help}\n# TYPE weir_{name} gauge\nweir_{name} {v}"
-    );
-}
-
-fn histogram(out: &mut String, name: &str, help: &str, h: &Histogram) {
-    let s: HistogramSnapshot = h.snapshot();
-    let _ = writeln!(
-        out,
-        "# HELP weir_{name}_seconds {help}\n# TYPE weir_{name}_seconds histogram"
-    );
-    let mut cumulative = 0;
-    for (i, n) in s.buckets.iter().enumerate().take(BUCKETS - 1) {
-        cumulative += n;
-        let le = HistogramSnapshot::bucket_upper_micros(i) as f64 / 1e6;
-        let _ = writeln!(
-            out,
-            "weir_{name}_seconds_bucket{{le=\"{le}\"}} {cumulative}"
-        );
-    }
-    let _ = writeln!(out, "weir_{name}_seconds_bucket{{le=\"+Inf\"}} {}", s.count);
-    let _ = writeln!(out, "weir_{name}_seconds_sum {}", s.sum_micros as f64 / 1e6);
-    let _ = writeln!(out, "weir_{name}_seconds_count {}", s.count);
-}
-
-/// Load (this broker's and its partitions') and the balancer's rounds, moves and gauges.
-fn render_txns(o: &mut String, m: &weir_txn::TxnMeters) {
-    let _ = writeln!(
-        o,
-        "# HELP weir_transactions_total Transactions this broker coordinated, by what happened: begun, committed, aborted (by the producer, a new producer of the id, or a timeout), timed_out.\n# TYPE weir_transactions_total counter"
-    );
-    for (event, c) in [
-        ("begun", &m.begun),
-        ("committed", &m.committed),
-        ("aborted", &m.aborted),
-        ("timed_out", &m.timed_out),
-    ] {
-        let _ = writeln!(
-            o,
-            "weir_transactions_total{{event=\"{event}\"}} {}",
-            c.get()
-        );
-    }
-    counter(
-        o,
-        "transaction_markers",
-        "Transaction markers written for transactions this broker coordinated.",
-        "",
-        &m.markers,
-    );
-}
-
-fn render_cleaner(o: &mut String, m: &weir_partition::CleanerMeters) {
-    counter(
-        o,
-        "cleaner_cleans",
-        "Cleans of compacted partitions that rewrote data.",
-        "",
-        &m.cleans,
-    );
-    counter(
-        o,
-        "cleaner_records_removed",
-        "Records the cleaner of compacted topics removed (superseded, deleted, aborted).",
-        "",
-        &m.records_removed,
-    );
-    counter(
-        o,
-        "cleaner_bytes_read",
-        "Bytes of the ranges the cleaner rewrote.",
-        "",
-        &m.bytes_read,
-    );
-    counter(
-        o,
-        "cleaner_bytes_written",
-        "Bytes the cleaner wrote in their place.",
-        "",
-        &m.bytes_written,
-    );
-    counter(
-        o,
-        "cleaner_failures",
-        "Cleans that failed (retried at the next round).",
-        "",
-        &m.failures,
-    );
-}
-
-fn render_balancer(o: &mut String, m: &weir_cluster::load::BalancerMeters) {
-    use std::sync::atomic::Ordering::Relaxed;
-    let _ = writeln!(
-        o,
-        "# HELP weir_balancer_moves_total Partition moves the balancer asked for (on the controller), by goal.\n# TYPE weir_balancer_moves_total counter"
-    );
-    for (goal, c) in [
-        ("capacity", &m.moves_capacity),
-        ("bytes_in", &m.moves_bytes_in),
-        ("bytes_out", &m.moves_bytes_out),
-        ("count", &m.moves_count),
-        ("zones", &m.moves_zones),
-    ] {
-        let _ = writeln!(
-            o,
-            "weir_balancer_moves_total{{goal=\"{goal}\"}} {}",
-            c.get()
-        );
-    }
-    counter(
-        o,
-        "balancer_rounds",
-        "Balancing rounds run (on the controller).",
-        "",
-        &m.rounds,
-    );
-    let ratio = |v: u64| v as f64 / 1000.0;
-    let _ = writeln!(
-        o,
-        "# HELP weir_balancer_imbalance Controller: the largest deviation of a broker's bytes from the mean, relative to the mean, by direction.\n# TYPE weir_balancer_imbalance gauge\nweir_balancer_imbalance{{direction=\"in\"}} {}\nweir_balancer_imbalance{{direction=\"out\"}} {}",
-        ratio(m.imbalance_in_permille.load(Relaxed)),
-        ratio(m.imbalance_out_permille.load(Relaxed))
-    );
-    gauge(
-        o,
-        "cluster_bytes_per_sec",
-        "Controller: bytes in plus out per second of the brokers that take partitions.",
-        m.cluster_bytes_per_sec.load(Relaxed),
-    );
-    let _ = writeln!(
-        o,
-        "# HELP weir_cluster_load_ratio Controller: the cluster's bytes in plus out against the capacity of its brokers (balancer.capacity_bytes_per_sec each; 0 without one): scale out above about 0.8, in below about 0.3.\n# TYPE weir_cluster_load_ratio gauge\nweir_cluster_load_ratio {}",
-        ratio(m.cluster_load_permille.load(Relaxed))
-    );
-    gauge(
-        o,
-        "broker_bytes_in_per_sec",
-        "This broker's produce bytes per second, as last reported to the balancer.",
-        m.bytes_in_per_sec.load(Relaxed),
-    );
-    gauge(
-        o,
-        "broker_bytes_out_per_sec",
-        "This broker's fetch bytes per second, as last reported to the balancer.",
-        m.bytes_out_per_sec.load(Relaxed),
-    );
-    gauge(
-        o,
-        "broker_requests_per_sec",
-        "This broker's produce and fetch requests per second (per partition served), as last reported to the balancer.",
-        m.requests_per_sec.load(Relaxed),
-    );
-    let _ = writeln!(
-        o,
-        "# HELP weir_broker_cpu This broker's CPU seconds per second, as last reported.\n# TYPE weir_broker_cpu gauge\nweir_broker_cpu {}",
-        ratio(m.cpu_permille.load(Relaxed))
-    );
-    let rates = m.partition_rates();
-    let _ = writeln!(
-        o,
-        "# HELP weir_partition_bytes_per_sec Bytes per second of each partition led here, by direction, as last reported.\n# TYPE weir_partition_bytes_per_sec gauge"
-    );
-    for r in &rates {
-        for (dir, v) in [("in", r.bytes_in), ("out", r.bytes_out)] {
-            let _ = writeln!(
-                o,
-                "weir_partition_bytes_per_sec{{topic=\"{}\",partition=\"{}\",direction=\"{dir}\"}} {v:.0}",
-                r.topic, r.partition
-            );
-        }
-    }
-    let _ = writeln!(
-        o,
-        "# HELP weir_partition_requests_per_sec Produce and fetch requests per second of each partition led here, as last reported.\n# TYPE weir_partition_requests_per_sec gauge"
-    );
-    for r in &rates {
-        let _ = writeln!(
-            o,
-            "weir_partition_requests_per_sec{{topic=\"{}\",partition=\"{}\"}} {:.1}",
-            r.topic, r.partition, r.requests
-        );
-    }
-}
-
-/// Bytes per zone pair, and zone routing's counters.
-fn render_zones(o: &mut String, z: &weir_api::ZoneServices) {
-    let _ = writeln!(
-        o,
-        "# HELP weir_net_bytes_total Bytes on sockets by source zone, destination zone and kind (produce and fetch are data; a client's bytes are counted by its broker both ways, bytes between brokers by their sender).\n# TYPE weir_net_bytes_total counter"
-    );
-    for (src, dst, kind, bytes) in z.net.snapshot() {
-        let _ = writeln!(
-            o,
-            "weir_net_bytes_total{{src_zone=\"{src}\",dst_zone=\"{dst}\",kind=\"{}\"}} {bytes}",
-            kind.as_str()
-        );
-    }
-    let m = &z.meters;
-    counter(o, "zone_unknown_clients", "Client connections (or client ids) placed in no zone while this broker has one; routed to leaders.", "", &m.unknown_zone_clients);
-    counter(
-        o,
-        "zone_forwarded_partitions",
-        "Partitions of produce requests forwarded to a leader in another zone.",
-        "",
-        &m.forwarded_partitions,
-    );
-    counter(
-        o,
-        "zone_remote_fetches",
-        "Partitions of fetch requests served here for a leader in another zone.",
-        "",
-        &m.remote_fetches,
-    );
-    counter(
-        o,
-        "zone_remote_read_uploads",
-        "Uploads started so that other zones read partitions led here.",
-        "",
-        &m.remote_read_uploads,
-    );
-    let h = &z.forwarder.meters;
-    counter(
-        o,
-        "handoff_objects",
-        "Hand-off objects written (produce forwarded to another zone's leader).",
-        "",
-        &h.objects,
-    );
-    counter(
-        o,
-        "handoff_bytes",
-        "Record bytes written in hand-off objects.",
-        "",
-        &h.bytes,
-    );
-    counter(
-        o,
-        "handoff_entries",
-        "Partitions' produces forwarded through hand-off objects.",
-        "",
-        &h.entries,
-    );
-    counter(
-        o,
-        "handoff_failures",
-        "Forwarded produces that failed (a PUT, an unreachable leader, a timeout).",
-        "",
-        &h.failures,
-    );
-    histogram(
-        o,
-        "handoff",
-        "From sealing a hand-off object to its leaders' answers.",
-        &h.latency,
-    );
-}
-
-fn render(state: &State) -> String {
-    let mut o = String::with_capacity(16 << 10);
-    let w = state.engine.wal().meters();
-    let usage = state.engine.wal().usage();
-    counter(
-        &mut o,
-        "wal_appends",
-        "Records appended to the WAL.",
-        "",
-        &w.appends,
-    );
-    counter(
-        &mut o,
-        "wal_bytes_written",
-        "Bytes written to the WAL device, padding included.",
-        "",
-        &w.bytes_written,
-    );
-    counter(
-        &mut o,
-        "wal_syncs",
-        "WAL writes made durable (one per group commit).",
-        "",
-        &w.syncs,
-    );
-    counter(
-        &mut o,
-        "wal_write_errors",
-        "Failed WAL writes.",
-        "",
-        &w.write_errors,
-    );
-    counter(
-        &mut o,
-        "wal_full_rejections",
-        "Appends refused because the WAL was full.",
-        "",
-        &w.full_rejections,
-    );
-    histogram(
-        &mut o,
-        "wal_sync_latency",
-        "Time of one WAL write plus its sync.",
-        &w.sync_latency,
-    );
-    counter(
-        &mut o,
-        "wal_refused_acks",
-        "WAL writes that were durable but not acknowledged: the broker's session had lapsed or a peer had sealed its WAL.",
-        "",
-        &w.refused_acks,
-    );
-    let cluster = &state.broker.cluster;
-    render_balancer(&mut o, &cluster.balancer_meters);
-    render_txns(&mut o, &state.broker.txns.meters);
-    render_cleaner(&mut o, &state.broker.topics.cleaner);
-    let f = &cluster.failover;
-    gauge(
-        &mut o,
-        "session_valid",
-        "1 while this broker's cluster session is valid and it may acknowledge writes.",
-        u64::from(cluster.may_acknowledge()),
-    );
-    counter(
-        &mut o,
-        "wal_recoveries",
-        "WALs of fenced brokers this broker recovered.",
-        "",
-        &f.wal_recoveries,
-    );
-    counter(
-        &mut o,
-        "wal_recovery_failures",
-        "WAL recoveries that failed part-way here (retried).",
-        "",
-        &f.wal_recovery_failures,
-    );
-    counter(
-        &mut o,
-        "wal_recoveries_unreachable",
-        "WAL recoveries given back because this broker could not open the WAL.",
-        "",
-        &f.wals_unreachable,
-    );
-    gauge(
-        &mut o,
-        "wal_last_recovery_ms",
-        "Milliseconds the last WAL recovery here took (seal, read, upload, commit).",
-        f.last_recovery_ms
-            .load(std::sync::atomic::Ordering::Relaxed),
-    );
-    gauge(
-        &mut o,
-        "partitions_waiting_for_wal",
-        "Controller: partitions of fenced brokers whose WAL no live broker can open; they wait for the broker to come back.",
-        f.partitions_waiting_for_wal.load(std::sync::atomic::Ordering::Relaxed),
-    );
-    gauge(
-        &mut o,
-        "wals_awaiting_recovery",
-        "Controller: WALs of fenced brokers not yet recovered.",
-        f.wals_awaiting_recovery
-            .load(std::sync::atomic::Ordering::Relaxed),
-    );
-    gauge(
-        &mut o,
-        "wal_capacity_bytes",
-        "WAL capacity.",
-        usage.capacity,
-    );
-    gauge(
-        &mut o,
-        "wal_used_bytes",
-        "WAL bytes not yet trimmed.",
-        usage.used,
-    );
-
-    let s = state.engine.meters();
-    counter(
-        &mut o,
-        "storage_appends",
-        "Batches appended and durable.",
-        "",
-        &s.appends,
-    );
-    histogram(
-        &mut o,
-        "storage_append_latency",
-        "Append latency: offset assignment to durable.",
-        &s.append_latency,
-    );
-    counter(
-        &mut o,
-        "log_cache_hits",
-        "Reads served from the log cache.",
-        "",
-        &s.log_cache_hits,
-    );
-    counter(
-        &mut o,
-        "log_cache_misses",
-        "Reads that went to objects.",
-        "",
-        &s.log_cache_misses,
-    );
-    counter(
-        &mut o,
-        "index_lookups",
-        "Look-ups of a stream's ranges in the metadata store by reads from object storage.",
-        "",
-        &s.index_lookups,
-    );
-    counter(
-        &mut o,
-        "log_cache_evicted_bytes",
-        "Bytes evicted from the log cache.",
-        "",
-        &s.log_cache_evicted_bytes,
-    );
-    gauge(
-        &mut o,
-        "log_cache_bytes",
-        "Bytes in the log cache.",
-        state.engine.log_cache_bytes(),
-    );
-    counter(
-        &mut o,
-        "block_cache_hits",
-        "Object blocks served from the block cache.",
-        "",
-        &s.block_cache_hits,
-    );
-    counter(
-        &mut o,
-        "block_cache_misses",
-        "Object blocks fetched with ranged GETs.",
-        "",
-        &s.block_cache_misses,
-    );
-    counter(
-        &mut o,
-        "block_cache_fill_bytes",
-        "Bytes fetched into the block cache.",
-        "",
-        &s.block_cache_fill_bytes,
-    );
-    counter(
-        &mut o,
-        "block_cache_evicted_unread_bytes",
-        "Bytes of blocks evicted from the block cache before any read took them.",
-        "",
-        &s.block_cache_evicted_unread_bytes,
-    );
-    counter(
-        &mut o,
-        "block_in_flight_hits",
-        "Object blocks a read found being fetched and waited for.",
-        "",
-        &s.block_in_flight_hits,
-    );
-    counter(
-        &mut o,
-        "readahead_bytes",
-        "Bytes the read-ahead fetched from objects (also in block_cache_fill_bytes).",
-        "",
-        &s.readahead_bytes,
-    );
-    counter(
-        &mut o,
-        "object_read_bytes",
-        "Payload bytes consumers' reads got from objects (through the block cache).",
-        "",
-        &s.object_read_bytes,
-    );
-    counter(
-        &mut o,
-        "background_get_bytes",
-        "Bytes compaction and the cleaner fetched from objects (not cached).",
-        "",
-        &s.background_get_bytes,
-    );
-    gauge(
-        &mut o,
-        "block_cache_bytes",
-        "Bytes held by the block cache.",
-        s.block_cache_bytes
-            .load(std::sync::atomic::Ordering::Relaxed),
-    );
-    gauge(
-        &mut o,
-        "object_index_cache_bytes",
-        "Bytes held by the cache of object indexes.",
-        s.object_index_cache_bytes
-            .load(std::sync::atomic::Ordering::Relaxed),
-    );
-    counter(
-        &mut o,
-        "uploads",
-        "Uploads (objects written and committed together).",
-        "",
-        &s.uploads,
-    );
-    histogram(
-        &mut o,
-        "metadata_commit",
-        "Latency of committing an upload's objects to the metadata store (one transaction).",
-        &s.commit_latency,
-    );
-    counter(
-        &mut o,
-        "objects_uploaded",
-        "Objects written.",
-        "",
-        &s.objects_uploaded,
-    );
-    counter(
-        &mut o,
-        "upload_bytes",
-        "Bytes of objects written.",
-        "",
-        &s.upload_bytes,
-    );
-    counter(
-        &mut o,
-        "upload_errors",
-        "Failed object PUTs (retried).",
-        "",
-        &s.upload_errors,
-    );
-    counter(
-        &mut o,
-        "wal_full_failures",
-        "Appends failed because the WAL stayed full longer than wal.full_wait_ms (KAFKA_STORAGE_ERROR, retriable).",
-        "",
-        &s.wal_full_failures,
-    );
-    counter(
-        &mut o,
-        "recovered_batches",
-        "Batches read back from a WAL at recovery (this broker's own at start, or a failed peer's) and uploaded.",
-        "",
-        &s.recovered_batches,
-    );
-    counter(
-        &mut o,
-        "compactions",
-        "Compaction runs that replaced small objects with one larger object.",
-        "",
-        &s.compactions,
-    );
-    counter(
-        &mut o,
-        "compacted_bytes",
-        "Bytes written by compaction (the objects that replaced smaller ones).",
-        "",
-        &s.compacted_bytes,
-    );
-    counter(
-        &mut o,
-        "objects_deleted",
-        "Objects deleted by retention and cleanup.",
-        "",
-        &s.objects_deleted,
-    );
-    counter(
-        &mut o,
-        "object_wal_objects",
-        "Objects the object WAL wrote and committed (each holds the batches it acknowledged).",
-        "",
-        &s.object_wal_objects,
-    );
-    counter(
-        &mut o,
-        "object_wal_bytes",
-        "Payload bytes acknowledged through the object WAL.",
-        "",
-        &s.object_wal_bytes,
-    );
-    counter(
-        &mut o,
-        "object_wal_object_bytes",
-        "Bytes of the objects the object WAL wrote (payload and object format), before compaction.",
-        "",
-        &s.object_wal_object_bytes,
-    );
-    counter(
-        &mut o,
-        "object_wal_failures",
-        "Objects of the object WAL whose PUT or commit failed (their appends failed and were retried by clients).",
-        "",
-        &s.object_wal_failures,
-    );
-    histogram(
-        &mut o,
-        "object_wal",
-        "Object WAL: from an object's first batch to its commit (linger, PUT, commit).",
-        &s.object_wal_latency,
-    );
-    gauge(
-        &mut o,
-        "object_wal_pending_bytes",
-        "Payload bytes handed to the object WAL and not yet committed.",
-        s.object_wal_pending_bytes
-            .load(std::sync::atomic::Ordering::Relaxed),
-    );
-
-    let m = state.engine.object_meters();
-    let _ = writeln!(o, "# HELP weir_object_requests_total Object-store requests by kind.\n# TYPE weir_object_requests_total counter");
-    for (kind, c) in [
-        ("put", &m.puts),
-        ("get", &m.gets),
-        ("delete", &m.deletes),
-        ("list", &m.lists),
-        ("multipart_part", &m.multipart_parts),
-    ] {
-        let _ = writeln!(
-            o,
-            "weir_object_requests_total{{kind=\"{kind}\"}} {}",
-            c.get()
-        );
-    }
-    let _ = writeln!(o, "# HELP weir_object_bytes_total Object-store bytes by direction.\n# TYPE weir_object_bytes_total counter");
-    let _ = writeln!(
-        o,
-        "weir_object_bytes_total{{kind=\"put\"}} {}",
-        m.put_bytes.get()
-    );
-    let _ = writeln!(
-        o,
-        "weir_object_bytes_total{{kind=\"get\"}} {}",
-        m.get_bytes.get()
-    );
-    counter(
-        &mut o,
-        "object_errors",
-        "Failed object-store requests.",
-        "",
-        &m.errors,
-    );
-    histogram(
-        &mut o,
-        "object_put_latency",
-        "Object PUT latency.",
-        &m.put_latency,
-    );
-    histogram(
-        &mut o,
-        "object_get_latency",
-        "Object GET latency (to the first byte).",
-        &m.get_latency,
-    );
-
-    let a = &state.broker.meters;
-    let _ = writeln!(
-        o,
-        "# HELP weir_requests_total Kafka requests by API key.\n# TYPE weir_requests_total counter"
-    );
-    for (key, c) in a.requests.iter().enumerate() {
-        if c.get() > 0 {
-            let _ = writeln!(o, "weir_requests_total{{api_key=\"{key}\"}} {}", c.get());
-        }
-    }
-    histogram(
-        &mut o,
-        "produce_latency",
-        "Produce request latency, to durable.",
-        &a.produce_latency,
-    );
-    histogram(
-        &mut o,
-        "fetch_latency",
-        "Fetch request latency, long polls included.",
-        &a.fetch_latency,
-    );
-    counter(
-        &mut o,
-        "produce_bytes",
-        "Record bytes received by Produce.",
-        "",
-        &a.produce_bytes,
-    );
-    counter(
-        &mut o,
-        "fetch_bytes",
-        "Record bytes returned by Fetch.",
-        "",
-        &a.fetch_bytes,
-    );
-    let fs = &state.broker.fetch_sessions;
-    gauge(
-        &mut o,
-        "fetch_sessions",
-        "Incremental fetch sessions (KIP-227) open.",
-        fs.len() as u64,
-    );
-    counter(
-        &mut o,
-        "fetch_sessions_created",
-        "Fetch sessions made.",
-        "",
-        &fs.meters.created,
-    );
-    counter(
-        &mut o,
-        "fetch_sessions_evicted",
-        "Fetch sessions whose slot went to a new one (broker.fetch_session_cache_slots).",
-        "",
-        &fs.meters.evicted,
-    );
-    counter(
-        &mut o,
-        "fetch_incremental",
-        "Fetches within a session: naming and answering only the partitions that changed.",
-        "",
-        &fs.meters.incremental,
-    );
-    counter(
-        &mut o,
-        "fetch_session_refused",
-        "Fetches of an unknown session or a wrong epoch (the client starts a new session).",
-        "",
-        &fs.meters.refused,
-    );
-    if let Some(z) = &state.broker.zones {
-        render_zones(&mut o, z);
-    }
-    let q = &state.broker.quotas.meters;
-    counter(
-        &mut o,
-        "quota_produce_throttled",
-        "Produce requests over their client quota, answered with a throttle time.",
-        "",
-        &q.produce_throttled,
-    );
-    counter(
-        &mut o,
-        "quota_fetch_throttled",
-        "Fetch requests over their client quota, answered empty with a throttle time.",
-        "",
-        &q.fetch_throttled,
-    );
-    counter(
-        &mut o,
-        "quota_request_throttled",
-        "Requests whose handling time took their client over request_percentage (the connection was muted).",
-        "",
-        &q.request_throttled,
-    );
-    counter(
-        &mut o,
-        "quota_throttle_ms",
-        "Milliseconds of throttle time given to clients over their quotas.",
-        "",
-        &q.throttle_ms,
-    );
-    counter(
-        &mut o,
-        "authorization_denied",
-        "Requests refused whole, or in part (some topics, groups or ids), by the ACLs.",
-        "",
-        &a.authorization_denied,
-    );
-    let g = state.broker.groups.meters();
-    histogram(
-        &mut o,
-        "group_lock_wait",
-        "Time to take the group coordinator's one lock for all groups.",
-        &g.lock_wait,
-    );
-    histogram(
-        &mut o,
-        "group_lock_held",
-        "Time the group coordinator's lock was held.",
-        &g.lock_held,
-    );
-    let sasl = &state.broker.sasl.meters;
-    counter(
-        &mut o,
-        "sasl_authentications_succeeded",
-        "SASL authentications (and re-authentications) that succeeded.",
-        "",
-        &sasl.succeeded,
-    );
-    counter(
-        &mut o,
-        "sasl_authentications_failed",
-        "SASL authentications that failed (wrong credentials, malformed exchanges); the connection was closed.",
-        "",
-        &sasl.failed,
-    );
-    counter(
-        &mut o,
-        "sasl_authentications_refused",
-        "PLAIN authentications failed unchecked: their address's budget of password checks was spent for the next 5 s.",
-        "",
-        &sasl.refused,
-    );
-    counter(
-        &mut o,
-        "sasl_password_checks",
-        "PLAIN passwords checked against a credential (a PBKDF2 derivation each), not answered from memory.",
-        "",
-        &sasl.password_checks,
-    );
-
-    let n = &state.network;
-    counter(
-        &mut o,
-        "connections_opened",
-        "Kafka connections accepted.",
-        "",
-        &n.connections_opened,
-    );
-    counter(
-        &mut o,
-        "connections_closed",
-        "Kafka connections closed.",
-        "",
-        &n.connections_closed,
-    );
-    counter(
-        &mut o,
-        "network_bytes_in",
-        "Bytes received on the Kafka listener.",
-        "",
-        &n.bytes_in,
-    );
-    counter(
-        &mut o,
-        "network_bytes_out",
-        "Bytes sent on the Kafka listener.",
-        "",
-        &n.bytes_out,
-    );
-    counter(
-        &mut o,
-        "rejected_requests",
-        "Requests that closed their connection (malformed, oversized, unsupported).",
-        "",
-        &n.rejected_frames,
-    );
-    counter(
-        &mut o,
-        "tls_handshake_failures",
-        "TLS handshakes that failed or timed out (the connection was closed).",
-        "",
-        &n.tls_handshake_failures,
-    );
-    counter(
-        &mut o,
-        "unauthenticated_requests",
-        "Requests before SASL authentication or after the session ended (the connection was closed).",
-        "",
-        &n.unauthenticated_requests,
-    );
-    counter(
-        &mut o,
-        "connections_refused",
-        "Connections closed at accept because max.connections were open.",
-        "",
-        &n.connections_refused,
-    );
-    counter(
-        &mut o,
-        "response_encode_errors",
-        "Responses that did not encode at their request's version (answered UNKNOWN_SERVER_ERROR).",
-        "",
-        &n.response_encode_errors,
-    );
-    counter(
-        &mut o,
-        "request_handler_panics",
-        "Request handlers that panicked (answered UNKNOWN_SERVER_ERROR).",
-        "",
-        &n.handler_panics,
-    );
-    counter(
-        &mut o,
-        "connection_read_pauses",
-        "Times a connection stopped reading at the queued request bytes bound.",
-        "",
-        &n.read_pauses,
-    );
-    gauge(
-        &mut o,
-        "queued_request_bytes",
-        "Request bytes read and not yet answered.",
-        n.queued_request_bytes
-            .load(std::sync::atomic::Ordering::Relaxed),
-    );
-    render_in_flight(&mut o, &n.in_flight);
-    render_process(&mut o);
-    o
-}
-
-/// What the process holds (Linux's /proc; absent elsewhere) and the runtime's live tasks: what
-/// a soak watches for growth without bound.
-fn render_process(o: &mut String) {
+/// Declares what the process holds (Linux's /proc; absent elsewhere) and the runtime's live
+/// tasks: what a soak watches for growth without bound.
+pub fn register_process_meters(r: &mut weir_metrics::Registry) {
     if let Ok(h) = tokio::runtime::Handle::try_current() {
-        gauge(
-            o,
+        r.gauge_read(
             "runtime_tasks_alive",
             "Tasks alive on the broker's main runtime.",
-            h.metrics().num_alive_tasks() as u64,
+            move || h.metrics().num_alive_tasks() as u64,
         );
     }
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| -> Option<u64> {
-        let line = status.lines().find(|l| l.starts_with(name))?;
-        line[name.len()..].split_whitespace().next()?.parse().ok()
-    };
-    let mut raw = |name: &str, help: &str, v: u64| {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-    };
-    if let Some(kib) = field("VmRSS:") {
-        raw(
-            "process_resident_memory_bytes",
-            "Resident memory of the broker process.",
-            kib * 1024,
-        );
-    }
-    if let Some(n) = field("Threads:") {
-        raw("process_threads", "Threads of the broker process.", n);
-    }
-    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
-        raw(
-            "process_open_fds",
-            "File descriptors the broker process holds open.",
-            fds.count() as u64,
-        );
-    }
+    r.process_gauge(
+        "process_resident_memory_bytes",
+        "Resident memory of the broker process.",
+        || proc_status("VmRSS:").map(|kib| kib * 1024),
+    );
+    r.process_gauge("process_threads", "Threads of the broker process.", || {
+        proc_status("Threads:")
+    });
+    r.process_gauge(
+        "process_open_fds",
+        "File descriptors the broker process holds open.",
+        || {
+            std::fs::read_dir("/proc/self/fd")
+                .ok()
+                .map(|d| d.count() as u64)
+        },
+    );
 }
 
-/// The stuck-request watch's meters: the oldest request in flight per API, how many are stuck.
-fn render_in_flight(o: &mut String, f: &weir_network::InFlight) {
-    let _ = writeln!(
-        o,
-        "# HELP weir_request_oldest_seconds Age of the oldest request in flight, per API.\n\
-         # TYPE weir_request_oldest_seconds gauge"
-    );
-    for (api, age) in f.oldest(std::time::Instant::now()) {
-        let _ = writeln!(
-            o,
-            "weir_request_oldest_seconds{{api=\"{api:?}\"}} {:.3}",
-            age.as_secs_f64()
-        );
-    }
-    gauge(
-        o,
-        "requests_in_flight",
-        "Kafka requests being handled.",
-        f.len() as u64,
-    );
-    gauge(
-        o,
-        "requests_stuck",
-        "Requests past their bound (broker.request_stuck_ms) now; /readyz fails while any is.",
-        f.stuck() as u64,
-    );
-    counter(
-        o,
-        "stuck_requests",
-        "Requests that went past their bound (broker.request_stuck_ms), each logged at WARN.",
-        "",
-        &f.stuck_total,
-    );
+/// A number from `/proc/self/status` (`None` where there is none).
+fn proc_status(name: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(name))?;
+    line[name.len()..].split_whitespace().next()?.parse().ok()
+}
+
+/// The list of meters (`GET /v1/meters`): name, type and help of each, as `/metrics` names them.
+async fn meters(Shared(app): Shared<App>) -> Response {
+    let list: Vec<serde_json::Value> = app
+        .meters
+        .meters()
+        .iter()
+        .map(|m| serde_json::json!({"name": m.name, "type": m.kind, "help": m.help}))
+        .collect();
+    json(StatusCode::OK, &serde_json::json!({ "meters": list }))
 }
 
 #[cfg(test)]
@@ -1649,7 +726,13 @@ mod tests {
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         let app = App {
             ready: Arc::clone(&ready),
-            metrics: Arc::new(|| "# TYPE weir_x_total counter\nweir_x_total 7\n".to_string()),
+            meters: {
+                let mut r = weir_metrics::Registry::new();
+                let x = weir_metrics::Counter::default();
+                x.add(7);
+                r.counter("x", "A count.", &x);
+                Arc::new(r)
+            },
             cluster,
             faults: None,
             broker: None,
@@ -1736,7 +819,15 @@ mod tests {
         let a = call(s.port, "GET", "/metrics", "").await;
         assert_eq!(a.status, 200);
         assert_eq!(a.content_type(), Some("text/plain; version=0.0.4"));
-        assert_eq!(a.body, "# TYPE weir_x_total counter\nweir_x_total 7\n");
+        assert_eq!(
+            a.body,
+            "# HELP weir_x_total A count.\n# TYPE weir_x_total counter\nweir_x_total 7\n"
+        );
+        let a = call(s.port, "GET", "/v1/meters", "").await;
+        assert_eq!(
+            a.json()["meters"],
+            serde_json::json!([{"name": "weir_x_total", "type": "counter", "help": "A count."}])
+        );
         assert!(
             a.headers.to_ascii_lowercase().contains("connection: close"),
             "{}",

@@ -749,7 +749,7 @@ async fn listen(
         admin_listener,
         admin::State {
             ready: Arc::clone(&ready),
-            engine: storage.engine.clone(),
+            meters: meters(&storage.engine, broker, &net_meters),
             broker: Arc::clone(broker),
             network: Arc::clone(&net_meters),
             cluster: Some(Arc::new(cluster_admin::Admin(Arc::clone(&joined.cluster)))),
@@ -780,6 +780,20 @@ async fn listen(
 }
 
 /// Binds the Kafka listeners, each with its security and TLS.
+/// Every meter of the broker, each declared by the component that counts it.
+fn meters(
+    engine: &weir_storage::Engine,
+    broker: &Arc<weir_api::Broker>,
+    network: &Arc<weir_network::NetworkMeters>,
+) -> Arc<weir_metrics::Registry> {
+    let mut r = weir_metrics::Registry::new();
+    engine.register_meters(&mut r);
+    broker.register_meters(&mut r);
+    network.register(&mut r);
+    admin::register_process_meters(&mut r);
+    Arc::new(r)
+}
+
 async fn bind_kafka_listeners(
     config: &Config,
     joined: &Joined,

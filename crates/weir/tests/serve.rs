@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::{http_get, Broker};
+use common::{consume, http_get, produce, Broker};
 
 /// Sends one request (header v1: key, version, correlation id, client id; then `body`) and
 /// returns the response after its correlation id, or None if the connection closed.
@@ -45,16 +45,6 @@ fn admin_endpoints_refusals_and_clean_shutdown() {
         "{metrics}"
     );
     assert!(metrics.contains("weir_object_requests_total{kind=\"put\"}"));
-    // Counted by the engine and once left out of /metrics.
-    for name in [
-        "wal_full_failures",
-        "recovered_batches",
-        "compactions",
-        "compacted_bytes",
-    ] {
-        let line = format!("# TYPE weir_{name}_total counter");
-        assert!(metrics.contains(&line), "{line} missing");
-    }
     assert_eq!(http_get(b.admin, "/nope").unwrap().0, 404);
 
     // SaslHandshake v1 (mechanism "PLAIN") on a listener without SASL: ILLEGAL_SASL_STATE, as
@@ -152,5 +142,65 @@ fn catch_up_reads_run_on_threads_below_the_brokers_own() {
         catchup.iter().all(|&n| n == (base + 7).min(19)),
         "catch-up threads not 7 below the broker's ({base}): {threads:?}"
     );
+    b.stop();
+}
+
+/// Every meter a component registers is on `/metrics` after a workload (produce, fetch, a
+/// group), under the name, type and help `/v1/meters` lists; the meters once counted and never
+/// exported among them.
+#[test]
+fn every_meter_registered_is_on_the_metrics_page() {
+    let b = Broker::start(&[]);
+    produce(&b.bootstrap(), "metered", 200);
+    assert_eq!(consume(&b.bootstrap(), "metered", 200).len(), 200);
+    let (code, listed) = http_get(b.admin, "/v1/meters").expect("/v1/meters");
+    assert_eq!(code, 200, "{listed}");
+    let listed: serde_json::Value = serde_json::from_str(&listed).expect("JSON");
+    let meters = listed["meters"].as_array().expect("a list of meters");
+    let (code, page) = http_get(b.admin, "/metrics").expect("/metrics");
+    assert_eq!(code, 200);
+    let mut names = Vec::new();
+    for m in meters {
+        let (name, kind, help) = (
+            m["name"].as_str().expect("name"),
+            m["type"].as_str().expect("type"),
+            m["help"].as_str().expect("help"),
+        );
+        assert!(!help.is_empty(), "{name} has no help");
+        let described = format!("# HELP {name} {help}\n# TYPE {name} {kind}\n");
+        assert!(page.contains(&described), "{described:?} not on /metrics");
+        names.push(name);
+    }
+    // What the broker counts (the storage engine, the WAL, the request path, the network, the
+    // cluster, the process), and the meters once counted but left off the page.
+    assert!(names.len() >= 100, "only {} meters: {names:?}", names.len());
+    for name in [
+        "weir_wal_full_failures_total",
+        "weir_recovered_batches_total",
+        "weir_compactions_total",
+        "weir_compacted_bytes_total",
+        "weir_wal_writes_total",
+        "weir_unsupported_requests_total",
+        "weir_session_valid",
+        "weir_transactions_total",
+        "weir_requests_in_flight",
+        "process_resident_memory_bytes",
+    ] {
+        assert!(names.contains(&name), "{name} not registered");
+    }
+    // The workload shows in them.
+    for name in [
+        "weir_wal_appends_total",
+        "weir_produce_bytes_total",
+        "weir_fetch_bytes_total",
+        "weir_connections_opened_total",
+    ] {
+        assert!(b.metric(name) > 0, "{name} is 0 after the workload");
+    }
+    assert!(
+        page.contains("weir_requests_total{api_key=\"0\"}"),
+        "no Produce requests counted"
+    );
+    b.assert_no_panic();
     b.stop();
 }

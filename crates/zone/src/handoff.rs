@@ -82,6 +82,37 @@ pub struct HandoffMeters {
     pub latency: Histogram,
 }
 
+impl HandoffMeters {
+    /// Declares the hand-off forwarder's meters.
+    pub fn register(&self, r: &mut weir_metrics::Registry) {
+        r.counter(
+            "handoff_objects",
+            "Hand-off objects written (produce forwarded to another zone's leader).",
+            &self.objects,
+        );
+        r.counter(
+            "handoff_bytes",
+            "Record bytes written in hand-off objects.",
+            &self.bytes,
+        );
+        r.counter(
+            "handoff_entries",
+            "Partitions' produces forwarded through hand-off objects.",
+            &self.entries,
+        );
+        r.counter(
+            "handoff_failures",
+            "Forwarded produces that failed (a PUT, an unreachable leader, a timeout).",
+            &self.failures,
+        );
+        r.histogram(
+            "handoff",
+            "From sealing a hand-off object to its leaders' answers.",
+            &self.latency,
+        );
+    }
+}
+
 /// The leader an entry goes to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leader {

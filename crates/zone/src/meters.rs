@@ -67,6 +67,28 @@ impl NetMeters {
         Arc::clone(map.entry((label(src), label(dst), kind)).or_default())
     }
 
+    /// Declares the bytes by zone pair (read from `net` when scraped).
+    pub fn register(net: &std::sync::Arc<NetMeters>, r: &mut weir_metrics::Registry) {
+        let net = std::sync::Arc::clone(net);
+        r.counters_read(
+            "net_bytes",
+            "Bytes on sockets by source zone, destination zone and kind (produce and fetch are data; a client's bytes are counted by its broker both ways, bytes between brokers by their sender).",
+            move || {
+                net.snapshot()
+                    .into_iter()
+                    .map(|(src, dst, kind, bytes)| {
+                        let labels = vec![
+                            ("src_zone", src),
+                            ("dst_zone", dst),
+                            ("kind", kind.as_str().to_string()),
+                        ];
+                        (labels, bytes)
+                    })
+                    .collect()
+            },
+        );
+    }
+
     /// Every counter: (source zone, destination zone, kind, bytes), sorted.
     pub fn snapshot(&self) -> Vec<(String, String, Kind, u64)> {
         let map = self.counters.lock().unwrap_or_else(|e| e.into_inner());
