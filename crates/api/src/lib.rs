@@ -71,6 +71,8 @@ pub fn api_versions_response(error_code: i16) -> kafka_protocol::messages::ApiVe
 }
 
 pub use apis::{error_response_for, supported_versions};
+#[cfg(feature = "testing")]
+pub use apis::{samples, samples_of};
 
 /// The answer to `request` when its handler failed or its response would not encode: the API's
 /// response with UNKNOWN_SERVER_ERROR wherever it carries an error code, at the request's version.

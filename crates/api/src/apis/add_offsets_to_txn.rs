@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{refuse, serve, Check, Gate};
 use crate::{Broker, Reply};
@@ -53,5 +55,22 @@ impl Api for AddOffsetsToTxn {
         now(ResponseKind::AddOffsetsToTxn(
             broker.add_offsets_to_txn(request, v).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, _v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{s, GROUP};
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        vec![(
+            "unknown producer",
+            R::AddOffsetsToTxn(
+                AddOffsetsToTxnRequest::default()
+                    .with_transactional_id(TransactionalId(s("tx")))
+                    .with_producer_id(ProducerId(7))
+                    .with_group_id(GroupId(s(GROUP))),
+            ),
+        )]
     }
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{cluster, partly, refuse, split, Check, Gate};
 use crate::{Broker, Reply};
@@ -92,5 +94,40 @@ impl Api for AddPartitionsToTxn {
         now(ResponseKind::AddPartitionsToTxn(
             broker.add_partitions_to_txn(request, v).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{s, topic, MISSING, TOPIC};
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        let topics = vec![
+            add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                .with_name(topic(TOPIC))
+                .with_partitions(vec![0, 1]),
+            add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                .with_name(topic(MISSING))
+                .with_partitions(vec![0]),
+        ];
+        let r = if v <= 3 {
+            AddPartitionsToTxnRequest::default()
+                .with_v3_and_below_transactional_id(TransactionalId(s("tx")))
+                .with_v3_and_below_producer_id(ProducerId(7))
+                .with_v3_and_below_producer_epoch(0)
+                .with_v3_and_below_topics(topics)
+        } else {
+            AddPartitionsToTxnRequest::default().with_transactions(vec![
+                add_partitions_to_txn_request::AddPartitionsToTxnTransaction::default()
+                    .with_transactional_id(TransactionalId(s("tx")))
+                    .with_producer_id(ProducerId(7))
+                    .with_verify_only(true)
+                    .with_topics(topics),
+            ])
+        };
+        vec![(
+            "unknown producer, a missing topic",
+            R::AddPartitionsToTxn(r),
+        )]
     }
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{cluster, Check, Gate};
 use crate::{Broker, Reply};
@@ -62,5 +64,32 @@ impl Api for AlterClientQuotas {
         now(ResponseKind::AlterClientQuotas(
             broker.alter_client_quotas(request).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, _v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::s;
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        vec![(
+            "a quota set and a bad key",
+            R::AlterClientQuotas(AlterClientQuotasRequest::default().with_entries(vec![
+                alter_client_quotas_request::EntryData::default()
+                    .with_entity(vec![alter_client_quotas_request::EntityData::default()
+                        .with_entity_type(s("user"))
+                        .with_entity_name(Some(s("alice")))])
+                    .with_ops(vec![alter_client_quotas_request::OpData::default()
+                        .with_key(s("producer_byte_rate"))
+                        .with_value(1048576.0)]),
+                alter_client_quotas_request::EntryData::default()
+                    .with_entity(vec![alter_client_quotas_request::EntityData::default()
+                        .with_entity_type(s("client-id"))
+                        .with_entity_name(None)])
+                    .with_ops(vec![alter_client_quotas_request::OpData::default()
+                        .with_key(s("no_such_key"))
+                        .with_value(1.0)]),
+            ])),
+        )]
     }
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{configs, Check, Gate};
 use crate::{Broker, Reply};
@@ -67,5 +69,30 @@ impl Api for AlterConfigs {
         now(ResponseKind::AlterConfigs(
             broker.alter_configs(request).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, _v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{s, MISSING, TOPIC};
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        let res = |ty: i8, name: &str, k: &str, val: &str| {
+            alter_configs_request::AlterConfigsResource::default()
+                .with_resource_type(ty)
+                .with_resource_name(s(name))
+                .with_configs(vec![alter_configs_request::AlterableConfig::default()
+                    .with_name(s(k))
+                    .with_value(Some(s(val)))])
+        };
+        vec![(
+            "resources",
+            R::AlterConfigs(AlterConfigsRequest::default().with_resources(vec![
+                res(2, TOPIC, "retention.ms", "86400000"),
+                res(2, TOPIC, "retention.ms", "not a number"),
+                res(2, MISSING, "retention.ms", "1"),
+                res(4, "1", "log.retention.ms", "1"),
+            ])),
+        )]
     }
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{cluster, Check, Gate};
 use crate::{Broker, Reply};
@@ -48,5 +50,45 @@ impl Api for AlterPartitionReassignments {
         now(ResponseKind::AlterPartitionReassignments(
             broker.alter_partition_reassignments(request).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, _v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{topic, MISSING, TOPIC};
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        let part = |replicas: Option<Vec<BrokerId>>| {
+            alter_partition_reassignments_request::ReassignablePartition::default()
+                .with_partition_index(0)
+                .with_replicas(replicas)
+        };
+        let topics = |name: &str, replicas| {
+            vec![
+                alter_partition_reassignments_request::ReassignableTopic::default()
+                    .with_name(topic(name))
+                    .with_partitions(vec![part(replicas)]),
+            ]
+        };
+        vec![
+            (
+                "to its own broker",
+                R::AlterPartitionReassignments(
+                    AlterPartitionReassignmentsRequest::default()
+                        .with_topics(topics(TOPIC, Some(vec![BrokerId(1)]))),
+                ),
+            ),
+            (
+                "missing topic and a cancel with nothing to cancel",
+                R::AlterPartitionReassignments(
+                    AlterPartitionReassignmentsRequest::default().with_topics(
+                        topics(MISSING, Some(vec![BrokerId(1)]))
+                            .into_iter()
+                            .chain(topics(TOPIC, None))
+                            .collect(),
+                    ),
+                ),
+            ),
+        ]
     }
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{cluster, Check, Gate};
 use crate::{Broker, Reply};
@@ -62,5 +64,33 @@ impl Api for AlterUserScramCredentials {
         now(ResponseKind::AlterUserScramCredentials(
             broker.alter_user_scram_credentials(request).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, _v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::s;
+        use bytes::Bytes;
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        vec![(
+            "an upsertion and a deletion that fails",
+            R::AlterUserScramCredentials(
+                AlterUserScramCredentialsRequest::default()
+                    .with_upsertions(vec![
+                        alter_user_scram_credentials_request::ScramCredentialUpsertion::default()
+                            .with_name(s("alice"))
+                            .with_mechanism(1)
+                            .with_iterations(4096)
+                            .with_salt(Bytes::from_static(b"salt"))
+                            .with_salted_password(Bytes::from_static(&[7; 32])),
+                    ])
+                    .with_deletions(vec![
+                        alter_user_scram_credentials_request::ScramCredentialDeletion::default()
+                            .with_name(s("nobody"))
+                            .with_mechanism(2),
+                    ]),
+            ),
+        )]
     }
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{serve, Check, Gate};
 use crate::{Broker, Reply};
@@ -34,5 +36,21 @@ impl Api for ApiVersions {
     /// Serves an authorized request.
     async fn handle(_broker: &Arc<Broker>, _cx: &Cx<'_>, _request: Self::Request) -> Reply {
         now(ResponseKind::ApiVersions(crate::cluster::api_versions(0)))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::s;
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        let r = ApiVersionsRequest::default();
+        let r = if v >= 3 {
+            r.with_client_software_name(s("weir-test"))
+                .with_client_software_version(s("1.0"))
+        } else {
+            r
+        };
+        vec![("versions", R::ApiVersions(r))]
     }
 }

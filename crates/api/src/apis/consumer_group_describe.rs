@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{partly, split, Check, Gate};
 use crate::{Broker, Reply};
@@ -117,5 +119,21 @@ impl Api for ConsumerGroupDescribe {
                 .consumer_group_describe(request, v, &topics)
                 .await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, _v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::s;
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        vec![(
+            "known and unknown",
+            R::ConsumerGroupDescribe(
+                ConsumerGroupDescribeRequest::default()
+                    .with_group_ids(vec![GroupId(s("cg-versions")), GroupId(s("nope"))])
+                    .with_include_authorized_operations(true),
+            ),
+        )]
     }
 }

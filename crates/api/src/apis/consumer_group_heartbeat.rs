@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{refuse, serve, Check, Gate};
 use crate::{Broker, Reply};
@@ -77,5 +79,37 @@ impl Api for ConsumerGroupHeartbeat {
                 .consumer_group_heartbeat(request, v, client_id, client_host, &topics)
                 .await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{s, topic, TOPIC};
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        let join = ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(s("cg-versions")))
+            .with_member_id(s(if v >= 1 { "member-1" } else { "" }))
+            .with_member_epoch(0)
+            .with_rebalance_timeout_ms(30_000)
+            .with_subscribed_topic_names(Some(vec![topic(TOPIC)]))
+            .with_topic_partitions(Some(Vec::new()));
+        vec![
+            ("join", R::ConsumerGroupHeartbeat(join)),
+            (
+                "unknown member",
+                R::ConsumerGroupHeartbeat(
+                    ConsumerGroupHeartbeatRequest::default()
+                        .with_group_id(GroupId(s("cg-versions")))
+                        .with_member_id(s("nobody"))
+                        .with_member_epoch(5)
+                        .with_rebalance_timeout_ms(-1),
+                ),
+            ),
+            (
+                "invalid",
+                R::ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest::default()),
+            ),
+        ]
     }
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{sift, Check, Gate};
 use crate::{Broker, Reply};
@@ -75,5 +77,31 @@ impl Api for CreatePartitions {
         now(ResponseKind::CreatePartitions(
             broker.create_partitions(request).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(e: &Samples<'_>, v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{s, MISSING, TOPIC};
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        let grow = format!("grow-{v}");
+        e.topics
+            .create(&grow, 1, Default::default(), false)
+            .await
+            .expect("create a topic to grow");
+        let t = |name: &str, n: i32| {
+            create_partitions_request::CreatePartitionsTopic::default()
+                .with_name(TopicName(s(name)))
+                .with_count(n)
+        };
+        vec![(
+            "grow, shrink, missing",
+            R::CreatePartitions(CreatePartitionsRequest::default().with_topics(vec![
+                t(&grow, 3),
+                t(TOPIC, 1),
+                t(MISSING, 4),
+            ])),
+        )]
     }
 }

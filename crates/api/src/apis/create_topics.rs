@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{partly, split, Check, Gate};
 use crate::{Broker, Reply};
@@ -97,5 +99,41 @@ impl Api for CreateTopics {
         now(ResponseKind::CreateTopics(
             broker.create_topics(request, v).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{s, TOPIC};
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        let t = |name: String, n: i32| {
+            create_topics_request::CreatableTopic::default()
+                .with_name(TopicName(s(&name)))
+                .with_num_partitions(n)
+                .with_replication_factor(1)
+                .with_configs(vec![create_topics_request::CreatableTopicConfig::default()
+                    .with_name(s("retention.ms"))
+                    .with_value(Some(s("60000")))])
+        };
+        vec![
+            (
+                "new, existing, invalid",
+                R::CreateTopics(CreateTopicsRequest::default().with_topics(vec![
+                    t(format!("created-{v}"), 2),
+                    t(TOPIC.into(), 1),
+                    t("bad name!".into(), 1),
+                    t(format!("zero-{v}"), 0),
+                ])),
+            ),
+            (
+                "validate only",
+                R::CreateTopics(
+                    CreateTopicsRequest::default()
+                        .with_topics(vec![t(format!("validated-{v}"), -1)])
+                        .with_validate_only(true),
+                ),
+            ),
+        ]
     }
 }

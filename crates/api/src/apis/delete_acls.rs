@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{cluster, Check, Gate};
 use crate::{Broker, Reply};
@@ -47,5 +49,29 @@ impl Api for DeleteAcls {
         now(ResponseKind::DeleteAcls(
             broker.delete_acls(request, v).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, _v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::s;
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        vec![(
+            "a filter that matches and one that does not decode",
+            R::DeleteAcls(DeleteAclsRequest::default().with_filters(vec![
+                delete_acls_request::DeleteAclsFilter::default()
+                    .with_resource_type_filter(2)
+                    .with_resource_name_filter(Some(s("t")))
+                    .with_pattern_type_filter(3)
+                    .with_operation(1)
+                    .with_permission_type(1),
+                delete_acls_request::DeleteAclsFilter::default()
+                    .with_resource_type_filter(99)
+                    .with_pattern_type_filter(3)
+                    .with_operation(1)
+                    .with_permission_type(1),
+            ])),
+        )]
     }
 }

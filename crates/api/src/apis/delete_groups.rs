@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{sift, Check, Gate};
 use crate::{Broker, Reply};
@@ -76,5 +78,20 @@ impl Api for DeleteGroups {
         now(ResponseKind::DeleteGroups(
             broker.groups.delete_groups(request, v).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, _v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::s;
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        vec![(
+            "existing and missing",
+            R::DeleteGroups(
+                DeleteGroupsRequest::default()
+                    .with_groups_names(vec![GroupId(s("nope")), GroupId(s("join-0"))]),
+            ),
+        )]
     }
 }

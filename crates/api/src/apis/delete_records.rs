@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{sift, Check, Gate};
 use crate::{Broker, Reply};
@@ -85,5 +87,35 @@ impl Api for DeleteRecords {
         now(ResponseKind::DeleteRecords(
             broker.delete_records(request).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, _v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{topic, MISSING, TOPIC};
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        vec![(
+            "existing and missing",
+            R::DeleteRecords(DeleteRecordsRequest::default().with_topics(vec![
+                delete_records_request::DeleteRecordsTopic::default()
+                    .with_name(topic(TOPIC))
+                    .with_partitions(vec![
+                        delete_records_request::DeleteRecordsPartition::default()
+                            .with_partition_index(1)
+                            .with_offset(0),
+                        delete_records_request::DeleteRecordsPartition::default()
+                            .with_partition_index(0)
+                            .with_offset(1_000_000),
+                    ]),
+                delete_records_request::DeleteRecordsTopic::default()
+                    .with_name(topic(MISSING))
+                    .with_partitions(vec![
+                        delete_records_request::DeleteRecordsPartition::default()
+                            .with_partition_index(0)
+                            .with_offset(0),
+                    ]),
+            ])),
+        )]
     }
 }

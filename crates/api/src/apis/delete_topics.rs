@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{partly, split, Check, Gate};
 use crate::{Broker, Reply};
@@ -99,5 +101,31 @@ impl Api for DeleteTopics {
         now(ResponseKind::DeleteTopics(
             broker.delete_topics(request, v).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(e: &Samples<'_>, v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{s, topic, MISSING};
+        use kafka_protocol::messages::*;
+        use uuid::Uuid;
+        use RequestKind as R;
+        let doomed = format!("doomed-{v}");
+        e.topics
+            .create(&doomed, 1, Default::default(), false)
+            .await
+            .expect("create a topic to delete");
+        let r = if v >= 6 {
+            DeleteTopicsRequest::default().with_topics(vec![
+                delete_topics_request::DeleteTopicState::default()
+                    .with_name(Some(TopicName(s(&doomed)))),
+                delete_topics_request::DeleteTopicState::default().with_name(Some(topic(MISSING))),
+                delete_topics_request::DeleteTopicState::default().with_topic_id(Uuid::new_v4()),
+            ])
+        } else {
+            DeleteTopicsRequest::default()
+                .with_topic_names(vec![TopicName(s(&doomed)), topic(MISSING)])
+        };
+        vec![("existing and missing", R::DeleteTopics(r))]
     }
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{cluster, Check, Gate};
 use crate::{Broker, Reply};
@@ -38,5 +40,22 @@ impl Api for DescribeAcls {
         now(ResponseKind::DescribeAcls(
             broker.describe_acls(request, v).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, v: i16) -> Vec<(&'static str, RequestKind)> {
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        vec![(
+            "every binding",
+            R::DescribeAcls(
+                DescribeAclsRequest::default()
+                    .with_resource_type_filter(1)
+                    .with_pattern_type_filter(if v >= 1 { 1 } else { 3 })
+                    .with_operation(1)
+                    .with_permission_type(1),
+            ),
+        )]
     }
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{cluster, Check, Gate};
 use crate::{Broker, Reply};
@@ -44,5 +46,21 @@ impl Api for DescribeClientQuotas {
         now(ResponseKind::DescribeClientQuotas(
             broker.describe_client_quotas(request).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, _v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::s;
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        vec![(
+            "every user",
+            R::DescribeClientQuotas(DescribeClientQuotasRequest::default().with_components(vec![
+                describe_client_quotas_request::ComponentData::default()
+                    .with_entity_type(s("user"))
+                    .with_match_type(2),
+            ])),
+        )]
     }
 }

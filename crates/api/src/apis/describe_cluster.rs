@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{Check, Gate};
 use crate::{Broker, Reply};
@@ -67,5 +69,20 @@ impl Api for DescribeCluster {
         now(ResponseKind::DescribeCluster(
             broker.describe_cluster(request, v, listener),
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, v: i16) -> Vec<(&'static str, RequestKind)> {
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        let r = DescribeClusterRequest::default().with_include_cluster_authorized_operations(true);
+        let r = if v >= 1 { r.with_endpoint_type(1) } else { r };
+        let r = if v >= 2 {
+            r.with_include_fenced_brokers(true)
+        } else {
+            r
+        };
+        vec![("cluster", R::DescribeCluster(r))]
     }
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{configs, Check, Gate};
 use crate::{Broker, Reply};
@@ -75,5 +77,35 @@ impl Api for DescribeConfigs {
         now(ResponseKind::DescribeConfigs(
             broker.describe_configs(request, v).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{s, MISSING, TOPIC};
+        use kafka_protocol::messages::*;
+        use kafka_protocol::protocol::StrBytes;
+        use RequestKind as R;
+        let res = |ty: i8, name: &str, keys: Option<Vec<StrBytes>>| {
+            describe_configs_request::DescribeConfigsResource::default()
+                .with_resource_type(ty)
+                .with_resource_name(s(name))
+                .with_configuration_keys(keys)
+        };
+        let r = DescribeConfigsRequest::default()
+            .with_include_synonyms(true)
+            .with_resources(vec![
+                res(2, TOPIC, None),
+                res(2, TOPIC, Some(vec![s("retention.ms")])),
+                res(2, MISSING, None),
+                res(4, "1", None),
+                res(8, "x", None),
+            ]);
+        let r = if v >= 3 {
+            r.with_include_documentation(true)
+        } else {
+            r
+        };
+        vec![("resources", R::DescribeConfigs(r))]
     }
 }

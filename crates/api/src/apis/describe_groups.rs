@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{sift, Check, Gate};
 use crate::{Broker, Reply};
@@ -84,5 +86,24 @@ impl Api for DescribeGroups {
         now(ResponseKind::DescribeGroups(
             broker.groups.describe_groups(request, v).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{s, GROUP};
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        let r = DescribeGroupsRequest::default().with_groups(vec![
+            GroupId(s(GROUP)),
+            GroupId(s("join-0")),
+            GroupId(s("nope")),
+        ]);
+        let r = if v >= 3 {
+            r.with_include_authorized_operations(true)
+        } else {
+            r
+        };
+        vec![("groups", R::DescribeGroups(r))]
     }
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{cluster, Check, Gate};
 use crate::{Broker, Reply};
@@ -50,5 +52,24 @@ impl Api for DescribeLogDirs {
         now(ResponseKind::DescribeLogDirs(
             broker.describe_log_dirs(request).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, _v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{topic, TOPIC};
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        vec![
+            ("all", R::DescribeLogDirs(DescribeLogDirsRequest::default())),
+            (
+                "one topic",
+                R::DescribeLogDirs(DescribeLogDirsRequest::default().with_topics(Some(vec![
+                    describe_log_dirs_request::DescribableLogDirTopic::default()
+                        .with_topic(topic(TOPIC))
+                        .with_partitions(vec![0, 1]),
+                ]))),
+            ),
+        ]
     }
 }

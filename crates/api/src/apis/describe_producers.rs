@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{sift, Check, Gate};
 use crate::{Broker, Reply};
@@ -84,5 +86,24 @@ impl Api for DescribeProducers {
         now(ResponseKind::DescribeProducers(
             broker.describe_producers(request),
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, _v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{topic, TOPIC};
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        vec![(
+            "a partition and an unknown topic",
+            R::DescribeProducers(DescribeProducersRequest::default().with_topics(vec![
+                describe_producers_request::TopicRequest::default()
+                    .with_name(topic(TOPIC))
+                    .with_partition_indexes(vec![0, 99]),
+                describe_producers_request::TopicRequest::default()
+                    .with_name(topic("no-such-topic"))
+                    .with_partition_indexes(vec![0]),
+            ])),
+        )]
     }
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{partly, split, Check, Gate};
 use crate::{Broker, Reply};
@@ -81,5 +83,22 @@ impl Api for DescribeTransactions {
         now(ResponseKind::DescribeTransactions(
             broker.describe_transactions(request).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, _v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::s;
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        vec![(
+            "known and unknown ids",
+            R::DescribeTransactions(
+                DescribeTransactionsRequest::default().with_transactional_ids(vec![
+                    TransactionalId(s("tx")),
+                    TransactionalId(s("nope")),
+                ]),
+            ),
+        )]
     }
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{cluster, Check, Gate};
 use crate::{Broker, Reply};
@@ -44,5 +46,30 @@ impl Api for DescribeUserScramCredentials {
         now(ResponseKind::DescribeUserScramCredentials(
             broker.describe_user_scram_credentials(request).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, _v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::s;
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        vec![
+            (
+                "every user",
+                R::DescribeUserScramCredentials(DescribeUserScramCredentialsRequest::default()),
+            ),
+            (
+                "a missing user, named twice",
+                R::DescribeUserScramCredentials(
+                    DescribeUserScramCredentialsRequest::default().with_users(Some(vec![
+                        describe_user_scram_credentials_request::UserName::default()
+                            .with_name(s("nobody")),
+                        describe_user_scram_credentials_request::UserName::default()
+                            .with_name(s("nobody")),
+                    ])),
+                ),
+            ),
+        ]
     }
 }

@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use kafka_protocol::messages::*;
 
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{refuse, serve, Check, Gate};
 use crate::{Broker, Reply};
@@ -53,5 +55,22 @@ impl Api for EndTxn {
         Reply::Later(Box::pin(async move {
             ResponseKind::EndTxn(this.end_txn(request, v).await)
         }))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, _v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::s;
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        vec![(
+            "unknown producer",
+            R::EndTxn(
+                EndTxnRequest::default()
+                    .with_transactional_id(TransactionalId(s("tx")))
+                    .with_producer_id(ProducerId(7))
+                    .with_committed(true),
+            ),
+        )]
     }
 }

@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use kafka_protocol::messages::*;
 
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{serve, Check, Gate};
 use crate::{Broker, Reply};
@@ -87,5 +89,66 @@ impl Api for Fetch {
         broker
             .fetch(request, v, zone, listener, broker.check_for(conn))
             .await
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(e: &Samples<'_>, v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{topic, MISSING, TOPIC};
+        use kafka_protocol::messages::*;
+        use uuid::Uuid;
+        use RequestKind as R;
+        let t = |name: &str, id: Uuid, parts: Vec<(i32, i64, i32)>| {
+            let t = fetch_request::FetchTopic::default().with_partitions(
+                parts
+                    .into_iter()
+                    .map(|(p, offset, epoch)| {
+                        fetch_request::FetchPartition::default()
+                            .with_partition(p)
+                            .with_fetch_offset(offset)
+                            .with_partition_max_bytes(1 << 20)
+                            .with_current_leader_epoch(if v >= 9 { epoch } else { -1 })
+                    })
+                    .collect(),
+            );
+            if v >= 13 {
+                t.with_topic_id(id)
+            } else {
+                t.with_topic(topic(name))
+            }
+        };
+        let req = |topics| {
+            FetchRequest::default()
+                .with_max_wait_ms(0)
+                .with_min_bytes(1)
+                .with_max_bytes(1 << 20)
+                .with_topics(topics)
+        };
+        vec![
+            (
+                "data, empty, out of range, unknown partition",
+                R::Fetch(req(vec![t(
+                    TOPIC,
+                    e.topic_id,
+                    vec![(0, 0, -1), (1, 0, -1), (0, 1000, -1), (9, 0, -1)],
+                )])),
+            ),
+            (
+                "missing topic",
+                R::Fetch(req(vec![t(MISSING, Uuid::new_v4(), vec![(0, 0, -1)])])),
+            ),
+            (
+                "unknown leader epoch",
+                R::Fetch(req(vec![t(TOPIC, e.topic_id, vec![(0, 0, 1000)])])),
+            ),
+            (
+                "long poll",
+                R::Fetch(
+                    req(vec![t(TOPIC, e.topic_id, vec![(1, 0, -1)])])
+                        .with_max_wait_ms(10)
+                        .with_min_bytes(1 << 20),
+                ),
+            ),
+        ]
     }
 }

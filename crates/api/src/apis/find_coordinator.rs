@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{partly, refuse, serve, split, Check, Gate};
 use crate::{Broker, Reply};
@@ -104,5 +106,27 @@ impl Api for FindCoordinator {
         now(ResponseKind::FindCoordinator(
             broker.find_coordinator(request, v, listener),
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{s, GROUP};
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        let r = |key_type: i8| {
+            let r = FindCoordinatorRequest::default();
+            let r = if v >= 1 { r.with_key_type(key_type) } else { r };
+            if v >= 4 {
+                r.with_coordinator_keys(vec![s(GROUP), s("other")])
+            } else {
+                r.with_key(s(GROUP))
+            }
+        };
+        let mut out = vec![("group", R::FindCoordinator(r(0)))];
+        if v >= 1 {
+            out.push(("transaction", R::FindCoordinator(r(1))));
+        }
+        out
     }
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{group, Check, Gate};
 use crate::{Broker, Reply};
@@ -44,5 +46,22 @@ impl Api for Heartbeat {
         now(ResponseKind::Heartbeat(
             broker.groups.heartbeat(request, v).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, _v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{s, GROUP};
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        vec![(
+            "unknown member",
+            R::Heartbeat(
+                HeartbeatRequest::default()
+                    .with_group_id(GroupId(s(GROUP)))
+                    .with_generation_id(3)
+                    .with_member_id(s("m-1")),
+            ),
+        )]
     }
 }

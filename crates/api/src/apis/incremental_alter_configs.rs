@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{configs, Check, Gate};
 use crate::{Broker, Reply};
@@ -74,5 +76,35 @@ impl Api for IncrementalAlterConfigs {
         now(ResponseKind::IncrementalAlterConfigs(
             broker.incremental_alter_configs(request).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, _v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{s, MISSING, TOPIC};
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        let res = |ty: i8, name: &str, op: i8, val: Option<&str>| {
+            incremental_alter_configs_request::AlterConfigsResource::default()
+                .with_resource_type(ty)
+                .with_resource_name(s(name))
+                .with_configs(vec![
+                    incremental_alter_configs_request::AlterableConfig::default()
+                        .with_name(s("retention.ms"))
+                        .with_config_operation(op)
+                        .with_value(val.map(s)),
+                ])
+        };
+        vec![(
+            "resources",
+            R::IncrementalAlterConfigs(IncrementalAlterConfigsRequest::default().with_resources(
+                vec![
+                    res(2, TOPIC, 0, Some("3600000")),
+                    res(2, TOPIC, 9, None),
+                    res(2, MISSING, 0, Some("1")),
+                    res(4, "1", 0, Some("1")),
+                ],
+            )),
+        )]
     }
 }

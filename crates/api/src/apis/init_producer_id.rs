@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{refuse, serve, Check, Gate};
 use crate::{Broker, Reply};
@@ -71,5 +73,37 @@ impl Api for InitProducerId {
         now(ResponseKind::InitProducerId(
             broker.init_producer_id(request, v).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::s;
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        let mut out = vec![(
+            "idempotent",
+            R::InitProducerId(InitProducerIdRequest::default().with_transaction_timeout_ms(-1)),
+        )];
+        out.push((
+            "transactional",
+            R::InitProducerId(
+                InitProducerIdRequest::default()
+                    .with_transactional_id(Some(TransactionalId(s("tx"))))
+                    .with_transaction_timeout_ms(60_000),
+            ),
+        ));
+        if v >= 3 {
+            out.push((
+                "epoch bump",
+                R::InitProducerId(
+                    InitProducerIdRequest::default()
+                        .with_transaction_timeout_ms(-1)
+                        .with_producer_id(ProducerId(7))
+                        .with_producer_epoch(2),
+                ),
+            ));
+        }
+        out
     }
 }

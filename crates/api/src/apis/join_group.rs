@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use kafka_protocol::messages::*;
 
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{group, Check, Gate};
 use crate::{Broker, Reply};
@@ -55,5 +57,38 @@ impl Api for JoinGroup {
         Reply::Later(Box::pin(async move {
             ResponseKind::JoinGroup(groups.join_group(request, v, &client_id, &host).await)
         }))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::s;
+        use bytes::Bytes;
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        let r = JoinGroupRequest::default()
+            // One group per version: a join at v0-3 completes a rebalance of its own.
+            .with_group_id(GroupId(s(&format!("join-{v}"))))
+            .with_session_timeout_ms(10_000)
+            .with_member_id(s(""))
+            .with_protocol_type(s("consumer"))
+            .with_protocols(vec![join_group_request::JoinGroupRequestProtocol::default(
+            )
+            .with_name(s("range"))
+            .with_metadata(Bytes::from_static(&[0, 1, 0, 0, 0, 0]))]);
+        let r = if v >= 1 {
+            r.with_rebalance_timeout_ms(10_000)
+        } else {
+            r
+        };
+        let bad = JoinGroupRequest::default()
+            .with_group_id(GroupId(s(&format!("join-bad-{v}"))))
+            .with_session_timeout_ms(1)
+            .with_member_id(s(""))
+            .with_protocol_type(s("consumer"));
+        vec![
+            ("join", R::JoinGroup(r)),
+            ("bad timeout", R::JoinGroup(bad)),
+        ]
     }
 }

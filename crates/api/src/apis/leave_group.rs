@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{group, Check, Gate};
 use crate::{Broker, Reply};
@@ -44,5 +46,22 @@ impl Api for LeaveGroup {
         now(ResponseKind::LeaveGroup(
             broker.groups.leave_group(request, v).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{s, GROUP};
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        let r = LeaveGroupRequest::default().with_group_id(GroupId(s(GROUP)));
+        let r = if v >= 3 {
+            r.with_members(vec![
+                leave_group_request::MemberIdentity::default().with_member_id(s("m-1"))
+            ])
+        } else {
+            r.with_member_id(s("m-1"))
+        };
+        vec![("unknown member", R::LeaveGroup(r))]
     }
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{Check, Gate};
 use crate::{Broker, Reply};
@@ -65,5 +67,28 @@ impl Api for ListGroups {
         now(ResponseKind::ListGroups(
             broker.groups.list_groups(request, v).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::s;
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        let r = ListGroupsRequest::default();
+        let r = if v >= 4 {
+            r.with_states_filter(vec![s("Empty")])
+        } else {
+            r
+        };
+        let r = if v >= 5 {
+            r.with_types_filter(vec![s("classic")])
+        } else {
+            r
+        };
+        vec![
+            ("all", R::ListGroups(ListGroupsRequest::default())),
+            ("filtered", R::ListGroups(r)),
+        ]
     }
 }

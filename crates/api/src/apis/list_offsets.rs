@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{sift, Check, Gate};
 use crate::{Broker, Reply};
@@ -85,5 +87,44 @@ impl Api for ListOffsets {
         now(ResponseKind::ListOffsets(
             broker.list_offsets(request, v, zone).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{topic, MISSING, TOPIC};
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        let parts = |epoch: i32| {
+            [-1i64, -2, -3, -4, -5, 0, 1_700_000_000_001, i64::MAX, -7]
+                .into_iter()
+                .map(|ts| {
+                    list_offsets_request::ListOffsetsPartition::default()
+                        .with_partition_index(0)
+                        .with_timestamp(ts)
+                        .with_current_leader_epoch(if v >= 4 { epoch } else { -1 })
+                })
+                .collect::<Vec<_>>()
+        };
+        let req = |topics| ListOffsetsRequest::default().with_topics(topics);
+        vec![
+            (
+                "every timestamp kind, existing and missing",
+                R::ListOffsets(req(vec![
+                    list_offsets_request::ListOffsetsTopic::default()
+                        .with_name(topic(TOPIC))
+                        .with_partitions(parts(-1)),
+                    list_offsets_request::ListOffsetsTopic::default()
+                        .with_name(topic(MISSING))
+                        .with_partitions(parts(-1)),
+                ])),
+            ),
+            (
+                "unknown leader epoch",
+                R::ListOffsets(req(vec![list_offsets_request::ListOffsetsTopic::default()
+                    .with_name(topic(TOPIC))
+                    .with_partitions(parts(1000))])),
+            ),
+        ]
     }
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{cluster, Check, Gate};
 use crate::{Broker, Reply};
@@ -48,5 +50,29 @@ impl Api for ListPartitionReassignments {
         now(ResponseKind::ListPartitionReassignments(
             broker.list_partition_reassignments(request),
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, _v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{topic, TOPIC};
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        vec![
+            (
+                "all",
+                R::ListPartitionReassignments(ListPartitionReassignmentsRequest::default()),
+            ),
+            (
+                "one topic",
+                R::ListPartitionReassignments(
+                    ListPartitionReassignmentsRequest::default().with_topics(Some(vec![
+                        list_partition_reassignments_request::ListPartitionReassignmentsTopics::default()
+                            .with_name(topic(TOPIC))
+                            .with_partition_indexes(vec![0]),
+                    ])),
+                ),
+            ),
+        ]
     }
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{Check, Gate};
 use crate::{Broker, Reply};
@@ -65,5 +67,21 @@ impl Api for ListTransactions {
         now(ResponseKind::ListTransactions(
             broker.list_transactions(request, v).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::s;
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        let r = ListTransactionsRequest::default()
+            .with_state_filters(vec![s("Ongoing"), s("NoSuchState")]);
+        let r = if v >= 1 {
+            r.with_duration_filter(-1)
+        } else {
+            r
+        };
+        vec![("filters", R::ListTransactions(r))]
     }
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{partly, split, Check, Gate};
 use crate::{Broker, Reply};
@@ -126,5 +128,72 @@ impl Api for Metadata {
         now(ResponseKind::Metadata(
             broker.metadata(request, v, zone, listener).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(e: &Samples<'_>, v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{topic, MISSING, TOPIC};
+        use kafka_protocol::messages::*;
+        use uuid::Uuid;
+        use RequestKind as R;
+        let auto = format!("auto-created-{v}");
+        let named = |names: &[&str]| {
+            Some(
+                names
+                    .iter()
+                    .map(|n| {
+                        metadata_request::MetadataRequestTopic::default().with_name(Some(topic(n)))
+                    })
+                    .collect(),
+            )
+        };
+        let base = || {
+            let r = MetadataRequest::default();
+            let r = if v >= 4 {
+                r.with_allow_auto_topic_creation(false)
+            } else {
+                r
+            };
+            if (8..=10).contains(&v) {
+                r.with_include_cluster_authorized_operations(true)
+                    .with_include_topic_authorized_operations(true)
+            } else if v >= 8 {
+                r.with_include_topic_authorized_operations(true)
+            } else {
+                r
+            }
+        };
+        let mut out = vec![
+            (
+                "all topics",
+                R::Metadata(base().with_topics(if v >= 1 { None } else { Some(vec![]) })),
+            ),
+            (
+                "existing, missing, invalid",
+                // v0-3 create what they name: not the topic that other APIs expect missing.
+                R::Metadata(base().with_topics(named(&[
+                    TOPIC,
+                    if v >= 4 { MISSING } else { &auto },
+                    "bad name!",
+                ]))),
+            ),
+        ];
+        if v >= 10 {
+            out.push((
+                "by id",
+                R::Metadata(
+                    base().with_topics(Some(
+                        [e.topic_id, Uuid::new_v4()]
+                            .into_iter()
+                            .map(|id| {
+                                metadata_request::MetadataRequestTopic::default().with_topic_id(id)
+                            })
+                            .collect(),
+                    )),
+                ),
+            ));
+        }
+        out
     }
 }

@@ -14,7 +14,8 @@
 //! advertised version). Versions newer than Apache Kafka 4.1 speaks are served only where a
 //! module says so.
 //!
-//! Adding an API: its module, declared below, and a line in the list.
+//! Adding an API: its module, declared below, and a line in the list. The module's `samples`
+//! (sample requests, compiled for tests only) put it in the every-version test.
 
 use std::sync::Arc;
 
@@ -72,6 +73,9 @@ mod sasl_handshake;
 mod sync_group;
 mod txn_offset_commit;
 
+#[cfg(feature = "testing")]
+pub mod samples;
+
 macro_rules! apis {
     ($($variant:ident => $module:ident,)*) => {
         /// The API keys Weir implements, with the versions it accepts. ApiVersions advertises
@@ -120,6 +124,20 @@ macro_rules! apis {
             match &response {
                 $(ResponseKind::$variant(_) => <$module::$variant as Api>::put_back(broker, response, denied, filter),)*
                 _ => response,
+            }
+        }
+
+        /// Representative requests of `key` at version `v` ([`Api::samples`]), or `None` for an
+        /// API Weir does not implement.
+        #[cfg(feature = "testing")]
+        pub async fn samples_of(
+            key: ApiKey,
+            e: &samples::Samples<'_>,
+            v: i16,
+        ) -> Option<Vec<(&'static str, RequestKind)>> {
+            match key {
+                $(ApiKey::$variant => Some(<$module::$variant as Api>::samples(e, v).await),)*
+                _ => None,
             }
         }
 
@@ -235,6 +253,12 @@ pub(crate) trait Api {
 
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply;
+
+    /// Representative requests at version `v` (topics that exist and that do not, real record
+    /// batches, fields the version lacks left at their defaults), labelled: the every-version
+    /// test (`tests/versions.rs`) sends each one and checks its answers encode at `v`.
+    #[cfg(feature = "testing")]
+    async fn samples(e: &samples::Samples<'_>, v: i16) -> Vec<(&'static str, RequestKind)>;
 }
 
 /// What a handler knows of a request besides its body.

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{refuse, sift, Check, Gate};
 use crate::{Broker, Reply};
@@ -98,5 +100,35 @@ impl Api for OffsetCommit {
         now(ResponseKind::OffsetCommit(
             broker.groups.offset_commit(request, v, &exists).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, _v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{s, topic, GROUP, MISSING, TOPIC};
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        let part = |p: i32| {
+            offset_commit_request::OffsetCommitRequestPartition::default()
+                .with_partition_index(p)
+                .with_committed_offset(1)
+                .with_committed_metadata(Some(s("m")))
+        };
+        vec![(
+            "simple commit, existing and missing",
+            R::OffsetCommit(
+                OffsetCommitRequest::default()
+                    .with_group_id(GroupId(s(GROUP)))
+                    .with_generation_id_or_member_epoch(-1)
+                    .with_topics(vec![
+                        offset_commit_request::OffsetCommitRequestTopic::default()
+                            .with_name(topic(TOPIC))
+                            .with_partitions(vec![part(0), part(1), part(9)]),
+                        offset_commit_request::OffsetCommitRequestTopic::default()
+                            .with_name(topic(MISSING))
+                            .with_partitions(vec![part(0)]),
+                    ]),
+            ),
+        )]
     }
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{refuse, sift, Check, Gate};
 use crate::{Broker, Reply};
@@ -94,5 +96,39 @@ impl Api for OffsetDelete {
         now(ResponseKind::OffsetDelete(
             broker.groups.offset_delete(request, v).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, _v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{s, topic, GROUP, MISSING, TOPIC};
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        let t = |name: &str| {
+            offset_delete_request::OffsetDeleteRequestTopic::default()
+                .with_name(topic(name))
+                .with_partitions(vec![
+                    offset_delete_request::OffsetDeleteRequestPartition::default()
+                        .with_partition_index(0),
+                ])
+        };
+        vec![
+            (
+                "existing group",
+                R::OffsetDelete(
+                    OffsetDeleteRequest::default()
+                        .with_group_id(GroupId(s(GROUP)))
+                        .with_topics(vec![t(TOPIC), t(MISSING)]),
+                ),
+            ),
+            (
+                "missing group",
+                R::OffsetDelete(
+                    OffsetDeleteRequest::default()
+                        .with_group_id(GroupId(s("nope")))
+                        .with_topics(vec![t(TOPIC)]),
+                ),
+            ),
+        ]
     }
 }

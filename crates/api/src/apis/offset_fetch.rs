@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{partly, refuse, split, Check, Gate};
 use crate::{Broker, Reply};
@@ -151,5 +153,64 @@ impl Api for OffsetFetch {
         now(ResponseKind::OffsetFetch(
             broker.offset_fetch(request, v).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{s, topic, GROUP, MISSING, TOPIC};
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        if v >= 8 {
+            let g = |id: &str, topics| {
+                offset_fetch_request::OffsetFetchRequestGroup::default()
+                    .with_group_id(GroupId(s(id)))
+                    .with_topics(topics)
+            };
+            vec![(
+                "groups",
+                R::OffsetFetch(OffsetFetchRequest::default().with_groups(vec![
+                    g(
+                        GROUP,
+                        Some(vec![
+                            offset_fetch_request::OffsetFetchRequestTopics::default()
+                                .with_name(topic(TOPIC))
+                                .with_partition_indexes(vec![0, 1, 9]),
+                            offset_fetch_request::OffsetFetchRequestTopics::default()
+                                .with_name(topic(MISSING))
+                                .with_partition_indexes(vec![0]),
+                        ]),
+                    ),
+                    g("nope", None),
+                ])),
+            )]
+        } else {
+            let mut out = vec![(
+                "topics",
+                R::OffsetFetch(
+                    OffsetFetchRequest::default()
+                        .with_group_id(GroupId(s(GROUP)))
+                        .with_topics(Some(vec![
+                            offset_fetch_request::OffsetFetchRequestTopic::default()
+                                .with_name(topic(TOPIC))
+                                .with_partition_indexes(vec![0, 1, 9]),
+                            offset_fetch_request::OffsetFetchRequestTopic::default()
+                                .with_name(topic(MISSING))
+                                .with_partition_indexes(vec![0]),
+                        ])),
+                ),
+            )];
+            if v >= 2 {
+                out.push((
+                    "all topics",
+                    R::OffsetFetch(
+                        OffsetFetchRequest::default()
+                            .with_group_id(GroupId(s(GROUP)))
+                            .with_topics(None),
+                    ),
+                ));
+            }
+            out
+        }
     }
 }

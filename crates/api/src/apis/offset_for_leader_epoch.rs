@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{sift, Check, Gate};
 use crate::{Broker, Reply};
@@ -85,5 +87,33 @@ impl Api for OffsetForLeaderEpoch {
         now(ResponseKind::OffsetForLeaderEpoch(
             broker.offset_for_leader_epoch(request, zone).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{topic, MISSING, TOPIC};
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        let p = |epoch: i32, current: i32| {
+            offset_for_leader_epoch_request::OffsetForLeaderPartition::default()
+                .with_partition(0)
+                .with_leader_epoch(epoch)
+                .with_current_leader_epoch(current)
+        };
+        let r = OffsetForLeaderEpochRequest::default().with_topics(vec![
+            offset_for_leader_epoch_request::OffsetForLeaderTopic::default()
+                .with_topic(topic(TOPIC))
+                .with_partitions(vec![p(0, -1), p(1000, -1), p(0, 1000)]),
+            offset_for_leader_epoch_request::OffsetForLeaderTopic::default()
+                .with_topic(topic(MISSING))
+                .with_partitions(vec![p(0, -1)]),
+        ]);
+        let r = if v >= 3 {
+            r.with_replica_id(BrokerId(-1))
+        } else {
+            r
+        };
+        vec![("epochs", R::OffsetForLeaderEpoch(r))]
     }
 }

@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use kafka_protocol::messages::*;
 
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{refuse, sift, Check, Gate};
 use crate::{Broker, Reply};
@@ -95,5 +97,69 @@ impl Api for Produce {
             v, zone, listener, ..
         } = *cx;
         broker.produce(request, v, zone, listener).await
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(e: &Samples<'_>, v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{batch, s, topic, MISSING, TOPIC};
+        use bytes::Bytes;
+        use kafka_protocol::messages::*;
+        use uuid::Uuid;
+        use RequestKind as R;
+        let t = |name: &str, id: Uuid, parts: Vec<i32>| {
+            let t = produce_request::TopicProduceData::default().with_partition_data(
+                parts
+                    .into_iter()
+                    .map(|i| {
+                        produce_request::PartitionProduceData::default()
+                            .with_index(i)
+                            .with_records(Some(batch(2)))
+                    })
+                    .collect(),
+            );
+            if v >= 13 {
+                t.with_topic_id(id)
+            } else {
+                t.with_name(topic(name))
+            }
+        };
+        let req = |topics| {
+            ProduceRequest::default()
+                .with_acks(-1)
+                .with_timeout_ms(5000)
+                .with_topic_data(topics)
+        };
+        vec![
+            (
+                "existing and missing partitions",
+                R::Produce(req(vec![
+                    t(TOPIC, e.topic_id, vec![0, 1, 7]),
+                    t(MISSING, Uuid::new_v4(), vec![0]),
+                ])),
+            ),
+            (
+                "transactional",
+                R::Produce(
+                    req(vec![t(TOPIC, e.topic_id, vec![0])])
+                        .with_transactional_id(Some(TransactionalId(s("tx")))),
+                ),
+            ),
+            (
+                "corrupt batch",
+                R::Produce(req(vec![{
+                    let t = produce_request::TopicProduceData::default().with_partition_data(vec![
+                        produce_request::PartitionProduceData::default()
+                            .with_index(0)
+                            .with_records(Some(Bytes::from_static(&[0u8; 70]))),
+                    ]);
+                    if v >= 13 {
+                        t.with_topic_id(e.topic_id)
+                    } else {
+                        t.with_name(topic(TOPIC))
+                    }
+                }])),
+            ),
+        ]
     }
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{serve, Check, Gate};
 use crate::{Broker, Reply};
@@ -43,5 +45,20 @@ impl Api for SaslAuthenticate {
                 ResponseKind::SaslAuthenticate(done.response)
             })),
         }
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, _v: i16) -> Vec<(&'static str, RequestKind)> {
+        use bytes::Bytes;
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        vec![(
+            "without a handshake",
+            R::SaslAuthenticate(
+                SaslAuthenticateRequest::default()
+                    .with_auth_bytes(Bytes::from_static(b"n,,n=u,r=x")),
+            ),
+        )]
     }
 }

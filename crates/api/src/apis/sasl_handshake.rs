@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{serve, Check, Gate};
 use crate::{Broker, Reply};
@@ -38,5 +40,25 @@ impl Api for SaslHandshake {
         now(ResponseKind::SaslHandshake(
             broker.sasl_handshake(request, conn),
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, _v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::s;
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        vec![
+            (
+                "a mechanism the listener does not offer",
+                R::SaslHandshake(
+                    SaslHandshakeRequest::default().with_mechanism(s("SCRAM-SHA-256")),
+                ),
+            ),
+            (
+                "an unknown mechanism",
+                R::SaslHandshake(SaslHandshakeRequest::default().with_mechanism(s("GSSAPI"))),
+            ),
+        ]
     }
 }

@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use kafka_protocol::messages::*;
 
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{group, Check, Gate};
 use crate::{Broker, Reply};
@@ -44,5 +46,24 @@ impl Api for SyncGroup {
         Reply::Later(Box::pin(async move {
             ResponseKind::SyncGroup(groups.sync_group(request, v).await)
         }))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{s, GROUP};
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        let r = SyncGroupRequest::default()
+            .with_group_id(GroupId(s(GROUP)))
+            .with_generation_id(1)
+            .with_member_id(s("m-1"));
+        let r = if v >= 5 {
+            r.with_protocol_type(Some(s("consumer")))
+                .with_protocol_name(Some(s("range")))
+        } else {
+            r
+        };
+        vec![("unknown member", R::SyncGroup(r))]
     }
 }

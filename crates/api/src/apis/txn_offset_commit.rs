@@ -6,6 +6,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
+#[cfg(feature = "testing")]
+use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{refuse, sift, Check, Gate};
 use crate::{Broker, Reply};
@@ -99,5 +101,32 @@ impl Api for TxnOffsetCommit {
         now(ResponseKind::TxnOffsetCommit(
             broker.txn_offset_commit(request, v).await,
         ))
+    }
+
+    /// Representative requests at version `v`, for the every-version test.
+    #[cfg(feature = "testing")]
+    async fn samples(_e: &Samples<'_>, _v: i16) -> Vec<(&'static str, RequestKind)> {
+        use crate::apis::samples::{s, topic, GROUP, TOPIC};
+        use kafka_protocol::messages::*;
+        use RequestKind as R;
+        vec![(
+            "no such transaction",
+            R::TxnOffsetCommit(
+                TxnOffsetCommitRequest::default()
+                    .with_transactional_id(TransactionalId(s("tx")))
+                    .with_group_id(GroupId(s(GROUP)))
+                    .with_producer_id(ProducerId(7))
+                    .with_generation_id(-1)
+                    .with_topics(vec![
+                        txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+                            .with_name(topic(TOPIC))
+                            .with_partitions(vec![
+                                txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
+                                    .with_partition_index(0)
+                                    .with_committed_offset(1),
+                            ]),
+                    ]),
+            ),
+        )]
     }
 }

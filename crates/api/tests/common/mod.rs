@@ -4,64 +4,12 @@
 
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
 use uuid::Uuid;
 use weir_api::Broker;
 
-pub const TOPIC: &str = "t";
-pub const MISSING: &str = "no-such-topic";
-pub const GROUP: &str = "g1";
-
-pub fn s(v: &str) -> StrBytes {
-    StrBytes::from_string(v.to_string())
-}
-
-pub fn topic(v: &str) -> TopicName {
-    TopicName(s(v))
-}
-
-/// One real record batch (magic 2) of `n` records of 100 bytes.
-pub fn batch(n: usize) -> Bytes {
-    batch_of(n, 100)
-}
-
-/// One real record batch (magic 2) of `n` records of `size` bytes.
-pub fn batch_of(n: usize, size: usize) -> Bytes {
-    let records: Vec<Record> = (0..n)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // offset - sequence is what keeps records in one batch; the base sequence is -1.
-            sequence: i as i32 - 1,
-            timestamp: 1_700_000_000_000 + i as i64,
-            key: Some(Bytes::from(format!("k{i}"))),
-            value: Some(Bytes::from(vec![b'v'; size])),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .expect("encode a batch");
-    buf.freeze()
-}
+#[allow(unused_imports)]
+pub use weir_api::samples::{batch, batch_of, s, topic, GROUP, MISSING, TOPIC};
 
 pub struct Env {
     pub broker: Arc<Broker>,
