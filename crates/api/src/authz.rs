@@ -175,6 +175,24 @@ pub(crate) enum Gate {
     Refuse(ResponseKind),
 }
 
+impl Gate {
+    /// For a response that tells the principal what it may do (Metadata's and the describes'
+    /// authorized operations, lists filtered by what it may describe): `put_back` gets the
+    /// principal's checks whatever was denied.
+    pub(crate) fn telling(self, check: &Check) -> Gate {
+        match self {
+            Gate::Serve {
+                request, denied, ..
+            } => Gate::Serve {
+                request,
+                denied,
+                filter: Some(check.clone()),
+            },
+            refused => refused,
+        }
+    }
+}
+
 /// Serves the items of a request's list that `keep` allows; the others come back in the
 /// response with `e`, built as the API answers when it fails.
 macro_rules! sift {
@@ -200,6 +218,29 @@ macro_rules! sift {
     }};
 }
 pub(crate) use sift;
+
+/// An API's `put_back` (in its `impl Api`) for the common case: the error response of the parts
+/// `authorize` took out joins the response's list `field`; nothing is filtered.
+macro_rules! joins_denied {
+    ($kind:ident . $field:ident) => {
+        fn put_back(
+            _broker: &$crate::Broker,
+            response: kafka_protocol::messages::ResponseKind,
+            denied: Option<kafka_protocol::messages::ResponseKind>,
+            _filter: Option<&$crate::authz::Check>,
+        ) -> kafka_protocol::messages::ResponseKind {
+            use kafka_protocol::messages::ResponseKind as K;
+            match (response, denied) {
+                (K::$kind(mut r), Some(K::$kind(d))) => {
+                    r.$field.extend(d.$field);
+                    K::$kind(r)
+                }
+                (response, _) => response,
+            }
+        }
+    };
+}
+pub(crate) use joins_denied;
 
 /// The config APIs: topic resources need `op` on the topic (else TOPIC_AUTHORIZATION_FAILED),
 /// broker resources on the cluster (else CLUSTER_AUTHORIZATION_FAILED).
@@ -347,13 +388,6 @@ impl crate::Broker {
     }
 
     pub(crate) fn gate(&self, check: &Check, request: RequestKind, v: i16) -> Gate {
-        // Responses that tell the principal what it may do are filled in on the way out.
-        let tells = matches!(
-            request,
-            RequestKind::Metadata(_)
-                | RequestKind::DescribeGroups(_)
-                | RequestKind::ConsumerGroupDescribe(_)
-        );
         let gate = crate::apis::authorize(self, check, request, v);
         match gate {
             Gate::Refuse(_) => {
@@ -374,7 +408,7 @@ impl crate::Broker {
                 Gate::Serve {
                     request,
                     denied,
-                    filter: if tells { Some(check.clone()) } else { filter },
+                    filter,
                 }
             }
         }

@@ -44,7 +44,8 @@ impl Api for ConsumerGroupDescribe {
         )
     }
 
-    /// What the request must be authorized for, and the parts of it refused.
+    /// What the request must be authorized for, and the parts of it refused. The response
+    /// tells the principal what it may do: `put_back` always gets its checks.
     fn authorize(_broker: &Broker, check: &Check, mut r: Self::Request, v: i16) -> Gate {
         let (ok, no) = split(std::mem::take(&mut r.group_ids), |g| {
             check.group(Operation::Describe, g)
@@ -60,6 +61,7 @@ impl Api for ConsumerGroupDescribe {
             E::GroupAuthorizationFailed,
             v,
         )
+        .telling(check)
     }
 
     /// Puts back what `authorize` took out (`denied`: the error response of those parts), and

@@ -55,22 +55,8 @@ impl Api for CreatePartitions {
         )
     }
 
-    /// Puts back what `authorize` took out (`denied`: the error response of those parts), and
-    /// leaves out what the principal may not see (`filter`).
-    fn put_back(
-        _broker: &Broker,
-        response: ResponseKind,
-        denied: Option<ResponseKind>,
-        _filter: Option<&Check>,
-    ) -> ResponseKind {
-        let ResponseKind::CreatePartitions(mut r) = response else {
-            return response;
-        };
-        if let Some(ResponseKind::CreatePartitions(d)) = denied {
-            r.results.extend(d.results);
-        }
-        ResponseKind::CreatePartitions(r)
-    }
+    // What `authorize` took out comes back in the response's `results`.
+    crate::authz::joins_denied!(CreatePartitions.results);
 
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, _cx: &Cx<'_>, request: Self::Request) -> Reply {

@@ -65,22 +65,8 @@ impl Api for DeleteRecords {
         )
     }
 
-    /// Puts back what `authorize` took out (`denied`: the error response of those parts), and
-    /// leaves out what the principal may not see (`filter`).
-    fn put_back(
-        _broker: &Broker,
-        response: ResponseKind,
-        denied: Option<ResponseKind>,
-        _filter: Option<&Check>,
-    ) -> ResponseKind {
-        let ResponseKind::DeleteRecords(mut r) = response else {
-            return response;
-        };
-        if let Some(ResponseKind::DeleteRecords(d)) = denied {
-            r.topics.extend(d.topics);
-        }
-        ResponseKind::DeleteRecords(r)
-    }
+    // What `authorize` took out comes back in the response's `topics`.
+    crate::authz::joins_denied!(DeleteRecords.topics);
 
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, _cx: &Cx<'_>, request: Self::Request) -> Reply {

@@ -78,22 +78,8 @@ impl Api for DeleteTopics {
         )
     }
 
-    /// Puts back what `authorize` took out (`denied`: the error response of those parts), and
-    /// leaves out what the principal may not see (`filter`).
-    fn put_back(
-        _broker: &Broker,
-        response: ResponseKind,
-        denied: Option<ResponseKind>,
-        _filter: Option<&Check>,
-    ) -> ResponseKind {
-        let ResponseKind::DeleteTopics(mut r) = response else {
-            return response;
-        };
-        if let Some(ResponseKind::DeleteTopics(d)) = denied {
-            r.responses.extend(d.responses);
-        }
-        ResponseKind::DeleteTopics(r)
-    }
+    // What `authorize` took out comes back in the response's `responses`.
+    crate::authz::joins_denied!(DeleteTopics.responses);
 
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {

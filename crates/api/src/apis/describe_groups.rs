@@ -43,7 +43,8 @@ impl Api for DescribeGroups {
         )
     }
 
-    /// What the request must be authorized for, and the parts of it refused.
+    /// What the request must be authorized for, and the parts of it refused. The response
+    /// tells the principal what it may do: `put_back` always gets its checks.
     fn authorize(_broker: &Broker, check: &Check, mut r: Self::Request, v: i16) -> Gate {
         sift!(
             v,
@@ -53,6 +54,7 @@ impl Api for DescribeGroups {
             |g| check.group(Operation::Describe, g),
             E::GroupAuthorizationFailed
         )
+        .telling(check)
     }
 
     /// Puts back what `authorize` took out (`denied`: the error response of those parts), and

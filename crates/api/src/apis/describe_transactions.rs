@@ -61,22 +61,8 @@ impl Api for DescribeTransactions {
         )
     }
 
-    /// Puts back what `authorize` took out (`denied`: the error response of those parts), and
-    /// leaves out what the principal may not see (`filter`).
-    fn put_back(
-        _broker: &Broker,
-        response: ResponseKind,
-        denied: Option<ResponseKind>,
-        _filter: Option<&Check>,
-    ) -> ResponseKind {
-        let ResponseKind::DescribeTransactions(mut r) = response else {
-            return response;
-        };
-        if let Some(ResponseKind::DescribeTransactions(d)) = denied {
-            r.transaction_states.extend(d.transaction_states);
-        }
-        ResponseKind::DescribeTransactions(r)
-    }
+    // What `authorize` took out comes back in the response's `transaction_states`.
+    crate::authz::joins_denied!(DescribeTransactions.transaction_states);
 
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, _cx: &Cx<'_>, request: Self::Request) -> Reply {

@@ -83,22 +83,8 @@ impl Api for FindCoordinator {
         )
     }
 
-    /// Puts back what `authorize` took out (`denied`: the error response of those parts), and
-    /// leaves out what the principal may not see (`filter`).
-    fn put_back(
-        _broker: &Broker,
-        response: ResponseKind,
-        denied: Option<ResponseKind>,
-        _filter: Option<&Check>,
-    ) -> ResponseKind {
-        let ResponseKind::FindCoordinator(mut r) = response else {
-            return response;
-        };
-        if let Some(ResponseKind::FindCoordinator(d)) = denied {
-            r.coordinators.extend(d.coordinators);
-        }
-        ResponseKind::FindCoordinator(r)
-    }
+    // What `authorize` took out comes back in the response's `coordinators`.
+    crate::authz::joins_denied!(FindCoordinator.coordinators);
 
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {

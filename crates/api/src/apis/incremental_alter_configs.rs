@@ -54,22 +54,8 @@ impl Api for IncrementalAlterConfigs {
         )
     }
 
-    /// Puts back what `authorize` took out (`denied`: the error response of those parts), and
-    /// leaves out what the principal may not see (`filter`).
-    fn put_back(
-        _broker: &Broker,
-        response: ResponseKind,
-        denied: Option<ResponseKind>,
-        _filter: Option<&Check>,
-    ) -> ResponseKind {
-        let ResponseKind::IncrementalAlterConfigs(mut r) = response else {
-            return response;
-        };
-        if let Some(ResponseKind::IncrementalAlterConfigs(d)) = denied {
-            r.responses.extend(d.responses);
-        }
-        ResponseKind::IncrementalAlterConfigs(r)
-    }
+    // What `authorize` took out comes back in the response's `responses`.
+    crate::authz::joins_denied!(IncrementalAlterConfigs.responses);
 
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, _cx: &Cx<'_>, request: Self::Request) -> Reply {

@@ -45,42 +45,10 @@ impl Api for Metadata {
         )
     }
 
-    /// What the request must be authorized for, and the parts of it refused.
-    fn authorize(broker: &Broker, check: &Check, mut r: Self::Request, v: i16) -> Gate {
-        let Some(topics) = r.topics.take() else {
-            // Every topic: those the principal may not describe are left out.
-            return Gate::Serve {
-                request: RequestKind::Metadata(r),
-                denied: None,
-                filter: Some(check.clone()),
-            };
-        };
-        let (ok, no) = split(topics, |t| {
-            let name = t.name.as_ref().map_or("", |n| n.as_str());
-            check.topic(Operation::Describe, &broker.topic_name(name, &t.topic_id))
-        });
-        // Auto-creation needs CREATE on the cluster or on the topic; a missing topic the
-        // principal may not create is answered TOPIC_AUTHORIZATION_FAILED, as Kafka does.
-        let (ok, no) = if r.allow_auto_topic_creation && !check.cluster(Operation::Create) {
-            let (ok, mut more) = split(ok, |t| {
-                t.name.as_ref().is_none_or(|n| {
-                    broker.topics.get(n).is_some() || check.topic(Operation::Create, n)
-                })
-            });
-            more.extend(no);
-            (ok, more)
-        } else {
-            (ok, no)
-        };
-        let any = !no.is_empty();
-        r.topics = Some(ok);
-        partly(
-            RequestKind::Metadata(r),
-            RequestKind::Metadata(MetadataRequest::default().with_topics(Some(no))),
-            any,
-            E::TopicAuthorizationFailed,
-            v,
-        )
+    /// What the request must be authorized for, and the parts of it refused. The response
+    /// tells the principal what it may do: `put_back` always gets its checks.
+    fn authorize(broker: &Broker, check: &Check, r: Self::Request, v: i16) -> Gate {
+        authorize_topics(broker, check, r, v).telling(check)
     }
 
     /// Puts back what `authorize` took out (`denied`: the error response of those parts), and
@@ -196,4 +164,43 @@ impl Api for Metadata {
         }
         out
     }
+}
+
+/// Metadata of the topics the principal may describe; the others are answered
+/// TOPIC_AUTHORIZATION_FAILED.
+fn authorize_topics(broker: &Broker, check: &Check, mut r: MetadataRequest, v: i16) -> Gate {
+    let Some(topics) = r.topics.take() else {
+        // Every topic: those the principal may not describe are left out.
+        return Gate::Serve {
+            request: RequestKind::Metadata(r),
+            denied: None,
+            filter: Some(check.clone()),
+        };
+    };
+    let (ok, no) = split(topics, |t| {
+        let name = t.name.as_ref().map_or("", |n| n.as_str());
+        check.topic(Operation::Describe, &broker.topic_name(name, &t.topic_id))
+    });
+    // Auto-creation needs CREATE on the cluster or on the topic; a missing topic the
+    // principal may not create is answered TOPIC_AUTHORIZATION_FAILED, as Kafka does.
+    let (ok, no) = if r.allow_auto_topic_creation && !check.cluster(Operation::Create) {
+        let (ok, mut more) = split(ok, |t| {
+            t.name
+                .as_ref()
+                .is_none_or(|n| broker.topics.get(n).is_some() || check.topic(Operation::Create, n))
+        });
+        more.extend(no);
+        (ok, more)
+    } else {
+        (ok, no)
+    };
+    let any = !no.is_empty();
+    r.topics = Some(ok);
+    partly(
+        RequestKind::Metadata(r),
+        RequestKind::Metadata(MetadataRequest::default().with_topics(Some(no))),
+        any,
+        E::TopicAuthorizationFailed,
+        v,
+    )
 }

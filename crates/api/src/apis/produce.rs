@@ -74,22 +74,8 @@ impl Api for Produce {
         )
     }
 
-    /// Puts back what `authorize` took out (`denied`: the error response of those parts), and
-    /// leaves out what the principal may not see (`filter`).
-    fn put_back(
-        _broker: &Broker,
-        response: ResponseKind,
-        denied: Option<ResponseKind>,
-        _filter: Option<&Check>,
-    ) -> ResponseKind {
-        let ResponseKind::Produce(mut r) = response else {
-            return response;
-        };
-        if let Some(ResponseKind::Produce(d)) = denied {
-            r.responses.extend(d.responses);
-        }
-        ResponseKind::Produce(r)
-    }
+    // What `authorize` took out comes back in the response's `responses`.
+    crate::authz::joins_denied!(Produce.responses);
 
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
