@@ -35,7 +35,6 @@ mod fetch;
 mod fetch_session;
 mod frame;
 mod internal;
-mod offsets;
 mod opening;
 mod produce;
 pub mod quotas;

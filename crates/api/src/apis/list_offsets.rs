@@ -3,6 +3,9 @@
 
 use std::sync::Arc;
 
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
@@ -10,7 +13,7 @@ use crate::apis::now;
 use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{sift, Check, Gate};
-use crate::{Broker, Reply};
+use crate::{epoch_mismatch, Broker, Reply};
 use kafka_protocol::ResponseError as E;
 use weir_auth::acl::Operation;
 
@@ -27,7 +30,6 @@ impl Api for ListOffsets {
 
     /// The response to `request` that carries `code` wherever it has an error code.
     fn error_response(request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
-        use list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
         ResponseKind::ListOffsets(
             ListOffsetsResponse::default().with_topics(
                 request
@@ -71,7 +73,7 @@ impl Api for ListOffsets {
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx { v, zone, .. } = *cx;
         now(ResponseKind::ListOffsets(
-            broker.list_offsets(request, v, zone).await,
+            list_offsets(broker, request, v, zone).await,
         ))
     }
 
@@ -113,4 +115,116 @@ impl Api for ListOffsets {
             ),
         ]
     }
+}
+
+/// The special timestamps of ListOffsets.
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
+const EARLIEST_LOCAL: i64 = -4;
+const LATEST_TIERED: i64 = -5;
+
+async fn list_offsets(
+    broker: &Broker,
+    r: ListOffsetsRequest,
+    version: i16,
+    zone: Option<&str>,
+) -> ListOffsetsResponse {
+    // The leader epoch of an answer exists from v4 on; older clients must not be sent one.
+    let epoch_of = |epoch: i32| if version >= 4 { epoch } else { -1 };
+    // read_committed (v2+): the latest offset is the last stable offset, and lookups by
+    // time find nothing at or beyond it, as in Kafka.
+    let committed = version >= 2 && r.isolation_level == 1;
+    let mut topics = Vec::with_capacity(r.topics.len());
+    for t in r.topics {
+        let mut parts = Vec::with_capacity(t.partitions.len());
+        for p in t.partitions {
+            let resp = ListOffsetsPartitionResponse::default()
+                .with_partition_index(p.partition_index)
+                .with_timestamp(-1)
+                .with_offset(-1)
+                .with_leader_epoch(-1);
+            let Some(partition) = broker
+                .topics
+                .partition(t.name.0.as_str(), p.partition_index)
+            else {
+                let (topic, index) = (t.name.0.as_str(), p.partition_index);
+                if let Some((remote, offsets)) = broker.remote_offsets(zone, topic, index).await {
+                    let o = match offsets {
+                        Ok(o) => o,
+                        Err(e) => {
+                            parts.push(resp.with_error_code(e.code()));
+                            continue;
+                        }
+                    };
+                    if let Some(e) = epoch_mismatch(p.current_leader_epoch, o.epoch) {
+                        parts.push(resp.with_error_code(e.code()));
+                        continue;
+                    }
+                    let found = match p.timestamp {
+                        LATEST if committed => Ok((o.last_stable, -1, o.epoch)),
+                        LATEST | LATEST_TIERED => Ok((o.high_watermark, -1, o.epoch)),
+                        EARLIEST | EARLIEST_LOCAL => Ok((o.start, -1, o.epoch)),
+                        ts if ts >= 0 || ts == MAX_TIMESTAMP => {
+                            broker
+                                .remote_offset_for_time(&remote, topic, index, ts)
+                                .await
+                        }
+                        _ => Err(E::InvalidRequest),
+                    };
+                    parts.push(match found {
+                        Ok((-1, _, _)) => resp,
+                        Ok((offset, ts, epoch)) => resp
+                            .with_offset(offset)
+                            .with_timestamp(ts)
+                            .with_leader_epoch(epoch_of(epoch)),
+                        Err(e) => resp.with_error_code(e.code()),
+                    });
+                    continue;
+                }
+                let e = broker
+                    .topics
+                    .missing_error(t.name.0.as_str(), p.partition_index);
+                parts.push(resp.with_error_code(e.code()));
+                continue;
+            };
+            if let Some(e) = epoch_mismatch(p.current_leader_epoch, partition.leader_epoch) {
+                parts.push(resp.with_error_code(e.code()));
+                continue;
+            }
+            let (start, hw) = partition.offsets();
+            let end = if committed {
+                partition.last_stable_offset()
+            } else {
+                hw
+            };
+            let found = match p.timestamp {
+                LATEST => Ok(Some((end, -1))),
+                EARLIEST | EARLIEST_LOCAL => Ok(Some((start, -1))),
+                LATEST_TIERED => Ok(Some((hw, -1))),
+                MAX_TIMESTAMP => partition.max_timestamp().await,
+                ts if ts >= 0 => partition.offset_for_timestamp(ts).await,
+                _ => Err(E::InvalidRequest),
+            }
+            .map(|f| {
+                f.filter(|&(offset, _)| {
+                    (p.timestamp < 0 && p.timestamp != MAX_TIMESTAMP) || offset < end
+                })
+            });
+            parts.push(match found {
+                Ok(Some((offset, ts))) => resp
+                    .with_offset(offset)
+                    .with_timestamp(ts)
+                    .with_leader_epoch(epoch_of(partition.leader_epoch)),
+                Ok(None) => resp,
+                Err(e) => resp.with_error_code(e.code()),
+            });
+        }
+        topics.push(
+            ListOffsetsTopicResponse::default()
+                .with_name(t.name)
+                .with_partitions(parts),
+        );
+    }
+    ListOffsetsResponse::default().with_topics(topics)
 }

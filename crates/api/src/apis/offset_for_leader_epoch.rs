@@ -3,6 +3,9 @@
 
 use std::sync::Arc;
 
+use kafka_protocol::messages::offset_for_leader_epoch_response::{
+    EpochEndOffset, OffsetForLeaderTopicResult,
+};
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
@@ -10,7 +13,7 @@ use crate::apis::now;
 use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{sift, Check, Gate};
-use crate::{Broker, Reply};
+use crate::{epoch_mismatch, Broker, Reply};
 use kafka_protocol::ResponseError as E;
 use weir_auth::acl::Operation;
 
@@ -27,7 +30,6 @@ impl Api for OffsetForLeaderEpoch {
 
     /// The response to `request` that carries `code` wherever it has an error code.
     fn error_response(request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
-        use offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
         ResponseKind::OffsetForLeaderEpoch(
             OffsetForLeaderEpochResponse::default().with_topics(
                 request
@@ -71,7 +73,7 @@ impl Api for OffsetForLeaderEpoch {
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx { zone, .. } = *cx;
         now(ResponseKind::OffsetForLeaderEpoch(
-            broker.offset_for_leader_epoch(request, zone).await,
+            offset_for_leader_epoch(broker, request, zone).await,
         ))
     }
 
@@ -102,4 +104,51 @@ impl Api for OffsetForLeaderEpoch {
         };
         vec![("epochs", R::OffsetForLeaderEpoch(r))]
     }
+}
+
+/// Weir never truncates acknowledged data, so every epoch a client knows ends at the high
+/// watermark: answering so tells a client that validates its position after a leader change
+/// that nothing it read was lost.
+async fn offset_for_leader_epoch(
+    broker: &Broker,
+    r: OffsetForLeaderEpochRequest,
+    zone: Option<&str>,
+) -> OffsetForLeaderEpochResponse {
+    let mut topics = Vec::with_capacity(r.topics.len());
+    for t in r.topics {
+        let mut parts = Vec::with_capacity(t.partitions.len());
+        for p in &t.partitions {
+            let (topic, index) = (t.topic.0.as_str(), p.partition);
+            // (leader epoch, high watermark): of the partition led here, or, for one
+            // served here for a leader in another zone, that leader's from the feed.
+            let current = match broker.topics.partition(topic, index) {
+                Some(part) => Ok((part.leader_epoch, part.offsets().1)),
+                None => match broker.remote_offsets(zone, topic, index).await {
+                    Some((_, o)) => o.map(|o| (o.epoch, o.high_watermark)),
+                    None => Err(broker.topics.missing_error(topic, index)),
+                },
+            };
+            let e = EpochEndOffset::default().with_partition(index);
+            let fail = |err: E| {
+                e.clone()
+                    .with_error_code(err.code())
+                    .with_leader_epoch(-1)
+                    .with_end_offset(-1)
+            };
+            parts.push(match current {
+                Err(err) => fail(err),
+                Ok((epoch, hw)) => match epoch_mismatch(p.current_leader_epoch, epoch) {
+                    Some(err) => fail(err),
+                    None if p.leader_epoch > epoch => e.with_leader_epoch(-1).with_end_offset(-1),
+                    None => e.with_leader_epoch(p.leader_epoch).with_end_offset(hw),
+                },
+            });
+        }
+        topics.push(
+            OffsetForLeaderTopicResult::default()
+                .with_topic(t.topic)
+                .with_partitions(parts),
+        );
+    }
+    OffsetForLeaderEpochResponse::default().with_topics(topics)
 }
