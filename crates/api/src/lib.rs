@@ -38,7 +38,6 @@ mod internal;
 mod opening;
 mod produce;
 pub mod quotas;
-mod reassign;
 mod sasl;
 mod scram_users;
 mod surface;

@@ -1,16 +1,26 @@
 //! AlterPartitionReassignments: the versions Weir serves, its error response, what it must be authorized for, and its
 //! handler.
+//!
+//! A Weir partition has one replica, its leader (durability comes from the WAL and object
+//! storage, not from copies), so a reassignment names exactly one broker: the new leader. The
+//! move itself copies nothing (see `weir_cluster`): the old leader uploads what its WAL holds of
+//! the partition and hands it over; the new one opens it at leader epoch + 1.
 
 use std::sync::Arc;
 
+use kafka_protocol::messages::alter_partition_reassignments_response::{
+    ReassignablePartitionResponse, ReassignableTopicResponse,
+};
 use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
+use weir_cluster::ClusterError;
 
 use crate::apis::now;
 #[cfg(feature = "testing")]
 use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{cluster, Check, Gate};
-use crate::{Broker, Reply};
+use crate::{str, Broker, Reply};
 use weir_auth::acl::Operation;
 
 /// AlterPartitionReassignments.
@@ -48,7 +58,7 @@ impl Api for AlterPartitionReassignments {
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, _cx: &Cx<'_>, request: Self::Request) -> Reply {
         now(ResponseKind::AlterPartitionReassignments(
-            broker.alter_partition_reassignments(request).await,
+            alter_partition_reassignments(broker, request).await,
         ))
     }
 
@@ -91,4 +101,85 @@ impl Api for AlterPartitionReassignments {
             ),
         ]
     }
+}
+
+async fn alter_partition_reassignments(
+    broker: &Broker,
+    r: AlterPartitionReassignmentsRequest,
+) -> AlterPartitionReassignmentsResponse {
+    let mut responses = Vec::with_capacity(r.topics.len());
+    for t in r.topics {
+        let mut parts = Vec::with_capacity(t.partitions.len());
+        for p in t.partitions {
+            let result =
+                reassign_one(broker, t.name.0.as_str(), p.partition_index, p.replicas).await;
+            let res =
+                ReassignablePartitionResponse::default().with_partition_index(p.partition_index);
+            parts.push(match result {
+                Ok(()) => res,
+                Err((e, msg)) => res
+                    .with_error_code(e.code())
+                    .with_error_message(Some(str(&msg))),
+            });
+        }
+        responses.push(
+            ReassignableTopicResponse::default()
+                .with_name(t.name)
+                .with_partitions(parts),
+        );
+    }
+    AlterPartitionReassignmentsResponse::default().with_responses(responses)
+}
+
+async fn reassign_one(
+    broker: &Broker,
+    topic: &str,
+    partition: i32,
+    replicas: Option<Vec<BrokerId>>,
+) -> Result<(), (ResponseError, String)> {
+    let view = broker.cluster.view();
+    let assignment = u32::try_from(partition)
+        .ok()
+        .and_then(|p| view.assignment(topic, p))
+        .ok_or_else(|| {
+            (
+                ResponseError::UnknownTopicOrPartition,
+                format!("Topic {topic} partition {partition} does not exist."),
+            )
+        })?;
+    let target = match replicas {
+        None => {
+            if assignment.target.is_none() {
+                return Err((
+                    ResponseError::NoReassignmentInProgress,
+                    format!("No reassignment of {topic}-{partition} is in progress."),
+                ));
+            }
+            None
+        }
+        Some(r) if r.len() == 1 => Some(r[0].0),
+        Some(r) => {
+            return Err((
+                ResponseError::InvalidReplicationFactor,
+                format!(
+                    "Weir partitions have one replica (their leader); the reassignment names {}.",
+                    r.len()
+                ),
+            ))
+        }
+    };
+    broker
+        .cluster
+        .reassign(topic, partition, target)
+        .await
+        .map_err(|e| match e {
+            ClusterError::UnknownPartition(..) => {
+                (ResponseError::UnknownTopicOrPartition, e.to_string())
+            }
+            ClusterError::UnknownBroker(_) => {
+                (ResponseError::InvalidReplicaAssignment, e.to_string())
+            }
+            ClusterError::NotPlaced(..) => (ResponseError::LeaderNotAvailable, e.to_string()),
+            ClusterError::Meta(_) => (ResponseError::UnknownServerError, e.to_string()),
+        })
 }

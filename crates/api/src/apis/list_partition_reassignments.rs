@@ -3,6 +3,9 @@
 
 use std::sync::Arc;
 
+use kafka_protocol::messages::list_partition_reassignments_response::{
+    OngoingPartitionReassignment, OngoingTopicReassignment,
+};
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
@@ -10,7 +13,7 @@ use crate::apis::now;
 use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{cluster, Check, Gate};
-use crate::{Broker, Reply};
+use crate::{str, Broker, Reply};
 use weir_auth::acl::Operation;
 
 /// ListPartitionReassignments.
@@ -48,7 +51,7 @@ impl Api for ListPartitionReassignments {
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, _cx: &Cx<'_>, request: Self::Request) -> Reply {
         now(ResponseKind::ListPartitionReassignments(
-            broker.list_partition_reassignments(request),
+            list_partition_reassignments(broker, request),
         ))
     }
 
@@ -75,4 +78,40 @@ impl Api for ListPartitionReassignments {
             ),
         ]
     }
+}
+
+fn list_partition_reassignments(
+    broker: &Broker,
+    r: ListPartitionReassignmentsRequest,
+) -> ListPartitionReassignmentsResponse {
+    let view = broker.cluster.view();
+    let wanted = |topic: &str, p: u32| match &r.topics {
+        None => true,
+        Some(ts) => ts
+            .iter()
+            .any(|t| t.name.0.as_str() == topic && t.partition_indexes.contains(&(p as i32))),
+    };
+    let mut topics: Vec<OngoingTopicReassignment> = Vec::new();
+    for a in &view.assignments {
+        let (Some(leader), Some(target)) = (a.leader, a.target) else {
+            continue;
+        };
+        if !wanted(&a.topic, a.partition) {
+            continue;
+        }
+        let part = OngoingPartitionReassignment::default()
+            .with_partition_index(a.partition as i32)
+            .with_replicas(vec![BrokerId(leader), BrokerId(target)])
+            .with_adding_replicas(vec![BrokerId(target)])
+            .with_removing_replicas(vec![BrokerId(leader)]);
+        match topics.last_mut() {
+            Some(t) if t.name.0.as_str() == a.topic => t.partitions.push(part),
+            _ => topics.push(
+                OngoingTopicReassignment::default()
+                    .with_name(TopicName(str(&a.topic)))
+                    .with_partitions(vec![part]),
+            ),
+        }
+    }
+    ListPartitionReassignmentsResponse::default().with_topics(topics)
 }
