@@ -39,7 +39,6 @@ mod opening;
 mod produce;
 pub mod quotas;
 mod sasl;
-mod scram_users;
 mod surface;
 mod txn;
 mod zones;
