@@ -3,14 +3,19 @@
 
 use std::sync::Arc;
 
+use kafka_protocol::messages::create_acls_response::AclCreationResult;
 use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
+use weir_auth::acl::Acl;
+use weir_meta::{AclBinding, Acls};
 
+use crate::acls::{acls_changed, binding, unavailable, NO_AUTHORIZER};
 use crate::apis::now;
 #[cfg(feature = "testing")]
 use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{cluster, Check, Gate};
-use crate::{Broker, Reply};
+use crate::{str, Broker, Reply};
 use weir_auth::acl::Operation;
 
 /// CreateAcls.
@@ -26,7 +31,6 @@ impl Api for CreateAcls {
 
     /// The response to `request` that carries `code` wherever it has an error code.
     fn error_response(request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
-        use create_acls_response::AclCreationResult;
         ResponseKind::CreateAcls(
             CreateAclsResponse::default().with_results(
                 request
@@ -45,7 +49,7 @@ impl Api for CreateAcls {
 
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, _cx: &Cx<'_>, request: Self::Request) -> Reply {
-        now(ResponseKind::CreateAcls(broker.create_acls(request).await))
+        now(ResponseKind::CreateAcls(create_acls(broker, request).await))
     }
 
     /// Representative requests at version `v`, for the every-version test.
@@ -76,4 +80,64 @@ impl Api for CreateAcls {
             ])),
         )]
     }
+}
+
+async fn create_acls(broker: &Broker, r: CreateAclsRequest) -> CreateAclsResponse {
+    if !broker.authz.enabled() {
+        return CreateAclsResponse::default().with_results(
+            r.creations
+                .iter()
+                .map(|_| {
+                    AclCreationResult::default()
+                        .with_error_code(ResponseError::SecurityDisabled.code())
+                        .with_error_message(Some(str(NO_AUTHORIZER)))
+                })
+                .collect(),
+        );
+    }
+    let checked: Vec<Result<Acl, String>> = r
+        .creations
+        .iter()
+        .map(|c| {
+            Acl::new(
+                c.resource_type,
+                &c.resource_name,
+                c.resource_pattern_type,
+                &c.principal,
+                &c.host,
+                c.operation,
+                c.permission_type,
+            )
+        })
+        .collect();
+    let valid: Vec<AclBinding> = checked.iter().flatten().map(binding).collect();
+    let stored = if valid.is_empty() {
+        Ok(())
+    } else {
+        Acls::create_acls(&*broker.meta, valid)
+            .await
+            .map_err(unavailable)
+    };
+    if stored.is_ok() {
+        acls_changed(broker).await;
+    }
+    let results = checked
+        .into_iter()
+        .map(|c| {
+            let result = AclCreationResult::default();
+            match (c, &stored) {
+                (Err(why), _) => result
+                    .with_error_code(ResponseError::InvalidRequest.code())
+                    .with_error_message(Some(str(&why))),
+                (Ok(_), Err((e, why))) => result
+                    .with_error_code(e.code())
+                    .with_error_message(Some(str(why))),
+                (Ok(acl), Ok(())) => {
+                    tracing::info!(?acl, "ACL created");
+                    result
+                }
+            }
+        })
+        .collect();
+    CreateAclsResponse::default().with_results(results)
 }
