@@ -1,10 +1,12 @@
 //! AlterConfigs: the versions Weir serves, its error response, what it must be authorized for, and its
 //! handler.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kafka_protocol::messages::*;
 
+use crate::admin::{err_parts, set_topic_configs};
 use crate::apis::now;
 #[cfg(feature = "testing")]
 use crate::apis::samples::Samples;
@@ -53,7 +55,7 @@ impl Api for AlterConfigs {
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, _cx: &Cx<'_>, request: Self::Request) -> Reply {
         now(ResponseKind::AlterConfigs(
-            broker.alter_configs(request).await,
+            alter_configs(broker, request).await,
         ))
     }
 
@@ -81,4 +83,38 @@ impl Api for AlterConfigs {
             ])),
         )]
     }
+}
+
+async fn alter_configs(broker: &Broker, r: AlterConfigsRequest) -> AlterConfigsResponse {
+    let mut out = Vec::with_capacity(r.resources.len());
+    for res in r.resources {
+        let configs: BTreeMap<String, String> = res
+            .configs
+            .iter()
+            .filter_map(|c| {
+                c.value
+                    .as_ref()
+                    .map(|v| (c.name.to_string(), v.to_string()))
+            })
+            .collect();
+        let result = set_topic_configs(
+            broker,
+            res.resource_type,
+            res.resource_name.as_str(),
+            configs,
+            r.validate_only,
+        )
+        .await;
+        let resp = alter_configs_response::AlterConfigsResourceResponse::default()
+            .with_resource_type(res.resource_type)
+            .with_resource_name(res.resource_name);
+        out.push(match result {
+            Ok(()) => resp,
+            Err(e) => {
+                let (code, msg) = err_parts(&e);
+                resp.with_error_code(code).with_error_message(msg)
+            }
+        });
+    }
+    AlterConfigsResponse::default().with_responses(out)
 }

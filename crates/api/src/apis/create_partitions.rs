@@ -3,8 +3,10 @@
 
 use std::sync::Arc;
 
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::*;
 
+use crate::admin::err_parts;
 use crate::apis::now;
 #[cfg(feature = "testing")]
 use crate::apis::samples::Samples;
@@ -61,7 +63,7 @@ impl Api for CreatePartitions {
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, _cx: &Cx<'_>, request: Self::Request) -> Reply {
         now(ResponseKind::CreatePartitions(
-            broker.create_partitions(request).await,
+            create_partitions(broker, request).await,
         ))
     }
 
@@ -90,4 +92,33 @@ impl Api for CreatePartitions {
             ])),
         )]
     }
+}
+
+async fn create_partitions(
+    broker: &Broker,
+    r: CreatePartitionsRequest,
+) -> CreatePartitionsResponse {
+    let mut results = Vec::with_capacity(r.topics.len());
+    for t in r.topics {
+        let res = CreatePartitionsTopicResult::default().with_name(t.name.clone());
+        results.push(
+            match broker
+                .topics
+                .add_partitions(t.name.0.as_str(), t.count, r.validate_only)
+                .await
+            {
+                Ok(()) => {
+                    if !r.validate_only {
+                        broker.wait_for_leaders(t.name.0.as_str()).await;
+                    }
+                    res
+                }
+                Err(e) => {
+                    let (code, msg) = err_parts(&e);
+                    res.with_error_code(code).with_error_message(msg)
+                }
+            },
+        );
+    }
+    CreatePartitionsResponse::default().with_results(results)
 }

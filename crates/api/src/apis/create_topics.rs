@@ -1,16 +1,23 @@
 //! CreateTopics: the versions Weir serves, its error response, what it must be authorized for, and its
 //! handler.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
 use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
+use uuid::Uuid;
 
+use crate::admin::{err_parts, SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC};
 use crate::apis::now;
 #[cfg(feature = "testing")]
 use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{partly, split, Check, Gate};
-use crate::{Broker, Reply};
+use crate::{str, Broker, Reply};
 use kafka_protocol::ResponseError as E;
 use weir_auth::acl::Operation;
 
@@ -97,7 +104,7 @@ impl Api for CreateTopics {
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx { v, .. } = *cx;
         now(ResponseKind::CreateTopics(
-            broker.create_topics(request, v).await,
+            create_topics(broker, request, v).await,
         ))
     }
 
@@ -136,4 +143,95 @@ impl Api for CreateTopics {
             ),
         ]
     }
+}
+
+async fn create_topics(
+    broker: &Broker,
+    r: CreateTopicsRequest,
+    version: i16,
+) -> CreateTopicsResponse {
+    let mut results = Vec::with_capacity(r.topics.len());
+    for t in r.topics {
+        let name = t.name.0.to_string();
+        let partitions = if t.assignments.is_empty() {
+            t.num_partitions
+        } else {
+            t.assignments.len() as i32
+        };
+        let mut configs = BTreeMap::new();
+        for c in &t.configs {
+            if let Some(v) = &c.value {
+                configs.insert(c.name.to_string(), v.to_string());
+            }
+        }
+        let res = CreatableTopicResult::default().with_name(t.name.clone());
+        if name == crate::surface::OFFSETS_TOPIC {
+            // Kafka's internal offsets topic always exists (see `surface.rs`).
+            results.push(
+                res.with_error_code(ResponseError::TopicAlreadyExists.code())
+                    .with_error_message(Some(crate::str(
+                        "__consumer_offsets is internal: offsets live in the metadata store",
+                    ))),
+            );
+            continue;
+        }
+        let replication = if t.replication_factor == -1 {
+            1
+        } else {
+            t.replication_factor
+        };
+        results.push(
+            match broker
+                .topics
+                .create(&name, partitions, configs, r.validate_only)
+                .await
+            {
+                Ok(topic) => {
+                    if !r.validate_only {
+                        broker.wait_for_leaders(&topic.name).await;
+                    }
+                    let mut res = res
+                        .with_topic_id(Uuid::from_bytes(topic.id))
+                        .with_num_partitions(if r.validate_only {
+                            if partitions == -1 {
+                                broker.topics.defaults().num_partitions as i32
+                            } else {
+                                partitions
+                            }
+                        } else {
+                            topic.partition_count() as i32
+                        })
+                        .with_replication_factor(replication);
+                    if version >= 5 {
+                        res = res.with_configs(Some(
+                            broker
+                                .topics
+                                .describe_configs(&topic)
+                                .into_iter()
+                                .map(|e| {
+                                    CreatableTopicConfigs::default()
+                                        .with_name(str(&e.name))
+                                        .with_value(Some(str(&e.value)))
+                                        .with_config_source(if e.is_default {
+                                            SOURCE_DEFAULT
+                                        } else {
+                                            SOURCE_DYNAMIC_TOPIC
+                                        })
+                                })
+                                .collect(),
+                        ));
+                    }
+                    res
+                }
+                Err(e) => {
+                    let (code, msg) = err_parts(&e);
+                    res.with_error_code(code)
+                        .with_error_message(msg)
+                        .with_num_partitions(-1)
+                        .with_replication_factor(-1)
+                }
+            },
+        );
+    }
+    CreateTopicsResponse::default().with_topics(results)
 }

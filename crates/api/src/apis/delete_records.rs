@@ -3,6 +3,9 @@
 
 use std::sync::Arc;
 
+use kafka_protocol::messages::delete_records_response::{
+    DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+};
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
@@ -71,7 +74,7 @@ impl Api for DeleteRecords {
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, _cx: &Cx<'_>, request: Self::Request) -> Reply {
         now(ResponseKind::DeleteRecords(
-            broker.delete_records(request).await,
+            delete_records(broker, request).await,
         ))
     }
 
@@ -104,4 +107,40 @@ impl Api for DeleteRecords {
             ])),
         )]
     }
+}
+
+async fn delete_records(broker: &Broker, r: DeleteRecordsRequest) -> DeleteRecordsResponse {
+    let mut topics = Vec::with_capacity(r.topics.len());
+    for t in r.topics {
+        let mut parts = Vec::with_capacity(t.partitions.len());
+        for p in t.partitions {
+            let res =
+                DeleteRecordsPartitionResult::default().with_partition_index(p.partition_index);
+            parts.push(
+                match broker
+                    .topics
+                    .partition(t.name.0.as_str(), p.partition_index)
+                {
+                    None => res
+                        .with_error_code(
+                            broker
+                                .topics
+                                .missing_error(t.name.0.as_str(), p.partition_index)
+                                .code(),
+                        )
+                        .with_low_watermark(-1),
+                    Some(part) => match part.delete_records(p.offset).await {
+                        Ok(low) => res.with_low_watermark(low),
+                        Err(e) => res.with_error_code(e.code()).with_low_watermark(-1),
+                    },
+                },
+            );
+        }
+        topics.push(
+            DeleteRecordsTopicResult::default()
+                .with_name(t.name)
+                .with_partitions(parts),
+        );
+    }
+    DeleteRecordsResponse::default().with_topics(topics)
 }

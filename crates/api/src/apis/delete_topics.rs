@@ -3,14 +3,18 @@
 
 use std::sync::Arc;
 
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
+use uuid::Uuid;
 
+use crate::admin::err_parts;
 use crate::apis::now;
 #[cfg(feature = "testing")]
 use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{partly, split, Check, Gate};
-use crate::{Broker, Reply};
+use crate::{str, Broker, Reply};
 use kafka_protocol::ResponseError as E;
 use weir_auth::acl::Operation;
 
@@ -85,7 +89,7 @@ impl Api for DeleteTopics {
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx { v, .. } = *cx;
         now(ResponseKind::DeleteTopics(
-            broker.delete_topics(request, v).await,
+            delete_topics(broker, request, v).await,
         ))
     }
 
@@ -114,4 +118,46 @@ impl Api for DeleteTopics {
         };
         vec![("existing and missing", R::DeleteTopics(r))]
     }
+}
+
+async fn delete_topics(
+    broker: &Broker,
+    r: DeleteTopicsRequest,
+    version: i16,
+) -> DeleteTopicsResponse {
+    let targets: Vec<(Option<String>, Uuid)> = if version >= 6 {
+        r.topics
+            .into_iter()
+            .map(|t| (t.name.map(|n| n.0.to_string()), t.topic_id))
+            .collect()
+    } else {
+        r.topic_names
+            .into_iter()
+            .map(|n| (Some(n.0.to_string()), Uuid::nil()))
+            .collect()
+    };
+    let mut out = Vec::with_capacity(targets.len());
+    for (name, id) in targets {
+        let name = match name {
+            Some(n) => Some(n),
+            None => broker
+                .topics
+                .get_by_id(id.as_bytes())
+                .map(|t| t.name.clone()),
+        };
+        let res = DeletableTopicResult::default()
+            .with_name(name.as_deref().map(|n| TopicName(str(n))))
+            .with_topic_id(id);
+        out.push(match name {
+            None => res.with_error_code(ResponseError::UnknownTopicId.code()),
+            Some(n) => match broker.topics.delete(&n).await {
+                Ok(id) => res.with_topic_id(Uuid::from_bytes(id)),
+                Err(e) => {
+                    let (code, msg) = err_parts(&e);
+                    res.with_error_code(code).with_error_message(msg)
+                }
+            },
+        });
+    }
+    DeleteTopicsResponse::default().with_responses(out)
 }

@@ -3,14 +3,21 @@
 
 use std::sync::Arc;
 
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult,
+};
 use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
 
+use crate::admin::{
+    RESOURCE_BROKER, RESOURCE_TOPIC, SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, SOURCE_STATIC_BROKER,
+};
 use crate::apis::now;
 #[cfg(feature = "testing")]
 use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{configs, Check, Gate};
-use crate::{Broker, Reply};
+use crate::{str, Broker, Reply};
 
 /// DescribeConfigs.
 pub(crate) struct DescribeConfigs;
@@ -61,7 +68,7 @@ impl Api for DescribeConfigs {
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx { v, .. } = *cx;
         now(ResponseKind::DescribeConfigs(
-            broker.describe_configs(request, v).await,
+            describe_configs(broker, request, v).await,
         ))
     }
 
@@ -94,4 +101,112 @@ impl Api for DescribeConfigs {
         };
         vec![("resources", R::DescribeConfigs(r))]
     }
+}
+
+async fn describe_configs(
+    broker: &Broker,
+    r: DescribeConfigsRequest,
+    _version: i16,
+) -> DescribeConfigsResponse {
+    // Topic configs as the metadata store holds them: this broker's catalog catches up with
+    // a change made through another broker within a second, but the client that made it
+    // may ask here next and must see what it was told is done.
+    if r.resources
+        .iter()
+        .any(|res| res.resource_type == RESOURCE_TOPIC)
+    {
+        if let Err(e) = broker.topics.refresh().await {
+            tracing::warn!(error = %e, "reading the catalog before describing configs");
+        }
+    }
+    let results = r
+        .resources
+        .into_iter()
+        .map(|res| {
+            let out = DescribeConfigsResult::default()
+                .with_resource_type(res.resource_type)
+                .with_resource_name(res.resource_name.clone());
+            let wanted = |name: &str| {
+                res.configuration_keys
+                    .as_ref()
+                    .is_none_or(|keys| keys.iter().any(|k| k.as_str() == name))
+            };
+            match res.resource_type {
+                RESOURCE_TOPIC if res.resource_name.as_str() == crate::surface::OFFSETS_TOPIC => {
+                    // Kafka's settings of its offsets topic (see `surface.rs`).
+                    out.with_configs(
+                        [
+                            ("cleanup.policy", "compact"),
+                            ("compression.type", "producer"),
+                            ("segment.bytes", "104857600"),
+                        ]
+                        .into_iter()
+                        .filter(|(k, _)| wanted(k))
+                        .map(|(k, v)| {
+                            DescribeConfigsResourceResult::default()
+                                .with_name(str(k))
+                                .with_value(Some(str(v)))
+                                .with_read_only(true)
+                                .with_config_source(SOURCE_DEFAULT)
+                        })
+                        .collect(),
+                    )
+                }
+                RESOURCE_TOPIC => match broker.topics.get(res.resource_name.as_str()) {
+                    None => out
+                        .with_error_code(ResponseError::UnknownTopicOrPartition.code())
+                        .with_error_message(Some(str(&format!(
+                            "Topic '{}' does not exist.",
+                            res.resource_name.as_str()
+                        )))),
+                    Some(t) => out.with_configs(
+                        broker
+                            .topics
+                            .describe_configs(&t)
+                            .into_iter()
+                            .filter(|e| wanted(&e.name))
+                            .map(|e| {
+                                DescribeConfigsResourceResult::default()
+                                    .with_name(str(&e.name))
+                                    .with_value(Some(str(&e.value)))
+                                    .with_config_source(if e.is_default {
+                                        SOURCE_DEFAULT
+                                    } else {
+                                        SOURCE_DYNAMIC_TOPIC
+                                    })
+                            })
+                            .collect(),
+                    ),
+                },
+                RESOURCE_BROKER => {
+                    let d = broker.topics.defaults();
+                    let configs = [
+                        ("auto.create.topics.enable", d.auto_create.to_string()),
+                        ("num.partitions", d.num_partitions.to_string()),
+                        ("message.max.bytes", d.max_message_bytes.to_string()),
+                        ("log.retention.ms", d.retention_ms.to_string()),
+                        ("log.retention.bytes", d.retention_bytes.to_string()),
+                        ("broker.id", broker.identity.node_id.to_string()),
+                    ];
+                    out.with_configs(
+                        configs
+                            .into_iter()
+                            .filter(|(k, _)| wanted(k))
+                            .map(|(k, v)| {
+                                DescribeConfigsResourceResult::default()
+                                    .with_name(str(k))
+                                    .with_value(Some(str(&v)))
+                                    .with_read_only(true)
+                                    .with_config_source(SOURCE_STATIC_BROKER)
+                            })
+                            .collect(),
+                    )
+                }
+                _ => out
+                    .with_error_code(ResponseError::InvalidRequest.code())
+                    .with_error_message(Some(str("Weir describes topic and broker configs only"))),
+            }
+        })
+        .collect();
+    DescribeConfigsResponse::default().with_results(results)
 }

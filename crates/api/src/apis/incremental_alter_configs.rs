@@ -1,10 +1,14 @@
 //! IncrementalAlterConfigs: the versions Weir serves, its error response, what it must be authorized for, and its
 //! handler.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
+use weir_partition::AdminError;
 
+use crate::admin::{err_parts, RESOURCE_TOPIC};
 use crate::apis::now;
 #[cfg(feature = "testing")]
 use crate::apis::samples::Samples;
@@ -60,7 +64,7 @@ impl Api for IncrementalAlterConfigs {
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, _cx: &Cx<'_>, request: Self::Request) -> Reply {
         now(ResponseKind::IncrementalAlterConfigs(
-            broker.incremental_alter_configs(request).await,
+            incremental_alter_configs(broker, request).await,
         ))
     }
 
@@ -93,4 +97,79 @@ impl Api for IncrementalAlterConfigs {
             )),
         )]
     }
+}
+
+async fn incremental_alter_configs(
+    broker: &Broker,
+    r: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    let mut out = Vec::with_capacity(r.resources.len());
+    for res in r.resources {
+        let name = res.resource_name.as_str();
+        // The changes apply to the configs as the metadata store holds them, with a
+        // compare-and-set: a change made through another broker meanwhile is neither
+        // undone by this broker's stale copy nor overwritten.
+        let result = if res.resource_type == RESOURCE_TOPIC {
+            broker
+                .topics
+                .alter_configs(name, |old| incremental(old, &res.configs), r.validate_only)
+                .await
+        } else {
+            Err((
+                ResponseError::InvalidRequest,
+                "Weir alters topic configs only".to_string(),
+            ))
+        };
+        let resp = incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+            .with_resource_type(res.resource_type)
+            .with_resource_name(res.resource_name);
+        out.push(match result {
+            Ok(()) => resp,
+            Err(e) => {
+                let (code, msg) = err_parts(&e);
+                resp.with_error_code(code).with_error_message(msg)
+            }
+        });
+    }
+    IncrementalAlterConfigsResponse::default().with_responses(out)
+}
+
+/// IncrementalAlterConfigs' operations (SET, DELETE, APPEND, SUBTRACT) applied to `configs`.
+fn incremental(
+    configs: &BTreeMap<String, String>,
+    ops: &[incremental_alter_configs_request::AlterableConfig],
+) -> Result<BTreeMap<String, String>, AdminError> {
+    let mut configs = configs.clone();
+    for c in ops {
+        let key = c.name.to_string();
+        let value = c.value.as_ref().map(|v| v.to_string());
+        match (c.config_operation, value) {
+            (0, Some(v)) => {
+                configs.insert(key, v);
+            }
+            (1, _) => {
+                configs.remove(&key);
+            }
+            (2, Some(v)) => {
+                let merged = match configs.get(&key) {
+                    Some(old) if !old.is_empty() => format!("{old},{v}"),
+                    _ => v,
+                };
+                configs.insert(key, merged);
+            }
+            (3, Some(v)) => {
+                if let Some(old) = configs.get(&key) {
+                    let kept: Vec<&str> = old.split(',').filter(|x| x.trim() != v).collect();
+                    configs.insert(key, kept.join(","));
+                }
+            }
+            (op, _) => {
+                return Err((
+                    ResponseError::InvalidRequest,
+                    format!("invalid operation {op} for {key}"),
+                ))
+            }
+        }
+    }
+    Ok(configs)
 }
