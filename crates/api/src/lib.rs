@@ -64,7 +64,7 @@ use weir_partition::Topics;
 
 /// The ApiVersions response: every implemented API and its versions.
 pub fn api_versions_response(error_code: i16) -> kafka_protocol::messages::ApiVersionsResponse {
-    cluster::api_versions(error_code)
+    apis::api_versions(error_code)
 }
 
 pub use apis::{error_response_for, supported_versions};

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
@@ -10,7 +11,8 @@ use crate::apis::now;
 use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{Check, Gate};
-use crate::{Broker, Reply};
+use crate::cluster::{controller_id, rack, CLUSTER_OPERATIONS};
+use crate::{endpoint, str, Broker, Reply};
 
 /// DescribeCluster.
 pub(crate) struct DescribeCluster;
@@ -66,9 +68,9 @@ impl Api for DescribeCluster {
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx { v, listener, .. } = *cx;
-        now(ResponseKind::DescribeCluster(
-            broker.describe_cluster(request, v, listener),
-        ))
+        now(ResponseKind::DescribeCluster(describe_cluster(
+            broker, request, v, listener,
+        )))
     }
 
     /// Representative requests at version `v`, for the every-version test.
@@ -85,4 +87,37 @@ impl Api for DescribeCluster {
         };
         vec![("cluster", R::DescribeCluster(r))]
     }
+}
+
+fn describe_cluster(
+    broker: &Broker,
+    r: DescribeClusterRequest,
+    _version: i16,
+    listener: &str,
+) -> DescribeClusterResponse {
+    let view = broker.cluster.view();
+    DescribeClusterResponse::default()
+        .with_endpoint_type(r.endpoint_type)
+        .with_cluster_id(str(&broker.identity.cluster_id))
+        .with_controller_id(controller_id(broker, &view))
+        .with_brokers(
+            view.reachable_brokers()
+                .filter_map(|b| {
+                    let (host, port) = endpoint(b, listener)?;
+                    Some(
+                        DescribeClusterBroker::default()
+                            .with_broker_id(BrokerId(b.node_id))
+                            .with_host(str(host))
+                            .with_port(port)
+                            .with_rack(rack(&b.zone))
+                            .with_is_fenced(false),
+                    )
+                })
+                .collect(),
+        )
+        .with_cluster_authorized_operations(if r.include_cluster_authorized_operations {
+            CLUSTER_OPERATIONS
+        } else {
+            i32::MIN
+        })
 }

@@ -3,14 +3,17 @@
 
 use std::sync::Arc;
 
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
 
 use crate::apis::now;
 #[cfg(feature = "testing")]
 use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{partly, refuse, serve, split, Check, Gate};
-use crate::{Broker, Reply};
+use crate::cluster::txn_key;
+use crate::{endpoint, str, Broker, Reply};
 use kafka_protocol::ResponseError as E;
 use weir_auth::acl::Operation;
 
@@ -89,9 +92,9 @@ impl Api for FindCoordinator {
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx { v, listener, .. } = *cx;
-        now(ResponseKind::FindCoordinator(
-            broker.find_coordinator(request, v, listener),
-        ))
+        now(ResponseKind::FindCoordinator(find_coordinator(
+            broker, request, v, listener,
+        )))
     }
 
     /// Representative requests at version `v`, for the every-version test.
@@ -114,5 +117,60 @@ impl Api for FindCoordinator {
             out.push(("transaction", R::FindCoordinator(r(1))));
         }
         out
+    }
+}
+
+fn find_coordinator(
+    broker: &Broker,
+    r: FindCoordinatorRequest,
+    version: i16,
+    listener: &str,
+) -> FindCoordinatorResponse {
+    // Each group and each transactional id has one coordinator among the serving brokers
+    // (rendezvous hashing over the cluster's membership, so every broker gives the same
+    // answer).
+    let view = broker.cluster.view();
+    let answer = |key: kafka_protocol::protocol::StrBytes| {
+        let found = match r.key_type {
+            0 => view.coordinator(key.as_str()).ok_or((
+                ResponseError::CoordinatorNotAvailable,
+                "no live broker to coordinate the group",
+            )),
+            1 => view.coordinator(&txn_key(key.as_str())).ok_or((
+                ResponseError::CoordinatorNotAvailable,
+                "no live broker to coordinate the transactional id",
+            )),
+            _ => Err((
+                ResponseError::InvalidRequest,
+                "unknown coordinator key type",
+            )),
+        };
+        let c = Coordinator::default().with_key(key);
+        match found {
+            Ok(b) => {
+                let (host, port) = endpoint(b, listener).unwrap_or((&b.host, b.port));
+                c.with_node_id(BrokerId(b.node_id))
+                    .with_host(str(host))
+                    .with_port(port)
+            }
+            Err((code, msg)) => c
+                .with_node_id(BrokerId(-1))
+                .with_host(str(""))
+                .with_port(-1)
+                .with_error_code(code.code())
+                .with_error_message(Some(str(msg))),
+        }
+    };
+    if version >= 4 {
+        FindCoordinatorResponse::default()
+            .with_coordinators(r.coordinator_keys.into_iter().map(answer).collect())
+    } else {
+        let c = answer(r.key);
+        FindCoordinatorResponse::default()
+            .with_error_code(c.error_code)
+            .with_error_message(c.error_message)
+            .with_node_id(c.node_id)
+            .with_host(c.host)
+            .with_port(c.port)
     }
 }

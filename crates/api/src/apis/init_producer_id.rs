@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
 
 use crate::apis::now;
 #[cfg(feature = "testing")]
@@ -71,7 +72,7 @@ impl Api for InitProducerId {
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx { v, .. } = *cx;
         now(ResponseKind::InitProducerId(
-            broker.init_producer_id(request, v).await,
+            init_producer_id(broker, request, v).await,
         ))
     }
 
@@ -105,5 +106,51 @@ impl Api for InitProducerId {
             ));
         }
         out
+    }
+}
+
+async fn init_producer_id(
+    broker: &Broker,
+    r: InitProducerIdRequest,
+    version: i16,
+) -> InitProducerIdResponse {
+    let fail = |e: ResponseError| {
+        InitProducerIdResponse::default()
+            .with_error_code(e.code())
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1)
+    };
+    if let Some(id) = r.transactional_id.as_ref().filter(|t| !t.is_empty()) {
+        let expected = (r.producer_id.0 >= 0 && r.producer_epoch >= 0)
+            .then_some((r.producer_id.0, r.producer_epoch));
+        return match broker
+            .txns
+            .init_producer_id(id, r.transaction_timeout_ms, expected)
+            .await
+        {
+            Ok((pid, epoch)) => InitProducerIdResponse::default()
+                .with_producer_id(ProducerId(pid))
+                .with_producer_epoch(epoch),
+            Err(ResponseError::ProducerFenced) if version < 4 => {
+                fail(ResponseError::InvalidProducerEpoch)
+            }
+            Err(e) => fail(e),
+        };
+    }
+    // An idempotent producer that asks with its id and epoch gets the epoch bumped (KIP-360),
+    // which resets its sequences; a new producer gets a new id.
+    if r.producer_id.0 >= 0 && r.producer_epoch >= 0 && r.producer_epoch < i16::MAX - 1 {
+        return InitProducerIdResponse::default()
+            .with_producer_id(r.producer_id)
+            .with_producer_epoch(r.producer_epoch + 1);
+    }
+    match broker.txns.ids.next().await {
+        Ok(id) => InitProducerIdResponse::default()
+            .with_producer_id(ProducerId(id))
+            .with_producer_epoch(0),
+        Err(e) => {
+            tracing::warn!(error = %e, "allocating a producer id failed");
+            fail(ResponseError::CoordinatorNotAvailable)
+        }
     }
 }

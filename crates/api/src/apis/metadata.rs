@@ -3,14 +3,22 @@
 
 use std::sync::Arc;
 
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponsePartition, MetadataResponseTopic,
+};
 use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
+use uuid::Uuid;
+use weir_cluster::ClusterView;
+use weir_partition::topics::validate_topic_name;
 
 use crate::apis::now;
 #[cfg(feature = "testing")]
 use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{partly, split, Check, Gate};
-use crate::{Broker, Reply};
+use crate::cluster::{controller_id, metadata_brokers, CLUSTER_OPERATIONS};
+use crate::{str, Broker, Reply};
 use kafka_protocol::ResponseError as E;
 use weir_auth::acl::Operation;
 
@@ -94,7 +102,7 @@ impl Api for Metadata {
             v, zone, listener, ..
         } = *cx;
         now(ResponseKind::Metadata(
-            broker.metadata(request, v, zone, listener).await,
+            metadata(broker, request, v, zone, listener).await,
         ))
     }
 
@@ -203,4 +211,157 @@ fn authorize_topics(broker: &Broker, check: &Check, mut r: MetadataRequest, v: i
         E::TopicAuthorizationFailed,
         v,
     )
+}
+
+/// Bits of the operations a client may do on a topic, for `include_topic_authorized_operations`
+/// (no ACLs yet: everything is allowed).
+const TOPIC_OPERATIONS: i32 =
+    (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
+
+async fn metadata(
+    broker: &Broker,
+    r: MetadataRequest,
+    version: i16,
+    zone: Option<&str>,
+    listener: &str,
+) -> MetadataResponse {
+    // Auto-creation as Kafka does it: from Metadata requests that allow it (v0-3 always do).
+    // Decoded as true below v4 (those versions always auto-create); the authorizer turns it
+    // off for a principal without CREATE.
+    let _ = version;
+    let allow_create = r.allow_auto_topic_creation;
+    let wanted: Option<Vec<(Option<String>, Uuid)>> = r.topics.map(|ts| {
+        ts.into_iter()
+            .map(|t| (t.name.map(|n| n.0.to_string()), t.topic_id))
+            .collect()
+    });
+    let view = broker.cluster.view();
+    let topics = match wanted {
+        None => broker
+            .topics
+            .list()
+            .into_iter()
+            .map(|t| topic_metadata(broker, &t, &view, zone))
+            .chain(std::iter::once(broker.offsets_topic_metadata(&view)))
+            .collect(),
+        Some(wanted) => {
+            let mut out = Vec::with_capacity(wanted.len());
+            for (name, id) in wanted {
+                // A topic asked for by id (Java sends an empty name beside it) is looked up by
+                // id and never created.
+                let name = if id.is_nil() { name } else { None };
+                if name.as_deref() == Some(crate::surface::OFFSETS_TOPIC) {
+                    out.push(broker.offsets_topic_metadata(&view));
+                    continue;
+                }
+                let found = match &name {
+                    Some(n) if allow_create => {
+                        let existed = broker.topics.get(n).is_some();
+                        let t = broker.topics.get_or_create(n).await;
+                        if !existed && t.is_some() {
+                            broker.wait_for_leaders(n).await;
+                        }
+                        t
+                    }
+                    Some(n) => match broker.topics.get(n) {
+                        Some(t) => Some(t),
+                        // Created through another broker a moment ago, before the
+                        // announcement reached this one: read the catalog, not "unknown".
+                        None => {
+                            if let Err(e) = broker.topics.refresh().await {
+                                tracing::debug!(error = %e, "reading topics failed");
+                            }
+                            broker.topics.get(n)
+                        }
+                    },
+                    None => broker.topics.get_by_id(id.as_bytes()),
+                };
+                out.push(match (found, name) {
+                    (Some(t), _) => topic_metadata(broker, &t, &broker.cluster.view(), zone),
+                    (None, Some(n)) => {
+                        let code = if validate_topic_name(&n).is_err() {
+                            ResponseError::InvalidTopicException
+                        } else {
+                            ResponseError::UnknownTopicOrPartition
+                        };
+                        MetadataResponseTopic::default()
+                            .with_name(Some(TopicName(str(&n))))
+                            .with_error_code(code.code())
+                    }
+                    (None, None) => MetadataResponseTopic::default()
+                        .with_topic_id(id)
+                        .with_error_code(ResponseError::UnknownTopicId.code()),
+                });
+            }
+            out
+        }
+    };
+    let topics = topics
+        .into_iter()
+        .map(|t| {
+            if r.include_topic_authorized_operations {
+                t.with_topic_authorized_operations(TOPIC_OPERATIONS)
+            } else {
+                t
+            }
+        })
+        .collect();
+    // A topic created just now may have been placed since the view was taken.
+    let view = broker.cluster.view();
+    MetadataResponse::default()
+        .with_brokers(metadata_brokers(broker, &view, listener))
+        .with_cluster_id(Some(str(&broker.identity.cluster_id)))
+        .with_controller_id(controller_id(broker, &view))
+        .with_topics(topics)
+        .with_cluster_authorized_operations(if r.include_cluster_authorized_operations {
+            CLUSTER_OPERATIONS
+        } else {
+            i32::MIN
+        })
+}
+
+/// A topic's partitions as a client of `zone` sees them: each names the broker that serves
+/// it to that zone (its leader, or a broker of the zone that forwards to it).
+fn topic_metadata(
+    broker: &Broker,
+    t: &weir_partition::Topic,
+    view: &ClusterView,
+    zone: Option<&str>,
+) -> MetadataResponseTopic {
+    let routing = broker.routing(t);
+    let local_epochs = broker.topics.local_leader_epochs(t);
+    MetadataResponseTopic::default()
+        .with_name(Some(TopicName(str(&t.name))))
+        .with_topic_id(Uuid::from_bytes(t.id))
+        .with_topic_authorized_operations(i32::MIN)
+        .with_partitions(
+            (0..t.partition_count() as u32)
+                .map(|i| {
+                    let p = MetadataResponsePartition::default().with_partition_index(i as i32);
+                    // A partition led here reports its own epoch, which the view learns
+                    // of only after the store announces it.
+                    let local_epoch = local_epochs
+                        .get(i as usize)
+                        .copied()
+                        .flatten()
+                        .map(|e| e as u64);
+                    match weir_zone::route(view, zone, routing, &t.name, i) {
+                        Some(route) => {
+                            let epoch = local_epoch.unwrap_or(route.epoch);
+                            let id = BrokerId(route.broker.node_id);
+                            p.with_leader_id(id)
+                                .with_leader_epoch(epoch as i32)
+                                .with_replica_nodes(vec![id])
+                                .with_isr_nodes(vec![id])
+                        }
+                        // Not placed yet, or its broker is gone: clients retry (Kafka
+                        // answers a new topic's partitions the same way).
+                        None => p
+                            .with_error_code(ResponseError::LeaderNotAvailable.code())
+                            .with_leader_id(BrokerId(-1))
+                            .with_leader_epoch(-1),
+                    }
+                })
+                .collect(),
+        )
 }

@@ -32,6 +32,7 @@ mod alter_configs;
 mod alter_partition_reassignments;
 mod alter_user_scram_credentials;
 mod api_versions;
+pub(crate) use api_versions::api_versions;
 mod consumer_group_describe;
 mod consumer_group_heartbeat;
 mod create_acls;
