@@ -4,13 +4,15 @@
 use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+use std::collections::BTreeMap;
+use weir_meta::TxnState;
 
 use crate::apis::now;
 #[cfg(feature = "testing")]
 use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{partly, split, Check, Gate};
-use crate::{Broker, Reply};
+use crate::{str, Broker, Reply};
 use kafka_protocol::ResponseError as E;
 use weir_auth::acl::Operation;
 
@@ -67,7 +69,7 @@ impl Api for DescribeTransactions {
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, _cx: &Cx<'_>, request: Self::Request) -> Reply {
         now(ResponseKind::DescribeTransactions(
-            broker.describe_transactions(request).await,
+            describe_transactions(broker, request).await,
         ))
     }
 
@@ -87,4 +89,47 @@ impl Api for DescribeTransactions {
             ),
         )]
     }
+}
+
+async fn describe_transactions(
+    broker: &Broker,
+    r: DescribeTransactionsRequest,
+) -> DescribeTransactionsResponse {
+    use describe_transactions_response::*;
+    let mut states = Vec::with_capacity(r.transactional_ids.len());
+    for id in r.transactional_ids {
+        let s = TransactionState::default().with_transactional_id(id.clone());
+        states.push(match broker.txns.describe(&id).await {
+            Ok(t) => {
+                let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+                if t.state == TxnState::Ongoing || t.state.is_preparing() {
+                    for (topic, p) in &t.partitions {
+                        by_topic.entry(topic).or_default().push(*p);
+                    }
+                }
+                s.with_transaction_state(str(t.state.name()))
+                    .with_transaction_timeout_ms(t.timeout_ms)
+                    .with_transaction_start_time_ms(t.start_ms)
+                    .with_producer_id(ProducerId(t.producer_id))
+                    .with_producer_epoch(t.producer_epoch)
+                    .with_topics(
+                        by_topic
+                            .into_iter()
+                            .map(|(topic, ps)| {
+                                TopicData::default()
+                                    .with_topic(TopicName(str(topic)))
+                                    .with_partitions(ps)
+                            })
+                            .collect(),
+                    )
+            }
+            Err(e) => s
+                .with_error_code(e.code())
+                .with_transaction_state(str(""))
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1)
+                .with_transaction_start_time_ms(-1),
+        });
+    }
+    DescribeTransactionsResponse::default().with_transaction_states(states)
 }

@@ -4,13 +4,14 @@
 use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+use weir_meta::TxnState;
 
 use crate::apis::now;
 #[cfg(feature = "testing")]
 use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{Check, Gate};
-use crate::{Broker, Reply};
+use crate::{str, Broker, Reply};
 use weir_auth::acl::Operation;
 
 /// ListTransactions.
@@ -65,7 +66,7 @@ impl Api for ListTransactions {
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx { v, .. } = *cx;
         now(ResponseKind::ListTransactions(
-            broker.list_transactions(request, v).await,
+            list_transactions(broker, request, v).await,
         ))
     }
 
@@ -84,4 +85,58 @@ impl Api for ListTransactions {
         };
         vec![("filters", R::ListTransactions(r))]
     }
+}
+
+async fn list_transactions(
+    broker: &Broker,
+    r: ListTransactionsRequest,
+    version: i16,
+) -> ListTransactionsResponse {
+    use list_transactions_response::TransactionState as Listed;
+    const STATES: [&str; 6] = [
+        "Empty",
+        "Ongoing",
+        "PrepareCommit",
+        "PrepareAbort",
+        "CompleteCommit",
+        "CompleteAbort",
+    ];
+    let unknown: Vec<_> = r
+        .state_filters
+        .iter()
+        .filter(|s| !STATES.contains(&s.as_str()) && s.as_str() != "Dead")
+        .cloned()
+        .collect();
+    let all = match broker.txns.list().await {
+        Ok(all) => all,
+        Err(e) => return ListTransactionsResponse::default().with_error_code(e.code()),
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let listed = all
+        .into_iter()
+        .filter(|t| {
+            r.state_filters.is_empty()
+                || r.state_filters.iter().any(|s| s.as_str() == t.state.name())
+        })
+        .filter(|t| {
+            r.producer_id_filters.is_empty()
+                || r.producer_id_filters.contains(&ProducerId(t.producer_id))
+        })
+        .filter(|t| {
+            version < 1
+                || r.duration_filter < 0
+                || (t.state == TxnState::Ongoing && now - t.start_ms >= r.duration_filter)
+        })
+        .map(|t| {
+            Listed::default()
+                .with_transactional_id(TransactionalId(str(&t.transactional_id)))
+                .with_producer_id(ProducerId(t.producer_id))
+                .with_transaction_state(str(t.state.name()))
+        })
+        .collect();
+    ListTransactionsResponse::default()
+        .with_unknown_state_filters(unknown)
+        .with_transaction_states(listed)
 }

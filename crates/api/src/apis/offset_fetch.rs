@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
 
 use crate::apis::now;
 #[cfg(feature = "testing")]
@@ -151,7 +152,7 @@ impl Api for OffsetFetch {
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx { v, .. } = *cx;
         now(ResponseKind::OffsetFetch(
-            broker.offset_fetch(request, v).await,
+            offset_fetch(broker, request, v).await,
         ))
     }
 
@@ -213,4 +214,53 @@ impl Api for OffsetFetch {
             out
         }
     }
+}
+
+/// OffsetFetch, and with `require_stable` (v7+, read_committed consumers), partitions with
+/// offsets staged by an open transaction answer UNSTABLE_OFFSET_COMMIT: the consumer asks
+/// again once the transaction ended, rather than start from an offset about to change.
+async fn offset_fetch(broker: &Broker, r: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
+    let stable = version >= 7 && r.require_stable;
+    let single = r.group_id.to_string();
+    let mut resp = broker.groups.offset_fetch(r, version).await;
+    if !stable {
+        return resp;
+    }
+    let unstable = ResponseError::UnstableOffsetCommit.code();
+    let mut groups: Vec<(String, Vec<(String, u32)>)> = Vec::new();
+    if version >= 8 {
+        for g in &resp.groups {
+            groups.push((g.group_id.to_string(), Vec::new()));
+        }
+    } else {
+        groups.push((single, Vec::new()));
+    }
+    for (g, staged) in groups.iter_mut() {
+        match broker.meta.staged_offsets(g).await {
+            Ok(s) => *staged = s,
+            Err(e) => tracing::warn!(group = %g, error = %e, "reading staged offsets failed"),
+        }
+    }
+    if version >= 8 {
+        for (g, (_, staged)) in resp.groups.iter_mut().zip(&groups) {
+            for t in g.topics.iter_mut() {
+                for p in t.partitions.iter_mut() {
+                    if staged.contains(&(t.name.to_string(), p.partition_index as u32)) {
+                        p.error_code = unstable;
+                        p.committed_offset = -1;
+                    }
+                }
+            }
+        }
+    } else if let Some((_, staged)) = groups.first() {
+        for t in resp.topics.iter_mut() {
+            for p in t.partitions.iter_mut() {
+                if staged.contains(&(t.name.to_string(), p.partition_index as u32)) {
+                    p.error_code = unstable;
+                    p.committed_offset = -1;
+                }
+            }
+        }
+    }
+    resp
 }
