@@ -1,6 +1,6 @@
-//! Transactions: AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn,
-//! DescribeTransactions, ListTransactions (InitProducerId is in `cluster.rs`), the verification
-//! of a produce's transactional batches (KIP-890), and the writing of markers: in partitions led
+//! What the transaction APIs share (each is served from its module in `apis/`): the errors of
+//! each version, the partitions a transaction added through this broker, the verification of
+//! a produce's transactional batches (KIP-890), and the writing of markers: in partitions led
 //! here directly, in others through their leader's internal listener.
 //!
 //! The coordinator itself is [`weir_txn::TxnCoordinator`]; this module turns requests into its
@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
-use weir_meta::{GroupOffset, MetaError, TxnState};
+use weir_meta::TxnState;
 use weir_partition::{Lookup, Topic, TxnCheck};
 use weir_txn::{MarkerWriter, Markers};
 use weir_zone::wire::{self, TxnMarkers};
@@ -46,7 +46,7 @@ pub(crate) fn add_partitions_results(
 
 /// PRODUCER_FENCED exists for clients of these versions and later (KIP-588); older ones are
 /// told INVALID_PRODUCER_EPOCH, which they treat the same way.
-fn fenced_for(e: ResponseError, version: i16, since: i16) -> ResponseError {
+pub(crate) fn fenced_for(e: ResponseError, version: i16, since: i16) -> ResponseError {
     if e == ResponseError::ProducerFenced && version < since {
         ResponseError::InvalidProducerEpoch
     } else {
@@ -54,7 +54,7 @@ fn fenced_for(e: ResponseError, version: i16, since: i16) -> ResponseError {
     }
 }
 
-fn code(r: Result<(), ResponseError>) -> i16 {
+pub(crate) fn code(r: Result<(), ResponseError>) -> i16 {
     r.err().map_or(0, |e| e.code())
 }
 
@@ -88,154 +88,6 @@ impl AddedTo {
 }
 
 impl Broker {
-    pub(crate) async fn add_partitions_to_txn(
-        &self,
-        r: AddPartitionsToTxnRequest,
-        version: i16,
-    ) -> AddPartitionsToTxnResponse {
-        use add_partitions_to_txn_response::*;
-        if version <= 3 {
-            let topics = &r.v3_and_below_topics;
-            let outcome = self
-                .add_partitions(
-                    &r.v3_and_below_transactional_id,
-                    r.v3_and_below_producer_id.0,
-                    r.v3_and_below_producer_epoch,
-                    topics,
-                    false,
-                )
-                .await;
-            return AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(
-                add_partitions_results(topics, &|t, p| outcome(t, p, version)),
-            );
-        }
-        let mut out = Vec::with_capacity(r.transactions.len());
-        for t in &r.transactions {
-            let outcome = self
-                .add_partitions(
-                    &t.transactional_id,
-                    t.producer_id.0,
-                    t.producer_epoch,
-                    &t.topics,
-                    t.verify_only,
-                )
-                .await;
-            out.push(
-                AddPartitionsToTxnResult::default()
-                    .with_transactional_id(t.transactional_id.clone())
-                    .with_topic_results(add_partitions_results(&t.topics, &|n, p| {
-                        outcome(n, p, version)
-                    })),
-            );
-        }
-        AddPartitionsToTxnResponse::default().with_results_by_transaction(out)
-    }
-
-    /// Adds (or with `verify_only`, checks) partitions of one transaction; returns each
-    /// partition's code, given the request's version.
-    async fn add_partitions(
-        &self,
-        id: &TransactionalId,
-        pid: i64,
-        epoch: i16,
-        topics: &[add_partitions_to_txn_request::AddPartitionsToTxnTopic],
-        verify_only: bool,
-    ) -> impl Fn(&str, i32, i16) -> i16 {
-        let wanted: Vec<(String, i32)> = topics
-            .iter()
-            .flat_map(|t| t.partitions.iter().map(|&p| (t.name.to_string(), p)))
-            .collect();
-        let unknown: Vec<(String, i32)> = wanted
-            .iter()
-            .filter(|(t, p)| matches!(self.topics.lookup(t, *p), Lookup::Unknown))
-            .cloned()
-            .collect();
-        // As Kafka: if any partition is unknown, none is added.
-        let verdict: Result<BTreeMap<(String, i32), i16>, ResponseError> = if !unknown.is_empty() {
-            Ok(BTreeMap::new())
-        } else if verify_only {
-            self.txns
-                .verify_partitions(id, pid, epoch, &wanted)
-                .await
-                .map(|ok| {
-                    wanted
-                        .iter()
-                        .cloned()
-                        .zip(ok)
-                        .map(|(p, ok)| {
-                            let c = if ok {
-                                0
-                            } else {
-                                ResponseError::InvalidTxnState.code()
-                            };
-                            (p, c)
-                        })
-                        .collect()
-                })
-        } else {
-            self.txns
-                .add_partitions(id, pid, epoch, &wanted)
-                .await
-                .map(|()| BTreeMap::new())
-        };
-        move |t: &str, p: i32, version: i16| -> i16 {
-            let key = (t.to_string(), p);
-            if !unknown.is_empty() {
-                return if unknown.contains(&key) {
-                    ResponseError::UnknownTopicOrPartition.code()
-                } else {
-                    ResponseError::OperationNotAttempted.code()
-                };
-            }
-            match &verdict {
-                Ok(codes) => codes.get(&key).copied().unwrap_or(0),
-                Err(e) => fenced_for(*e, version, 2).code(),
-            }
-        }
-    }
-
-    pub(crate) async fn add_offsets_to_txn(
-        &self,
-        r: AddOffsetsToTxnRequest,
-        version: i16,
-    ) -> AddOffsetsToTxnResponse {
-        let result = self
-            .txns
-            .add_offsets(
-                &r.transactional_id,
-                r.producer_id.0,
-                r.producer_epoch,
-                &r.group_id,
-            )
-            .await
-            .map_err(|e| fenced_for(e, version, 2));
-        AddOffsetsToTxnResponse::default().with_error_code(code(result))
-    }
-
-    pub(crate) async fn end_txn(&self, r: EndTxnRequest, version: i16) -> EndTxnResponse {
-        // v5+: Transactions V2, the epoch moves on at every end (the answer carries it).
-        let result = self
-            .txns
-            .end_txn(
-                &r.transactional_id,
-                r.producer_id.0,
-                r.producer_epoch,
-                r.committed,
-                version >= 5,
-            )
-            .await
-            .map_err(|e| fenced_for(e, version, 2));
-        match result {
-            Ok((pid, epoch)) => EndTxnResponse::default()
-                .with_producer_id(ProducerId(pid))
-                .with_producer_epoch(epoch),
-            Err(e) => EndTxnResponse::default()
-                .with_error_code(e.code())
-                .with_producer_id(ProducerId(-1))
-                .with_producer_epoch(-1),
-        }
-    }
-
     /// Transactions V2 (Produce v12+): adds to their transactions the partitions of a
     /// produce whose batches are transactional, before they are written here or forwarded to
     /// their leader (which then verifies them as for any transactional write). `topics` is the
@@ -311,137 +163,6 @@ impl Broker {
             }
         }
         refused
-    }
-
-    /// TxnOffsetCommit: checked against the group (this broker must coordinate it), then staged
-    /// in the metadata store with the transaction, which commits or drops them when it ends.
-    pub(crate) async fn txn_offset_commit(
-        &self,
-        r: TxnOffsetCommitRequest,
-        version: i16,
-    ) -> TxnOffsetCommitResponse {
-        use txn_offset_commit_response::*;
-        let group_error = self
-            .groups
-            .validate_txn_offset_commit(
-                &r.group_id,
-                &r.member_id,
-                r.group_instance_id.as_deref(),
-                r.generation_id,
-            )
-            .await
-            .err();
-        let commit_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
-        let mut staged = Vec::new();
-        let mut unknown = Vec::new();
-        for t in &r.topics {
-            for p in &t.partitions {
-                if p.partition_index < 0
-                    || matches!(
-                        self.topics.lookup(&t.name, p.partition_index),
-                        Lookup::Unknown
-                    )
-                {
-                    unknown.push((t.name.to_string(), p.partition_index));
-                    continue;
-                }
-                staged.push(GroupOffset {
-                    topic: t.name.to_string(),
-                    partition: p.partition_index as u32,
-                    offset: p.committed_offset,
-                    leader_epoch: p.committed_leader_epoch,
-                    metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
-                    commit_ms,
-                });
-            }
-        }
-        // v5+: Transactions V2, the group joins the transaction here (no AddOffsetsToTxn).
-        let group_error = match group_error {
-            None if version >= 5 && !staged.is_empty() => self
-                .txns
-                .add_implicitly(
-                    &r.transactional_id,
-                    r.producer_id.0,
-                    r.producer_epoch,
-                    &[],
-                    Some(&r.group_id),
-                )
-                .await
-                .err()
-                .map(|e| match e {
-                    ResponseError::ConcurrentTransactions | ResponseError::NotCoordinator => {
-                        ResponseError::CoordinatorLoadInProgress.code()
-                    }
-                    e => fenced_for(e, version, 3).code(),
-                }),
-            other => other,
-        };
-        let error = match group_error {
-            Some(e) => e,
-            None if staged.is_empty() => 0,
-            None => match self
-                .meta
-                .stage_txn_offsets(
-                    &r.transactional_id,
-                    r.producer_id.0,
-                    r.producer_epoch,
-                    &r.group_id,
-                    staged,
-                )
-                .await
-            {
-                Ok(()) => 0,
-                Err(MetaError::TxnConflict(_)) => self
-                    .txn_offset_refusal(&r.transactional_id, r.producer_id.0, r.producer_epoch)
-                    .await
-                    .map_or(0, |e| fenced_for(e, version, 3).code()),
-                Err(e) => {
-                    tracing::warn!(error = %e, "staging transactional offsets failed");
-                    ResponseError::CoordinatorNotAvailable.code()
-                }
-            },
-        };
-        let topics = r
-            .topics
-            .iter()
-            .map(|t| {
-                TxnOffsetCommitResponseTopic::default()
-                    .with_name(t.name.clone())
-                    .with_partitions(
-                        t.partitions
-                            .iter()
-                            .map(|p| {
-                                let c = if unknown.iter().any(|(n, i)| {
-                                    n.as_str() == t.name.0.as_str() && *i == p.partition_index
-                                }) {
-                                    ResponseError::UnknownTopicOrPartition.code()
-                                } else {
-                                    error
-                                };
-                                TxnOffsetCommitResponsePartition::default()
-                                    .with_partition_index(p.partition_index)
-                                    .with_error_code(c)
-                            })
-                            .collect(),
-                    )
-            })
-            .collect();
-        TxnOffsetCommitResponse::default().with_topics(topics)
-    }
-
-    /// Why the transaction refused offsets: its producer was fenced, or the group was not added
-    /// (or the transaction is not open).
-    async fn txn_offset_refusal(&self, id: &str, pid: i64, epoch: i16) -> Option<ResponseError> {
-        match self.meta.load_transaction(id).await {
-            Ok(Some(t)) if t.producer_id == pid && t.producer_epoch > epoch => {
-                Some(ResponseError::ProducerFenced)
-            }
-            Ok(Some(t)) if t.producer_id != pid => Some(ResponseError::InvalidProducerIdMapping),
-            Ok(_) => Some(ResponseError::InvalidTxnState),
-            Err(_) => Some(ResponseError::CoordinatorNotAvailable),
-        }
     }
 
     /// KIP-890: for each partition of a transactional produce led here whose producer has no

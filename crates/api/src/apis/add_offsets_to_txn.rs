@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::txn::{code, fenced_for};
 use kafka_protocol::messages::*;
 
 use crate::apis::now;
@@ -53,7 +54,7 @@ impl Api for AddOffsetsToTxn {
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx { v, .. } = *cx;
         now(ResponseKind::AddOffsetsToTxn(
-            broker.add_offsets_to_txn(request, v).await,
+            add_offsets_to_txn(broker, request, v).await,
         ))
     }
 
@@ -73,4 +74,22 @@ impl Api for AddOffsetsToTxn {
             ),
         )]
     }
+}
+
+async fn add_offsets_to_txn(
+    broker: &Broker,
+    r: AddOffsetsToTxnRequest,
+    version: i16,
+) -> AddOffsetsToTxnResponse {
+    let result = broker
+        .txns
+        .add_offsets(
+            &r.transactional_id,
+            r.producer_id.0,
+            r.producer_epoch,
+            &r.group_id,
+        )
+        .await
+        .map_err(|e| fenced_for(e, version, 2));
+    AddOffsetsToTxnResponse::default().with_error_code(code(result))
 }

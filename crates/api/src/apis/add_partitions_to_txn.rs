@@ -3,7 +3,11 @@
 
 use std::sync::Arc;
 
+use crate::txn::{add_partitions_results, fenced_for};
 use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
+use std::collections::BTreeMap;
+use weir_partition::Lookup;
 
 use crate::apis::now;
 #[cfg(feature = "testing")]
@@ -92,7 +96,7 @@ impl Api for AddPartitionsToTxn {
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx { v, .. } = *cx;
         now(ResponseKind::AddPartitionsToTxn(
-            broker.add_partitions_to_txn(request, v).await,
+            add_partitions_to_txn(broker, request, v).await,
         ))
     }
 
@@ -129,5 +133,113 @@ impl Api for AddPartitionsToTxn {
             "unknown producer, a missing topic",
             R::AddPartitionsToTxn(r),
         )]
+    }
+}
+
+async fn add_partitions_to_txn(
+    broker: &Broker,
+    r: AddPartitionsToTxnRequest,
+    version: i16,
+) -> AddPartitionsToTxnResponse {
+    use add_partitions_to_txn_response::*;
+    if version <= 3 {
+        let topics = &r.v3_and_below_topics;
+        let outcome = add_partitions(
+            broker,
+            &r.v3_and_below_transactional_id,
+            r.v3_and_below_producer_id.0,
+            r.v3_and_below_producer_epoch,
+            topics,
+            false,
+        )
+        .await;
+        return AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(
+            add_partitions_results(topics, &|t, p| outcome(t, p, version)),
+        );
+    }
+    let mut out = Vec::with_capacity(r.transactions.len());
+    for t in &r.transactions {
+        let outcome = add_partitions(
+            broker,
+            &t.transactional_id,
+            t.producer_id.0,
+            t.producer_epoch,
+            &t.topics,
+            t.verify_only,
+        )
+        .await;
+        out.push(
+            AddPartitionsToTxnResult::default()
+                .with_transactional_id(t.transactional_id.clone())
+                .with_topic_results(add_partitions_results(&t.topics, &|n, p| {
+                    outcome(n, p, version)
+                })),
+        );
+    }
+    AddPartitionsToTxnResponse::default().with_results_by_transaction(out)
+}
+
+/// Adds (or with `verify_only`, checks) partitions of one transaction; returns each
+/// partition's code, given the request's version.
+async fn add_partitions(
+    broker: &Broker,
+    id: &TransactionalId,
+    pid: i64,
+    epoch: i16,
+    topics: &[add_partitions_to_txn_request::AddPartitionsToTxnTopic],
+    verify_only: bool,
+) -> impl Fn(&str, i32, i16) -> i16 {
+    let wanted: Vec<(String, i32)> = topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|&p| (t.name.to_string(), p)))
+        .collect();
+    let unknown: Vec<(String, i32)> = wanted
+        .iter()
+        .filter(|(t, p)| matches!(broker.topics.lookup(t, *p), Lookup::Unknown))
+        .cloned()
+        .collect();
+    // As Kafka: if any partition is unknown, none is added.
+    let verdict: Result<BTreeMap<(String, i32), i16>, ResponseError> = if !unknown.is_empty() {
+        Ok(BTreeMap::new())
+    } else if verify_only {
+        broker
+            .txns
+            .verify_partitions(id, pid, epoch, &wanted)
+            .await
+            .map(|ok| {
+                wanted
+                    .iter()
+                    .cloned()
+                    .zip(ok)
+                    .map(|(p, ok)| {
+                        let c = if ok {
+                            0
+                        } else {
+                            ResponseError::InvalidTxnState.code()
+                        };
+                        (p, c)
+                    })
+                    .collect()
+            })
+    } else {
+        broker
+            .txns
+            .add_partitions(id, pid, epoch, &wanted)
+            .await
+            .map(|()| BTreeMap::new())
+    };
+    move |t: &str, p: i32, version: i16| -> i16 {
+        let key = (t.to_string(), p);
+        if !unknown.is_empty() {
+            return if unknown.contains(&key) {
+                ResponseError::UnknownTopicOrPartition.code()
+            } else {
+                ResponseError::OperationNotAttempted.code()
+            };
+        }
+        match &verdict {
+            Ok(codes) => codes.get(&key).copied().unwrap_or(0),
+            Err(e) => fenced_for(*e, version, 2).code(),
+        }
     }
 }

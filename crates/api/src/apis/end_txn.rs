@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::txn::fenced_for;
 use kafka_protocol::messages::*;
 
 #[cfg(feature = "testing")]
@@ -53,7 +54,7 @@ impl Api for EndTxn {
         // Markers take a WAL write or two: answer later, so the connection keeps going.
         let this = Arc::clone(broker);
         Reply::Later(Box::pin(async move {
-            ResponseKind::EndTxn(this.end_txn(request, v).await)
+            ResponseKind::EndTxn(end_txn(&this, request, v).await)
         }))
     }
 
@@ -72,5 +73,29 @@ impl Api for EndTxn {
                     .with_committed(true),
             ),
         )]
+    }
+}
+
+async fn end_txn(broker: &Broker, r: EndTxnRequest, version: i16) -> EndTxnResponse {
+    // v5+: Transactions V2, the epoch moves on at every end (the answer carries it).
+    let result = broker
+        .txns
+        .end_txn(
+            &r.transactional_id,
+            r.producer_id.0,
+            r.producer_epoch,
+            r.committed,
+            version >= 5,
+        )
+        .await
+        .map_err(|e| fenced_for(e, version, 2));
+    match result {
+        Ok((pid, epoch)) => EndTxnResponse::default()
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch),
+        Err(e) => EndTxnResponse::default()
+            .with_error_code(e.code())
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1),
     }
 }

@@ -3,7 +3,11 @@
 
 use std::sync::Arc;
 
+use crate::txn::fenced_for;
 use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
+use weir_meta::{GroupOffset, MetaError};
+use weir_partition::Lookup;
 
 use crate::apis::now;
 #[cfg(feature = "testing")]
@@ -85,7 +89,7 @@ impl Api for TxnOffsetCommit {
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx { v, .. } = *cx;
         now(ResponseKind::TxnOffsetCommit(
-            broker.txn_offset_commit(request, v).await,
+            txn_offset_commit(broker, request, v).await,
         ))
     }
 
@@ -114,5 +118,145 @@ impl Api for TxnOffsetCommit {
                     ]),
             ),
         )]
+    }
+}
+
+/// TxnOffsetCommit: checked against the group (this broker must coordinate it), then staged
+/// in the metadata store with the transaction, which commits or drops them when it ends.
+async fn txn_offset_commit(
+    broker: &Broker,
+    r: TxnOffsetCommitRequest,
+    version: i16,
+) -> TxnOffsetCommitResponse {
+    use txn_offset_commit_response::*;
+    let group_error = broker
+        .groups
+        .validate_txn_offset_commit(
+            &r.group_id,
+            &r.member_id,
+            r.group_instance_id.as_deref(),
+            r.generation_id,
+        )
+        .await
+        .err();
+    let commit_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let mut staged = Vec::new();
+    let mut unknown = Vec::new();
+    for t in &r.topics {
+        for p in &t.partitions {
+            if p.partition_index < 0
+                || matches!(
+                    broker.topics.lookup(&t.name, p.partition_index),
+                    Lookup::Unknown
+                )
+            {
+                unknown.push((t.name.to_string(), p.partition_index));
+                continue;
+            }
+            staged.push(GroupOffset {
+                topic: t.name.to_string(),
+                partition: p.partition_index as u32,
+                offset: p.committed_offset,
+                leader_epoch: p.committed_leader_epoch,
+                metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+                commit_ms,
+            });
+        }
+    }
+    // v5+: Transactions V2, the group joins the transaction here (no AddOffsetsToTxn).
+    let group_error = match group_error {
+        None if version >= 5 && !staged.is_empty() => broker
+            .txns
+            .add_implicitly(
+                &r.transactional_id,
+                r.producer_id.0,
+                r.producer_epoch,
+                &[],
+                Some(&r.group_id),
+            )
+            .await
+            .err()
+            .map(|e| match e {
+                ResponseError::ConcurrentTransactions | ResponseError::NotCoordinator => {
+                    ResponseError::CoordinatorLoadInProgress.code()
+                }
+                e => fenced_for(e, version, 3).code(),
+            }),
+        other => other,
+    };
+    let error = match group_error {
+        Some(e) => e,
+        None if staged.is_empty() => 0,
+        None => match broker
+            .meta
+            .stage_txn_offsets(
+                &r.transactional_id,
+                r.producer_id.0,
+                r.producer_epoch,
+                &r.group_id,
+                staged,
+            )
+            .await
+        {
+            Ok(()) => 0,
+            Err(MetaError::TxnConflict(_)) => txn_offset_refusal(
+                broker,
+                &r.transactional_id,
+                r.producer_id.0,
+                r.producer_epoch,
+            )
+            .await
+            .map_or(0, |e| fenced_for(e, version, 3).code()),
+            Err(e) => {
+                tracing::warn!(error = %e, "staging transactional offsets failed");
+                ResponseError::CoordinatorNotAvailable.code()
+            }
+        },
+    };
+    let topics = r
+        .topics
+        .iter()
+        .map(|t| {
+            TxnOffsetCommitResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            let c = if unknown.iter().any(|(n, i)| {
+                                n.as_str() == t.name.0.as_str() && *i == p.partition_index
+                            }) {
+                                ResponseError::UnknownTopicOrPartition.code()
+                            } else {
+                                error
+                            };
+                            TxnOffsetCommitResponsePartition::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(c)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    TxnOffsetCommitResponse::default().with_topics(topics)
+}
+
+/// Why the transaction refused offsets: its producer was fenced, or the group was not added
+/// (or the transaction is not open).
+async fn txn_offset_refusal(
+    broker: &Broker,
+    id: &str,
+    pid: i64,
+    epoch: i16,
+) -> Option<ResponseError> {
+    match broker.meta.load_transaction(id).await {
+        Ok(Some(t)) if t.producer_id == pid && t.producer_epoch > epoch => {
+            Some(ResponseError::ProducerFenced)
+        }
+        Ok(Some(t)) if t.producer_id != pid => Some(ResponseError::InvalidProducerIdMapping),
+        Ok(_) => Some(ResponseError::InvalidTxnState),
+        Err(_) => Some(ResponseError::CoordinatorNotAvailable),
     }
 }
