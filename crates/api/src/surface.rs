@@ -1,10 +1,9 @@
-//! Parts of Kafka's surface that Weir answers without Kafka's machinery behind them:
-//! `__consumer_offsets` as Metadata lists it, and DescribeLogDirs.
+//! `__consumer_offsets` as Metadata lists it: part of Kafka's surface that Weir answers without
+//! Kafka's machinery behind it (DescribeLogDirs, the other part, is in its module in `apis/`).
 //!
 //! Weir keeps committed offsets in the metadata store, not in a topic; but tools and clients
 //! expect Kafka's internal offsets topic to be listed (with `is_internal`, so that they leave it
-//! out of what they show and subscribe to by pattern), and `kafka-log-dirs` expects each broker
-//! to describe its log directories.
+//! out of what they show and subscribe to by pattern).
 
 use kafka_protocol::messages::metadata_response::{
     MetadataResponsePartition, MetadataResponseTopic,
