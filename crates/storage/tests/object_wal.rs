@@ -266,7 +266,13 @@ async fn a_replaced_leader_cannot_acknowledge() {
 async fn one_engine_runs_both_kinds_and_a_stream_switches_between_them() {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn object_store::ObjectStore> = Arc::new(slow_store(0));
-    let engine = open_engine_with_store(dir.path(), object_config(), 8 << 20, store).await;
+    // No upload by time: the file WAL's stream must still be waiting for one below, however
+    // slowly a loaded machine runs the appends (at 500 ms one came first under load).
+    let config = StorageConfig {
+        upload_interval: Duration::from_secs(3600),
+        ..object_config()
+    };
+    let engine = open_engine_with_store(dir.path(), config, 8 << 20, store).await;
     engine.open_stream(1, 1).await.unwrap();
     engine
         .open_stream_with(
