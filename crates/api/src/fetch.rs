@@ -1,4 +1,5 @@
-//! Fetch: whole batches as stored, with long polling on `fetch.min.bytes`/`fetch.max.wait.ms`.
+//! The reads of a Fetch (its handler is `apis/fetch.rs`): whole batches as stored, from partitions
+//! led here or, for another zone's leader, from object storage.
 //!
 //! The record bytes of a response are capped at the request's `max_bytes` and the broker's
 //! `fetch.max.bytes`, whichever is smaller, with KIP-74's exception: the first partition that
@@ -10,31 +11,24 @@
 //! the leader's high watermark and epoch (`weir_zone::Feed`).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::FutureExt;
-use kafka_protocol::messages::fetch_response::{
-    FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
-};
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
 use tokio::sync::watch;
 use uuid::Uuid;
-use weir_auth::acl::Operation;
-use weir_partition::{Lookup, Partition, Topics};
+use weir_partition::{Partition, Topics};
 use weir_zone::wire::Offsets;
-
-use crate::authz::Check;
-use crate::fetch_session::Context;
-use crate::{str, Broker, Reply};
 
 /// How long a fetch of a partition served for another zone's leader waits for the leader's
 /// first word on its offsets.
 const FIRST_OFFSETS_WAIT: Duration = Duration::from_secs(2);
 
 /// Where a wanted partition is read from.
-enum Source {
+pub(crate) enum Source {
     Local(Arc<Partition>),
     /// Led in another zone: read from object storage with the leader's offsets.
     Remote {
@@ -116,284 +110,30 @@ struct Bounds {
 }
 
 /// One partition a fetch asks for.
-struct Wanted {
-    partition_index: i32,
-    partition: Result<Source, ResponseError>,
-    offset: i64,
-    max_bytes: i32,
-    current_leader_epoch: i32,
+pub(crate) struct Wanted {
+    pub(crate) partition_index: i32,
+    pub(crate) partition: Result<Source, ResponseError>,
+    pub(crate) offset: i64,
+    pub(crate) max_bytes: i32,
+    pub(crate) current_leader_epoch: i32,
     /// `read_committed`: up to the last stable offset, with the aborted transactions.
-    committed: bool,
+    pub(crate) committed: bool,
     /// KIP-392: a broker of the client's zone to fetch from instead (this broker leads the
     /// partition in another zone), told to clients placed by their RackId only.
-    preferred: Option<i32>,
+    pub(crate) preferred: Option<i32>,
 }
 
-struct WantedTopic {
-    name: TopicName,
-    id: Uuid,
-    partitions: Vec<Wanted>,
+pub(crate) struct WantedTopic {
+    pub(crate) name: TopicName,
+    pub(crate) id: Uuid,
+    pub(crate) partitions: Vec<Wanted>,
 }
 
-impl Broker {
-    pub(crate) async fn fetch(
-        self: &Arc<Self>,
-        mut r: FetchRequest,
-        version: i16,
-        zone: Option<&str>,
-        listener: &str,
-        check: Option<Check>,
-    ) -> Reply {
-        let started = Instant::now();
-        // An incremental fetch reads its session's partitions (the request names only those
-        // that changed) and answers those with something to tell.
-        let session = self.fetch_sessions.begin(&mut r, version);
-        if let Context::Refused(e) = session {
-            self.meters.fetch_latency.record(started.elapsed());
-            return Reply::Now(Box::new(ResponseKind::Fetch(
-                FetchResponse::default().with_error_code(e.code()),
-            )));
-        }
-        let committed = version >= 4 && r.isolation_level == 1;
-        let mut any_refused = false;
-        let zone_owned = zone.map(|z| z.to_string());
-        let listener_owned = listener.to_string();
-        let wanted: Vec<WantedTopic> = r
-            .topics
-            .into_iter()
-            .map(|t| {
-                let topic = if version >= 13 {
-                    self.topics.get_by_id(t.topic_id.as_bytes())
-                } else {
-                    self.topics.get(t.topic.0.as_str())
-                };
-                let missing = if version >= 13 {
-                    ResponseError::UnknownTopicId
-                } else {
-                    ResponseError::UnknownTopicOrPartition
-                };
-                // READ on the topic, checked here rather than at the gate: a session's fetch
-                // names only what changed, and a topic whose READ was taken away since must be
-                // refused in every fetch. A name the principal may not read is refused whether
-                // it exists or not (as Kafka does); an unknown id stays UNKNOWN_TOPIC_ID.
-                let name = match (&topic, version >= 13) {
-                    (Some(tp), true) => Some(tp.name.as_str()),
-                    (None, true) => None,
-                    (_, false) => Some(t.topic.0.as_str()),
-                };
-                let refused = match (&check, name) {
-                    (Some(c), Some(n)) => !c.topic(Operation::Read, n),
-                    _ => false,
-                };
-                any_refused |= refused;
-                // One look at the open partitions for the whole topic.
-                let mut found = topic
-                    .as_ref()
-                    .map(|tp| {
-                        self.topics
-                            .lookup_in(tp, t.partitions.iter().map(|p| p.partition))
-                    })
-                    .unwrap_or_default()
-                    .into_iter();
-                WantedTopic {
-                    name: t.topic,
-                    id: t.topic_id,
-                    partitions: t
-                        .partitions
-                        .into_iter()
-                        .map(|p| Wanted {
-                            partition_index: p.partition,
-                            partition: match topic.as_ref().zip(found.next()) {
-                                _ if refused => Err(ResponseError::TopicAuthorizationFailed),
-                                Some((_, Lookup::Local(p))) => Ok(Source::Local(p)),
-                                Some((t, Lookup::NotHere)) => {
-                                    self.remote_source(zone, &t.name, p.partition)
-                                }
-                                _ => Err(missing),
-                            },
-                            offset: p.fetch_offset,
-                            max_bytes: p.partition_max_bytes,
-                            current_leader_epoch: p.current_leader_epoch,
-                            committed,
-                            preferred: match (&topic, version >= 11) {
-                                (Some(t), true) if !refused => {
-                                    self.preferred_replica(zone, &t.name, p.partition)
-                                }
-                                _ => None,
-                            },
-                        })
-                        .collect(),
-                }
-            })
-            .collect();
-        if let Some(c) = check.as_ref().filter(|_| any_refused) {
-            c.denied("topics of a fetch", &self.meters.authorization_denied);
-        }
-        let asked = if r.max_bytes <= 0 {
-            i32::MAX
-        } else {
-            r.max_bytes
-        } as usize;
-        // As Kafka does: the broker's cap wins, and a minimum above the maximum is the maximum
-        // (or the long poll could never be satisfied).
-        let max_bytes = asked.min(self.limits.fetch_max_bytes.max(1));
-        let min_bytes = (r.min_bytes.max(1) as usize).min(max_bytes);
-        if let Some(zones) = &self.zones {
-            first_offsets(&wanted, &zones.feed).await;
-        }
-        let topics = Arc::clone(&self.topics);
-        let (response, bytes, errors) = fetch_round(&topics, &wanted, max_bytes, min_bytes).await;
-        let waits = r.max_wait_ms > 0 && bytes < min_bytes && !errors;
-        if !waits {
-            self.meters.fetch_bytes.add(bytes as u64);
-            self.meters.fetch_latency.record(started.elapsed());
-            let mut response = self.with_leader_hints(response, zone, listener);
-            session.finish(&mut response);
-            return Reply::Now(Box::new(ResponseKind::Fetch(response)));
-        }
-        let deadline = started + Duration::from_millis(r.max_wait_ms as u64);
-        let this = Arc::clone(self);
-        Reply::Later(Box::pin(async move {
-            let mut hws: Vec<_> = Vec::new();
-            let mut remotes: Vec<_> = Vec::new();
-            for w in wanted.iter().flat_map(|t| t.partitions.iter()) {
-                match &w.partition {
-                    Ok(Source::Local(p)) => hws.extend(p.watch_high_watermark()),
-                    Ok(Source::Remote { offsets, .. }) => remotes.push(offsets.clone()),
-                    Err(_) => {}
-                }
-            }
-            let (mut response, mut bytes) = (response, bytes);
-            loop {
-                if hws.is_empty() && remotes.is_empty() {
-                    tokio::time::sleep_until(deadline.into()).await;
-                    break;
-                }
-                let woke = {
-                    let changed = futures::future::select_all(
-                        hws.iter_mut()
-                            .map(|rx| rx.changed().boxed())
-                            .chain(remotes.iter_mut().map(|rx| rx.changed().boxed())),
-                    );
-                    tokio::time::timeout_at(deadline.into(), changed)
-                        .await
-                        .is_ok()
-                };
-                if !woke {
-                    break;
-                }
-                let (r2, b2, e2) = fetch_round(&topics, &wanted, max_bytes, min_bytes).await;
-                (response, bytes) = (r2, b2);
-                if e2 || bytes >= min_bytes || Instant::now() >= deadline {
-                    break;
-                }
-            }
-            if Instant::now() >= deadline && bytes < min_bytes {
-                // The deadline passed: answer with what there is now.
-                let (r2, b2, _) = fetch_round(&topics, &wanted, max_bytes, min_bytes).await;
-                (response, bytes) = (r2, b2);
-            }
-            this.meters.fetch_bytes.add(bytes as u64);
-            this.meters.fetch_latency.record(started.elapsed());
-            let mut response =
-                this.with_leader_hints(response, zone_owned.as_deref(), &listener_owned);
-            session.finish(&mut response);
-            ResponseKind::Fetch(response)
-        }))
-    }
-
-    /// For a partition led here and fetched by a client of another zone: the broker of the
-    /// client's zone that serves it, if the topic routes in-zone.
-    fn preferred_replica(&self, zone: Option<&str>, topic: &str, partition: i32) -> Option<i32> {
-        let zones = self.zones.as_ref()?;
-        let zone = zone?;
-        if zones.zone.is_empty() || zone == zones.zone {
-            return None;
-        }
-        if self.routing_by_name(topic) != weir_zone::Routing::InZone {
-            return None;
-        }
-        if !matches!(self.topics.lookup(topic, partition), Lookup::Local(_)) {
-            return None;
-        }
-        let view = self.cluster.view();
-        let b = weir_zone::in_zone_broker(&view, zone, topic, u32::try_from(partition).ok()?)?;
-        (b.node_id != self.cluster.node_id()).then_some(b.node_id)
-    }
-
-    /// A partition not led here: served from object storage when this broker serves it to
-    /// the client's zone, else NOT_LEADER_OR_FOLLOWER.
-    fn remote_source(
-        &self,
-        zone: Option<&str>,
-        topic: &str,
-        partition: i32,
-    ) -> Result<Source, ResponseError> {
-        let (Some(zones), Some(remote)) = (&self.zones, self.remote(zone, topic, partition)) else {
-            return Err(ResponseError::NotLeaderOrFollower);
-        };
-        zones.meters.remote_fetches.inc();
-        Ok(Source::Remote {
-            topic: topic.to_string(),
-            stream_id: remote.stream_id,
-            feed: Arc::clone(&zones.feed),
-            offsets: zones.feed.offsets(topic, partition, &remote.leader),
-            leader: remote.leader,
-            peers: Arc::clone(&zones.peers),
-        })
-    }
-
-    /// KIP-951: partitions answered NOT_LEADER_OR_FOLLOWER name the new leader (v12+), and the
-    /// response carries its endpoint (v16+), so consumers re-route without a metadata request.
-    fn with_leader_hints(
-        &self,
-        mut response: FetchResponse,
-        zone: Option<&str>,
-        listener: &str,
-    ) -> FetchResponse {
-        let mut endpoints: Vec<NodeEndpoint> = Vec::new();
-        for t in &mut response.responses {
-            let name = if t.topic_id.is_nil() {
-                Some(t.topic.0.to_string())
-            } else {
-                self.topics
-                    .get_by_id(t.topic_id.as_bytes())
-                    .map(|t| t.name.clone())
-            };
-            let Some(name) = name else { continue };
-            for p in &mut t.partitions {
-                if p.error_code != ResponseError::NotLeaderOrFollower.code() {
-                    continue;
-                }
-                let Some(h) = self.leader_hint(zone, listener, &name, p.partition_index) else {
-                    continue;
-                };
-                p.current_leader = LeaderIdAndEpoch::default()
-                    .with_leader_id(BrokerId(h.node_id))
-                    .with_leader_epoch(h.epoch);
-                if !endpoints.iter().any(|e| e.node_id.0 == h.node_id) {
-                    endpoints.push(
-                        NodeEndpoint::default()
-                            .with_node_id(BrokerId(h.node_id))
-                            .with_host(str(&h.host))
-                            .with_port(h.port)
-                            .with_rack((!h.rack.is_empty()).then(|| str(&h.rack))),
-                    );
-                }
-            }
-        }
-        response.node_endpoints = endpoints;
-        response
-    }
-}
-
-/// Reads every wanted partition once. Returns the response, its record bytes, and whether any
-/// partition had an error (which answers at once, as Kafka does).
 /// Waits (a little, once) for the leader's first word on the offsets of partitions served
 /// for another zone's leader, subscribed to just now; and asks the leader again for a
 /// partition fetched beyond the high watermark known here, which may only be late (the client
 /// read further elsewhere): OFFSET_OUT_OF_RANGE is for offsets beyond the leader's.
-async fn first_offsets(wanted: &[WantedTopic], feed: &Arc<weir_zone::Feed>) {
+pub(crate) async fn first_offsets(wanted: &[WantedTopic], feed: &Arc<weir_zone::Feed>) {
     for w in wanted.iter().flat_map(|t| t.partitions.iter()) {
         if let Ok(Source::Remote { topic, offsets, .. }) = &w.partition {
             let mut rx = offsets.clone();
@@ -407,12 +147,15 @@ async fn first_offsets(wanted: &[WantedTopic], feed: &Arc<weir_zone::Feed>) {
     }
 }
 
+/// Reads every wanted partition once. Returns the response, its record bytes, and whether any
+/// partition had an error (which answers at once, as Kafka does).
+///
 /// One round of reads: first without waiting for object storage; if that gives less than
 /// `min_bytes` while some partition's data is still being fetched from it, again, waiting. So a
 /// catch-up read of many partitions answers with those whose blocks are cached (the read-ahead
 /// keeps fetching the others) rather than wait for the slowest GET, and a read that finds
 /// nothing cached waits as before.
-async fn fetch_round(
+pub(crate) async fn fetch_round(
     topics: &Topics,
     wanted: &[WantedTopic],
     max_bytes: usize,

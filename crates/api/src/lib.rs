@@ -5,23 +5,23 @@
 //! network layer can go on reading the connection's next request while they wait, and still
 //! send responses in order.
 //!
-//! - `apis/`: a module per API key with the versions Weir serves, its handler and its error
-//!   response; its one list makes the dispatch, [`supported_versions`] (what ApiVersions
-//!   advertises) and [`error_response_for`]. The handlers call the services below.
-//! - `produce.rs`, `fetch.rs`, `offsets.rs`: the data path, on [`weir_partition`];
-//!   `fetch_session.rs`: incremental fetch sessions (KIP-227).
-//! - `admin.rs`: topics, partitions, configs, DeleteRecords.
-//! - `cluster.rs`: ApiVersions, Metadata, DescribeCluster, FindCoordinator, InitProducerId.
-//! - `reassign.rs`: AlterPartitionReassignments, ListPartitionReassignments (moving partitions).
-//! - `surface.rs`: `__consumer_offsets` as Metadata lists it, DescribeLogDirs.
-//! - `txn.rs`: transactions (the coordinator is [`weir_txn::TxnCoordinator`]), the KIP-890
-//!   verification of transactional produces, and the writing of transaction markers.
-//! - `zones.rs`: a client's zone and the broker that serves a partition to it; `internal.rs`:
-//!   the internal API leaders answer for brokers of other zones (forwarded produces, offsets).
-//! - groups: delegated to [`weir_group::GroupCoordinator`].
-//! - `sasl.rs`: SaslHandshake, SaslAuthenticate (PLAIN, SCRAM; re-authentication), on
-//!   [`weir_auth`]; `scram_users.rs`: Describe/AlterUserScramCredentials. Who a connection is
-//!   lives in its [`Conn`]; the network layer serves nothing else until it has authenticated.
+//! - `apis/`: a module per API key with everything about it: the versions Weir serves, what it
+//!   must be authorized for (and how refused parts come back), its error response, its handler
+//!   and its sample requests for the every-version test. Its one list makes the dispatch,
+//!   [`supported_versions`] (what ApiVersions advertises) and [`error_response_for`].
+//! - [`Broker::handle_on`] is the pipeline every request goes through: count, client zone, wait
+//!   for opening, authorize (`authz.rs`), handle (`apis/`), throttle (`quotas.rs`), put refused
+//!   parts back.
+//! - The services handlers take what they need from, as fields of [`Broker`]: topics and
+//!   partitions ([`weir_partition`]), groups ([`weir_group::GroupCoordinator`]), transactions
+//!   ([`weir_txn::TxnCoordinator`]), the cluster ([`weir_cluster::Cluster`]), the metadata store,
+//!   zones (`zones.rs`), quotas (`quotas.rs`), SASL (`sasl.rs`, on [`weir_auth`]) and fetch
+//!   sessions (`fetch_session.rs`, KIP-227).
+//! - What several APIs share stays beside them: `fetch.rs` (a fetch's reads), `txn.rs`
+//!   (KIP-890 verification, markers), `admin.rs`, `acls.rs`, `cluster.rs`, `surface.rs`
+//!   (`__consumer_offsets` as Metadata lists it); `internal.rs`: the internal API leaders answer
+//!   for brokers of other zones (forwarded produces, offsets). Who a connection is lives in its
+//!   [`Conn`]; the network layer serves nothing else until it has authenticated.
 //! - `frame.rs`: [`encode_response`]'s result, a [`ResponseFrame`] of chunks: a Fetch
 //!   response's record batches are kept by reference, not copied into the response.
 
@@ -36,7 +36,6 @@ mod fetch_session;
 mod frame;
 mod internal;
 mod opening;
-mod produce;
 pub mod quotas;
 mod sasl;
 mod surface;
@@ -337,52 +336,38 @@ impl Broker {
             .await
     }
 
-    /// Handles one request that arrived on `conn`.
+    /// Handles one request that arrived on `conn`, in these steps: count it, find the client's
+    /// zone, wait while the broker is still opening what the request needs, authorize (whole or in
+    /// parts), handle, throttle by the client's quotas, and put the refused parts back.
     pub async fn handle_on(
         self: &Arc<Self>,
         header: &RequestHeader,
         request: RequestKind,
         conn: &Conn,
     ) -> Reply {
-        let client_host = conn.host.as_str();
         let v = header.request_api_version;
-        if let Some(c) = usize::try_from(header.request_api_key)
-            .ok()
-            .and_then(|k| self.meters.requests.get(k))
-        {
-            c.inc();
-        }
+        self.count(header);
         let client_id = header.client_id.as_ref().map_or("", |c| c.as_str());
         let zone = self.client_zone(conn, client_id, &request);
-        let zone = zone.as_deref();
-        let listener = conn.listener.name.as_str();
-        let now = |r: ResponseKind| Reply::Now(Box::new(r));
         self.wait_for_opening(&request, v).await;
-        let (request, denied, filter) = match self.check_for(conn) {
-            None => (request, None, None),
-            Some(check) => match self.gate(&check, request, v) {
-                authz::Gate::Refuse(r) => return now(r),
-                authz::Gate::Serve {
-                    request,
-                    denied,
-                    filter,
-                } => (request, denied, filter),
-            },
+        let (request, refused) = match self.authorize(conn, request, v) {
+            Ok(authorized) => authorized,
+            Err(refusal) => return refusal,
         };
         let produced = match &request {
             RequestKind::Produce(r) => Some(quotas::produce_bytes(r)),
             _ => None,
         };
-        let handling = std::time::Instant::now();
         let cx = apis::Cx {
             header,
             conn,
             v,
             client_id,
-            client_host,
-            zone,
-            listener,
+            client_host: conn.host.as_str(),
+            zone: zone.as_deref(),
+            listener: conn.listener.name.as_str(),
         };
+        let handling = std::time::Instant::now();
         let reply = self.serve(request, cx).await;
         let reply = self.throttle_request_time(reply, conn, client_id, handling.elapsed());
         let reply = match produced {
@@ -392,11 +377,49 @@ impl Broker {
             }
             None => reply,
         };
+        self.put_back(reply, refused)
+    }
+
+    /// Counts a request by its API.
+    fn count(&self, header: &RequestHeader) {
+        let counter = usize::try_from(header.request_api_key)
+            .ok()
+            .and_then(|k| self.meters.requests.get(k));
+        if let Some(c) = counter {
+            c.inc();
+        }
+    }
+
+    /// The request as it may be served, and what of it was refused; or the refusal of all of it.
+    /// Connections of the internal listener are not checked.
+    fn authorize(
+        &self,
+        conn: &Conn,
+        request: RequestKind,
+        v: i16,
+    ) -> Result<(RequestKind, Refused), Reply> {
+        let Some(check) = self.check_for(conn) else {
+            return Ok((request, Refused::default()));
+        };
+        match self.gate(&check, request, v) {
+            authz::Gate::Refuse(r) => Err(Reply::Now(Box::new(r))),
+            authz::Gate::Serve {
+                request,
+                denied,
+                filter,
+            } => Ok((request, Refused { denied, filter })),
+        }
+    }
+
+    /// Joins the refused parts' errors to the response, and leaves out of listings what the
+    /// principal may not describe.
+    fn put_back(self: &Arc<Self>, reply: Reply, refused: Refused) -> Reply {
+        let Refused { denied, filter } = refused;
         if denied.is_none() && filter.is_none() {
             return reply;
         }
         match reply {
-            Reply::Now(r) => now(self.after_gate(*r, denied, filter.as_ref())),
+            Reply::Now(r) => Reply::Now(Box::new(self.after_gate(*r, denied, filter.as_ref()))),
             Reply::Later(f) => {
                 let this = Arc::clone(self);
                 Reply::Later(Box::pin(async move {
@@ -426,6 +449,14 @@ impl Broker {
             }
         }
     }
+}
+
+/// What authorization took out of a request: the error response of the denied parts, and the
+/// checks that filter listings.
+#[derive(Default)]
+struct Refused {
+    denied: Option<ResponseKind>,
+    filter: Option<authz::Check>,
 }
 
 /// An error response for an API Weir knows but does not implement (and does not advertise), for

@@ -19,11 +19,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::*;
-use kafka_protocol::ResponseError;
 use weir_meta::Quotas;
 use weir_metrics::Counter;
-
-use crate::str;
 
 pub const PRODUCER_BYTE_RATE: &str = "producer_byte_rate";
 pub const CONSUMER_BYTE_RATE: &str = "consumer_byte_rate";
@@ -65,7 +62,7 @@ impl QuotaWindow {
 
 /// One component of an entity: its type (`user`, `client-id`, `ip`) and its name (`None`: the
 /// default).
-type Component = (String, Option<String>);
+pub(crate) type Component = (String, Option<String>);
 
 fn escape(s: &str) -> String {
     s.replace('%', "%25")
@@ -286,7 +283,7 @@ impl QuotaManager {
     }
 }
 
-fn valid_key(entity: &[Component], key: &str) -> bool {
+pub(crate) fn valid_key(entity: &[Component], key: &str) -> bool {
     if entity.iter().any(|(t, _)| t == "ip") {
         IP_KEYS.contains(&key)
     } else {
@@ -294,7 +291,7 @@ fn valid_key(entity: &[Component], key: &str) -> bool {
     }
 }
 
-fn check_entity(entity: &[Component]) -> Result<(), String> {
+pub(crate) fn check_entity(entity: &[Component]) -> Result<(), String> {
     if entity.is_empty() {
         return Err("Invalid empty client quota entity".into());
     }
@@ -319,150 +316,6 @@ impl crate::Broker {
         let q = Quotas::client_quotas(&*self.meta).await?;
         self.quotas.set(q);
         Ok(())
-    }
-
-    pub(crate) async fn describe_client_quotas(
-        &self,
-        r: DescribeClientQuotasRequest,
-    ) -> DescribeClientQuotasResponse {
-        use describe_client_quotas_response::{EntityData, EntryData, ValueData};
-        let stored = match Quotas::client_quotas(&*self.meta).await {
-            Ok(q) => q,
-            Err(e) => {
-                tracing::warn!(error = %e, "reading client quotas");
-                return DescribeClientQuotasResponse::default()
-                    .with_error_code(ResponseError::UnknownServerError.code())
-                    .with_error_message(Some(str("the metadata store is unavailable")));
-            }
-        };
-        for c in &r.components {
-            if c.match_type == 0 && c._match.is_none() || !(0..=2).contains(&c.match_type) {
-                return DescribeClientQuotasResponse::default()
-                    .with_error_code(ResponseError::InvalidRequest.code())
-                    .with_error_message(Some(str("Invalid match type or missing match")));
-            }
-        }
-        let mut by_entity: std::collections::BTreeMap<String, Vec<ValueData>> = Default::default();
-        for q in stored {
-            by_entity.entry(q.entity).or_default().push(
-                ValueData::default()
-                    .with_key(str(&q.key))
-                    .with_value(q.value),
-            );
-        }
-        let entries = by_entity
-            .into_iter()
-            .filter_map(|(entity, values)| {
-                let parts = decode(&entity);
-                let matches = r.components.iter().all(|c| {
-                    parts.iter().any(|(t, n)| {
-                        t == c.entity_type.as_str()
-                            && match c.match_type {
-                                0 => n.as_deref() == c._match.as_deref(),
-                                1 => n.is_none(),
-                                _ => true,
-                            }
-                    })
-                });
-                let strict_ok = !r.strict
-                    || parts
-                        .iter()
-                        .all(|(t, _)| r.components.iter().any(|c| c.entity_type.as_str() == t));
-                (matches && strict_ok).then(|| {
-                    EntryData::default()
-                        .with_entity(
-                            parts
-                                .into_iter()
-                                .map(|(t, n)| {
-                                    EntityData::default()
-                                        .with_entity_type(str(&t))
-                                        .with_entity_name(n.as_deref().map(str))
-                                })
-                                .collect(),
-                        )
-                        .with_values(values)
-                })
-            })
-            .collect();
-        DescribeClientQuotasResponse::default().with_entries(Some(entries))
-    }
-
-    pub(crate) async fn alter_client_quotas(
-        &self,
-        r: AlterClientQuotasRequest,
-    ) -> AlterClientQuotasResponse {
-        use alter_client_quotas_response::{EntityData, EntryData};
-        let mut results = Vec::with_capacity(r.entries.len());
-        let mut changes = Vec::new();
-        for e in &r.entries {
-            let entity: Vec<Component> = e
-                .entity
-                .iter()
-                .map(|c| {
-                    (
-                        c.entity_type.to_string(),
-                        c.entity_name.as_ref().map(|n| n.to_string()),
-                    )
-                })
-                .collect();
-            let checked = check_entity(&entity).and_then(|()| {
-                let mut mine = Vec::new();
-                for op in &e.ops {
-                    if !valid_key(&entity, &op.key) {
-                        return Err(format!(
-                            "Unknown quota key {} for this entity",
-                            op.key.as_str()
-                        ));
-                    }
-                    if !(op.remove || op.value.is_finite() && op.value > 0.0) {
-                        return Err(format!(
-                            "Illegal value {} for quota {}: it must be positive",
-                            op.value,
-                            op.key.as_str()
-                        ));
-                    }
-                    mine.push((
-                        encode(&entity),
-                        op.key.to_string(),
-                        (!op.remove).then_some(op.value),
-                    ));
-                }
-                Ok(mine)
-            });
-            let result = EntryData::default().with_entity(
-                e.entity
-                    .iter()
-                    .map(|c| {
-                        EntityData::default()
-                            .with_entity_type(c.entity_type.clone())
-                            .with_entity_name(c.entity_name.clone())
-                    })
-                    .collect(),
-            );
-            results.push(match checked {
-                Ok(mine) => {
-                    changes.extend(mine);
-                    result
-                }
-                Err(why) => result
-                    .with_error_code(ResponseError::InvalidRequest.code())
-                    .with_error_message(Some(str(&why))),
-            });
-        }
-        if !r.validate_only && !changes.is_empty() {
-            if let Err(e) = Quotas::alter_client_quotas(&*self.meta, changes).await {
-                tracing::warn!(error = %e, "storing client quotas");
-                for res in &mut results {
-                    if res.error_code == 0 {
-                        res.error_code = ResponseError::UnknownServerError.code();
-                        res.error_message = Some(str("the metadata store is unavailable"));
-                    }
-                }
-            } else if let Err(e) = self.refresh_quotas().await {
-                tracing::warn!(error = %e, "reading client quotas after a change");
-            }
-        }
-        AlterClientQuotasResponse::default().with_entries(results)
     }
 }
 

@@ -20,7 +20,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 use weir_auth::scram::{self, Credential, Mechanism};
 use weir_auth::{oauth, plain, AuthError, Principal, SaslMechanism};
-use weir_meta::{Credentials, ScramCredential};
+use weir_meta::{Credentials, MetaStore, ScramCredential};
 use weir_metrics::Counter;
 
 use crate::conn::{Conn, Sasl};
@@ -84,6 +84,31 @@ enum Step {
     ScramFinal(Box<scram::AwaitingProof>),
 }
 
+/// The connection's exchange state and the client's message, as the next step.
+fn parse(state: Sasl, auth_bytes: &[u8]) -> Result<Step, AuthError> {
+    match state {
+        Sasl::Idle => Err(AuthError::Failed("no SASL mechanism chosen".into())),
+        Sasl::Chosen(SaslMechanism::Plain) => plain::parse(auth_bytes).map(Step::Plain),
+        Sasl::Chosen(SaslMechanism::Scram(m)) => {
+            scram::client_first(m, auth_bytes).map(Step::ScramFirst)
+        }
+        Sasl::ScramProof(awaiting) => Ok(Step::ScramFinal(awaiting)),
+        Sasl::Chosen(SaslMechanism::OAuthBearer) => {
+            oauth::bearer(auth_bytes).map(|t| Step::OAuth(t.to_string()))
+        }
+    }
+}
+
+/// A step that succeeded.
+struct StepDone {
+    /// For the client (SCRAM's server messages).
+    message: Vec<u8>,
+    /// Who the client is, once the exchange is over.
+    who: Option<(String, SaslMechanism)>,
+    /// When an OAUTHBEARER token expires, in seconds from now.
+    token_expires_s: Option<i64>,
+}
+
 /// The outcome of one SaslAuthenticate.
 pub(crate) struct Authenticated {
     pub response: SaslAuthenticateResponse,
@@ -91,25 +116,18 @@ pub(crate) struct Authenticated {
     pub delay: Option<Duration>,
 }
 
-impl crate::Broker {
+impl Guard {
     /// Sets the keys and claims OAUTHBEARER tokens are checked against.
     pub fn set_oauth_validator(&self, v: oauth::Validator) {
-        *self.sasl.oauth.write().unwrap_or_else(|e| e.into_inner()) = Some(std::sync::Arc::new(v));
+        *self.oauth.write().unwrap_or_else(|e| e.into_inner()) = Some(std::sync::Arc::new(v));
     }
 
     fn oauth_validator(&self) -> Option<std::sync::Arc<oauth::Validator>> {
-        self.sasl
-            .oauth
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.oauth.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    pub(crate) fn sasl_handshake(
-        &self,
-        r: SaslHandshakeRequest,
-        conn: &Conn,
-    ) -> SaslHandshakeResponse {
+    /// Answers a SaslHandshake: the connection's mechanism is chosen, if its listener offers it.
+    pub(crate) fn handshake(&self, r: SaslHandshakeRequest, conn: &Conn) -> SaslHandshakeResponse {
         let listener = &conn.listener;
         let offered = listener.mechanisms.iter().map(|m| str(m.name())).collect();
         let response = SaslHandshakeResponse::default().with_mechanisms(offered);
@@ -132,150 +150,187 @@ impl crate::Broker {
         response
     }
 
-    pub(crate) async fn sasl_authenticate(
+    /// Answers a SaslAuthenticate: one step of the chosen mechanism's exchange, credentials read
+    /// from `meta`. A failure closes the connection after [`FAILURE_DELAY`].
+    pub(crate) async fn authenticate(
         &self,
+        meta: &dyn MetaStore,
         r: SaslAuthenticateRequest,
         version: i16,
         conn: &Conn,
     ) -> Authenticated {
         let now = Instant::now();
-        let ip = conn.peer.ip();
         let state = std::mem::take(&mut conn.auth().sasl);
-        let fail = |code: ResponseError, message: String| {
-            self.sasl.meters.failed.inc();
-            conn.auth().close = true;
-            Authenticated {
-                response: SaslAuthenticateResponse::default()
-                    .with_error_code(code.code())
-                    .with_error_message(Some(str(&message))),
-                delay: Some(FAILURE_DELAY),
-            }
-        };
         if !conn.listener.protocol.sasl() || matches!(state, Sasl::Idle) {
-            return fail(
+            return self.fail(
+                conn,
                 ResponseError::IllegalSaslState,
                 "SaslAuthenticate without a SaslHandshake first".into(),
             );
         }
-        let parsed = match state {
-            Sasl::Idle => unreachable!("checked above"),
-            Sasl::Chosen(SaslMechanism::Plain) => plain::parse(&r.auth_bytes).map(Step::Plain),
-            Sasl::Chosen(SaslMechanism::Scram(m)) => {
-                scram::client_first(m, &r.auth_bytes).map(Step::ScramFirst)
-            }
-            Sasl::ScramProof(awaiting) => Ok(Step::ScramFinal(awaiting)),
-            Sasl::Chosen(SaslMechanism::OAuthBearer) => {
-                oauth::bearer(&r.auth_bytes).map(|t| Step::OAuth(t.to_string()))
-            }
-        };
+        let parsed = parse(state, &r.auth_bytes);
         let user = match &parsed {
             Ok(Step::Plain(p)) => p.user.clone(),
             Ok(Step::ScramFirst(f)) => f.user.clone(),
             Ok(Step::ScramFinal(a)) => a.user().to_string(),
             Ok(Step::OAuth(_)) | Err(_) => String::new(),
         };
-        let mut token_expires: Option<i64> = None;
         let step = match parsed {
             Err(e) => Err(e),
-            Ok(Step::Plain(p)) => self
-                .plain(p, ip)
-                .await
-                .map(|user| (Vec::new(), Some((user, SaslMechanism::Plain)))),
-            Ok(Step::ScramFirst(first)) => match self.scram_first(first).await {
-                Ok((message, next)) => {
-                    conn.auth().sasl = Sasl::ScramProof(Box::new(next));
-                    Ok((message, None))
-                }
-                Err(e) => Err(e),
-            },
-            Ok(Step::ScramFinal(awaiting)) => {
-                let m = awaiting.mechanism();
-                awaiting
-                    .client_final(&r.auth_bytes)
-                    .map(|message| (message, Some((user.clone(), SaslMechanism::Scram(m)))))
-            }
-            Ok(Step::OAuth(token)) => match self.oauth_validator() {
-                None => Err(AuthError::Failed(
-                    "OAUTHBEARER has no JWKS to check tokens with on this broker".into(),
-                )),
-                Some(v) => {
-                    let now_s = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_secs() as i64);
-                    v.validate(&token, now_s).map(|t| {
-                        token_expires = Some(t.expires_s - now_s);
-                        (Vec::new(), Some((t.subject, SaslMechanism::OAuthBearer)))
-                    })
-                }
-            },
+            Ok(step) => self.step(meta, step, &user, &r.auth_bytes, conn).await,
         };
-        let (message, done) = match step {
-            Ok(s) => s,
+        let done = match step {
+            Ok(done) => done,
             Err(e) => {
                 tracing::info!(peer = %conn.peer, user, error = %e, "SASL authentication failed");
-                return fail(ResponseError::SaslAuthenticationFailed, e.to_string());
+                return self.fail(conn, ResponseError::SaslAuthenticationFailed, e.to_string());
             }
         };
-        let mut response = SaslAuthenticateResponse::default().with_auth_bytes(message.into());
-        if let Some((user, mechanism)) = done {
-            let principal = Principal::user(user);
-            let mut auth = conn.auth();
-            if auth.principal.as_ref().is_some_and(|p| *p != principal) {
-                drop(auth);
-                return fail(
-                    ResponseError::SaslAuthenticationFailed,
-                    "Cannot change principals during re-authentication".into(),
-                );
-            }
-            // A session ends at `connections.max.reauth.ms`, or when its token does, whichever
-            // comes first; only for clients that can re-authenticate (SaslAuthenticate v1+).
-            let reauth_ms = conn.listener.reauth_ms;
-            let token_ms = token_expires.map(|s| (s.max(0) as u64).saturating_mul(1000));
-            let lifetime = match (reauth_ms, token_ms) {
-                (0, None) => None,
-                (0, Some(t)) => Some(t),
-                (r, None) => Some(r),
-                (r, Some(t)) => Some(r.min(t)),
-            };
-            auth.expires = lifetime
-                .filter(|_| version >= 1)
-                .map(|ms| now + Duration::from_millis(ms));
-            if let (Some(ms), true) = (lifetime, version >= 1) {
-                response = response.with_session_lifetime_ms(ms as i64);
-            }
-            tracing::debug!(peer = %conn.peer, %principal, %mechanism, "authenticated");
-            auth.principal = Some(principal);
-            auth.mechanism = Some(mechanism);
-            self.sasl.meters.succeeded.inc();
-        }
+        let response = SaslAuthenticateResponse::default().with_auth_bytes(done.message.into());
+        let response = match done.who {
+            None => response,
+            Some(who) => match self.establish(conn, who, done.token_expires_s, version, now) {
+                Ok(Some(ms)) => response.with_session_lifetime_ms(ms as i64),
+                Ok(None) => response,
+                Err(why) => {
+                    return self.fail(conn, ResponseError::SaslAuthenticationFailed, why.into())
+                }
+            },
+        };
         Authenticated {
             response,
             delay: None,
         }
     }
 
+    /// A failed authentication: counted, answered after [`FAILURE_DELAY`], the connection closed.
+    fn fail(&self, conn: &Conn, code: ResponseError, message: String) -> Authenticated {
+        self.meters.failed.inc();
+        conn.auth().close = true;
+        Authenticated {
+            response: SaslAuthenticateResponse::default()
+                .with_error_code(code.code())
+                .with_error_message(Some(str(&message))),
+            delay: Some(FAILURE_DELAY),
+        }
+    }
+
+    /// Runs one step of the exchange: the message for the client, and who it is once the last
+    /// step succeeded.
+    async fn step(
+        &self,
+        meta: &dyn MetaStore,
+        step: Step,
+        user: &str,
+        auth_bytes: &[u8],
+        conn: &Conn,
+    ) -> Result<StepDone, AuthError> {
+        let done = |message, who| StepDone {
+            message,
+            who,
+            token_expires_s: None,
+        };
+        match step {
+            Step::Plain(p) => {
+                let user = self.plain(meta, p, conn.peer.ip()).await?;
+                Ok(done(Vec::new(), Some((user, SaslMechanism::Plain))))
+            }
+            Step::ScramFirst(first) => {
+                let (message, next) = self.scram_first(meta, first).await?;
+                conn.auth().sasl = Sasl::ScramProof(Box::new(next));
+                Ok(done(message, None))
+            }
+            Step::ScramFinal(awaiting) => {
+                let m = awaiting.mechanism();
+                let message = awaiting.client_final(auth_bytes)?;
+                Ok(done(
+                    message,
+                    Some((user.to_string(), SaslMechanism::Scram(m))),
+                ))
+            }
+            Step::OAuth(token) => self.oauth(&token),
+        }
+    }
+
+    /// Checks an OAUTHBEARER token against the configured keys and claims.
+    fn oauth(&self, token: &str) -> Result<StepDone, AuthError> {
+        let Some(v) = self.oauth_validator() else {
+            return Err(AuthError::Failed(
+                "OAUTHBEARER has no JWKS to check tokens with on this broker".into(),
+            ));
+        };
+        let now_s = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let t = v.validate(token, now_s)?;
+        Ok(StepDone {
+            message: Vec::new(),
+            who: Some((t.subject, SaslMechanism::OAuthBearer)),
+            token_expires_s: Some(t.expires_s - now_s),
+        })
+    }
+
+    /// Records who the connection is after a successful exchange, and when its session ends: at
+    /// `connections.max.reauth.ms`, or when its token does, whichever comes first; only for
+    /// clients that can re-authenticate (SaslAuthenticate v1+). The session's lifetime in ms, if
+    /// it has one; an error if a re-authentication names another principal.
+    fn establish(
+        &self,
+        conn: &Conn,
+        (user, mechanism): (String, SaslMechanism),
+        token_expires_s: Option<i64>,
+        version: i16,
+        now: Instant,
+    ) -> Result<Option<u64>, &'static str> {
+        let principal = Principal::user(user);
+        let mut auth = conn.auth();
+        if auth.principal.as_ref().is_some_and(|p| *p != principal) {
+            return Err("Cannot change principals during re-authentication");
+        }
+        let reauth_ms = conn.listener.reauth_ms;
+        let token_ms = token_expires_s.map(|s| (s.max(0) as u64).saturating_mul(1000));
+        let lifetime = match (reauth_ms, token_ms) {
+            (0, None) => None,
+            (0, Some(t)) => Some(t),
+            (r, None) => Some(r),
+            (r, Some(t)) => Some(r.min(t)),
+        }
+        .filter(|_| version >= 1);
+        auth.expires = lifetime.map(|ms| now + Duration::from_millis(ms));
+        tracing::debug!(peer = %conn.peer, %principal, %mechanism, "authenticated");
+        auth.principal = Some(principal);
+        auth.mechanism = Some(mechanism);
+        self.meters.succeeded.inc();
+        Ok(lifetime)
+    }
+
     /// Checks a PLAIN message against the user's SCRAM credentials; the user name. A verdict
     /// remembered for this very attempt is given again; otherwise the check waits for its turn
     /// in the budgets of `ip` and of the broker ([`weir_auth::checks`]).
-    async fn plain(&self, p: plain::Plain, ip: IpAddr) -> Result<String, AuthError> {
+    async fn plain(
+        &self,
+        meta: &dyn MetaStore,
+        p: plain::Plain,
+        ip: IpAddr,
+    ) -> Result<String, AuthError> {
         for m in Mechanism::ALL {
-            let Some(c) = self.credential(&p.user, m).await? else {
+            let Some(c) = self.credential(meta, &p.user, m).await? else {
                 continue;
             };
-            let checks = &self.sasl.checks;
+            let checks = &self.checks;
             let fingerprint = checks.fingerprint(m, &p.user, &c, &p.password);
             let ok = match checks.remembered(&fingerprint) {
                 Some(ok) => ok,
                 None => {
                     let Some(wait) = checks.admit(ip, Instant::now()) else {
-                        self.sasl.meters.refused.inc();
+                        self.meters.refused.inc();
                         tracing::info!(%ip, user = %p.user, "PLAIN password checks from this address are over their budget");
                         return Err(AuthError::Failed(
                             "Too many password checks from this address; try again later".into(),
                         ));
                     };
                     tokio::time::sleep(wait).await;
-                    self.sasl.meters.password_checks.inc();
+                    self.meters.password_checks.inc();
                     // PBKDF2 takes milliseconds: off the runtime's threads.
                     let password = p.password.clone();
                     let ok = tokio::task::spawn_blocking(move || c.matches_password(m, &password))
@@ -296,17 +351,23 @@ impl crate::Broker {
 
     async fn scram_first(
         &self,
+        meta: &dyn MetaStore,
         first: scram::ClientFirst,
     ) -> Result<(Vec<u8>, scram::AwaitingProof), AuthError> {
         let m = first.mechanism();
-        let Some(credential) = self.credential(&first.user, m).await? else {
+        let Some(credential) = self.credential(meta, &first.user, m).await? else {
             return Err(scram::invalid(m));
         };
         first.server_first(credential)
     }
 
-    async fn credential(&self, user: &str, m: Mechanism) -> Result<Option<Credential>, AuthError> {
-        let found = Credentials::scram_credential(&*self.meta, user, m.name())
+    async fn credential(
+        &self,
+        meta: &dyn MetaStore,
+        user: &str,
+        m: Mechanism,
+    ) -> Result<Option<Credential>, AuthError> {
+        let found = Credentials::scram_credential(meta, user, m.name())
             .await
             .map_err(|e| {
                 tracing::warn!(error = %e, "reading a SCRAM credential");

@@ -18,7 +18,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::assignor::{Assignment, TopicId};
 use crate::codes::*;
-use crate::consumer::{ConsumerGroup, Heartbeat, Topics};
+use crate::consumer::{Answer, ConsumerGroup, Heartbeat, Topics};
 use crate::{Consumer, GroupCoordinator, GROUP_AUTHORIZED_OPERATIONS};
 
 fn heartbeat_error(error: i16, message: impl Into<String>) -> ConsumerGroupHeartbeatResponse {
@@ -26,6 +26,80 @@ fn heartbeat_error(error: i16, message: impl Into<String>) -> ConsumerGroupHeart
     resp.error_code = error;
     resp.error_message = Some(StrBytes::from_string(message.into()));
     resp.member_epoch = -1;
+    resp
+}
+
+/// A heartbeat refused: its error code and message.
+type Refusal = (i16, String);
+
+fn refusal(error: i16, message: impl Into<String>) -> Refusal {
+    (error, message.into())
+}
+
+/// The request as the group logic takes it.
+fn heartbeat_of(
+    req: ConsumerGroupHeartbeatRequest,
+    version: i16,
+    client_id: &str,
+    client_host: &str,
+) -> Heartbeat {
+    let mut member_id = req.member_id.to_string();
+    if version == 0 && req.member_epoch == 0 && member_id.is_empty() {
+        // v0: the coordinator names new members (v1 clients name themselves).
+        member_id = crate::random_id();
+    }
+    let owned = req.topic_partitions.as_ref().map(|tps| {
+        let mut a = Assignment::new();
+        for tp in tps {
+            a.entry(*tp.topic_id.as_bytes())
+                .or_default()
+                .extend(tp.partitions.iter().copied());
+        }
+        a.retain(|_, ps| !ps.is_empty());
+        a
+    });
+    Heartbeat {
+        member_id,
+        member_epoch: req.member_epoch,
+        instance_id: req.instance_id.as_ref().map(|s| s.to_string()),
+        rack_id: req.rack_id.as_ref().map(|s| s.to_string()),
+        rebalance_timeout_ms: req.rebalance_timeout_ms,
+        subscribed: req
+            .subscribed_topic_names
+            .as_ref()
+            .map(|ns| ns.iter().map(|n| n.to_string()).collect()),
+        subscribed_regex: req.subscribed_topic_regex.as_ref().map(|s| s.to_string()),
+        server_assignor: req.server_assignor.as_ref().map(|s| s.to_string()),
+        owned,
+        client_id: client_id.to_string(),
+        client_host: client_host.to_string(),
+    }
+}
+
+/// The response to a heartbeat the group answered.
+fn response_of(answer: Answer, heartbeat_interval_ms: i32) -> ConsumerGroupHeartbeatResponse {
+    let mut resp = ConsumerGroupHeartbeatResponse::default();
+    resp.error_code = answer.error;
+    resp.error_message = answer.message.map(StrBytes::from_string);
+    resp.member_epoch = answer.member_epoch;
+    if answer.error != NONE {
+        return resp;
+    }
+    resp.member_id = Some(StrBytes::from_string(answer.member_id));
+    resp.heartbeat_interval_ms = heartbeat_interval_ms;
+    resp.assignment = answer.assignment.map(|a| {
+        let mut out = HeartbeatAssignment::default();
+        out.topic_partitions = a
+            .into_iter()
+            .map(|(t, ps)| {
+                let mut tp = TopicPartitions::default();
+                tp.topic_id = uuid(t);
+                tp.partitions = ps.into_iter().collect();
+                tp
+            })
+            .collect();
+        out
+    });
     resp
 }
 
@@ -43,123 +117,16 @@ impl GroupCoordinator {
         if group_id.is_empty() {
             return heartbeat_error(INVALID_REQUEST, "GroupId can't be empty.");
         }
-        let mut member_id = req.member_id.to_string();
-        if version == 0 && req.member_epoch == 0 && member_id.is_empty() {
-            // v0: the coordinator names new members (v1 clients name themselves).
-            member_id = crate::random_id();
-        }
-        let hb = Heartbeat {
-            member_id,
-            member_epoch: req.member_epoch,
-            instance_id: req.instance_id.as_ref().map(|s| s.to_string()),
-            rack_id: req.rack_id.as_ref().map(|s| s.to_string()),
-            rebalance_timeout_ms: req.rebalance_timeout_ms,
-            subscribed: req
-                .subscribed_topic_names
-                .as_ref()
-                .map(|ns| ns.iter().map(|n| n.to_string()).collect()),
-            subscribed_regex: req.subscribed_topic_regex.as_ref().map(|s| s.to_string()),
-            server_assignor: req.server_assignor.as_ref().map(|s| s.to_string()),
-            owned: req.topic_partitions.as_ref().map(|tps| {
-                let mut a = Assignment::new();
-                for tp in tps {
-                    a.entry(*tp.topic_id.as_bytes())
-                        .or_default()
-                        .extend(tp.partitions.iter().copied());
-                }
-                a.retain(|_, ps| !ps.is_empty());
-                a
-            }),
-            client_id: client_id.to_string(),
-            client_host: client_host.to_string(),
-        };
+        let hb = heartbeat_of(req, version, client_id, client_host);
         if let Err((error, message)) = hb.validate() {
             return heartbeat_error(error, message);
         }
         if let Err(error) = self.inner.load(&group_id).await {
             return heartbeat_error(error, "");
         }
-        let answer = {
-            let now_ms = self.inner.now_ms();
-            let mut state = self.inner.lock();
-            if !state.owns(&group_id) {
-                return heartbeat_error(NOT_COORDINATOR, "");
-            }
-            // A group this heartbeat would create or convert: it becomes one only if the
-            // heartbeat is accepted (a refused join leaves the group as it was, as in Kafka).
-            let mut candidate: Option<ConsumerGroup> = None;
-            if let Some(g) = state.groups.get_mut(&group_id) {
-                g.poll(&self.inner.cx());
-                candidate = if hb.member_epoch != 0 {
-                    None
-                } else if g.is_active() {
-                    // A classic group with members: they stay, as classic members of the
-                    // consumer group it becomes (Kafka's online upgrade).
-                    crate::migrate::upgrade(g, topics, now_ms)
-                } else {
-                    // An empty classic group becomes a consumer group (its offsets stay).
-                    Some(ConsumerGroup::default())
-                };
-                if candidate.is_none() {
-                    return heartbeat_error(
-                        GROUP_ID_NOT_FOUND,
-                        format!("Group {group_id} is not a consumer group."),
-                    );
-                }
-            } else if !state.consumers.contains_key(&group_id) {
-                if hb.member_epoch != 0 {
-                    return heartbeat_error(
-                        GROUP_ID_NOT_FOUND,
-                        format!("Consumer group {group_id} not found."),
-                    );
-                }
-                candidate = Some(ConsumerGroup::default());
-            }
-            let leaving = hb.member_epoch == -1;
-            let max = self.inner.config.consumer_max_size;
-            let group = candidate
-                .as_ref()
-                .or_else(|| state.consumers.get(&group_id).map(|c| &c.group));
-            if hb.member_epoch == 0
-                && group.is_some_and(|g| !g.admits(&hb.member_id, hb.instance_id.as_deref(), max))
-            {
-                return heartbeat_error(
-                    GROUP_MAX_SIZE_REACHED,
-                    format!(
-                        "The consumer group has reached its maximum capacity of {max} members."
-                    ),
-                );
-            }
-            let answer = match candidate {
-                Some(mut group) => {
-                    let answer = group.heartbeat(hb, topics, now_ms);
-                    if answer.error != NONE {
-                        return heartbeat_error(answer.error, answer.message.unwrap_or_default());
-                    }
-                    if let Some(g) = state.groups.remove(&group_id) {
-                        g.convert_out();
-                    }
-                    state.absent.remove(&group_id);
-                    state.consumers.insert(
-                        group_id.clone(),
-                        Consumer {
-                            group,
-                            stored: Vec::new(),
-                        },
-                    );
-                    answer
-                }
-                None => {
-                    let c = state.consumers.get_mut(&group_id).expect("checked above");
-                    c.group.heartbeat(hb, topics, now_ms)
-                }
-            };
-            state.settle_consumer(&group_id);
-            if leaving {
-                self.inner.maybe_downgrade(&mut state, &group_id);
-            }
-            self.inner.rearm(&mut state, &group_id);
-            answer
+        let answer = match self.apply_heartbeat(&group_id, hb, topics) {
+            Ok(answer) => answer,
+            Err((error, message)) => return heartbeat_error(error, message),
         };
         // A heartbeat is answered once the group's state it saw is stored: one that changed it
         // (a join, a new epoch, a partition released or given) waits for the write, and so
@@ -169,30 +136,110 @@ impl GroupCoordinator {
         if !self.inner.persist(&group_id).await {
             return heartbeat_error(COORDINATOR_NOT_AVAILABLE, "");
         }
-        let mut resp = ConsumerGroupHeartbeatResponse::default();
-        resp.error_code = answer.error;
-        resp.error_message = answer.message.map(StrBytes::from_string);
-        resp.member_epoch = answer.member_epoch;
-        if answer.error != NONE {
-            return resp;
+        let interval_ms = self.inner.config.consumer_heartbeat_interval.as_millis() as i32;
+        response_of(answer, interval_ms)
+    }
+
+    /// Applies a heartbeat to its group under the coordinator's lock: to the consumer group, or to
+    /// the one it creates or converts from a classic group. A refusal leaves every group as it was.
+    fn apply_heartbeat(
+        &self,
+        group_id: &str,
+        hb: Heartbeat,
+        topics: &Topics,
+    ) -> Result<Answer, Refusal> {
+        let now_ms = self.inner.now_ms();
+        let mut state = self.inner.lock();
+        if !state.owns(group_id) {
+            return Err(refusal(NOT_COORDINATOR, ""));
         }
-        resp.member_id = Some(StrBytes::from_string(answer.member_id));
-        resp.heartbeat_interval_ms =
-            self.inner.config.consumer_heartbeat_interval.as_millis() as i32;
-        resp.assignment = answer.assignment.map(|a| {
-            let mut out = HeartbeatAssignment::default();
-            out.topic_partitions = a
-                .into_iter()
-                .map(|(t, ps)| {
-                    let mut tp = TopicPartitions::default();
-                    tp.topic_id = uuid(t);
-                    tp.partitions = ps.into_iter().collect();
-                    tp
-                })
-                .collect();
-            out
-        });
-        resp
+        let candidate = self.candidate(&mut state, group_id, &hb, topics, now_ms)?;
+        let leaving = hb.member_epoch == -1;
+        let max = self.inner.config.consumer_max_size;
+        let group = candidate
+            .as_ref()
+            .or_else(|| state.consumers.get(group_id).map(|c| &c.group));
+        if hb.member_epoch == 0
+            && group.is_some_and(|g| !g.admits(&hb.member_id, hb.instance_id.as_deref(), max))
+        {
+            return Err(refusal(
+                GROUP_MAX_SIZE_REACHED,
+                format!("The consumer group has reached its maximum capacity of {max} members."),
+            ));
+        }
+        let answer = match candidate {
+            Some(mut group) => {
+                let answer = group.heartbeat(hb, topics, now_ms);
+                if answer.error != NONE {
+                    return Err(refusal(
+                        answer.error,
+                        answer.message.unwrap_or_default(),
+                    ));
+                }
+                if let Some(g) = state.groups.remove(group_id) {
+                    g.convert_out();
+                }
+                state.absent.remove(group_id);
+                let stored = Vec::new();
+                state
+                    .consumers
+                    .insert(group_id.to_string(), Consumer { group, stored });
+                answer
+            }
+            None => match state.consumers.get_mut(group_id) {
+                Some(c) => c.group.heartbeat(hb, topics, now_ms),
+                None => return Err(refusal(GROUP_ID_NOT_FOUND, "")),
+            },
+        };
+        state.settle_consumer(group_id);
+        if leaving {
+            self.inner.maybe_downgrade(&mut state, group_id);
+        }
+        self.inner.rearm(&mut state, group_id);
+        Ok(answer)
+    }
+
+    /// The consumer group a heartbeat would create or convert (`None`: it goes to the existing
+    /// consumer group). It becomes the group only if the heartbeat is accepted (a refused join
+    /// leaves the group as it was, as in Kafka).
+    fn candidate(
+        &self,
+        state: &mut crate::State,
+        group_id: &str,
+        hb: &Heartbeat,
+        topics: &Topics,
+        now_ms: i64,
+    ) -> Result<Option<ConsumerGroup>, Refusal> {
+        if let Some(g) = state.groups.get_mut(group_id) {
+            g.poll(&self.inner.cx());
+            let candidate = if hb.member_epoch != 0 {
+                None
+            } else if g.is_active() {
+                // A classic group with members: they stay, as classic members of the consumer
+                // group it becomes (Kafka's online upgrade).
+                crate::migrate::upgrade(g, topics, now_ms)
+            } else {
+                // An empty classic group becomes a consumer group (its offsets stay).
+                Some(ConsumerGroup::default())
+            };
+            return match candidate {
+                Some(c) => Ok(Some(c)),
+                None => Err(refusal(
+                    GROUP_ID_NOT_FOUND,
+                    format!("Group {group_id} is not a consumer group."),
+                )),
+            };
+        }
+        if state.consumers.contains_key(group_id) {
+            return Ok(None);
+        }
+        if hb.member_epoch != 0 {
+            return Err(refusal(
+                GROUP_ID_NOT_FOUND,
+                format!("Consumer group {group_id} not found."),
+            ));
+        }
+        Ok(Some(ConsumerGroup::default()))
     }
 
     /// ConsumerGroupDescribe. `topics` is the catalog, for topic names.

@@ -584,7 +584,6 @@ pub fn run(args: PerfArgs) -> anyhow::Result<()> {
     let prefix = args.topic_prefix.clone().unwrap_or_else(random_prefix);
     let topics: Vec<String> = (0..args.topics).map(|i| format!("{prefix}-{i}")).collect();
     let rate = args.target_rate();
-    let n_producers = args.topics * args.producers;
     let started_at_unix_ms = clients::now_micros() / 1000;
     let backlog_mode = !args.backlog.is_zero();
 
@@ -607,54 +606,14 @@ pub fn run(args: PerfArgs) -> anyhow::Result<()> {
     )?;
 
     let errors = Arc::new(ClientErrors::default());
-    let mut workers = Workers {
-        go: Arc::new(AtomicBool::new(false)),
-        stop_producers: Arc::new(AtomicBool::new(false)),
-        stop_consumers: Arc::new(AtomicBool::new(false)),
-        producers: Vec::new(),
-        groups: Vec::new(),
-    };
-    let epoch = Instant::now();
-    for (t, topic) in topics.iter().enumerate() {
-        for p in 0..args.producers {
-            let spec = clients::ProducerSpec {
-                bootstrap: args.bootstrap_servers.clone(),
-                topic: topic.clone(),
-                record_size: args.record_size,
-                rate: rate.map(|r| r / n_producers as f64),
-                config: args.producer_config.clone(),
-                client_id: format!("weir-perf-p{t}-{p}"),
-                seed: 0x5EED_0000 + (t * 1000 + p) as u64,
-            };
-            let handle = clients::start_producer(
-                spec,
-                epoch,
-                errors.clone(),
-                workers.go.clone(),
-                workers.stop_producers.clone(),
-            )?;
-            workers.producers.push((t, handle));
-        }
-    }
+    let mut workers = Workers::new();
+    start_producers(&args, &topics, rate, &errors, &mut workers)?;
     if !backlog_mode && args.groups > 0 {
         start_groups(&args, &topics, &errors, &mut workers)?;
         wait_for_assignment(&workers.groups, args.partitions);
     }
 
-    let mut run = Run {
-        args: &args,
-        // Time 0 of the report is the start of sending.
-        sampler: Sampler::new(Instant::now(), args.topics, &workers.producers),
-        phases: Vec::new(),
-        timeline: Vec::new(),
-        chart_points: Vec::new(),
-        period: Sample::empty(0.0),
-        progress: (!args.quiet && std::io::stderr().is_terminal()).then(|| Progress {
-            last_at: Instant::now(),
-            last: Totals::default(),
-            shown: false,
-        }),
-    };
+    let mut run = Run::new(&args, &workers);
     run.sampler.add_groups(&workers.groups);
     run.sampler.sample();
     workers.go.store(true, Ordering::Release);
@@ -674,126 +633,25 @@ pub fn run(args: PerfArgs) -> anyhow::Result<()> {
     let mut measured = vec![MEASURE];
     let mut catch_up = None;
     if backlog_mode {
-        run.phase(BACKLOG, args.backlog, Until::Time);
-        let before = run.sampler.totals();
-        let backlog_at_start = before.produced;
-        let backlog_bytes = before.produced_bytes;
-        let groups_from = workers.groups.len();
-        start_groups(&args, &topics, &errors, &mut workers)?;
-        run.sampler.add_groups(&workers.groups[groups_from..]);
-        let t0 = Instant::now();
-        let ended = run.phase(CATCH_UP, args.duration, Until::CaughtUp);
-        let rest = args.duration.saturating_sub(t0.elapsed());
-        if ended.caught_up && !rest.is_zero() {
-            run.phase(CAUGHT_UP, rest, Until::Time);
-        }
         measured = vec![CATCH_UP, CAUGHT_UP];
-        let c = run.merged(&[CATCH_UP]).report();
-        let before_phase = run.merged(&[BACKLOG]);
-        let first_read = ended.first_read.unwrap_or(c.end_s);
-        let reading = (c.end_s - first_read).max(0.001);
-        catch_up = Some(CatchUpReport {
-            caught_up: ended.caught_up,
-            backlog_at_start_records: backlog_at_start * args.groups as u64,
-            backlog_at_start_mib: backlog_bytes as f64 * args.groups as f64 / MIB,
-            seconds: c.seconds,
-            first_record_after_s: (first_read - c.start_s).max(0.0),
-            read_records: c.consume.records,
-            read_mib: c.consume.bytes as f64 / MIB,
-            read_records_per_sec: c.consume.records as f64 / reading,
-            read_mib_per_sec: c.consume.bytes as f64 / MIB / reading,
-            produce_mib_per_sec: c.produce.mib_per_sec,
-            produce_latency_ms: c.produce_latency_ms,
-            produce_latency_before_ms: LatencySummary::of(&before_phase.produce_latency),
-        });
+        catch_up = Some(run_catch_up(&mut run, &topics, &errors, &mut workers)?);
     } else {
         run.phase(MEASURE, args.duration, Until::Time);
     }
     run.clear_progress();
 
     let summary = run.merged(&measured).report();
-    let phases: Vec<PhaseReport> = run
-        .phases
-        .iter()
-        .map(|(n, s)| PhaseReport {
-            phase: n.clone(),
-            figures: s.report(),
-        })
-        .collect();
-    let chart_phases: Vec<ChartPhase> = run
-        .phases
-        .iter()
-        .map(|(n, s)| ChartPhase {
-            name: n.clone(),
-            start: s.start,
-            end: s.end,
-        })
-        .collect();
-    let timeline = std::mem::take(&mut run.timeline);
-    let chart_points = std::mem::take(&mut run.chart_points);
-    drop(run);
-
+    let Finished {
+        phases,
+        chart_phases,
+        timeline,
+        chart_points,
+    } = run.finish();
     // Stop the clients before printing and writing: the figures are final.
     workers.stop();
     drop(workers);
 
-    println!();
-    if args.warmup.is_zero() {
-        print!("{}", summary_text("Results", &summary));
-    } else {
-        print!(
-            "{}",
-            summary_text(
-                &format!(
-                    "Results, after {:.0} s of warm-up{}",
-                    args.warmup.as_secs_f64(),
-                    settle.as_ref().map_or(String::new(), |s| format!(
-                        " and {:.1} s waiting for the consumers",
-                        s.seconds
-                    ))
-                ),
-                &summary
-            )
-        );
-    }
-    if let Some(s) = &settle {
-        println!(
-            "Consumers {} after the warm-up in {:.1} s (--settle {} s)",
-            if s.caught_up {
-                "caught up"
-            } else {
-                "did NOT catch up"
-            },
-            s.seconds,
-            args.settle.as_secs_f64()
-        );
-    }
-    if let Some(c) = &catch_up {
-        println!(
-            "Catch-up: {} records ({:.0} MiB) of backlog; {} in {:.1} s (first record after {:.1} s), reading {:.1} MiB/s ({:.0} records/s) while producing {:.1} MiB/s",
-            c.backlog_at_start_records,
-            c.backlog_at_start_mib,
-            if c.caught_up { "caught up" } else { "NOT caught up" },
-            c.seconds,
-            c.first_record_after_s,
-            c.read_mib_per_sec,
-            c.read_records_per_sec,
-            c.produce_mib_per_sec
-        );
-        let p = |s: &Option<LatencySummary>| {
-            s.map_or("-".to_string(), |s| {
-                format!(
-                    "p50 {:.2} p99 {:.2} p99.9 {:.2} max {:.2}",
-                    s.p50, s.p99, s.p999, s.max
-                )
-            })
-        };
-        println!(
-            "  produce latency ms during catch-up: {}\n  produce latency ms before (no consumers): {}",
-            p(&c.produce_latency_ms),
-            p(&c.produce_latency_before_ms)
-        );
-    }
+    print_results(&args, &summary, settle.as_ref(), catch_up.as_ref());
     let client_errors = errors.count.load(Ordering::Relaxed);
     if client_errors > 0 {
         println!("Client errors (connections, metadata, ...): {client_errors}");
@@ -821,8 +679,166 @@ pub fn run(args: PerfArgs) -> anyhow::Result<()> {
         client_errors,
         timeline,
     };
+    write_outputs(&results, &chart_points, &chart_phases)?;
+    if results.summary.produce.records == 0 {
+        bail!("no record was acknowledged during the measurement");
+    }
+    Ok(())
+}
+
+/// Starts `--producers` producers per topic, each at its share of the target rate; they send once
+/// `workers.go` is set.
+fn start_producers(
+    args: &PerfArgs,
+    topics: &[String],
+    rate: Option<f64>,
+    errors: &Arc<ClientErrors>,
+    workers: &mut Workers,
+) -> anyhow::Result<()> {
+    let n_producers = args.topics * args.producers;
+    let epoch = Instant::now();
+    for (t, topic) in topics.iter().enumerate() {
+        for p in 0..args.producers {
+            let spec = clients::ProducerSpec {
+                bootstrap: args.bootstrap_servers.clone(),
+                topic: topic.clone(),
+                record_size: args.record_size,
+                rate: rate.map(|r| r / n_producers as f64),
+                config: args.producer_config.clone(),
+                client_id: format!("weir-perf-p{t}-{p}"),
+                seed: 0x5EED_0000 + (t * 1000 + p) as u64,
+            };
+            let handle = clients::start_producer(
+                spec,
+                epoch,
+                errors.clone(),
+                workers.go.clone(),
+                workers.stop_producers.clone(),
+            )?;
+            workers.producers.push((t, handle));
+        }
+    }
+    Ok(())
+}
+
+/// The backlog phase (producers only), then the consumer groups started and the catch-up phase
+/// (with what is left of `--duration` after they caught up).
+fn run_catch_up(
+    run: &mut Run<'_>,
+    topics: &[String],
+    errors: &Arc<ClientErrors>,
+    workers: &mut Workers,
+) -> anyhow::Result<CatchUpReport> {
+    let args = run.args;
+    run.phase(BACKLOG, args.backlog, Until::Time);
+    let before = run.sampler.totals();
+    let backlog_at_start = before.produced;
+    let backlog_bytes = before.produced_bytes;
+    let groups_from = workers.groups.len();
+    start_groups(args, topics, errors, workers)?;
+    run.sampler.add_groups(&workers.groups[groups_from..]);
+    let t0 = Instant::now();
+    let ended = run.phase(CATCH_UP, args.duration, Until::CaughtUp);
+    let rest = args.duration.saturating_sub(t0.elapsed());
+    if ended.caught_up && !rest.is_zero() {
+        run.phase(CAUGHT_UP, rest, Until::Time);
+    }
+    let c = run.merged(&[CATCH_UP]).report();
+    let before_phase = run.merged(&[BACKLOG]);
+    let first_read = ended.first_read.unwrap_or(c.end_s);
+    let reading = (c.end_s - first_read).max(0.001);
+    Ok(CatchUpReport {
+        caught_up: ended.caught_up,
+        backlog_at_start_records: backlog_at_start * args.groups as u64,
+        backlog_at_start_mib: backlog_bytes as f64 * args.groups as f64 / MIB,
+        seconds: c.seconds,
+        first_record_after_s: (first_read - c.start_s).max(0.0),
+        read_records: c.consume.records,
+        read_mib: c.consume.bytes as f64 / MIB,
+        read_records_per_sec: c.consume.records as f64 / reading,
+        read_mib_per_sec: c.consume.bytes as f64 / MIB / reading,
+        produce_mib_per_sec: c.produce.mib_per_sec,
+        produce_latency_ms: c.produce_latency_ms,
+        produce_latency_before_ms: LatencySummary::of(&before_phase.produce_latency),
+    })
+}
+
+/// Prints the measured figures, the consumers' settling and the catch-up.
+fn print_results(
+    args: &PerfArgs,
+    summary: &IntervalReport,
+    settle: Option<&SettleReport>,
+    catch_up: Option<&CatchUpReport>,
+) {
+    println!();
+    if args.warmup.is_zero() {
+        print!("{}", summary_text("Results", summary));
+    } else {
+        print!(
+            "{}",
+            summary_text(
+                &format!(
+                    "Results, after {:.0} s of warm-up{}",
+                    args.warmup.as_secs_f64(),
+                    settle.map_or(String::new(), |s| format!(
+                        " and {:.1} s waiting for the consumers",
+                        s.seconds
+                    ))
+                ),
+                summary
+            )
+        );
+    }
+    if let Some(s) = settle {
+        println!(
+            "Consumers {} after the warm-up in {:.1} s (--settle {} s)",
+            if s.caught_up {
+                "caught up"
+            } else {
+                "did NOT catch up"
+            },
+            s.seconds,
+            args.settle.as_secs_f64()
+        );
+    }
+    if let Some(c) = catch_up {
+        println!(
+            "Catch-up: {} records ({:.0} MiB) of backlog; {} in {:.1} s (first record after {:.1} s), reading {:.1} MiB/s ({:.0} records/s) while producing {:.1} MiB/s",
+            c.backlog_at_start_records,
+            c.backlog_at_start_mib,
+            if c.caught_up { "caught up" } else { "NOT caught up" },
+            c.seconds,
+            c.first_record_after_s,
+            c.read_mib_per_sec,
+            c.read_records_per_sec,
+            c.produce_mib_per_sec
+        );
+        let p = |s: &Option<LatencySummary>| {
+            s.map_or("-".to_string(), |s| {
+                format!(
+                    "p50 {:.2} p99 {:.2} p99.9 {:.2} max {:.2}",
+                    s.p50, s.p99, s.p999, s.max
+                )
+            })
+        };
+        println!(
+            "  produce latency ms during catch-up: {}\n  produce latency ms before (no consumers): {}",
+            p(&c.produce_latency_ms),
+            p(&c.produce_latency_before_ms)
+        );
+    }
+}
+
+/// Writes the results as JSON (`--output`) and the chart (`--chart`).
+fn write_outputs(
+    results: &Results<'_>,
+    chart_points: &[ChartPoint],
+    chart_phases: &[ChartPhase],
+) -> anyhow::Result<()> {
+    let args = results.args;
+    let rate = results.target_rate_records_per_sec;
     if let Some(path) = &args.output {
-        let json = serde_json::to_string_pretty(&results).context("encoding the results")?;
+        let json = serde_json::to_string_pretty(results).context("encoding the results")?;
         std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
         println!("Results written to {}", path.display());
     }
@@ -833,12 +849,75 @@ pub fn run(args: PerfArgs) -> anyhow::Result<()> {
             args.record_size,
             describe_rate(rate, args.record_size)
         );
-        let svg = chart::svg(&title, &chart_points, &chart_phases);
+        let svg = chart::svg(&title, chart_points, chart_phases);
         std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
         println!("Chart written to {}", path.display());
     }
-    if results.summary.produce.records == 0 {
-        bail!("no record was acknowledged during the measurement");
-    }
     Ok(())
+}
+
+impl Workers {
+    fn new() -> Workers {
+        Workers {
+            go: Arc::new(AtomicBool::new(false)),
+            stop_producers: Arc::new(AtomicBool::new(false)),
+            stop_consumers: Arc::new(AtomicBool::new(false)),
+            producers: Vec::new(),
+            groups: Vec::new(),
+        }
+    }
+}
+
+/// What a run leaves for the report once its phases are over.
+struct Finished {
+    phases: Vec<PhaseReport>,
+    chart_phases: Vec<ChartPhase>,
+    timeline: Vec<PhaseReport>,
+    chart_points: Vec<ChartPoint>,
+}
+
+impl<'a> Run<'a> {
+    /// A run whose time 0 is now, the start of sending.
+    fn new(args: &'a PerfArgs, workers: &Workers) -> Run<'a> {
+        Run {
+            args,
+            sampler: Sampler::new(Instant::now(), args.topics, &workers.producers),
+            phases: Vec::new(),
+            timeline: Vec::new(),
+            chart_points: Vec::new(),
+            period: Sample::empty(0.0),
+            progress: (!args.quiet && std::io::stderr().is_terminal()).then(|| Progress {
+                last_at: Instant::now(),
+                last: Totals::default(),
+                shown: false,
+            }),
+        }
+    }
+
+    /// Each phase's figures, the chart's phases and points, and the timeline.
+    fn finish(self) -> Finished {
+        let phases = self
+            .phases
+            .iter()
+            .map(|(n, s)| PhaseReport {
+                phase: n.clone(),
+                figures: s.report(),
+            })
+            .collect();
+        let chart_phases = self
+            .phases
+            .iter()
+            .map(|(n, s)| ChartPhase {
+                name: n.clone(),
+                start: s.start,
+                end: s.end,
+            })
+            .collect();
+        Finished {
+            phases,
+            chart_phases,
+            timeline: self.timeline,
+            chart_points: self.chart_points,
+        }
+    }
 }

@@ -591,7 +591,7 @@ async fn start_refreshers(
     });
     if let Some(path) = listeners::jwks_path(config).map_err(anyhow::Error::msg)? {
         let v = listeners::oauth_validator(config, &path).map_err(anyhow::Error::msg)?;
-        broker.set_oauth_validator(v);
+        broker.sasl.set_oauth_validator(v);
         tokio::spawn(reload_jwks(Arc::clone(broker), config.clone(), path));
     }
     // Client quotas apply with or without an authorizer.
@@ -656,7 +656,7 @@ async fn reload_jwks(broker: Arc<weir_api::Broker>, config: Config, path: std::p
         }
         match listeners::oauth_validator(&config, &path) {
             Ok(v) => {
-                broker.set_oauth_validator(v);
+                broker.sasl.set_oauth_validator(v);
                 last = now;
                 tracing::info!(path = %path.display(), "JWKS changed: loaded again");
             }

@@ -10,8 +10,10 @@ use crate::apis::now;
 use crate::apis::samples::Samples;
 use crate::apis::{Api, Cx};
 use crate::authz::{cluster, Check, Gate};
-use crate::{Broker, Reply};
+use crate::quotas::decode;
+use crate::{str, Broker, Reply};
 use weir_auth::acl::Operation;
+use weir_meta::Quotas;
 
 /// DescribeClientQuotas.
 pub(crate) struct DescribeClientQuotas;
@@ -44,7 +46,7 @@ impl Api for DescribeClientQuotas {
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, _cx: &Cx<'_>, request: Self::Request) -> Reply {
         now(ResponseKind::DescribeClientQuotas(
-            broker.describe_client_quotas(request).await,
+            describe(broker, request).await,
         ))
     }
 
@@ -63,4 +65,68 @@ impl Api for DescribeClientQuotas {
             ])),
         )]
     }
+}
+
+/// The stored quotas whose entities match the request's components.
+async fn describe(broker: &Broker, r: DescribeClientQuotasRequest) -> DescribeClientQuotasResponse {
+    use describe_client_quotas_response::{EntityData, EntryData, ValueData};
+    let stored = match Quotas::client_quotas(&*broker.meta).await {
+        Ok(q) => q,
+        Err(e) => {
+            tracing::warn!(error = %e, "reading client quotas");
+            return DescribeClientQuotasResponse::default()
+                .with_error_code(kafka_protocol::ResponseError::UnknownServerError.code())
+                .with_error_message(Some(str("the metadata store is unavailable")));
+        }
+    };
+    for c in &r.components {
+        if c.match_type == 0 && c._match.is_none() || !(0..=2).contains(&c.match_type) {
+            return DescribeClientQuotasResponse::default()
+                .with_error_code(kafka_protocol::ResponseError::InvalidRequest.code())
+                .with_error_message(Some(str("Invalid match type or missing match")));
+        }
+    }
+    let mut by_entity: std::collections::BTreeMap<String, Vec<ValueData>> = Default::default();
+    for q in stored {
+        by_entity.entry(q.entity).or_default().push(
+            ValueData::default()
+                .with_key(str(&q.key))
+                .with_value(q.value),
+        );
+    }
+    let entries = by_entity
+        .into_iter()
+        .filter_map(|(entity, values)| {
+            let parts = decode(&entity);
+            let matches = r.components.iter().all(|c| {
+                parts.iter().any(|(t, n)| {
+                    t == c.entity_type.as_str()
+                        && match c.match_type {
+                            0 => n.as_deref() == c._match.as_deref(),
+                            1 => n.is_none(),
+                            _ => true,
+                        }
+                })
+            });
+            let strict_ok = !r.strict
+                || parts
+                    .iter()
+                    .all(|(t, _)| r.components.iter().any(|c| c.entity_type.as_str() == t));
+            (matches && strict_ok).then(|| {
+                EntryData::default()
+                    .with_entity(
+                        parts
+                            .into_iter()
+                            .map(|(t, n)| {
+                                EntityData::default()
+                                    .with_entity_type(str(&t))
+                                    .with_entity_name(n.as_deref().map(str))
+                            })
+                            .collect(),
+                    )
+                    .with_values(values)
+            })
+        })
+        .collect();
+    DescribeClientQuotasResponse::default().with_entries(Some(entries))
 }

@@ -36,7 +36,10 @@ impl Api for SaslAuthenticate {
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx { conn, v, .. } = *cx;
-        let done = broker.sasl_authenticate(request, v, conn).await;
+        let done = broker
+            .sasl
+            .authenticate(&*broker.meta, request, v, conn)
+            .await;
         match done.delay {
             None => now(ResponseKind::SaslAuthenticate(done.response)),
             // The failure's answer waits without holding up the broker.

@@ -38,7 +38,7 @@ impl Api for SaslHandshake {
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx { conn, .. } = *cx;
         now(ResponseKind::SaslHandshake(
-            broker.sasl_handshake(request, conn),
+            broker.sasl.handshake(request, conn),
         ))
     }
 
