@@ -505,172 +505,226 @@ impl ConsumerGroup {
     ) -> Answer {
         let id = hb.member_id.clone();
         let full = hb.is_full();
+        if let Err(refused) = self.learn_regex(&hb) {
+            return refused;
+        }
         // One new group epoch per heartbeat, whatever it changed (a join with its subscription
         // is one change, as in Kafka).
-        let mut changed = false;
-        if let Some(r) = hb.subscribed_regex.as_deref().filter(|r| !r.is_empty()) {
-            if !self.regexes.contains_key(r) {
-                match compile(r) {
-                    Ok(re) => {
-                        self.regexes.insert(r.to_string(), re);
-                    }
-                    Err(e) => {
-                        return Answer::error_with(
-                            &id,
-                            INVALID_REGULAR_EXPRESSION,
-                            format!("SubscribedTopicRegex `{r}` is not a valid regular expression: {e}."),
-                        );
-                    }
-                }
-            }
-        }
-        match hb.member_epoch {
-            -1 => {
-                if self.members.remove(&id).is_some() {
-                    self.group_epoch += 1;
-                }
-                return Answer {
-                    member_epoch: -1,
-                    ..Answer::error(&id, NONE)
-                };
-            }
-            -2 => {
-                // A static member leaving for now: it keeps its partitions for its session.
-                if let Some(m) = self.members.get_mut(&id) {
-                    m.left_static = true;
-                    m.last_heard_ms = now_ms;
-                }
-                return Answer {
-                    member_epoch: -2,
-                    ..Answer::error(&id, NONE)
-                };
-            }
-            0 => {
-                if let Some(instance) = &hb.instance_id {
-                    // The same instance back under a new id takes over the member (partitions
-                    // and epoch) if the old one left for now, or if either side speaks the
-                    // classic protocol, whose static members never say they leave (Kafka
-                    // replaces them too).
-                    let joining_classic = classic.is_some();
-                    let holder = self
-                        .members
-                        .values()
-                        .find(|m| m.instance_id.as_ref() == Some(instance) && m.member_id != id)
-                        .map(|m| {
-                            let replace = m.left_static || m.classic.is_some() || joining_classic;
-                            (m.member_id.clone(), replace)
-                        });
-                    match holder {
-                        Some((old, true)) => {
-                            let mut m = self.members.remove(&old).expect("found above");
-                            m.member_id = id.clone();
-                            m.left_static = false;
-                            m.classic = None;
-                            if let Some(t) = self.target.remove(&old) {
-                                self.target.insert(id.clone(), t);
-                            }
-                            self.members.insert(id.clone(), m);
-                        }
-                        Some((_, false)) => {
-                            return Answer::error_with(
-                                &id,
-                                UNRELEASED_INSTANCE_ID,
-                                format!(
-                                    "Static member with unknown member id and instance id {instance} cannot replace an existing member that has not left."
-                                ),
-                            );
-                        }
-                        None => {}
-                    }
-                }
-                if !self.members.contains_key(&id) {
-                    self.members.insert(
-                        id.clone(),
-                        ConsumerMember {
-                            member_id: id.clone(),
-                            instance_id: hb.instance_id.clone(),
-                            rack_id: hb.rack_id.clone(),
-                            client_id: hb.client_id.clone(),
-                            client_host: hb.client_host.clone(),
-                            subscribed: BTreeSet::new(),
-                            subscribed_regex: None,
-                            server_assignor: None,
-                            rebalance_timeout_ms: hb.rebalance_timeout_ms,
-                            epoch: 0,
-                            previous_epoch: -1,
-                            state: MemberState::Stable,
-                            assigned: Assignment::new(),
-                            revoking: Assignment::new(),
-                            last_heard_ms: now_ms,
-                            revoke_deadline_ms: None,
-                            left_static: false,
-                            classic: None,
-                        },
-                    );
-                    changed = true;
-                }
-            }
-            epoch => {
-                let Some(m) = self.members.get(&id) else {
-                    return Answer::error(&id, UNKNOWN_MEMBER_ID);
-                };
-                if m.left_static {
-                    return Answer::error(&id, UNKNOWN_MEMBER_ID);
-                }
-                // The previous epoch is accepted from a member that holds no more than it is
-                // given now (the answer that moved it on may have been lost).
-                let previous_ok = epoch == m.previous_epoch
-                    && hb
-                        .owned
-                        .as_ref()
-                        .is_some_and(|o| without(o, &m.assigned).is_empty());
-                if epoch != m.epoch && !previous_ok {
-                    return Answer::error(&id, FENCED_MEMBER_EPOCH);
-                }
-            }
-        }
-        // Subscription and settings changes.
+        let joined = match hb.member_epoch {
+            -1 => return self.leave(&id),
+            -2 => return self.leave_for_now(&id, now_ms),
+            0 => match self.join(&hb, classic.is_some(), now_ms) {
+                Ok(joined) => joined,
+                Err(refused) => return refused,
+            },
+            epoch => match self.check_epoch(&id, epoch, hb.owned.as_ref()) {
+                Ok(()) => false,
+                Err(refused) => return refused,
+            },
+        };
         let before = self.members[&id].assigned.clone();
-        if let Some(m) = self.members.get_mut(&id) {
+        let updated = self.update_member(hb, classic, now_ms);
+        self.advance(&id, topics, now_ms, joined || updated);
+        let m = &self.members[&id];
+        Answer {
+            error: NONE,
+            message: None,
+            member_id: id.clone(),
+            member_epoch: m.epoch,
+            assignment: (full || m.assigned != before).then(|| m.assigned.clone()),
+        }
+    }
+
+    /// Compiles a regular expression the group has not seen yet.
+    fn learn_regex(&mut self, hb: &Heartbeat) -> Result<(), Answer> {
+        let Some(r) = hb.subscribed_regex.as_deref().filter(|r| !r.is_empty()) else {
+            return Ok(());
+        };
+        if self.regexes.contains_key(r) {
+            return Ok(());
+        }
+        match compile(r) {
+            Ok(re) => {
+                self.regexes.insert(r.to_string(), re);
+                Ok(())
+            }
+            Err(e) => Err(Answer::error_with(
+                &hb.member_id,
+                INVALID_REGULAR_EXPRESSION,
+                format!("SubscribedTopicRegex `{r}` is not a valid regular expression: {e}."),
+            )),
+        }
+    }
+
+    /// Epoch -1: the member leaves.
+    fn leave(&mut self, id: &str) -> Answer {
+        if self.members.remove(id).is_some() {
+            self.group_epoch += 1;
+        }
+        Answer {
+            member_epoch: -1,
+            ..Answer::error(id, NONE)
+        }
+    }
+
+    /// Epoch -2: a static member leaving for now keeps its partitions for its session.
+    fn leave_for_now(&mut self, id: &str, now_ms: i64) -> Answer {
+        if let Some(m) = self.members.get_mut(id) {
+            m.left_static = true;
             m.last_heard_ms = now_ms;
-            if classic.is_some() {
-                m.classic = classic;
-            }
-            m.client_id = hb.client_id;
-            m.client_host = hb.client_host;
-            if hb.rack_id.is_some() {
-                m.rack_id = hb.rack_id;
-            }
-            if let Some(names) = hb.subscribed {
-                let names: BTreeSet<String> = names.into_iter().collect();
-                if names != m.subscribed {
-                    m.subscribed = names;
-                    changed = true;
+        }
+        Answer {
+            member_epoch: -2,
+            ..Answer::error(id, NONE)
+        }
+    }
+
+    /// Epoch 0: a member joins (or a static member comes back). Whether a member was added.
+    fn join(&mut self, hb: &Heartbeat, joining_classic: bool, now_ms: i64) -> Result<bool, Answer> {
+        let id = &hb.member_id;
+        if let Some(instance) = &hb.instance_id {
+            self.take_over_instance(id, instance, joining_classic)?;
+        }
+        if self.members.contains_key(id) {
+            return Ok(false);
+        }
+        self.members.insert(
+            id.clone(),
+            ConsumerMember {
+                member_id: id.clone(),
+                instance_id: hb.instance_id.clone(),
+                rack_id: hb.rack_id.clone(),
+                client_id: hb.client_id.clone(),
+                client_host: hb.client_host.clone(),
+                subscribed: BTreeSet::new(),
+                subscribed_regex: None,
+                server_assignor: None,
+                rebalance_timeout_ms: hb.rebalance_timeout_ms,
+                epoch: 0,
+                previous_epoch: -1,
+                state: MemberState::Stable,
+                assigned: Assignment::new(),
+                revoking: Assignment::new(),
+                last_heard_ms: now_ms,
+                revoke_deadline_ms: None,
+                left_static: false,
+                classic: None,
+            },
+        );
+        Ok(true)
+    }
+
+    /// The same instance back under a new id takes over the member (partitions and epoch) if the
+    /// old one left for now, or if either side speaks the classic protocol, whose static members
+    /// never say they leave (Kafka replaces them too).
+    fn take_over_instance(
+        &mut self,
+        id: &str,
+        instance: &str,
+        joining_classic: bool,
+    ) -> Result<(), Answer> {
+        let holder = self
+            .members
+            .values()
+            .find(|m| m.instance_id.as_deref() == Some(instance) && m.member_id != id)
+            .map(|m| {
+                let replace = m.left_static || m.classic.is_some() || joining_classic;
+                (m.member_id.clone(), replace)
+            });
+        match holder {
+            Some((old, true)) => {
+                if let Some(mut m) = self.members.remove(&old) {
+                    m.member_id = id.to_string();
+                    m.left_static = false;
+                    m.classic = None;
+                    if let Some(t) = self.target.remove(&old) {
+                        self.target.insert(id.to_string(), t);
+                    }
+                    self.members.insert(id.to_string(), m);
                 }
+                Ok(())
             }
-            if let Some(r) = hb.subscribed_regex {
-                let r = (!r.is_empty()).then_some(r);
-                if r != m.subscribed_regex {
-                    m.subscribed_regex = r;
-                    changed = true;
-                }
-            }
-            if hb.server_assignor.is_some() && hb.server_assignor != m.server_assignor {
-                m.server_assignor = hb.server_assignor;
+            Some((_, false)) => Err(Answer::error_with(
+                id,
+                UNRELEASED_INSTANCE_ID,
+                format!(
+                    "Static member with unknown member id and instance id {instance} cannot replace an existing member that has not left."
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// A known member's epoch: its current one, or the previous one from a member that holds no
+    /// more than it is given now (the answer that moved it on may have been lost).
+    fn check_epoch(&self, id: &str, epoch: i32, owned: Option<&Assignment>) -> Result<(), Answer> {
+        let Some(m) = self.members.get(id).filter(|m| !m.left_static) else {
+            return Err(Answer::error(id, UNKNOWN_MEMBER_ID));
+        };
+        let previous_ok =
+            epoch == m.previous_epoch && owned.is_some_and(|o| without(o, &m.assigned).is_empty());
+        if epoch != m.epoch && !previous_ok {
+            return Err(Answer::error(id, FENCED_MEMBER_EPOCH));
+        }
+        Ok(())
+    }
+
+    /// The heartbeat's subscription and settings, on its member. Whether the subscription or the
+    /// assignor changed.
+    fn update_member(
+        &mut self,
+        hb: Heartbeat,
+        classic: Option<ClassicMember>,
+        now_ms: i64,
+    ) -> bool {
+        let Some(m) = self.members.get_mut(&hb.member_id) else {
+            return false;
+        };
+        let mut changed = false;
+        m.last_heard_ms = now_ms;
+        if classic.is_some() {
+            m.classic = classic;
+        }
+        m.client_id = hb.client_id;
+        m.client_host = hb.client_host;
+        if hb.rack_id.is_some() {
+            m.rack_id = hb.rack_id;
+        }
+        if let Some(names) = hb.subscribed {
+            let names: BTreeSet<String> = names.into_iter().collect();
+            if names != m.subscribed {
+                m.subscribed = names;
                 changed = true;
             }
-            if hb.rebalance_timeout_ms > 0 {
-                m.rebalance_timeout_ms = hb.rebalance_timeout_ms;
-            }
-            if let Some(owned) = &hb.owned {
-                // What it no longer owns, it has given up.
-                m.revoking = intersect(&m.revoking, owned);
+        }
+        if let Some(r) = hb.subscribed_regex {
+            let r = (!r.is_empty()).then_some(r);
+            if r != m.subscribed_regex {
+                m.subscribed_regex = r;
+                changed = true;
             }
         }
+        if hb.server_assignor.is_some() && hb.server_assignor != m.server_assignor {
+            m.server_assignor = hb.server_assignor;
+            changed = true;
+        }
+        if hb.rebalance_timeout_ms > 0 {
+            m.rebalance_timeout_ms = hb.rebalance_timeout_ms;
+        }
+        if let Some(owned) = &hb.owned {
+            // What it no longer owns, it has given up.
+            m.revoking = intersect(&m.revoking, owned);
+        }
+        changed
+    }
+
+    /// A new group epoch if the members or their subscriptions `changed` or the subscribed
+    /// topics' partitions did; a new target for it; the member `id` reconciled towards it, with
+    /// a deadline for what it has yet to revoke.
+    fn advance(&mut self, id: &str, topics: &Topics, now_ms: i64, mut changed: bool) {
         if changed {
             self.compile_patterns();
         }
-        // Partitions of subscribed topics changed: a new group epoch too.
         let metadata = self.subscribed_metadata(topics);
         if metadata != self.metadata {
             self.metadata = metadata;
@@ -682,23 +736,16 @@ impl ConsumerGroup {
         if self.target_epoch < self.group_epoch {
             self.compute_target(topics);
         }
-        self.reconcile(&id);
-        let m = self.members.get_mut(&id).expect("present");
-        if m.state == MemberState::UnrevokedPartitions {
-            let timeout = i64::from(m.rebalance_timeout_ms.max(0));
-            m.revoke_deadline_ms.get_or_insert(now_ms + timeout);
-        } else {
-            m.revoke_deadline_ms = None;
+        self.reconcile(id);
+        if let Some(m) = self.members.get_mut(id) {
+            if m.state == MemberState::UnrevokedPartitions {
+                let timeout = i64::from(m.rebalance_timeout_ms.max(0));
+                m.revoke_deadline_ms.get_or_insert(now_ms + timeout);
+            } else {
+                m.revoke_deadline_ms = None;
+            }
         }
         debug_assert!(self.exclusive(), "a partition is never held by two members");
-        let m = &self.members[&id];
-        Answer {
-            error: NONE,
-            message: None,
-            member_id: id.clone(),
-            member_epoch: m.epoch,
-            assignment: (full || m.assigned != before).then(|| m.assigned.clone()),
-        }
     }
 
     fn compute_target(&mut self, topics: &Topics) {

@@ -171,10 +171,7 @@ impl GroupCoordinator {
             Some(mut group) => {
                 let answer = group.heartbeat(hb, topics, now_ms);
                 if answer.error != NONE {
-                    return Err(refusal(
-                        answer.error,
-                        answer.message.unwrap_or_default(),
-                    ));
+                    return Err(refusal(answer.error, answer.message.unwrap_or_default()));
                 }
                 if let Some(g) = state.groups.remove(group_id) {
                     g.convert_out();
