@@ -152,7 +152,7 @@ fn records_round_trip_through_postgres_and_s3s_fs() {
     assert_eq!(consume(&one, "cluster-smoke", N), want);
     c.stop(0);
     assert!(
-        !c.s3().files(Cluster::PREFIX).is_empty(),
+        !c.object_files(Cluster::PREFIX).is_empty(),
         "the stopped broker uploaded its records to s3s-fs"
     );
     assert!(

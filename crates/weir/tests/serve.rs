@@ -82,7 +82,7 @@ fn admin_endpoints_refusals_and_clean_shutdown() {
 #[test]
 fn the_allocator_runs_with_its_configuration() {
     let b = Broker::start(&[]);
-    let tasks = std::path::PathBuf::from(format!("/proc/{}/task", b.child.id()));
+    let tasks = std::path::PathBuf::from(format!("/proc/{}/task", b.pid));
     let names = || -> Vec<String> {
         std::fs::read_dir(&tasks)
             .map(|d| {
@@ -120,7 +120,7 @@ fn thread_nice(stat: &str) -> Option<(String, i64)> {
 #[test]
 fn catch_up_reads_run_on_threads_below_the_brokers_own() {
     let b = Broker::start(&[("WEIR_STORAGE_CATCHUP_NICE", "7")]);
-    let tasks = std::path::PathBuf::from(format!("/proc/{}/task", b.child.id()));
+    let tasks = std::path::PathBuf::from(format!("/proc/{}/task", b.pid));
     let threads: Vec<(String, i64)> = std::fs::read_dir(&tasks)
         .expect("the broker's threads")
         .filter_map(|t| t.ok())

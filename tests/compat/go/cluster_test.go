@@ -1,271 +1,74 @@
 package compat
 
 // Cluster harness: Weir brokers on one machine sharing one private PostgreSQL and one s3s-fs,
-// each started with the flags a user gives (--node-id, --listen, --advertised, --admin-listen,
-// --data-dir, --metadata-url, --object-store-url). PostgreSQL and s3s-fs run as children of
-// the test process with a parent-death signal, like the brokers, so a run that dies (a test
-// timeout panics) leaves nothing behind; Close stops everything and removes the temp dir.
-//
-// PostgreSQL needs the version 15 binaries ($WEIR_PG_BIN, default /usr/lib/postgresql/15/bin);
-// initdb refuses to run as root, so as root PostgreSQL runs as the `postgres` user. s3s-fs is
-// $S3S_FS, ~/.cargo/bin/s3s-fs or on PATH.
+// started by the one test-cluster program every language's harness uses
+// (`python3 tests/harness/weir_harness cluster`, which owns the port rule and how PostgreSQL,
+// s3s-fs and the brokers are started). It prints the cluster as one line of JSON, takes
+// commands on its standard input (stop N, kill N, start N, add, describe), each answered with
+// the cluster as JSON, and stops everything when its standard input closes, so a test run that
+// dies leaves nothing behind.
 
 import (
+	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
+	"io"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
 
 const (
-	clusterSize  = 3
-	s3Bucket     = "weir-test"
-	s3AccessKey  = "weir-access"
-	s3SecretKey  = "weir-secret"
-	serverWaitTo = 30 * time.Second
+	clusterSize = 3
+	s3Bucket    = "weir-test"
+	// How long the program may take to start a cluster (PostgreSQL, s3s-fs, the brokers) or to
+	// carry out one command.
+	clusterStartTimeout = 3 * time.Minute
+	clusterActTimeout   = 2 * time.Minute
 )
 
-// A child process with its exit observed once.
-type child struct {
-	cmd    *exec.Cmd
-	exited chan struct{}
-}
-
-func startChild(cmd *exec.Cmd, logPath string, deathSig syscall.Signal, cred *syscall.Credential) (*child, error) {
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close() // the child has its own copy
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: deathSig, Credential: cred}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
-	}
-	c := &child{cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		close(c.exited)
-	}()
-	return c, nil
-}
-
-func (c *child) done() bool {
-	select {
-	case <-c.exited:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop sends sig and waits for the exit (SIGKILL after stopTimeout).
-func (c *child) stop(sig syscall.Signal) {
-	if c == nil {
-		return
-	}
-	_ = c.cmd.Process.Signal(sig)
-	select {
-	case <-c.exited:
-	case <-time.After(stopTimeout):
-		_ = c.cmd.Process.Kill()
-		<-c.exited
-	}
-}
-
-// pgServer is a private PostgreSQL, the postmaster a child of the test process.
-type pgServer struct {
-	root string
-	port int
-	cred *syscall.Credential // the postgres user's, when we are root
-	proc *child
-}
-
-func pgBin(name string) string {
-	dir := os.Getenv("WEIR_PG_BIN")
-	if dir == "" {
-		dir = "/usr/lib/postgresql/15/bin"
-	}
-	return filepath.Join(dir, name)
-}
-
-func (p *pgServer) command(name string, args ...string) *exec.Cmd {
-	cmd := exec.Command(pgBin(name), args...)
-	cmd.Dir = p.root // the postgres user may not read our working directory
-	if p.cred != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred}
-	}
-	return cmd
-}
-
-func startPG(root string) (*pgServer, error) {
-	if err := os.MkdirAll(root, 0o700); err != nil {
-		return nil, err
-	}
-	p := &pgServer{root: root}
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return nil, fmt.Errorf("running as root, PostgreSQL needs the postgres user: %w", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		p.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(root, uid, gid); err != nil {
-			return nil, err
-		}
-	}
-	data := filepath.Join(root, "data")
-	if out, err := p.command("initdb", "-D", data, "-A", "trust", "-U", "weir", "--no-sync").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
-	}
-	// Another process may take the port between our probe and the server's bind: try again.
-	var last error
-	for attempt := 0; attempt < 5; attempt++ {
-		ports, err := freePorts(1)
-		if err != nil {
-			return nil, err
-		}
-		cmd := exec.Command(pgBin("postgres"), "-D", data, "-p", strconv.Itoa(ports[0]), "-k", root,
-			"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off")
-		cmd.Dir = root
-		// SIGQUIT: immediate shutdown, the backends go with the postmaster.
-		proc, err := startChild(cmd, filepath.Join(root, "log"), syscall.SIGQUIT, p.cred)
-		if err != nil {
-			return nil, err
-		}
-		p.proc, p.port = proc, ports[0]
-		if last = p.waitReady(); last == nil {
-			return p, nil
-		}
-		p.stop()
-	}
-	return nil, fmt.Errorf("PostgreSQL did not start: %v\n%s", last, tail(filepath.Join(root, "log"), 30))
-}
-
-// waitReady waits until the server accepts connections (pg_isready), or has exited.
-func (p *pgServer) waitReady() error {
-	deadline := time.Now().Add(serverWaitTo)
-	for time.Now().Before(deadline) {
-		if p.proc.done() {
-			return errors.New("postgres exited")
-		}
-		if p.command("pg_isready", "-q", "-h", "127.0.0.1", "-p", strconv.Itoa(p.port)).Run() == nil {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return fmt.Errorf("not ready within %v", serverWaitTo)
-}
-
-// createDatabase creates database name and returns its URL.
-func (p *pgServer) createDatabase(name string) (string, error) {
-	if out, err := p.command("createdb", "-h", "127.0.0.1", "-p", strconv.Itoa(p.port), "-U", "weir", name).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("createdb %s: %v\n%s", name, err, out)
-	}
-	return fmt.Sprintf("postgres://weir@127.0.0.1:%d/%s", p.port, name), nil
-}
-
-func (p *pgServer) stop() {
-	if p == nil || p.proc == nil {
-		return
-	}
-	p.proc.stop(syscall.SIGQUIT)
-	p.proc = nil
-}
-
-// s3sFs is a private S3 server serving root, with one bucket.
-type s3sFs struct {
-	root string
-	port int
-	proc *child
-}
-
-func s3sFsBinary() string {
-	if p := os.Getenv("S3S_FS"); p != "" {
-		return p
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		p := filepath.Join(home, ".cargo", "bin", "s3s-fs")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	return "s3s-fs"
-}
-
-func startS3(root string) (*s3sFs, error) {
-	if err := os.MkdirAll(filepath.Join(root, s3Bucket), 0o755); err != nil {
-		return nil, err
-	}
-	ports, err := freePorts(1)
-	if err != nil {
-		return nil, err
-	}
-	s := &s3sFs{root: root, port: ports[0]}
-	cmd := exec.Command(s3sFsBinary(), "--host", "127.0.0.1", "--port", strconv.Itoa(s.port),
-		"--access-key", s3AccessKey, "--secret-key", s3SecretKey, root)
-	if s.proc, err = startChild(cmd, filepath.Join(root, "s3s-fs.log"), syscall.SIGKILL, nil); err != nil {
-		return nil, fmt.Errorf("%w (install it: cargo install s3s-fs@0.14.1 --features binary --locked, or set S3S_FS)", err)
-	}
-	deadline := time.Now().Add(serverWaitTo)
-	for {
-		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(s.port), time.Second)
-		if err == nil {
-			c.Close()
-			return s, nil
-		}
-		if s.proc.done() || time.Now().After(deadline) {
-			s.stop()
-			return nil, fmt.Errorf("s3s-fs did not start\n%s", tail(filepath.Join(root, "s3s-fs.log"), 30))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// env is what the brokers' object_store crate reads (AmazonS3Builder::from_env).
-func (s *s3sFs) env() []string {
-	return []string{
-		"AWS_ENDPOINT=http://127.0.0.1:" + strconv.Itoa(s.port),
-		"AWS_ALLOW_HTTP=true",
-		"AWS_ACCESS_KEY_ID=" + s3AccessKey,
-		"AWS_SECRET_ACCESS_KEY=" + s3SecretKey,
-		"AWS_REGION=us-east-1",
-		"AWS_VIRTUAL_HOSTED_STYLE_REQUEST=false",
-	}
-}
-
-func (s *s3sFs) stop() {
-	if s == nil || s.proc == nil {
-		return
-	}
-	s.proc.stop(syscall.SIGKILL)
-	s.proc = nil
-}
-
-// Cluster is a set of Weir brokers on one PostgreSQL and one s3s-fs.
+// Cluster is a running test cluster; Brokers[i] is the program's broker i.
 type Cluster struct {
 	Name    string
 	Brokers []*Broker
-	// MetadataURL and ObjectStoreURL are what every broker is given.
+
 	MetadataURL    string
 	ObjectStoreURL string
 
 	// Zones, if set: broker with node id n is in Zones[(n-1) % len(Zones)] (--zone).
 	Zones []string
 
-	root string
-	pg   *pgServer
-	s3   *s3sFs
-	env  []string
+	root  string // the program's --dir
+	tmp   string // holds root and the program's log
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string // the program's stdout, line by line
+	mu    sync.Mutex  // one command at a time
+}
+
+// described is the program's JSON answer.
+type described struct {
+	Error          string `json:"error"`
+	Bootstrap      string `json:"bootstrap"`
+	MetadataURL    string `json:"metadata_url"`
+	ObjectStoreURL string `json:"object_store_url"`
+	Dir            string `json:"dir"`
+	Brokers        []struct {
+		NodeID    int32  `json:"node_id"`
+		Port      int    `json:"port"`
+		AdminPort int    `json:"admin_port"`
+		Pid       *int   `json:"pid"`
+		DataDir   string `json:"data_dir"`
+		Log       string `json:"log"`
+		Zone      string `json:"zone"`
+	} `json:"brokers"`
 }
 
 // StartCluster starts PostgreSQL, s3s-fs and n brokers (node ids 1..n, each ready); the
@@ -279,88 +82,163 @@ func StartZonedCluster(name string, n int, zones []string) (*Cluster, error) {
 	if kind, err := brokerKind(); err != nil || kind != "weir" {
 		return nil, fmt.Errorf("a cluster is of Weir brokers: WEIR_COMPAT_TARGET=cluster needs WEIR_TEST_BROKER=weir (%v)", err)
 	}
-	root, err := os.MkdirTemp("", "weir-compat-go-"+name+"-")
+	if os.Getenv("WEIR_BIN") == "" {
+		return nil, errors.New("WEIR_BIN is not set (path to the weir binary)")
+	}
+	tmp, err := os.MkdirTemp("", "weir-compat-go-"+name+"-")
 	if err != nil {
 		return nil, err
 	}
 	// PostgreSQL may run as another user, under this directory.
-	if err := os.Chmod(root, 0o711); err != nil {
-		os.RemoveAll(root)
+	if err := os.Chmod(tmp, 0o711); err != nil {
+		os.RemoveAll(tmp)
 		return nil, err
 	}
-	c := &Cluster{Name: name, root: root, ObjectStoreURL: "s3://" + s3Bucket + "/weir",
-		env: []string{"WEIR_WAL_FORMAT=false"}, Zones: zones}
+	c := &Cluster{Name: name, Zones: zones, tmp: tmp, root: filepath.Join(tmp, "cluster")}
+	args := []string{filepath.Join(repoRoot(), "tests", "harness", "weir_harness"), "cluster",
+		"--brokers", strconv.Itoa(n), "--dir", c.root, "--keep"}
+	if len(zones) > 0 {
+		args = append(args, "--zones", strings.Join(zones, ","))
+	}
+	if err := c.launch(args); err != nil {
+		os.RemoveAll(tmp)
+		return nil, fmt.Errorf("start cluster %s: %w", name, err)
+	}
 	liveMu.Lock()
 	live[c] = true
 	liveMu.Unlock()
-	if err := c.launch(n); err != nil {
-		err = fmt.Errorf("start cluster %s: %w", name, err)
-		if cerr := c.Close(); cerr != nil {
-			err = fmt.Errorf("%w; close: %v", err, cerr)
-		}
-		return nil, err
-	}
 	return c, nil
 }
 
-func (c *Cluster) launch(n int) error {
-	var err error
-	if c.pg, err = startPG(filepath.Join(c.root, "pg")); err != nil {
+// launch starts the program and reads the cluster it started.
+func (c *Cluster) launch(args []string) error {
+	logf, err := os.Create(filepath.Join(c.tmp, "harness.log"))
+	if err != nil {
 		return err
 	}
-	if c.MetadataURL, err = c.pg.createDatabase("weir"); err != nil {
+	defer logf.Close() // the program has its own copy
+	c.cmd = exec.Command("python3", args...)
+	c.cmd.Stderr = logf
+	// The program stops the cluster when its stdin closes or it gets SIGTERM: when this test
+	// process dies, both happen.
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
 		return err
 	}
-	if c.s3, err = startS3(filepath.Join(c.root, "s3")); err != nil {
+	out, err := c.cmd.StdoutPipe()
+	if err != nil {
 		return err
 	}
-	c.env = append(c.env, c.s3.env()...)
-	for i := 0; i < n; i++ {
-		if _, err := c.AddBroker(); err != nil {
-			return err
+	if err := c.cmd.Start(); err != nil {
+		return fmt.Errorf("start the cluster program: %w", err)
+	}
+	c.lines = make(chan string)
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			c.lines <- sc.Text()
 		}
+		close(c.lines)
+	}()
+	d, err := c.answer(clusterStartTimeout)
+	if err == nil {
+		err = c.update(d)
+	}
+	if err != nil {
+		_ = c.stdin.Close()
+		_ = c.cmd.Wait()
+		return fmt.Errorf("%w\n%s", err, tail(filepath.Join(c.tmp, "harness.log"), 40))
+	}
+	return nil
+}
+
+// answer reads the program's next line.
+func (c *Cluster) answer(timeout time.Duration) (*described, error) {
+	select {
+	case line, ok := <-c.lines:
+		if !ok {
+			return nil, errors.New("the cluster program exited")
+		}
+		var d described
+		if err := json.Unmarshal([]byte(line), &d); err != nil {
+			return nil, fmt.Errorf("the cluster program said %q: %w", line, err)
+		}
+		if d.Error != "" {
+			return &d, errors.New(d.Error)
+		}
+		return &d, nil
+	case <-time.After(timeout):
+		return nil, fmt.Errorf("no answer from the cluster program within %v", timeout)
+	}
+}
+
+// act sends one command and takes in the cluster it answers with.
+func (c *Cluster) act(command string) (*described, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, err := io.WriteString(c.stdin, command+"\n"); err != nil {
+		return nil, fmt.Errorf("%s: %w", command, err)
+	}
+	d, err := c.answer(clusterActTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", command, err)
+	}
+	return d, c.update(d)
+}
+
+// update takes in the cluster as the program described it; brokers keep their *Broker.
+func (c *Cluster) update(d *described) error {
+	c.MetadataURL, c.ObjectStoreURL = d.MetadataURL, d.ObjectStoreURL
+	for i, db := range d.Brokers {
+		if i == len(c.Brokers) {
+			root := filepath.Dir(db.DataDir)
+			c.Brokers = append(c.Brokers, &Broker{Kind: "weir", Name: fmt.Sprintf("%s-%d", c.Name, db.NodeID),
+				root: root, cluster: c, index: i})
+		}
+		b := c.Brokers[i]
+		b.mu.Lock()
+		b.Port, b.Port2, b.NodeID, b.Zone = db.Port, db.AdminPort, db.NodeID, db.Zone
+		b.dataDir, b.logPath, b.running = db.DataDir, db.Log, db.Pid != nil
+		b.mu.Unlock()
+	}
+	if len(d.Brokers) != len(c.Brokers) {
+		return fmt.Errorf("the cluster program describes %d brokers, not %d", len(d.Brokers), len(c.Brokers))
 	}
 	return nil
 }
 
 // AddBroker starts a broker with the next node id and returns it.
 func (c *Cluster) AddBroker() (*Broker, error) {
-	id := int32(1)
-	for _, b := range c.Brokers {
-		if b.NodeID >= id {
-			id = b.NodeID + 1
-		}
-	}
-	root := filepath.Join(c.root, fmt.Sprintf("node-%d", id))
-	if err := os.MkdirAll(root, 0o755); err != nil {
+	if _, err := c.act("add"); err != nil {
 		return nil, err
 	}
-	b, err := newBroker("weir", fmt.Sprintf("%s-%d", c.Name, id), root)
-	if err != nil {
-		return nil, err
-	}
-	b.NodeID = id
-	b.args = []string{"--node-id", strconv.Itoa(int(id)), "--advertised", b.Addr(),
-		"--metadata-url", c.MetadataURL, "--object-store-url", c.ObjectStoreURL}
-	if len(c.Zones) > 0 {
-		b.Zone = c.Zones[int(id-1)%len(c.Zones)]
-		b.args = append(b.args, "--zone", b.Zone)
-	}
-	b.env = c.env
-	// A broker whose test process died is killed: a clean stop would wait on a gone s3s-fs.
-	b.deathSig = syscall.SIGKILL
-	c.Brokers = append(c.Brokers, b)
-	return b, b.Start()
+	return c.Brokers[len(c.Brokers)-1], nil
 }
 
 // Start starts broker i again (on its data dir and ports) and waits until it is ready.
 func (c *Cluster) Start(i int) error { return c.Brokers[i].Start() }
 
-// Stop sends broker i SIGTERM; it must exit 0 within 30 s.
+// Stop sends broker i SIGTERM; it must exit 0.
 func (c *Cluster) Stop(i int) error { return c.Brokers[i].Stop() }
 
 // Kill sends broker i SIGKILL and waits until it is gone.
 func (c *Cluster) Kill(i int) error { return c.Brokers[i].Kill() }
+
+// brokerAct carries out start, stop or kill on broker i through the program.
+func (c *Cluster) brokerAct(verb string, i int) error {
+	_, err := c.act(fmt.Sprintf("%s %d", verb, i))
+	if err != nil {
+		return fmt.Errorf("%w\n%s", err, tail(c.Brokers[i].logPath, 60))
+	}
+	return nil
+}
+
+// running asks the program whether broker i's process runs.
+func (c *Cluster) running(i int) bool {
+	d, err := c.act("describe")
+	return err == nil && d.Brokers[i].Pid != nil
+}
 
 // Seeds are every broker's address, stopped ones included (clients skip those they cannot reach).
 func (c *Cluster) Seeds() []string {
@@ -383,7 +261,7 @@ func (c *Cluster) Nodes() map[int32]string {
 }
 
 // S3Root is the directory s3s-fs serves (the bucket is a directory in it).
-func (c *Cluster) S3Root() string { return c.s3.root }
+func (c *Cluster) S3Root() string { return filepath.Join(c.root, "s3") }
 
 func (c *Cluster) LogTail(n int) string {
 	var out []string
@@ -393,24 +271,32 @@ func (c *Cluster) LogTail(n int) string {
 	return strings.Join(out, "\n")
 }
 
-// Close stops every broker (SIGTERM, each must exit 0), then s3s-fs and PostgreSQL, and
-// removes the cluster's directory (kept if WEIR_TEST_KEEP_DATA is set).
+// Close stops every broker (SIGTERM, each must exit 0), then the program stops s3s-fs and
+// PostgreSQL; the cluster's directory is removed (kept if WEIR_TEST_KEEP_DATA is set).
 func (c *Cluster) Close() error {
 	var errs []error
-	for _, b := range c.Brokers {
+	for i, b := range c.Brokers {
 		if err := b.Stop(); err != nil {
-			errs = append(errs, fmt.Errorf("broker %d: %w", b.NodeID, err))
+			errs = append(errs, fmt.Errorf("broker %d (node %d): %w", i, b.NodeID, err))
 		}
 	}
-	c.s3.stop()
-	c.pg.stop()
+	_ = c.stdin.Close()
+	done := make(chan error, 1)
+	go func() { done <- c.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(clusterActTimeout):
+		_ = c.cmd.Process.Kill()
+		<-done
+		errs = append(errs, errors.New("the cluster program did not stop (killed)"))
+	}
 	liveMu.Lock()
 	delete(live, c)
 	liveMu.Unlock()
 	if os.Getenv("WEIR_TEST_KEEP_DATA") == "" {
-		os.RemoveAll(c.root)
+		os.RemoveAll(c.tmp)
 	} else {
-		fmt.Fprintf(os.Stderr, "keeping cluster data in %s\n", c.root)
+		fmt.Fprintf(os.Stderr, "keeping cluster data in %s\n", c.tmp)
 	}
 	return errors.Join(errs...)
 }

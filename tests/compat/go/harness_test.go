@@ -104,6 +104,10 @@ type Broker struct {
 	env      []string
 	deathSig syscall.Signal
 
+	// A cluster's broker is started and stopped by the cluster program, as its broker index.
+	cluster *Cluster
+	index   int
+
 	mu      sync.Mutex
 	running bool
 	cmd     *exec.Cmd     // Weir only
@@ -273,6 +277,9 @@ func (b *Broker) Nodes() map[int32]string { return map[int32]string{b.NodeID: b.
 
 // Start starts the broker process on the broker's data dir and ports and waits until ready.
 func (b *Broker) Start() error {
+	if b.cluster != nil {
+		return b.cluster.brokerAct("start", b.index)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.running {
@@ -343,6 +350,9 @@ func (b *Broker) Start() error {
 
 // Stop stops the broker. Weir gets SIGTERM and must exit with status 0 within 30 s.
 func (b *Broker) Stop() error {
+	if b.cluster != nil {
+		return b.cluster.brokerAct("stop", b.index)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.running {
@@ -368,6 +378,9 @@ func (b *Broker) Stop() error {
 
 // Kill crashes a Weir broker: SIGKILL, and waits until the process is gone.
 func (b *Broker) Kill() error {
+	if b.cluster != nil {
+		return b.cluster.brokerAct("kill", b.index)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.running {
@@ -384,6 +397,9 @@ func (b *Broker) Kill() error {
 
 // Running says whether the broker process runs.
 func (b *Broker) Running() bool {
+	if b.cluster != nil {
+		return b.cluster.running(b.index)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.running || b.exited == nil {

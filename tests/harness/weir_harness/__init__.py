@@ -312,15 +312,17 @@ class Broker:
 
     # ----------------------------------------------------------------- stop
     def stop(self, timeout=60):
-        """Clean stop (SIGTERM for Weir, kafka.sh stop for Kafka)."""
+        """Clean stop (SIGTERM for Weir, kafka.sh stop for Kafka). Weir: its exit status (None if
+        it did not run)."""
         if self.paused:
             self.resume()
+        status = None
         if self.kind == "weir":
             if self.proc is None:
-                return
+                return None
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=timeout)
+                status = self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 self._kill_weir()
                 raise RuntimeError(f"weir did not stop within {timeout}s of SIGTERM")
@@ -339,6 +341,7 @@ class Broker:
             else:
                 self._kill_kafka()
         _LIVE.discard(self)
+        return status
 
     def kill(self):
         """Crash the broker: SIGKILL, and wait until the process is gone."""
@@ -654,8 +657,8 @@ class Cluster:
         self.brokers[i].start()
 
     def stop(self, i, timeout=60):
-        """SIGTERM to broker i; it must exit within `timeout`."""
-        self.brokers[i].stop(timeout)
+        """SIGTERM to broker i; it must exit within `timeout`. Its exit status."""
+        return self.brokers[i].stop(timeout)
 
     def kill(self, i):
         self.brokers[i].kill()

@@ -22,7 +22,8 @@ While it runs, a line on standard input acts on one broker (N counts from 0, in 
 "brokers"), and is answered with one line of JSON, the cluster as above after the change, or
 {"error": "..."}:
 
-    stop N     SIGTERM, and wait until it exited (a controlled shutdown)
+    stop N     SIGTERM, and wait until it exited (a controlled shutdown); an error if its exit
+               status was not 0
     kill N     SIGKILL
     start N    start it again (same node id, ports and data directory)
     add        start one more broker, with the next node id
@@ -80,7 +81,9 @@ def act(c, line):
         if i >= len(c.brokers):
             return {"error": f"no broker {i}: there are {len(c.brokers)}"}
         with contextlib.redirect_stdout(sys.stderr):
-            getattr(c, verb)(i)
+            status = getattr(c, verb)(i)
+        if verb == "stop" and status:
+            return {"error": f"broker {i} exited with status {status} after SIGTERM (not 0)"}
     elif verb != "describe" or rest:
         return {"error": f"unknown command {line.strip()!r}: stop N, kill N, start N, add, "
                          "describe"}

@@ -3,10 +3,10 @@
 //! SIGTERM (checking that it exits cleanly) or kills it when dropped.
 #![allow(dead_code)]
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
@@ -34,9 +34,11 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     Some((code, body))
 }
 
-/// A running `weir serve`. Killed when dropped.
+/// A running `weir serve`. Killed when dropped, if this harness started it (a cluster's brokers
+/// are the cluster program's).
 pub struct Broker {
-    pub child: Child,
+    child: Option<Child>,
+    pub pid: u32,
     pub port: u16,
     pub admin: u16,
     log: PathBuf,
@@ -46,8 +48,10 @@ pub struct Broker {
 
 impl Drop for Broker {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -95,8 +99,10 @@ impl Broker {
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
             .expect("start weir");
+        let pid = child.id();
         let mut b = Broker {
-            child,
+            child: Some(child),
+            pid,
             port,
             admin,
             log,
@@ -104,7 +110,7 @@ impl Broker {
         };
         let t = Instant::now();
         while http_get(admin, "/readyz").map(|r| r.0) != Some(200) {
-            if let Some(status) = b.child.try_wait().expect("child status") {
+            if let Some(status) = b.child_mut().try_wait().expect("child status") {
                 panic!(
                     "broker exited with {status} while starting: {}",
                     b.log_text()
@@ -118,6 +124,10 @@ impl Broker {
             std::thread::sleep(Duration::from_millis(50));
         }
         b
+    }
+
+    fn child_mut(&mut self) -> &mut Child {
+        self.child.as_mut().expect("a broker this harness started")
     }
 
     pub fn bootstrap(&self) -> String {
@@ -144,10 +154,10 @@ impl Broker {
     /// SIGTERM: the broker uploads what the WAL holds and must exit 0.
     pub fn stop(mut self) {
         // SAFETY: signalling our own child process.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        unsafe { libc::kill(self.pid as i32, libc::SIGTERM) };
         let t = Instant::now();
         let status = loop {
-            if let Some(s) = self.child.try_wait().expect("child status") {
+            if let Some(s) = self.child_mut().try_wait().expect("child status") {
                 break s;
             }
             assert!(
@@ -231,134 +241,41 @@ pub fn consume(bootstrap: &str, topic: &str, n: u64) -> Vec<String> {
 }
 
 /// Where the tests find `s3s-fs`: `$S3S_FS`, else `~/.cargo/bin/s3s-fs`, else `$PATH`.
-fn s3s_fs_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("S3S_FS") {
-        return PathBuf::from(p);
-    }
-    let cargo_bin =
-        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo/bin/s3s-fs");
-    if cargo_bin.exists() {
-        return cargo_bin;
-    }
-    PathBuf::from("s3s-fs")
-}
-
-/// A private S3 server (`s3s-fs`) on a free loopback port, serving a temporary directory with
-/// one bucket. Killed and removed when dropped.
-pub struct S3sFs {
-    child: Child,
-    pub port: u16,
-    _root: tempfile::TempDir,
-}
-
-impl S3sFs {
-    pub const BUCKET: &'static str = "weir-test";
-    const ACCESS_KEY: &'static str = "weir-access";
-    const SECRET_KEY: &'static str = "weir-secret";
-
-    pub fn start() -> S3sFs {
-        let root = tempfile::Builder::new()
-            .prefix("weir-s3-")
-            .tempdir()
-            .expect("temp dir");
-        // s3s-fs serves the directories under its root as buckets.
-        std::fs::create_dir_all(root.path().join(Self::BUCKET)).expect("bucket directory");
-        let port = free_port();
-        let child = Command::new(s3s_fs_binary())
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--access-key", Self::ACCESS_KEY, "--secret-key", Self::SECRET_KEY])
-            .arg(root.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!("cannot start s3s-fs ({e}); install it: cargo install s3s-fs@0.14.1 --features binary --locked, or set S3S_FS")
-            });
-        let mut s = S3sFs {
-            child,
-            port,
-            _root: root,
-        };
-        let t = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Some(status) = s.child.try_wait().expect("s3s-fs status") {
-                panic!("s3s-fs exited with {status} while starting (port {port} taken?)");
-            }
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "s3s-fs did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        s
-    }
-
-    /// The files the server keeps under `s3://BUCKET/prefix`.
-    pub fn files(&self, prefix: &str) -> Vec<PathBuf> {
-        fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-                let p = e.path();
-                if p.is_dir() {
-                    walk(&p, out);
-                } else {
-                    out.push(p);
-                }
-            }
-        }
-        let mut out = Vec::new();
-        walk(&self._root.path().join(Self::BUCKET).join(prefix), &mut out);
-        out
-    }
-
-    /// `s3://BUCKET/PREFIX`
-    pub fn url(&self, prefix: &str) -> String {
-        format!("s3://{}/{prefix}", Self::BUCKET)
-    }
-
-    /// The variables the `object_store` crate reads (`AmazonS3Builder::from_env`) to reach this
-    /// server: path-style requests over plain HTTP with its keys.
-    pub fn env(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("AWS_ENDPOINT", format!("http://127.0.0.1:{}", self.port)),
-            ("AWS_ALLOW_HTTP", "true".into()),
-            ("AWS_ACCESS_KEY_ID", Self::ACCESS_KEY.into()),
-            ("AWS_SECRET_ACCESS_KEY", Self::SECRET_KEY.into()),
-            ("AWS_REGION", "us-east-1".into()),
-            ("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "false".into()),
-        ]
-    }
-}
-
-impl Drop for S3sFs {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// One broker of a [`Cluster`]: its identity and addresses stay the same across restarts.
-struct Node {
-    id: i32,
-    port: u16,
-    admin: u16,
-    dir: PathBuf,
-    starts: u32,
-    broker: Option<Broker>,
-}
-
-/// Brokers on one machine sharing a private PostgreSQL (a fresh database on
-/// [`PgServer::shared`]) and one `s3s-fs`, each with its own node id, ports and data directory,
-/// started with the flags a user gives (`--node-id`, `--listen`, `--advertised`,
-/// `--admin-listen`, `--data-dir`, `--metadata-url`, `--object-store-url`). Dropping it kills
-/// every broker and removes their directories.
+/// A test cluster: PostgreSQL, s3s-fs and brokers started by the one test-cluster program every
+/// language's harness uses (`python3 tests/harness/weir_harness cluster`, which owns the port rule
+/// and how each part is started). It prints the cluster as one line of JSON and takes commands
+/// on its standard input (`stop N`, `kill N`, `start N`, `add`, `describe`), each answered with
+/// the cluster as JSON; when its standard input closes (this is dropped, or the test process
+/// died) it stops everything.
 pub struct Cluster {
-    // Dropped in this order: the brokers before the stores they use.
-    nodes: Vec<Node>,
-    s3: S3sFs,
-    pg: std::sync::Arc<weir_meta::testing::PgServer>,
+    program: Child,
+    /// `None` once closed.
+    commands: Option<ChildStdin>,
+    answers: BufReader<ChildStdout>,
+    nodes: Vec<Broker>,
+    /// Each broker's node id and data directory.
+    ids: Vec<(i32, PathBuf)>,
     metadata_url: String,
-    env: Vec<(String, String)>,
+    object_store_url: String,
+    /// The program's directory (brokers' data, PostgreSQL's, s3s-fs's root).
+    root: PathBuf,
     dir: tempfile::TempDir,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Closing its standard input stops the program; it stops the brokers, then the stores.
+        drop(self.commands.take());
+        let t = Instant::now();
+        while self.program.try_wait().ok().flatten().is_none() {
+            if t.elapsed() > Duration::from_secs(120) {
+                let _ = self.program.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.program.wait();
+    }
 }
 
 impl Cluster {
@@ -372,119 +289,154 @@ impl Cluster {
 
     /// [`Cluster::new`] with `env` (`WEIR_<SECTION>_<KEY>` settings) for every broker.
     pub fn with_env(n: usize, env: &[(&str, &str)]) -> Cluster {
-        let pg = weir_meta::testing::PgServer::shared().expect("a private PostgreSQL");
-        let metadata_url = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime")
-            .block_on(pg.create_database())
-            .expect("a database for the cluster");
-        let s3 = S3sFs::start();
         let dir = tempfile::Builder::new()
             .prefix("weir-cluster-")
             .tempdir()
             .expect("temp dir");
-        let mut env: Vec<(String, String)> = env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        env.extend(s3.env().into_iter().map(|(k, v)| (k.to_string(), v)));
+        // PostgreSQL may run as another user, under this directory.
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o711),
+        )
+        .expect("cluster directory permissions");
+        let root = dir.path().join("cluster");
+        let program_path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/harness/weir_harness");
+        let mut cmd = Command::new("python3");
+        cmd.arg(program_path)
+            .args(["cluster", "--brokers", &n.to_string(), "--keep", "--dir"])
+            .arg(&root);
+        for (k, v) in env {
+            cmd.args(["--env", &format!("{k}={v}")]);
+        }
+        let log = std::fs::File::create(dir.path().join("harness.log")).expect("harness log");
+        let mut program = cmd
+            .env("WEIR_BIN", env!("CARGO_BIN_EXE_weir"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("start the cluster program (python3 tests/harness/weir_harness)");
+        let commands = program.stdin.take().expect("its stdin");
+        let answers = BufReader::new(program.stdout.take().expect("its stdout"));
         let mut c = Cluster {
+            program,
+            commands: Some(commands),
+            answers,
             nodes: Vec::new(),
-            s3,
-            pg,
-            metadata_url,
-            env,
+            ids: Vec::new(),
+            metadata_url: String::new(),
+            object_store_url: String::new(),
+            root,
             dir,
         };
-        for _ in 0..n {
-            c.add_broker();
-        }
+        let d = c.answer();
+        c.update(&d);
         c
+    }
+
+    /// The program's next answer; panics (with its log) on an error or if it exited.
+    fn answer(&mut self) -> serde_json::Value {
+        let mut line = String::new();
+        let read = self
+            .answers
+            .read_line(&mut line)
+            .expect("the cluster program's answer");
+        let log =
+            || std::fs::read_to_string(self.dir.path().join("harness.log")).unwrap_or_default();
+        assert!(read > 0, "the cluster program exited:\n{}", log());
+        let d: serde_json::Value = serde_json::from_str(&line).expect("the cluster as JSON");
+        if let Some(e) = d.get("error") {
+            panic!("the cluster program: {e}\n{}", self.logs());
+        }
+        d
+    }
+
+    /// Sends one command and takes in the cluster it answers with.
+    fn act(&mut self, command: &str) {
+        let commands = self.commands.as_mut().expect("the cluster program's stdin");
+        writeln!(commands, "{command}").expect("a command to the cluster program");
+        commands.flush().expect("a command to the cluster program");
+        let d = self.answer();
+        self.update(&d);
+    }
+
+    fn update(&mut self, d: &serde_json::Value) {
+        let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+        self.metadata_url = text(&d["metadata_url"]);
+        self.object_store_url = text(&d["object_store_url"]);
+        let described = d["brokers"].as_array().expect("brokers");
+        self.ids = described
+            .iter()
+            .map(|b| {
+                let id = b["node_id"].as_i64().expect("node id") as i32;
+                (id, PathBuf::from(text(&b["data_dir"])))
+            })
+            .collect();
+        self.nodes = described
+            .iter()
+            .map(|b| Broker {
+                child: None,
+                pid: b["pid"].as_u64().unwrap_or(0) as u32,
+                port: b["port"].as_u64().expect("port") as u16,
+                admin: b["admin_port"].as_u64().expect("admin port") as u16,
+                log: PathBuf::from(text(&b["log"])),
+                _dir: None,
+            })
+            .collect();
     }
 
     /// Starts a broker with the next node id; returns its index.
     pub fn add_broker(&mut self) -> usize {
-        let id = self.nodes.iter().map(|n| n.id).max().unwrap_or(0) + 1;
-        let dir = self.dir.path().join(format!("node-{id}"));
-        std::fs::create_dir_all(&dir).expect("node directory");
-        self.nodes.push(Node {
-            id,
-            port: free_port(),
-            admin: free_port(),
-            dir,
-            starts: 0,
-            broker: None,
-        });
-        let i = self.nodes.len() - 1;
-        self.start(i);
-        i
+        self.act("add");
+        self.nodes.len() - 1
     }
 
     /// Starts broker `i` (stopped or killed before) on its data directory and ports, and waits
     /// until it is ready.
     pub fn start(&mut self, i: usize) {
-        let url = self.object_store_url();
-        let node = &mut self.nodes[i];
-        assert!(node.broker.is_none(), "broker {} is running", node.id);
-        node.starts += 1;
-        let args = [
-            "--node-id".to_string(),
-            node.id.to_string(),
-            "--advertised".to_string(),
-            format!("127.0.0.1:{}", node.port),
-            "--metadata-url".to_string(),
-            self.metadata_url.clone(),
-            "--object-store-url".to_string(),
-            url,
-        ];
-        let env: Vec<(&str, &str)> = self
-            .env
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        node.broker = Some(Broker::start_on(
-            &node.dir,
-            &format!("start-{}", node.starts),
-            node.port,
-            node.admin,
-            &args,
-            &env,
-        ));
+        assert!(!self.is_running(i), "broker {} is running", self.node_id(i));
+        self.act(&format!("start {i}"));
     }
 
-    /// SIGTERM to broker `i`; it must exit 0 within a minute.
+    /// SIGTERM to broker `i`; it must exit 0.
     pub fn stop(&mut self, i: usize) {
-        self.nodes[i]
-            .broker
-            .take()
-            .unwrap_or_else(|| panic!("broker {} is not running", self.nodes[i].id))
-            .stop();
+        assert!(
+            self.is_running(i),
+            "broker {} is not running",
+            self.node_id(i)
+        );
+        self.act(&format!("stop {i}"));
     }
 
     /// SIGKILL to broker `i`, and waits until it is gone.
     pub fn kill(&mut self, i: usize) {
-        let b = self.nodes[i].broker.take();
-        assert!(b.is_some(), "broker {} is not running", self.nodes[i].id);
-        drop(b);
+        assert!(
+            self.is_running(i),
+            "broker {} is not running",
+            self.node_id(i)
+        );
+        self.act(&format!("kill {i}"));
     }
 
     /// Sends `signal` to broker `i` (SIGSTOP and SIGCONT pause and resume it: a zombie).
     pub fn signal(&self, i: usize, signal: i32) {
-        // SAFETY: signalling our own child process.
-        unsafe { libc::kill(self.broker(i).child.id() as i32, signal) };
+        // SAFETY: signalling a process of this test's cluster.
+        unsafe { libc::kill(self.broker(i).pid as i32, signal) };
     }
 
     /// The running broker `i`.
     pub fn broker(&self, i: usize) -> &Broker {
-        self.nodes[i]
-            .broker
-            .as_ref()
-            .unwrap_or_else(|| panic!("broker {} is not running", self.nodes[i].id))
+        assert!(
+            self.is_running(i),
+            "broker {} is not running",
+            self.node_id(i)
+        );
+        &self.nodes[i]
     }
 
     pub fn is_running(&self, i: usize) -> bool {
-        self.nodes[i].broker.is_some()
+        self.nodes[i].pid != 0
     }
 
     pub fn len(&self) -> usize {
@@ -492,7 +444,7 @@ impl Cluster {
     }
 
     pub fn node_id(&self, i: usize) -> i32 {
-        self.nodes[i].id
+        self.ids[i].0
     }
 
     /// Broker `i`'s Kafka port (the same while it is stopped).
@@ -513,7 +465,7 @@ impl Cluster {
     pub fn bootstrap(&self) -> String {
         self.nodes
             .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
+            .map(|n| n.bootstrap())
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -523,41 +475,46 @@ impl Cluster {
     }
 
     pub fn object_store_url(&self) -> String {
-        self.s3.url(Self::PREFIX)
+        self.object_store_url.clone()
     }
 
-    /// The object store's server.
-    pub fn s3(&self) -> &S3sFs {
-        &self.s3
+    /// The files s3s-fs holds under `prefix` of the bucket.
+    pub fn object_files(&self, prefix: &str) -> Vec<PathBuf> {
+        fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else {
+                    out.push(p);
+                }
+            }
+        }
+        let bucket = self.object_store_url.trim_start_matches("s3://");
+        let bucket = bucket.split('/').next().unwrap_or_default();
+        let mut out = Vec::new();
+        walk(&self.root.join("s3").join(bucket).join(prefix), &mut out);
+        out
     }
 
     /// Broker `i`'s data directory (WAL, and nothing else on PostgreSQL).
     pub fn data_dir(&self, i: usize) -> PathBuf {
-        self.nodes[i].dir.join("data")
+        self.ids[i].1.clone()
     }
 
-    /// The private PostgreSQL (to read the cluster's tables, or to restart it).
-    pub fn postgres(&self) -> &weir_meta::testing::PgServer {
-        &self.pg
-    }
-
-    /// Every running broker's log, for assertion messages.
+    /// Every broker's log, for assertion messages.
     pub fn logs(&self) -> String {
         self.nodes
             .iter()
-            .filter_map(|n| {
-                let b = n.broker.as_ref()?;
-                Some(format!("---- broker {} ----\n{}", n.id, b.log_text()))
-            })
+            .enumerate()
+            .map(|(i, b)| format!("---- broker {} ----\n{}", self.node_id(i), b.log_text()))
             .collect()
     }
 
-    /// No running broker's log shows a panic.
+    /// No broker's log shows a panic.
     pub fn assert_no_panic(&self) {
-        for n in &self.nodes {
-            if let Some(b) = &n.broker {
-                b.assert_no_panic();
-            }
+        for b in &self.nodes {
+            b.assert_no_panic();
         }
     }
 }

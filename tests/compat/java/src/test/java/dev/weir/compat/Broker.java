@@ -59,6 +59,9 @@ public final class Broker implements Target {
     private final List<String> kafkaProps = new ArrayList<>();
     private Process weir; // Weir only
     private boolean running;
+    /** A cluster's broker is started and stopped by the cluster program, as its broker index. */
+    private final Cluster cluster;
+    private final int index;
     /** Null for a cluster's broker: the cluster's hook stops it, before the stores. */
     private final Thread shutdownHook;
 
@@ -69,7 +72,15 @@ public final class Broker implements Target {
 
     private Broker(Kind kind, String name, Path root, int nodeId, int[] ports, List<String> args,
             Map<String, String> env, boolean hook) {
+        this(kind, name, root, nodeId, ports, args, env, hook, null, -1,
+                kind == Kind.WEIR ? root.resolve("weir.log") : root.resolve("data").resolve("kafka.log"));
+    }
+
+    private Broker(Kind kind, String name, Path root, int nodeId, int[] ports, List<String> args,
+            Map<String, String> env, boolean hook, Cluster cluster, int index, Path logFile) {
         this.kind = kind;
+        this.cluster = cluster;
+        this.index = index;
         this.name = name;
         this.nodeId = nodeId;
         this.args = List.copyOf(args);
@@ -78,7 +89,7 @@ public final class Broker implements Target {
         this.secondPort = ports[1];
         this.root = root;
         this.dataDir = root.resolve("data");
-        this.logFile = kind == Kind.WEIR ? root.resolve("weir.log") : dataDir.resolve("kafka.log");
+        this.logFile = logFile;
         if (hook) {
             this.shutdownHook = new Thread(() -> {
                 try {
@@ -104,17 +115,13 @@ public final class Broker implements Target {
     }
 
     /**
-     * A Weir broker of a cluster, not started yet: data and log in {@code root}, flags
-     * {@code args} after its own node id and advertised address, {@code env} added to ours.
-     * The cluster stops it (there is no shutdown hook of its own).
+     * Broker {@code index} of a cluster, as the cluster program started it (data and log in
+     * {@code root}); the program starts and stops it, and the cluster's hook stops the program.
      */
-    static Broker clusterNode(String name, Path root, int nodeId, List<String> args, Map<String, String> env)
-            throws IOException {
-        int[] ports = freePorts(2);
-        List<String> all = new ArrayList<>(List.of(
-                "--node-id", String.valueOf(nodeId), "--advertised", "127.0.0.1:" + ports[0]));
-        all.addAll(args);
-        return new Broker(Kind.WEIR, name, root, nodeId, ports, all, env, false);
+    static Broker ofCluster(Cluster cluster, int index, String name, Path root, int nodeId, int port, int adminPort,
+            Path log) {
+        return new Broker(Kind.WEIR, name, root, nodeId, new int[] {port, adminPort}, List.of(), Map.of(), false,
+                cluster, index, log);
     }
 
     /** Starts a fresh broker; the caller closes it. */
@@ -199,11 +206,15 @@ public final class Broker implements Target {
     /** Stops the broker (SIGTERM) and starts it again on the same data dir and ports. */
     public void restart() throws Exception {
         stop();
-        startProcess();
+        start();
     }
 
     /** Starts the stopped (or killed) broker again on its data dir and ports. */
     public synchronized void start() throws Exception {
+        if (cluster != null) {
+            cluster.act("start " + index);
+            return;
+        }
         if (running) {
             throw new IllegalStateException("broker " + name + " is running");
         }
@@ -212,11 +223,18 @@ public final class Broker implements Target {
 
     /** Whether the broker process runs. */
     public synchronized boolean alive() {
+        if (cluster != null) {
+            return cluster.running(index);
+        }
         return running && (kind != Kind.WEIR || weir.isAlive());
     }
 
     /** Weir only: SIGKILL, and waits until the process is gone. */
-    public synchronized void kill() throws InterruptedException {
+    public synchronized void kill() throws Exception {
+        if (cluster != null) {
+            cluster.act("kill " + index);
+            return;
+        }
         if (!running) {
             return;
         }
@@ -292,6 +310,14 @@ public final class Broker implements Target {
 
     /** Stops the broker if it runs. Weir: SIGTERM, and it must exit 0 within 30 s. */
     public synchronized void stop() throws Exception {
+        if (cluster != null) {
+            try {
+                cluster.act("stop " + index);
+            } catch (IllegalStateException e) {
+                throw new IllegalStateException(e.getMessage() + "\n" + logTail(), e);
+            }
+            return;
+        }
         if (!running) {
             return;
         }
@@ -327,7 +353,9 @@ public final class Broker implements Target {
                 // JVM already shutting down
             }
             saveLog();
-            if (System.getenv("WEIR_TEST_KEEP_DATA") == null) {
+            if (cluster != null) {
+                // The cluster removes its directory.
+            } else if (System.getenv("WEIR_TEST_KEEP_DATA") == null) {
                 deleteTree(root);
             } else {
                 System.err.println("keeping broker data in " + root);

@@ -1,8 +1,13 @@
 package dev.weir.compat;
 
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.BufferedReader;
 import java.io.IOException;
-import java.net.InetSocketAddress;
-import java.net.Socket;
+import java.io.InputStreamReader;
+import java.io.OutputStreamWriter;
+import java.io.Writer;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
@@ -12,71 +17,61 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.stream.Collectors;
 
 /**
- * Weir brokers on this machine sharing one private PostgreSQL ({@code initdb} + {@code pg_ctl}
- * on a free port) and one {@code s3s-fs}, each started with the flags a user gives
- * ({@code --node-id}, {@code --listen}, {@code --advertised}, {@code --admin-listen},
- * {@code --data-dir}, {@code --metadata-url}, {@code --object-store-url}).
+ * Weir brokers on this machine sharing one private PostgreSQL and one {@code s3s-fs}, started by
+ * the one test-cluster program every language's harness uses
+ * ({@code python3 tests/harness/weir_harness cluster}, which owns the port rule and how
+ * PostgreSQL, s3s-fs and the brokers are started). It prints the cluster as one line of JSON,
+ * takes commands on its standard input ({@code stop N}, {@code kill N}, {@code start N},
+ * {@code add}, {@code describe}), each answered with the cluster as JSON, and stops everything
+ * when its standard input closes.
  *
- * <p>{@link #close()} (and a JVM shutdown hook on an aborted run) stops the brokers, then
- * s3s-fs and PostgreSQL, and removes the temp dir. Needs the PostgreSQL 15 binaries
- * ({@code $WEIR_PG_BIN}, default {@code /usr/lib/postgresql/15/bin}; as root PostgreSQL runs
- * as the {@code postgres} user, since initdb refuses root) and s3s-fs ({@code $S3S_FS},
- * {@code ~/.cargo/bin/s3s-fs} or on PATH).
+ * <p>{@link #close()} (and a JVM shutdown hook on an aborted run) stops the brokers, then the
+ * program, and removes the temp dir.
  */
 public final class Cluster implements Target {
     public static final int SIZE = 3;
-    private static final String BUCKET = "weir-test";
-    private static final String ACCESS_KEY = "weir-access";
-    private static final String SECRET_KEY = "weir-secret";
-    private static final Duration WAIT = Duration.ofSeconds(60);
+    /** How long the program may take to start a cluster, or to carry out one command. */
+    private static final Duration START_WAIT = Duration.ofMinutes(3);
+    private static final Duration ACT_WAIT = Duration.ofMinutes(2);
+    private static final ObjectMapper JSON = new ObjectMapper();
 
     public final String name;
     public final List<Broker> brokers = new ArrayList<>();
+    private final Path tmp;
     private final Path root;
-    private final boolean asPostgres;
     private final Thread shutdownHook;
-    private int pgPort = -1;
-    private String metadataUrl;
-    private Process s3;
-    private int s3Port;
-    private Map<String, String> env;
+    private final ExecutorService reader = Executors.newSingleThreadExecutor(r -> {
+        Thread t = new Thread(r, "cluster-program-reader");
+        t.setDaemon(true);
+        return t;
+    });
+    private Process program;
+    private Writer commands;
+    private BufferedReader answers;
 
     private Cluster(String name) throws IOException {
         this.name = name;
-        this.root = Files.createTempDirectory("weir-compat-java-" + name + "-");
-        this.asPostgres = isRoot();
+        this.tmp = Files.createTempDirectory("weir-compat-java-" + name + "-");
+        this.root = tmp.resolve("cluster");
         // PostgreSQL may run as another user under this directory.
-        Files.setPosixFilePermissions(root, PosixFilePermissions.fromString("rwx--x--x"));
-        this.shutdownHook = new Thread(() -> {
-            stopAll();
-            removeDir();
-        }, "stop-cluster-" + name);
+        Files.setPosixFilePermissions(tmp, PosixFilePermissions.fromString("rwx--x--x"));
+        this.shutdownHook = new Thread(this::stopProgram, "stop-cluster-" + name);
         Runtime.getRuntime().addShutdownHook(shutdownHook);
-    }
-
-    private static boolean isRoot() {
-        try {
-            Process p = new ProcessBuilder("id", "-u").redirectErrorStream(true).start();
-            String uid = new String(p.getInputStream().readAllBytes()).trim();
-            return p.waitFor() == 0 && uid.equals("0");
-        } catch (IOException | InterruptedException e) {
-            return false;
-        }
     }
 
     /** Starts PostgreSQL, s3s-fs and {@code n} brokers (node ids 1..n, each ready); the caller closes it. */
     public static Cluster start(String name, int n) throws Exception {
         Cluster c = new Cluster(name);
         try {
-            c.startPostgres();
-            c.startS3();
-            for (int i = 0; i < n; i++) {
-                c.addBroker();
-            }
+            c.launch(n);
         } catch (Exception | Error e) {
             c.close();
             throw e;
@@ -84,18 +79,82 @@ public final class Cluster implements Target {
         return c;
     }
 
+    private void launch(int n) throws Exception {
+        Path script = Broker.repoRoot().resolve("tests/harness/weir_harness");
+        program = new ProcessBuilder("python3", script.toString(), "cluster", "--brokers", String.valueOf(n),
+                "--dir", root.toString(), "--keep")
+                .redirectError(ProcessBuilder.Redirect.appendTo(tmp.resolve("harness.log").toFile()))
+                .start();
+        commands = new OutputStreamWriter(program.getOutputStream(), StandardCharsets.UTF_8);
+        answers = new BufferedReader(new InputStreamReader(program.getInputStream(), StandardCharsets.UTF_8));
+        update(answer(START_WAIT));
+    }
+
+    /** The program's next line, as JSON; an error if it reports one. */
+    private JsonNode answer(Duration wait) throws Exception {
+        Future<String> line = reader.submit(answers::readLine);
+        String text;
+        try {
+            text = line.get(wait.toMillis(), TimeUnit.MILLISECONDS);
+        } catch (TimeoutException e) {
+            line.cancel(true);
+            throw new IllegalStateException("no answer from the cluster program within " + wait.toSeconds() + " s\n"
+                    + harnessLog());
+        }
+        if (text == null) {
+            throw new IllegalStateException("the cluster program exited\n" + harnessLog());
+        }
+        JsonNode d = JSON.readTree(text);
+        if (d.hasNonNull("error")) {
+            throw new IllegalStateException(d.get("error").asText());
+        }
+        return d;
+    }
+
+    private String harnessLog() {
+        try {
+            return Files.readString(tmp.resolve("harness.log"));
+        } catch (IOException e) {
+            return "(no harness log: " + e + ")";
+        }
+    }
+
+    /** Sends one command and takes in the cluster it answers with. */
+    synchronized JsonNode act(String command) throws Exception {
+        commands.write(command + "\n");
+        commands.flush();
+        JsonNode d = answer(ACT_WAIT);
+        update(d);
+        return d;
+    }
+
+    /** Takes in the cluster as the program described it; brokers keep their {@link Broker}. */
+    private void update(JsonNode d) {
+        JsonNode described = d.get("brokers");
+        for (int i = brokers.size(); i < described.size(); i++) {
+            JsonNode b = described.get(i);
+            int id = b.get("node_id").asInt();
+            Path data = Paths.get(b.get("data_dir").asText());
+            brokers.add(Broker.ofCluster(this, i, name + "-" + id, data.getParent(), id,
+                    b.get("port").asInt(), b.get("admin_port").asInt(), Paths.get(b.get("log").asText())));
+        }
+    }
+
+    /** Whether broker {@code i}'s process runs, as the program sees it. */
+    boolean running(int i) {
+        try {
+            return !act("describe").get("brokers").get(i).get("pid").isNull();
+        } catch (Exception e) {
+            return false;
+        }
+    }
+
     // ------------------------------------------------------------------ brokers
 
     /** Starts a broker with the next node id and returns it. */
     public Broker addBroker() throws Exception {
-        int id = brokers.stream().mapToInt(b -> b.nodeId).max().orElse(0) + 1;
-        Path dir = root.resolve("node-" + id);
-        Files.createDirectories(dir);
-        Broker b = Broker.clusterNode(name + "-" + id, dir, id,
-                List.of("--metadata-url", metadataUrl, "--object-store-url", "s3://" + BUCKET + "/weir"), env);
-        brokers.add(b);
-        b.start();
-        return b;
+        act("add");
+        return brokers.get(brokers.size() - 1);
     }
 
     /** Starts broker {@code i} again on its data dir and ports. */
@@ -103,13 +162,13 @@ public final class Cluster implements Target {
         brokers.get(i).start();
     }
 
-    /** SIGTERM to broker {@code i}; it must exit 0 within 30 s. */
+    /** SIGTERM to broker {@code i}; it must exit 0. */
     public void stop(int i) throws Exception {
         brokers.get(i).stop();
     }
 
     /** SIGKILL to broker {@code i}, and waits until it is gone. */
-    public void kill(int i) throws InterruptedException {
+    public void kill(int i) throws Exception {
         brokers.get(i).kill();
     }
 
@@ -133,143 +192,28 @@ public final class Cluster implements Target {
         return root.resolve("s3");
     }
 
-    // ------------------------------------------------------------------ stores
-
-    private List<String> pg(String tool, String... args) {
-        List<String> cmd = new ArrayList<>();
-        if (asPostgres) {
-            cmd.addAll(List.of("runuser", "-u", "postgres", "--"));
-        }
-        String bin = System.getenv().getOrDefault("WEIR_PG_BIN", "/usr/lib/postgresql/15/bin");
-        cmd.add(Paths.get(bin, tool).toString());
-        cmd.addAll(List.of(args));
-        return cmd;
-    }
-
-    /** Runs a command to its end; its output goes to {@code out}, shown if it fails. */
-    private void run(List<String> cmd, Path out) throws Exception {
-        Process p = new ProcessBuilder(cmd).directory(root.toFile()).redirectErrorStream(true)
-                .redirectOutput(ProcessBuilder.Redirect.appendTo(out.toFile())).start();
-        if (!p.waitFor(WAIT.toSeconds(), TimeUnit.SECONDS)) {
-            p.destroyForcibly();
-            throw new IllegalStateException(String.join(" ", cmd) + " timed out\n" + Files.readString(out));
-        }
-        if (p.exitValue() != 0) {
-            throw new IllegalStateException(String.join(" ", cmd) + " exited " + p.exitValue() + "\n"
-                    + Files.readString(out));
-        }
-    }
-
-    private void startPostgres() throws Exception {
-        Path dir = root.resolve("pg");
-        Files.createDirectories(dir);
-        if (asPostgres) {
-            run(List.of("chown", "postgres:", dir.toString()), root.resolve("pg.out"));
-        }
-        Path data = dir.resolve("data");
-        Path out = root.resolve("pg.out");
-        run(pg("initdb", "-D", data.toString(), "-A", "trust", "-U", "weir", "--no-sync"), out);
-        // Another process may take the port between our probe and the server's bind: try again.
-        Exception last = null;
-        for (int attempt = 0; attempt < 5; attempt++) {
-            int port = Broker.freePorts(1)[0];
-            try {
-                // pg_ctl's output goes to a file: the server it leaves running must hold no pipe of ours.
-                run(pg("pg_ctl", "-D", data.toString(), "-l", dir.resolve("log").toString(), "-o",
-                        "-p " + port + " -k " + dir + " -c listen_addresses=127.0.0.1 -c fsync=off",
-                        "-w", "start"), out);
-                pgPort = port;
-                break;
-            } catch (IllegalStateException e) {
-                last = e;
-            }
-        }
-        if (pgPort < 0) {
-            throw last;
-        }
-        run(pg("createdb", "-h", "127.0.0.1", "-p", String.valueOf(pgPort), "-U", "weir", "weir"), out);
-        metadataUrl = "postgres://weir@127.0.0.1:" + pgPort + "/weir";
-    }
-
-    private static String s3sFs() {
-        String env = System.getenv("S3S_FS");
-        if (env != null && !env.isBlank()) {
-            return env;
-        }
-        Path p = Paths.get(System.getProperty("user.home"), ".cargo", "bin", "s3s-fs");
-        return Files.isExecutable(p) ? p.toString() : "s3s-fs";
-    }
-
-    private void startS3() throws Exception {
-        Path dir = s3Root();
-        Files.createDirectories(dir.resolve(BUCKET));
-        s3Port = Broker.freePorts(1)[0];
-        Path log = root.resolve("s3s-fs.log");
-        try {
-            s3 = new ProcessBuilder(s3sFs(), "--host", "127.0.0.1", "--port", String.valueOf(s3Port),
-                    "--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY, dir.toString())
-                    .redirectErrorStream(true).redirectOutput(ProcessBuilder.Redirect.appendTo(log.toFile())).start();
-        } catch (IOException e) {
-            throw new IllegalStateException("cannot start s3s-fs (" + e.getMessage() + "); install it: cargo install "
-                    + "s3s-fs@0.14.1 --features binary --locked, or set S3S_FS", e);
-        }
-        long deadline = System.nanoTime() + WAIT.toNanos();
-        while (true) {
-            try (Socket s = new Socket()) {
-                s.connect(new InetSocketAddress("127.0.0.1", s3Port), 1000);
-                break;
-            } catch (IOException notYet) {
-                if (!s3.isAlive() || System.nanoTime() > deadline) {
-                    throw new IllegalStateException("s3s-fs did not start\n" + Files.readString(log));
-                }
-                Thread.sleep(50);
-            }
-        }
-        // What the brokers' object_store crate reads (AmazonS3Builder::from_env).
-        env = Map.of(
-                "AWS_ENDPOINT", "http://127.0.0.1:" + s3Port,
-                "AWS_ALLOW_HTTP", "true",
-                "AWS_ACCESS_KEY_ID", ACCESS_KEY,
-                "AWS_SECRET_ACCESS_KEY", SECRET_KEY,
-                "AWS_REGION", "us-east-1",
-                "AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "false",
-                "WEIR_WAL_FORMAT", "false");
-    }
-
     // ------------------------------------------------------------------ teardown
 
-    /** Stops everything, ignoring errors: the brokers first, then the stores they use. */
-    private synchronized void stopAll() {
-        for (Broker b : brokers) {
-            try {
-                b.stop();
-            } catch (Exception e) {
-                System.err.println("cluster " + name + ": " + e.getMessage());
-            }
+    /** Closes the program's standard input: it stops the brokers, s3s-fs and PostgreSQL. */
+    private synchronized void stopProgram() {
+        if (program == null) {
+            return;
         }
-        if (s3 != null) {
-            s3.destroyForcibly();
-            try {
-                s3.waitFor(10, TimeUnit.SECONDS);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
+        try {
+            commands.close();
+            if (!program.waitFor(ACT_WAIT.toSeconds(), TimeUnit.SECONDS)) {
+                program.destroyForcibly();
             }
-            s3 = null;
+        } catch (IOException | InterruptedException e) {
+            program.destroyForcibly();
         }
-        if (pgPort >= 0) {
-            try {
-                run(pg("pg_ctl", "-D", root.resolve("pg").resolve("data").toString(), "-m", "immediate", "-w", "stop"),
-                        root.resolve("pg.out"));
-            } catch (Exception e) {
-                System.err.println("cluster " + name + ": stopping PostgreSQL: " + e.getMessage());
-            }
-            pgPort = -1;
-        }
+        program = null;
+        reader.shutdownNow();
     }
 
     /**
-     * Stops the brokers (each must exit 0 after SIGTERM), s3s-fs and PostgreSQL; removes the
-     * temp dir (kept if {@code WEIR_TEST_KEEP_DATA} is set). Broker logs are copied to
+     * Stops the brokers (each must exit 0 after SIGTERM), then the program; removes the temp dir
+     * (kept if {@code WEIR_TEST_KEEP_DATA} is set). Broker logs are copied to
      * {@code target/broker-logs/}.
      */
     @Override
@@ -284,7 +228,7 @@ public final class Cluster implements Target {
                 }
             }
         } finally {
-            stopAll();
+            stopProgram();
             try {
                 Runtime.getRuntime().removeShutdownHook(shutdownHook);
             } catch (IllegalStateException ignored) {
@@ -299,13 +243,13 @@ public final class Cluster implements Target {
 
     private void removeDir() {
         if (System.getenv("WEIR_TEST_KEEP_DATA") != null) {
-            System.err.println("keeping cluster data in " + root);
+            System.err.println("keeping cluster data in " + tmp);
             return;
         }
         try {
-            Broker.deleteTree(root);
+            Broker.deleteTree(tmp);
         } catch (IOException e) {
-            System.err.println("cluster " + name + ": removing " + root + ": " + e);
+            System.err.println("cluster " + name + ": removing " + tmp + ": " + e);
         }
     }
 }
