@@ -219,7 +219,7 @@ pub struct Broker {
     /// ACLs, when an authorizer is configured ([`authz::Authz::enable`]).
     pub authz: authz::Authz,
     /// Client quotas and the rates measured against them.
-    pub quotas: quotas::QuotaManager,
+    pub quotas: Arc<quotas::QuotaManager>,
     /// Incremental fetch sessions (KIP-227).
     pub fetch_sessions: fetch_session::FetchSessions,
 }
@@ -369,14 +369,14 @@ impl Broker {
         };
         let handling = std::time::Instant::now();
         let reply = self.serve(request, cx).await;
-        let reply = self.throttle_request_time(reply, conn, client_id, handling.elapsed());
-        let reply = match produced {
-            Some(bytes) => self.throttle_produce(reply, conn, client_id, bytes),
-            None if header.request_api_key == ApiKey::Fetch as i16 => {
-                self.throttle_fetch(reply, conn, client_id)
-            }
-            None => reply,
-        };
+        let reply = self.quotas.throttle(
+            reply,
+            header.request_api_key,
+            conn,
+            client_id,
+            produced,
+            handling.elapsed(),
+        );
         self.put_back(reply, refused)
     }
 

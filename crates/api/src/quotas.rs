@@ -310,11 +310,14 @@ pub(crate) fn check_entity(entity: &[Component]) -> Result<(), String> {
     Ok(())
 }
 
-impl crate::Broker {
+impl QuotaManager {
     /// Reads the quotas again from the metadata store.
-    pub async fn refresh_quotas(&self) -> Result<(), weir_meta::MetaError> {
-        let q = Quotas::client_quotas(&*self.meta).await?;
-        self.quotas.set(q);
+    pub async fn refresh(
+        &self,
+        meta: &dyn weir_meta::MetaStore,
+    ) -> Result<(), weir_meta::MetaError> {
+        let q = Quotas::client_quotas(meta).await?;
+        self.set(q);
         Ok(())
     }
 }
@@ -404,7 +407,28 @@ fn mute(handle: &Mutex<Option<Instant>>, until: Instant) {
     }
 }
 
-impl crate::Broker {
+impl QuotaManager {
+    /// Counts a request against the client's quotas once handled: its handling time against
+    /// `request_percentage`, a produce's bytes against `producer_byte_rate` (`produced`), a
+    /// fetch's against `consumer_byte_rate`. Over a quota, the response carries a throttle time
+    /// and the connection reads nothing more for that long, as in Kafka.
+    pub(crate) fn throttle(
+        self: &Arc<Self>,
+        reply: crate::Reply,
+        api_key: i16,
+        conn: &crate::Conn,
+        client_id: &str,
+        produced: Option<u64>,
+        spent: Duration,
+    ) -> crate::Reply {
+        let reply = self.throttle_request_time(reply, conn, client_id, spent);
+        match produced {
+            Some(bytes) => self.throttle_produce(reply, conn, client_id, bytes),
+            None if api_key == ApiKey::Fetch as i16 => self.throttle_fetch(reply, conn, client_id),
+            None => reply,
+        }
+    }
+
     fn user_of(conn: &crate::Conn) -> String {
         conn.principal()
             .map_or_else(|| "ANONYMOUS".into(), |p| p.name)
@@ -412,17 +436,17 @@ impl crate::Broker {
 
     /// Counts a request's handling time against `request_percentage`; over it, the connection
     /// reads nothing more for the throttle time, and the response says so.
-    pub(crate) fn throttle_request_time(
+    fn throttle_request_time(
         &self,
         reply: crate::Reply,
         conn: &crate::Conn,
         client_id: &str,
         spent: Duration,
     ) -> crate::Reply {
-        if conn.internal || self.quotas.is_empty() {
+        if conn.internal || self.is_empty() {
             return reply;
         }
-        let t = self.quotas.record(
+        let t = self.record(
             REQUEST_PERCENTAGE,
             &Self::user_of(conn),
             client_id,
@@ -431,8 +455,8 @@ impl crate::Broker {
         if t.is_zero() {
             return reply;
         }
-        self.quotas.meters.request_throttled.inc();
-        self.quotas.meters.throttle_ms.add(t.as_millis() as u64);
+        self.meters.request_throttled.inc();
+        self.meters.throttle_ms.add(t.as_millis() as u64);
         mute(&conn.throttle_handle(), Instant::now() + t);
         let ms = i32::try_from(t.as_millis()).unwrap_or(i32::MAX);
         match reply {
@@ -451,24 +475,22 @@ impl crate::Broker {
 
     /// Counts a produce against its quota; a throttle time in its response (and the
     /// connection muted) if it went over.
-    pub(crate) fn throttle_produce(
+    fn throttle_produce(
         self: &Arc<Self>,
         reply: crate::Reply,
         conn: &crate::Conn,
         client_id: &str,
         bytes: u64,
     ) -> crate::Reply {
-        if conn.internal || self.quotas.is_empty() {
+        if conn.internal || self.is_empty() {
             return reply;
         }
-        let t = self
-            .quotas
-            .record(PRODUCER_BYTE_RATE, &Self::user_of(conn), client_id, bytes);
+        let t = self.record(PRODUCER_BYTE_RATE, &Self::user_of(conn), client_id, bytes);
         if t.is_zero() {
             return reply;
         }
-        self.quotas.meters.produce_throttled.inc();
-        self.quotas.meters.throttle_ms.add(t.as_millis() as u64);
+        self.meters.produce_throttled.inc();
+        self.meters.throttle_ms.add(t.as_millis() as u64);
         mute(&conn.throttle_handle(), Instant::now() + t);
         let ms = i32::try_from(t.as_millis()).unwrap_or(i32::MAX);
         let set = move |r: ResponseKind| match r {
@@ -484,13 +506,13 @@ impl crate::Broker {
 
     /// Counts a fetch's bytes against its quota; over it, the response goes out empty with a
     /// throttle time (its bytes not counted) and the connection is muted, as in Kafka.
-    pub(crate) fn throttle_fetch(
+    fn throttle_fetch(
         self: &Arc<Self>,
         reply: crate::Reply,
         conn: &crate::Conn,
         client_id: &str,
     ) -> crate::Reply {
-        if conn.internal || self.quotas.is_empty() {
+        if conn.internal || self.is_empty() {
             return reply;
         }
         let user = Self::user_of(conn);
@@ -500,14 +522,11 @@ impl crate::Broker {
         let apply = move |r: ResponseKind| match r {
             ResponseKind::Fetch(mut f) => {
                 let bytes = fetch_bytes(&f);
-                let t = this
-                    .quotas
-                    .record(CONSUMER_BYTE_RATE, &user, &client_id, bytes);
+                let t = this.record(CONSUMER_BYTE_RATE, &user, &client_id, bytes);
                 if !t.is_zero() {
-                    this.quotas
-                        .unrecord(CONSUMER_BYTE_RATE, &user, &client_id, bytes);
-                    this.quotas.meters.fetch_throttled.inc();
-                    this.quotas.meters.throttle_ms.add(t.as_millis() as u64);
+                    this.unrecord(CONSUMER_BYTE_RATE, &user, &client_id, bytes);
+                    this.meters.fetch_throttled.inc();
+                    this.meters.throttle_ms.add(t.as_millis() as u64);
                     for p in f.responses.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
                         p.records = None;
                     }

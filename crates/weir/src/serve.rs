@@ -596,13 +596,14 @@ async fn start_refreshers(
     }
     // Client quotas apply with or without an authorizer.
     broker
-        .refresh_quotas()
+        .quotas
+        .refresh(&*broker.meta)
         .await
         .context("reading the client quotas")?;
     let broker = Arc::clone(broker);
     tokio::spawn(again_every(acl_every, "client quotas", move || {
         let broker = Arc::clone(&broker);
-        async move { broker.refresh_quotas().await }
+        async move { broker.quotas.refresh(&*broker.meta).await }
     }));
     Ok(())
 }

@@ -136,7 +136,7 @@ async fn alter(broker: &Broker, r: AlterClientQuotasRequest) -> AlterClientQuota
             res.error_code = ResponseError::UnknownServerError.code();
             res.error_message = Some(str("the metadata store is unavailable"));
         }
-    } else if let Err(e) = broker.refresh_quotas().await {
+    } else if let Err(e) = broker.quotas.refresh(&*broker.meta).await {
         tracing::warn!(error = %e, "reading client quotas after a change");
     }
     AlterClientQuotasResponse::default().with_entries(results)
