@@ -157,7 +157,7 @@ impl EngineInner {
         // A few streams at a time: compacting a stream is mostly waiting for GETs of small
         // objects (a stream on the object WAL has a range in every object it wrote to), and one
         // stream after another did not keep up with the object WAL's rate on an S3 server.
-        let streams = self.all_streams();
+        let streams = self.streams.all();
         for chunk in streams.chunks(COMPACTION_CONCURRENCY) {
             if self.is_stopping() {
                 break;
@@ -242,7 +242,8 @@ impl EngineInner {
         transform: &(dyn Fn(&Frame) -> Frame + Sync),
     ) -> Result<Rewritten> {
         let s = self
-            .stream(stream_id)
+            .streams
+            .get(stream_id)
             .ok_or(StorageError::NotOpen(stream_id))?;
         let _rewriting = s.rewrite.lock().await;
         let (epoch, start, fenced) = {
@@ -396,15 +397,16 @@ impl EngineInner {
             None => {
                 let id = self.meta.prepare_object(object_key).await?;
                 self.take_background(size).await;
-                self.put_with_retry(
-                    &object_key(id),
-                    data,
-                    size,
-                    crate::upload::PUT_ATTEMPTS,
-                    false,
-                    false,
-                )
-                .await?;
+                self.objects
+                    .put_with_retry(
+                        &object_key(id),
+                        data,
+                        size,
+                        crate::objects::PUT_ATTEMPTS,
+                        false,
+                        false,
+                    )
+                    .await?;
                 id
             }
         };

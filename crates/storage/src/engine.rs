@@ -1,8 +1,8 @@
 //! The engine: streams on a WAL, a log cache and object storage.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -16,7 +16,7 @@ use crate::error::{Result, StorageError};
 use crate::format::Frame;
 use crate::objstore::{MeteredStore, ObjectMeters};
 use crate::reader::{ObjectReader, Purpose};
-use crate::stream::{frame, Failure, OutcomeCell, RewindHook, Stream, StreamState, Totals};
+use crate::stream::{frame, Failure, OutcomeCell, RewindHook, Stream, StreamState};
 use crate::StorageMeters;
 
 /// The `seq` of a batch handed to the object WAL: any value but the one that marks a batch not
@@ -168,16 +168,17 @@ pub(crate) struct EngineInner {
     pub store: Arc<dyn ObjectStore>,
     pub reader: ObjectReader,
     /// Where consumers' reads from object storage run.
-    pub catchup: crate::catchup::CatchupRuntime,
-    pub streams: RwLock<HashMap<u64, Arc<Stream>>>,
+    pub catchup: Arc<crate::catchup::CatchupRuntime>,
+    pub streams: Arc<crate::streams::Streams>,
+    /// Writes objects and commits them (the uploader's, the object WAL's, recovery's and
+    /// compaction's).
+    pub objects: crate::objects::Objects,
     pub meters: Arc<StorageMeters>,
     pub object_meters: Arc<ObjectMeters>,
-    /// Bytes in the log cache and not yet in object storage, all streams; kept by the streams.
-    pub totals: Arc<Totals>,
+    /// The log cache's budget and eviction order.
+    pub log_cache: crate::log_cache::LogCache,
     /// When the oldest data not yet uploaded arrived (`None` when there is none).
     pub oldest_uncommitted: Mutex<Option<Instant>>,
-    /// Committed batches in commit order, oldest first: what the log cache evicts.
-    pub evictable: Mutex<VecDeque<(u64, u64)>>,
     /// Serialises uploads, so that each stream's ranges are committed in order.
     pub upload_lock: tokio::sync::Mutex<()>,
     /// Streams whose one-stream uploads wait for `upload_lock`: the next holder uploads them all.
@@ -242,10 +243,28 @@ impl Engine {
             crate::budget::Budget::new(config.background_bytes_per_sec),
             config.index_cache_bytes,
         );
-        let catchup = crate::catchup::CatchupRuntime::new(config.catchup_nice)?;
+        let catchup = Arc::new(crate::catchup::CatchupRuntime::new(config.catchup_nice)?);
+        let streams = Arc::new(crate::streams::Streams::default());
+        let objects = crate::objects::Objects {
+            store: Arc::clone(&store),
+            meta: Arc::clone(&meta),
+            catchup: Arc::clone(&catchup),
+            meters: Arc::clone(&meters),
+            sizes: crate::objects::Sizes {
+                block_bytes: config.block_bytes,
+                stream_object_bytes: config.stream_object_bytes,
+                multipart_part_bytes: config.multipart_part_bytes,
+            },
+            streams: Arc::clone(&streams),
+        };
         let object_wal = crate::collector::ObjectWal::new(
             config.object_wal_max_in_flight,
             config.object_wal_bytes,
+        );
+        let log_cache = crate::log_cache::LogCache::new(
+            config.log_cache_bytes,
+            Arc::clone(&streams),
+            Arc::clone(&meters),
         );
         let inner = Arc::new(EngineInner {
             config,
@@ -256,12 +275,12 @@ impl Engine {
             store,
             reader,
             catchup,
-            streams: RwLock::new(HashMap::new()),
+            streams,
+            objects,
             meters,
             object_meters,
-            totals: Arc::new(Totals::default()),
+            log_cache,
             oldest_uncommitted: Mutex::new(None),
-            evictable: Mutex::new(VecDeque::new()),
             upload_lock: tokio::sync::Mutex::new(()),
             flush_requests: Mutex::new(HashSet::new()),
             upload_wanted: Notify::new(),
@@ -298,7 +317,7 @@ impl Engine {
     ) -> Result<StreamInfo> {
         let inner = &self.inner;
         inner.check_open()?;
-        if let Some(s) = inner.stream(stream_id) {
+        if let Some(s) = inner.streams.get(stream_id) {
             let current = s.lock().epoch();
             if current == epoch {
                 return Ok(s.info());
@@ -323,12 +342,12 @@ impl Engine {
             m.epoch,
             m.start_offset,
             m.end_offset,
-            Arc::clone(&inner.totals),
+            Arc::clone(&inner.log_cache.totals),
             wal_kind,
             options.rewind_hook,
         ));
         let info = s.info();
-        if let Some(old) = inner.streams_write().insert(stream_id, s) {
+        if let Some(old) = inner.streams.write().insert(stream_id, s) {
             // Opened twice at once: the first's handles see it gone, as a look-up would.
             old.set_forgotten();
         }
@@ -351,7 +370,8 @@ impl Engine {
     pub async fn set_wal_kind(&self, stream_id: u64, kind: WalKind) -> Result<()> {
         let inner = &self.inner;
         let s = inner
-            .stream(stream_id)
+            .streams
+            .get(stream_id)
             .ok_or(StorageError::NotOpen(stream_id))?;
         {
             let mut st = s.lock();
@@ -403,7 +423,7 @@ impl Engine {
     /// forgets it.
     pub async fn close_stream(&self, stream_id: u64) -> Result<()> {
         let inner = &self.inner;
-        let Some(s) = inner.stream(stream_id) else {
+        let Some(s) = inner.streams.get(stream_id) else {
             return Ok(());
         };
         s.lock().close();
@@ -433,7 +453,7 @@ impl Engine {
                 delays.wait().await;
             }
         }
-        inner.forget(stream_id);
+        inner.streams.forget(stream_id);
         s.lock().release(Failure::Dropped);
         Ok(())
     }
@@ -441,7 +461,7 @@ impl Engine {
     /// Forgets a stream at once, without uploading what it holds: its topic is being deleted.
     /// Appends in flight fail; the WAL is trimmed past its records at the next upload.
     pub fn drop_stream(&self, stream_id: u64) {
-        if let Some(s) = self.inner.forget(stream_id) {
+        if let Some(s) = self.inner.streams.forget(stream_id) {
             let mut st = s.lock();
             st.close();
             st.release(Failure::Dropped);
@@ -467,7 +487,8 @@ impl Engine {
         let inner = &self.inner;
         inner.check_open()?;
         let s = inner
-            .stream(stream_id)
+            .streams
+            .get(stream_id)
             .ok_or(StorageError::NotOpen(stream_id))?;
         let mut st = s.lock();
         if let Some(current) = st.fenced_by() {
@@ -503,7 +524,7 @@ impl Engine {
         }
         let end = base + u64::from(batch.record_count);
         let deadline = Instant::now() + inner.config.wal_full_wait;
-        let was_idle = inner.totals.uncommitted.load(Ordering::Relaxed) == 0;
+        let was_idle = inner.log_cache.totals.uncommitted.load(Ordering::Relaxed) == 0;
         let id = st.push(
             frame(base, batch.record_count, batch.max_timestamp, batch.payload),
             cell,
@@ -526,7 +547,7 @@ impl Engine {
         }
         inner.maybe_wake_uploader();
         // Data arriving between uploads must not come on top of the log cache's budget.
-        inner.evict();
+        inner.log_cache.evict();
         Ok(Some(PendingAppend {
             appended: Appended {
                 base_offset: base,
@@ -595,7 +616,8 @@ impl Engine {
     ) -> Result<ReadResult> {
         let inner = &self.inner;
         let s = inner
-            .stream(stream_id)
+            .streams
+            .get(stream_id)
             .ok_or(StorageError::NotOpen(stream_id))?;
         let (start, hw, committed) = {
             let st = s.lock();
@@ -667,7 +689,8 @@ impl Engine {
     pub async fn find_by_timestamp(&self, stream_id: u64, timestamp: i64) -> Result<Option<Frame>> {
         let inner = &self.inner;
         let s = inner
-            .stream(stream_id)
+            .streams
+            .get(stream_id)
             .ok_or(StorageError::NotOpen(stream_id))?;
         let (start, committed) = {
             let st = s.lock();
@@ -717,7 +740,8 @@ impl Engine {
     pub async fn max_timestamp(&self, stream_id: u64) -> Result<Option<i64>> {
         let inner = &self.inner;
         let s = inner
-            .stream(stream_id)
+            .streams
+            .get(stream_id)
             .ok_or(StorageError::NotOpen(stream_id))?;
         let (start, committed) = {
             let st = s.lock();
@@ -742,19 +766,20 @@ impl Engine {
 
     /// A handle on the stream, if it is open here: its offsets without a look-up by id.
     pub fn stream_handle(&self, stream_id: u64) -> Option<StreamHandle> {
-        self.inner.stream(stream_id).map(StreamHandle)
+        self.inner.streams.get(stream_id).map(StreamHandle)
     }
 
     /// The stream's offsets, if it is open here.
     pub fn stream_info(&self, stream_id: u64) -> Option<StreamInfo> {
-        self.inner.stream(stream_id).map(|s| s.info())
+        self.inner.streams.get(stream_id).map(|s| s.info())
     }
 
     /// A receiver of the end of what the stream has in object storage, for a leader that feeds
     /// brokers serving the stream in other zones.
     pub fn watch_committed(&self, stream_id: u64) -> Option<watch::Receiver<u64>> {
         self.inner
-            .stream(stream_id)
+            .streams
+            .get(stream_id)
             .map(|s| s.committed_tx.subscribe())
     }
 
@@ -810,7 +835,7 @@ impl Engine {
     /// as the stream remembers them (its recent index): what its leader feeds to brokers that
     /// serve it in other zones.
     pub fn ranges_since(&self, stream_id: u64, from: u64) -> Vec<weir_meta::RangeInfo> {
-        let Some(s) = self.inner.stream(stream_id) else {
+        let Some(s) = self.inner.streams.get(stream_id) else {
             return Vec::new();
         };
         let recent = s.recent.lock().unwrap_or_else(|e| e.into_inner());
@@ -838,7 +863,8 @@ impl Engine {
     pub async fn trim(&self, stream_id: u64, start_offset: u64) -> Result<u64> {
         let s = self
             .inner
-            .stream(stream_id)
+            .streams
+            .get(stream_id)
             .ok_or(StorageError::NotOpen(stream_id))?;
         {
             let st = s.lock();
@@ -857,7 +883,8 @@ impl Engine {
     pub fn set_retention(&self, stream_id: u64, retention: Retention) -> Result<()> {
         let s = self
             .inner
-            .stream(stream_id)
+            .streams
+            .get(stream_id)
             .ok_or(StorageError::NotOpen(stream_id))?;
         s.lock().set_retention(retention);
         Ok(())
@@ -911,10 +938,10 @@ impl Engine {
     /// Closes every stream (uploading what they hold), stops the background tasks and the WAL.
     pub async fn close(&self) -> Result<()> {
         self.stop_background();
-        let ids: Vec<u64> = self.inner.streams_read().keys().copied().collect();
+        let ids: Vec<u64> = self.inner.streams.read().keys().copied().collect();
         // One upload for every stream first: closing them one by one would write an object per
         // stream. What is still in flight now is uploaded per stream below.
-        for s in self.inner.all_streams() {
+        for s in self.inner.streams.all() {
             s.lock().close();
         }
         if let Err(e) = self.inner.upload().await {
@@ -958,7 +985,7 @@ impl Engine {
 
     /// Bytes of payload in the log cache.
     pub fn log_cache_bytes(&self) -> u64 {
-        self.inner.totals.cached.load(Ordering::Relaxed)
+        self.inner.log_cache.totals.cached.load(Ordering::Relaxed)
     }
 
     /// Declares the meters of the engine, its WAL and its object store.
@@ -1016,31 +1043,6 @@ impl EngineInner {
         } else {
             Ok(())
         }
-    }
-
-    pub fn streams_read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<u64, Arc<Stream>>> {
-        self.streams.read().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub fn streams_write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<u64, Arc<Stream>>> {
-        self.streams.write().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub fn stream(&self, id: u64) -> Option<Arc<Stream>> {
-        self.streams_read().get(&id).cloned()
-    }
-
-    pub fn all_streams(&self) -> Vec<Arc<Stream>> {
-        let mut v: Vec<_> = self.streams_read().values().cloned().collect();
-        v.sort_by_key(|s| s.id);
-        v
-    }
-
-    /// Takes a stream out of the map of open streams; its handles see it gone.
-    pub(crate) fn forget(&self, stream_id: u64) -> Option<Arc<Stream>> {
-        let s = self.streams_write().remove(&stream_id)?;
-        s.set_forgotten();
-        Some(s)
     }
 
     /// Hands a stream's waiting batches to the WAL, in order, while it has room. A batch that
@@ -1110,10 +1112,10 @@ impl EngineInner {
     pub(crate) fn submit_all_waiting(&self) {
         // A batch counted after this look waits for the next tick, as one that finds the WAL
         // full just after a pass would.
-        if self.totals.waiting.load(Ordering::Acquire) == 0 {
+        if self.log_cache.totals.waiting.load(Ordering::Acquire) == 0 {
             return;
         }
-        for s in self.all_streams() {
+        for s in self.streams.all() {
             let mut st = s.lock();
             if st.first_unsubmitted().is_some() {
                 if let Err(e) = self.submit_waiting(&s, &mut st) {
@@ -1126,36 +1128,10 @@ impl EngineInner {
 
     fn maybe_wake_uploader(&self) {
         let wal = self.wal.usage();
-        if self.totals.uncommitted.load(Ordering::Relaxed) >= self.config.upload_bytes
+        if self.log_cache.totals.uncommitted.load(Ordering::Relaxed) >= self.config.upload_bytes
             || (self.has_wal_file && wal.used * 2 >= wal.capacity)
         {
             self.upload_wanted.notify_one();
-        }
-    }
-
-    /// The log cache's budget: `log_cache_bytes` for all it holds, uploaded or not. Data not
-    /// yet uploaded cannot be evicted, so while more than that waits for an upload the cache
-    /// holds just that (the WAL's capacity bounds it).
-    fn log_cache_budget(&self) -> u64 {
-        self.config
-            .log_cache_bytes
-            .max(self.totals.uncommitted.load(Ordering::Relaxed))
-    }
-
-    /// Evicts the oldest committed batches while the log cache is over its budget.
-    pub fn evict(&self) {
-        let budget = self.log_cache_budget();
-        while self.totals.cached.load(Ordering::Relaxed) > budget {
-            let next = self
-                .evictable
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .pop_front();
-            let Some((stream_id, upto)) = next else { break };
-            if let Some(s) = self.stream(stream_id) {
-                let freed = s.lock().evict_until(upto);
-                self.meters.log_cache_evicted_bytes.add(freed);
-            }
         }
     }
 }

@@ -45,12 +45,15 @@ mod engine;
 mod error;
 pub mod format;
 pub mod local;
+mod log_cache;
 mod maintenance;
 mod object_wal;
+mod objects;
 pub mod objstore;
 mod reader;
 mod recovery;
 mod stream;
+mod streams;
 mod upload;
 
 pub use compaction::Rewritten;

@@ -35,7 +35,7 @@ impl EngineInner {
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
-        for s in self.all_streams() {
+        for s in self.streams.all() {
             let (retention, start) = {
                 let st = s.lock();
                 (st.retention(), st.start_offset())

@@ -38,8 +38,8 @@ use crate::collector::Entry;
 use crate::engine::EngineInner;
 use crate::error::{Result, StorageError};
 use crate::format::Frame;
+use crate::objects::Part;
 use crate::stream::{Failure, Stream};
-use crate::upload::Part;
 
 /// How long an object's commit is retried while the metadata store fails (it is down or
 /// unreachable) before its batches fail. Later objects wait behind it meanwhile, as their
@@ -214,7 +214,13 @@ impl EngineInner {
             // Producers wait for this PUT: at the broker's priority, and bounded as a whole (a
             // PUT abandoned here leaves a prepared object, collected as an orphan).
             let bound = self.config.object_wal_put_timeout;
-            match tokio::time::timeout(bound, self.put_parts(&parts, PUT_ATTEMPTS, true)).await {
+            match tokio::time::timeout(
+                bound,
+                self.objects
+                    .put_parts(&parts, PUT_ATTEMPTS, true, self.wal_backlogged()),
+            )
+            .await
+            {
                 Ok(put) => put,
                 Err(_) => Err(StorageError::Object(object_store::Error::Generic {
                     store: "object WAL",
@@ -262,7 +268,7 @@ impl EngineInner {
         drop(done);
         // Batches that waited for room go on now.
         self.submit_all_waiting();
-        self.evict();
+        self.log_cache.evict();
     }
 
     /// The commit of one object, in its turn. Streams whose batches are no longer in flight (a
@@ -297,7 +303,7 @@ impl EngineInner {
                     self.meters
                         .object_wal_object_bytes
                         .add(commits.iter().map(|c| c.size).sum());
-                    self.remember_ranges(&commits);
+                    self.objects.remember_ranges(&commits);
                     break;
                 }
                 Err(e @ MetaError::Backend { .. }) if started.elapsed() < COMMIT_PATIENCE => {
@@ -305,7 +311,10 @@ impl EngineInner {
                     delays.wait().await;
                     continue;
                 }
-                Err(e) => match self.refused_stream(&e, |id| shares.get(&id).map(|s| &s.stream)) {
+                Err(e) => match self
+                    .objects
+                    .refused_stream(&e, |id| shares.get(&id).map(|s| &s.stream))
+                {
                     Some(culprit) => culprit,
                     None => return Err(e.into()),
                 },
@@ -330,10 +339,7 @@ impl EngineInner {
             }
             st.check_invariants();
             drop(st);
-            self.evictable
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push_back((share.stream.id, end));
+            self.log_cache.committed(share.stream.id, end);
         }
         Ok(())
     }

@@ -10,8 +10,8 @@ use weir_wal::{FileWal, Seal, WalError, WalRecord};
 use crate::engine::{Engine, EngineInner};
 use crate::error::{Result, StorageError};
 use crate::format::Frame;
+use crate::objects::Part;
 use crate::stream::frame;
-use crate::upload::Part;
 
 impl EngineInner {
     /// Brings back what the WAL holds and the metadata store does not, and uploads it.
@@ -41,7 +41,9 @@ impl EngineInner {
         }
         let uploaded: usize = parts.iter().map(|p| p.frames.len()).sum();
         if !parts.is_empty() {
-            self.commit_parts(&parts).await?;
+            self.objects
+                .commit_parts(&parts, self.wal_backlogged())
+                .await?;
         }
         self.wal.trim(self.wal.next_seq()).await?;
         self.meters.recovered_batches.add(uploaded as u64);
@@ -201,7 +203,10 @@ impl Engine {
         }
         let uploaded: usize = parts.iter().map(|p| p.frames.len()).sum();
         if !parts.is_empty() {
-            inner.commit_parts(&parts).await?;
+            inner
+                .objects
+                .commit_parts(&parts, inner.wal_backlogged())
+                .await?;
         }
         inner.meters.recovered_batches.add(uploaded as u64);
         tracing::info!(
