@@ -26,8 +26,8 @@ pub(crate) struct Collecting {
     pub since: Option<Instant>,
 }
 
-/// The object WAL's state in the engine.
-pub(crate) struct ObjectWal {
+/// The object WAL's state.
+pub(crate) struct Collector {
     collecting: Mutex<Collecting>,
     /// Woken when the first batch of an object arrives, or when one is full.
     pub wake: Notify,
@@ -40,10 +40,10 @@ pub(crate) struct ObjectWal {
     pub max_pending_bytes: u64,
 }
 
-impl ObjectWal {
-    pub fn new(max_in_flight: usize, object_bytes: u64) -> ObjectWal {
+impl Collector {
+    pub fn new(max_in_flight: usize, object_bytes: u64) -> Collector {
         let max_in_flight = max_in_flight.max(1);
-        ObjectWal {
+        Collector {
             collecting: Mutex::new(Collecting::default()),
             wake: Notify::new(),
             slots: Arc::new(Semaphore::new(max_in_flight)),
@@ -63,8 +63,8 @@ mod tests {
 
     #[test]
     fn the_byte_bound_is_one_object_more_than_the_objects_in_flight() {
-        assert_eq!(ObjectWal::new(2, 10).max_pending_bytes, 30);
+        assert_eq!(Collector::new(2, 10).max_pending_bytes, 30);
         // At least one object in flight, whatever the setting says.
-        assert_eq!(ObjectWal::new(0, 10).max_pending_bytes, 20);
+        assert_eq!(Collector::new(0, 10).max_pending_bytes, 20);
     }
 }

@@ -163,7 +163,10 @@ pub(crate) struct EngineInner {
     /// Whether `wal` is a WAL file; `false` for a broker without a disk, whose streams all go
     /// through the object WAL.
     pub has_wal_file: bool,
-    pub object_wal: crate::collector::ObjectWal,
+    /// The object WAL, for streams whose appends object storage makes durable.
+    pub object_wal: Arc<crate::object_wal::ObjectWal>,
+    /// How far uploads are behind the WAL file.
+    pub backlog: Arc<crate::upload::Backlog>,
     pub meta: Arc<dyn MetaStore>,
     pub store: Arc<dyn ObjectStore>,
     pub reader: ObjectReader,
@@ -172,18 +175,19 @@ pub(crate) struct EngineInner {
     pub streams: Arc<crate::streams::Streams>,
     /// Writes objects and commits them (the uploader's, the object WAL's, recovery's and
     /// compaction's).
-    pub objects: crate::objects::Objects,
+    pub objects: Arc<crate::objects::Objects>,
     pub meters: Arc<StorageMeters>,
     pub object_meters: Arc<ObjectMeters>,
     /// The log cache's budget and eviction order.
-    pub log_cache: crate::log_cache::LogCache,
+    pub log_cache: Arc<crate::log_cache::LogCache>,
     /// When the oldest data not yet uploaded arrived (`None` when there is none).
     pub oldest_uncommitted: Mutex<Option<Instant>>,
     /// Serialises uploads, so that each stream's ranges are committed in order.
     pub upload_lock: tokio::sync::Mutex<()>,
     /// Streams whose one-stream uploads wait for `upload_lock`: the next holder uploads them all.
     pub flush_requests: Mutex<HashSet<u64>>,
-    pub upload_wanted: Notify,
+    /// Wakes the uploader, which also hands waiting batches on.
+    pub upload_wanted: Arc<Notify>,
     pub shutdown: watch::Sender<bool>,
     /// Set by `stop_background` (the first thing `close` and a broker's shutdown do): background
     /// work that can be done again later (compaction, the cleaner's rewrites) stops at once
@@ -245,7 +249,7 @@ impl Engine {
         );
         let catchup = Arc::new(crate::catchup::CatchupRuntime::new(config.catchup_nice)?);
         let streams = Arc::new(crate::streams::Streams::default());
-        let objects = crate::objects::Objects {
+        let objects = Arc::new(crate::objects::Objects {
             store: Arc::clone(&store),
             meta: Arc::clone(&meta),
             catchup: Arc::clone(&catchup),
@@ -256,21 +260,30 @@ impl Engine {
                 multipart_part_bytes: config.multipart_part_bytes,
             },
             streams: Arc::clone(&streams),
-        };
-        let object_wal = crate::collector::ObjectWal::new(
-            config.object_wal_max_in_flight,
-            config.object_wal_bytes,
-        );
-        let log_cache = crate::log_cache::LogCache::new(
+        });
+        let log_cache = Arc::new(crate::log_cache::LogCache::new(
             config.log_cache_bytes,
             Arc::clone(&streams),
             Arc::clone(&meters),
-        );
+        ));
+        let backlog = Arc::new(crate::upload::Backlog {
+            wal: Arc::clone(&wal),
+            upload_bytes: config.upload_bytes,
+        });
+        let upload_wanted = Arc::new(Notify::new());
+        let object_wal = Arc::new(crate::object_wal::ObjectWal::new(
+            &config,
+            Arc::clone(&objects),
+            Arc::clone(&log_cache),
+            Arc::clone(&backlog),
+            Arc::clone(&upload_wanted),
+        ));
         let inner = Arc::new(EngineInner {
             config,
             wal,
             has_wal_file,
             object_wal,
+            backlog,
             meta,
             store,
             reader,
@@ -283,7 +296,7 @@ impl Engine {
             oldest_uncommitted: Mutex::new(None),
             upload_lock: tokio::sync::Mutex::new(()),
             flush_requests: Mutex::new(HashSet::new()),
-            upload_wanted: Notify::new(),
+            upload_wanted,
             shutdown: watch::channel(false).0,
             stopping: watch::channel(false).0,
             closed: AtomicBool::new(false),
@@ -293,7 +306,7 @@ impl Engine {
             tasks: Arc::new(Mutex::new(vec![
                 tokio::spawn(Arc::clone(&inner).upload_loop()),
                 tokio::spawn(Arc::clone(&inner).maintenance_loop()),
-                tokio::spawn(Arc::clone(&inner).object_wal_loop()),
+                tokio::spawn(Arc::clone(&inner.object_wal).run(inner.shutdown.subscribe())),
             ])),
             inner,
         };
@@ -1075,7 +1088,7 @@ impl EngineInner {
             }
             if st.wal_kind() == WalKind::Object {
                 let (epoch, frame) = (st.epoch(), b.frame.clone());
-                if !self.offer_to_object_wal(s, epoch, id, &frame) {
+                if !self.object_wal.offer(s, epoch, id, &frame) {
                     // Waits in the stream; an object's end hands it on.
                     return Ok(());
                 }

@@ -30,16 +30,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weir_retry::Backoff;
 
-use tokio::sync::{oneshot, OwnedSemaphorePermit};
+use tokio::sync::{oneshot, watch, Notify, OwnedSemaphorePermit};
 use weir_meta::{MetaError, ObjectCommit};
 use weir_wal::WalError;
 
-use crate::collector::Entry;
-use crate::engine::EngineInner;
+use crate::collector::{Collector, Entry};
 use crate::error::{Result, StorageError};
 use crate::format::Frame;
-use crate::objects::Part;
+use crate::log_cache::LogCache;
+use crate::objects::{Objects, Part};
 use crate::stream::{Failure, Stream};
+use crate::upload::Backlog;
+use crate::{StorageConfig, StorageMeters};
 
 /// How long an object's commit is retried while the metadata store fails (it is down or
 /// unreachable) before its batches fail. Later objects wait behind it meanwhile, as their
@@ -64,17 +66,50 @@ struct StreamShare {
     part: usize,
 }
 
-impl EngineInner {
+/// The object WAL: what it collects and has in flight, and what it writes with.
+pub(crate) struct ObjectWal {
+    collector: Collector,
+    /// An object is sealed once it holds this many bytes...
+    object_bytes: u64,
+    /// ...or its first batch has waited this long.
+    linger: Duration,
+    /// The bound on one object's PUT, retries included.
+    put_timeout: Duration,
+    objects: Arc<Objects>,
+    log_cache: Arc<LogCache>,
+    meters: Arc<StorageMeters>,
+    /// Whether the WAL file waits for uploads (a hint for the PUTs).
+    backlog: Arc<Backlog>,
+    /// Woken when an object is done: batches that waited for room go on (the engine's uploader
+    /// hands them on).
+    intake: Arc<Notify>,
+}
+
+impl ObjectWal {
+    pub fn new(
+        config: &StorageConfig,
+        objects: Arc<Objects>,
+        log_cache: Arc<LogCache>,
+        backlog: Arc<Backlog>,
+        intake: Arc<Notify>,
+    ) -> ObjectWal {
+        ObjectWal {
+            collector: Collector::new(config.object_wal_max_in_flight, config.object_wal_bytes),
+            object_bytes: config.object_wal_bytes,
+            linger: config.object_wal_linger,
+            put_timeout: config.object_wal_put_timeout,
+            meters: Arc::clone(&objects.meters),
+            objects,
+            log_cache,
+            backlog,
+            intake,
+        }
+    }
+
     /// Hands the stream's first waiting batch to the object WAL; called under the stream's lock,
     /// in offset order. `false` when the object WAL has no room: the batch waits in the stream.
-    pub(crate) fn offer_to_object_wal(
-        &self,
-        s: &Arc<Stream>,
-        epoch: u64,
-        id: u64,
-        frame: &Frame,
-    ) -> bool {
-        let ow = &self.object_wal;
+    pub(crate) fn offer(&self, s: &Arc<Stream>, epoch: u64, id: u64, frame: &Frame) -> bool {
+        let ow = &self.collector;
         let len = frame.payload.len() as u64;
         let pending = &self.meters.object_wal_pending_bytes;
         let before = pending.load(Ordering::Relaxed);
@@ -96,7 +131,7 @@ impl EngineInner {
         if first {
             c.since = Some(Instant::now());
         }
-        let full = c.bytes >= self.config.object_wal_bytes;
+        let full = c.bytes >= self.object_bytes;
         drop(c);
         if first || full {
             ow.wake.notify_one();
@@ -106,27 +141,26 @@ impl EngineInner {
 
     /// Seals objects as they fill or linger out, and sends each on its way (PUT, then commit in
     /// turn) while at most `object_wal_max_in_flight` are in flight.
-    pub(crate) async fn object_wal_loop(self: Arc<Self>) {
-        let mut shutdown = self.shutdown.subscribe();
-        let linger = self.config.object_wal_linger;
+    pub(crate) async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let linger = self.linger;
         loop {
             if *shutdown.borrow_and_update() {
                 return;
             }
             let (since, full) = {
-                let c = self.object_wal.lock();
-                (c.since, c.bytes >= self.config.object_wal_bytes)
+                let c = self.collector.lock();
+                (c.since, c.bytes >= self.object_bytes)
             };
             let Some(since) = since else {
                 tokio::select! {
-                    _ = self.object_wal.wake.notified() => {}
+                    _ = self.collector.wake.notified() => {}
                     _ = shutdown.changed() => return,
                 }
                 continue;
             };
             if !full && since.elapsed() < linger {
                 tokio::select! {
-                    _ = self.object_wal.wake.notified() => {}
+                    _ = self.collector.wake.notified() => {}
                     _ = tokio::time::sleep_until((since + linger).into()) => {}
                     _ = shutdown.changed() => return,
                 }
@@ -135,19 +169,19 @@ impl EngineInner {
             // Wait for a slot before sealing: meanwhile batches go on joining this object, so a
             // slow store makes objects larger rather than queues longer.
             let slot = tokio::select! {
-                slot = Arc::clone(&self.object_wal.slots).acquire_owned() => match slot {
+                slot = Arc::clone(&self.collector.slots).acquire_owned() => match slot {
                     Ok(s) => s,
                     Err(_) => return,
                 },
                 _ = shutdown.changed() => return,
             };
-            let entries = std::mem::take(&mut *self.object_wal.lock()).entries;
+            let entries = std::mem::take(&mut *self.collector.lock()).entries;
             if entries.is_empty() {
                 continue;
             }
             let (done_tx, done_rx) = oneshot::channel();
             let prev = self
-                .object_wal
+                .collector
                 .tail
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -213,14 +247,12 @@ impl EngineInner {
         } else {
             // Producers wait for this PUT: at the broker's priority, and bounded as a whole (a
             // PUT abandoned here leaves a prepared object, collected as an orphan).
-            let bound = self.config.object_wal_put_timeout;
-            match tokio::time::timeout(
-                bound,
-                self.objects
-                    .put_parts(&parts, PUT_ATTEMPTS, true, self.wal_backlogged()),
-            )
-            .await
-            {
+            let bound = self.put_timeout;
+            let backlogged = self.backlog.is_behind();
+            let put = self
+                .objects
+                .put_parts(&parts, PUT_ATTEMPTS, true, backlogged);
+            match tokio::time::timeout(bound, put).await {
                 Ok(put) => put,
                 Err(_) => Err(StorageError::Object(object_store::Error::Generic {
                     store: "object WAL",
@@ -267,7 +299,7 @@ impl EngineInner {
             .fetch_sub(bytes, Ordering::Relaxed);
         drop(done);
         // Batches that waited for room go on now.
-        self.submit_all_waiting();
+        self.intake.notify_one();
         self.log_cache.evict();
     }
 
@@ -297,7 +329,7 @@ impl EngineInner {
                 return Ok(());
             }
             let committing = Instant::now();
-            let culprit = match self.meta.commit_objects(commits.clone()).await {
+            let culprit = match self.objects.meta.commit_objects(commits.clone()).await {
                 Ok(()) => {
                     self.meters.commit_latency.record(committing.elapsed());
                     self.meters

@@ -123,14 +123,9 @@ impl EngineInner {
         Ok(())
     }
 
-    /// Whether uploads are behind: the WAL holds more than a quarter of its capacity, or more
-    /// than two uploads' worth (`upload_bytes`; at a steady rate it holds about one). Then
-    /// uploads ask for throughput over the latency of the WAL's own writes
-    /// ([`crate::local::Backlogged`]).
+    /// Whether uploads are behind ([`Backlog::is_behind`]).
     pub(crate) fn wal_backlogged(&self) -> bool {
-        let u = self.wal.usage();
-        let behind = (u.capacity / 4).min(self.config.upload_bytes.saturating_mul(2));
-        u.capacity > 0 && u.used >= behind
+        self.backlog.is_behind()
     }
 
     /// Trims the WAL up to the first record any open stream has not committed yet.
@@ -184,5 +179,23 @@ impl EngineInner {
                 }
             }
         }
+    }
+}
+
+/// How far uploads are behind the WAL file.
+pub(crate) struct Backlog {
+    pub wal: Arc<dyn weir_wal::Wal>,
+    pub upload_bytes: u64,
+}
+
+impl Backlog {
+    /// Whether uploads are behind: the WAL holds more than a quarter of its capacity, or more
+    /// than two uploads' worth (`upload_bytes`; at a steady rate it holds about one). Then
+    /// uploads ask for throughput over the latency of the WAL's own writes
+    /// ([`crate::local::Backlogged`]).
+    pub fn is_behind(&self) -> bool {
+        let u = self.wal.usage();
+        let behind = (u.capacity / 4).min(self.upload_bytes.saturating_mul(2));
+        u.capacity > 0 && u.used >= behind
     }
 }
