@@ -5,7 +5,7 @@
 //! period) once every stream has moved its slice out; so a catch-up reader of one partition
 //! reads few, large objects, and the number of objects per partition stays bounded.
 //!
-//! [`EngineInner::rewrite_stream`] uses the same step to rewrite a stream's frames through a
+//! [`Compactor::rewrite_stream`] uses the same step to rewrite a stream's frames through a
 //! caller's transform (the partition layer's cleaner of compacted topics drops superseded
 //! records): each frame keeps its offsets, only its payload shrinks, so the ranges still tile
 //! the stream and readers skip the removed offsets.
@@ -20,13 +20,20 @@ use object_store::{MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload};
 
 use weir_meta::{MetaError, ObjectCommit, RangeCommit, RangeInfo};
 
-use crate::engine::EngineInner;
+use tokio::sync::watch;
+use weir_meta::MetaStore;
+
 use crate::error::{Result, StorageError};
 use crate::format::{Frame, ObjectBuilder};
+use crate::objects::Objects;
 use crate::objstore::object_key;
+use crate::reader::ObjectReader;
 use crate::stream::Stream;
+use crate::streams::Streams;
+use crate::upload::Backlog;
+use crate::{StorageConfig, StorageMeters};
 
-/// What [`EngineInner::rewrite_stream`] did.
+/// What [`Compactor::rewrite_stream`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Rewritten {
     /// Runs of ranges rewritten, each into one object.
@@ -81,7 +88,7 @@ impl PartUpload {
     /// `part_bytes`.
     async fn add(
         &mut self,
-        engine: &EngineInner,
+        compactor: &Compactor,
         data: Vec<Bytes>,
         len: u64,
         part_bytes: u64,
@@ -89,21 +96,21 @@ impl PartUpload {
         self.pending.extend(data);
         self.pending_len += len;
         if self.pending_len >= part_bytes {
-            self.send(engine).await?;
+            self.send(compactor).await?;
         }
         Ok(())
     }
 
     /// Uploads what is pending as one part (taken from compaction's budget first), with at
     /// most [`PARTS_IN_FLIGHT`] parts under way.
-    async fn send(&mut self, engine: &EngineInner) -> Result<()> {
+    async fn send(&mut self, compactor: &Compactor) -> Result<()> {
         if self.pending_len == 0 {
             return Ok(());
         }
         while self.in_flight.len() >= PARTS_IN_FLIGHT {
             self.wait_one().await?;
         }
-        engine.take_background(self.pending_len).await;
+        compactor.take_background(self.pending_len).await;
         let payload: PutPayload = std::mem::take(&mut self.pending).into_iter().collect();
         self.pending_len = 0;
         // Spawned: an S3 part is a request that only runs while polled.
@@ -127,11 +134,11 @@ impl PartUpload {
 
     /// Uploads the object's last bytes (`data`, its tail) and completes the upload; the caller
     /// aborts it on failure.
-    async fn finish(&mut self, engine: &EngineInner, data: Vec<Bytes>) -> Result<()> {
+    async fn finish(&mut self, compactor: &Compactor, data: Vec<Bytes>) -> Result<()> {
         let len: u64 = data.iter().map(|d| d.len() as u64).sum();
         self.pending.extend(data);
         self.pending_len += len;
-        self.send(engine).await?;
+        self.send(compactor).await?;
         while !self.in_flight.is_empty() {
             self.wait_one().await?;
         }
@@ -149,7 +156,32 @@ impl PartUpload {
     }
 }
 
-impl EngineInner {
+/// Compaction's part of the engine: what it reads, writes and yields to.
+pub(crate) struct Compactor {
+    pub config: StorageConfig,
+    pub meta: Arc<dyn MetaStore>,
+    pub store: Arc<dyn ObjectStore>,
+    pub reader: Arc<ObjectReader>,
+    pub streams: Arc<Streams>,
+    pub objects: Arc<Objects>,
+    /// Compaction yields while uploads are behind.
+    pub backlog: Arc<Backlog>,
+    pub meters: Arc<StorageMeters>,
+    /// True once the engine stops its background work.
+    pub stopping: watch::Receiver<bool>,
+}
+
+impl Compactor {
+    fn is_stopping(&self) -> bool {
+        *self.stopping.borrow()
+    }
+
+    /// Returns once the engine stops its background work.
+    async fn until_stopping(&self) {
+        let mut rx = self.stopping.clone();
+        let _ = rx.wait_for(|stopping| *stopping).await;
+    }
+
     /// Compacts every open stream that has enough small ranges; returns the number of objects
     /// written.
     pub async fn compact(&self) -> Result<usize> {
@@ -421,11 +453,11 @@ impl EngineInner {
         self.reader.take_background(bytes).await;
     }
 
-    /// Waits while uploads are behind ([`EngineInner::wal_backlogged`]) or until the engine
+    /// Waits while uploads are behind ([`Backlog::is_behind`]) or until the engine
     /// closes: compaction can be done later, the WAL's room cannot, and on one disk its reads
     /// and writes share the device with the uploads'.
     async fn yield_to_uploads(&self) {
-        while self.wal_backlogged() && !self.is_stopping() {
+        while self.backlog.is_behind() && !self.is_stopping() {
             tokio::time::sleep(YIELD_CHECK).await;
         }
     }
@@ -435,7 +467,7 @@ impl EngineInner {
         Ok(self.compact_run_with(s, epoch, run, None).await?.is_some())
     }
 
-    /// [`EngineInner::compact_run`], each frame through `transform` if any; the new object's
+    /// [`Compactor::compact_run`], each frame through `transform` if any; the new object's
     /// size, or `None` when the ranges changed meanwhile.
     async fn compact_run_with(
         &self,

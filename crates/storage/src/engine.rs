@@ -169,7 +169,9 @@ pub(crate) struct EngineInner {
     pub backlog: Arc<crate::upload::Backlog>,
     pub meta: Arc<dyn MetaStore>,
     pub store: Arc<dyn ObjectStore>,
-    pub reader: ObjectReader,
+    pub reader: Arc<ObjectReader>,
+    /// Rewrites streams' small ranges into stream objects, and streams through a transform.
+    pub compactor: crate::compaction::Compactor,
     /// Where consumers' reads from object storage run.
     pub catchup: Arc<crate::catchup::CatchupRuntime>,
     pub streams: Arc<crate::streams::Streams>,
@@ -236,7 +238,7 @@ impl Engine {
         let object_meters = metered.meters();
         let store: Arc<dyn ObjectStore> = Arc::new(metered);
         let meters = Arc::new(StorageMeters::default());
-        let reader = ObjectReader::with_index_cache(
+        let reader = Arc::new(ObjectReader::with_index_cache(
             Arc::clone(&store),
             Arc::clone(&meta),
             Arc::clone(&meters),
@@ -246,7 +248,7 @@ impl Engine {
             crate::budget::Budget::new(config.catchup_bytes_per_sec),
             crate::budget::Budget::new(config.background_bytes_per_sec),
             config.index_cache_bytes,
-        );
+        ));
         let catchup = Arc::new(crate::catchup::CatchupRuntime::new(config.catchup_nice)?);
         let streams = Arc::new(crate::streams::Streams::default());
         let objects = Arc::new(crate::objects::Objects {
@@ -278,6 +280,18 @@ impl Engine {
             Arc::clone(&backlog),
             Arc::clone(&upload_wanted),
         ));
+        let stopping = watch::channel(false).0;
+        let compactor = crate::compaction::Compactor {
+            config: config.clone(),
+            meta: Arc::clone(&meta),
+            store: Arc::clone(&store),
+            reader: Arc::clone(&reader),
+            streams: Arc::clone(&streams),
+            objects: Arc::clone(&objects),
+            backlog: Arc::clone(&backlog),
+            meters: Arc::clone(&meters),
+            stopping: stopping.subscribe(),
+        };
         let inner = Arc::new(EngineInner {
             config,
             wal,
@@ -287,6 +301,7 @@ impl Engine {
             meta,
             store,
             reader,
+            compactor,
             catchup,
             streams,
             objects,
@@ -298,7 +313,7 @@ impl Engine {
             flush_requests: Mutex::new(HashSet::new()),
             upload_wanted,
             shutdown: watch::channel(false).0,
-            stopping: watch::channel(false).0,
+            stopping,
             closed: AtomicBool::new(false),
         });
         inner.recover().await?;
@@ -922,13 +937,16 @@ impl Engine {
         until: u64,
         transform: &(dyn Fn(&Frame) -> Frame + Sync),
     ) -> Result<crate::compaction::Rewritten> {
-        self.inner.rewrite_stream(stream_id, until, transform).await
+        self.inner
+            .compactor
+            .rewrite_stream(stream_id, until, transform)
+            .await
     }
 
     /// Compacts every open stream that needs it now, as the maintenance task does; returns the
     /// number of objects written.
     pub async fn compact(&self) -> Result<usize> {
-        self.inner.compact().await
+        self.inner.compactor.compact().await
     }
 
     /// Runs retention and deletes what has become deletable now, as the maintenance task does.
@@ -1040,12 +1058,6 @@ fn completion(s: Arc<Stream>, base: u64, id: u64) -> weir_wal::Completion {
 }
 
 impl EngineInner {
-    /// Returns once the engine is closing.
-    pub async fn until_stopping(&self) {
-        let mut rx = self.stopping.subscribe();
-        let _ = rx.wait_for(|stopping| *stopping).await;
-    }
-
     pub fn is_stopping(&self) -> bool {
         *self.stopping.borrow()
     }

@@ -83,7 +83,7 @@ impl EngineInner {
             }
         }
 
-        self.compact().await?;
+        self.compactor.compact().await?;
         if self.is_stopping() {
             return Ok(());
         }
