@@ -1,6 +1,9 @@
 //! What every object-store backend must do for Weir, as one suite each backend's tests run:
 //! the requests the engine makes (PUT, multipart PUT, ranged GET, HEAD, DELETE, LIST) and an
 //! engine round trip over the store (append, upload, restart, read back from objects only).
+//!
+//! And what every way of making batches durable must do (`durability.rs`: the WAL file and the
+//! object WAL), as one suite ([`durability`]) each kind's tests run.
 
 use std::sync::Arc;
 
@@ -8,7 +11,7 @@ use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 
-use crate::{Engine, StorageConfig};
+use crate::{Engine, StorageConfig, WalKind};
 
 fn data(n: usize, seed: u8) -> Bytes {
     (0..n)
@@ -241,6 +244,186 @@ pub async fn compaction_round_trip(store: Arc<dyn ObjectStore>) {
             next = b.end_offset();
         }
     }
+    engine.close().await.expect("close");
+}
+
+/// The durability checks every WAL kind must pass: `open` opens an engine on a directory (its
+/// WAL file, if it has one, its metadata store and its objects all live there; opened again on
+/// the same directory, it is the same broker restarted), and streams opened with `kind` make
+/// their batches durable that way. The engine must not upload by itself (an upload interval of
+/// hours), so that what a crash leaves is only what the kind made durable.
+pub async fn durability<F, Fut>(kind: WalKind, open: F)
+where
+    F: Fn(std::path::PathBuf) -> Fut,
+    Fut: std::future::Future<Output = Engine>,
+{
+    acknowledged_in_offset_order(kind, &open).await;
+    acknowledged_batches_survive_a_crash(kind, &open).await;
+    acknowledged_batches_survive_a_clean_stop(kind, &open).await;
+}
+
+fn opened(kind: WalKind) -> crate::StreamOptions {
+    crate::StreamOptions {
+        wal_kind: kind,
+        ..Default::default()
+    }
+}
+
+/// A payload that names its stream and offset.
+fn named(stream: u64, offset: u64, size: usize) -> Bytes {
+    let mut v = format!("stream {stream} offset {offset} ").into_bytes();
+    v.resize(size.max(v.len()), (offset % 251) as u8);
+    v.into()
+}
+
+/// Appends `n` batches of two offsets to each of `streams`, interleaved, all in flight at once;
+/// returns what was acknowledged, by stream: `(base offset, payload)` in offset order.
+async fn append_many(engine: &Engine, streams: &[u64], n: u64) -> Vec<Vec<(u64, Bytes)>> {
+    let mut pending = Vec::new();
+    for i in 0..n {
+        for &s in streams {
+            let size = 100 + (i as usize * 37) % 3000;
+            let p = engine
+                .append_with(s, 1, |base, _| {
+                    Some(crate::NewBatch {
+                        record_count: 2,
+                        max_timestamp: i as i64,
+                        payload: named(s, base, size),
+                    })
+                })
+                .expect("append")
+                .expect("admitted");
+            pending.push((s, p));
+        }
+    }
+    let mut acked: Vec<Vec<(u64, Bytes)>> = vec![Vec::new(); streams.len()];
+    for (s, p) in pending {
+        let a = p.wait().await.expect("acknowledged");
+        // An acknowledged batch is durable with everything before it.
+        let info = engine.stream_info(s).expect("open");
+        assert!(
+            info.high_watermark >= a.end_offset,
+            "stream {s}: batch {a:?} acknowledged, high watermark {}",
+            info.high_watermark
+        );
+        let i = streams.iter().position(|x| *x == s).expect("a stream");
+        let size = 100 + ((acked[i].len() as u64 * 37) % 3000) as usize;
+        acked[i].push((a.base_offset, named(s, a.base_offset, size)));
+    }
+    acked
+}
+
+/// Reads every batch of `stream` from its start and checks it is `acked`, in order.
+async fn read_back(engine: &Engine, stream: u64, acked: &[(u64, Bytes)]) {
+    let mut next = 0;
+    let mut got = Vec::new();
+    loop {
+        let r = engine.read(stream, next, 1 << 20).await.expect("read");
+        if r.batches.is_empty() {
+            break;
+        }
+        for b in r.batches {
+            assert_eq!(
+                b.base_offset, next,
+                "stream {stream}: batches are contiguous"
+            );
+            next = b.end_offset();
+            got.push((b.base_offset, b.payload));
+        }
+    }
+    assert_eq!(got.len(), acked.len(), "stream {stream}: batches read back");
+    assert!(
+        got == acked,
+        "stream {stream}: the batches read back are those acknowledged"
+    );
+}
+
+/// Batches in flight at once are given consecutive offsets in the order they were appended, and
+/// each is acknowledged only once every batch before it in its stream is durable too.
+pub async fn acknowledged_in_offset_order<F, Fut>(kind: WalKind, open: &F)
+where
+    F: Fn(std::path::PathBuf) -> Fut,
+    Fut: std::future::Future<Output = Engine>,
+{
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = open(dir.path().to_path_buf()).await;
+    for s in [1, 2] {
+        engine
+            .open_stream_with(s, 1, opened(kind))
+            .await
+            .expect("open");
+    }
+    let acked = append_many(&engine, &[1, 2], 100).await;
+    for (i, a) in acked.iter().enumerate() {
+        assert!(
+            a.iter()
+                .enumerate()
+                .all(|(n, (base, _))| *base == 2 * n as u64),
+            "stream {}: offsets in append order",
+            i + 1
+        );
+    }
+    read_back(&engine, 1, &acked[0]).await;
+    read_back(&engine, 2, &acked[1]).await;
+    engine.close().await.expect("close");
+}
+
+/// What was acknowledged is read back by the next engine on the same directory (the broker
+/// restarted after a crash), at a higher epoch, and nothing else is.
+pub async fn acknowledged_batches_survive_a_crash<F, Fut>(kind: WalKind, open: &F)
+where
+    F: Fn(std::path::PathBuf) -> Fut,
+    Fut: std::future::Future<Output = Engine>,
+{
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = open(dir.path().to_path_buf()).await;
+    for s in [1, 2, 3] {
+        engine
+            .open_stream_with(s, 1, opened(kind))
+            .await
+            .expect("open");
+    }
+    let acked = append_many(&engine, &[1, 2, 3], 60).await;
+    // No close, no upload: gone as a killed process is (its tasks idle on).
+    std::mem::forget(engine);
+    let engine = open(dir.path().to_path_buf()).await;
+    for (i, s) in [1u64, 2, 3].into_iter().enumerate() {
+        engine
+            .open_stream_with(s, 2, opened(kind))
+            .await
+            .expect("reopen");
+        read_back(&engine, s, &acked[i]).await;
+    }
+    engine.close().await.expect("close");
+}
+
+/// A clean stop keeps what was acknowledged too, and the next engine appends after it.
+pub async fn acknowledged_batches_survive_a_clean_stop<F, Fut>(kind: WalKind, open: &F)
+where
+    F: Fn(std::path::PathBuf) -> Fut,
+    Fut: std::future::Future<Output = Engine>,
+{
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = open(dir.path().to_path_buf()).await;
+    engine
+        .open_stream_with(1, 1, opened(kind))
+        .await
+        .expect("open");
+    let mut acked = append_many(&engine, &[1], 40).await.remove(0);
+    engine.close().await.expect("close");
+    let engine = open(dir.path().to_path_buf()).await;
+    let info = engine
+        .open_stream_with(1, 2, opened(kind))
+        .await
+        .expect("reopen");
+    assert_eq!(info.high_watermark, 80, "the stream ends where it stopped");
+    let a = engine
+        .append(1, 2, 2, 0, |base| named(1, base, 500))
+        .await
+        .expect("append after the restart");
+    assert_eq!(a.base_offset, 80);
+    acked.push((80, named(1, 80, 500)));
+    read_back(&engine, 1, &acked).await;
     engine.close().await.expect("close");
 }
 

@@ -12,17 +12,13 @@ use weir_meta::MetaStore;
 use weir_wal::{Wal, WalError, WalRecord};
 
 use crate::config::{Retention, StorageConfig, WalKind};
+use crate::durability::{Durability, Taken};
 use crate::error::{Result, StorageError};
 use crate::format::Frame;
 use crate::objstore::{MeteredStore, ObjectMeters};
 use crate::reader::{ObjectReader, Purpose};
 use crate::stream::{frame, Failure, OutcomeCell, RewindHook, Stream, StreamState};
 use crate::StorageMeters;
-
-/// The `seq` of a batch handed to the object WAL: any value but the one that marks a batch not
-/// handed over yet (the WAL file is never trimmed by it: `first_uncommitted_seq` skips such
-/// streams).
-const OBJECT_WAL_SEQ: weir_wal::Seq = 0;
 
 /// How a stream is opened.
 #[derive(Clone, Default)]
@@ -160,6 +156,8 @@ impl StreamHandle {
 pub(crate) struct EngineInner {
     pub config: StorageConfig,
     pub wal: Arc<dyn Wal>,
+    /// `wal` as a way to make batches durable.
+    pub wal_file: crate::durability::WalFile,
     /// Whether `wal` is a WAL file; `false` for a broker without a disk, whose streams all go
     /// through the object WAL.
     pub has_wal_file: bool,
@@ -292,9 +290,14 @@ impl Engine {
             meters: Arc::clone(&meters),
             stopping: stopping.subscribe(),
         };
+        let wal_file = crate::durability::WalFile {
+            wal: Arc::clone(&wal),
+            upload_wanted: Arc::clone(&upload_wanted),
+        };
         let inner = Arc::new(EngineInner {
             config,
             wal,
+            wal_file,
             has_wal_file,
             object_wal,
             backlog,
@@ -1033,7 +1036,7 @@ impl Engine {
 
 /// What the WAL thread runs when a batch is durable or failed: advance the stream in WAL order,
 /// or rewind it to the failed batch.
-fn completion(s: Arc<Stream>, base: u64, id: u64) -> weir_wal::Completion {
+pub(crate) fn completion(s: Arc<Stream>, base: u64, id: u64) -> weir_wal::Completion {
     Box::new(move |res| {
         let mut st = s.lock();
         match res {
@@ -1098,32 +1101,15 @@ impl EngineInner {
                 );
                 return Ok(());
             }
-            if st.wal_kind() == WalKind::Object {
-                let (epoch, frame) = (st.epoch(), b.frame.clone());
-                if !self.object_wal.offer(s, epoch, id, &frame) {
-                    // Waits in the stream; an object's end hands it on.
-                    return Ok(());
-                }
-                // No WAL sequence number: the WAL file holds nothing of this stream.
-                st.submitted(OBJECT_WAL_SEQ);
-                continue;
-            }
-            let record = WalRecord {
-                stream_id: s.id,
-                epoch: st.epoch(),
-                base_offset: base,
-                record_count: b.frame.record_count,
-                max_timestamp: b.frame.max_timestamp,
-                payload: b.frame.payload.clone(),
+            let (epoch, frame) = (st.epoch(), b.frame.clone());
+            let kind: &dyn Durability = match st.wal_kind() {
+                WalKind::Object => &*self.object_wal,
+                _ => &self.wal_file,
             };
-            match self.wal.append(record, completion(Arc::clone(s), base, id)) {
-                Ok(seq) => st.submitted(seq),
-                Err(WalError::Full { .. }) => {
-                    // Waits in the stream; the uploader frees room and hands it on.
-                    self.upload_wanted.notify_one();
-                    return Ok(());
-                }
-                Err(e) => {
+            match kind.take(s, epoch, id, &frame) {
+                Taken::Seq(seq) => st.submitted(seq),
+                Taken::NoRoom => return Ok(()),
+                Taken::Refused(e) => {
                     st.rewind(base, Failure::Wal(e.clone()));
                     return Err(e.into());
                 }

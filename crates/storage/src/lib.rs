@@ -41,6 +41,7 @@ mod config;
 /// Compiled for tests only (feature `testing`, which this crate's integration tests turn on).
 #[cfg(any(test, feature = "testing"))]
 pub mod conformance;
+mod durability;
 mod engine;
 mod error;
 pub mod format;

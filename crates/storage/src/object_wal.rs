@@ -85,6 +85,25 @@ pub(crate) struct ObjectWal {
     intake: Arc<Notify>,
 }
 
+impl crate::durability::Durability for ObjectWal {
+    fn take(
+        &self,
+        s: &Arc<Stream>,
+        epoch: u64,
+        id: u64,
+        frame: &Frame,
+    ) -> crate::durability::Taken {
+        match self.offer(s, epoch, id, frame) {
+            // No place in the WAL file: any value but the one that marks a batch not handed over
+            // yet (the WAL file is never trimmed by it: `first_uncommitted_seq` skips such
+            // streams).
+            true => crate::durability::Taken::Seq(0),
+            // Waits in the stream; an object's end hands it on.
+            false => crate::durability::Taken::NoRoom,
+        }
+    }
+}
+
 impl ObjectWal {
     pub fn new(
         config: &StorageConfig,
