@@ -6,7 +6,7 @@
 //!   one object, durable (and already committed) once it is PUT and its ranges committed.
 //!
 //! The engine hands each stream's waiting batches to its stream's kind, under the stream's lock
-//! and in offset order (`EngineInner::submit_waiting`); either kind calls back through the
+//! and in offset order (`Intake::submit_waiting`, `intake.rs`); either kind calls back through the
 //! stream's state when a batch is durable or has failed, in offset order, and either may have
 //! no room, in which case the batch waits in its stream until the kind makes room and the
 //! engine's intake hands it on. The storage conformance suite's durability checks run against
@@ -18,7 +18,7 @@ use tokio::sync::Notify;
 use weir_wal::{Seq, Wal, WalError, WalRecord};
 
 use crate::format::Frame;
-use crate::stream::Stream;
+use crate::stream::{Failure, Stream};
 
 /// What a kind did with a batch.
 pub(crate) enum Taken {
@@ -56,7 +56,7 @@ impl Durability for WalFile {
             max_timestamp: frame.max_timestamp,
             payload: frame.payload.clone(),
         };
-        let done = crate::engine::completion(Arc::clone(s), frame.base_offset, id);
+        let done = completion(Arc::clone(s), frame.base_offset, id);
         match self.wal.append(record, done) {
             Ok(seq) => Taken::Seq(seq),
             Err(WalError::Full { .. }) => {
@@ -67,4 +67,30 @@ impl Durability for WalFile {
             Err(e) => Taken::Refused(e),
         }
     }
+}
+
+/// What the WAL thread runs when a batch is durable or failed: advance the stream in WAL order,
+/// or rewind it to the failed batch.
+fn completion(s: Arc<Stream>, base: u64, id: u64) -> weir_wal::Completion {
+    Box::new(move |res| {
+        let mut st = s.lock();
+        match res {
+            Ok(_) => {
+                if st.durable(base, id) {
+                    st.publish();
+                    s.end_tx.send_replace(st.durable_end());
+                }
+            }
+            Err(e) => {
+                // Later batches of this stream fail too (the WAL fails everything queued behind
+                // a failed write); the first failure rewinds the stream and the rest find
+                // nothing left to fail.
+                if st.in_flight_first(base, id) {
+                    tracing::warn!(stream_id = s.id, offset = base, error = %e, "append failed; stream rewinds to its last durable offset");
+                    st.rewind(base, Failure::Wal(e));
+                }
+            }
+        }
+        st.check_invariants();
+    })
 }

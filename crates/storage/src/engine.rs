@@ -1,6 +1,5 @@
 //! The engine: streams on a WAL, a log cache and object storage.
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -12,12 +11,11 @@ use weir_meta::MetaStore;
 use weir_wal::{Wal, WalError, WalRecord};
 
 use crate::config::{Retention, StorageConfig, WalKind};
-use crate::durability::{Durability, Taken};
 use crate::error::{Result, StorageError};
 use crate::format::Frame;
 use crate::objstore::{MeteredStore, ObjectMeters};
 use crate::reader::{ObjectReader, Purpose};
-use crate::stream::{frame, Failure, OutcomeCell, RewindHook, Stream, StreamState};
+use crate::stream::{frame, Failure, OutcomeCell, RewindHook, Stream};
 use crate::StorageMeters;
 
 /// How a stream is opened.
@@ -156,13 +154,13 @@ impl StreamHandle {
 pub(crate) struct EngineInner {
     pub config: StorageConfig,
     pub wal: Arc<dyn Wal>,
-    /// `wal` as a way to make batches durable.
-    pub wal_file: crate::durability::WalFile,
     /// Whether `wal` is a WAL file; `false` for a broker without a disk, whose streams all go
     /// through the object WAL.
     pub has_wal_file: bool,
-    /// The object WAL, for streams whose appends object storage makes durable.
-    pub object_wal: Arc<crate::object_wal::ObjectWal>,
+    /// Hands streams' batches to the WAL file or the object WAL.
+    pub intake: Arc<crate::intake::Intake>,
+    /// Uploads what the WAL file made durable, and trims it.
+    pub uploader: Arc<crate::upload::Uploader>,
     /// How far uploads are behind the WAL file.
     pub backlog: Arc<crate::upload::Backlog>,
     pub meta: Arc<dyn MetaStore>,
@@ -180,14 +178,6 @@ pub(crate) struct EngineInner {
     pub object_meters: Arc<ObjectMeters>,
     /// The log cache's budget and eviction order.
     pub log_cache: Arc<crate::log_cache::LogCache>,
-    /// When the oldest data not yet uploaded arrived (`None` when there is none).
-    pub oldest_uncommitted: Mutex<Option<Instant>>,
-    /// Serialises uploads, so that each stream's ranges are committed in order.
-    pub upload_lock: tokio::sync::Mutex<()>,
-    /// Streams whose one-stream uploads wait for `upload_lock`: the next holder uploads them all.
-    pub flush_requests: Mutex<HashSet<u64>>,
-    /// Wakes the uploader, which also hands waiting batches on.
-    pub upload_wanted: Arc<Notify>,
     pub shutdown: watch::Sender<bool>,
     /// Set by `stop_background` (the first thing `close` and a broker's shutdown do): background
     /// work that can be done again later (compaction, the cleaner's rewrites) stops at once
@@ -290,16 +280,33 @@ impl Engine {
             meters: Arc::clone(&meters),
             stopping: stopping.subscribe(),
         };
-        let wal_file = crate::durability::WalFile {
-            wal: Arc::clone(&wal),
-            upload_wanted: Arc::clone(&upload_wanted),
-        };
+        let intake = Arc::new(crate::intake::Intake {
+            wal_file: crate::durability::WalFile {
+                wal: Arc::clone(&wal),
+                upload_wanted: Arc::clone(&upload_wanted),
+            },
+            object_wal,
+            streams: Arc::clone(&streams),
+            totals: Arc::clone(&log_cache.totals),
+            meters: Arc::clone(&meters),
+        });
+        let uploader = Arc::new(crate::upload::Uploader::new(
+            config.clone(),
+            Arc::clone(&wal),
+            has_wal_file,
+            Arc::clone(&streams),
+            Arc::clone(&objects),
+            Arc::clone(&log_cache),
+            Arc::clone(&backlog),
+            Arc::clone(&intake),
+            upload_wanted,
+        ));
         let inner = Arc::new(EngineInner {
             config,
             wal,
-            wal_file,
             has_wal_file,
-            object_wal,
+            intake,
+            uploader,
             backlog,
             meta,
             store,
@@ -311,10 +318,6 @@ impl Engine {
             meters,
             object_meters,
             log_cache,
-            oldest_uncommitted: Mutex::new(None),
-            upload_lock: tokio::sync::Mutex::new(()),
-            flush_requests: Mutex::new(HashSet::new()),
-            upload_wanted,
             shutdown: watch::channel(false).0,
             stopping,
             closed: AtomicBool::new(false),
@@ -322,9 +325,9 @@ impl Engine {
         inner.recover().await?;
         let engine = Engine {
             tasks: Arc::new(Mutex::new(vec![
-                tokio::spawn(Arc::clone(&inner).upload_loop()),
+                tokio::spawn(Arc::clone(&inner.uploader).run(inner.shutdown.subscribe())),
                 tokio::spawn(Arc::clone(&inner).maintenance_loop()),
-                tokio::spawn(Arc::clone(&inner.object_wal).run(inner.shutdown.subscribe())),
+                tokio::spawn(Arc::clone(&inner.intake.object_wal).run(inner.shutdown.subscribe())),
             ])),
             inner,
         };
@@ -432,7 +435,7 @@ impl Engine {
             }
             if in_flight {
                 tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-            } else if let Err(e) = inner.upload_stream(stream_id).await {
+            } else if let Err(e) = inner.uploader.upload_stream(stream_id).await {
                 tracing::warn!(stream_id, error = %e, "upload before a WAL switch failed; retrying");
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
@@ -441,7 +444,7 @@ impl Engine {
         let old = st.wal_kind();
         let kind = if outcome.is_ok() { kind } else { old };
         st.end_switch(kind);
-        let submitted = inner.submit_waiting(&s, &mut st);
+        let submitted = inner.intake.submit_waiting(&s, &mut st);
         st.check_invariants();
         drop(st);
         if outcome.is_ok() {
@@ -474,7 +477,7 @@ impl Engine {
             }
             if pending {
                 tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-            } else if let Err(e) = inner.upload_stream(stream_id).await {
+            } else if let Err(e) = inner.uploader.upload_stream(stream_id).await {
                 // The data is safe in the WAL; keep trying for a while before giving up, as
                 // an object store that fails now and then should not fail a clean shutdown.
                 if !e.is_retriable() || started.elapsed() > CLOSE_UPLOAD_PATIENCE {
@@ -561,7 +564,7 @@ impl Engine {
             cell,
             deadline,
         );
-        let submitted = inner.submit_waiting(&s, &mut st);
+        let submitted = inner.intake.submit_waiting(&s, &mut st);
         st.check_invariants();
         let kept = st.holds_last(base, id);
         drop(st);
@@ -569,14 +572,7 @@ impl Engine {
             // Failed at once (the WAL refused it): the caller hears it now.
             return Err(submitted.err().unwrap_or(StorageError::NotOpen(stream_id)));
         }
-        if was_idle {
-            let mut oldest = inner
-                .oldest_uncommitted
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            oldest.get_or_insert_with(Instant::now);
-        }
-        inner.maybe_wake_uploader();
+        inner.uploader.arrived(was_idle);
         // Data arriving between uploads must not come on top of the log cache's budget.
         inner.log_cache.evict();
         Ok(Some(PendingAppend {
@@ -882,12 +878,8 @@ impl Engine {
         let Some((&first, rest)) = stream_ids.split_first() else {
             return Ok(());
         };
-        self.inner
-            .flush_requests
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend(rest.iter().copied());
-        self.inner.upload_stream(first).await
+        self.inner.uploader.flush_later(rest);
+        self.inner.uploader.upload_stream(first).await
     }
 
     /// Moves the start offset forward (DeleteRecords); never beyond the high watermark.
@@ -923,13 +915,13 @@ impl Engine {
 
     /// Uploads everything durable now, and trims the WAL.
     pub async fn flush(&self) -> Result<()> {
-        self.inner.upload().await
+        self.inner.uploader.upload().await
     }
 
     /// Uploads one stream's durable data now (and nothing of other streams), while it keeps
     /// taking appends.
     pub async fn flush_stream(&self, stream_id: u64) -> Result<()> {
-        self.inner.upload_stream(stream_id).await
+        self.inner.uploader.upload_stream(stream_id).await
     }
 
     /// Rewrites the stream's frames that end at or below `until` through `transform` (the
@@ -978,7 +970,7 @@ impl Engine {
         for s in self.inner.streams.all() {
             s.lock().close();
         }
-        if let Err(e) = self.inner.upload().await {
+        if let Err(e) = self.inner.uploader.upload().await {
             tracing::warn!(error = %e, "upload while closing failed; retrying per stream");
         }
         let mut result = Ok(());
@@ -1034,32 +1026,6 @@ impl Engine {
     }
 }
 
-/// What the WAL thread runs when a batch is durable or failed: advance the stream in WAL order,
-/// or rewind it to the failed batch.
-pub(crate) fn completion(s: Arc<Stream>, base: u64, id: u64) -> weir_wal::Completion {
-    Box::new(move |res| {
-        let mut st = s.lock();
-        match res {
-            Ok(_) => {
-                if st.durable(base, id) {
-                    st.publish();
-                    s.end_tx.send_replace(st.durable_end());
-                }
-            }
-            Err(e) => {
-                // Later batches of this stream fail too (the WAL fails everything queued behind
-                // a failed write); the first failure rewinds the stream and the rest find
-                // nothing left to fail.
-                if st.in_flight_first(base, id) {
-                    tracing::warn!(stream_id = s.id, offset = base, error = %e, "append failed; stream rewinds to its last durable offset");
-                    st.rewind(base, Failure::Wal(e));
-                }
-            }
-        }
-        st.check_invariants();
-    })
-}
-
 impl EngineInner {
     pub fn is_stopping(&self) -> bool {
         *self.stopping.borrow()
@@ -1073,77 +1039,9 @@ impl EngineInner {
         }
     }
 
-    /// Hands a stream's waiting batches to the WAL, in order, while it has room. A batch that
-    /// waited past its deadline, or that the WAL refuses, fails and rewinds the stream to it.
-    /// Returns the WAL's error if it refused one.
-    pub(crate) fn submit_waiting(&self, s: &Arc<Stream>, st: &mut StreamState) -> Result<()> {
-        while let Some(b) = st.first_unsubmitted() {
-            if st.switching() && b.deadline.is_some_and(|d| Instant::now() < d) {
-                // Waits until the stream is on its new WAL (`Engine::set_wal_kind`).
-                return Ok(());
-            }
-            let (base, id) = (b.frame.base_offset, b.id);
-            if b.deadline.is_some_and(|d| Instant::now() >= d) {
-                self.meters.wal_full_failures.inc();
-                let usage = self.wal.usage();
-                tracing::warn!(
-                    stream_id = s.id,
-                    offset = base,
-                    "append waited too long for WAL space; failing it and the appends behind it"
-                );
-                st.rewind(
-                    base,
-                    Failure::Wal(WalError::Full {
-                        needed: b.frame.payload.len() as u64,
-                        free: usage.capacity.saturating_sub(usage.used),
-                        capacity: usage.capacity,
-                    }),
-                );
-                return Ok(());
-            }
-            let (epoch, frame) = (st.epoch(), b.frame.clone());
-            let kind: &dyn Durability = match st.wal_kind() {
-                WalKind::Object => &*self.object_wal,
-                _ => &self.wal_file,
-            };
-            match kind.take(s, epoch, id, &frame) {
-                Taken::Seq(seq) => st.submitted(seq),
-                Taken::NoRoom => return Ok(()),
-                Taken::Refused(e) => {
-                    st.rewind(base, Failure::Wal(e.clone()));
-                    return Err(e.into());
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Hands every stream's waiting batches to the WAL while it has room, and fails those that
-    /// waited too long.
-    pub(crate) fn submit_all_waiting(&self) {
-        // A batch counted after this look waits for the next tick, as one that finds the WAL
-        // full just after a pass would.
-        if self.log_cache.totals.waiting.load(Ordering::Acquire) == 0 {
-            return;
-        }
-        for s in self.streams.all() {
-            let mut st = s.lock();
-            if st.first_unsubmitted().is_some() {
-                if let Err(e) = self.submit_waiting(&s, &mut st) {
-                    tracing::warn!(stream_id = s.id, error = %e, "a waiting append failed");
-                }
-                st.check_invariants();
-            }
-        }
-    }
-
-    fn maybe_wake_uploader(&self) {
-        let wal = self.wal.usage();
-        if self.log_cache.totals.uncommitted.load(Ordering::Relaxed) >= self.config.upload_bytes
-            || (self.has_wal_file && wal.used * 2 >= wal.capacity)
-        {
-            self.upload_wanted.notify_one();
-        }
+    /// Whether uploads are behind ([`crate::upload::Backlog::is_behind`]).
+    pub(crate) fn wal_backlogged(&self) -> bool {
+        self.backlog.is_behind()
     }
 }
 

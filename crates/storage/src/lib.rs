@@ -45,6 +45,7 @@ mod durability;
 mod engine;
 mod error;
 pub mod format;
+mod intake;
 pub mod local;
 mod log_cache;
 mod maintenance;

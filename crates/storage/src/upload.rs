@@ -8,10 +8,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weir_retry::Backoff;
 
-use crate::engine::EngineInner;
+use std::sync::Mutex;
+
+use tokio::sync::{watch, Notify};
+use weir_wal::Wal;
+
 use crate::error::{Result, StorageError};
-use crate::objects::Part;
+use crate::intake::Intake;
+use crate::log_cache::LogCache;
+use crate::objects::{Objects, Part};
 use crate::stream::Stream;
+use crate::streams::Streams;
+use crate::StorageConfig;
 
 /// The delays between failed uploads of the upload loop. At most a second (two with jitter):
 /// an attempt while the metadata store or the object store is down fails fast and costs one
@@ -19,13 +27,87 @@ use crate::stream::Stream;
 /// store is back.
 const UPLOAD_LOOP_RETRY: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
 
-impl EngineInner {
+/// The uploader's part of the engine: its turn, what waits for it, and what it works with.
+pub(crate) struct Uploader {
+    config: StorageConfig,
+    wal: Arc<dyn Wal>,
+    /// Whether `wal` is a WAL file; `false` for a broker without a disk.
+    has_wal_file: bool,
+    streams: Arc<Streams>,
+    objects: Arc<Objects>,
+    log_cache: Arc<LogCache>,
+    backlog: Arc<Backlog>,
+    /// Where batches that waited for WAL room go on, after an upload trimmed it.
+    intake: Arc<Intake>,
+    /// Serialises uploads, so that each stream's ranges are committed in order.
+    lock: tokio::sync::Mutex<()>,
+    /// Streams whose one-stream uploads wait for `lock`: the next holder uploads them all.
+    flush_requests: Mutex<HashSet<u64>>,
+    /// Wakes the upload loop, which also hands waiting batches on.
+    wanted: Arc<Notify>,
+    /// When the oldest data not yet uploaded arrived (`None` when there is none).
+    oldest_uncommitted: Mutex<Option<Instant>>,
+}
+
+impl Uploader {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        config: StorageConfig,
+        wal: Arc<dyn Wal>,
+        has_wal_file: bool,
+        streams: Arc<Streams>,
+        objects: Arc<Objects>,
+        log_cache: Arc<LogCache>,
+        backlog: Arc<Backlog>,
+        intake: Arc<Intake>,
+        wanted: Arc<Notify>,
+    ) -> Uploader {
+        Uploader {
+            config,
+            wal,
+            has_wal_file,
+            streams,
+            objects,
+            log_cache,
+            backlog,
+            intake,
+            lock: tokio::sync::Mutex::new(()),
+            flush_requests: Mutex::new(HashSet::new()),
+            wanted,
+            oldest_uncommitted: Mutex::new(None),
+        }
+    }
+
+    /// A batch arrived; `was_idle`: nothing was waiting for an upload before it. Wakes the
+    /// upload loop once an upload is due by size or by the WAL's use.
+    pub fn arrived(&self, was_idle: bool) {
+        if was_idle {
+            let mut oldest = self
+                .oldest_uncommitted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            oldest.get_or_insert_with(Instant::now);
+        }
+        let wal = self.wal.usage();
+        if self.log_cache.totals.uncommitted.load(Ordering::Relaxed) >= self.config.upload_bytes
+            || (self.has_wal_file && wal.used * 2 >= wal.capacity)
+        {
+            self.wanted.notify_one();
+        }
+    }
+
+    /// Streams the next upload of one stream uploads too.
+    pub fn flush_later(&self, stream_ids: &[u64]) {
+        self.lock_flush_requests()
+            .extend(stream_ids.iter().copied());
+    }
+
     /// Uploads every stream's durable, uncommitted data, commits it, then trims the WAL and
     /// hands waiting appends to it. A commit refused because of one stream (a newer leader
     /// fenced it, or its topic was deleted meanwhile) is retried without that stream, so that
     /// one stream can never hold back the others.
     pub async fn upload(&self) -> Result<()> {
-        let _turn = self.upload_lock.lock().await;
+        let _turn = self.lock.lock().await;
         self.upload_locked(None).await
     }
 
@@ -36,7 +118,7 @@ impl EngineInner {
     /// once) are served together by the next one, not one after another.
     pub async fn upload_stream(&self, stream_id: u64) -> Result<()> {
         self.lock_flush_requests().insert(stream_id);
-        let _turn = self.upload_lock.lock().await;
+        let _turn = self.lock.lock().await;
         let mut only = std::mem::take(&mut *self.lock_flush_requests());
         only.insert(stream_id);
         self.upload_locked(Some(&only)).await
@@ -74,7 +156,7 @@ impl EngineInner {
         while !parts.is_empty() {
             let culprit = match self
                 .objects
-                .commit_parts(&parts, self.wal_backlogged())
+                .commit_parts(&parts, self.backlog.is_behind())
                 .await
             {
                 Ok(()) => break,
@@ -118,14 +200,9 @@ impl EngineInner {
             // After an upload of some streams, the others' data is as old as it was.
         }
         self.trim_wal().await?;
-        self.submit_all_waiting();
+        self.intake.submit_all_waiting();
         self.log_cache.evict();
         Ok(())
-    }
-
-    /// Whether uploads are behind ([`Backlog::is_behind`]).
-    pub(crate) fn wal_backlogged(&self) -> bool {
-        self.backlog.is_behind()
     }
 
     /// Trims the WAL up to the first record any open stream has not committed yet.
@@ -142,10 +219,10 @@ impl EngineInner {
         Ok(())
     }
 
-    pub async fn upload_loop(self: Arc<Self>) {
+    /// Uploads when due (by size, by age, by the WAL's use), until `shutdown`.
+    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         // Appends that wait for WAL room are handed on after every upload; this loop's tick
         // also fails those that waited too long while nothing could be uploaded.
-        let mut shutdown = self.shutdown.subscribe();
         let tick = Duration::from_millis(100).min(self.config.upload_interval);
         let mut delays = UPLOAD_LOOP_RETRY.delays();
         loop {
@@ -154,7 +231,7 @@ impl EngineInner {
                 return;
             }
             tokio::select! {
-                _ = self.upload_wanted.notified() => {}
+                _ = self.wanted.notified() => {}
                 _ = tokio::time::sleep(tick) => {}
                 _ = shutdown.changed() => return,
             }
@@ -163,7 +240,7 @@ impl EngineInner {
                 .oldest_uncommitted
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            self.submit_all_waiting();
+            self.intake.submit_all_waiting();
             let due = self.log_cache.totals.uncommitted.load(Ordering::Relaxed)
                 >= self.config.upload_bytes
                 || oldest.is_some_and(|t| t.elapsed() >= self.config.upload_interval)
