@@ -322,7 +322,13 @@ impl Engine {
             stopping,
             closed: AtomicBool::new(false),
         });
-        inner.recover().await?;
+        crate::recovery::recover(
+            &*inner.wal,
+            &inner.objects,
+            inner.wal_backlogged(),
+            &inner.meters,
+        )
+        .await?;
         let engine = Engine {
             tasks: Arc::new(Mutex::new(vec![
                 tokio::spawn(Arc::clone(&inner.uploader).run(inner.shutdown.subscribe())),
@@ -332,6 +338,24 @@ impl Engine {
             inner,
         };
         Ok(engine)
+    }
+
+    /// Recovers a dead broker's `file` WAL at `path` (the WAL `seal.wal_id`), as the peer
+    /// `seal` names: seals it first, so that its owner, if it still runs, acknowledges nothing
+    /// written after this point, then reads it. For each stream with data beyond its committed end
+    /// written at the stream's current epoch (by the dead leader), raises the epoch by one, so
+    /// that a late commit by the old leader is refused, and commits that data at the new epoch.
+    /// Nothing of the WAL is trimmed or changed otherwise. Safe to run again (an interrupted
+    /// recovery): what was committed is skipped.
+    pub async fn recover_peer_wal(
+        &self,
+        path: &std::path::Path,
+        seal: weir_wal::Seal,
+    ) -> std::result::Result<crate::PeerRecovery, crate::PeerRecoveryError> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        let backlogged = inner.wal_backlogged();
+        crate::recovery::recover_peer(path, seal, &inner.objects, backlogged, &inner.meters).await
     }
 
     /// Opens a stream as its leader at `epoch`. A stream already open here at a lower epoch is

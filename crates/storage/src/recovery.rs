@@ -7,54 +7,59 @@ use std::path::Path;
 
 use weir_wal::{FileWal, Seal, WalError, WalRecord};
 
-use crate::engine::{Engine, EngineInner};
+use weir_wal::Wal;
+
 use crate::error::{Result, StorageError};
 use crate::format::Frame;
+use crate::objects::Objects;
 use crate::objects::Part;
 use crate::stream::frame;
+use crate::StorageMeters;
 
-impl EngineInner {
-    /// Brings back what the WAL holds and the metadata store does not, and uploads it.
-    pub async fn recover(&self) -> Result<()> {
-        let records = self.wal.take_recovered();
-        if records.is_empty() {
-            return Ok(());
-        }
-        let count = records.len();
-        let mut parts = Vec::new();
-        for (stream_id, records) in by_stream(records) {
-            let Some(m) = self.meta.get_stream(stream_id).await? else {
-                tracing::warn!(
-                    stream_id,
-                    "WAL holds data of a stream the metadata store does not know; dropping it"
-                );
-                continue;
-            };
-            let frames = frames_after(stream_id, records, m.epoch, m.end_offset)?;
-            if !frames.is_empty() {
-                parts.push(Part {
-                    stream_id,
-                    epoch: m.epoch,
-                    frames,
-                });
-            }
-        }
-        let uploaded: usize = parts.iter().map(|p| p.frames.len()).sum();
-        if !parts.is_empty() {
-            self.objects
-                .commit_parts(&parts, self.wal_backlogged())
-                .await?;
-        }
-        self.wal.trim(self.wal.next_seq()).await?;
-        self.meters.recovered_batches.add(uploaded as u64);
-        tracing::info!(
-            records = count,
-            uploaded,
-            streams = parts.len(),
-            "WAL recovery uploaded"
-        );
-        Ok(())
+/// Brings back what `wal` holds and the metadata store does not, and uploads it.
+/// `backlogged`: the WAL waits for this upload (a hint for the PUTs).
+pub(crate) async fn recover(
+    wal: &dyn Wal,
+    objects: &Objects,
+    backlogged: bool,
+    meters: &StorageMeters,
+) -> Result<()> {
+    let records = wal.take_recovered();
+    if records.is_empty() {
+        return Ok(());
     }
+    let count = records.len();
+    let mut parts = Vec::new();
+    for (stream_id, records) in by_stream(records) {
+        let Some(m) = objects.meta.get_stream(stream_id).await? else {
+            tracing::warn!(
+                stream_id,
+                "WAL holds data of a stream the metadata store does not know; dropping it"
+            );
+            continue;
+        };
+        let frames = frames_after(stream_id, records, m.epoch, m.end_offset)?;
+        if !frames.is_empty() {
+            parts.push(Part {
+                stream_id,
+                epoch: m.epoch,
+                frames,
+            });
+        }
+    }
+    let uploaded: usize = parts.iter().map(|p| p.frames.len()).sum();
+    if !parts.is_empty() {
+        objects.commit_parts(&parts, backlogged).await?;
+    }
+    wal.trim(wal.next_seq()).await?;
+    meters.recovered_batches.add(uploaded as u64);
+    tracing::info!(
+        records = count,
+        uploaded,
+        streams = parts.len(),
+        "WAL recovery uploaded"
+    );
+    Ok(())
 }
 
 /// Recovered records by stream, each stream's in WAL order.
@@ -140,86 +145,75 @@ pub enum PeerRecoveryError {
     Failed(#[from] StorageError),
 }
 
-impl Engine {
-    /// Recovers a dead broker's `file` WAL at `path` (the WAL `seal.wal_id`), as the peer
-    /// `seal` names: seals it first, so that its owner, if it still runs, acknowledges nothing
-    /// written after this point, then reads it. For each stream with data beyond its committed end
-    /// written at the stream's current epoch (by the dead leader), raises the epoch by one, so
-    /// that a late commit by the old leader is refused, and commits that data at the new epoch.
-    /// Nothing of the WAL is trimmed or changed otherwise. Safe to run again (an interrupted
-    /// recovery): what was committed is skipped.
-    pub async fn recover_peer_wal(
-        &self,
-        path: &Path,
-        seal: Seal,
-    ) -> std::result::Result<PeerRecovery, PeerRecoveryError> {
-        let inner = &self.inner;
-        inner.check_open()?;
-        let path_owned = path.to_path_buf();
-        let records = tokio::task::spawn_blocking(move || {
-            FileWal::seal(&path_owned, seal)?;
-            FileWal::read_sealed(&path_owned, seal.wal_id)
-        })
-        .await
-        .map_err(|_| PeerRecoveryError::Failed(StorageError::Closed))?
-        .map_err(|e| match e {
-            WalError::Io { .. } | WalError::WrongWal { .. } | WalError::Invalid { .. } => {
-                PeerRecoveryError::Unreachable(e)
-            }
-            e => PeerRecoveryError::Failed(e.into()),
-        })?;
-        let count = records.len();
-        let mut parts = Vec::new();
-        for (stream_id, records) in by_stream(records) {
-            let Some(m) = inner
-                .meta
-                .get_stream(stream_id)
-                .await
-                .map_err(StorageError::from)?
-            else {
-                continue; // deleted
-            };
-            let pending = records
-                .iter()
-                .any(|r| r.epoch == m.epoch && r.end_offset() > m.end_offset);
-            if !pending {
-                continue;
-            }
-            // Raise the epoch first: from here the dead leader's commits fail, so the committed
-            // end offset read now is final for its epoch.
-            let raised = inner
-                .meta
-                .open_stream(stream_id, m.epoch + 1)
-                .await
-                .map_err(StorageError::from)?;
-            let frames = frames_after(stream_id, records, m.epoch, raised.end_offset)?;
-            if !frames.is_empty() {
-                parts.push(Part {
-                    stream_id,
-                    epoch: raised.epoch,
-                    frames,
-                });
-            }
+/// [`crate::Engine::recover_peer_wal`], with what it needs of the engine.
+pub(crate) async fn recover_peer(
+    path: &Path,
+    seal: Seal,
+    objects: &Objects,
+    backlogged: bool,
+    meters: &StorageMeters,
+) -> std::result::Result<PeerRecovery, PeerRecoveryError> {
+    let path_owned = path.to_path_buf();
+    let records = tokio::task::spawn_blocking(move || {
+        FileWal::seal(&path_owned, seal)?;
+        FileWal::read_sealed(&path_owned, seal.wal_id)
+    })
+    .await
+    .map_err(|_| PeerRecoveryError::Failed(StorageError::Closed))?
+    .map_err(|e| match e {
+        WalError::Io { .. } | WalError::WrongWal { .. } | WalError::Invalid { .. } => {
+            PeerRecoveryError::Unreachable(e)
         }
-        let uploaded: usize = parts.iter().map(|p| p.frames.len()).sum();
-        if !parts.is_empty() {
-            inner
-                .objects
-                .commit_parts(&parts, inner.wal_backlogged())
-                .await?;
+        e => PeerRecoveryError::Failed(e.into()),
+    })?;
+    let count = records.len();
+    let mut parts = Vec::new();
+    for (stream_id, records) in by_stream(records) {
+        let Some(m) = objects
+            .meta
+            .get_stream(stream_id)
+            .await
+            .map_err(StorageError::from)?
+        else {
+            continue; // deleted
+        };
+        let pending = records
+            .iter()
+            .any(|r| r.epoch == m.epoch && r.end_offset() > m.end_offset);
+        if !pending {
+            continue;
         }
-        inner.meters.recovered_batches.add(uploaded as u64);
-        tracing::info!(
-            path = %path.display(),
-            records = count,
-            uploaded,
-            streams = parts.len(),
-            "peer WAL recovery uploaded"
-        );
-        Ok(PeerRecovery {
-            records: count,
-            uploaded,
-            streams: parts.len(),
-        })
+        // Raise the epoch first: from here the dead leader's commits fail, so the committed
+        // end offset read now is final for its epoch.
+        let raised = objects
+            .meta
+            .open_stream(stream_id, m.epoch + 1)
+            .await
+            .map_err(StorageError::from)?;
+        let frames = frames_after(stream_id, records, m.epoch, raised.end_offset)?;
+        if !frames.is_empty() {
+            parts.push(Part {
+                stream_id,
+                epoch: raised.epoch,
+                frames,
+            });
+        }
     }
+    let uploaded: usize = parts.iter().map(|p| p.frames.len()).sum();
+    if !parts.is_empty() {
+        objects.commit_parts(&parts, backlogged).await?;
+    }
+    meters.recovered_batches.add(uploaded as u64);
+    tracing::info!(
+        path = %path.display(),
+        records = count,
+        uploaded,
+        streams = parts.len(),
+        "peer WAL recovery uploaded"
+    );
+    Ok(PeerRecovery {
+        records: count,
+        uploaded,
+        streams: parts.len(),
+    })
 }
