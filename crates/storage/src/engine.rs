@@ -167,7 +167,9 @@ pub(crate) struct EngineInner {
     pub store: Arc<dyn ObjectStore>,
     pub reader: Arc<ObjectReader>,
     /// Rewrites streams' small ranges into stream objects, and streams through a transform.
-    pub compactor: crate::compaction::Compactor,
+    pub compactor: Arc<crate::compaction::Compactor>,
+    /// Retention, compaction and the deletion of objects, in the background.
+    pub maintenance: Arc<crate::maintenance::Maintenance>,
     /// Where consumers' reads from object storage run.
     pub catchup: Arc<crate::catchup::CatchupRuntime>,
     pub streams: Arc<crate::streams::Streams>,
@@ -269,7 +271,7 @@ impl Engine {
             Arc::clone(&upload_wanted),
         ));
         let stopping = watch::channel(false).0;
-        let compactor = crate::compaction::Compactor {
+        let compactor = Arc::new(crate::compaction::Compactor {
             config: config.clone(),
             meta: Arc::clone(&meta),
             store: Arc::clone(&store),
@@ -279,7 +281,17 @@ impl Engine {
             backlog: Arc::clone(&backlog),
             meters: Arc::clone(&meters),
             stopping: stopping.subscribe(),
-        };
+        });
+        let maintenance = Arc::new(crate::maintenance::Maintenance {
+            config: config.clone(),
+            meta: Arc::clone(&meta),
+            store: Arc::clone(&store),
+            reader: Arc::clone(&reader),
+            streams: Arc::clone(&streams),
+            compactor: Arc::clone(&compactor),
+            meters: Arc::clone(&meters),
+            stopping: stopping.subscribe(),
+        });
         let intake = Arc::new(crate::intake::Intake {
             wal_file: crate::durability::WalFile {
                 wal: Arc::clone(&wal),
@@ -312,6 +324,7 @@ impl Engine {
             store,
             reader,
             compactor,
+            maintenance,
             catchup,
             streams,
             objects,
@@ -332,7 +345,7 @@ impl Engine {
         let engine = Engine {
             tasks: Arc::new(Mutex::new(vec![
                 tokio::spawn(Arc::clone(&inner.uploader).run(inner.shutdown.subscribe())),
-                tokio::spawn(Arc::clone(&inner).maintenance_loop()),
+                tokio::spawn(Arc::clone(&inner.maintenance).run(inner.shutdown.subscribe())),
                 tokio::spawn(Arc::clone(&inner.intake.object_wal).run(inner.shutdown.subscribe())),
             ])),
             inner,
@@ -924,7 +937,7 @@ impl Engine {
                 });
             }
         }
-        self.inner.trim_stream(&s, start_offset).await
+        crate::maintenance::trim_stream(&*self.inner.meta, &s, start_offset).await
     }
 
     pub fn set_retention(&self, stream_id: u64, retention: Retention) -> Result<()> {
@@ -970,7 +983,7 @@ impl Engine {
 
     /// Runs retention and deletes what has become deletable now, as the maintenance task does.
     pub async fn run_maintenance(&self) -> Result<()> {
-        self.inner.maintain().await
+        self.inner.maintenance.maintain().await
     }
 
     /// Stops background work that can be done again later (compaction, the rewrites of the

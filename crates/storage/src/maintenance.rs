@@ -8,13 +8,34 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
 
-use crate::engine::EngineInner;
-use crate::error::Result;
-use crate::stream::Stream;
+use object_store::ObjectStore;
+use tokio::sync::watch;
+use weir_meta::MetaStore;
 
-impl EngineInner {
-    pub async fn maintenance_loop(self: Arc<Self>) {
-        let mut shutdown = self.shutdown.subscribe();
+use crate::compaction::Compactor;
+use crate::error::Result;
+use crate::reader::ObjectReader;
+use crate::stream::Stream;
+use crate::streams::Streams;
+use crate::{StorageConfig, StorageMeters};
+
+/// Maintenance's part of the engine.
+pub(crate) struct Maintenance {
+    pub config: StorageConfig,
+    pub meta: Arc<dyn MetaStore>,
+    pub store: Arc<dyn ObjectStore>,
+    /// Forgets the objects deleted.
+    pub reader: Arc<ObjectReader>,
+    pub streams: Arc<Streams>,
+    pub compactor: Arc<Compactor>,
+    pub meters: Arc<StorageMeters>,
+    /// True once the engine stops its background work.
+    pub stopping: watch::Receiver<bool>,
+}
+
+impl Maintenance {
+    /// Maintains every `maintenance_interval` until `shutdown`.
+    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         loop {
             // A task first polled after close() sent the signal would never see it change.
             if *shutdown.borrow_and_update() {
@@ -76,7 +97,7 @@ impl EngineInner {
                     to = new_start,
                     "retention moves the start offset"
                 );
-                if let Err(e) = self.trim_stream(&s, new_start).await {
+                if let Err(e) = trim_stream(&*self.meta, &s, new_start).await {
                     // The stream may be gone (its topic deleted) since the list was taken.
                     tracing::warn!(stream_id = s.id, error = %e, "retention could not move the start offset; will retry");
                 }
@@ -84,7 +105,7 @@ impl EngineInner {
         }
 
         self.compactor.compact().await?;
-        if self.is_stopping() {
+        if *self.stopping.borrow() {
             return Ok(());
         }
 
@@ -110,13 +131,19 @@ impl EngineInner {
         }
         Ok(())
     }
+}
 
-    pub async fn trim_stream(&self, s: &Stream, start_offset: u64) -> Result<u64> {
-        let m = self.meta.trim_stream(s.id, start_offset).await?;
-        let mut st = s.lock();
-        st.move_start(m.start_offset.max(start_offset));
-        let start = st.start_offset();
-        st.evict_until(start);
-        Ok(start)
-    }
+/// Moves a stream's start offset forward (retention, DeleteRecords) in the metadata store, then
+/// in the stream, whose log cache lets go of what is below it; the new start.
+pub(crate) async fn trim_stream(
+    meta: &dyn MetaStore,
+    s: &Stream,
+    start_offset: u64,
+) -> Result<u64> {
+    let m = meta.trim_stream(s.id, start_offset).await?;
+    let mut st = s.lock();
+    st.move_start(m.start_offset.max(start_offset));
+    let start = st.start_offset();
+    st.evict_until(start);
+    Ok(start)
 }
