@@ -33,7 +33,7 @@ use crate::streams::Streams;
 use crate::upload::Backlog;
 use crate::{StorageConfig, StorageMeters};
 
-/// What [`Compactor::rewrite_stream`] did.
+/// What [`crate::Engine::rewrite_stream`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Rewritten {
     /// Runs of ranges rewritten, each into one object.

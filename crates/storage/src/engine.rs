@@ -151,47 +151,49 @@ impl StreamHandle {
     }
 }
 
-pub(crate) struct EngineInner {
-    pub config: StorageConfig,
-    pub wal: Arc<dyn Wal>,
+/// The engine's parts, and what they share. Only `Engine` reaches into it; each part is given
+/// what it works with when the engine opens.
+struct EngineInner {
+    config: StorageConfig,
+    wal: Arc<dyn Wal>,
     /// Whether `wal` is a WAL file; `false` for a broker without a disk, whose streams all go
     /// through the object WAL.
-    pub has_wal_file: bool,
+    has_wal_file: bool,
     /// Hands streams' batches to the WAL file or the object WAL.
-    pub intake: Arc<crate::intake::Intake>,
+    intake: Arc<crate::intake::Intake>,
     /// Uploads what the WAL file made durable, and trims it.
-    pub uploader: Arc<crate::upload::Uploader>,
+    uploader: Arc<crate::upload::Uploader>,
     /// How far uploads are behind the WAL file.
-    pub backlog: Arc<crate::upload::Backlog>,
-    pub meta: Arc<dyn MetaStore>,
-    pub store: Arc<dyn ObjectStore>,
-    pub reader: Arc<ObjectReader>,
+    backlog: Arc<crate::upload::Backlog>,
+    meta: Arc<dyn MetaStore>,
+    store: Arc<dyn ObjectStore>,
+    reader: Arc<ObjectReader>,
     /// Rewrites streams' small ranges into stream objects, and streams through a transform.
-    pub compactor: Arc<crate::compaction::Compactor>,
+    compactor: Arc<crate::compaction::Compactor>,
     /// Retention, compaction and the deletion of objects, in the background.
-    pub maintenance: Arc<crate::maintenance::Maintenance>,
+    maintenance: Arc<crate::maintenance::Maintenance>,
     /// Where consumers' reads from object storage run.
-    pub catchup: Arc<crate::catchup::CatchupRuntime>,
-    pub streams: Arc<crate::streams::Streams>,
+    catchup: Arc<crate::catchup::CatchupRuntime>,
+    streams: Arc<crate::streams::Streams>,
     /// Writes objects and commits them (the uploader's, the object WAL's, recovery's and
     /// compaction's).
-    pub objects: Arc<crate::objects::Objects>,
-    pub meters: Arc<StorageMeters>,
-    pub object_meters: Arc<ObjectMeters>,
+    objects: Arc<crate::objects::Objects>,
+    meters: Arc<StorageMeters>,
+    object_meters: Arc<ObjectMeters>,
     /// The log cache's budget and eviction order.
-    pub log_cache: Arc<crate::log_cache::LogCache>,
-    pub shutdown: watch::Sender<bool>,
+    log_cache: Arc<crate::log_cache::LogCache>,
+    shutdown: watch::Sender<bool>,
     /// Set by `stop_background` (the first thing `close` and a broker's shutdown do): background
     /// work that can be done again later (compaction, the cleaner's rewrites) stops at once
     /// instead of holding the shutdown up.
-    pub stopping: watch::Sender<bool>,
-    pub closed: AtomicBool,
+    stopping: watch::Sender<bool>,
+    closed: AtomicBool,
 }
 
 /// The storage engine. Cheap to clone; all clones share one engine.
 #[derive(Clone)]
 pub struct Engine {
-    pub(crate) inner: Arc<EngineInner>,
+    inner: Arc<EngineInner>,
     tasks: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
 }
 

@@ -3,21 +3,25 @@
 //!
 //! How the parts fit:
 //!
+//! - [`Engine`] owns the parts below and gives each what it works with when it opens; no other
+//!   module reaches into it. The open streams (`streams.rs`), the object writer (`objects.rs`)
+//!   and the log cache's budget (`log_cache.rs`) are shared by the rest.
 //! - [`Engine::append_with`] is the one way data enters a stream. Under the stream's lock it
 //!   assigns the base offset, lets the caller decide what to append (the Kafka layer checks
-//!   producer sequences there), puts the batch in the log cache and hands it to the WAL
-//!   ([`weir_wal`]), or keeps it waiting in the stream, behind every earlier batch, while the
-//!   WAL has no room. The WAL calls back, in order, when the batch is durable; the stream's high
-//!   watermark advances and the caller is answered. A failed write rewinds the stream
+//!   producer sequences there), puts the batch in the log cache and hands it on (`intake.rs`)
+//!   to its stream's way of making it durable, behind one trait (`durability.rs`): the WAL file
+//!   ([`weir_wal`]) or the object WAL; or keeps it waiting in the stream, behind every earlier
+//!   batch, while that has no room. The kind calls back, in order, when the batch is durable;
+//!   the stream's high watermark advances and the caller is answered. A failed write rewinds the stream
 //!   (`stream.rs`, which owns a stream's offsets, cache and byte accounting).
 //! - A stream on the object WAL (`object_wal.rs`; the topic config `weir.wal.kind`, or an
 //!   engine opened without a WAL file) hands its batches to object storage instead: they are
 //!   collected into an ordinary object, PUT and committed, and only then durable (and already
 //!   committed). Several objects are in flight; their commits take turns, in order.
-//! - The uploader (`upload.rs`) takes durable batches not yet in object storage, builds
-//!   objects in the [`format`] (a stream-set object for small streams, stream objects for
-//!   large ones), PUTs them, commits them to the metadata store ([`weir_meta`]) in one
-//!   transaction, trims the WAL, and hands waiting batches on.
+//! - The uploader (`upload.rs`) takes durable batches not yet in object storage; the object
+//!   writer builds objects in the [`format`] (a stream-set object for small streams, stream
+//!   objects for large ones), PUTs them and commits them to the metadata store ([`weir_meta`])
+//!   in one transaction; the uploader trims the WAL and the intake hands waiting batches on.
 //! - [`Engine::read`] serves from the log cache, or from objects through the block cache and
 //!   ranged GETs with read-ahead (`reader.rs`); consumers' reads from objects run on niced
 //!   threads of their own (`catchup.rs`), below the produce path.
