@@ -172,6 +172,20 @@ pub(crate) struct Compactor {
 }
 
 impl Compactor {
+    pub fn new(shared: &crate::shared::Shared, stopping: watch::Receiver<bool>) -> Compactor {
+        Compactor {
+            config: shared.config.clone(),
+            meta: Arc::clone(&shared.meta),
+            store: Arc::clone(&shared.store),
+            reader: Arc::clone(&shared.reader),
+            streams: Arc::clone(&shared.streams),
+            objects: Arc::clone(&shared.objects),
+            backlog: Arc::clone(&shared.backlog),
+            meters: Arc::clone(&shared.meters),
+            stopping,
+        }
+    }
+
     fn is_stopping(&self) -> bool {
         *self.stopping.borrow()
     }

@@ -13,7 +13,7 @@ use weir_wal::{Wal, WalError, WalRecord};
 use crate::config::{Retention, StorageConfig, WalKind};
 use crate::error::{Result, StorageError};
 use crate::format::Frame;
-use crate::objstore::{MeteredStore, ObjectMeters};
+use crate::objstore::ObjectMeters;
 use crate::reader::{ObjectReader, Purpose};
 use crate::stream::{frame, Failure, OutcomeCell, RewindHook, Stream};
 use crate::StorageMeters;
@@ -226,95 +226,55 @@ impl Engine {
         meta: Arc<dyn MetaStore>,
         store: Arc<dyn ObjectStore>,
     ) -> Result<Engine> {
-        let metered = MeteredStore::new(store);
-        let object_meters = metered.meters();
-        let store: Arc<dyn ObjectStore> = Arc::new(metered);
-        let meters = Arc::new(StorageMeters::default());
-        let reader = Arc::new(ObjectReader::with_index_cache(
-            Arc::clone(&store),
-            Arc::clone(&meta),
-            Arc::clone(&meters),
-            config.block_bytes,
-            config.block_cache_bytes,
-            config.readahead_max_bytes,
-            crate::budget::Budget::new(config.catchup_bytes_per_sec),
-            crate::budget::Budget::new(config.background_bytes_per_sec),
-            config.index_cache_bytes,
-        ));
-        let catchup = Arc::new(crate::catchup::CatchupRuntime::new(config.catchup_nice)?);
-        let streams = Arc::new(crate::streams::Streams::default());
-        let objects = Arc::new(crate::objects::Objects {
-            store: Arc::clone(&store),
-            meta: Arc::clone(&meta),
-            catchup: Arc::clone(&catchup),
-            meters: Arc::clone(&meters),
-            sizes: crate::objects::Sizes {
-                block_bytes: config.block_bytes,
-                stream_object_bytes: config.stream_object_bytes,
-                multipart_part_bytes: config.multipart_part_bytes,
-            },
-            streams: Arc::clone(&streams),
-        });
-        let log_cache = Arc::new(crate::log_cache::LogCache::new(
-            config.log_cache_bytes,
-            Arc::clone(&streams),
-            Arc::clone(&meters),
-        ));
-        let backlog = Arc::new(crate::upload::Backlog {
-            wal: Arc::clone(&wal),
-            upload_bytes: config.upload_bytes,
-        });
+        let shared = crate::shared::Shared::new(config, &wal, meta, store)?;
         let upload_wanted = Arc::new(Notify::new());
+        let stopping = watch::channel(false).0;
+        let compactor = Arc::new(crate::compaction::Compactor::new(
+            &shared,
+            stopping.subscribe(),
+        ));
+        let maintenance = Arc::new(crate::maintenance::Maintenance::new(
+            &shared,
+            Arc::clone(&compactor),
+            stopping.subscribe(),
+        ));
         let object_wal = Arc::new(crate::object_wal::ObjectWal::new(
-            &config,
-            Arc::clone(&objects),
-            Arc::clone(&log_cache),
-            Arc::clone(&backlog),
+            &shared.config,
+            Arc::clone(&shared.objects),
+            Arc::clone(&shared.log_cache),
+            Arc::clone(&shared.backlog),
             Arc::clone(&upload_wanted),
         ));
-        let stopping = watch::channel(false).0;
-        let compactor = Arc::new(crate::compaction::Compactor {
-            config: config.clone(),
-            meta: Arc::clone(&meta),
-            store: Arc::clone(&store),
-            reader: Arc::clone(&reader),
-            streams: Arc::clone(&streams),
-            objects: Arc::clone(&objects),
-            backlog: Arc::clone(&backlog),
-            meters: Arc::clone(&meters),
-            stopping: stopping.subscribe(),
-        });
-        let maintenance = Arc::new(crate::maintenance::Maintenance {
-            config: config.clone(),
-            meta: Arc::clone(&meta),
-            store: Arc::clone(&store),
-            reader: Arc::clone(&reader),
-            streams: Arc::clone(&streams),
-            compactor: Arc::clone(&compactor),
-            meters: Arc::clone(&meters),
-            stopping: stopping.subscribe(),
-        });
         let intake = Arc::new(crate::intake::Intake {
             wal_file: crate::durability::WalFile {
                 wal: Arc::clone(&wal),
                 upload_wanted: Arc::clone(&upload_wanted),
             },
             object_wal,
-            streams: Arc::clone(&streams),
-            totals: Arc::clone(&log_cache.totals),
-            meters: Arc::clone(&meters),
+            streams: Arc::clone(&shared.streams),
+            totals: Arc::clone(&shared.log_cache.totals),
+            meters: Arc::clone(&shared.meters),
         });
         let uploader = Arc::new(crate::upload::Uploader::new(
-            config.clone(),
+            &shared,
             Arc::clone(&wal),
             has_wal_file,
-            Arc::clone(&streams),
-            Arc::clone(&objects),
-            Arc::clone(&log_cache),
-            Arc::clone(&backlog),
             Arc::clone(&intake),
             upload_wanted,
         ));
+        let crate::shared::Shared {
+            config,
+            meta,
+            store,
+            object_meters,
+            meters,
+            reader,
+            catchup,
+            streams,
+            objects,
+            log_cache,
+            backlog,
+        } = shared;
         let inner = Arc::new(EngineInner {
             config,
             wal,

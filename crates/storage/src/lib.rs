@@ -58,6 +58,7 @@ mod objects;
 pub mod objstore;
 mod reader;
 mod recovery;
+mod shared;
 mod stream;
 mod streams;
 mod upload;

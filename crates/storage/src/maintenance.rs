@@ -34,6 +34,23 @@ pub(crate) struct Maintenance {
 }
 
 impl Maintenance {
+    pub fn new(
+        shared: &crate::shared::Shared,
+        compactor: Arc<Compactor>,
+        stopping: watch::Receiver<bool>,
+    ) -> Maintenance {
+        Maintenance {
+            config: shared.config.clone(),
+            meta: Arc::clone(&shared.meta),
+            store: Arc::clone(&shared.store),
+            reader: Arc::clone(&shared.reader),
+            streams: Arc::clone(&shared.streams),
+            compactor,
+            meters: Arc::clone(&shared.meters),
+            stopping,
+        }
+    }
+
     /// Maintains every `maintenance_interval` until `shutdown`.
     pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         loop {

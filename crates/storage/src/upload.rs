@@ -50,26 +50,21 @@ pub(crate) struct Uploader {
 }
 
 impl Uploader {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
-        config: StorageConfig,
+        shared: &crate::shared::Shared,
         wal: Arc<dyn Wal>,
         has_wal_file: bool,
-        streams: Arc<Streams>,
-        objects: Arc<Objects>,
-        log_cache: Arc<LogCache>,
-        backlog: Arc<Backlog>,
         intake: Arc<Intake>,
         wanted: Arc<Notify>,
     ) -> Uploader {
         Uploader {
-            config,
+            config: shared.config.clone(),
             wal,
             has_wal_file,
-            streams,
-            objects,
-            log_cache,
-            backlog,
+            streams: Arc::clone(&shared.streams),
+            objects: Arc::clone(&shared.objects),
+            log_cache: Arc::clone(&shared.log_cache),
+            backlog: Arc::clone(&shared.backlog),
             intake,
             lock: tokio::sync::Mutex::new(()),
             flush_requests: Mutex::new(HashSet::new()),
