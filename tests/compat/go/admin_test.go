@@ -67,12 +67,21 @@ func TestAdminTopics(t *testing.T) {
 			t.Fatalf("partition %d: leader %d replicas %v isr %v; want a leader among %v, the only replica and ISR", p, pd.Leader, pd.Replicas, pd.ISR, b.Nodes())
 		}
 	}
-	all, err := adm.ListTopics(ctxFor(t, 30*time.Second))
-	if err != nil {
-		t.Fatalf("list all topics: %v", err)
-	}
-	if !all.Has(topic) {
-		t.Fatalf("listing all topics misses %s: %v", topic, all.Names())
+	// Listing every topic may go to a broker of a cluster that has not heard of the new topic
+	// yet (as a Kafka broker's metadata cache lags its controller): it must within seconds.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		all, err := adm.ListTopics(ctxFor(t, 30*time.Second))
+		if err != nil {
+			t.Fatalf("list all topics: %v", err)
+		}
+		if all.Has(topic) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("listing all topics misses %s after 10 s: %v", topic, all.Names())
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 
 	// The broker list.
