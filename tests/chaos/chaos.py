@@ -1047,7 +1047,8 @@ class Chaos:
     # ----------------------------------------------------------- resources
     SAMPLED = ("process_resident_memory_bytes", "process_open_fds", "process_threads",
                "weir_runtime_tasks_alive", "weir_stuck_requests_total", "weir_requests_stuck",
-               "weir_log_cache_bytes", "weir_block_cache_bytes", "weir_object_index_cache_bytes")
+               "weir_log_cache_bytes", "weir_block_cache_bytes", "weir_object_index_cache_bytes",
+               "weir_allocator_allocated_bytes", "weir_allocator_resident_bytes")
 
     def sample(self):
         """Each live broker's process figures and stuck requests (/metrics); a broker that
@@ -1999,6 +2000,8 @@ def soak_section(r):
         n = len(xs)
         for m, (factor, slack) in list(GROWTH.items()) + [
                 ("process_resident_memory_bytes", (None, None)),
+                ("weir_allocator_allocated_bytes", (None, None)),
+                ("weir_allocator_resident_bytes", (None, None)),
                 ("weir_log_cache_bytes", (None, None)), ("weir_block_cache_bytes", (None, None))]:
             vals = [g[m] for _, g in xs if m in g]
             if len(vals) < 10:
@@ -2017,7 +2020,36 @@ def soak_section(r):
             if not ok:
                 grew.append(f"broker {node}: {m} grew from {early:,.0f} to {late:,.0f} "
                             f"(limit {limit:,.0f})")
+    lines += memory_curve(by_node, starts)
     return lines, grew
+
+
+def memory_curve(by_node, starts):
+    """Memory of each broker that ran throughout at each tenth of the run (medians of the
+    samples in it): whether it levels off or keeps growing, and whether the allocator's live
+    bytes grow with the resident ones."""
+    measures = ("process_resident_memory_bytes", "memory_outside_caches",
+                "weir_allocator_allocated_bytes", "weir_allocator_resident_bytes")
+    lines = ["", "Memory (MB) by tenth of the run, medians: resident / outside the caches / "
+             "allocated (live) / the allocator's resident.", "",
+             "| broker | " + " | ".join(str(i + 1) for i in range(10)) + " |",
+             "|---:|" + "---:|" * 10]
+    for node in sorted(by_node):
+        if len(starts[node]) != 1:
+            continue
+        xs = sorted(by_node[node], key=lambda x: x[0])
+        if len(xs) < 20:
+            continue
+        cells = []
+        for i in range(10):
+            part = xs[len(xs) * i // 10: len(xs) * (i + 1) // 10]
+            vals = []
+            for m in measures:
+                v = [g[m] for _, g in part if m in g]
+                vals.append(f"{statistics.median(v) / 1e6:.0f}" if v else "-")
+            cells.append("/".join(vals))
+        lines.append(f"| {node} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def read_json(path):

@@ -618,6 +618,18 @@ pub fn register_process_meters(r: &mut weir_metrics::Registry) {
         "Resident memory of the broker process.",
         || proc_status("VmRSS:").map(|kib| kib * 1024),
     );
+    // What the allocator says: live allocations against what it keeps resident (a soak's
+    // growing RSS is a leak only if the first grows too).
+    r.process_gauge(
+        "weir_allocator_allocated_bytes",
+        "Bytes the broker has allocated and not freed (jemalloc's stats.allocated).",
+        || jemalloc_stat(tikv_jemalloc_ctl::stats::allocated::read),
+    );
+    r.process_gauge(
+        "weir_allocator_resident_bytes",
+        "Bytes of memory the allocator keeps resident, free pages it has not returned included (jemalloc's stats.resident).",
+        || jemalloc_stat(tikv_jemalloc_ctl::stats::resident::read),
+    );
     r.process_gauge("process_threads", "Threads of the broker process.", || {
         proc_status("Threads:")
     });
@@ -630,6 +642,12 @@ pub fn register_process_meters(r: &mut weir_metrics::Registry) {
                 .map(|d| d.count() as u64)
         },
     );
+}
+
+/// One of jemalloc's statistics, as of now (they are refreshed by advancing its epoch).
+fn jemalloc_stat(read: fn() -> tikv_jemalloc_ctl::Result<usize>) -> Option<u64> {
+    tikv_jemalloc_ctl::epoch::advance().ok()?;
+    read().ok().map(|v| v as u64)
 }
 
 /// A number from `/proc/self/status` (`None` where there is none).
