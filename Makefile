@@ -21,6 +21,10 @@ build:
 # short form (tests/chaos; WEIR_CHAOS=0 leaves it out).
 test: test-rust test-compat
 
+# One run for the harnesses' port rule (tests/harness/weir_harness `ports`): no port is handed out
+# twice across the suites of one `make test`, whatever their language.
+export WEIR_HARNESS_PORTS_FILE ?= $(abspath $(or $(CARGO_TARGET_DIR),target))/harness-ports
+
 test-rust:
 	$(CARGO) test --workspace -- --test-threads=2
 

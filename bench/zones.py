@@ -51,7 +51,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -232,20 +231,10 @@ def weir_runs(configs, store="s3"):
     return results
 
 
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def kafka_run():
     root = os.path.join(WORK, "kafka")
     os.makedirs(root, exist_ok=True)
-    p = free_ports(4)
+    p = weir_harness.free_ports(4)
     common = ["--prop", "replica.selector.class="
               "org.apache.kafka.common.replica.RackAwareReplicaSelector",
               "--prop", "offsets.topic.replication.factor=3",

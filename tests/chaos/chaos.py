@@ -836,11 +836,9 @@ def interpose(cluster, i, out_dir):
     """Restarts broker i with its links to PostgreSQL, the object store, its peers and its
     clients through Proxies, and its wall clock libfaketime's when that is installed. Returns
     ({link: Proxy}, the faketime file or None)."""
-    import socket
+    import weir_harness
     b = cluster.brokers[i]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        internal = s.getsockname()[1]
+    internal = weir_harness.free_port()
     proxies = {"pg": Proxy("127.0.0.1", cluster.pg.port),
                "s3": Proxy("127.0.0.1", cluster.s3.port),
                "peer": Proxy("127.0.0.1", internal),

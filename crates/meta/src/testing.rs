@@ -6,7 +6,6 @@
 //! `WEIR_PG_BIN`). `initdb` refuses to run as root, so as root the server runs as the `postgres`
 //! user.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,28 +40,34 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-/// Ports are picked below Linux's ephemeral range (32768-60999 by default), so no outgoing
-/// connection of another process can take one between the pick and the server's bind (which
-/// binding port 0 cannot promise), and none twice in one process: binding port 0 may return a
-/// port it returned a moment ago.
-const PICK: std::ops::Range<u16> = 20000..32000;
-static NEXT_PICK: AtomicU64 = AtomicU64::new(0);
-
-/// A loopback port that is free when picked and not picked before by this process, for a
-/// server the test starts (PostgreSQL, s3s-fs, a broker).
+/// A loopback port that is free when picked and not handed out before in this run, for a server
+/// the test starts (PostgreSQL, s3s-fs, a broker). The rule is the one every harness uses,
+/// `python3 tests/harness/weir_harness ports 1` (below the ephemeral range, none twice); a run
+/// is every process given the same `WEIR_HARNESS_PORTS_FILE` (`make test` sets one for all its
+/// suites), else the test binaries of one `cargo test`.
 pub fn free_port() -> Result<u16, Error> {
-    // Test binaries run one after another, and each starts where its process id says, so
-    // two of them rarely walk the same ports.
-    let span = u64::from(PICK.end - PICK.start);
-    let start = u64::from(std::process::id()) * 97;
-    for _ in 0..span {
-        let n = NEXT_PICK.fetch_add(1, Ordering::Relaxed);
-        let port = PICK.start + ((start + n) % span) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return Ok(port);
-        }
+    let program = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/harness/weir_harness");
+    let ports_file = std::env::var_os("WEIR_HARNESS_PORTS_FILE").unwrap_or_else(|| {
+        let cargo = std::os::unix::process::parent_id();
+        std::env::temp_dir()
+            .join(format!("weir-harness-ports-{cargo}"))
+            .into_os_string()
+    });
+    let out = Command::new("python3")
+        .args([program, "ports", "1"])
+        .env("WEIR_HARNESS_PORTS_FILE", ports_file)
+        .output()
+        .map_err(|e| Error(format!("run the ports program {program}: {e}")))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let port = text.trim().trim_start_matches('[').trim_end_matches(']').parse();
+    match port {
+        Ok(port) if out.status.success() => Ok(port),
+        _ => Err(Error(format!(
+            "the ports program answered {text:?} ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ))),
     }
-    Err(Error(format!("no free port in {PICK:?}")))
 }
 
 impl PgServer {

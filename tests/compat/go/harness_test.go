@@ -1,9 +1,9 @@
 package compat
 
 // Broker harness: one single-node broker per caller, Weir ($WEIR_BIN serve ...) by default,
-// Apache Kafka (tools/kafka/kafka.sh) when WEIR_TEST_BROKER=kafka. Ports are picked free on
-// 127.0.0.1, data lives in a temp dir, and every broker started is stopped at the end, also
-// when a test fails or the run is interrupted (SIGINT/SIGTERM).
+// Apache Kafka (tools/kafka/kafka.sh) when WEIR_TEST_BROKER=kafka. Ports on 127.0.0.1 are
+// picked by the harness's one rule (freePorts), data lives in a temp dir, and every broker
+// started is stopped at the end, also when a test fails or the run is interrupted.
 //
 // With WEIR_COMPAT_TARGET=cluster the shared target of the client tests is a three-broker Weir
 // cluster instead (cluster_test.go: one private PostgreSQL, one s3s-fs, three `weir serve`;
@@ -12,10 +12,9 @@ package compat
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -157,40 +156,32 @@ func repoRoot() string {
 	return p
 }
 
-// Ports are picked below Linux's ephemeral range (32768-60999 by default), so no outgoing
-// connection of another process can take one between the pick and the broker's bind, and
-// none is handed out twice in one run: bind(":0") may return a port it returned a moment
-// ago, and two brokers of one cluster were once given the same one.
-const (
-	pickLow  = 20000
-	pickHigh = 32000
-)
+// portsFile makes this test process one run for the harness's port rule: the ports program
+// and the cluster programs this process starts (which inherit the variable) never hand out a
+// port twice.
+var portsFile = sync.OnceValue(func() string {
+	if f := os.Getenv("WEIR_HARNESS_PORTS_FILE"); f != "" {
+		return f
+	}
+	f := filepath.Join(os.TempDir(), fmt.Sprintf("weir-compat-go-ports-%d", os.Getpid()))
+	os.Setenv("WEIR_HARNESS_PORTS_FILE", f)
+	return f
+})
 
-var (
-	pickMu sync.Mutex
-	picked = map[int]bool{}
-)
-
-// freePorts picks n loopback ports that are free when picked and not picked before in this run.
+// freePorts picks n loopback ports by the harness's one port rule (`python3
+// tests/harness/weir_harness ports N`): free when picked, none handed out twice in this run.
 func freePorts(n int) ([]int, error) {
-	pickMu.Lock()
-	defer pickMu.Unlock()
+	portsFile()
+	cmd := exec.Command("python3", filepath.Join(repoRoot(), "tests", "harness", "weir_harness"),
+		"ports", strconv.Itoa(n))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("pick %d ports: %w", n, err)
+	}
 	var ports []int
-	for tries := 0; len(ports) < n; tries++ {
-		if tries > 10000 {
-			return nil, fmt.Errorf("no free port in %d-%d", pickLow, pickHigh)
-		}
-		port := pickLow + rand.IntN(pickHigh-pickLow)
-		if picked[port] {
-			continue
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			continue // in use
-		}
-		l.Close()
-		picked[port] = true
-		ports = append(ports, port)
+	if err := json.Unmarshal(out, &ports); err != nil || len(ports) != n {
+		return nil, fmt.Errorf("pick %d ports: unexpected answer %q (%v)", n, out, err)
 	}
 	return ports, nil
 }

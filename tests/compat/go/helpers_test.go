@@ -25,7 +25,12 @@ var shared struct {
 }
 
 func TestMain(m *testing.M) {
+	mine := os.Getenv("WEIR_HARNESS_PORTS_FILE") == ""
+	ports := portsFile()
 	code := m.Run()
+	if mine {
+		os.Remove(ports)
+	}
 	if shared.b != nil {
 		if err := shared.b.Close(); err != nil {
 			fmt.Fprintf(os.Stderr, "stop shared broker: %v\n", err)

@@ -54,27 +54,64 @@ PG_BIN = os.environ.get("WEIR_PG_BIN", "/usr/lib/postgresql/15/bin")
 S3_BUCKET, S3_ACCESS_KEY, S3_SECRET_KEY = "weir-test", "weir-access", "weir-secret"
 
 
-# Ports are picked below Linux's ephemeral range (32768-60999 by default): no outgoing
-# connection can take one between the pick and the broker's bind, which bind(0) cannot
-# promise. None is handed out twice in one run.
+# The port rule of every harness (Python, Go, Java, Rust call this one, the others through
+# `python3 tests/harness/weir_harness ports N`). Ports are picked below Linux's ephemeral range
+# (32768-60999 by default): no outgoing connection can take one between the pick and the
+# server's bind, which bind(0) cannot promise. None is handed out twice in one run: bind(0)
+# may return a port it returned a moment ago, and two brokers of one cluster were once given
+# the same one. A run is this process, or every process given the same file in
+# $WEIR_HARNESS_PORTS_FILE (a harness in another language and the cluster program it starts).
 _PICK_LOW, _PICK_HIGH = 20000, 32000
 _picked = set()
+_REMEMBERED = 4000
 
 
-def free_port():
-    """A free TCP port on 127.0.0.1, not picked before in this run."""
+def _pick(n, picked):
+    ports = []
     for _ in range(10000):
+        if len(ports) == n:
+            return ports
         port = random.randrange(_PICK_LOW, _PICK_HIGH)
-        if port in _picked:
+        if port in picked or port in ports:
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-        _picked.add(port)
-        return port
+        ports.append(port)
     raise RuntimeError(f"no free port in {_PICK_LOW}-{_PICK_HIGH}")
+
+
+def free_ports(n):
+    """n free TCP ports on 127.0.0.1, none picked before in this run."""
+    path = os.environ.get("WEIR_HARNESS_PORTS_FILE")
+    if not path:
+        ports = _pick(n, _picked)
+        _picked.update(ports)
+        return ports
+    import fcntl
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
+        f.seek(0)
+        before = [int(w) for w in f.read().split()]
+        ports = _pick(n, set(before) | _picked)
+        if len(before) > _REMEMBERED:
+            # A port picked thousands of picks ago was bound long since, or given up: the file
+            # may outlive a run (make test keeps it in target/), so it stays bounded.
+            f.truncate(0)
+            ports = before[-_REMEMBERED // 2:] + ports
+            ports, keep = ports[-n:], ports
+            f.write("".join(f"{p}\n" for p in keep))
+        else:
+            f.write("".join(f"{p}\n" for p in ports))
+    _picked.update(ports)
+    return ports
+
+
+def free_port():
+    """A free TCP port on 127.0.0.1, not picked before in this run."""
+    return free_ports(1)[0]
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -1,12 +1,17 @@
 """The test cluster as a program, for harnesses in any language and for `make cluster`:
 
+    python3 tests/harness/weir_harness ports N
     python3 tests/harness/weir_harness cluster [--brokers 3] [--dir DIR] [--zones a,b]
                                                [--env KEY=VALUE ...] [--keep]
                                                [--base-port P] [--admin-base-port P]
 
-starts a private PostgreSQL, an s3s-fs and N `weir serve` ($WEIR_BIN) on free loopback ports
-(the port rule is `free_port` in this package) or the ones given, prints one line of JSON on stdout once every
-broker is ready:
+`ports N` prints N free loopback ports as a JSON list: the port rule of every harness
+(`free_ports` in this package), for servers a harness in another language starts itself. Ports
+are not handed out twice to the processes that share $WEIR_HARNESS_PORTS_FILE.
+
+`cluster` starts a private PostgreSQL, an s3s-fs and N `weir serve` ($WEIR_BIN) on free loopback
+ports (the same rule) or the ones given, prints one line of JSON on stdout once every broker is
+ready:
 
     {"bootstrap": "127.0.0.1:P1,...", "metadata_url": "postgres://...",
      "object_store_url": "s3://weir-test/weir", "s3_env": {"AWS_ENDPOINT": ...},
@@ -143,9 +148,13 @@ def main():
                    help="broker n's Kafka port is BASE_PORT + n - 1 (default: free ports)")
     p.add_argument("--admin-base-port", type=int,
                    help="broker n's admin port is ADMIN_BASE_PORT + n - 1 (default: free ports)")
+    p = sub.add_parser("ports", help="print N free loopback ports as a JSON list")
+    p.add_argument("n", type=int)
     args = ap.parse_args()
     if args.command == "cluster":
         cluster(args)
+    elif args.command == "ports":
+        print(json.dumps(weir_harness.free_ports(args.n)), flush=True)
 
 
 if __name__ == "__main__":

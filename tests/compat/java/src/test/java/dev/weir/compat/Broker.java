@@ -1,8 +1,6 @@
 package dev.weir.compat;
 
 import java.io.IOException;
-import java.net.InetAddress;
-import java.net.ServerSocket;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -16,11 +14,8 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.HashMap;
-import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
-import java.util.Set;
-import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Function;
 import java.util.stream.Stream;
@@ -415,30 +410,47 @@ public final class Broker implements Target {
         }
     }
 
-    // Ports are picked below Linux's ephemeral range (32768-60999 by default): no outgoing
-    // connection can take one between the pick and the broker's bind, which binding port 0
-    // cannot promise. None is handed out twice in one run.
-    private static final int PICK_LOW = 20000;
-    private static final int PICK_HIGH = 32000;
-    private static final Set<Integer> PICKED = new HashSet<>();
+    /**
+     * The file that makes this JVM one run for the harness's port rule: the ports program and
+     * every cluster program started from here share it, so no port is handed out twice.
+     */
+    static final Path PORTS_FILE = portsFile();
 
-    static synchronized int[] freePorts(int n) throws IOException {
+    private static Path portsFile() {
+        String given = System.getenv("WEIR_HARNESS_PORTS_FILE");
+        if (given != null && !given.isEmpty()) {
+            return Paths.get(given);
+        }
+        Path f = Paths.get(System.getProperty("java.io.tmpdir"), "weir-compat-java-ports-" + ProcessHandle.current().pid());
+        f.toFile().deleteOnExit();
+        return f;
+    }
+
+    /**
+     * n loopback ports by the harness's one port rule ({@code python3 tests/harness/weir_harness
+     * ports N}): free when picked, none handed out twice in this run.
+     */
+    static int[] freePorts(int n) throws IOException {
+        ProcessBuilder pb = new ProcessBuilder("python3", repoRoot().resolve("tests/harness/weir_harness").toString(),
+                "ports", String.valueOf(n)).redirectError(ProcessBuilder.Redirect.INHERIT);
+        pb.environment().put("WEIR_HARNESS_PORTS_FILE", PORTS_FILE.toString());
+        Process p = pb.start();
+        String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8).trim();
+        try {
+            if (!p.waitFor(60, TimeUnit.SECONDS) || p.exitValue() != 0) {
+                throw new IOException("pick " + n + " ports: the ports program failed: " + out);
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IOException("pick " + n + " ports: interrupted", e);
+        }
+        String[] words = out.replaceAll("[\\[\\]\\s]", "").split(",");
+        if (words.length != n) {
+            throw new IOException("pick " + n + " ports: unexpected answer " + out);
+        }
         int[] ports = new int[n];
-        int found = 0;
-        for (int tries = 0; found < n; tries++) {
-            if (tries > 10000) {
-                throw new IOException("no free port in " + PICK_LOW + "-" + PICK_HIGH);
-            }
-            int port = ThreadLocalRandom.current().nextInt(PICK_LOW, PICK_HIGH);
-            if (PICKED.contains(port)) {
-                continue;
-            }
-            try (ServerSocket s = new ServerSocket(port, 1, InetAddress.getByName("127.0.0.1"))) {
-                PICKED.add(port);
-                ports[found++] = port;
-            } catch (IOException inUse) {
-                // taken: pick another
-            }
+        for (int i = 0; i < n; i++) {
+            ports[i] = Integer.parseInt(words[i]);
         }
         return ports;
     }

@@ -81,10 +81,11 @@ public final class Cluster implements Target {
 
     private void launch(int n) throws Exception {
         Path script = Broker.repoRoot().resolve("tests/harness/weir_harness");
-        program = new ProcessBuilder("python3", script.toString(), "cluster", "--brokers", String.valueOf(n),
+        ProcessBuilder pb = new ProcessBuilder("python3", script.toString(), "cluster", "--brokers", String.valueOf(n),
                 "--dir", root.toString(), "--keep")
-                .redirectError(ProcessBuilder.Redirect.appendTo(tmp.resolve("harness.log").toFile()))
-                .start();
+                .redirectError(ProcessBuilder.Redirect.appendTo(tmp.resolve("harness.log").toFile()));
+        pb.environment().put("WEIR_HARNESS_PORTS_FILE", Broker.PORTS_FILE.toString());
+        program = pb.start();
         commands = new OutputStreamWriter(program.getOutputStream(), StandardCharsets.UTF_8);
         answers = new BufferedReader(new InputStreamReader(program.getInputStream(), StandardCharsets.UTF_8));
         update(answer(START_WAIT));
