@@ -14,7 +14,7 @@ use crate::config::{Retention, StorageConfig, WalKind};
 use crate::error::{Result, StorageError};
 use crate::format::Frame;
 use crate::objstore::ObjectMeters;
-use crate::reader::{ObjectReader, Purpose};
+use crate::reader::Purpose;
 use crate::stream::{frame, Failure, OutcomeCell, RewindHook, Stream};
 use crate::StorageMeters;
 
@@ -154,7 +154,8 @@ impl StreamHandle {
 /// The engine's parts, and what they share. Only `Engine` reaches into it; each part is given
 /// what it works with when the engine opens.
 struct EngineInner {
-    config: StorageConfig,
+    /// What the parts share: settings, stores, reader, open streams, log cache, meters.
+    shared: crate::shared::Shared,
     wal: Arc<dyn Wal>,
     /// Whether `wal` is a WAL file; `false` for a broker without a disk, whose streams all go
     /// through the object WAL.
@@ -163,25 +164,10 @@ struct EngineInner {
     intake: Arc<crate::intake::Intake>,
     /// Uploads what the WAL file made durable, and trims it.
     uploader: Arc<crate::upload::Uploader>,
-    /// How far uploads are behind the WAL file.
-    backlog: Arc<crate::upload::Backlog>,
-    meta: Arc<dyn MetaStore>,
-    store: Arc<dyn ObjectStore>,
-    reader: Arc<ObjectReader>,
     /// Rewrites streams' small ranges into stream objects, and streams through a transform.
     compactor: Arc<crate::compaction::Compactor>,
     /// Retention, compaction and the deletion of objects, in the background.
     maintenance: Arc<crate::maintenance::Maintenance>,
-    /// Where consumers' reads from object storage run.
-    catchup: Arc<crate::catchup::CatchupRuntime>,
-    streams: Arc<crate::streams::Streams>,
-    /// Writes objects and commits them (the uploader's, the object WAL's, recovery's and
-    /// compaction's).
-    objects: Arc<crate::objects::Objects>,
-    meters: Arc<StorageMeters>,
-    object_meters: Arc<ObjectMeters>,
-    /// The log cache's budget and eviction order.
-    log_cache: Arc<crate::log_cache::LogCache>,
     shutdown: watch::Sender<bool>,
     /// Set by `stop_background` (the first thing `close` and a broker's shutdown do): background
     /// work that can be done again later (compaction, the cleaner's rewrites) stops at once
@@ -262,46 +248,23 @@ impl Engine {
             Arc::clone(&intake),
             upload_wanted,
         ));
-        let crate::shared::Shared {
-            config,
-            meta,
-            store,
-            object_meters,
-            meters,
-            reader,
-            catchup,
-            streams,
-            objects,
-            log_cache,
-            backlog,
-        } = shared;
         let inner = Arc::new(EngineInner {
-            config,
+            shared,
             wal,
             has_wal_file,
             intake,
             uploader,
-            backlog,
-            meta,
-            store,
-            reader,
             compactor,
             maintenance,
-            catchup,
-            streams,
-            objects,
-            meters,
-            object_meters,
-            log_cache,
             shutdown: watch::channel(false).0,
             stopping,
             closed: AtomicBool::new(false),
         });
         crate::recovery::recover(
             &*inner.wal,
-            &inner.objects,
+            &inner.shared.objects,
             inner.wal_backlogged(),
-            &inner.meters,
+            &inner.shared.meters,
         )
         .await?;
         let engine = Engine {
@@ -330,7 +293,14 @@ impl Engine {
         let inner = &self.inner;
         inner.check_open()?;
         let backlogged = inner.wal_backlogged();
-        crate::recovery::recover_peer(path, seal, &inner.objects, backlogged, &inner.meters).await
+        crate::recovery::recover_peer(
+            path,
+            seal,
+            &inner.shared.objects,
+            backlogged,
+            &inner.shared.meters,
+        )
+        .await
     }
 
     /// Opens a stream as its leader at `epoch`. A stream already open here at a lower epoch is
@@ -350,7 +320,7 @@ impl Engine {
     ) -> Result<StreamInfo> {
         let inner = &self.inner;
         inner.check_open()?;
-        if let Some(s) = inner.streams.get(stream_id) {
+        if let Some(s) = inner.shared.streams.get(stream_id) {
             let current = s.lock().epoch();
             if current == epoch {
                 return Ok(s.info());
@@ -364,7 +334,7 @@ impl Engine {
             }
             self.close_stream(stream_id).await?;
         }
-        let m = inner.meta.open_stream(stream_id, epoch).await?;
+        let m = inner.shared.meta.open_stream(stream_id, epoch).await?;
         let wal_kind = if inner.has_wal_file {
             options.wal_kind
         } else {
@@ -375,12 +345,12 @@ impl Engine {
             m.epoch,
             m.start_offset,
             m.end_offset,
-            Arc::clone(&inner.log_cache.totals),
+            Arc::clone(&inner.shared.log_cache.totals),
             wal_kind,
             options.rewind_hook,
         ));
         let info = s.info();
-        if let Some(old) = inner.streams.write().insert(stream_id, s) {
+        if let Some(old) = inner.shared.streams.write().insert(stream_id, s) {
             // Opened twice at once: the first's handles see it gone, as a look-up would.
             old.set_forgotten();
         }
@@ -403,6 +373,7 @@ impl Engine {
     pub async fn set_wal_kind(&self, stream_id: u64, kind: WalKind) -> Result<()> {
         let inner = &self.inner;
         let s = inner
+            .shared
             .streams
             .get(stream_id)
             .ok_or(StorageError::NotOpen(stream_id))?;
@@ -429,7 +400,7 @@ impl Engine {
             if !in_flight && (kind == WalKind::File || !uncommitted) {
                 break Ok(());
             }
-            if started.elapsed() > inner.config.wal_full_wait {
+            if started.elapsed() > inner.shared.config.wal_full_wait {
                 break Err(StorageError::Wal(WalError::Resetting));
             }
             if in_flight {
@@ -456,7 +427,7 @@ impl Engine {
     /// forgets it.
     pub async fn close_stream(&self, stream_id: u64) -> Result<()> {
         let inner = &self.inner;
-        let Some(s) = inner.streams.get(stream_id) else {
+        let Some(s) = inner.shared.streams.get(stream_id) else {
             return Ok(());
         };
         s.lock().close();
@@ -486,7 +457,7 @@ impl Engine {
                 delays.wait().await;
             }
         }
-        inner.streams.forget(stream_id);
+        inner.shared.streams.forget(stream_id);
         s.lock().release(Failure::Dropped);
         Ok(())
     }
@@ -494,7 +465,7 @@ impl Engine {
     /// Forgets a stream at once, without uploading what it holds: its topic is being deleted.
     /// Appends in flight fail; the WAL is trimmed past its records at the next upload.
     pub fn drop_stream(&self, stream_id: u64) {
-        if let Some(s) = self.inner.streams.forget(stream_id) {
+        if let Some(s) = self.inner.shared.streams.forget(stream_id) {
             let mut st = s.lock();
             st.close();
             st.release(Failure::Dropped);
@@ -520,6 +491,7 @@ impl Engine {
         let inner = &self.inner;
         inner.check_open()?;
         let s = inner
+            .shared
             .streams
             .get(stream_id)
             .ok_or(StorageError::NotOpen(stream_id))?;
@@ -556,8 +528,14 @@ impl Engine {
             return Err(StorageError::EmptyBatch { stream_id });
         }
         let end = base + u64::from(batch.record_count);
-        let deadline = Instant::now() + inner.config.wal_full_wait;
-        let was_idle = inner.log_cache.totals.uncommitted.load(Ordering::Relaxed) == 0;
+        let deadline = Instant::now() + inner.shared.config.wal_full_wait;
+        let was_idle = inner
+            .shared
+            .log_cache
+            .totals
+            .uncommitted
+            .load(Ordering::Relaxed)
+            == 0;
         let id = st.push(
             frame(base, batch.record_count, batch.max_timestamp, batch.payload),
             cell,
@@ -573,7 +551,7 @@ impl Engine {
         }
         inner.uploader.arrived(was_idle);
         // Data arriving between uploads must not come on top of the log cache's budget.
-        inner.log_cache.evict();
+        inner.shared.log_cache.evict();
         Ok(Some(PendingAppend {
             appended: Appended {
                 base_offset: base,
@@ -581,7 +559,7 @@ impl Engine {
             },
             outcome,
             started: Instant::now(),
-            meters: Arc::clone(&inner.meters),
+            meters: Arc::clone(&inner.shared.meters),
         }))
     }
 
@@ -642,6 +620,7 @@ impl Engine {
     ) -> Result<ReadResult> {
         let inner = &self.inner;
         let s = inner
+            .shared
             .streams
             .get(stream_id)
             .ok_or(StorageError::NotOpen(stream_id))?;
@@ -656,7 +635,7 @@ impl Engine {
                 });
             }
             if let Some(batches) = st.read_cached(from, max_bytes) {
-                inner.meters.log_cache_hits.inc();
+                inner.shared.meters.log_cache_hits.inc();
                 return Ok(ReadResult {
                     batches,
                     start_offset: st.start_offset(),
@@ -672,15 +651,15 @@ impl Engine {
                 .map_or(st.committed_end(), |c| c.min(st.committed_end()));
             (st.start_offset(), st.durable_end(), objects_until)
         };
-        inner.meters.log_cache_misses.inc();
-        let reader = inner.reader.clone();
+        inner.shared.meters.log_cache_misses.inc();
+        let reader = inner.shared.reader.clone();
         let read = async move {
             reader
                 .read_with(stream_id, from, committed, max_bytes, &[], purpose, wait)
                 .await
         };
         let reading = if purpose == Purpose::Fetch {
-            inner.catchup.run(read).await?
+            inner.shared.catchup.run(read).await?
         } else {
             read.await?
         };
@@ -715,6 +694,7 @@ impl Engine {
     pub async fn find_by_timestamp(&self, stream_id: u64, timestamp: i64) -> Result<Option<Frame>> {
         let inner = &self.inner;
         let s = inner
+            .shared
             .streams
             .get(stream_id)
             .ok_or(StorageError::NotOpen(stream_id))?;
@@ -725,7 +705,7 @@ impl Engine {
         // Ranges carry their max timestamp, so whole ranges are skipped without reading them.
         let mut from = start;
         while from < committed {
-            let ranges = inner.meta.ranges(stream_id, from, 64).await?;
+            let ranges = inner.shared.meta.ranges(stream_id, from, 64).await?;
             let Some(r) = ranges.iter().find(|r| r.max_timestamp >= timestamp) else {
                 match ranges.last() {
                     Some(last) => {
@@ -738,6 +718,7 @@ impl Engine {
             let mut next = from.max(r.start_offset);
             while next < r.end_offset {
                 let frames = inner
+                    .shared
                     .reader
                     .read(stream_id, next, r.end_offset, 1 << 20, Purpose::Lookup)
                     .await?;
@@ -766,6 +747,7 @@ impl Engine {
     pub async fn max_timestamp(&self, stream_id: u64) -> Result<Option<i64>> {
         let inner = &self.inner;
         let s = inner
+            .shared
             .streams
             .get(stream_id)
             .ok_or(StorageError::NotOpen(stream_id))?;
@@ -776,7 +758,7 @@ impl Engine {
         let mut max: Option<i64> = None;
         let mut from = start;
         while from < committed {
-            let ranges = inner.meta.ranges(stream_id, from, 1024).await?;
+            let ranges = inner.shared.meta.ranges(stream_id, from, 1024).await?;
             let Some(last) = ranges.last() else { break };
             from = last.end_offset;
             for r in &ranges {
@@ -792,18 +774,19 @@ impl Engine {
 
     /// A handle on the stream, if it is open here: its offsets without a look-up by id.
     pub fn stream_handle(&self, stream_id: u64) -> Option<StreamHandle> {
-        self.inner.streams.get(stream_id).map(StreamHandle)
+        self.inner.shared.streams.get(stream_id).map(StreamHandle)
     }
 
     /// The stream's offsets, if it is open here.
     pub fn stream_info(&self, stream_id: u64) -> Option<StreamInfo> {
-        self.inner.streams.get(stream_id).map(|s| s.info())
+        self.inner.shared.streams.get(stream_id).map(|s| s.info())
     }
 
     /// A receiver of the end of what the stream has in object storage, for a leader that feeds
     /// brokers serving the stream in other zones.
     pub fn watch_committed(&self, stream_id: u64) -> Option<watch::Receiver<u64>> {
         self.inner
+            .shared
             .streams
             .get(stream_id)
             .map(|s| s.committed_tx.subscribe())
@@ -828,7 +811,7 @@ impl Engine {
         if from >= until {
             return Ok(Vec::new());
         }
-        let reader = self.inner.reader.clone();
+        let reader = self.inner.shared.reader.clone();
         let known = known.to_vec();
         let read = async move {
             if !known.is_empty() {
@@ -854,14 +837,14 @@ impl Engine {
                 .read(stream_id, from, until, max_bytes, Purpose::Fetch)
                 .await
         };
-        self.inner.catchup.run(read).await
+        self.inner.shared.catchup.run(read).await
     }
 
     /// The ranges committed for a stream led here that end after `from`, oldest first, as far
     /// as the stream remembers them (its recent index): what its leader feeds to brokers that
     /// serve it in other zones.
     pub fn ranges_since(&self, stream_id: u64, from: u64) -> Vec<weir_meta::RangeInfo> {
-        let Some(s) = self.inner.streams.get(stream_id) else {
+        let Some(s) = self.inner.shared.streams.get(stream_id) else {
             return Vec::new();
         };
         let recent = s.recent.lock().unwrap_or_else(|e| e.into_inner());
@@ -885,6 +868,7 @@ impl Engine {
     pub async fn trim(&self, stream_id: u64, start_offset: u64) -> Result<u64> {
         let s = self
             .inner
+            .shared
             .streams
             .get(stream_id)
             .ok_or(StorageError::NotOpen(stream_id))?;
@@ -899,12 +883,13 @@ impl Engine {
                 });
             }
         }
-        crate::maintenance::trim_stream(&*self.inner.meta, &s, start_offset).await
+        crate::maintenance::trim_stream(&*self.inner.shared.meta, &s, start_offset).await
     }
 
     pub fn set_retention(&self, stream_id: u64, retention: Retention) -> Result<()> {
         let s = self
             .inner
+            .shared
             .streams
             .get(stream_id)
             .ok_or(StorageError::NotOpen(stream_id))?;
@@ -963,10 +948,10 @@ impl Engine {
     /// Closes every stream (uploading what they hold), stops the background tasks and the WAL.
     pub async fn close(&self) -> Result<()> {
         self.stop_background();
-        let ids: Vec<u64> = self.inner.streams.read().keys().copied().collect();
+        let ids: Vec<u64> = self.inner.shared.streams.read().keys().copied().collect();
         // One upload for every stream first: closing them one by one would write an object per
         // stream. What is still in flight now is uploaded per stream below.
-        for s in self.inner.streams.all() {
+        for s in self.inner.shared.streams.all() {
             s.lock().close();
         }
         if let Err(e) = self.inner.uploader.upload().await {
@@ -991,17 +976,17 @@ impl Engine {
     }
 
     pub fn meters(&self) -> &StorageMeters {
-        &self.inner.meters
+        &self.inner.shared.meters
     }
 
     /// The object store as the engine uses it (its requests counted in the engine's meters),
     /// for other writers of objects (zone routing's hand-off objects).
     pub fn object_store(&self) -> Arc<dyn ObjectStore> {
-        Arc::clone(&self.inner.store)
+        Arc::clone(&self.inner.shared.store)
     }
 
     pub fn object_meters(&self) -> &ObjectMeters {
-        &self.inner.object_meters
+        &self.inner.shared.object_meters
     }
 
     pub fn wal(&self) -> &Arc<dyn Wal> {
@@ -1010,7 +995,12 @@ impl Engine {
 
     /// Bytes of payload in the log cache.
     pub fn log_cache_bytes(&self) -> u64 {
-        self.inner.log_cache.totals.cached.load(Ordering::Relaxed)
+        self.inner
+            .shared
+            .log_cache
+            .totals
+            .cached
+            .load(Ordering::Relaxed)
     }
 
     /// Declares the meters of the engine, its WAL and its object store.
@@ -1040,7 +1030,7 @@ impl EngineInner {
 
     /// Whether uploads are behind ([`crate::upload::Backlog::is_behind`]).
     pub(crate) fn wal_backlogged(&self) -> bool {
-        self.backlog.is_behind()
+        self.shared.backlog.is_behind()
     }
 }
 

@@ -47,12 +47,8 @@ pub(crate) async fn recover(
             });
         }
     }
-    let uploaded: usize = parts.iter().map(|p| p.frames.len()).sum();
-    if !parts.is_empty() {
-        objects.commit_parts(&parts, backlogged).await?;
-    }
+    let uploaded = commit_recovered(objects, &parts, backlogged, meters).await?;
     wal.trim(wal.next_seq()).await?;
-    meters.recovered_batches.add(uploaded as u64);
     tracing::info!(
         records = count,
         uploaded,
@@ -60,6 +56,22 @@ pub(crate) async fn recover(
         "WAL recovery uploaded"
     );
     Ok(())
+}
+
+/// Writes and commits the recovered `parts` (a broker's own WAL's or a peer's), counted in
+/// `recovered_batches`; returns how many batches they hold.
+async fn commit_recovered(
+    objects: &Objects,
+    parts: &[Part],
+    backlogged: bool,
+    meters: &StorageMeters,
+) -> Result<usize> {
+    let uploaded: usize = parts.iter().map(|p| p.frames.len()).sum();
+    if !parts.is_empty() {
+        objects.commit_parts(parts, backlogged).await?;
+    }
+    meters.recovered_batches.add(uploaded as u64);
+    Ok(uploaded)
 }
 
 /// Recovered records by stream, each stream's in WAL order.
@@ -199,11 +211,7 @@ pub(crate) async fn recover_peer(
             });
         }
     }
-    let uploaded: usize = parts.iter().map(|p| p.frames.len()).sum();
-    if !parts.is_empty() {
-        objects.commit_parts(&parts, backlogged).await?;
-    }
-    meters.recovered_batches.add(uploaded as u64);
+    let uploaded = commit_recovered(objects, &parts, backlogged, meters).await?;
     tracing::info!(
         path = %path.display(),
         records = count,
