@@ -244,6 +244,7 @@ impl Broker {
         self.groups.meters().register(r);
         self.txns.meters.register(r);
         self.topics.cleaner.register(r);
+        self.topics.register_partition_meters(r);
         self.cluster.register_meters(r);
         if let Some(z) = &self.zones {
             weir_zone::meters::NetMeters::register(&z.net, r);

@@ -44,6 +44,7 @@
 //! version) is logged and ignored: the group starts Empty, its offsets intact.
 
 pub mod assignor;
+pub mod committed;
 pub mod consumer;
 mod consumer_api;
 mod embedded;
@@ -184,6 +185,9 @@ pub struct GroupMeters {
     pub lock_wait: weir_metrics::Histogram,
     /// From having the lock to letting it go.
     pub lock_held: weir_metrics::Histogram,
+    /// The committed offsets of the groups coordinated here, as last read
+    /// ([`GroupCoordinator::refresh_committed_offsets`]).
+    pub committed: committed::CommittedOffsets,
 }
 
 impl GroupMeters {
@@ -199,6 +203,7 @@ impl GroupMeters {
             "Time the group coordinator's lock was held.",
             &self.lock_held,
         );
+        self.committed.register(r);
     }
 }
 

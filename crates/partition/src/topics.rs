@@ -351,6 +351,34 @@ impl Topics {
         self.read_local().values().cloned().collect()
     }
 
+    /// Declares `weir_partition_high_watermark` for the partitions led here: each partition's
+    /// leader exports it, so a group's lag (with `weir_consumer_group_committed_offset`, from its
+    /// coordinator) needs no broker to know every partition's end.
+    pub fn register_partition_meters(self: &Arc<Self>, r: &mut weir_metrics::Registry) {
+        let topics = Arc::downgrade(self);
+        r.gauges_read(
+            "partition_high_watermark",
+            "High watermark (the offset after the last record consumers may read) of each partition led here.",
+            move || {
+                let Some(topics) = topics.upgrade() else {
+                    return Vec::new();
+                };
+                topics
+                    .local_partitions()
+                    .iter()
+                    .filter(|p| !p.is_gone())
+                    .map(|p| {
+                        let labels = vec![
+                            ("topic", p.topic.clone()),
+                            ("partition", p.index.to_string()),
+                        ];
+                        (labels, p.offsets().1)
+                    })
+                    .collect()
+            },
+        );
+    }
+
     fn apply_configs(&self, t: &Topic) {
         let retention = self.retention(&t.configs);
         let max = self.max_message_bytes(&t.configs);

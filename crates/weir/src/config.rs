@@ -329,6 +329,9 @@ pub struct BrokerConfig {
     /// How often idempotent-producer state is snapshotted to the metadata store (idle
     /// producers are expired at the same time).
     pub producer_snapshot_interval_ms: u64,
+    /// How often the committed offsets of the groups this broker coordinates are read for
+    /// `weir_consumer_group_committed_offset` (one metadata-store read per group); 0: never.
+    pub group_offsets_meter_interval_ms: u64,
     /// `producer.id.expiration.ms`: an idempotent producer that has not written for this long
     /// is forgotten, as in Kafka (its next batch may start at any sequence).
     pub producer_id_expiration_ms: i64,
@@ -491,6 +494,7 @@ impl Default for BrokerConfig {
             group_classic_max_size: weir_group::DEFAULT_MAX_SIZE,
             group_consumer_max_size: weir_group::DEFAULT_MAX_SIZE,
             producer_snapshot_interval_ms: 30_000,
+            group_offsets_meter_interval_ms: 30_000,
             producer_id_expiration_ms: 86_400_000,
             log_cleaner_backoff_ms: 15_000,
             fault_switch: false,

@@ -760,7 +760,7 @@ async fn listen(
         },
         shutdown_rx.clone(),
     ));
-    let background = background_tasks(config, topics, shutdown_rx);
+    let background = background_tasks(config, topics, &broker.groups, shutdown_rx);
     ready.store(true, Ordering::SeqCst);
     log_serving(
         config,
@@ -780,7 +780,6 @@ async fn listen(
     })
 }
 
-/// Binds the Kafka listeners, each with its security and TLS.
 /// Every meter of the broker, each declared by the component that counts it.
 fn meters(
     engine: &weir_storage::Engine,
@@ -795,6 +794,7 @@ fn meters(
     Arc::new(r)
 }
 
+/// Binds the Kafka listeners, each with its security and TLS.
 async fn bind_kafka_listeners(
     config: &Config,
     joined: &Joined,
@@ -822,14 +822,15 @@ type KafkaListener = (
     Option<Arc<weir_network::Tls>>,
 );
 
-/// The tasks that stop with the listeners: producer-state snapshots and the cleaner of
-/// compacted topics.
+/// The tasks that stop with the listeners: producer-state snapshots, the cleaner of
+/// compacted topics, and the read of committed offsets for their meter.
 fn background_tasks(
     config: &Config,
     topics: &Arc<weir_partition::Topics>,
+    groups: &Arc<weir_group::GroupCoordinator>,
     shutdown_rx: watch::Receiver<bool>,
 ) -> Vec<JoinHandle<()>> {
-    vec![
+    let mut tasks = vec![
         every(
             Duration::from_millis(config.broker.producer_snapshot_interval_ms.max(100)),
             shutdown_rx.clone(),
@@ -843,7 +844,7 @@ fn background_tasks(
         ),
         every(
             Duration::from_millis(config.broker.log_cleaner_backoff_ms.max(100)),
-            shutdown_rx,
+            shutdown_rx.clone(),
             {
                 let topics = Arc::clone(topics);
                 move || {
@@ -854,7 +855,22 @@ fn background_tasks(
                 }
             },
         ),
-    ]
+    ];
+    let offsets_every = config.broker.group_offsets_meter_interval_ms;
+    if offsets_every > 0 {
+        let groups = Arc::clone(groups);
+        let read = move || {
+            let groups = Arc::clone(&groups);
+            async move {
+                if let Err(e) = groups.refresh_committed_offsets().await {
+                    tracing::warn!(error = %e, "reading committed offsets for their meter failed");
+                }
+            }
+        };
+        let period = Duration::from_millis(offsets_every.max(100));
+        tasks.push(every(period, shutdown_rx, read));
+    }
+    tasks
 }
 
 fn log_serving(

@@ -148,6 +148,48 @@ fn catch_up_reads_run_on_threads_below_the_brokers_own() {
 /// Every meter a component registers is on `/metrics` after a workload (produce, fetch, a
 /// group), under the name, type and help `/v1/meters` lists; the meters once counted and never
 /// exported among them.
+/// A group's lag is on `/metrics` as Kafka's lag exporters show it: each partition's high
+/// watermark from its leader, each group's committed offsets from its coordinator.
+#[test]
+fn a_groups_committed_offsets_and_its_partitions_ends_are_on_the_metrics_page() {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+    let b = Broker::start(&[("WEIR_BROKER_GROUP_OFFSETS_METER_INTERVAL_MS", "200")]);
+    produce(&b.bootstrap(), "lagged", 10);
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", b.bootstrap())
+        .set("group.id", "lagging")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset("lagged", 0, Offset::Offset(4))
+        .expect("partition");
+    consumer.commit(&tpl, CommitMode::Sync).expect("commit");
+    let want = [
+        "weir_partition_high_watermark{topic=\"lagged\",partition=\"0\"} 10\n",
+        "weir_consumer_group_committed_offset{group=\"lagging\",topic=\"lagged\",partition=\"0\"} 4\n",
+    ];
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, page) = http_get(b.admin, "/metrics").expect("/metrics");
+        if want.iter().all(|w| page.contains(w)) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{want:?} not on /metrics:\n{}",
+            page.lines()
+                .filter(|l| l.contains("lagg"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    b.stop();
+}
+
 #[test]
 fn every_meter_registered_is_on_the_metrics_page() {
     let b = Broker::start(&[]);

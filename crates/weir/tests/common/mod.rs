@@ -240,7 +240,6 @@ pub fn consume(bootstrap: &str, topic: &str, n: u64) -> Vec<String> {
     got
 }
 
-/// Where the tests find `s3s-fs`: `$S3S_FS`, else `~/.cargo/bin/s3s-fs`, else `$PATH`.
 /// A test cluster: PostgreSQL, s3s-fs and brokers started by the one test-cluster program every
 /// language's harness uses (`python3 tests/harness/weir_harness cluster`, which owns the port rule
 /// and how each part is started). It prints the cluster as one line of JSON and takes commands
