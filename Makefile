@@ -4,7 +4,7 @@ WEIR_DEBUG_BIN := $(abspath $(or $(CARGO_TARGET_DIR),target)/debug/weir)
 WEIR_RELEASE_BIN := $(abspath $(or $(CARGO_TARGET_DIR),target)/release/weir)
 PYTHON ?= python3
 
-.PHONY: run cluster test test-rust test-compat build lint bench-storage fmt
+.PHONY: run cluster test test-rust test-compat test-deploy build lint bench-storage fmt
 
 run:
 	$(CARGO) run --release -p weir -- serve
@@ -19,7 +19,7 @@ build:
 # Every test: the Rust unit and integration tests (the storage crash test included), then the
 # client compatibility suites, each against a freshly started `weir serve`, and the chaos suite's
 # short form (tests/chaos; WEIR_CHAOS=0 leaves it out).
-test: test-rust test-compat
+test: test-rust test-compat test-deploy
 
 # One run for the harnesses' port rule (tests/harness/weir_harness `ports`): no port is handed out
 # twice across the suites of one `make test`, whatever their language.
@@ -31,6 +31,16 @@ test-rust:
 test-compat:
 	$(CARGO) build -p weir
 	WEIR_BIN=$(WEIR_DEBUG_BIN) tests/compat/run-all.sh
+
+# The deployment kit: the alert rules' unit tests (promtool), then the Grafana dashboard and the
+# alert rules against a three-broker cluster under load scraped by a real Prometheus (about a
+# minute; tests/deploy/monitoring.py).
+test-deploy: dashboards-check
+
+.PHONY: dashboards-check
+dashboards-check:
+	$(CARGO) build -p weir
+	WEIR_BIN=$(WEIR_DEBUG_BIN) $(PYTHON) tests/deploy/monitoring.py
 
 lint:
 	$(CARGO) fmt --all -- --check

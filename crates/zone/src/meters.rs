@@ -28,6 +28,14 @@ pub enum Kind {
 }
 
 impl Kind {
+    pub const ALL: [Kind; 5] = [
+        Kind::Produce,
+        Kind::Fetch,
+        Kind::Control,
+        Kind::Forward,
+        Kind::Feed,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Produce => "produce",
@@ -69,12 +77,12 @@ impl NetMeters {
 
     /// Declares the bytes by zone pair (read from `net` when scraped).
     pub fn register(net: &std::sync::Arc<NetMeters>, r: &mut weir_metrics::Registry) {
-        let net = std::sync::Arc::clone(net);
+        let all = std::sync::Arc::clone(net);
         r.counters_read(
             "net_bytes",
             "Bytes on sockets by source zone, destination zone and kind (produce and fetch are data; a client's bytes are counted by its broker both ways, bytes between brokers by their sender).",
             move || {
-                net.snapshot()
+                all.snapshot()
                     .into_iter()
                     .map(|(src, dst, kind, bytes)| {
                         let labels = vec![
@@ -84,6 +92,27 @@ impl NetMeters {
                         ];
                         (labels, bytes)
                     })
+                    .collect()
+            },
+        );
+        let cross = std::sync::Arc::clone(net);
+        r.counters_read(
+            "net_cross_zone_bytes",
+            "Bytes of weir_net_bytes_total whose source and destination are known zones that differ (what a cloud bills as cross-zone transfer), by kind. A selector cannot compare two labels, so dashboards and alerts read this.",
+            move || {
+                // Every kind, at 0 until bytes cross: "nothing crossed" is a figure too.
+                let mut by_kind: std::collections::BTreeMap<&str, u64> = Kind::ALL
+                    .iter()
+                    .map(|k| (k.as_str(), 0))
+                    .collect();
+                for (src, dst, kind, bytes) in cross.snapshot() {
+                    if src != dst && src != UNKNOWN_ZONE && dst != UNKNOWN_ZONE {
+                        *by_kind.entry(kind.as_str()).or_insert(0) += bytes;
+                    }
+                }
+                by_kind
+                    .into_iter()
+                    .map(|(kind, bytes)| (vec![("kind", kind.to_string())], bytes))
                     .collect()
             },
         );
@@ -119,5 +148,28 @@ mod tests {
             ]
         );
         assert!(Kind::Fetch.is_data() && !Kind::Forward.is_data());
+    }
+
+    #[test]
+    fn cross_zone_bytes_are_those_between_known_zones_that_differ() {
+        let m = Arc::new(NetMeters::default());
+        m.counter("a", "b", Kind::Produce).add(10);
+        m.counter("a", "a", Kind::Produce).add(100);
+        m.counter("", "b", Kind::Fetch).add(1000);
+        m.counter("b", "c", Kind::Feed).add(7);
+        m.counter("c", "a", Kind::Feed).add(1);
+        let mut r = weir_metrics::Registry::new();
+        NetMeters::register(&m, &mut r);
+        let page = r.encode();
+        for (kind, bytes) in [
+            ("produce", 10),
+            ("fetch", 0),
+            ("control", 0),
+            ("forward", 0),
+            ("feed", 8),
+        ] {
+            let line = format!("weir_net_cross_zone_bytes_total{{kind=\"{kind}\"}} {bytes}\n");
+            assert!(page.contains(&line), "{line:?} not in:\n{page}");
+        }
     }
 }
