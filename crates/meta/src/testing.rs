@@ -46,7 +46,10 @@ fn is_root() -> bool {
 /// is every process given the same `WEIR_HARNESS_PORTS_FILE` (`make test` sets one for all its
 /// suites), else the test binaries of one `cargo test`.
 pub fn free_port() -> Result<u16, Error> {
-    let program = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/harness/weir_harness");
+    let program = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/harness/weir_harness"
+    );
     let ports_file = std::env::var_os("WEIR_HARNESS_PORTS_FILE").unwrap_or_else(|| {
         let cargo = std::os::unix::process::parent_id();
         std::env::temp_dir()
@@ -59,7 +62,11 @@ pub fn free_port() -> Result<u16, Error> {
         .output()
         .map_err(|e| Error(format!("run the ports program {program}: {e}")))?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let port = text.trim().trim_start_matches('[').trim_end_matches(']').parse();
+    let port = text
+        .trim()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse();
     match port {
         Ok(port) if out.status.success() => Ok(port),
         _ => Err(Error(format!(

@@ -176,6 +176,16 @@ pub struct ZonesSection {
     /// The zone of every client of this broker's Kafka listener that nothing else places (one
     /// listener per zone). Empty: none.
     pub listener_zone: String,
+    /// `broker.zone = "auto"`: the cloud's instance metadata service (AWS, GCP and Azure all
+    /// answer at this address).
+    pub metadata_url: String,
+    /// `broker.zone = "auto"` in a pod: the Kubernetes API. Empty: from
+    /// `KUBERNETES_SERVICE_HOST` and `KUBERNETES_SERVICE_PORT`.
+    pub kubernetes_api_url: String,
+    /// Where the pod's service-account token and the cluster's CA are (`token`, `ca.crt`).
+    pub kubernetes_credentials_dir: String,
+    /// How long each source of `broker.zone = "auto"` may take to answer.
+    pub discovery_timeout_ms: u64,
 }
 
 impl Default for ZonesSection {
@@ -189,6 +199,10 @@ impl Default for ZonesSection {
             handoff_max_puts_per_sec: h.max_puts_per_sec,
             remote_upload_interval_ms: 200,
             listener_zone: String::new(),
+            metadata_url: "http://169.254.169.254".into(),
+            kubernetes_api_url: String::new(),
+            kubernetes_credentials_dir: "/var/run/secrets/kubernetes.io/serviceaccount".into(),
+            discovery_timeout_ms: 2000,
         }
     }
 }
@@ -688,7 +702,6 @@ impl Config {
         format!("{host}:0")
     }
 
-    /// The broker's WAL kind: `object` means no WAL file at all.
     /// The zone routing default, checked.
     pub fn zone_routing(&self) -> Result<weir_zone::Routing, String> {
         weir_zone::Routing::parse(&self.zones.routing).ok_or_else(|| {

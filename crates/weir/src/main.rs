@@ -7,6 +7,7 @@ mod config;
 mod drain;
 mod listeners;
 mod serve;
+mod zone_discovery;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -75,6 +76,8 @@ struct ServeArgs {
     advertised: Option<String>,
     #[arg(long)]
     node_id: Option<String>,
+    /// The broker's zone (clients with that client.rack are served in it); `auto`: found from
+    /// the node's topology.kubernetes.io/zone label in a pod, else the cloud's instance metadata
     #[arg(long)]
     zone: Option<String>,
     #[arg(long)]

@@ -98,7 +98,8 @@ async fn join_with_wal(
 }
 
 /// Runs a broker until it stops or is replaced.
-pub async fn serve(config: Config) -> anyhow::Result<Exit> {
+pub async fn serve(mut config: Config) -> anyhow::Result<Exit> {
+    resolve_zone(&mut config).await?;
     let stores = open_stores(&config).await?;
     let joined = join(&config, &stores).await?;
     let storage = open_storage(&config, &stores, &joined).await?;
@@ -109,6 +110,18 @@ pub async fn serve(config: Config) -> anyhow::Result<Exit> {
     start_refreshers(&config, &broker, &stores.meta, &zones).await?;
     let running = listen(&config, joined, storage, &topics, &broker).await?;
     run_until_stopped(&config, running, &topics, &groups).await
+}
+
+/// `broker.zone = "auto"` replaced by the zone found where the broker runs.
+async fn resolve_zone(config: &mut Config) -> anyhow::Result<()> {
+    if config.broker.zone != crate::zone_discovery::AUTO {
+        return Ok(());
+    }
+    let env = crate::zone_discovery::Env::of_process();
+    let found = crate::zone_discovery::discover(&config.zones, &env).await?;
+    tracing::info!(zone = %found.zone, source = found.source, "broker.zone = auto: zone found");
+    config.broker.zone = found.zone;
+    Ok(())
 }
 
 /// The stores a broker keeps its state in, opened.

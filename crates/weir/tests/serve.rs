@@ -148,6 +148,93 @@ fn catch_up_reads_run_on_threads_below_the_brokers_own() {
 /// Every meter a component registers is on `/metrics` after a workload (produce, fetch, a
 /// group), under the name, type and help `/v1/meters` lists; the meters once counted and never
 /// exported among them.
+/// A stand-in for AWS's instance metadata service (IMDSv2): a session token, then the zone id.
+fn fake_aws_metadata(zone_id: &'static str) -> String {
+    use std::io::{BufRead, BufReader};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("address"));
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+            let mut head = Vec::new();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
+                    break;
+                }
+                head.push(line);
+            }
+            let first = head.first().cloned().unwrap_or_default();
+            let has_token = head
+                .iter()
+                .any(|h| h.starts_with("x-aws-ec2-metadata-token: tok"));
+            let body = if first.starts_with("PUT /latest/api/token ") {
+                "tok"
+            } else if first.starts_with("GET /latest/meta-data/placement/availability-zone-id ")
+                && has_token
+            {
+                zone_id
+            } else {
+                ""
+            };
+            let status = if body.is_empty() { 404 } else { 200 };
+            let _ = write!(
+                conn,
+                "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    url
+}
+
+/// `--zone auto` on a cloud machine: the broker asks the instance metadata service and serves
+/// in that zone; with nothing to ask, it does not start, and says why.
+#[test]
+fn a_broker_finds_its_zone_or_refuses_to_start() {
+    let url = fake_aws_metadata("use1-az2");
+    let b = Broker::start(&[
+        ("WEIR_BROKER_ZONE", "auto"),
+        ("WEIR_ZONES_METADATA_URL", url.as_str()),
+        ("NODE_NAME", ""),
+    ]);
+    let (code, cluster) = http_get(b.admin, "/v1/cluster").expect("/v1/cluster");
+    assert_eq!(code, 200, "{cluster}");
+    let cluster: serde_json::Value = serde_json::from_str(&cluster).expect("JSON");
+    let zones: Vec<&str> = cluster["brokers"]
+        .as_array()
+        .expect("brokers")
+        .iter()
+        .filter_map(|b| b["zone"].as_str())
+        .collect();
+    assert_eq!(zones, ["use1-az2"], "{cluster}");
+    b.stop();
+
+    // Nothing answers: the broker exits with an error naming every source it tried.
+    let dir = tempfile::tempdir().expect("dir");
+    let closed = format!("http://127.0.0.1:{}", common::free_port());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["serve", "--zone", "auto", "--data-dir"])
+        .arg(dir.path())
+        .args(["--listen", &format!("127.0.0.1:{}", common::free_port())])
+        .args([
+            "--admin-listen",
+            &format!("127.0.0.1:{}", common::free_port()),
+        ])
+        .env("WEIR_ZONES_METADATA_URL", &closed)
+        .env("WEIR_ZONES_DISCOVERY_TIMEOUT_MS", "300")
+        .env("WEIR_WAL_CAPACITY", (64u64 << 20).to_string())
+        .env_remove("NODE_NAME")
+        .output()
+        .expect("run weir");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started without a zone: {said}");
+    for part in ["broker.zone = auto found no zone", "aws:", "gcp:", "azure:"] {
+        assert!(said.contains(part), "{part:?} not in {said}");
+    }
+}
+
 /// A group's lag is on `/metrics` as Kafka's lag exporters show it: each partition's high
 /// watermark from its leader, each group's committed offsets from its coordinator.
 #[test]
