@@ -32,10 +32,25 @@ test-compat:
 	$(CARGO) build -p weir
 	WEIR_BIN=$(WEIR_DEBUG_BIN) tests/compat/run-all.sh
 
-# The deployment kit: the alert rules' unit tests (promtool), then the Grafana dashboard and the
-# alert rules against a three-broker cluster under load scraped by a real Prometheus (about a
-# minute; tests/deploy/monitoring.py).
-test-deploy: dashboards-check
+# The deployment kit (tests/deploy): the alert rules' unit tests (promtool), then the Grafana
+# dashboard and the alert rules against a three-broker cluster under load scraped by a real
+# Prometheus; the container image run with podman beside PostgreSQL and s3s-fs (built here from
+# the debug binary: the packaging is what is tested; `make image` builds the release one); the
+# Helm chart's scenarios linted, rendered and validated offline. About three minutes.
+test-deploy: dashboards-check image-check helm-check
+
+# The container image (deploy/container), from the release binary, as localhost/weir:VERSION.
+.PHONY: image image-check helm-check
+image: build
+	deploy/container/build.sh $(WEIR_RELEASE_BIN)
+
+image-check:
+	$(CARGO) build -p weir
+	IMAGE=localhost/weir:test deploy/container/build.sh $(WEIR_DEBUG_BIN)
+	$(PYTHON) tests/deploy/image_check.py localhost/weir:test
+
+helm-check:
+	$(PYTHON) tests/deploy/helm_check.py
 
 .PHONY: dashboards-check
 dashboards-check:
