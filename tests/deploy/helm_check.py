@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""The Helm chart (deploy/helm/weir), checked without a cluster.
+"""The Helm chart (deploy/helm/weir), checked without a cluster; and the systemd unit and the
+compose file beside it.
 
-    python3 tests/deploy/helm_check.py        # needs helm ($HELM), kubernetes-validate, promtool
+    python3 tests/deploy/helm_check.py        # needs helm ($HELM), kubernetes-validate, promtool,
+                                              # systemd-analyze
 
 For every scenario in deploy/helm/weir/ci/*-values.yaml: `helm lint --strict`, then `helm
 template`, every object of Kubernetes' own kinds validated against Kubernetes' schemas offline
@@ -9,12 +11,15 @@ template`, every object of Kubernetes' own kinds validated against Kubernetes' s
 promtool, and what the scenario is for asserted on the objects (a StatefulSet on a shared
 ReadWriteMany volume for the file WAL, a Deployment with no volume for the object WAL, SASL_SSL
 with TLS and ACLs, zones spread and passed to each broker). Then what must be refused is:
-values without the metadata store's Secret, and values the schema forbids. Exits non-zero with
-what failed.
+values without the metadata store's Secret, and values the schema forbids. The systemd unit is
+verified by `systemd-analyze verify`; the compose file is checked for what it must wire (the
+image `make image` builds, the stores' URLs, a stop grace period). Exits non-zero with what
+failed.
 """
 
 import glob
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,7 +29,8 @@ import yaml
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 CHART = os.path.join(REPO, "deploy", "helm", "weir")
-HELM = os.environ.get("HELM", "helm")
+# `go install helm.sh/helm/v4/cmd/helm` puts it in ~/go/bin, often not on $PATH.
+HELM = os.environ.get("HELM") or shutil.which("helm") or os.path.expanduser("~/go/bin/helm")
 PROMTOOL = os.environ.get("PROMTOOL", "promtool")
 KUBERNETES_VERSION = os.environ.get("KUBERNETES_VERSION", "1.33.0")
 # Kinds of custom resources the chart may render (their schemas are not Kubernetes'):
@@ -140,6 +146,41 @@ def validate(name, text, tmp):
     return objs
 
 
+def check_systemd(tmp):
+    unit = os.path.join(REPO, "deploy", "systemd", "weir.service")
+    with open(unit) as f:
+        text = f.read()
+    # verify wants ExecStart's program to exist: a stand-in at the path the unit names.
+    stand_in = os.path.join(tmp, "weir")
+    with open(stand_in, "w") as f:
+        f.write("#!/bin/sh\n")
+    os.chmod(stand_in, 0o755)
+    copy = os.path.join(tmp, "weir.service")
+    with open(copy, "w") as f:
+        f.write(text.replace("/usr/local/bin/weir", stand_in))
+    r = run(["systemd-analyze", "verify", copy])
+    problems = [l for l in (r.stdout + r.stderr).splitlines() if "weir.service" in l]
+    expect(r.returncode == 0 and not problems,
+           "systemd unit: systemd-analyze verify" + ("" if not problems else ":\n" + "\n".join(problems)))
+    expect("KillSignal=SIGTERM" in text and "TimeoutStopSec=" in text,
+           "systemd unit: SIGTERM with time for the controlled shutdown")
+
+
+def check_compose():
+    with open(os.path.join(REPO, "deploy", "compose", "compose.yaml")) as f:
+        c = yaml.safe_load(f)
+    with open(os.path.join(REPO, "Cargo.toml")) as f:
+        version = next(l.split('"')[1] for l in f if l.startswith("version ="))
+    w = c["services"]["weir"]
+    expect(w["image"] == f"localhost/weir:{version}", f"compose: the image make image builds ({w['image']})")
+    e = w["environment"]
+    expect(e["WEIR_METADATA_URL"].startswith("postgres://") and "@postgres:" in e["WEIR_METADATA_URL"]
+           and e["WEIR_OBJECT_STORE_URL"].startswith("s3://") and e["AWS_ENDPOINT"] == "http://minio:9000",
+           "compose: the broker wired to PostgreSQL and MinIO")
+    expect(set(w["depends_on"]) == {"postgres", "bucket"} and "stop_grace_period" in w,
+           "compose: starts after its stores, with time to stop")
+
+
 def main():
     scenarios = sorted(glob.glob(os.path.join(CHART, "ci", "*-values.yaml")))
     with open(os.path.join(REPO, "deploy", "prometheus", "weir-alerts.yaml")) as a, \
@@ -158,15 +199,21 @@ def main():
             scenario_checks(name, validate(name, r.stdout, tmp))
         print("refused:")
         r = render([])
+        expect(r.returncode != 0 and "wal.sharedVolume" in r.stderr,
+               "the default file WAL without a shared volume, with a clear message")
+        r = render([], ["--set", "wal.kind=object", "--set", "objectStore.url=s3://b/p"])
         expect(r.returncode != 0 and "metadata.existingSecret is required" in r.stderr,
                "values without the metadata store's Secret, with a clear message")
         r = render([scenarios[0]], ["--set", "wal.kind=disk"])
-        expect(r.returncode != 0 and "wal.kind" in r.stderr, "wal.kind=disk (the schema)")
+        expect(r.returncode != 0 and "/wal/kind" in r.stderr, "wal.kind=disk (the schema)")
         r = render([scenarios[0]], ["--set", "config.broker_zone=a"])
         expect(r.returncode != 0, "a config key not named WEIR_* (the schema)")
         r = render([os.path.join(CHART, "ci", "object-wal-values.yaml")],
                    ["--set", "listeners.protocol=SASL_SSL"])
         expect(r.returncode != 0 and "tls.existingSecret" in r.stderr, "SASL_SSL without TLS")
+        print("beside the chart:")
+        check_systemd(tmp)
+        check_compose()
     if failures:
         print(f"\nFAILED ({len(failures)}):\n" + "\n".join(failures), file=sys.stderr)
         raise SystemExit(1)

@@ -708,6 +708,7 @@ async fn listen(
     let admin_listener = TcpListener::bind(&config.broker.admin_listen)
         .await
         .with_context(|| format!("binding the admin listener {}", config.broker.admin_listen))?;
+    warn_if_admin_is_open(config, &admin_listener);
     let (shutdown, shutdown_rx) = watch::channel(false);
     let net_meters = Arc::new(weir_network::NetworkMeters::default());
     let ready = Arc::new(AtomicBool::new(false));
@@ -805,6 +806,18 @@ fn meters(
     network.register(&mut r);
     admin::register_process_meters(&mut r);
     Arc::new(r)
+}
+
+/// The admin API moves partitions and drains brokers: reachable beyond this machine, it wants a
+/// token (the container image listens on every address, for probes and scrapes).
+fn warn_if_admin_is_open(config: &Config, admin: &TcpListener) {
+    let open = admin.local_addr().is_ok_and(|a| !a.ip().is_loopback());
+    if open && config.broker.admin_token.is_empty() {
+        tracing::warn!(
+            admin = %config.broker.admin_listen,
+            "the admin API listens beyond loopback without broker.admin_token: anyone who reaches it can move partitions and drain brokers"
+        );
+    }
 }
 
 /// Binds the Kafka listeners, each with its security and TLS.
