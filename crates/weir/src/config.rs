@@ -16,6 +16,7 @@ pub struct Config {
     pub object_store: ObjectStoreConfig,
     pub cluster: ClusterSection,
     pub zones: ZonesSection,
+    pub cloud: CloudSection,
     pub balancer: BalancerSection,
     pub security: SecuritySection,
 }
@@ -176,16 +177,6 @@ pub struct ZonesSection {
     /// The zone of every client of this broker's Kafka listener that nothing else places (one
     /// listener per zone). Empty: none.
     pub listener_zone: String,
-    /// `broker.zone = "auto"`: the cloud's instance metadata service (AWS, GCP and Azure all
-    /// answer at this address).
-    pub metadata_url: String,
-    /// `broker.zone = "auto"` in a pod: the Kubernetes API. Empty: from
-    /// `KUBERNETES_SERVICE_HOST` and `KUBERNETES_SERVICE_PORT`.
-    pub kubernetes_api_url: String,
-    /// Where the pod's service-account token and the cluster's CA are (`token`, `ca.crt`).
-    pub kubernetes_credentials_dir: String,
-    /// How long each source of `broker.zone = "auto"` may take to answer.
-    pub discovery_timeout_ms: u64,
 }
 
 impl Default for ZonesSection {
@@ -199,10 +190,41 @@ impl Default for ZonesSection {
             handoff_max_puts_per_sec: h.max_puts_per_sec,
             remote_upload_interval_ms: 200,
             listener_zone: String::new(),
+        }
+    }
+}
+
+/// Where the broker runs: the cloud's instance metadata (`broker.zone = "auto"`, interruption
+/// notices of spot and preemptible machines) and, in a pod, the Kubernetes API.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CloudSection {
+    /// The instance metadata service (AWS, GCP and Azure all answer at this address).
+    pub metadata_url: String,
+    /// In a pod: the Kubernetes API. Empty: from `KUBERNETES_SERVICE_HOST` and
+    /// `KUBERNETES_SERVICE_PORT`.
+    pub kubernetes_api_url: String,
+    /// Where the pod's service-account token and the cluster's CA are (`token`, `ca.crt`).
+    pub kubernetes_credentials_dir: String,
+    /// How long each request to the metadata service or the Kubernetes API may take.
+    pub request_timeout_ms: u64,
+    /// Spot and preemptible machines: `auto` watches the notices of the cloud the broker finds
+    /// itself on (AWS, GCP, Azure) and leaves as on SIGTERM when its machine is to be taken
+    /// back; `off` does not look.
+    pub interruption_watch: String,
+    /// How often the notices are read.
+    pub interruption_poll_ms: u64,
+}
+
+impl Default for CloudSection {
+    fn default() -> Self {
+        CloudSection {
             metadata_url: "http://169.254.169.254".into(),
             kubernetes_api_url: String::new(),
             kubernetes_credentials_dir: "/var/run/secrets/kubernetes.io/serviceaccount".into(),
-            discovery_timeout_ms: 2000,
+            request_timeout_ms: 2000,
+            interruption_watch: "auto".into(),
+            interruption_poll_ms: 5000,
         }
     }
 }
@@ -565,8 +587,9 @@ impl Default for StorageSection {
     }
 }
 
-const SECTIONS: [&str; 9] = [
+const SECTIONS: [&str; 10] = [
     "security",
+    "cloud",
     "object_store",
     "balancer",
     "zones",

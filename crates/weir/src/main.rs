@@ -2,12 +2,12 @@
 //! 127.0.0.1:9092, keeps everything under ./data and serves admin HTTP on 127.0.0.1:9644.
 
 mod admin;
+mod cloud;
 mod cluster_admin;
 mod config;
 mod drain;
 mod listeners;
 mod serve;
-mod zone_discovery;
 
 use std::path::PathBuf;
 use std::time::Duration;

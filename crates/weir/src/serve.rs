@@ -114,11 +114,12 @@ pub async fn serve(mut config: Config) -> anyhow::Result<Exit> {
 
 /// `broker.zone = "auto"` replaced by the zone found where the broker runs.
 async fn resolve_zone(config: &mut Config) -> anyhow::Result<()> {
-    if config.broker.zone != crate::zone_discovery::AUTO {
+    crate::cloud::check(&config.cloud)?;
+    if config.broker.zone != crate::cloud::AUTO {
         return Ok(());
     }
-    let env = crate::zone_discovery::Env::of_process();
-    let found = crate::zone_discovery::discover(&config.zones, &env).await?;
+    let env = crate::cloud::Env::of_process();
+    let found = crate::cloud::discover_zone(&config.cloud, &env).await?;
     tracing::info!(zone = %found.zone, source = found.source, "broker.zone = auto: zone found");
     config.broker.zone = found.zone;
     Ok(())
@@ -981,6 +982,13 @@ async fn run_until_stopped(
     let mut replaced = running.cluster.replaced();
     tokio::select! {
         r = wait_for_signal() => r?,
+        notice = crate::cloud::interruption(config.cloud.clone()) => {
+            tracing::warn!(
+                cloud = ?notice.cloud,
+                notice = %notice.what,
+                "the cloud is taking this machine back: leaving as on SIGTERM"
+            );
+        }
         _ = replaced.wait_for(|r| *r) => {
             tear_down_replaced(running, groups).await;
             return Ok(Exit::Replaced);

@@ -150,6 +150,15 @@ fn catch_up_reads_run_on_threads_below_the_brokers_own() {
 /// exported among them.
 /// A stand-in for AWS's instance metadata service (IMDSv2): a session token, then the zone id.
 fn fake_aws_metadata(zone_id: &'static str) -> String {
+    fake_aws_metadata_with_notice(zone_id).0
+}
+
+/// The same, with a spot interruption notice (`spot/instance-action`) once the flag is set.
+fn fake_aws_metadata_with_notice(
+    zone_id: &'static str,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    let notice = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let given = std::sync::Arc::clone(&notice);
     use std::io::{BufRead, BufReader};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("address"));
@@ -169,12 +178,18 @@ fn fake_aws_metadata(zone_id: &'static str) -> String {
             let has_token = head
                 .iter()
                 .any(|h| h.starts_with("x-aws-ec2-metadata-token: tok"));
+            let action = r#"{"action": "terminate", "time": "2026-12-06T04:00:00Z"}"#;
             let body = if first.starts_with("PUT /latest/api/token ") {
                 "tok"
             } else if first.starts_with("GET /latest/meta-data/placement/availability-zone-id ")
                 && has_token
             {
                 zone_id
+            } else if first.starts_with("GET /latest/meta-data/spot/instance-action ")
+                && has_token
+                && given.load(std::sync::atomic::Ordering::SeqCst)
+            {
+                action
             } else {
                 ""
             };
@@ -186,7 +201,7 @@ fn fake_aws_metadata(zone_id: &'static str) -> String {
             );
         }
     });
-    url
+    (url, notice)
 }
 
 /// `--zone auto` on a cloud machine: the broker asks the instance metadata service and serves
@@ -196,7 +211,7 @@ fn a_broker_finds_its_zone_or_refuses_to_start() {
     let url = fake_aws_metadata("use1-az2");
     let b = Broker::start(&[
         ("WEIR_BROKER_ZONE", "auto"),
-        ("WEIR_ZONES_METADATA_URL", url.as_str()),
+        ("WEIR_CLOUD_METADATA_URL", url.as_str()),
         ("NODE_NAME", ""),
     ]);
     let (code, cluster) = http_get(b.admin, "/v1/cluster").expect("/v1/cluster");
@@ -222,8 +237,8 @@ fn a_broker_finds_its_zone_or_refuses_to_start() {
             "--admin-listen",
             &format!("127.0.0.1:{}", common::free_port()),
         ])
-        .env("WEIR_ZONES_METADATA_URL", &closed)
-        .env("WEIR_ZONES_DISCOVERY_TIMEOUT_MS", "300")
+        .env("WEIR_CLOUD_METADATA_URL", &closed)
+        .env("WEIR_CLOUD_REQUEST_TIMEOUT_MS", "300")
         .env("WEIR_WAL_CAPACITY", (64u64 << 20).to_string())
         .env_remove("NODE_NAME")
         .output()
@@ -233,6 +248,125 @@ fn a_broker_finds_its_zone_or_refuses_to_start() {
     for part in ["broker.zone = auto found no zone", "aws:", "gcp:", "azure:"] {
         assert!(said.contains(part), "{part:?} not in {said}");
     }
+}
+
+/// A spot machine's interruption notice: the broker leaves as on SIGTERM while a producer
+/// writes (its WAL uploaded, exit status 0), and every record it acknowledged is there when a
+/// broker starts again on its stores.
+#[test]
+fn a_spot_notice_makes_the_broker_leave_losing_nothing() {
+    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+    use rdkafka::ClientConfig;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let (url, notice) = fake_aws_metadata_with_notice("use1-az1");
+    let dir = tempfile::tempdir().expect("dir");
+    let mut b = Broker::start_in(
+        dir.path(),
+        "spot",
+        &[
+            ("WEIR_CLOUD_METADATA_URL", url.as_str()),
+            ("WEIR_CLOUD_INTERRUPTION_POLL_MS", "100"),
+        ],
+    );
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let producing = {
+        let (bootstrap, acked, stop) = (b.bootstrap(), Arc::clone(&acked), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            struct Acked(Arc<Mutex<Vec<String>>>);
+            impl rdkafka::producer::ProducerContext for Acked {
+                type DeliveryOpaque = ();
+                fn delivery(&self, r: &rdkafka::message::DeliveryResult<'_>, _: ()) {
+                    use rdkafka::Message;
+                    if let Ok(m) = r {
+                        let v = String::from_utf8_lossy(m.payload().unwrap_or(&[])).to_string();
+                        self.0.lock().expect("acked").push(v);
+                    }
+                }
+            }
+            impl rdkafka::ClientContext for Acked {}
+            let p: ThreadedProducer<Acked> = ClientConfig::new()
+                .set("bootstrap.servers", &bootstrap)
+                .set("enable.idempotence", "true")
+                .set("linger.ms", "5")
+                .set("message.timeout.ms", "5000")
+                .create_with_context(Acked(acked))
+                .expect("producer");
+            let mut i = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                let v = common::value(i);
+                if p.send(
+                    BaseRecord::<(), String>::to("spot")
+                        .partition(0)
+                        .payload(&v),
+                )
+                .is_ok()
+                {
+                    i += 1;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let _ = p.flush(Duration::from_secs(10));
+        })
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    let before = acked.lock().expect("acked").len();
+    assert!(
+        before > 100,
+        "only {before} records acknowledged before the notice"
+    );
+    notice.store(true, Ordering::SeqCst);
+    let noticed = std::time::Instant::now();
+    let status = b
+        .wait_for_exit(Duration::from_secs(60))
+        .expect("the broker left");
+    let left_in = noticed.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    producing.join().expect("producer");
+    assert!(status.success(), "exit status {status}: {}", b.log_text());
+    assert!(
+        b.log_text()
+            .contains("the cloud is taking this machine back"),
+        "{}",
+        b.log_text()
+    );
+    let acked = acked.lock().expect("acked").clone();
+    // Back on the same stores, with no notice to watch: every acknowledged record, once.
+    let again = Broker::start_in(dir.path(), "after", &[]);
+    let watermarks: rdkafka::consumer::BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", again.bootstrap())
+        .create()
+        .expect("consumer");
+    let (_, end) = rdkafka::consumer::Consumer::fetch_watermarks(
+        &watermarks,
+        "spot",
+        0,
+        Duration::from_secs(10),
+    )
+    .expect("the end offset");
+    let got = consume(&again.bootstrap(), "spot", end as u64);
+    let got_set: std::collections::HashSet<&String> = got.iter().collect();
+    assert_eq!(
+        got_set.len(),
+        got.len(),
+        "duplicates among {} records",
+        got.len()
+    );
+    let missing = acked.iter().filter(|v| !got_set.contains(v)).count();
+    assert_eq!(
+        missing,
+        0,
+        "{missing} of {} acknowledged records lost",
+        acked.len()
+    );
+    eprintln!(
+        "spot notice: left in {left_in:?}; {} records acknowledged, all read back ({} in the log)",
+        acked.len(),
+        got.len()
+    );
+    again.stop();
 }
 
 /// A group's lag is on `/metrics` as Kafka's lag exporters show it: each partition's high

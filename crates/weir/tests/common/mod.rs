@@ -151,6 +151,18 @@ impl Broker {
             .unwrap_or_else(|| panic!("no metric {name}"))
     }
 
+    /// Waits up to `timeout` for the broker to exit by itself; its exit status.
+    pub fn wait_for_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let t = Instant::now();
+        while t.elapsed() < timeout {
+            if let Some(s) = self.child_mut().try_wait().expect("child status") {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
     /// SIGTERM: the broker uploads what the WAL holds and must exit 0.
     pub fn stop(mut self) {
         // SAFETY: signalling our own child process.
