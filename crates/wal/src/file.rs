@@ -296,6 +296,7 @@ impl FileWal {
                 std::fs::create_dir_all(dir).map_err(io_err(p, "creating its directory"))?;
             }
         }
+        migrate_format_1(&config)?;
         let (file, direct) =
             open_file(&config.path, config.direct_io, config.sync).map_err(io_err(p, "opening"))?;
         let (file_len, is_device) = file_size(&file, p)?;
@@ -565,7 +566,7 @@ fn sealed_error(seal: Seal) -> WalError {
 }
 
 /// A random WAL id.
-fn new_wal_id() -> u128 {
+pub(crate) fn new_wal_id() -> u128 {
     let mut b = [0u8; 16];
     // SAFETY: getrandom writes at most `b.len()` bytes into the buffer it is given.
     let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
@@ -622,6 +623,25 @@ fn file_size(file: &File, p: &str) -> Result<(u64, bool), WalError> {
     Ok((meta.len(), false))
 }
 
+/// A WAL file of format 1 (an earlier Weir) rewritten in the current format, its records kept
+/// (`crate::v1`). A device is left alone: it cannot be replaced by a rename (refused below).
+fn migrate_format_1(config: &FileWalConfig) -> Result<(), WalError> {
+    let path = &config.path;
+    let is_file = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_file());
+    if !is_file || !crate::v1::is_v1(path)? {
+        return Ok(());
+    }
+    let started = Instant::now();
+    let records = crate::v1::migrate(path, config.capacity)?;
+    tracing::info!(
+        path = %path.display(),
+        records,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "WAL of format 1 (an earlier Weir) rewritten in the current format; what it held is recovered as usual"
+    );
+    Ok(())
+}
+
 /// The newest valid superblock; `None` for a blank file (or a device, whatever it holds).
 fn read_superblock(
     file: &File,
@@ -642,8 +662,9 @@ fn read_superblock(
         if (0..SUPERBLOCK_SLOTS as usize).any(|i| Superblock::is_v1(&slots[i * BLOCK as usize..])) {
             return Err(WalError::Invalid {
                 path: p.to_string(),
-                reason: "it is a WAL of format 1 (an earlier Weir); start that version once to \
-                         upload what it holds, or remove the file if it holds nothing"
+                reason: "it is a WAL of format 1 (an earlier Weir) whose superblock is damaged, \
+                         or on a device, which cannot be rewritten in place; start that version \
+                         once to upload what it holds"
                     .into(),
             });
         }
@@ -1532,7 +1553,7 @@ mod tests {
     }
 
     #[test]
-    fn refuses_a_format_1_wal_with_a_clear_message() {
+    fn refuses_a_damaged_format_1_wal_with_a_clear_message() {
         let dir = tempfile::tempdir().unwrap();
         let mut v1 = vec![0u8; 4 * BLOCK as usize];
         v1[..8].copy_from_slice(&crate::format::SUPER_MAGIC_V1.to_le_bytes());

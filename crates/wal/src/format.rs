@@ -28,7 +28,7 @@ pub const SUPERBLOCK_SLOTS: u64 = 2;
 pub const SEAL_AT: u64 = BLOCK * SUPERBLOCK_SLOTS;
 pub const RING_START: u64 = SEAL_AT + BLOCK;
 
-/// Format 1 (before WAL ids and seals): recognised only to refuse it with a clear message.
+/// Format 1 (before WAL ids and seals): read and rewritten in this format by `crate::v1`.
 pub const SUPER_MAGIC_V1: u64 = 0x5745_4952_5741_4c31; // "WEIRWAL1"
 const SUPER_MAGIC: u64 = 0x5745_4952_5741_4c32; // "WEIRWAL2"
 const SEAL_MAGIC: u64 = 0x5745_4952_5345_414c; // "WEIRSEAL"

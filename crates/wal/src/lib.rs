@@ -34,6 +34,7 @@ mod aligned;
 pub mod conformance;
 pub mod file;
 mod format;
+mod v1;
 
 use std::sync::Arc;
 
