@@ -630,6 +630,17 @@ pub fn register_process_meters(r: &mut weir_metrics::Registry) {
         "Bytes of memory the allocator keeps resident, free pages it has not returned included (jemalloc's stats.resident).",
         || jemalloc_stat(tikv_jemalloc_ctl::stats::resident::read),
     );
+    r.gauges_read(
+        "build_info",
+        "1, labelled with the version and the commit the broker was built from (during a rolling upgrade, which brokers run which).",
+        || {
+            let labels = vec![
+                ("version", env!("CARGO_PKG_VERSION").to_string()),
+                ("commit", env!("WEIR_COMMIT").to_string()),
+            ];
+            vec![(labels, 1i64)]
+        },
+    );
     r.process_gauge("process_threads", "Threads of the broker process.", || {
         proc_status("Threads:")
     });

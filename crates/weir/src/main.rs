@@ -34,10 +34,13 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 static JEMALLOC_CONF: &u8 =
     &b"thp:always,background_thread:true,percpu_arena:percpu,dirty_decay_ms:1000\0"[0];
 
+/// The version and the commit it was built from (`build.rs`).
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("WEIR_COMMIT"), ")");
+
 #[derive(Parser)]
 #[command(
     name = "weir",
-    version,
+    version = VERSION,
     about = "A Kafka-compatible broker that keeps its data in object storage"
 )]
 struct Cli {

@@ -915,7 +915,7 @@ fn log_serving(
             )
         })
         .collect();
-    tracing::info!(node_id, listeners = ?listening, internal_port, admin = %config.broker.admin_listen, "Weir is serving");
+    tracing::info!(version = crate::VERSION, node_id, listeners = ?listening, internal_port, admin = %config.broker.admin_listen, "Weir is serving");
 }
 
 /// The network layer's settings shared by every listener.

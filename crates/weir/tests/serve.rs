@@ -369,6 +369,38 @@ fn a_spot_notice_makes_the_broker_leave_losing_nothing() {
     again.stop();
 }
 
+/// `weir --version` names the commit it was built from, and `/metrics` says the same
+/// (`weir_build_info`: during a rolling upgrade, which brokers run which).
+#[test]
+fn the_version_names_its_commit_and_so_does_the_metrics_page() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("--version")
+        .output()
+        .expect("weir --version");
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let (version, commit) = text
+        .strip_prefix("weir ")
+        .and_then(|t| t.split_once(" ("))
+        .and_then(|(v, c)| Some((v, c.strip_suffix(')')?)))
+        .unwrap_or_else(|| panic!("not `weir VERSION (COMMIT)`: {text:?}"));
+    assert_eq!(version, env!("CARGO_PKG_VERSION"));
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    match head {
+        Some(head) => assert_eq!(commit, head, "built from another commit than HEAD"),
+        None => assert_eq!(commit, "unknown"),
+    }
+    let b = Broker::start(&[]);
+    let (_, page) = http_get(b.admin, "/metrics").expect("/metrics");
+    let line = format!("weir_build_info{{version=\"{version}\",commit=\"{commit}\"}} 1\n");
+    assert!(page.contains(&line), "{line:?} not on /metrics");
+    b.stop();
+}
+
 /// A group's lag is on `/metrics` as Kafka's lag exporters show it: each partition's high
 /// watermark from its leader, each group's committed offsets from its coordinator.
 #[test]
