@@ -57,6 +57,32 @@ const YIELD_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
 /// Parts of one compaction's upload in flight at once.
 const PARTS_IN_FLIGHT: usize = 2;
 
+/// Splits a run of consecutive small ranges so that no range is merged with less than its own
+/// size of others: a range merged with a few small new ones would be rewritten whole, again at
+/// every round that brings a few more (quadratic: the two-hour soak's brokers compacted 30 GB
+/// for 230 MB uploaded). Here a range is rewritten only when the result is at least twice its
+/// size, so each byte is rewritten about log2(target / upload) times at most. The largest range
+/// of a run that outweighs the rest of it is left out, and the parts on its two sides are
+/// split in turn; parts of fewer than two ranges are dropped.
+fn tiered(run: Vec<&RangeInfo>) -> Vec<Vec<&RangeInfo>> {
+    if run.len() < 2 {
+        return Vec::new();
+    }
+    let total: u64 = run.iter().map(|r| r.size).sum();
+    let (largest, size) = run
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (i, r.size))
+        .max_by_key(|&(_, size)| size)
+        .unwrap_or((0, 0));
+    if size <= total - size {
+        return vec![run];
+    }
+    let mut parts = tiered(run[..largest].to_vec());
+    parts.extend(tiered(run[largest + 1..].to_vec()));
+    parts
+}
+
 /// A multipart upload fed as the object is built: full parts are uploaded (a few at once)
 /// while the next ones are read.
 struct PartUpload {
@@ -268,6 +294,7 @@ impl Compactor {
         if run.len() >= 2 {
             runs.push(run);
         }
+        let runs: Vec<Vec<&RangeInfo>> = runs.into_iter().flat_map(tiered).collect();
         let mut written = 0;
         for run in runs {
             if self.compact_run(s, epoch, &run).await? {
