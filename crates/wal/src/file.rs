@@ -699,11 +699,22 @@ struct Scan {
 
 /// Reads `buf.len()` bytes of the ring from logical position `pos`, wrapping at its end.
 fn read_ring_at(file: &File, capacity: u64, pos: u64, buf: &mut [u8]) -> std::io::Result<()> {
+    read_ring_from(file, RING_START, capacity, pos, buf)
+}
+
+/// The same for a ring that starts at `ring_start` (format 1's started earlier: `crate::v1`).
+pub(crate) fn read_ring_from(
+    file: &File,
+    ring_start: u64,
+    capacity: u64,
+    pos: u64,
+    buf: &mut [u8],
+) -> std::io::Result<()> {
     let off = pos % capacity;
     let first = ((capacity - off) as usize).min(buf.len());
-    file.read_exact_at(&mut buf[..first], RING_START + off)?;
+    file.read_exact_at(&mut buf[..first], ring_start + off)?;
     if first < buf.len() {
-        file.read_exact_at(&mut buf[first..], RING_START)?;
+        file.read_exact_at(&mut buf[first..], ring_start)?;
     }
     Ok(())
 }

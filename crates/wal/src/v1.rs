@@ -91,13 +91,7 @@ pub(crate) fn is_v1(path: &Path) -> Result<bool, WalError> {
 
 /// Reads `buf.len()` bytes of format 1's ring from logical position `pos`, wrapping at its end.
 fn read_ring(file: &File, capacity: u64, pos: u64, buf: &mut [u8]) -> std::io::Result<()> {
-    let off = pos % capacity;
-    let first = ((capacity - off) as usize).min(buf.len());
-    file.read_exact_at(&mut buf[..first], RING_START_V1 + off)?;
-    if first < buf.len() {
-        file.read_exact_at(&mut buf[first..], RING_START_V1)?;
-    }
-    Ok(())
+    crate::file::read_ring_from(file, RING_START_V1, capacity, pos, buf)
 }
 
 /// The records of a format-1 WAL after its trim point, in order, up to the first group that is
