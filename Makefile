@@ -4,7 +4,7 @@ WEIR_DEBUG_BIN := $(abspath $(or $(CARGO_TARGET_DIR),target)/debug/weir)
 WEIR_RELEASE_BIN := $(abspath $(or $(CARGO_TARGET_DIR),target)/release/weir)
 PYTHON ?= python3
 
-.PHONY: run cluster test test-rust test-compat test-deploy build lint bench-storage fmt
+.PHONY: run cluster test test-rust test-compat test-deploy test-upgrade build lint bench-storage fmt
 
 run:
 	$(CARGO) run --release -p weir -- serve
@@ -38,6 +38,25 @@ test-compat:
 # the debug binary: the packaging is what is tested; `make image` builds the release one); the
 # Helm chart's scenarios linted, rendered and validated offline. About three minutes.
 test-deploy: dashboards-check image-check helm-check
+
+# Upgrades (about two minutes, plus builds of the two earlier versions the first time, about six
+# minutes each: tools/build-release.sh). The rolling upgrade (tests/chaos/chaos.py --mode
+# upgrade): a three-broker cluster started on UPGRADE_FROM's binary, upgraded to this tree's one
+# broker at a time under idempotent and transactional load; every acknowledged record read back
+# once and in order, every committed transaction whole, group offsets kept. Then a single
+# broker's data directory written by UPGRADE_EARLY (a WAL of format 1), stopped cleanly or
+# killed, taken over by this tree's broker (tests/upgrade/data_dir.py). CI runs it after
+# `make test`.
+UPGRADE_FROM ?= v0.1.0
+UPGRADE_EARLY ?= 08a96a9
+.PHONY: test-upgrade
+test-upgrade:
+	$(CARGO) build -p weir
+	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
+	old=$$(tools/build-release.sh $(UPGRADE_FROM)) && \
+		WEIR_BIN=$(WEIR_DEBUG_BIN) $(PYTHON) tests/chaos/chaos.py --mode upgrade --upgrade-from "$$old"
+	early=$$(tools/build-release.sh $(UPGRADE_EARLY)) && \
+		WEIR_BIN=$(WEIR_DEBUG_BIN) $(PYTHON) tests/upgrade/data_dir.py "$$early"
 
 # The container image (deploy/container), from the release binary, as localhost/weir:VERSION.
 .PHONY: image image-check helm-check

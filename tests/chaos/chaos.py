@@ -65,6 +65,8 @@ Faults, in an order drawn from the seed (printed; a failure prints the command t
   move      (soak) a third of each topic's partitions moved to the next broker
   restart   (soak) the last broker stopped with SIGTERM (its partitions handed over) and started
             again
+  upgrade   (upgrade) the next broker still on the old binary (CHAOS_UPGRADE_FROM) stopped with
+            SIGTERM and started on WEIR_BIN; the group offsets are checked after each
 
 Brokers restarted after a fault are given their share of the partitions back (POST
 /v1/reassignments) when CHAOS_REBALANCE=1 (default), so that every kill hits about a third of
@@ -120,12 +122,22 @@ Modes (--mode or CHAOS_MODE):
          the log, block and index caches, bounded by their settings) or if any broker ever had a
          stuck request (weir_stuck_requests_total). make soak; writes
          bench/results/soak-YYYY-MM-DD-HHMM.md
+  upgrade  a rolling upgrade: the cluster starts on the binary of --upgrade-from (the previous
+         release, built by tools/build-release.sh; make test-upgrade), then its brokers are
+         upgraded to WEIR_BIN one at a time (kind `upgrade`, one per broker, in node order) under
+         the same load, with the usual checks. Groups keep their offsets: before the first
+         upgrade a group of its own (upgrade-sentinel) is given an offset on every partition
+         (AlterConsumerGroupOffsets), which must read back unchanged after each upgrade and at
+         the end; the consumers' group (chaos-group) must keep an offset on every partition that
+         had one (one below an earlier one is noted). Each broker's version and commit (weir_build_info) before and after its
+         upgrade are printed.
 
 Flags (each also an environment variable, flags win):
   --mode [short]               CHAOS_MODE
   --seed [random]              CHAOS_SEED
   --faults                     CHAOS_FAULTS (short: one per kind)
   --kinds [all]                CHAOS_KINDS, comma-separated subset of the kinds above
+  --upgrade-from               CHAOS_UPGRADE_FROM: the old binary (--mode upgrade only)
   --wal-kind [file]            CHAOS_WAL_KIND: `object` runs the brokers without a WAL file
                                (WEIR_WAL_KIND=object): every acknowledgement waits for its
                                object's PUT and commit, a dead or paused broker's partitions move
@@ -179,6 +191,9 @@ CUT = 1
 FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 # The soak's kinds (not in the others' defaults; --kinds may name them anywhere).
 SOAK_KINDS = ("move", "restart")
+# The rolling upgrade's kind (--mode upgrade only).
+UPGRADE_KINDS = ("upgrade",)
+SENTINEL_GROUP = "upgrade-sentinel"
 TOPIC = "chaos"
 TXN_TOPIC = "chaos-txn"
 GROUP = "chaos-group"
@@ -198,6 +213,9 @@ MODES = {
     # settle: half of CHAOS_SOAK_EVERY, set in Settings (a move, then a restart, per period).
     "soak": {"faults": None, "warmup": 10.0, "settle": None, "hold": (3.0, 4.0),
              "pg_down": (2.0, 3.0), "pause_extra": (1.0, 2.0), "walpath_hold": (4.5, 5.5)},
+    # One upgrade per broker (faults: the cluster's size).
+    "upgrade": {"faults": None, "warmup": 5.0, "settle": (4.0, 5.0), "hold": (3.0, 4.0),
+                "pg_down": (2.0, 3.0), "pause_extra": (1.0, 2.0), "walpath_hold": (4.5, 5.5)},
 }
 
 
@@ -221,16 +239,24 @@ class Settings:
                         default=os.environ.get("CHAOS_KEEP", "0") == "1")
         ap.add_argument("--wal-kind", default=os.environ.get("CHAOS_WAL_KIND", "file"),
                         choices=("file", "object"))
+        ap.add_argument("--upgrade-from", default=os.environ.get("CHAOS_UPGRADE_FROM"))
         a = ap.parse_args(argv)
+        self.upgrade_from = a.upgrade_from and os.path.abspath(a.upgrade_from)
+        if (a.mode == "upgrade") != bool(self.upgrade_from):
+            raise SystemExit("chaos.py: --mode upgrade takes --upgrade-from (the old binary), "
+                             "and only it does")
+        if self.upgrade_from and not os.access(self.upgrade_from, os.X_OK):
+            raise SystemExit(f"chaos.py: --upgrade-from {self.upgrade_from}: not an executable")
         self.wal_kind = a.wal_kind
         # Faults of the WAL file: there is none on the object WAL.
-        applicable = [k for k in KINDS + SOAK_KINDS
+        applicable = [k for k in KINDS + SOAK_KINDS + (UPGRADE_KINDS if self.upgrade_from else ())
                       if a.wal_kind == "file" or k not in ("wal", "walpath")]
         self.mode = a.mode
         m = MODES[a.mode]
         self.seed = a.seed if a.seed is not None else random.randrange(1 << 31)
         default = (["kill"] if a.mode == "bench" else list(SOAK_KINDS) if a.mode == "soak"
-                   else [k for k in applicable if k not in SOAK_KINDS])
+                   else list(UPGRADE_KINDS) if a.mode == "upgrade"
+                   else [k for k in applicable if k not in SOAK_KINDS + UPGRADE_KINDS])
         self.kinds = [k.strip() for k in a.kinds.split(",") if k.strip()] or default
         for k in self.kinds:
             if k not in applicable:
@@ -240,6 +266,8 @@ class Settings:
             raise SystemExit("chaos.py: --mode bench injects kill faults only")
         self.faults = a.faults if a.faults is not None else m["faults"]
         self.keep = a.keep
+        if a.mode == "upgrade" and self.faults is None:
+            self.faults = 3  # the cluster's brokers, one upgrade each
         self.args = {"mode": a.mode, "seed": self.seed, "faults": a.faults,
                      "kinds": a.kinds or None, "wal_kind": a.wal_kind}
         self.warmup = m["warmup"]
@@ -294,16 +322,19 @@ class Settings:
 
     def unknown_keys(self):
         if not hasattr(self, "_unknown"):
-            try:
-                with open(os.environ["WEIR_BIN"], "rb") as f:
-                    binary = f.read()
-            except (OSError, KeyError):
-                binary = None
             self._unknown = set()
-            for key, field in (("WEIR_BROKER_FAULT_SWITCH", b"fault_switch"),
-                               ("WEIR_CLUSTER_CLOCK_DRIFT_MARGIN_MS", b"clock_drift_margin_ms")):
-                if binary is not None and field not in binary:
-                    self._unknown.add(key)
+            # Both binaries of an upgrade must accept every setting.
+            for path in (os.environ.get("WEIR_BIN"), self.upgrade_from):
+                try:
+                    with open(path, "rb") as f:
+                        binary = f.read()
+                except (OSError, TypeError):
+                    continue
+                for key, field in (("WEIR_BROKER_FAULT_SWITCH", b"fault_switch"),
+                                   ("WEIR_CLUSTER_CLOCK_DRIFT_MARGIN_MS",
+                                    b"clock_drift_margin_ms")):
+                    if field not in binary:
+                        self._unknown.add(key)
         return self._unknown
 
     def replay(self):
@@ -319,6 +350,8 @@ class Settings:
             parts.append(f"--kinds {','.join(self.kinds)}")
         if self.wal_kind != "file":
             parts.append(f"--wal-kind {self.wal_kind}")
+        if self.upgrade_from:
+            parts.append(f"--upgrade-from {self.upgrade_from}")
         return " ".join(parts)
 
 
@@ -1384,12 +1417,16 @@ class Chaos:
             f.notes.append("not every partition moved within 30 s")
         f.t1 = time.monotonic()
 
-    def restart(self, f):
-        """SIGTERM of the last broker (its partitions handed over), then started again."""
-        i = len(self.c.brokers) - 1
+    def restart(self, f, i=None, upgrade=False):
+        """SIGTERM of the last broker (or of broker i; its partitions handed over), then started
+        again: on the new binary (WEIR_BIN) when `upgrade`."""
+        i = len(self.c.brokers) - 1 if i is None else i
         if i not in self.live():
-            return self.skip(f, "the last broker is not running")
+            return self.skip(f, f"broker {self.node(i)} is not running")
         self.begin(f, i)
+        if upgrade:
+            f.params["from"] = self.version(i)
+            self.c.brokers[i].binary = None  # the next start: WEIR_BIN
         self.down.add(i)
         t = time.monotonic()
         try:
@@ -1400,7 +1437,83 @@ class Chaos:
         t = time.monotonic()
         if self.start_broker(i):
             f.params["restart_s"] = round(time.monotonic() - t, 1)
+            if upgrade:
+                f.params["to"] = self.version(i)
+                if f.params["to"] == f.params["from"] or f.params["to"].startswith("?"):
+                    self.fail(f"broker {f.broker} runs {f.params['to']} after its upgrade from "
+                              f"{f.params['from']}: not another build")
         f.t1 = time.monotonic()
+
+    def upgrade(self, f):
+        """The next broker still on the old binary, stopped and started on the new one."""
+        old = [i for i, b in enumerate(self.c.brokers) if b.binary is not None]
+        if not old:
+            return self.skip(f, "every broker runs the new binary already")
+        self.restart(f, old[0], upgrade=True)
+
+    def version(self, i):
+        """Broker i's "version (commit)" from weir_build_info, or what went wrong."""
+        b = self.c.brokers[i]
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{b.admin_port}/metrics",
+                                        timeout=5) as r:
+                text = r.read().decode()
+        except OSError as e:
+            return f"? ({e})"
+        m = re.search(r'weir_build_info\{[^}]*version="([^"]*)"[^}]*commit="([^"]*)"', text)
+        return f"{m.group(1)} ({m.group(2)})" if m else "? (no weir_build_info)"
+
+    # ----------------------------------------------------------- group offsets (upgrade)
+    def group_offsets(self, group):
+        """{partition: committed offset} of `group` on TOPIC (AdminClient), or None on error."""
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+        from confluent_kafka.admin import AdminClient
+
+        a = AdminClient({"bootstrap.servers": self.c.bootstrap})
+        req = ConsumerGroupTopicPartitions(
+            group, [TopicPartition(TOPIC, p) for p in range(self.s.partitions)])
+        try:
+            got = a.list_consumer_group_offsets([req])[group].result(30)
+        except Exception as e:  # noqa: BLE001 - reported by the caller
+            self.say(f"listing {group}'s offsets failed: {e}")
+            return None
+        return {tp.partition: tp.offset for tp in got.topic_partitions if tp.offset >= 0}
+
+    def set_sentinel(self):
+        """Gives SENTINEL_GROUP (no members) an offset on every partition; returns them."""
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+        from confluent_kafka.admin import AdminClient
+
+        want = {p: 1000 + 7 * p for p in range(self.s.partitions)}
+        a = AdminClient({"bootstrap.servers": self.c.bootstrap})
+        req = ConsumerGroupTopicPartitions(
+            SENTINEL_GROUP, [TopicPartition(TOPIC, p, o) for p, o in want.items()])
+        a.alter_consumer_group_offsets([req])[SENTINEL_GROUP].result(30)
+        return want
+
+    def check_groups(self, sentinel, floor, when):
+        """The sentinel's offsets unchanged and chaos-group's at or above `floor` (updated in
+        place to what is read now)."""
+        got = self.group_offsets(SENTINEL_GROUP)
+        if got != sentinel:
+            self.fail(f"{when}: {SENTINEL_GROUP}'s committed offsets changed: {got}, "
+                      f"{sentinel} were set")
+        now = self.group_offsets(GROUP)
+        if now is None:
+            self.fail(f"{when}: {GROUP}'s committed offsets could not be read")
+            return
+        lost = sorted(set(floor) - set(now))
+        if lost:
+            self.fail(f"{when}: {GROUP} has no committed offset any more on partitions {lost}")
+        # A member's commit may legitimately land after a newer one of the partition's next
+        # owner (Kafka does not order them either): noted, not a failure.
+        back = {p: (o, now[p]) for p, o in floor.items() if p in now and now[p] < o}
+        if back:
+            self.note(f"{when}: {GROUP}'s committed offsets went back (partition: (before, "
+                      f"now)): {back}")
+        floor.update(now)
+        self.say(f"{when}: {SENTINEL_GROUP}'s {len(sentinel)} offsets unchanged; {GROUP} has "
+                 f"{len(now)} committed offsets ({len(back)} below one seen before)")
 
     def inject(self, f):
         """Draws every parameter first (the same number of draws whatever the cluster's state,
@@ -1432,6 +1545,8 @@ class Chaos:
             self.move(f, draw)
         elif f.kind == "restart":
             self.restart(f)
+        elif f.kind == "upgrade":
+            self.upgrade(f)
         for note in f.notes:
             self.say(f"  #{f.n}: {note}")
 
@@ -1447,7 +1562,7 @@ def log_count(b, needle):
 def plan(s, rng):
     """The kinds in order: short, one of each; long, shuffled rounds of all kinds; bench, kills."""
     kinds = list(s.kinds)
-    if s.mode == "soak":
+    if s.mode in ("soak", "upgrade"):
         return [kinds[i % len(kinds)] for i in range(s.faults)]
     if s.faults is None:
         rng.shuffle(kinds)
@@ -1828,7 +1943,7 @@ def run(s):
     os.makedirs(s.dir)
     out_dir = os.path.join(s.dir, "clients")
     os.makedirs(out_dir)
-    cluster = weir_harness.Cluster("chaos", s.dir, env=s.broker_env())
+    cluster = weir_harness.Cluster("chaos", s.dir, env=s.broker_env(), binary=s.upgrade_from)
     ctx = mp.get_context("spawn")
     stop_p, stop_c = ctx.Event(), ctx.Event()
     procs = []
@@ -1881,6 +1996,12 @@ def run(s):
                                                              chaos.t_start)):
             raise RuntimeError("the producers got no acknowledgement on some partitions in 60 s")
         faults, skipped = [], []
+        if s.mode == "upgrade":
+            sentinel, floor = chaos.set_sentinel(), {}
+            chaos.wait(3)  # the consumers' first commits
+            chaos.check_groups(sentinel, floor, "before the upgrade")
+            for i in range(len(cluster.brokers)):
+                chaos.say(f"broker {chaos.node(i)} runs {chaos.version(i)}")
         for n, kind in enumerate(kinds, 1):
             if not chaos.wait(60, chaos.healthy):
                 chaos.note(f"before fault #{n}: the cluster is not whole after 60 s "
@@ -1896,6 +2017,8 @@ def run(s):
                 faults.append(f)
             chaos.rebalance()
             chaos.wait(rng.uniform(*s.settle))
+            if kind == "upgrade":
+                chaos.check_groups(sentinel, floor, f"after upgrade #{n}")
         chaos.clear_faults()
         chaos.wait(30, chaos.healthy)
         chaos.wait(2)
@@ -1911,6 +2034,8 @@ def run(s):
             p.join(60)
         t_flushed = time.monotonic()
         chaos.check_processes()
+        if s.mode == "upgrade":
+            chaos.check_groups(sentinel, floor, "after the load")
         chaos.say("reading every partition back")
         log, ends = read_back(cluster.bootstrap, s.partitions, out_dir)
         if s.txn_producers:

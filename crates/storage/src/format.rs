@@ -254,8 +254,16 @@ pub fn decode_footer(buf: &[u8]) -> Result<Footer, FormatError> {
     if crc32c::crc32c(&f[..24]) != footer_crc {
         return Err(FormatError("footer checksum mismatch".into()));
     }
+    if version > VERSION {
+        return Err(FormatError(format!(
+            "object format {version}, newer than this broker's {VERSION}: a later Weir release \
+             wrote it; upgrade this broker (a release reads a new object format before any \
+             release writes it, so a rolling upgrade between neighbouring releases never meets \
+             this)"
+        )));
+    }
     if version != VERSION {
-        return Err(FormatError(format!("unsupported object version {version}")));
+        return Err(FormatError(format!("unsupported object format {version}")));
     }
     if index_len as usize != entry_count as usize * ENTRY_LEN {
         return Err(FormatError(
@@ -382,6 +390,25 @@ mod tests {
             .filter(|e| e.stream_id == 1)
             .all(|e| e.position >= p.position
                 && e.position + u64::from(e.size) <= p.position + p.size));
+    }
+
+    /// An object of a later format (its footer's version above this build's, checksum right)
+    /// is refused as such, not read as garbage.
+    #[test]
+    fn an_object_of_a_later_format_is_refused_as_such() {
+        let mut b = ObjectBuilder::new(1000);
+        b.add_stream(1, &frames(0, 2, 100));
+        let mut obj = b.finish().0.concat();
+        let footer = obj.len() - FOOTER_LEN;
+        obj[footer + 20..footer + 24].copy_from_slice(&(VERSION + 1).to_le_bytes());
+        let crc = crc32c::crc32c(&obj[footer..footer + 24]);
+        obj[footer + 24..footer + 28].copy_from_slice(&crc.to_le_bytes());
+        let err = decode_footer(&obj).expect_err("refused").0;
+        let want = format!(
+            "object format {}, newer than this broker's {VERSION}",
+            VERSION + 1
+        );
+        assert!(err.contains(&want), "{err}");
     }
 
     #[test]

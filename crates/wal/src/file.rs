@@ -287,6 +287,15 @@ fn open_file(path: &Path, direct: bool, sync: SyncMode) -> std::io::Result<(File
 }
 
 impl FileWal {
+    /// Rewrites the broker's own WAL at `config.path` in the current format if an earlier Weir
+    /// wrote it in an older one, keeping its records (`crate::v1`); nothing to do otherwise.
+    /// [`FileWal::open`] does it too, but a broker reads its WAL's [`FileWal::identity`] before
+    /// opening it, and that reads the current format only. Never for a peer's WAL: its owner may
+    /// still be running.
+    pub fn upgrade_format(config: &FileWalConfig) -> Result<(), WalError> {
+        migrate_format_1(config)
+    }
+
     /// Opens (or creates) the WAL and recovers what it holds; see [`Wal::take_recovered`].
     pub fn open(config: FileWalConfig) -> Result<FileWal, WalError> {
         let path_str = config.path.display().to_string();
@@ -655,11 +664,26 @@ fn read_superblock(
     let mut slots = AlignedBuf::zeroed((BLOCK * SUPERBLOCK_SLOTS) as usize);
     file.read_exact_at(&mut slots, 0)
         .map_err(io_err(p, "reading the superblock"))?;
-    let existing = (0..SUPERBLOCK_SLOTS as usize)
-        .filter_map(|i| Superblock::decode(&slots[i * BLOCK as usize..]))
+    let slot = |i: u64| &slots[(i * BLOCK) as usize..];
+    let existing = (0..SUPERBLOCK_SLOTS)
+        .filter_map(|i| Superblock::decode(slot(i)))
         .max_by_key(|s| s.generation);
-    if existing.is_none() && !is_device {
-        if (0..SUPERBLOCK_SLOTS as usize).any(|i| Superblock::is_v1(&slots[i * BLOCK as usize..])) {
+    if existing.is_some() {
+        return Ok(existing);
+    }
+    if let Some(format) = (0..SUPERBLOCK_SLOTS).find_map(|i| Superblock::later_format(slot(i))) {
+        return Err(WalError::Invalid {
+            path: p.to_string(),
+            reason: format!(
+                "it is a WAL of format {format}, newer than this broker's {}: a later Weir \
+                 release wrote it; run that release or a later one (a broker never rewrites a \
+                 WAL it cannot read)",
+                crate::format::FORMAT
+            ),
+        });
+    }
+    if !is_device {
+        if (0..SUPERBLOCK_SLOTS).any(|i| Superblock::is_v1(slot(i))) {
             return Err(WalError::Invalid {
                 path: p.to_string(),
                 reason: "it is a WAL of format 1 (an earlier Weir) whose superblock is damaged, \
@@ -675,7 +699,7 @@ fn read_superblock(
             });
         }
     }
-    Ok(existing)
+    Ok(None)
 }
 
 /// The seal in the seal block, if any (whichever WAL it names).
@@ -1576,6 +1600,39 @@ mod tests {
             Err(e) => panic!("unexpected error {e}"),
             Ok(_) => panic!("opened a format 1 WAL"),
         }
+    }
+
+    /// A WAL a later release wrote (its superblocks of a later format) is refused, named as
+    /// such, and left as it is.
+    #[test]
+    fn refuses_a_wal_of_a_later_format_and_leaves_it() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(FileWal::open(config(dir.path(), 1 << 20)).unwrap());
+        let path = dir.path().join("wal");
+        let mut bytes = std::fs::read(&path).unwrap();
+        let mut superblocks = 0;
+        for slot in 0..SUPERBLOCK_SLOTS as usize {
+            // The magic's first byte on disk is its format digit (little-endian).
+            let at = slot * BLOCK as usize;
+            if bytes[at] == b'0' + crate::format::FORMAT {
+                bytes[at] += 1;
+                superblocks += 1;
+            }
+        }
+        assert!(superblocks > 0, "no superblock of the current format");
+        std::fs::write(&path, &bytes).unwrap();
+        match FileWal::open(config(dir.path(), 1 << 20)) {
+            Err(WalError::Invalid { reason, .. }) => {
+                let want = format!(
+                    "format {}, newer than this broker's",
+                    crate::format::FORMAT + 1
+                );
+                assert!(reason.contains(&want), "{reason}")
+            }
+            Err(e) => panic!("unexpected error {e}"),
+            Ok(_) => panic!("opened a WAL of a later format"),
+        }
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "the WAL was changed");
     }
 
     #[test]

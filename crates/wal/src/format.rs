@@ -31,6 +31,8 @@ pub const RING_START: u64 = SEAL_AT + BLOCK;
 /// Format 1 (before WAL ids and seals): read and rewritten in this format by `crate::v1`.
 pub const SUPER_MAGIC_V1: u64 = 0x5745_4952_5741_4c31; // "WEIRWAL1"
 const SUPER_MAGIC: u64 = 0x5745_4952_5741_4c32; // "WEIRWAL2"
+/// The WAL format this build writes: the digit ending `SUPER_MAGIC`.
+pub const FORMAT: u8 = (SUPER_MAGIC & 0xff) as u8 - b'0';
 const SEAL_MAGIC: u64 = 0x5745_4952_5345_414c; // "WEIRSEAL"
 const GROUP_MAGIC: u32 = 0x5747_5250; // "WGRP"
 const VERSION: u8 = 1;
@@ -92,6 +94,14 @@ impl Superblock {
     /// Whether `buf` starts with a superblock of format 1.
     pub fn is_v1(buf: &[u8]) -> bool {
         buf.len() >= 8 && (&buf[..8]).get_u64_le() == SUPER_MAGIC_V1
+    }
+
+    /// The format of a later release's superblock at the start of `buf` ("WEIRWAL3" and up),
+    /// if it is one: what this broker cannot read, named so that it says so.
+    pub fn later_format(buf: &[u8]) -> Option<u8> {
+        let magic = (buf.len() >= 8).then(|| (&buf[..8]).get_u64_le())?;
+        let format = ((magic & 0xff) as u8).wrapping_sub(b'0');
+        (magic >> 8 == SUPER_MAGIC >> 8 && format > FORMAT && format <= 9).then_some(format)
     }
 }
 

@@ -319,6 +319,31 @@ pub(crate) mod tests {
         assert_eq!(again, want);
     }
 
+    /// A broker reads its WAL's identity before it opens it (`weir serve`): that read must come
+    /// after the rewrite. With the identity read first, the real 08a96a9 build's WAL stopped the
+    /// upgraded broker ("a WAL of format 1 ... whose superblock is damaged").
+    #[test]
+    fn a_format_1_wal_has_an_identity_once_upgraded_as_a_broker_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wal");
+        let groups = vec![vec![record(1, 0)], vec![record(1, 1), record(2, 0)]];
+        write_v1(&path, 1 << 20, &groups, 0);
+        assert!(
+            FileWal::identity(&path).is_err(),
+            "read in the current format only"
+        );
+        let config = FileWalConfig {
+            capacity: 1 << 20,
+            ..FileWalConfig::new(path.clone())
+        };
+        FileWal::upgrade_format(&config).expect("upgrade");
+        let id = FileWal::identity(&path).expect("identity").expect("a WAL");
+        let wal = open(&path, 1 << 20);
+        assert_eq!(wal.wal_id(), id.wal_id);
+        let got: Vec<WalRecord> = wal.take_recovered().into_iter().map(|r| r.record).collect();
+        assert_eq!(got, groups.concat());
+    }
+
     #[test]
     fn an_empty_format_1_wal_is_reformatted() {
         let dir = tempfile::tempdir().unwrap();

@@ -46,6 +46,10 @@ async fn join_with_wal(
     wal_config: &weir_wal::FileWalConfig,
 ) -> anyhow::Result<Arc<weir_cluster::Cluster>> {
     let path = &wal_config.path;
+    // A WAL an earlier release wrote is rewritten first: its identity is read in the current
+    // format.
+    weir_wal::FileWal::upgrade_format(wal_config)
+        .context("rewriting the WAL in the current format")?;
     let mut waiting_since: Option<std::time::Instant> = None;
     loop {
         let Some(ident) = weir_wal::FileWal::identity(path).context("reading the WAL")? else {

@@ -5,8 +5,11 @@ and clusters of N brokers on them.
 Used by the Python compatibility suite (through its conftest.py), the chaos suite and the
 benchmarks. Every broker and cluster it starts is stopped at interpreter exit, even on failure.
 
-Environment: WEIR_BIN (the weir binary), WEIR_TEST_BROKER (weir or kafka), S3S_FS, WEIR_PG_BIN,
-WEIR_TEST_KEEP=1 (keep data directories and logs); see tests/compat/python/conftest.py.
+Environment: WEIR_BIN (the weir binary), WEIR_SERVE_BIN (the brokers' binary when it is another
+build's, to compare builds: benchmarks; WEIR_BIN by default), WEIR_TEST_BROKER (weir or kafka),
+S3S_FS, WEIR_PG_BIN, WEIR_TEST_KEEP=1 (keep data directories and logs); see
+tests/compat/python/conftest.py. A broker's `binary` attribute overrides both (a rolling upgrade
+starts each broker on the old binary, then on the new one).
 """
 
 import atexit
@@ -158,6 +161,8 @@ class Broker:
         # object-store URLs, advertised address).
         self.args = list(args or [])
         self.node_id = node_id
+        # Weir only: the binary of the next start(); None: $WEIR_SERVE_BIN, else $WEIR_BIN.
+        self.binary = None
         # Weir only: extra environment (WEIR_<SECTION>_<KEY> settings). Test brokers get a
         # small WAL, not the 2 GiB default.
         # The cleaner of compacted topics looks for work every half second (Kafka's
@@ -251,12 +256,12 @@ class Broker:
               f"on {self.bootstrap} in {time.monotonic() - t0:.1f}s")
 
     def _start_weir(self):
-        binary = os.environ.get("WEIR_BIN")
+        binary = self.binary or os.environ.get("WEIR_SERVE_BIN") or os.environ.get("WEIR_BIN")
         if not binary:
             raise HarnessError("WEIR_BIN is not set (path to the weir binary); "
                         "set WEIR_TEST_BROKER=kafka to run against Apache Kafka")
         if not os.access(binary, os.X_OK):
-            raise HarnessError(f"WEIR_BIN={binary} is not an executable file")
+            raise HarnessError(f"{binary} (the weir binary) is not an executable file")
         cmd = [binary, "serve",
                "--data-dir", self.data_dir,
                "--listen", self.bootstrap,
@@ -629,7 +634,7 @@ class Cluster:
     """
 
     def __init__(self, name, root, size=CLUSTER_SIZE, env=None, zones=None, base_port=None,
-                 admin_base_port=None):
+                 admin_base_port=None, binary=None):
         if KIND != "weir":
             raise RuntimeError("a cluster is of Weir brokers: WEIR_COMPAT_TARGET=cluster "
                                "needs WEIR_TEST_BROKER=weir")
@@ -650,6 +655,8 @@ class Cluster:
         # Fixed ports (`make cluster`): broker n on base_port + n - 1, its admin port on
         # admin_base_port + n - 1; otherwise free ones.
         self.base_port, self.admin_base_port = base_port, admin_base_port
+        # The brokers' binary (Broker.binary) when it is not the environment's.
+        self.binary = binary
 
     # ------------------------------------------------------------- lifecycle
     def launch(self):
@@ -676,6 +683,7 @@ class Cluster:
         os.makedirs(root, exist_ok=True)
         b = Broker(f"{self.name}-{node_id}", root, {**self.env, **self.s3.env()},
                    node_id=node_id)
+        b.binary = self.binary
         if self.base_port:
             b.port = self.base_port + node_id - 1
         if self.admin_base_port:

@@ -40,8 +40,16 @@ use tokio_postgres::{Client, Config, Connection, GenericClient, NoTls, Socket};
 
 use crate::{MetaError, Result, StreamMeta};
 
+/// Migrations that brokers knowing an earlier schema version cannot run after (each changes or
+/// removes something those brokers read or write; a migration that only adds tables or nullable
+/// columns is not one): their versions. The database records which migrations were breaking
+/// (`schema_migrations.breaking`), so that a broker older than the database learns from it
+/// whether it may still run there (a rolling upgrade, or a downgrade) without knowing the later
+/// migrations itself. None so far: every migration only added tables.
+const BREAKING: &[i32] = &[];
+
 /// Migrations, in order; the version of each is its index + 1. Never edit one that shipped: add
-/// another.
+/// another (and list it in `BREAKING` if brokers that lack it cannot run after it).
 const MIGRATIONS: &[&str] = &[
     "
 CREATE TABLE streams (
@@ -589,31 +597,41 @@ impl PostgresMetaStore {
         )
         .await
         .map_err(backend("creating schema_migrations"))?;
-        let current: i32 = tx
+        // Added after 0.1.0, whose brokers neither read nor write it (they still run here).
+        tx.batch_execute(
+            "ALTER TABLE schema_migrations ADD COLUMN IF NOT EXISTS breaking BOOLEAN NOT NULL DEFAULT false",
+        )
+        .await
+        .map_err(backend("adding schema_migrations.breaking"))?;
+        // The schema's version, and the last migration that broke what earlier brokers use.
+        let row = tx
             .query_one(
-                "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+                "SELECT COALESCE(MAX(version), 0), \
+                        COALESCE(MAX(version) FILTER (WHERE breaking), 0) \
+                 FROM schema_migrations",
                 &[],
             )
             .await
-            .map_err(backend("reading the schema version"))?
-            .get(0);
+            .map_err(backend("reading the schema version"))?;
+        let (current, breaking): (i32, i32) = (row.get(0), row.get(1));
         let known = MIGRATIONS.len() as i32;
         if current > known {
-            return Err(MetaError::Backend {
-                context: "migrating the schema",
-                source: format!(
-                    "the database is at schema version {current}, newer than this broker's {known}"
-                )
-                .into(),
-            });
+            check_newer_schema(current, breaking, known)?;
+            tracing::warn!(
+                database = current,
+                broker = known,
+                "the metadata schema is newer than this broker's, with nothing this broker uses \
+                 changed: running on it (a rolling upgrade under way, or a downgrade)"
+            );
+            return tx.commit().await.map_err(backend("commit migration"));
         }
         for (version, sql) in (1..).zip(MIGRATIONS).skip(current as usize) {
             tx.batch_execute(sql)
                 .await
                 .map_err(backend("applying a migration"))?;
             tx.execute(
-                "INSERT INTO schema_migrations (version) VALUES ($1)",
-                &[&version],
+                "INSERT INTO schema_migrations (version, breaking) VALUES ($1, $2)",
+                &[&version, &BREAKING.contains(&version)],
             )
             .await
             .map_err(backend("recording a migration"))?;
@@ -621,6 +639,25 @@ impl PostgresMetaStore {
         }
         tx.commit().await.map_err(backend("commit migration"))
     }
+}
+
+/// Whether a broker that knows `known` schema versions may run on a database at `current`
+/// (newer), whose latest breaking migration is `breaking` (0: none).
+fn check_newer_schema(current: i32, breaking: i32, known: i32) -> Result<()> {
+    debug_assert!(current > known);
+    if breaking <= known {
+        return Ok(());
+    }
+    Err(MetaError::Backend {
+        context: "migrating the schema",
+        source: format!(
+            "the database is at schema version {current}, newer than this broker's {known}, and \
+             version {breaking} changed what this broker uses: run a Weir release that knows \
+             schema version {breaking} or later (CHANGELOG.md names each release's schema \
+             version); a downgrade past it is not possible"
+        )
+        .into(),
+    })
 }
 
 #[cfg(test)]
@@ -981,17 +1018,63 @@ mod tests {
         let got = stores[3].get_stream(1).await.expect("get").expect("exists");
         assert_eq!(got.epoch, 2);
         let c = stores[1].client().await.expect("client");
-        let versions: Vec<i32> = c
-            .query(
-                "SELECT version FROM schema_migrations ORDER BY version",
-                &[],
-            )
-            .await
-            .expect("versions")
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+        let versions = schema_versions(&c).await;
         assert_eq!(versions, (1..=MIGRATIONS.len() as i32).collect::<Vec<_>>());
+    }
+
+    /// The versions `schema_migrations` records, in order.
+    async fn schema_versions(c: &Client) -> Vec<i32> {
+        c.query(
+            "SELECT version FROM schema_migrations ORDER BY version",
+            &[],
+        )
+        .await
+        .expect("versions")
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    }
+
+    /// A broker older than the database runs on it while the migrations it lacks only added
+    /// things (a rolling upgrade: the upgraded brokers migrated first), and refuses, saying why,
+    /// once one of them is breaking; it never applies or records anything meanwhile.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_older_broker_runs_on_a_newer_schema_unless_a_migration_it_lacks_breaks_it() {
+        let s = server();
+        let url = s.create_database().await.expect("create database");
+        let store = PostgresMetaStore::connect(&url).await.expect("connect");
+        let known = MIGRATIONS.len() as i32;
+        let c = store.client().await.expect("client");
+        c.execute(
+            "INSERT INTO schema_migrations (version) VALUES ($1)",
+            &[&(known + 1)],
+        )
+        .await
+        .expect("a later, additive migration");
+        let older = PostgresMetaStore::connect(&url).await;
+        assert!(older.is_ok(), "refused: {:?}", older.err());
+        c.execute(
+            "INSERT INTO schema_migrations (version, breaking) VALUES ($1, true)",
+            &[&(known + 2)],
+        )
+        .await
+        .expect("a later, breaking migration");
+        let refused = PostgresMetaStore::connect(&url)
+            .await
+            .err()
+            .expect("an older broker refused after a breaking migration")
+            .to_string();
+        let want = format!(
+            "schema version {}, newer than this broker's {known}",
+            known + 2
+        );
+        assert!(refused.contains(&want), "{refused}");
+        assert!(
+            refused.contains("a downgrade past it is not possible"),
+            "{refused}"
+        );
+        let versions = schema_versions(&c).await;
+        assert_eq!(versions, (1..=known + 2).collect::<Vec<_>>());
     }
 
     /// Brokers starting together agree on write-once keys (the cluster id) and never share ids.

@@ -26,6 +26,11 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::{MetaError, Result, StreamMeta};
 
+/// The schema's version, kept in the file (`PRAGMA user_version`; 0 in files of 0.1.0, which
+/// had this schema). Raise it with any change to `SCHEMA` that an earlier release could not run
+/// on: a file of a later version is refused, not used.
+const SCHEMA_VERSION: i32 = 1;
+
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS streams (
     stream_id    INTEGER PRIMARY KEY,
@@ -307,8 +312,11 @@ impl SqliteMetaStore {
             .map_err(backend("setting synchronous"))?;
         conn.busy_timeout(Duration::from_secs(10))
             .map_err(backend("setting busy_timeout"))?;
+        check_schema_version(&conn)?;
         conn.execute_batch(SCHEMA)
             .map_err(backend("creating the schema"))?;
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION)
+            .map_err(backend("recording the schema version"))?;
         let catalog = CatalogVersion::default();
         catalog.watch(&conn)?;
         Ok(SqliteMetaStore {
@@ -408,11 +416,60 @@ fn drop_ranges_below_start(
     Ok(())
 }
 
+/// Refuses a file written by a later release (its schema version above this broker's).
+fn check_schema_version(conn: &Connection) -> Result<()> {
+    let version: i32 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .map_err(backend("reading the schema version"))?;
+    if version <= SCHEMA_VERSION {
+        return Ok(());
+    }
+    Err(MetaError::Backend {
+        context: "opening the metadata file",
+        source: format!(
+            "its schema is at version {version}, newer than this broker's {SCHEMA_VERSION}: \
+             a later Weir release wrote it; run that release or a later one (a downgrade of a \
+             SQLite metadata file is not possible)"
+        )
+        .into(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::conformance;
     use crate::ObjectIndex;
+
+    /// The file records its schema version, and a broker refuses a file from a later release
+    /// rather than running on a schema it does not know.
+    #[test]
+    fn a_file_of_a_later_schema_is_refused_and_left_as_it_is() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("meta.db");
+        drop(SqliteMetaStore::open(&path).expect("open"));
+        let version = |p: &Path| -> i32 {
+            Connection::open(p)
+                .expect("open")
+                .pragma_query_value(None, "user_version", |r| r.get(0))
+                .expect("user_version")
+        };
+        assert_eq!(version(&path), SCHEMA_VERSION);
+        Connection::open(&path)
+            .expect("open")
+            .pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .expect("a later release's file");
+        let refused = SqliteMetaStore::open(&path)
+            .err()
+            .expect("refused")
+            .to_string();
+        let want = format!(
+            "schema is at version {}, newer than this broker's {SCHEMA_VERSION}",
+            SCHEMA_VERSION + 1
+        );
+        assert!(refused.contains(&want), "{refused}");
+        assert_eq!(version(&path), SCHEMA_VERSION + 1);
+    }
 
     fn store() -> SqliteMetaStore {
         SqliteMetaStore::in_memory().expect("open")
