@@ -65,7 +65,17 @@ pub(crate) fn code(r: Result<(), ResponseError>) -> i16 {
 pub(crate) struct AddedTo {
     producer: (i64, i16),
     partitions: HashMap<String, HashSet<i32>>,
+    /// By partition, the lowest base sequence of a batch refused because its partition could
+    /// not join the transaction. The client sends that batch again; until it (or one below
+    /// it) joins, the producer's later batches for the partition are refused as out of order,
+    /// or one of them would be appended first and the retried batch would never fit after it
+    /// (the partition knows no earlier sequence of a producer's first write there). Kafka's
+    /// verification entry keeps the same lowest sequence (KIP-890).
+    refused: HashMap<String, HashMap<i32, i32>>,
 }
+
+/// A partition of a produce that must join its transaction, with its batch's base sequence.
+type Joining = (String, i32, i32);
 
 impl AddedTo {
     fn holds(&self, producer: (i64, i16), topic: &str, partition: i32) -> bool {
@@ -76,13 +86,46 @@ impl AddedTo {
                 .is_some_and(|ps| ps.contains(&partition))
     }
 
-    fn record(&mut self, producer: (i64, i16), partitions: Vec<(String, i32)>) {
+    /// Whether a batch at `seq` would overtake an earlier refused batch of the producer.
+    fn overtakes(&self, producer: (i64, i16), topic: &str, partition: i32, seq: i32) -> bool {
+        self.producer == producer
+            && self
+                .refused
+                .get(topic)
+                .and_then(|ps| ps.get(&partition))
+                .is_some_and(|&lowest| seq > lowest)
+    }
+
+    fn start(&mut self, producer: (i64, i16)) {
         if self.producer != producer {
             self.producer = producer;
             self.partitions.clear();
+            self.refused.clear();
         }
-        for (t, p) in partitions {
+    }
+
+    fn record(&mut self, producer: (i64, i16), joined: Vec<Joining>) {
+        self.start(producer);
+        for (t, p, seq) in joined {
+            if let Some(ps) = self.refused.get_mut(&t) {
+                if ps.get(&p).is_some_and(|&lowest| seq <= lowest) {
+                    ps.remove(&p);
+                }
+            }
             self.partitions.entry(t).or_default().insert(p);
+        }
+    }
+
+    fn refuse(&mut self, producer: (i64, i16), refused: &[Joining]) {
+        self.start(producer);
+        for (t, p, seq) in refused {
+            let lowest = self
+                .refused
+                .entry(t.clone())
+                .or_default()
+                .entry(*p)
+                .or_insert(*seq);
+            *lowest = (*lowest).min(*seq);
         }
     }
 }
@@ -100,7 +143,8 @@ impl Broker {
         topics: &[Option<Arc<Topic>>],
     ) -> BTreeMap<(String, i32), ResponseError> {
         // Grouped by producer id and epoch: one transaction each (normally just one).
-        let mut by_producer: BTreeMap<(i64, i16), Vec<(String, i32)>> = BTreeMap::new();
+        let mut by_producer: BTreeMap<(i64, i16), Vec<Joining>> = BTreeMap::new();
+        let mut refused = BTreeMap::new();
         {
             let added = self.txn_added.lock().unwrap_or_else(|e| e.into_inner());
             let added = added.get(transactional_id);
@@ -115,35 +159,42 @@ impl Broker {
                         continue;
                     };
                     let producer = (h.producer_id, h.producer_epoch);
+                    if added.is_some_and(|a| {
+                        a.overtakes(producer, &topic.name, p.index, h.base_sequence)
+                    }) {
+                        refused.insert(
+                            (topic.name.clone(), p.index),
+                            ResponseError::OutOfOrderSequenceNumber,
+                        );
+                        continue;
+                    }
                     let known = added.is_some_and(|a| a.holds(producer, &topic.name, p.index));
                     if !known
                         && !matches!(self.topics.lookup(&topic.name, p.index), Lookup::Unknown)
                     {
-                        by_producer
-                            .entry(producer)
-                            .or_default()
-                            .push((topic.name.clone(), p.index));
+                        by_producer.entry(producer).or_default().push((
+                            topic.name.clone(),
+                            p.index,
+                            h.base_sequence,
+                        ));
                     }
                 }
             }
         }
-        let mut refused = BTreeMap::new();
-        for ((pid, epoch), partitions) in by_producer {
-            match self
+        for ((pid, epoch), joining) in by_producer {
+            let partitions: Vec<(String, i32)> =
+                joining.iter().map(|(t, p, _)| (t.clone(), *p)).collect();
+            let result = self
                 .txns
                 .add_implicitly(transactional_id, pid, epoch, &partitions, None)
-                .await
-            {
-                Ok(()) => {
-                    let mut added = self.txn_added.lock().unwrap_or_else(|e| e.into_inner());
-                    if added.len() >= 10_000 && !added.contains_key(transactional_id) {
-                        added.clear();
-                    }
-                    added
-                        .entry(transactional_id.to_string())
-                        .or_default()
-                        .record((pid, epoch), partitions);
-                }
+                .await;
+            let mut added = self.txn_added.lock().unwrap_or_else(|e| e.into_inner());
+            if added.len() >= 10_000 && !added.contains_key(transactional_id) {
+                added.clear();
+            }
+            let to = added.entry(transactional_id.to_string()).or_default();
+            match result {
+                Ok(()) => to.record((pid, epoch), joining),
                 Err(e) => {
                     let e = match e {
                         ResponseError::ProducerFenced => ResponseError::InvalidProducerEpoch,
@@ -156,6 +207,11 @@ impl Broker {
                         }
                         e => e,
                     };
+                    // Only a batch the client sends again can be overtaken (and a fenced
+                    // producer's refusal must not reset the current producer's entry).
+                    if e == ResponseError::NotEnoughReplicas {
+                        to.refuse((pid, epoch), &joining);
+                    }
                     for p in partitions {
                         refused.insert(p, e);
                     }

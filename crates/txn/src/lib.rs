@@ -101,6 +101,7 @@ pub struct TxnMeters {
     pub aborted: Counter,
     pub timed_out: Counter,
     pub markers: Counter,
+    pub add_conflicts: Counter,
 }
 
 impl TxnMeters {
@@ -122,6 +123,11 @@ impl TxnMeters {
             "Transaction markers written for transactions this broker coordinated.",
             &self.markers,
         );
+        r.counter(
+            "transaction_add_conflicts",
+            "Partitions' joins to their transaction (Transactions V2) that lost a compare-and-set on the transaction's record to another broker and were tried again.",
+            &self.add_conflicts,
+        );
     }
 }
 
@@ -135,6 +141,10 @@ pub struct TxnCoordinator {
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     pub meters: TxnMeters,
 }
+
+/// How many times a partition's join to its transaction is tried when other brokers' joins
+/// keep winning the record's compare-and-set (one per leader of its partitions at most).
+const IMPLICIT_ADD_ATTEMPTS: usize = 4;
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -369,11 +379,22 @@ impl TxnCoordinator {
             return Err(ResponseError::InvalidRequest);
         }
         let _guard = self.lock(id).await;
-        match self.add_locked(id, pid, epoch, partitions, group).await {
-            // Another broker's write came first: the client retries (as after a lost race
-            // for the coordinator).
-            Err(ResponseError::NotCoordinator) => Err(ResponseError::ConcurrentTransactions),
-            other => other,
+        // The leaders of a transaction's partitions add them at once when its first batches
+        // arrive, each with a compare-and-set on the record: a lost race is read again and
+        // tried again here rather than answered, which would cost the client a retry.
+        let mut attempts = 1;
+        loop {
+            match self.add_locked(id, pid, epoch, partitions, group).await {
+                Err(ResponseError::NotCoordinator) if attempts < IMPLICIT_ADD_ATTEMPTS => {
+                    attempts += 1;
+                    self.meters.add_conflicts.inc();
+                }
+                // Still losing to other brokers' writes: the client retries.
+                Err(ResponseError::NotCoordinator) => {
+                    return Err(ResponseError::ConcurrentTransactions)
+                }
+                other => return other,
+            }
         }
     }
 

@@ -489,3 +489,50 @@ async fn at_the_last_epoch(c: &TxnCoordinator, meta: &SqliteMetaStore) -> i64 {
     meta.save_transaction(&r).await.expect("save");
     pid
 }
+
+/// Transactions V2: the leaders of a transaction's partitions (here three coordinators on one
+/// store, as three brokers) add them at once; those that lose the record's compare-and-set
+/// read it again and try again, so every add succeeds and the record holds every partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn partitions_joining_at_once_from_several_brokers_all_join() {
+    let meta = Arc::new(SqliteMetaStore::in_memory().expect("store"));
+    let brokers: Vec<Arc<TxnCoordinator>> = (0..3)
+        .map(|_| {
+            TxnCoordinator::new(
+                Arc::clone(&meta) as Arc<dyn MetaStore>,
+                TxnConfig::default(),
+            )
+        })
+        .collect();
+    for round in 0..20 {
+        let id = format!("tx-{round}");
+        let (pid, epoch) = brokers[0]
+            .init_producer_id(&id, 60_000, None)
+            .await
+            .expect("init");
+        let adds = brokers.iter().enumerate().map(|(i, b)| {
+            let (b, id) = (Arc::clone(b), id.clone());
+            tokio::spawn(async move {
+                b.add_implicitly(&id, pid, epoch, &[p("t", i as i32)], None)
+                    .await
+            })
+        });
+        for (i, add) in adds.collect::<Vec<_>>().into_iter().enumerate() {
+            assert_eq!(
+                add.await.expect("join"),
+                Ok(()),
+                "round {round}: broker {i}'s add"
+            );
+        }
+        let r = brokers[0].describe(&id).await.expect("describe");
+        let mut partitions = r.partitions.clone();
+        partitions.sort();
+        assert_eq!(
+            partitions,
+            vec![p("t", 0), p("t", 1), p("t", 2)],
+            "round {round}"
+        );
+    }
+    let conflicts: u64 = brokers.iter().map(|b| b.meters.add_conflicts.get()).sum();
+    println!("compare-and-set conflicts tried again: {conflicts}");
+}

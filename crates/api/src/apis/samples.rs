@@ -38,24 +38,47 @@ pub fn batch(n: usize) -> Bytes {
 
 /// One real record batch (magic 2) of `n` records of `size` bytes.
 pub fn batch_of(n: usize, size: usize) -> Bytes {
-    let records: Vec<Record> = (0..n)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // offset - sequence is what keeps records in one batch; the base sequence is -1.
-            sequence: i as i32 - 1,
-            timestamp: 1_700_000_000_000 + i as i64,
-            key: Some(Bytes::from(format!("k{i}"))),
-            value: Some(Bytes::from(vec![b'v'; size])),
-            headers: Default::default(),
-        })
-        .collect();
+    // offset - sequence is what keeps records in one batch; the base sequence is -1.
+    encode((0..n).map(|i| Record {
+        sequence: i as i32 - 1,
+        value: Some(Bytes::from(vec![b'v'; size])),
+        ..record(i)
+    }))
+}
+
+/// One transactional record batch of `n` records from producer `producer_id` at `epoch`, its
+/// first record at sequence `first`.
+pub fn txn_batch(producer_id: i64, epoch: i16, first: i32, n: usize) -> Bytes {
+    encode((0..n).map(|i| Record {
+        transactional: true,
+        producer_id,
+        producer_epoch: epoch,
+        sequence: first + i as i32,
+        ..record(i)
+    }))
+}
+
+/// Record `i` of a batch without a producer: key `k{i}`, value `v{i}`.
+fn record(i: usize) -> Record {
+    Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset: i as i64,
+        sequence: -1,
+        timestamp: 1_700_000_000_000 + i as i64,
+        key: Some(Bytes::from(format!("k{i}"))),
+        value: Some(Bytes::from(format!("v{i}"))),
+        headers: Default::default(),
+    }
+}
+
+fn encode(records: impl Iterator<Item = Record>) -> Bytes {
+    let records: Vec<Record> = records.collect();
     let mut buf = BytesMut::new();
     // Records of this shape always encode; a failure is the test's mistake.
     RecordBatchEncoder::encode(

@@ -16,6 +16,7 @@ pub struct Env {
     pub topics: Arc<weir_partition::Topics>,
     pub engine: weir_storage::Engine,
     pub topic_id: Uuid,
+    pub meta: Arc<dyn weir_meta::MetaStore>,
     _dir: tempfile::TempDir,
 }
 
@@ -84,7 +85,7 @@ pub async fn env_with_storage(
         Arc::clone(&cluster),
         Arc::clone(&topics),
         groups,
-        meta,
+        Arc::clone(&meta),
         limits,
     );
     let t = topics
@@ -100,6 +101,7 @@ pub async fn env_with_storage(
         topics,
         engine,
         topic_id: Uuid::from_bytes(t.id),
+        meta,
         _dir: dir,
     }
 }
@@ -119,17 +121,23 @@ pub async fn open_partition(
     panic!("{topic}-{index} was not opened here within 5 s");
 }
 
-/// Sends `r` as a Fetch of `version` through the broker and waits for its answer.
-pub async fn fetch_response(e: &Env, r: FetchRequest, version: i16) -> FetchResponse {
+/// Sends `r` as `key` at `version` through the broker and waits for its answer.
+pub async fn call(e: &Env, key: ApiKey, version: i16, r: RequestKind) -> ResponseKind {
     let header = RequestHeader::default()
-        .with_request_api_key(ApiKey::Fetch as i16)
-        .with_request_api_version(version);
-    let response = match e.broker.handle(&header, RequestKind::Fetch(r), "h").await {
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_client_id(Some(s("api-test")));
+    match e.broker.handle(&header, r, "127.0.0.1").await {
         weir_api::Reply::Now(r) => *r,
         weir_api::Reply::Later(f) => f.await,
-        _ => panic!("no fetch response"),
-    };
-    let ResponseKind::Fetch(f) = response else {
+        _ => panic!("no answer to {key:?}"),
+    }
+}
+
+/// Sends `r` as a Fetch of `version` through the broker and waits for its answer.
+pub async fn fetch_response(e: &Env, r: FetchRequest, version: i16) -> FetchResponse {
+    let ResponseKind::Fetch(f) = call(e, ApiKey::Fetch, version, RequestKind::Fetch(r)).await
+    else {
         panic!("not a fetch response");
     };
     f

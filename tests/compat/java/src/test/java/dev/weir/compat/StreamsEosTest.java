@@ -361,10 +361,56 @@ class StreamsEosTest {
                 if (System.nanoTime() > deadline) {
                     throw new AssertionError("within " + PHASE_DEADLINE.toSeconds() + "s: committed input offsets "
                             + only(committed(appId), in) + " (want " + inEnds + "), counts so far differ: "
-                            + difference(got, want));
+                            + difference(got, want) + "; " + diagnosis(appId, in, out));
                 }
             }
         }
+    }
+
+    /**
+     * What a Kafka user would look at when an application stops making progress: the group's
+     * members and their partitions, the open transactions and the partitions they hold, the
+     * last stable offsets against the high watermarks of the topics the application writes.
+     */
+    private static String diagnosis(String appId, String in, String out) {
+        StringBuilder sb = new StringBuilder();
+        try {
+            var g = admin.describeConsumerGroups(List.of(appId)).describedGroups().get(appId).get(30, TimeUnit.SECONDS);
+            sb.append("group ").append(g.groupState()).append(" coordinator ").append(g.coordinator().id()).append(" members [");
+            for (var m : g.members()) {
+                sb.append(m.clientId()).append(" -> ").append(m.assignment().topicPartitions()).append("; ");
+            }
+            sb.append("]");
+        } catch (Exception e) {
+            sb.append("describing the group failed: ").append(e);
+        }
+        try {
+            var listed = admin.listTransactions().all().get(30, TimeUnit.SECONDS);
+            for (var l : listed) {
+                if (l.state() == org.apache.kafka.clients.admin.TransactionState.COMPLETE_COMMIT
+                        || l.state() == org.apache.kafka.clients.admin.TransactionState.COMPLETE_ABORT
+                        || l.state() == org.apache.kafka.clients.admin.TransactionState.EMPTY) {
+                    continue;
+                }
+                var d = admin.describeTransactions(List.of(l.transactionalId())).description(l.transactionalId())
+                        .get(30, TimeUnit.SECONDS);
+                sb.append("; transaction ").append(l.transactionalId()).append(" ").append(d.state())
+                        .append(" on ").append(d.topicPartitions());
+            }
+        } catch (Exception e) {
+            sb.append("; listing transactions failed: ").append(e);
+        }
+        for (String t : List.of(in, out, appId + "-" + STORE + "-changelog", appId + "-" + REPARTITION + "-repartition")) {
+            try {
+                sb.append("; ").append(t).append(" last stable ")
+                        .append(TxnClients.latest(admin, t, PARTITIONS, org.apache.kafka.common.IsolationLevel.READ_COMMITTED))
+                        .append(" high watermarks ")
+                        .append(TxnClients.latest(admin, t, PARTITIONS, org.apache.kafka.common.IsolationLevel.READ_UNCOMMITTED));
+            } catch (Exception e) {
+                sb.append("; ").append(t).append(": ").append(e);
+            }
+        }
+        return sb.toString();
     }
 
     private static String difference(Map<String, Long> got, Map<String, Long> want) {
