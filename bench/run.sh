@@ -478,7 +478,7 @@ EOF
 python3 "$ROOT/bench/report.py" "$OUT" "$RESULTS/$STAMP.md"
 # The object WAL's section (bench/object_wal.py): its own brokers, appended to the report.
 if [[ ${BENCH_OBJECT_WAL:-1} == 1 ]]; then
-  if ! WEIR_BIN=$WEIR BENCH_OW_RESULTS=$OUT BENCH_OW_APPEND_TO=$RESULTS/$STAMP.md \
+  if ! WEIR_BIN=$WEIR WEIR_SERVE_BIN=$SERVE_BIN BENCH_OW_RESULTS=$OUT BENCH_OW_APPEND_TO=$RESULTS/$STAMP.md \
     python3 "$ROOT/bench/object_wal.py"; then
     log "the object WAL section failed"
     echo "object-wal failed" >>"$OUT/failures.txt"
@@ -486,7 +486,7 @@ if [[ ${BENCH_OBJECT_WAL:-1} == 1 ]]; then
 fi
 # Kafka's ProducerPerformance (bench/producer_perf.py): maximum and 30,000 records/s, one partition.
 if [[ ${BENCH_PRODUCER_PERF:-1} == 1 ]]; then
-  if ! WEIR_BIN=$WEIR BENCH_PP_RESULTS=$OUT BENCH_PP_APPEND_TO=$RESULTS/$STAMP.md \
+  if ! WEIR_BIN=$WEIR WEIR_SERVE_BIN=$SERVE_BIN BENCH_PP_RESULTS=$OUT BENCH_PP_APPEND_TO=$RESULTS/$STAMP.md \
     python3 "$ROOT/bench/producer_perf.py"; then
     log "the ProducerPerformance section failed"
     echo "producer-perf failed" >>"$OUT/failures.txt"
@@ -494,7 +494,7 @@ if [[ ${BENCH_PRODUCER_PERF:-1} == 1 ]]; then
 fi
 # TLS (bench/tls.py): ProducerPerformance over SASL_SSL beside PLAINTEXT, on both brokers.
 if [[ ${BENCH_TLS:-1} == 1 ]]; then
-  if ! WEIR_BIN=$WEIR BENCH_TLS_RESULTS=$OUT BENCH_TLS_APPEND_TO=$RESULTS/$STAMP.md \
+  if ! WEIR_BIN=$WEIR WEIR_SERVE_BIN=$SERVE_BIN BENCH_TLS_RESULTS=$OUT BENCH_TLS_APPEND_TO=$RESULTS/$STAMP.md \
     python3 "$ROOT/bench/tls.py"; then
     log "the TLS section failed"
     echo "tls failed" >>"$OUT/failures.txt"
@@ -502,7 +502,7 @@ if [[ ${BENCH_TLS:-1} == 1 ]]; then
 fi
 # Many partitions (bench/partitions.py): 16, 1,000 and 10,000 partitions beside Kafka.
 if [[ ${BENCH_MANY_PARTITIONS:-1} == 1 ]]; then
-  if ! WEIR_BIN=$WEIR BENCH_P_RESULTS=$OUT BENCH_P_APPEND_TO=$RESULTS/$STAMP.md \
+  if ! WEIR_BIN=$WEIR WEIR_SERVE_BIN=$SERVE_BIN BENCH_P_RESULTS=$OUT BENCH_P_APPEND_TO=$RESULTS/$STAMP.md \
     python3 "$ROOT/bench/partitions.py"; then
     log "the many-partitions section failed"
     echo "partitions failed" >>"$OUT/failures.txt"
@@ -510,7 +510,7 @@ if [[ ${BENCH_MANY_PARTITIONS:-1} == 1 ]]; then
 fi
 # Zones (bench/zones.py): a zoned cluster and a three-broker Kafka of its own, appended too.
 if [[ ${BENCH_ZONES:-1} == 1 ]]; then
-  if ! WEIR_BIN=$WEIR BENCH_Z_RESULTS=$OUT BENCH_Z_APPEND_TO=$RESULTS/$STAMP.md \
+  if ! WEIR_BIN=$WEIR WEIR_SERVE_BIN=$SERVE_BIN BENCH_Z_RESULTS=$OUT BENCH_Z_APPEND_TO=$RESULTS/$STAMP.md \
     python3 "$ROOT/bench/zones.py"; then
     log "the zones section failed"
     echo "zones failed" >>"$OUT/failures.txt"
