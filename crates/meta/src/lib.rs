@@ -925,6 +925,35 @@ pub(crate) fn quota_changes(
         .collect()
 }
 
+/// A cluster link's record: its definition and state as the link layer encodes them (the store
+/// does not interpret the body), and a version that every change raises.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkRecord {
+    pub name: String,
+    pub body: String,
+    pub version: u64,
+}
+
+/// Cluster links (mirroring from another Kafka cluster): one record per link, changed by
+/// compare-and-set on its version, so that the controller and an admin call changing one link
+/// at once never lose either change. Every change announces a cluster change (see
+/// [`Coordination::cluster_changes`]), so that every broker learns of it.
+#[async_trait::async_trait]
+pub trait Links: Send + Sync + 'static {
+    /// Creates link `name` at version 1; `false` (nothing changed) if one of that name exists.
+    async fn create_link(&self, name: &str, body: &str) -> Result<bool>;
+
+    /// Replaces the body of link `name` if it is still at `version`: the new version, or `None`
+    /// when the link changed since or is gone (nothing changed).
+    async fn update_link(&self, name: &str, body: &str, version: u64) -> Result<Option<u64>>;
+
+    /// Removes link `name`; whether it was there.
+    async fn delete_link(&self, name: &str) -> Result<bool>;
+
+    /// Every link, by name (byte order).
+    async fn links(&self) -> Result<Vec<LinkRecord>>;
+}
+
 /// The parts the group coordinator uses: committed offsets and membership.
 pub trait GroupStore: GroupOffsets + GroupStates {}
 
@@ -943,6 +972,7 @@ pub trait MetaStore:
     + Credentials
     + Acls
     + Quotas
+    + Links
 {
 }
 
@@ -956,7 +986,8 @@ impl<
             + Transactions
             + Credentials
             + Acls
-            + Quotas,
+            + Quotas
+            + Links,
     > MetaStore for T
 {
 }

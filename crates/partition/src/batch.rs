@@ -100,6 +100,54 @@ pub fn split_and_validate(
     records: &Bytes,
     max_batch_bytes: usize,
 ) -> Result<Vec<ProducedBatch>, ResponseError> {
+    let out = split_checked(records, max_batch_bytes)?;
+    for b in &out {
+        let header = &b.header;
+        // As Kafka's LogValidator: the count and the offset range must agree exactly.
+        if header.record_count <= 0
+            || header.last_offset_delta < 0
+            || i64::from(header.record_count) != i64::from(header.last_offset_delta) + 1
+        {
+            return Err(ResponseError::InvalidRecord);
+        }
+        if header.is_control() {
+            return Err(ResponseError::InvalidRecord);
+        }
+    }
+    Ok(out)
+}
+
+/// Splits batches fetched from another Kafka cluster (a link's source) and checks them as
+/// stored there: magic v2, lengths, CRC, size limit, and offsets that only go forward. Unlike a
+/// producer's, they keep their offsets, may be control batches (transaction markers), and may
+/// hold fewer records than offsets, or none: the source's cleaner removes records from a
+/// batch but keeps its offset range, and keeps an emptied batch for its producer state.
+pub fn split_mirrored(
+    records: &Bytes,
+    max_batch_bytes: usize,
+) -> Result<Vec<ProducedBatch>, ResponseError> {
+    let out = split_checked(records, max_batch_bytes)?;
+    let mut end = 0i64;
+    for b in &out {
+        let h = &b.header;
+        if h.base_offset < end
+            || h.last_offset_delta < 0
+            || h.record_count < 0
+            || i64::from(h.record_count) > i64::from(h.last_offset_delta) + 1
+        {
+            return Err(ResponseError::CorruptMessage);
+        }
+        end = h.base_offset + i64::from(h.last_offset_delta) + 1;
+    }
+    Ok(out)
+}
+
+/// Splits records into batches, each checked for magic v2, its lengths, its CRC and the size
+/// limit.
+fn split_checked(
+    records: &Bytes,
+    max_batch_bytes: usize,
+) -> Result<Vec<ProducedBatch>, ResponseError> {
     let mut out = Vec::new();
     let mut at = 0usize;
     if records.is_empty() {
@@ -132,16 +180,6 @@ pub fn split_and_validate(
             return Err(ResponseError::CorruptMessage);
         }
         let header = BatchHeader::parse(&bytes).ok_or(ResponseError::CorruptMessage)?;
-        // As Kafka's LogValidator: the count and the offset range must agree exactly.
-        if header.record_count <= 0
-            || header.last_offset_delta < 0
-            || i64::from(header.record_count) != i64::from(header.last_offset_delta) + 1
-        {
-            return Err(ResponseError::InvalidRecord);
-        }
-        if header.is_control() {
-            return Err(ResponseError::InvalidRecord);
-        }
         out.push(ProducedBatch { header, bytes });
         at += total;
     }
@@ -170,6 +208,17 @@ pub fn assign_all(batches: &[ProducedBatch], base_offset: u64, leader_epoch: i32
         (&mut out[at..at + 8]).put_i64(base as i64);
         (&mut out[at + 12..at + 16]).put_i32(leader_epoch);
         base += u64::from(b.header.offset_count());
+    }
+    out.freeze()
+}
+
+/// Batches as one payload, each keeping its base offset, with the leader epoch written in.
+pub fn relabel_all(batches: &[&ProducedBatch], leader_epoch: i32) -> Bytes {
+    let mut out = BytesMut::with_capacity(batches.iter().map(|b| b.bytes.len()).sum());
+    for b in batches {
+        let at = out.len();
+        out.extend_from_slice(&b.bytes);
+        (&mut out[at + 12..at + 16]).put_i32(leader_epoch);
     }
     out.freeze()
 }

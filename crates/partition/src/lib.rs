@@ -28,6 +28,7 @@ pub use partition::{
     kafka_error, Cleaned, FetchData, Partition, ProduceTicket, Produced, TxnCheck,
 };
 pub use topics::{
-    AdminError, CleanerMeters, ConfigEntry, Lookup, Topic, TopicDefaults, Topics, WAL_KIND_CONFIG,
-    ZONE_ROUTING_CONFIG, ZONE_ROUTING_IN_ZONE, ZONE_ROUTING_LEADER,
+    AdminError, CleanerMeters, ConfigEntry, Lookup, Topic, TopicDefaults, Topics,
+    MIRROR_LINK_CONFIG, WAL_KIND_CONFIG, ZONE_ROUTING_CONFIG, ZONE_ROUTING_IN_ZONE,
+    ZONE_ROUTING_LEADER,
 };

@@ -173,6 +173,9 @@ pub struct Partition {
     requests: AtomicU64,
     /// `cleanup.policy` includes `compact`: records need keys, the cleaner runs.
     compacted: std::sync::atomic::AtomicBool,
+    /// A cluster link's mirror ([`crate::MIRROR_LINK_CONFIG`] set): written by the link only,
+    /// at the source's offsets; produce is refused until the link promotes the topic.
+    mirror: std::sync::atomic::AtomicBool,
     /// The offset of the last producer snapshot saved (the cleaner stays below it).
     snapshot_at: AtomicU64,
     /// The end of what was in object storage when the cleaner last looked (`u64::MAX`: never).
@@ -326,6 +329,7 @@ impl Partition {
             bytes_out: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             compacted: std::sync::atomic::AtomicBool::new(false),
+            mirror: std::sync::atomic::AtomicBool::new(false),
             snapshot_at: AtomicU64::new(0),
             cleaner_looked_at: AtomicU64::new(u64::MAX),
         }))
@@ -357,6 +361,15 @@ impl Partition {
     /// Whether the topic is compacted (`cleanup.policy` includes `compact`).
     pub fn set_compacted(&self, compacted: bool) {
         self.compacted.store(compacted, Ordering::Relaxed);
+    }
+
+    pub fn set_mirror(&self, mirror: bool) {
+        self.mirror.store(mirror, Ordering::Relaxed);
+    }
+
+    /// Whether the partition is a cluster link's mirror (read-only for clients).
+    pub fn is_mirror(&self) -> bool {
+        self.mirror.load(Ordering::Relaxed)
     }
 
     pub fn is_compacted(&self) -> bool {
@@ -423,6 +436,10 @@ impl Partition {
         records: &Bytes,
         txn: TxnCheck,
     ) -> Result<ProduceTicket, ResponseError> {
+        if self.is_mirror() {
+            // Only the link writes here, at the source's offsets, until it promotes the topic.
+            return Err(ResponseError::PolicyViolation);
+        }
         let batches =
             batch::split_and_validate(records, self.max_message_bytes.load(Ordering::Relaxed))?;
         if self.is_compacted() && !batches.iter().all(|b| clean::all_records_keyed(&b.bytes)) {
@@ -510,6 +527,96 @@ impl Partition {
             partition: Arc::clone(self),
             kind,
         })
+    }
+
+    /// Appends batches fetched from a link's source cluster at the source's own offsets (a
+    /// mirror topic), as the source stored them: compression, timestamps, producer ids and
+    /// sequences, control batches and the gaps its cleaner left are kept; only the partition
+    /// leader epoch (outside the CRC) becomes this partition's. Batches that end at or below
+    /// the partition's next offset are already here (a link resuming from its stored position
+    /// fetches again what it may have written) and are left out; `Ok(None)`: nothing was new.
+    ///
+    /// The producer state follows as when the log is read back on open: the source checked
+    /// each batch's sequence and each marker's epoch when it took them, so nothing is refused
+    /// here, and a later produce after promotion goes on from the source's producer state.
+    /// `from` is where the source's answer starts to cover its log (the fetch's offset): the
+    /// source holds nothing between it and the first batch. Refused: batches that do not
+    /// parse, that start inside what is already here (the source's log is not the one this
+    /// mirror followed: CORRUPT_MESSAGE), and a fetch from beyond this partition's end (an
+    /// append failed and the partition went back: OFFSET_OUT_OF_RANGE, to fetch again from its
+    /// end); appending them would leave a gap the source does not have.
+    pub fn start_mirror(
+        self: &Arc<Self>,
+        records: &Bytes,
+        from: i64,
+    ) -> Result<Option<ProduceTicket>, ResponseError> {
+        let batches =
+            batch::split_mirrored(records, self.max_message_bytes.load(Ordering::Relaxed))?;
+        let epoch = self.leader_epoch;
+        let mut verdict: Result<(), ResponseError> = Ok(());
+        let appended = self
+            .engine
+            .append_with(self.stream_id, epoch as u64, |base, outcome| {
+                if (base as i64) < from {
+                    verdict = Err(ResponseError::OffsetOutOfRange);
+                    return None;
+                }
+                let new: Vec<&batch::ProducedBatch> = batches
+                    .iter()
+                    .filter(|b| {
+                        b.header.base_offset as u64 + u64::from(b.header.offset_count()) > base
+                    })
+                    .collect();
+                let first = new.first()?;
+                if (first.header.base_offset as u64) < base {
+                    verdict = Err(ResponseError::CorruptMessage);
+                    return None;
+                }
+                let last = new.last()?;
+                let end = last.header.base_offset as u64 + u64::from(last.header.offset_count());
+                let Ok(record_count) = u32::try_from(end - base) else {
+                    verdict = Err(ResponseError::InvalidRecord);
+                    return None;
+                };
+                let mut producers = self.producers();
+                let now = now_ms();
+                for b in &new {
+                    let h = &b.header;
+                    let at = h.base_offset as u64;
+                    if !h.is_control() {
+                        producers.record(
+                            h,
+                            at,
+                            at + u64::from(h.offset_count()),
+                            Some(outcome.clone()),
+                            now,
+                        );
+                    } else if let Some(commit) = batch::marker_kind(&b.bytes) {
+                        producers.replay_marker(h.producer_id, h.producer_epoch, at, commit, now);
+                    }
+                }
+                Some(NewBatch {
+                    record_count,
+                    max_timestamp: new
+                        .iter()
+                        .map(|b| b.header.index_timestamp())
+                        .max()
+                        .unwrap_or(-1),
+                    payload: batch::relabel_all(&new, epoch),
+                })
+            });
+        match appended {
+            Ok(Some(pending)) => {
+                self.bytes_in
+                    .fetch_add(records.len() as u64, Ordering::Relaxed);
+                Ok(Some(ProduceTicket {
+                    partition: Arc::clone(self),
+                    kind: TicketKind::Appended(pending),
+                }))
+            }
+            Ok(None) => verdict.map(|()| None),
+            Err(e) => Err(kafka_error(&e)),
+        }
     }
 
     /// Writes a transaction marker for producer `pid` at `epoch` (a commit or an abort),

@@ -308,6 +308,7 @@ impl Topics {
         .await?;
         p.set_retention(self.retention(&t.configs));
         p.set_compacted(Self::compacted(&t.configs));
+        p.set_mirror(t.configs.contains_key(MIRROR_LINK_CONFIG));
         self.write_local().insert(stream_id, Arc::clone(&p));
         self.opened.notify_waiters();
         Ok(p)
@@ -389,6 +390,7 @@ impl Topics {
                 p.set_retention(retention);
                 p.set_max_message_bytes(max);
                 p.set_compacted(Self::compacted(&t.configs));
+                p.set_mirror(t.configs.contains_key(MIRROR_LINK_CONFIG));
                 // Switching waits for the appends in flight on the old WAL (and, to the
                 // object WAL, for the upload of what the WAL file holds): in the background.
                 let (engine, stream_id, topic, index) =
@@ -1025,6 +1027,11 @@ pub const WAL_KIND_CONFIG: &str = "weir.wal.kind";
 /// (through a broker of their zone, by way of object storage: no data byte crosses a zone) or
 /// `leader` (straight to the leader, as Kafka does).
 pub const ZONE_ROUTING_CONFIG: &str = "weir.zone.routing";
+
+/// The topic config that makes a topic a cluster link's mirror: the link's name. Set by the link
+/// when it creates the topic and removed when it promotes it; while set, clients may read the
+/// topic but not produce to it (POLICY_VIOLATION).
+pub const MIRROR_LINK_CONFIG: &str = "weir.mirror.link";
 pub const ZONE_ROUTING_IN_ZONE: &str = "in-zone";
 pub const ZONE_ROUTING_LEADER: &str = "leader";
 
@@ -1064,6 +1071,8 @@ pub fn validate_config(name: &str, value: &str) -> Result<(), AdminError> {
             ZONE_ROUTING_IN_ZONE | ZONE_ROUTING_LEADER => Ok(()),
             _ => invalid("must be in-zone or leader"),
         },
+        MIRROR_LINK_CONFIG if value.is_empty() => invalid("must name a cluster link"),
+        MIRROR_LINK_CONFIG => Ok(()),
         WAL_KIND_CONFIG => match value.parse::<WalKind>() {
             Ok(_) => Ok(()),
             Err(why) => invalid(&why),

@@ -65,6 +65,8 @@ pub struct State {
     /// `broker.admin_token`: every route but `/healthz` and `/readyz` wants
     /// `Authorization: Bearer <token>`.
     pub token: Option<Arc<str>>,
+    /// Cluster links (`/v1/links`).
+    pub links: Option<Arc<weir_link::LinkService>>,
 }
 
 /// The run-time fault switch: `PUT /v1/faults` changes the faults injected into the WAL's group
@@ -189,6 +191,7 @@ struct App {
     /// Requests in flight: the broker is not ready while any is stuck (`None` in tests of the
     /// HTTP layer alone).
     network: Option<Arc<weir_network::NetworkMeters>>,
+    links: Option<Arc<weir_link::LinkService>>,
 }
 
 /// Serves admin HTTP on `listener` until `shutdown` turns true (or its sender goes away), then
@@ -205,6 +208,7 @@ pub async fn serve(
         broker: Some(Arc::clone(&state.broker)),
         token: state.token.clone(),
         network: Some(Arc::clone(&state.network)),
+        links: state.links,
         meters: state.meters,
     };
     serve_app(listener, app, shutdown, SHUTDOWN_GRACE).await
@@ -253,6 +257,8 @@ fn router(app: App) -> Router {
         .route("/v1/brokers/{id}/drain", post(drain))
         .route("/v1/faults", get(show_faults).put(switch_faults))
         .route("/v1/zones/cidrs", get(show_cidrs).put(set_cidrs))
+        .route("/v1/links", get(list_links).post(create_link))
+        .route("/v1/links/{name}", get(show_link).delete(delete_link))
         // After the routes: it applies to those already added.
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
@@ -603,6 +609,90 @@ async fn drain(Shared(app): Shared<App>, id: Result<Path<i32>, PathRejection>) -
     }
 }
 
+fn no_links() -> Response {
+    json_error(503, "cluster links are not served by this broker")
+}
+
+/// A link error as HTTP: the definition (400), no such link (404), a conflict (409), the
+/// source (502), the metadata store (503).
+fn link_error(e: weir_link::LinkError) -> Response {
+    use weir_link::LinkError as L;
+    let status = match &e {
+        L::Config(_) => 400,
+        L::NotFound(_) => 404,
+        L::Conflict(_) => 409,
+        L::Meta(_) => 503,
+        L::Io { .. }
+        | L::Timeout { .. }
+        | L::Unsupported { .. }
+        | L::Protocol(_)
+        | L::Auth(_)
+        | L::Kafka { .. } => 502,
+    };
+    json_error(status, e.to_string())
+}
+
+fn to_json(v: &impl serde::Serialize) -> serde_json::Value {
+    serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
+}
+
+async fn list_links(Shared(app): Shared<App>) -> Response {
+    let Some(links) = &app.links else {
+        return no_links();
+    };
+    match links.status(None).await {
+        Ok(all) => json(
+            StatusCode::OK,
+            &serde_json::json!({ "links": to_json(&all) }),
+        ),
+        Err(e) => link_error(e),
+    }
+}
+
+async fn show_link(Shared(app): Shared<App>, Path(name): Path<String>) -> Response {
+    let Some(links) = &app.links else {
+        return no_links();
+    };
+    match links.status(Some(&name)).await {
+        Ok(mut one) => json(StatusCode::OK, &to_json(&one.pop())),
+        Err(e) => link_error(e),
+    }
+}
+
+/// Defines a link from the JSON body (`weir link create`); the source must answer first.
+async fn create_link(Shared(app): Shared<App>, request: Request) -> Response {
+    let Some(links) = app.links.clone() else {
+        return no_links();
+    };
+    let body = match body_bytes(request).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let Ok(text) = std::str::from_utf8(&body) else {
+        return json_error(400, "the link definition is not UTF-8");
+    };
+    match links.create(text).await {
+        Ok(status) => {
+            tracing::info!(link = %status.name, "admin: link created");
+            json(StatusCode::CREATED, &to_json(&status))
+        }
+        Err(e) => link_error(e),
+    }
+}
+
+async fn delete_link(Shared(app): Shared<App>, Path(name): Path<String>, uri: Uri) -> Response {
+    let Some(links) = &app.links else {
+        return no_links();
+    };
+    let force = uri
+        .query()
+        .is_some_and(|q| q.split('&').any(|kv| kv == "force=true"));
+    match links.delete(&name, force).await {
+        Ok(()) => json(StatusCode::OK, &serde_json::json!({ "deleted": name })),
+        Err(e) => link_error(e),
+    }
+}
+
 /// Declares what the process holds (Linux's /proc; absent elsewhere) and the runtime's live
 /// tasks: what a soak watches for growth without bound.
 pub fn register_process_meters(r: &mut weir_metrics::Registry) {
@@ -765,6 +855,7 @@ mod tests {
             cluster,
             faults: None,
             broker: None,
+            links: None,
             token: token.map(Arc::from),
             network: None,
         };

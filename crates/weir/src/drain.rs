@@ -3,11 +3,11 @@
 //! meanwhile, so neither placement nor the balancer gives it partitions back (until it
 //! registers again, e.g. after a restart).
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+
+use crate::admin_client::call;
 
 #[derive(clap::Args)]
 pub struct DrainArgs {
@@ -24,36 +24,9 @@ pub struct DrainArgs {
     admin_token: Option<String>,
 }
 
-/// One HTTP/1.1 request to the admin API; returns the status and the body.
-fn call(
-    admin: &str,
-    token: Option<&str>,
-    method: &str,
-    path: &str,
-) -> anyhow::Result<(u16, String)> {
-    let mut s = TcpStream::connect(admin).with_context(|| format!("connecting to {admin}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {admin}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut raw = String::new();
-    s.read_to_string(&mut raw)?;
-    let Some((head, body)) = raw.split_once("\r\n\r\n") else {
-        bail!("no HTTP answer from {admin}")
-    };
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .context("no HTTP status")?;
-    Ok((status, body.to_string()))
-}
-
 /// Partitions still led by, or moving to, `broker`.
 fn left_on(admin: &str, token: Option<&str>, broker: i32) -> anyhow::Result<usize> {
-    let (status, body) = call(admin, token, "GET", "/v1/partitions")?;
+    let (status, body) = call(admin, token, "GET", "/v1/partitions", "")?;
     if status != 200 {
         bail!("GET /v1/partitions answered {status}: {body}");
     }
@@ -75,6 +48,7 @@ pub fn run(args: DrainArgs) -> anyhow::Result<()> {
         token,
         "POST",
         &format!("/v1/brokers/{}/drain", args.broker),
+        "",
     )?;
     if status != 200 {
         bail!(

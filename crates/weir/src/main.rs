@@ -2,10 +2,12 @@
 //! 127.0.0.1:9092, keeps everything under ./data and serves admin HTTP on 127.0.0.1:9644.
 
 mod admin;
+mod admin_client;
 mod cloud;
 mod cluster_admin;
 mod config;
 mod drain;
+mod link;
 mod listeners;
 mod serve;
 
@@ -59,6 +61,8 @@ enum Command {
     Perf(weir_perf::PerfArgs),
     /// Drain a broker for removal: move all its partitions away, wait until it leads none.
     Drain(drain::DrainArgs),
+    /// Cluster links: mirror another Kafka cluster's topics at its offsets, then promote them.
+    Link(link::LinkArgs),
 }
 
 #[derive(clap::Args)]
@@ -135,5 +139,6 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Perf(args) => weir_perf::run(args),
         Command::Drain(args) => drain::run(args),
+        Command::Link(args) => link::run(args),
     }
 }

@@ -765,11 +765,18 @@ async fn listen(
         Arc::clone(&net_meters),
         shutdown_rx.clone(),
     ));
+    let links = weir_link::LinkService::new(
+        Arc::clone(joined.cluster.meta()),
+        Arc::clone(topics),
+        is_controller(&joined.cluster),
+    );
+    let links_task = links.start(shutdown_rx.clone());
     let admin = tokio::spawn(admin::serve(
         admin_listener,
         admin::State {
             ready: Arc::clone(&ready),
-            meters: meters(&storage.engine, broker, &net_meters),
+            meters: meters(&storage.engine, broker, &net_meters, &links),
+            links: Some(links),
             broker: Arc::clone(broker),
             network: Arc::clone(&net_meters),
             cluster: Some(Arc::new(cluster_admin::Admin(Arc::clone(&joined.cluster)))),
@@ -779,7 +786,8 @@ async fn listen(
         },
         shutdown_rx.clone(),
     ));
-    let background = background_tasks(config, topics, &broker.groups, shutdown_rx);
+    let mut background = background_tasks(config, topics, &broker.groups, shutdown_rx);
+    background.push(links_task);
     ready.store(true, Ordering::SeqCst);
     log_serving(
         config,
@@ -800,15 +808,30 @@ async fn listen(
 }
 
 /// Every meter of the broker, each declared by the component that counts it.
+/// Whether this broker holds the controller's lease now (a cluster link's topic upkeep runs
+/// there only).
+fn is_controller(cluster: &Arc<weir_cluster::Cluster>) -> weir_link::service::IsController {
+    let cluster = Arc::clone(cluster);
+    Arc::new(move || {
+        cluster
+            .view()
+            .controller
+            .as_ref()
+            .is_some_and(|c| c.node_id == cluster.node_id())
+    })
+}
+
 fn meters(
     engine: &weir_storage::Engine,
     broker: &Arc<weir_api::Broker>,
     network: &Arc<weir_network::NetworkMeters>,
+    links: &weir_link::LinkService,
 ) -> Arc<weir_metrics::Registry> {
     let mut r = weir_metrics::Registry::new();
     engine.register_meters(&mut r);
     broker.register_meters(&mut r);
     network.register(&mut r);
+    links.register(&mut r);
     admin::register_process_meters(&mut r);
     Arc::new(r)
 }

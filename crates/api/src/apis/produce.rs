@@ -380,6 +380,17 @@ async fn answer(
     )
 }
 
+/// What a refused partition's answer says (v8+ show it to the producer).
+fn error_message(e: E) -> String {
+    match e {
+        // The one policy of the produce path.
+        E::PolicyViolation => "the topic is a mirror of a cluster link's source topic: it is \
+                               read-only until the link promotes it (weir link promote)"
+            .to_string(),
+        e => e.to_string(),
+    }
+}
+
 fn partition_response(index: i32, result: Result<Produced, E>) -> PartitionProduceResponse {
     let pr = PartitionProduceResponse::default()
         .with_index(index)
@@ -392,7 +403,7 @@ fn partition_response(index: i32, result: Result<Produced, E>) -> PartitionProdu
             .with_error_code(e.code())
             .with_base_offset(-1)
             .with_log_start_offset(-1)
-            .with_error_message(Some(str(&e.to_string()))),
+            .with_error_message(Some(str(&error_message(e)))),
     }
 }
 

@@ -10,6 +10,7 @@ pub mod coordination;
 pub mod credentials;
 pub mod group_offsets;
 pub mod group_states;
+pub mod links;
 pub mod object_index;
 pub mod producer_snapshots;
 pub mod quotas;
@@ -30,6 +31,7 @@ pub async fn run_all(open: impl Fn() -> Box<dyn MetaStore>) {
     credentials::run(|| open()).await;
     acls::run(|| open()).await;
     quotas::run(|| open()).await;
+    links::run(|| open()).await;
     whole_store::run(open).await;
 }
 

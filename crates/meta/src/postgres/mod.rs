@@ -25,6 +25,7 @@ mod coordination;
 mod credentials;
 mod group_offsets;
 mod group_states;
+mod links;
 mod object_index;
 mod producer_snapshots;
 mod quotas;
@@ -242,6 +243,15 @@ CREATE TABLE client_quotas (
     quota_key TEXT NOT NULL,
     value     DOUBLE PRECISION NOT NULL,
     PRIMARY KEY (entity, quota_key)
+);
+",
+    "
+-- Cluster links: each link's definition and state (the link layer's JSON), and a version
+-- that every change raises.
+CREATE TABLE links (
+    name    TEXT PRIMARY KEY,
+    body    TEXT NOT NULL,
+    version BIGINT NOT NULL
 );
 ",
 ];
@@ -848,6 +858,12 @@ mod tests {
     async fn conformance_quotas() {
         let s = server();
         conformance::quotas::run(|| Box::new(store(&s))).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn conformance_links() {
+        let s = server();
+        conformance::links::run(|| Box::new(store(&s))).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

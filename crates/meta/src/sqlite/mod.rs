@@ -13,6 +13,7 @@ mod coordination;
 mod credentials;
 mod group_offsets;
 mod group_states;
+mod links;
 mod object_index;
 mod producer_snapshots;
 mod quotas;
@@ -196,6 +197,13 @@ CREATE TABLE IF NOT EXISTS client_quotas (
     quota_key TEXT NOT NULL,
     value     REAL NOT NULL,
     PRIMARY KEY (entity, quota_key)
+) WITHOUT ROWID;
+-- Cluster links: each link's definition and state (the link layer's JSON), and a version
+-- that every change raises.
+CREATE TABLE IF NOT EXISTS links (
+    name    TEXT PRIMARY KEY,
+    body    TEXT NOT NULL,
+    version INTEGER NOT NULL
 ) WITHOUT ROWID;
 ";
 
@@ -605,6 +613,11 @@ mod tests {
     #[tokio::test]
     async fn conformance_quotas() {
         conformance::quotas::run(|| Box::new(store())).await;
+    }
+
+    #[tokio::test]
+    async fn conformance_links() {
+        conformance::links::run(|| Box::new(store())).await;
     }
 
     #[tokio::test]

@@ -1,0 +1,518 @@
+//! A broker's links: the definitions in the metadata store, looked at every second; for each
+//! link, a supervisor that mirrors the mirror partitions this broker leads (one fetcher per
+//! source broker), and on the controller the link's topic upkeep; and the admin operations.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::{watch, Notify};
+use weir_meta::MetaStore;
+use weir_partition::{Partition, Topics, MIRROR_LINK_CONFIG};
+
+use crate::conn::{Conn, ConnOptions};
+use crate::fetcher::{self, Assigned, Assignment};
+use crate::meters::{self, AllMeters, Lag, LinkMeters};
+use crate::model::{LinkBody, MirrorTopic, TopicState};
+use crate::source::{self, SourceMetadata};
+use crate::{controller, LinkError, LinkSpec, Shared};
+
+/// How often each broker reads the links' definitions, and how often a link's supervisor looks
+/// at which mirror partitions this broker leads.
+const LOOK_EVERY: Duration = Duration::from_secs(1);
+
+/// Between attempts to reach a source that did not answer.
+const SOURCE_RETRY: weir_retry::Backoff =
+    weir_retry::Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
+
+/// Whether this broker is the cluster's controller now.
+pub type IsController = Arc<dyn Fn() -> bool + Send + Sync>;
+
+pub struct LinkService {
+    meta: Arc<dyn MetaStore>,
+    topics: Arc<Topics>,
+    is_controller: IsController,
+    meters: AllMeters,
+    running: Mutex<HashMap<String, Running>>,
+}
+
+/// The tasks of one link on this broker; dropping it stops them.
+struct Running {
+    spec: LinkSpec,
+    stop: watch::Sender<bool>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// A link as the admin API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct LinkStatus {
+    pub name: String,
+    /// The definition, with the password hidden.
+    pub spec: LinkSpec,
+    pub topics: BTreeMap<String, MirrorTopic>,
+    /// The mirror partitions this broker leads, with their lag.
+    pub partitions: Vec<PartitionStatus>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PartitionStatus {
+    pub topic: String,
+    pub partition: i32,
+    pub mirrored_end: i64,
+    pub source_end: i64,
+    pub lag_records: i64,
+    pub lag_seconds: f64,
+}
+
+impl From<Lag> for PartitionStatus {
+    fn from(l: Lag) -> Self {
+        PartitionStatus {
+            topic: l.topic,
+            partition: l.partition,
+            mirrored_end: l.mirrored_end,
+            source_end: l.source_end,
+            lag_records: l.records,
+            lag_seconds: l.seconds,
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl LinkService {
+    pub fn new(
+        meta: Arc<dyn MetaStore>,
+        topics: Arc<Topics>,
+        is_controller: IsController,
+    ) -> Arc<Self> {
+        Arc::new(LinkService {
+            meta,
+            topics,
+            is_controller,
+            meters: AllMeters::default(),
+            running: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn register(&self, r: &mut weir_metrics::Registry) {
+        meters::register(r, &self.meters);
+    }
+
+    /// Looks at the links every second until `stop` is set, starting and stopping their tasks.
+    pub fn start(self: &Arc<Self>, mut stop: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+        let svc = Arc::clone(self);
+        tokio::spawn(async move {
+            loop {
+                if let Err(e) = svc.reconcile().await {
+                    tracing::warn!(error = %e, "reading the cluster links");
+                }
+                tokio::select! {
+                    _ = stop.changed() => break,
+                    () = tokio::time::sleep(LOOK_EVERY) => {}
+                }
+                if *stop.borrow() {
+                    break;
+                }
+            }
+            lock(&svc.running).clear();
+        })
+    }
+
+    async fn reconcile(self: &Arc<Self>) -> Result<(), LinkError> {
+        let mut defined = BTreeMap::new();
+        for r in self.meta.links().await? {
+            match LinkBody::decode(&r.body) {
+                Ok(b) => {
+                    defined.insert(r.name, b.spec);
+                }
+                Err(e) => tracing::warn!(link = %r.name, error = %e, "link record left alone"),
+            }
+        }
+        let mut running = lock(&self.running);
+        running.retain(|name, r| defined.get(name) == Some(&r.spec));
+        lock(&self.meters).retain(|name, _| defined.contains_key(name));
+        for (name, spec) in defined {
+            if running.contains_key(&name) {
+                continue;
+            }
+            let config = match spec.clone().check() {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(link = %name, error = %e, "link not started");
+                    continue;
+                }
+            };
+            let shared = Arc::new(Shared {
+                name: name.clone(),
+                config,
+            });
+            let (tx, rx) = watch::channel(false);
+            let meters = lock(&self.meters).entry(name.clone()).or_default().clone();
+            tokio::spawn(supervise(
+                Arc::clone(self),
+                Arc::clone(&shared),
+                rx.clone(),
+                meters.clone(),
+            ));
+            tokio::spawn(control(Arc::clone(self), shared, rx, meters));
+            tracing::info!(link = %name, "link started here");
+            running.insert(name, Running { spec, stop: tx });
+        }
+        Ok(())
+    }
+
+    /// The mirror partitions of link `name` this broker leads.
+    fn local_mirrors(&self, name: &str) -> Vec<Arc<Partition>> {
+        self.topics
+            .local_partitions()
+            .into_iter()
+            .filter(|p| {
+                p.is_mirror()
+                    && self.topics.get(&p.topic).is_some_and(|t| {
+                        t.configs.get(MIRROR_LINK_CONFIG).map(String::as_str) == Some(name)
+                    })
+            })
+            .collect()
+    }
+
+    /// Defines a link, once its source answered.
+    pub async fn create(&self, json: &str) -> Result<LinkStatus, LinkError> {
+        let config = LinkSpec::from_json(json)?;
+        let shared = Shared {
+            name: config.spec.name.clone(),
+            config,
+        };
+        let opts = shared.conn_options()?;
+        let mut conn = source::connect_any(&shared.config.bootstrap, &opts).await?;
+        source::metadata(&mut conn, Some(&[])).await?;
+        let body = LinkBody {
+            spec: shared.config.spec.clone(),
+            topics: BTreeMap::new(),
+        };
+        if !self.meta.create_link(&shared.name, &body.encode()).await? {
+            return Err(LinkError::Conflict(format!(
+                "a link named {} exists",
+                shared.name
+            )));
+        }
+        tracing::info!(link = %shared.name, source = %shared.config.spec.bootstrap_servers, "link created");
+        self.status_of(&shared.name).await
+    }
+
+    /// Every link (`None`) or one.
+    pub async fn status(&self, name: Option<&str>) -> Result<Vec<LinkStatus>, LinkError> {
+        let mut out = Vec::new();
+        for r in self.meta.links().await? {
+            if name.is_some_and(|n| n != r.name) {
+                continue;
+            }
+            let body = LinkBody::decode(&r.body)?;
+            let partitions = lock(&self.meters)
+                .get(&r.name)
+                .map(|m| m.lags().into_iter().map(PartitionStatus::from).collect())
+                .unwrap_or_default();
+            out.push(LinkStatus {
+                name: r.name,
+                spec: body.spec.redacted(),
+                topics: body.topics,
+                partitions,
+            });
+        }
+        if let (Some(n), true) = (name, out.is_empty()) {
+            return Err(LinkError::NotFound(n.to_string()));
+        }
+        Ok(out)
+    }
+
+    async fn status_of(&self, name: &str) -> Result<LinkStatus, LinkError> {
+        self.status(Some(name))
+            .await?
+            .pop()
+            .ok_or_else(|| LinkError::NotFound(name.to_string()))
+    }
+
+    /// Removes a link. Refused while it still mirrors topics, unless `force`: they then stay
+    /// as they are and become ordinary, writable topics.
+    pub async fn delete(&self, name: &str, force: bool) -> Result<(), LinkError> {
+        let record = self
+            .meta
+            .links()
+            .await?
+            .into_iter()
+            .find(|r| r.name == name)
+            .ok_or_else(|| LinkError::NotFound(name.to_string()))?;
+        let body = LinkBody::decode(&record.body)?;
+        let mirrored: Vec<&String> = body
+            .topics
+            .iter()
+            .filter(|(_, t)| matches!(t.state, TopicState::Mirroring | TopicState::Promoting))
+            .map(|(n, _)| n)
+            .collect();
+        if !mirrored.is_empty() && !force {
+            return Err(LinkError::Conflict(format!(
+                "link {name} still mirrors {} topic(s) ({}): promote them first, or delete with \
+                 force, which stops mirroring and leaves them as ordinary, writable topics where \
+                 they stand",
+                mirrored.len(),
+                mirrored
+                    .iter()
+                    .take(5)
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        for t in mirrored {
+            self.release(name, t).await?;
+        }
+        self.meta.delete_link(name).await?;
+        tracing::info!(link = %name, force, "link deleted");
+        Ok(())
+    }
+
+    /// Makes `topic` an ordinary topic: the link's config removed, so that it is writable.
+    async fn release(&self, link: &str, topic: &str) -> Result<(), LinkError> {
+        let link = link.to_string();
+        self.topics
+            .alter_configs(
+                topic,
+                |c| {
+                    let mut c = c.clone();
+                    if c.get(MIRROR_LINK_CONFIG) == Some(&link) {
+                        c.remove(MIRROR_LINK_CONFIG);
+                    }
+                    Ok(c)
+                },
+                false,
+            )
+            .await
+            .map_err(|(code, msg)| LinkError::Conflict(format!("topic {topic}: {code:?}: {msg}")))
+    }
+}
+
+/// Mirrors the partitions of one link this broker leads, until told to stop.
+async fn supervise(
+    svc: Arc<LinkService>,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+    meters: LinkMeters,
+) {
+    let opts = match shared.conn_options() {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::error!(link = %shared.name, error = %e, "link cannot run");
+            return;
+        }
+    };
+    let stale = Arc::new(Notify::new());
+    let mut fetchers: HashMap<String, watch::Sender<Assignment>> = HashMap::new();
+    let mut md: Option<(SourceMetadata, Instant)> = None;
+    let mut conn: Option<Conn> = None;
+    let mut delays = SOURCE_RETRY.delays();
+    let refresh = Duration::from_millis(shared.spec().metadata_refresh_ms);
+    while !*stop.borrow() {
+        let local = svc.local_mirrors(&shared.name);
+        meters.retain(|t, i| local.iter().any(|p| p.topic == t && p.index == i));
+        let mut wait = LOOK_EVERY;
+        if local.is_empty() {
+            fetchers.clear();
+        } else {
+            if md.as_ref().is_none_or(|(_, at)| at.elapsed() >= refresh) {
+                let mut names: Vec<String> = local.iter().map(|p| p.topic.clone()).collect();
+                names.sort();
+                names.dedup();
+                match look(&shared, &opts, &mut conn, &names, md.as_ref().map(|m| &m.0)).await {
+                    Ok(m) => {
+                        md = Some((m, Instant::now()));
+                        delays = SOURCE_RETRY.delays();
+                    }
+                    Err(e) => {
+                        meters.source_errors.inc();
+                        conn = None;
+                        wait = delays.next_delay();
+                        tracing::warn!(link = %shared.name, error = %e, retry_in_ms = wait.as_millis() as u64, "source metadata not read");
+                    }
+                }
+            }
+            if let Some((m, _)) = &md {
+                assign(&shared, &opts, &local, m, &mut fetchers, &stale, &meters);
+            }
+        }
+        tokio::select! {
+            () = stale.notified() => {
+                // A leader moved at the source: look again (not more often than every 100 ms).
+                md = None;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            () = tokio::time::sleep(wait) => {}
+            _ = stop.changed() => {}
+        }
+    }
+}
+
+/// The source's metadata of `names`, through the connection kept (made again from the
+/// bootstrap servers and the brokers last seen when it broke).
+async fn look(
+    shared: &Shared,
+    opts: &ConnOptions,
+    conn: &mut Option<Conn>,
+    names: &[String],
+    last: Option<&SourceMetadata>,
+) -> Result<SourceMetadata, LinkError> {
+    if conn.is_none() {
+        let mut addrs = shared.config.bootstrap.clone();
+        if let Some(m) = last {
+            addrs.extend(m.brokers.values().cloned());
+        }
+        *conn = Some(source::connect_any(&addrs, opts).await?);
+    }
+    let c = conn
+        .as_mut()
+        .ok_or_else(|| LinkError::Config("no connection".into()))?;
+    source::metadata(c, Some(names)).await
+}
+
+/// Hands each partition to the fetcher of its source leader's broker.
+fn assign(
+    shared: &Arc<Shared>,
+    opts: &ConnOptions,
+    local: &[Arc<Partition>],
+    md: &SourceMetadata,
+    fetchers: &mut HashMap<String, watch::Sender<Assignment>>,
+    stale: &Arc<Notify>,
+    meters: &LinkMeters,
+) {
+    let mut by_addr: HashMap<String, Vec<Assigned>> = HashMap::new();
+    for p in local {
+        let Some(t) = md.topics.get(&p.topic) else {
+            continue;
+        };
+        let Some(addr) = md
+            .leader_of(&p.topic, p.index)
+            .and_then(|l| md.brokers.get(&l))
+        else {
+            continue;
+        };
+        by_addr.entry(addr.clone()).or_default().push(Assigned {
+            topic: p.topic.clone(),
+            topic_id: t.id,
+            partition: Arc::clone(p),
+        });
+    }
+    fetchers.retain(|addr, _| by_addr.contains_key(addr));
+    for (addr, parts) in by_addr {
+        let same = |a: &Assignment| {
+            a.len() == parts.len()
+                && a.iter().zip(&parts).all(|(x, y)| {
+                    x.topic == y.topic
+                        && x.topic_id == y.topic_id
+                        && Arc::ptr_eq(&x.partition, &y.partition)
+                })
+        };
+        match fetchers.get(&addr) {
+            Some(tx) => {
+                tx.send_if_modified(|cur| {
+                    if same(cur) {
+                        return false;
+                    }
+                    *cur = Arc::new(parts.clone());
+                    true
+                });
+            }
+            None => {
+                let (tx, rx) = watch::channel(Arc::new(parts));
+                tokio::spawn(fetcher::run(
+                    Arc::clone(shared),
+                    addr.clone(),
+                    opts.clone(),
+                    rx,
+                    Arc::clone(stale),
+                    meters.clone(),
+                ));
+                fetchers.insert(addr, tx);
+            }
+        }
+    }
+}
+
+/// On the controller: the link's topics kept as the source's, every `metadata.refresh.ms`.
+async fn control(
+    svc: Arc<LinkService>,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+    meters: LinkMeters,
+) {
+    let opts = match shared.conn_options() {
+        Ok(o) => o,
+        Err(_) => return,
+    };
+    let every = Duration::from_millis(shared.spec().metadata_refresh_ms);
+    let mut conn: Option<Conn> = None;
+    let mut delays = SOURCE_RETRY.delays();
+    let mut wait = Duration::ZERO;
+    loop {
+        tokio::select! {
+            _ = stop.changed() => {}
+            () = tokio::time::sleep(wait) => {}
+        }
+        if *stop.borrow() {
+            return;
+        }
+        wait = every;
+        if !(svc.is_controller)() {
+            conn = None;
+            continue;
+        }
+        if let Err(e) = control_once(&svc, &shared, &opts, &mut conn).await {
+            meters.source_errors.inc();
+            conn = None;
+            wait = delays.next_delay().max(every);
+            tracing::warn!(link = %shared.name, error = %e, "link's topics not looked at; retrying");
+        } else {
+            delays = SOURCE_RETRY.delays();
+        }
+    }
+}
+
+async fn control_once(
+    svc: &LinkService,
+    shared: &Shared,
+    opts: &ConnOptions,
+    conn: &mut Option<Conn>,
+) -> Result<(), LinkError> {
+    let Some(record) = svc
+        .meta
+        .links()
+        .await?
+        .into_iter()
+        .find(|r| r.name == shared.name)
+    else {
+        return Ok(());
+    };
+    let body = LinkBody::decode(&record.body)?;
+    if conn.is_none() {
+        *conn = Some(source::connect_any(&shared.config.bootstrap, opts).await?);
+    }
+    let c = conn
+        .as_mut()
+        .ok_or_else(|| LinkError::Config("no connection".into()))?;
+    let next = controller::tick(shared, c, &svc.topics, &body).await?;
+    if next != body
+        && svc
+            .meta
+            .update_link(&shared.name, &next.encode(), record.version)
+            .await?
+            .is_none()
+    {
+        tracing::debug!(link = %shared.name, "link record changed meanwhile; next round");
+    }
+    Ok(())
+}

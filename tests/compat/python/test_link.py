@@ -1,0 +1,282 @@
+"""Cluster links against a real Apache Kafka (tools/kafka/kafka.sh, started here): topics
+mirrored at the source's offsets, as the source stored them.
+
+- an idempotent producer and a transactional one (commits and aborts) write to the source
+  before and while the link runs: every record (aborted ones and markers included) is at the
+  same offset in the mirror, read_committed readers see the same records on both sides, and
+  the mirror is read-only (POLICY_VIOLATION, with a message) until promoted;
+- a compacted source topic, cleaned by Kafka's cleaner before the link starts: the mirror
+  has the same gaps;
+- new source topics matching the link's patterns are mirrored, partition counts and topic
+  configs follow.
+
+Runs against the shared target (one broker, or a three-broker cluster with
+WEIR_COMPAT_TARGET=cluster: the controller creates the topics, each partition's leader mirrors
+it).
+"""
+
+import os
+import tempfile
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+
+import compat_util as cu
+from conftest import KIND, Broker, free_port
+
+pytestmark = pytest.mark.skipif(KIND != "weir", reason="cluster links are Weir's")
+
+
+@pytest.fixture(scope="module")
+def source(broker_factory):
+    """A single-node Apache Kafka 4.1: the link's source cluster."""
+    root = tempfile.mkdtemp(prefix="link-source-", dir=broker_factory.base)
+    b = Broker("link-source", root)
+    b.kind = "kafka"
+    broker_factory.brokers.append(b)
+    b.start()
+    try:
+        yield b
+    finally:
+        broker_factory.close(b)
+
+
+def until(pred, timeout, interval=0.2):
+    """Whether pred() came true within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(interval)
+    return pred()
+
+
+def create_link(target, name, source, topics, **extra):
+    status, body = target_broker(target).admin("POST", "/v1/links", {
+        "name": name,
+        "bootstrap.servers": source.bootstrap,
+        "topics": topics,
+        "metadata.refresh.ms": 500,
+        **extra,
+    }, timeout=60)
+    assert status == 201, body
+    return body
+
+
+def target_broker(target):
+    """A broker of the target whose admin API answers (the first of a cluster)."""
+    return target.brokers[0] if hasattr(target, "brokers") else target
+
+
+def records(bootstrap, topic, partitions, committed, timeout=60):
+    """Every record of `topic`: partition -> [(offset, key, value, timestamp)], read from the
+    start to the end the broker reports (read_committed stops at the last stable offset)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{time.monotonic_ns()}",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                  "isolation.level": "read_committed" if committed else "read_uncommitted",
+                  "enable.partition.eof": True})
+    try:
+        ends = {}
+        for p in range(partitions):
+            _, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            ends[p] = hi
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        out = {p: [] for p in range(partitions)}
+        done = {p for p in range(partitions) if ends[p] == 0}
+        deadline = time.monotonic() + timeout
+        while len(done) < partitions:
+            assert time.monotonic() < deadline, f"{topic}: read {({p: len(v) for p, v in out.items()})}, ends {ends}"
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    done.add(m.partition())
+                    continue
+                raise KafkaException(m.error())
+            out[m.partition()].append((m.offset(), m.key(), m.value(), m.timestamp()[1]))
+        return out
+    finally:
+        c.close()
+
+
+def watermarks(bootstrap, topic, partitions):
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "wm"})
+    try:
+        return [c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in range(partitions)]
+    finally:
+        c.close()
+
+
+def wait_mirrored(target, source, topic, partitions, timeout=90):
+    """Until the mirror's high watermarks are the source's."""
+    want = watermarks(source.bootstrap, topic, partitions)
+    got = None
+
+    def same():
+        nonlocal got
+        try:
+            got = watermarks(target.bootstrap, topic, partitions)
+        except KafkaException:
+            return False
+        return [hi for _, hi in got] == [hi for _, hi in want]
+
+    assert until(same, timeout), f"{topic}: mirror {got}, source {want}"
+
+
+def idempotent(bootstrap):
+    return Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                     "linger.ms": 5, "compression.type": "lz4"})
+
+
+def test_topics_are_mirrored_at_the_sources_offsets_and_read_only(broker, source):
+    topic = cu.unique("orders")
+    cu.create_topic(source.bootstrap, topic, 3)
+    p = idempotent(source.bootstrap)
+    for i in range(1500):
+        p.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=i % 3)
+    p.flush(30)
+    t = Producer({"bootstrap.servers": source.bootstrap, "transactional.id": cu.unique("txn")})
+    t.init_transactions(30)
+
+    def transactions(first, n):
+        for j in range(first, first + n):
+            t.begin_transaction()
+            for i in range(10):
+                t.produce(topic, key=f"t{j}-{i}".encode(), value=b"x" * 100, partition=i % 3)
+            if j % 3 == 2:
+                t.abort_transaction(30)
+            else:
+                t.commit_transaction(30)
+
+    transactions(0, 12)
+    create_link(broker, cu.unique("link"), source, [topic.replace(".", "\\.")])
+    # The source goes on being written while the link runs.
+    for i in range(1500, 3000):
+        p.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=i % 3)
+    p.flush(30)
+    transactions(12, 12)
+    wait_mirrored(broker, source, topic, 3)
+    for committed in (False, True):
+        want = records(source.bootstrap, topic, 3, committed)
+        got = records(broker.bootstrap, topic, 3, committed)
+        for part in range(3):
+            assert got[part] == want[part], (
+                f"partition {part} committed={committed}: {len(got[part])} records in the "
+                f"mirror, {len(want[part])} at the source; first difference at "
+                f"{next((i for i, (a, b) in enumerate(zip(got[part], want[part])) if a != b), None)}")
+    # Markers take offsets: the last offsets read are below the high watermark on both sides,
+    # and the mirror's high watermark is the source's.
+    assert sum(len(v) for v in records(broker.bootstrap, topic, 3, True).values()) == 3000 + 16 * 10
+    # Read-only until promoted.
+    w = Producer({"bootstrap.servers": broker.bootstrap, "message.send.max.retries": 0})
+    errors = []
+    w.produce(topic, value=b"nope", partition=0, on_delivery=lambda e, m: errors.append(e))
+    w.flush(30)
+    assert errors and errors[0] is not None and errors[0].code() == KafkaError.POLICY_VIOLATION, errors
+    # Kafka's tools show which link the topic mirrors.
+    a = AdminClient({"bootstrap.servers": broker.bootstrap})
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    configs = a.describe_configs([res])[res].result(30)
+    assert configs["weir.mirror.link"].value.startswith("link")
+
+
+def test_a_compacted_topic_keeps_the_gaps_its_cleaner_left(broker, source):
+    topic = cu.unique("compacted")
+    cu.create_topic(source.bootstrap, topic, 1, config={
+        "cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
+        "delete.retention.ms": "100", "min.compaction.lag.ms": "0"})
+    p = idempotent(source.bootstrap)
+    for rnd in range(8):
+        for k in range(50):
+            p.produce(topic, key=f"key{k}".encode(), value=f"r{rnd}".encode(), partition=0)
+        # A key written once: it stays between removed records (gaps inside the log).
+        p.produce(topic, key=f"once{rnd}".encode(), value=b"kept", partition=0)
+        p.flush(30)
+        time.sleep(0.3)  # each round in a segment of its own (segment.ms)
+
+    def cleaned():
+        # Kafka cleans rolled segments only: keep rolling them, and look for gaps.
+        p.produce(topic, key=b"roll", value=b"x", partition=0)
+        p.flush(30)
+        got = records(source.bootstrap, topic, 1, False)[0]
+        return len(got) < got[-1][0] + 1 - 200
+
+    assert until(cleaned, 120, interval=1), "Kafka's cleaner did not run"
+    before = records(source.bootstrap, topic, 1, False)[0]
+    create_link(broker, cu.unique("link"), source, [topic.replace(".", "\\.")])
+    wait_mirrored(broker, source, topic, 1)
+    got = records(broker.bootstrap, topic, 1, False)[0]
+    want = records(source.bootstrap, topic, 1, False)[0]
+    assert got == want
+    offsets = [r[0] for r in got]
+    missing = offsets[-1] + 1 - len(offsets)
+    gaps = sum(1 for a, b in zip([-1] + offsets, offsets) if b != a + 1)
+    print(f"{len(got)} records over offsets 0..{offsets[-1]}: {missing} offsets removed by the "
+          f"source's cleaner, in {gaps} gaps (before the link: {len(before)} records)")
+    assert missing > 0 and gaps > 2, "the source had gaps: the mirror must keep them"
+
+
+def test_new_topics_partitions_and_configs_follow_the_source(broker, source):
+    prefix = cu.unique("follow")
+    link = cu.unique("link")
+    create_link(broker, link, source, [prefix.replace(".", "\\.") + "-.*"])
+    first = f"{prefix}-a"
+    cu.create_topic(source.bootstrap, first, 2, config={"retention.ms": "3600000"})
+    p = idempotent(source.bootstrap)
+    for i in range(100):
+        p.produce(first, value=f"{i}".encode(), partition=i % 2)
+    p.flush(30)
+    wait_mirrored(broker, source, first, 2)
+    sa = AdminClient({"bootstrap.servers": source.bootstrap})
+    sa.create_partitions([NewPartitions(first, 4)])[first].result(30)
+    res = ConfigResource(ConfigResource.Type.TOPIC, first,
+                         set_config={"retention.ms": "7200000"})
+    sa.alter_configs([res])[res].result(30)
+    # A producer that knows of the new partitions.
+    p = idempotent(source.bootstrap)
+    assert until(lambda: len(p.list_topics(first, timeout=10).topics[first].partitions) == 4, 30)
+    for i in range(100):
+        p.produce(first, value=f"{i}".encode(), partition=i % 4)
+    p.flush(30)
+    wait_mirrored(broker, source, first, 4)
+    ta = AdminClient({"bootstrap.servers": broker.bootstrap})
+    shown = ConfigResource(ConfigResource.Type.TOPIC, first)
+
+    def retention():
+        return ta.describe_configs([shown])[shown].result(30)["retention.ms"].value
+
+    assert until(lambda: retention() == "7200000", 30), retention()
+    # A second topic created at the source later is picked up.
+    second = f"{prefix}-b"
+    cu.create_topic(source.bootstrap, second, 1)
+    p.produce(second, value=b"hello", partition=0)
+    p.flush(30)
+    wait_mirrored(broker, source, second, 1)
+    assert records(broker.bootstrap, second, 1, True)[0][0][2] == b"hello"
+    status, body = target_broker(broker).admin("GET", f"/v1/links/{link}")
+    assert status == 200, body
+    assert {t: s["state"] for t, s in body["topics"].items()} == {
+        first: "mirroring", second: "mirroring"}, body
+
+
+def test_bad_definitions_and_unreachable_sources_are_refused_clearly(broker, source):
+    b = target_broker(broker)
+    status, body = b.admin("POST", "/v1/links", {"name": "x", "bootstrap.servers": source.bootstrap})
+    assert status == 400 and "topics" in body["error"], body
+    dead = free_port()
+    status, body = b.admin("POST", "/v1/links", {
+        "name": cu.unique("dead"), "bootstrap.servers": f"127.0.0.1:{dead}", "topics": ["t"],
+        "request.timeout.ms": 2000}, timeout=30)
+    assert status == 502, body
+    name = cu.unique("dup")
+    create_link(broker, name, source, ["nothing-matches-this"])
+    status, body = b.admin("POST", "/v1/links", {
+        "name": name, "bootstrap.servers": source.bootstrap, "topics": ["t"]}, timeout=60)
+    assert status == 409, body
+    status, body = b.admin("DELETE", f"/v1/links/{name}")
+    assert status == 200, body
+    status, body = b.admin("GET", f"/v1/links/{name}")
+    assert status == 404, body
