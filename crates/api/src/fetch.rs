@@ -215,9 +215,13 @@ async fn fetch_once(
                 .map_err(|e| *e)
                 .and_then(|s| s.bounds(w.committed).map(|b| (s, b)));
             let (has_data, in_range) = match &bounds {
-                Ok((_, b)) => (
+                Ok((s, b)) => (
                     w.offset >= b.start && w.offset < b.readable && w.preferred.is_none(),
-                    (b.start..=b.hw).contains(&w.offset),
+                    // A cluster link's mirror is behind its source for a moment: an offset past
+                    // its end (a group offset copied from the source) is waited for, not
+                    // out of range, so that a consumer moved to it does not reset.
+                    (b.start..=b.hw).contains(&w.offset)
+                        || (w.offset > b.hw && is_mirror(topics, s)),
                 ),
                 _ => (false, true),
             };
@@ -318,6 +322,16 @@ fn whole_batches(records: &Bytes, limit: usize) -> Bytes {
         end = next;
     }
     records.slice(..end)
+}
+
+/// Whether the partition is a cluster link's mirror ([`weir_partition::MIRROR_LINK_CONFIG`]).
+fn is_mirror(topics: &Topics, s: &Source) -> bool {
+    match s {
+        Source::Local(p) => p.is_mirror(),
+        Source::Remote { topic, .. } => topics
+            .get(topic)
+            .is_some_and(|t| t.configs.contains_key(weir_partition::MIRROR_LINK_CONFIG)),
+    }
 }
 
 /// How one partition's part of a fetch ended.

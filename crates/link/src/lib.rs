@@ -9,6 +9,7 @@
 //!   at the source's offsets ([`weir_partition::Partition::start_mirror`]).
 //! - `controller`: on the cluster's controller, mirror topics created, grown and configured as
 //!   the source's are.
+//! - [`groups`]: consumer groups' committed offsets copied from the source, unchanged.
 //! - [`service`]: each broker's links: definitions read from the metadata store, fetchers
 //!   started where partitions are led, the admin operations.
 //! - [`meters`]: lag per mirror partition, bytes, errors.
@@ -21,6 +22,7 @@ pub mod config;
 pub mod conn;
 mod controller;
 mod fetcher;
+pub mod groups;
 pub mod meters;
 pub mod model;
 pub mod service;

@@ -9,6 +9,8 @@ use std::time::Instant;
 
 use weir_metrics::{Counter, Labels, Registry};
 
+use crate::groups::GroupStatus;
+
 /// The meters of one link on this broker. Clones share them.
 #[derive(Clone, Default)]
 pub struct LinkMeters {
@@ -16,7 +18,10 @@ pub struct LinkMeters {
     pub source_errors: Counter,
     pub skipped: Counter,
     pub failed_partitions: Counter,
+    pub groups_copied: Counter,
     progress: Arc<Mutex<BTreeMap<(String, i32), Progress>>>,
+    /// The groups this broker copies, as the last round left them.
+    groups: Arc<Mutex<BTreeMap<String, GroupStatus>>>,
 }
 
 /// Where one mirror partition stands.
@@ -73,6 +78,14 @@ impl LinkMeters {
     /// Keeps only the partitions `keep` says this broker still mirrors.
     pub fn retain(&self, keep: impl Fn(&str, i32) -> bool) {
         lock(&self.progress).retain(|(t, p), _| keep(t, *p));
+    }
+
+    pub fn set_groups(&self, groups: BTreeMap<String, GroupStatus>) {
+        *lock(&self.groups) = groups;
+    }
+
+    pub fn groups(&self) -> BTreeMap<String, GroupStatus> {
+        lock(&self.groups).clone()
     }
 
     pub fn lags(&self) -> Vec<Lag> {
@@ -150,6 +163,25 @@ pub fn register(r: &mut Registry, all: &AllMeters) {
         "link_failed_partitions",
         "Mirror partitions stopped because the source no longer had what the mirror held (see the log).",
         move || each_link(&a, |m| m.failed_partitions.get()),
+    );
+    let a = Arc::clone(all);
+    r.counters_read(
+        "link_group_offsets_copied",
+        "Committed offsets of consumer groups copied from each link's source to the groups this broker coordinates.",
+        move || each_link(&a, |m| m.groups_copied.get()),
+    );
+    let a = Arc::clone(all);
+    r.gauges_read(
+        "link_groups_in_sync",
+        "Groups this broker copies whose every committed offset here is the source's (a consumer moved now resumes exactly where it stopped).",
+        move || {
+            each_link(&a, |m| {
+                m.groups()
+                    .values()
+                    .filter(|g| g.in_sync == g.partitions)
+                    .count() as i64
+            })
+        },
     );
     let a = Arc::clone(all);
     r.gauges_read(

@@ -13,6 +13,7 @@ use weir_partition::{Partition, Topics, MIRROR_LINK_CONFIG};
 
 use crate::conn::{Conn, ConnOptions};
 use crate::fetcher::{self, Assigned, Assignment};
+use crate::groups::{self, GroupStatus, GroupTarget};
 use crate::meters::{self, AllMeters, Lag, LinkMeters};
 use crate::model::{LinkBody, MirrorTopic, TopicState};
 use crate::source::{self, SourceMetadata};
@@ -33,6 +34,8 @@ pub struct LinkService {
     meta: Arc<dyn MetaStore>,
     topics: Arc<Topics>,
     is_controller: IsController,
+    /// This cluster's consumer groups, for the groups links copy (`None`: none copied).
+    groups: Option<Arc<dyn GroupTarget>>,
     meters: AllMeters,
     running: Mutex<HashMap<String, Running>>,
 }
@@ -58,6 +61,8 @@ pub struct LinkStatus {
     pub topics: BTreeMap<String, MirrorTopic>,
     /// The mirror partitions this broker leads, with their lag.
     pub partitions: Vec<PartitionStatus>,
+    /// The groups this broker copies (those it coordinates), as the last round left them.
+    pub groups: BTreeMap<String, GroupStatus>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -92,11 +97,13 @@ impl LinkService {
         meta: Arc<dyn MetaStore>,
         topics: Arc<Topics>,
         is_controller: IsController,
+        groups: Option<Arc<dyn GroupTarget>>,
     ) -> Arc<Self> {
         Arc::new(LinkService {
             meta,
             topics,
             is_controller,
+            groups,
             meters: AllMeters::default(),
             running: Mutex::new(HashMap::new()),
         })
@@ -162,6 +169,15 @@ impl LinkService {
                 rx.clone(),
                 meters.clone(),
             ));
+            if let (Some(target), false) = (&self.groups, shared.spec().groups.is_empty()) {
+                tokio::spawn(sync_groups(
+                    Arc::clone(self),
+                    Arc::clone(&shared),
+                    Arc::clone(target),
+                    rx.clone(),
+                    meters.clone(),
+                ));
+            }
             tokio::spawn(control(Arc::clone(self), shared, rx, meters));
             tracing::info!(link = %name, "link started here");
             running.insert(name, Running { spec, stop: tx });
@@ -215,15 +231,18 @@ impl LinkService {
                 continue;
             }
             let body = LinkBody::decode(&r.body)?;
-            let partitions = lock(&self.meters)
-                .get(&r.name)
-                .map(|m| m.lags().into_iter().map(PartitionStatus::from).collect())
-                .unwrap_or_default();
+            let meters = lock(&self.meters).get(&r.name).cloned().unwrap_or_default();
+            let partitions = meters
+                .lags()
+                .into_iter()
+                .map(PartitionStatus::from)
+                .collect();
             out.push(LinkStatus {
                 name: r.name,
                 spec: body.spec.redacted(),
                 topics: body.topics,
                 partitions,
+                groups: meters.groups(),
             });
         }
         if let (Some(n), true) = (name, out.is_empty()) {
@@ -514,5 +533,91 @@ async fn control_once(
     {
         tracing::debug!(link = %shared.name, "link record changed meanwhile; next round");
     }
+    Ok(())
+}
+
+/// Copies the committed offsets of the link's groups that this broker coordinates, every
+/// `groups.sync.ms`.
+async fn sync_groups(
+    svc: Arc<LinkService>,
+    shared: Arc<Shared>,
+    target: Arc<dyn GroupTarget>,
+    mut stop: watch::Receiver<bool>,
+    meters: LinkMeters,
+) {
+    let Ok(opts) = shared.conn_options() else {
+        return;
+    };
+    let every = Duration::from_millis(shared.spec().groups_sync_ms);
+    let mut conn: Option<Conn> = None;
+    let mut pool: HashMap<String, Conn> = HashMap::new();
+    let mut delays = SOURCE_RETRY.delays();
+    let mut wait = Duration::ZERO;
+    loop {
+        tokio::select! {
+            _ = stop.changed() => {}
+            () = tokio::time::sleep(wait) => {}
+        }
+        if *stop.borrow() {
+            return;
+        }
+        wait = every;
+        match sync_once(
+            &svc, &shared, &*target, &opts, &mut conn, &mut pool, &meters,
+        )
+        .await
+        {
+            Ok(()) => delays = SOURCE_RETRY.delays(),
+            Err(e) => {
+                meters.source_errors.inc();
+                conn = None;
+                pool.clear();
+                wait = delays.next_delay().max(every);
+                tracing::warn!(link = %shared.name, error = %e, "group offsets not copied; retrying");
+            }
+        }
+    }
+}
+
+async fn sync_once(
+    svc: &LinkService,
+    shared: &Shared,
+    target: &dyn GroupTarget,
+    opts: &ConnOptions,
+    conn: &mut Option<Conn>,
+    pool: &mut HashMap<String, Conn>,
+    meters: &LinkMeters,
+) -> Result<(), LinkError> {
+    if conn.is_none() {
+        *conn = Some(source::connect_any(&shared.config.bootstrap, opts).await?);
+    }
+    let c = conn
+        .as_mut()
+        .ok_or_else(|| LinkError::Config("no connection".into()))?;
+    let md = source::metadata(c, Some(&[])).await?;
+    let name = shared.name.as_str();
+    let wanted = |g: &str| shared.config.groups.matches(g) && target.coordinates(g);
+    let mirrored = |t: &str| {
+        svc.topics
+            .get(t)
+            .is_some_and(|x| x.configs.get(MIRROR_LINK_CONFIG).map(String::as_str) == Some(name))
+    };
+    let offsets = groups::source_offsets(c, &md.brokers, opts, pool, &wanted, &mirrored).await?;
+    let mut statuses = BTreeMap::new();
+    for (group, offsets) in offsets {
+        if offsets.is_empty() {
+            continue;
+        }
+        match groups::copy_group(target, &group, &offsets).await {
+            Ok(s) => {
+                meters.groups_copied.add(s.copied as u64);
+                statuses.insert(group, s);
+            }
+            Err(e) => {
+                tracing::warn!(link = %name, group = %group, error = %e, "group offsets not copied")
+            }
+        }
+    }
+    meters.set_groups(statuses);
     Ok(())
 }

@@ -8,6 +8,7 @@ mod cluster_admin;
 mod config;
 mod drain;
 mod link;
+mod link_groups;
 mod listeners;
 mod serve;
 

@@ -769,6 +769,7 @@ async fn listen(
         Arc::clone(joined.cluster.meta()),
         Arc::clone(topics),
         is_controller(&joined.cluster),
+        Some(Arc::new(crate::link_groups::Groups(Arc::clone(broker)))),
     );
     let links_task = links.start(shutdown_rx.clone());
     let admin = tokio::spawn(admin::serve(

@@ -280,3 +280,105 @@ def test_bad_definitions_and_unreachable_sources_are_refused_clearly(broker, sou
     assert status == 200, body
     status, body = b.admin("GET", f"/v1/links/{name}")
     assert status == 404, body
+
+
+def committed_offsets(bootstrap, group):
+    """partition -> committed offset of `group`, as an admin client reads them."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    a = AdminClient({"bootstrap.servers": bootstrap})
+    f = a.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+    res = f[group].result(30)
+    return {tp.partition: tp.offset for tp in res.topic_partitions if tp.offset >= 0}
+
+
+def link_groups(target, link):
+    """The link's groups as every broker of the target shows those it copies."""
+    out = {}
+    for b in getattr(target, "brokers", [target]):
+        status, body = b.admin("GET", f"/v1/links/{link}")
+        assert status == 200, body
+        out.update(body["groups"])
+    return out
+
+
+def test_a_group_moves_from_the_source_and_reads_every_record_once(broker, source):
+    import threading
+    topic = cu.unique("moving")
+    group = cu.unique("group")
+    link = cu.unique("link")
+    cu.create_topic(source.bootstrap, topic, 2)
+    create_link(broker, link, source, [topic.replace(".", "\\.")], groups=[group.replace(".", "\\.")],
+                **{"groups.sync.ms": 200})
+    # Producers stay on the source throughout: consumers move first.
+    stop = threading.Event()
+    produced = [0]
+
+    def produce():
+        p = idempotent(source.bootstrap)
+        while not stop.is_set():
+            for _ in range(20):
+                p.produce(topic, key=f"k{produced[0]}".encode(), value=f"v{produced[0]}".encode(),
+                          partition=produced[0] % 2)
+                produced[0] += 1
+            p.poll(0)
+            time.sleep(0.05)
+        p.flush(30)
+
+    writer = threading.Thread(target=produce)
+    writer.start()
+    read = []
+
+    def consume(bootstrap, until):
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                      "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        c.subscribe([topic])
+        try:
+            while not until():
+                msgs = c.consume(100, 0.5)
+                for m in msgs:
+                    if m.error() is None:
+                        read.append((m.partition(), m.offset(), m.value()))
+                if msgs:
+                    c.commit(asynchronous=False)
+        finally:
+            c.close()
+
+    try:
+        t0 = time.monotonic()
+        consume(source.bootstrap, lambda: time.monotonic() - t0 > 4 and len(read) > 200)
+        on_source = len(read)
+
+        # The runbook's check before moving a group: its committed offsets are the same on
+        # both sides (as kafka-consumer-groups --describe shows them).
+        want_offsets = committed_offsets(source.bootstrap, group)
+        assert sorted(want_offsets) == [0, 1], want_offsets
+        assert until(lambda: committed_offsets(broker.bootstrap, group) == want_offsets, 60), (
+            committed_offsets(broker.bootstrap, group), want_offsets)
+        g = link_groups(broker, link).get(group)
+        assert g is not None and g["partitions"] == 2 and g["in_sync"] == 2, g
+        moved_at = time.monotonic()
+        writer_done = [False]
+
+        def caught_up():
+            if not writer_done[0] and time.monotonic() - moved_at > 3:
+                stop.set()
+                writer.join(60)
+                writer_done[0] = True
+            if not writer_done[0]:
+                return False
+            return len(read) >= produced[0]
+
+        consume(broker.bootstrap, lambda: caught_up() or time.monotonic() - moved_at > 90)
+    finally:
+        stop.set()
+        writer.join(60)
+    want = records(source.bootstrap, topic, 2, False)
+    got = {p: sorted((o, v) for q, o, v in read if q == p) for p in range(2)}
+    for p in range(2):
+        offsets = [o for o, _ in got[p]]
+        assert len(offsets) == len(set(offsets)), f"partition {p}: records read twice across the move"
+        assert got[p] == [(o, v) for o, _, v, _ in want[p]], (
+            f"partition {p}: read {len(got[p])}, the source holds {len(want[p])}")
+    print(f"{on_source} records read on the source, {len(read) - on_source} on Weir after the "
+          f"move, {produced[0]} produced, none twice, none missing")
+    assert on_source > 0 and len(read) > on_source
