@@ -60,8 +60,17 @@ pub async fn tick(
             continue;
         }
         let source_configs = configs.get(&t.name).unwrap_or(&none);
-        let state = follow(shared, topics, t, source_configs).await;
         let was = next.topics.get(&t.name);
+        let mut state = follow(shared, topics, t, source_configs).await;
+        if let (Some(w), TopicState::Mirroring) = (was, state.state) {
+            if w.state == TopicState::Promoting {
+                // Followed as before; the promotion goes on.
+                state = w.clone();
+            } else if w.state == TopicState::Mirroring {
+                // What the last promotion said stays until the next.
+                state.reason = w.reason.clone();
+            }
+        }
         if was != Some(&state) {
             tracing::info!(link = %shared.name, topic = %t.name, state = state.state.name(),
                 reason = state.reason.as_deref().unwrap_or(""), "mirror topic");
@@ -80,14 +89,8 @@ async fn follow(
 ) -> MirrorTopic {
     let wanted = mirror_configs(&shared.name, source_configs);
     let count = t.partitions.len() as i32;
-    let failed = |reason: String| MirrorTopic {
-        state: TopicState::Failed,
-        reason: Some(reason),
-    };
-    let mirroring = MirrorTopic {
-        state: TopicState::Mirroring,
-        reason: None,
-    };
+    let failed = MirrorTopic::failed;
+    let mirroring = MirrorTopic::mirroring();
     let Some(local) = topics.get(&t.name) else {
         return match topics.create(&t.name, count, wanted, false).await {
             Ok(_) => mirroring,
@@ -144,4 +147,85 @@ mod tests {
         assert!(internal("mm2-offsets.source.internal"));
         assert!(!internal("orders"));
     }
+}
+
+/// Promotions under way: a topic whose every partition reached its target becomes ordinary
+/// (its link config removed: writable); one past its deadline goes on mirroring, with what was
+/// left in its reason. Returns the record as it should be.
+pub async fn promotions(
+    shared: &Shared,
+    topics: &Topics,
+    body: &LinkBody,
+    now_ms: i64,
+) -> LinkBody {
+    let mut next = body.clone();
+    for (name, t) in &body.topics {
+        let (TopicState::Promoting, Some(p)) = (t.state, &t.promotion) else {
+            continue;
+        };
+        let left: Vec<i32> = p
+            .targets
+            .keys()
+            .filter(|i| !p.reached.contains_key(i))
+            .copied()
+            .collect();
+        if left.is_empty() {
+            match release(topics, &shared.name, name).await {
+                Ok(()) => {
+                    tracing::info!(link = %shared.name, topic = %name, "mirror topic promoted: writable");
+                    next.topics.insert(
+                        name.clone(),
+                        MirrorTopic {
+                            state: TopicState::Promoted,
+                            reason: Some(format!(
+                                "promoted at the source's offsets {:?}",
+                                p.targets
+                            )),
+                            promotion: None,
+                        },
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!(link = %shared.name, topic = %name, error = %e, "promotion not finished; retrying")
+                }
+            }
+        } else if now_ms > p.deadline_ms {
+            let behind: Vec<String> = left
+                .iter()
+                .map(|i| format!("partition {i} short of offset {}", p.targets[i]))
+                .collect();
+            let reason = format!("promotion gave up at its deadline: {}", behind.join(", "));
+            tracing::warn!(link = %shared.name, topic = %name, %reason, "promotion gave up");
+            next.topics.insert(
+                name.clone(),
+                MirrorTopic {
+                    state: TopicState::Mirroring,
+                    reason: Some(reason),
+                    promotion: None,
+                },
+            );
+        }
+    }
+    next
+}
+
+/// Makes `topic` an ordinary topic: the link's config removed, so that it is writable.
+pub async fn release(topics: &Topics, link: &str, topic: &str) -> Result<(), crate::LinkError> {
+    let link = link.to_string();
+    topics
+        .alter_configs(
+            topic,
+            |c| {
+                let mut c = c.clone();
+                if c.get(MIRROR_LINK_CONFIG) == Some(&link) {
+                    c.remove(MIRROR_LINK_CONFIG);
+                }
+                Ok(c)
+            },
+            false,
+        )
+        .await
+        .map_err(|(code, msg)| {
+            crate::LinkError::Conflict(format!("topic {topic}: {code:?}: {msg}"))
+        })
 }

@@ -22,6 +22,38 @@ pub struct MirrorTopic {
     /// Why it failed, or what the last step did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// While promoting: where each partition must get to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promotion: Option<Promotion>,
+}
+
+/// A promotion under way: each partition's source end when it was asked for (every record the
+/// source had acknowledged then), and the partitions whose mirror has got there.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Promotion {
+    pub targets: BTreeMap<i32, i64>,
+    #[serde(default)]
+    pub reached: BTreeMap<i32, i64>,
+    /// Milliseconds since the epoch after which it gives up (the topic goes on mirroring).
+    pub deadline_ms: i64,
+}
+
+impl MirrorTopic {
+    pub fn mirroring() -> MirrorTopic {
+        MirrorTopic {
+            state: TopicState::Mirroring,
+            reason: None,
+            promotion: None,
+        }
+    }
+
+    pub fn failed(reason: String) -> MirrorTopic {
+        MirrorTopic {
+            state: TopicState::Failed,
+            reason: Some(reason),
+            promotion: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -15,7 +15,7 @@ use crate::conn::{Conn, ConnOptions};
 use crate::fetcher::{self, Assigned, Assignment};
 use crate::groups::{self, GroupStatus, GroupTarget};
 use crate::meters::{self, AllMeters, Lag, LinkMeters};
-use crate::model::{LinkBody, MirrorTopic, TopicState};
+use crate::model::{LinkBody, MirrorTopic, Promotion, TopicState};
 use crate::source::{self, SourceMetadata};
 use crate::{controller, LinkError, LinkSpec, Shared};
 
@@ -38,6 +38,8 @@ pub struct LinkService {
     groups: Option<Arc<dyn GroupTarget>>,
     meters: AllMeters,
     running: Mutex<HashMap<String, Running>>,
+    /// Each link's record as last read (every second), for the supervisors.
+    records: Mutex<HashMap<String, (LinkBody, u64)>>,
 }
 
 /// The tasks of one link on this broker; dropping it stops them.
@@ -106,6 +108,7 @@ impl LinkService {
             groups,
             meters: AllMeters::default(),
             running: Mutex::new(HashMap::new()),
+            records: Mutex::new(HashMap::new()),
         })
     }
 
@@ -135,14 +138,17 @@ impl LinkService {
 
     async fn reconcile(self: &Arc<Self>) -> Result<(), LinkError> {
         let mut defined = BTreeMap::new();
+        let mut records = HashMap::new();
         for r in self.meta.links().await? {
             match LinkBody::decode(&r.body) {
                 Ok(b) => {
-                    defined.insert(r.name, b.spec);
+                    defined.insert(r.name.clone(), b.spec.clone());
+                    records.insert(r.name, (b, r.version));
                 }
                 Err(e) => tracing::warn!(link = %r.name, error = %e, "link record left alone"),
             }
         }
+        *lock(&self.records) = records;
         let mut running = lock(&self.running);
         running.retain(|name, r| defined.get(name) == Some(&r.spec));
         lock(&self.meters).retain(|name, _| defined.contains_key(name));
@@ -258,6 +264,84 @@ impl LinkService {
             .ok_or_else(|| LinkError::NotFound(name.to_string()))
     }
 
+    /// Starts promoting `topics` of link `name` (every topic it mirrors if empty): each
+    /// partition's target is the source's end now; once the mirror has it, the controller makes
+    /// the topic writable. Gives up after `timeout` (the topic goes on mirroring, with the
+    /// partitions left in its reason). Returns the targets' status at once; `weir link promote`
+    /// waits for the outcome.
+    pub async fn promote(
+        &self,
+        name: &str,
+        topics: &[String],
+        timeout: Duration,
+    ) -> Result<LinkStatus, LinkError> {
+        let record = self
+            .meta
+            .links()
+            .await?
+            .into_iter()
+            .find(|r| r.name == name)
+            .ok_or_else(|| LinkError::NotFound(name.to_string()))?;
+        let mut body = LinkBody::decode(&record.body)?;
+        let chosen: Vec<String> = if topics.is_empty() {
+            body.topics
+                .iter()
+                .filter(|(_, t)| t.state == TopicState::Mirroring)
+                .map(|(n, _)| n.clone())
+                .collect()
+        } else {
+            topics.to_vec()
+        };
+        for t in &chosen {
+            match body.topics.get(t).map(|m| m.state) {
+                Some(TopicState::Mirroring) => {}
+                Some(s) => {
+                    return Err(LinkError::Conflict(format!("topic {t} is {}", s.name())));
+                }
+                None => return Err(LinkError::NotFound(format!("{name}'s topic {t}"))),
+            }
+        }
+        if chosen.is_empty() {
+            return Err(LinkError::Conflict(format!(
+                "link {name} mirrors no topic to promote"
+            )));
+        }
+        let config = body.spec.clone().check()?;
+        let shared = Shared {
+            name: name.to_string(),
+            config,
+        };
+        let targets = source_ends(&shared, &chosen).await?;
+        let deadline_ms = now_ms() + timeout.as_millis() as i64;
+        for t in &chosen {
+            let targets = targets.get(t).cloned().unwrap_or_default();
+            tracing::info!(link = %name, topic = %t, ?targets, "promotion started");
+            body.topics.insert(
+                t.clone(),
+                MirrorTopic {
+                    state: TopicState::Promoting,
+                    reason: None,
+                    promotion: Some(Promotion {
+                        targets,
+                        reached: BTreeMap::new(),
+                        deadline_ms,
+                    }),
+                },
+            );
+        }
+        if self
+            .meta
+            .update_link(name, &body.encode(), record.version)
+            .await?
+            .is_none()
+        {
+            return Err(LinkError::Conflict(format!(
+                "link {name} changed meanwhile: promote again"
+            )));
+        }
+        self.status_of(name).await
+    }
+
     /// Removes a link. Refused while it still mirrors topics, unless `force`: they then stay
     /// as they are and become ordinary, writable topics.
     pub async fn delete(&self, name: &str, force: bool) -> Result<(), LinkError> {
@@ -290,30 +374,11 @@ impl LinkService {
             )));
         }
         for t in mirrored {
-            self.release(name, t).await?;
+            controller::release(&self.topics, name, t).await?;
         }
         self.meta.delete_link(name).await?;
         tracing::info!(link = %name, force, "link deleted");
         Ok(())
-    }
-
-    /// Makes `topic` an ordinary topic: the link's config removed, so that it is writable.
-    async fn release(&self, link: &str, topic: &str) -> Result<(), LinkError> {
-        let link = link.to_string();
-        self.topics
-            .alter_configs(
-                topic,
-                |c| {
-                    let mut c = c.clone();
-                    if c.get(MIRROR_LINK_CONFIG) == Some(&link) {
-                        c.remove(MIRROR_LINK_CONFIG);
-                    }
-                    Ok(c)
-                },
-                false,
-            )
-            .await
-            .map_err(|(code, msg)| LinkError::Conflict(format!("topic {topic}: {code:?}: {msg}")))
     }
 }
 
@@ -363,6 +428,9 @@ async fn supervise(
             }
             if let Some((m, _)) = &md {
                 assign(&shared, &opts, &local, m, &mut fetchers, &stale, &meters);
+            }
+            if let Err(e) = report_reached(&svc, &shared.name, &local).await {
+                tracing::debug!(link = %shared.name, error = %e, "promotion progress not recorded; next round");
             }
         }
         tokio::select! {
@@ -524,6 +592,7 @@ async fn control_once(
         .as_mut()
         .ok_or_else(|| LinkError::Config("no connection".into()))?;
     let next = controller::tick(shared, c, &svc.topics, &body).await?;
+    let next = controller::promotions(shared, &svc.topics, &next, now_ms()).await;
     if next != body
         && svc
             .meta
@@ -619,5 +688,98 @@ async fn sync_once(
         }
     }
     meters.set_groups(statuses);
+    Ok(())
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The source's end of each partition of `topics` now: `topic -> partition -> offset`.
+async fn source_ends(
+    shared: &Shared,
+    topics: &[String],
+) -> Result<BTreeMap<String, BTreeMap<i32, i64>>, LinkError> {
+    let opts = shared.conn_options()?;
+    let mut conn = source::connect_any(&shared.config.bootstrap, &opts).await?;
+    let md = source::metadata(&mut conn, Some(topics)).await?;
+    let mut by_leader: BTreeMap<i32, Vec<(String, i32)>> = BTreeMap::new();
+    for t in topics {
+        let st = md
+            .topics
+            .get(t)
+            .ok_or_else(|| LinkError::NotFound(format!("topic {t} at the source")))?;
+        for p in &st.partitions {
+            if p.leader < 0 {
+                return Err(LinkError::Conflict(format!(
+                    "{t}-{} has no leader at the source now: promote again",
+                    p.index
+                )));
+            }
+            by_leader
+                .entry(p.leader)
+                .or_default()
+                .push((t.clone(), p.index));
+        }
+    }
+    let mut out: BTreeMap<String, BTreeMap<i32, i64>> = BTreeMap::new();
+    for (leader, parts) in by_leader {
+        let addr = md.brokers.get(&leader).ok_or_else(|| {
+            LinkError::Protocol(format!("source broker {leader} is not in its metadata"))
+        })?;
+        let mut c = Conn::connect(addr, &opts).await?;
+        let ends = source::list_offsets(&mut c, &parts, source::LATEST).await?;
+        for (t, i) in parts {
+            let end = ends.get(&(t.clone(), i)).copied().ok_or_else(|| {
+                LinkError::Conflict(format!(
+                    "the source did not say where {t}-{i} ends: promote again"
+                ))
+            })?;
+            out.entry(t).or_default().insert(i, end);
+        }
+    }
+    Ok(out)
+}
+
+/// Records, in the link's record, the partitions of topics being promoted that this broker
+/// leads and whose mirror has everything up to the promotion's target (durable here).
+async fn report_reached(
+    svc: &LinkService,
+    name: &str,
+    local: &[Arc<Partition>],
+) -> Result<(), LinkError> {
+    let Some((body, version)) = lock(&svc.records).get(name).cloned() else {
+        return Ok(());
+    };
+    let mut next = body.clone();
+    for p in local {
+        let Some(t) = next.topics.get_mut(&p.topic) else {
+            continue;
+        };
+        let Some(promo) = t.promotion.as_mut() else {
+            continue;
+        };
+        let Some(&target) = promo.targets.get(&p.index) else {
+            continue;
+        };
+        let (_, end) = p.offsets();
+        if end >= target && !promo.reached.contains_key(&p.index) {
+            promo.reached.insert(p.index, end);
+        }
+    }
+    if next != body {
+        match svc.meta.update_link(name, &next.encode(), version).await? {
+            Some(v) => {
+                lock(&svc.records).insert(name.to_string(), (next, v));
+            }
+            None => {
+                return Err(LinkError::Conflict(
+                    "the link record changed meanwhile".into(),
+                ))
+            }
+        }
+    }
     Ok(())
 }

@@ -363,8 +363,40 @@ impl Partition {
         self.compacted.store(compacted, Ordering::Relaxed);
     }
 
-    pub fn set_mirror(&self, mirror: bool) {
-        self.mirror.store(mirror, Ordering::Relaxed);
+    /// Sets whether the partition is a cluster link's mirror; whether it was one.
+    pub fn set_mirror(&self, mirror: bool) -> bool {
+        self.mirror.swap(mirror, Ordering::Relaxed)
+    }
+
+    /// A mirror becomes an ordinary partition (its link promoted it): transactions its source's
+    /// producers left open are aborted here, as the source's coordinator would abort them once
+    /// their timeout passed (nothing can end them here otherwise, and the last stable offset
+    /// would stay behind them), and the source's producers are forgotten, so that producers
+    /// of this cluster, whose ids may be the same numbers, start clean. A producer snapshot is
+    /// then saved, so that a reopen does not rebuild the source's producers from the log.
+    /// Returns the transactions aborted.
+    pub async fn end_mirror(
+        self: &Arc<Self>,
+        meta: &dyn MetaStore,
+    ) -> Result<usize, ResponseError> {
+        let open: Vec<(i64, i16)> = {
+            let p = self.producers();
+            p.txns
+                .open_producers()
+                .into_iter()
+                .map(|pid| (pid, p.epoch(pid).unwrap_or(0)))
+                .collect()
+        };
+        for &(pid, epoch) in &open {
+            if let Some(t) = self.start_marker(pid, epoch, false, 0)? {
+                t.wait().await?;
+            }
+        }
+        self.producers().forget_producers();
+        self.snapshot_producers(meta)
+            .await
+            .map_err(|e| kafka_error(&e))?;
+        Ok(open.len())
     }
 
     /// Whether the partition is a cluster link's mirror (read-only for clients).

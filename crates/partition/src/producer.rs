@@ -195,6 +195,17 @@ impl ProducerStates {
         Ok(self.txns.end(pid, marker, commit))
     }
 
+    /// The epoch the partition knows producer `pid` at.
+    pub fn epoch(&self, pid: i64) -> Option<i16> {
+        self.producers.get(&pid).map(|e| e.epoch)
+    }
+
+    /// Forgets every producer (not the transactions' index): a mirror's producers were the
+    /// source cluster's, and ids this cluster hands out may be the same numbers.
+    pub fn forget_producers(&mut self) {
+        self.producers.clear();
+    }
+
     /// Every producer this partition knows (DescribeProducers), by producer id.
     pub fn active(&self) -> Vec<ActiveProducer> {
         let mut out: Vec<ActiveProducer> = self

@@ -380,6 +380,20 @@ impl Topics {
         );
     }
 
+    /// A partition of a topic its cluster link promoted, led here: see
+    /// [`Partition::end_mirror`]. In the background: it appends markers.
+    fn end_mirror(&self, p: Arc<Partition>) {
+        let meta = Arc::clone(&self.meta);
+        tokio::spawn(async move {
+            match p.end_mirror(&*meta).await {
+                Ok(aborted) => tracing::info!(topic = %p.topic, partition = p.index, aborted,
+                    "mirror promoted: writable now"),
+                Err(e) => tracing::warn!(topic = %p.topic, partition = p.index, error = %e,
+                    "ending a promoted mirror's source transactions failed"),
+            }
+        });
+    }
+
     fn apply_configs(&self, t: &Topic) {
         let retention = self.retention(&t.configs);
         let max = self.max_message_bytes(&t.configs);
@@ -390,7 +404,10 @@ impl Topics {
                 p.set_retention(retention);
                 p.set_max_message_bytes(max);
                 p.set_compacted(Self::compacted(&t.configs));
-                p.set_mirror(t.configs.contains_key(MIRROR_LINK_CONFIG));
+                let mirror = t.configs.contains_key(MIRROR_LINK_CONFIG);
+                if p.set_mirror(mirror) && !mirror {
+                    self.end_mirror(Arc::clone(p));
+                }
                 // Switching waits for the appends in flight on the old WAL (and, to the
                 // object WAL, for the upload of what the WAL file holds): in the background.
                 let (engine, stream_id, topic, index) =

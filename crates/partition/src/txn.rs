@@ -70,6 +70,13 @@ impl TxnIndex {
         self.open.contains_key(&pid)
     }
 
+    /// The producers with a transaction open here.
+    pub fn open_producers(&self) -> Vec<i64> {
+        let mut pids: Vec<i64> = self.open.keys().copied().collect();
+        pids.sort_unstable();
+        pids
+    }
+
     /// The first offset of producer `pid`'s open transaction here, if it has one.
     pub fn first_offset(&self, pid: i64) -> Option<u64> {
         self.open.get(&pid).map(|o| o.first)

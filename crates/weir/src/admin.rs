@@ -259,6 +259,7 @@ fn router(app: App) -> Router {
         .route("/v1/zones/cidrs", get(show_cidrs).put(set_cidrs))
         .route("/v1/links", get(list_links).post(create_link))
         .route("/v1/links/{name}", get(show_link).delete(delete_link))
+        .route("/v1/links/{name}/promote", post(promote_link))
         // After the routes: it applies to those already added.
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
@@ -675,6 +676,47 @@ async fn create_link(Shared(app): Shared<App>, request: Request) -> Response {
         Ok(status) => {
             tracing::info!(link = %status.name, "admin: link created");
             json(StatusCode::CREATED, &to_json(&status))
+        }
+        Err(e) => link_error(e),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct PromoteBody {
+    /// The topics to promote; none: every topic the link mirrors.
+    topics: Vec<String>,
+    /// How long the mirror may take to reach the source's end (default two minutes).
+    timeout_ms: Option<u64>,
+}
+
+/// Starts promoting a link's topics (`weir link promote`): answers at once with the targets;
+/// the topics' states say when they are writable.
+async fn promote_link(
+    Shared(app): Shared<App>,
+    Path(name): Path<String>,
+    request: Request,
+) -> Response {
+    let Some(links) = app.links.clone() else {
+        return no_links();
+    };
+    let body = match body_bytes(request).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let parsed: PromoteBody = if body.is_empty() {
+        PromoteBody::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(b) => b,
+            Err(e) => return json_error(400, format!("a promote body: {e}")),
+        }
+    };
+    let timeout = Duration::from_millis(parsed.timeout_ms.unwrap_or(120_000));
+    match links.promote(&name, &parsed.topics, timeout).await {
+        Ok(status) => {
+            tracing::info!(link = %name, topics = ?parsed.topics, "admin: promotion started");
+            json(StatusCode::ACCEPTED, &to_json(&status))
         }
         Err(e) => link_error(e),
     }

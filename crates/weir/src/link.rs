@@ -32,6 +32,18 @@ enum LinkCommand {
     /// Show every link, or one: its topics' states and the lag of the partitions the broker
     /// asked leads.
     Status { name: Option<String> },
+    /// Promote the link's topics (all, or those named): wait until each mirror has every
+    /// record its source had when this was run, then make it writable. Stop the producers at
+    /// the source first.
+    Promote {
+        name: String,
+        /// A topic to promote (repeat it for several); none: every topic the link mirrors.
+        #[arg(long = "topic")]
+        topics: Vec<String>,
+        /// How long the mirror may take to get there.
+        #[arg(long, default_value_t = 120)]
+        timeout_secs: u64,
+    },
     /// Remove a link (refused while it mirrors topics, unless --force, which leaves them as
     /// ordinary, writable topics).
     Delete {
@@ -43,6 +55,14 @@ enum LinkCommand {
 
 pub fn run(args: LinkArgs) -> anyhow::Result<()> {
     let token = args.admin_token.as_deref();
+    if let LinkCommand::Promote {
+        name,
+        topics,
+        timeout_secs,
+    } = &args.command
+    {
+        return promote(&args.admin, token, name, topics, *timeout_secs);
+    }
     let (method, path, body) = match &args.command {
         LinkCommand::Create { file } => {
             let text = if file == "-" {
@@ -54,6 +74,7 @@ pub fn run(args: LinkArgs) -> anyhow::Result<()> {
         }
         LinkCommand::Status { name: None } => ("GET", "/v1/links".to_string(), String::new()),
         LinkCommand::Status { name: Some(n) } => ("GET", format!("/v1/links/{n}"), String::new()),
+        LinkCommand::Promote { .. } => unreachable!("handled above"),
         LinkCommand::Delete { name, force } => (
             "DELETE",
             format!(
@@ -76,4 +97,70 @@ pub fn run(args: LinkArgs) -> anyhow::Result<()> {
         Err(_) => println!("{answer}"),
     }
     Ok(())
+}
+
+/// Starts the promotion, then waits until every topic it started is promoted, or one is not
+/// (it gave up: its reason says what was left).
+fn promote(
+    admin: &str,
+    token: Option<&str>,
+    name: &str,
+    topics: &[String],
+    timeout_secs: u64,
+) -> anyhow::Result<()> {
+    let body = serde_json::json!({ "topics": topics, "timeout_ms": timeout_secs * 1000 });
+    let path = format!("/v1/links/{name}/promote");
+    let (status, answer) = call(admin, token, "POST", &path, &body.to_string())?;
+    if status != 202 {
+        bail!("POST {path} answered {status}: {answer}");
+    }
+    let started: serde_json::Value = serde_json::from_str(&answer).context("the answer")?;
+    let promoting: Vec<String> = started["topics"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(_, t)| t["state"] == "promoting")
+                .map(|(n, _)| n.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    println!(
+        "promoting {}: waiting for the mirror to reach the source's end",
+        promoting.join(", ")
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout_secs + 30);
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let (status, answer) = call(admin, token, "GET", &format!("/v1/links/{name}"), "")?;
+        if status != 200 {
+            bail!("GET /v1/links/{name} answered {status}: {answer}");
+        }
+        let now: serde_json::Value = serde_json::from_str(&answer).context("the status")?;
+        let states: Vec<(String, String, String)> = promoting
+            .iter()
+            .map(|t| {
+                let s = &now["topics"][t];
+                (
+                    t.clone(),
+                    s["state"].as_str().unwrap_or("?").to_string(),
+                    s["reason"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+        if let Some((t, _, reason)) = states
+            .iter()
+            .find(|(_, s, _)| s != "promoting" && s != "promoted")
+        {
+            bail!("topic {t} was not promoted: {reason}");
+        }
+        if states.iter().all(|(_, s, _)| s == "promoted") {
+            for (t, _, reason) in &states {
+                println!("{t}: promoted ({reason}); producers can move to this cluster");
+            }
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("the promotion did not end in time: {states:?}");
+        }
+    }
 }

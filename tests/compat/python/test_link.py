@@ -103,7 +103,9 @@ def records(bootstrap, topic, partitions, committed, timeout=60):
 
 
 def watermarks(bootstrap, topic, partitions):
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "wm"})
+    # read_uncommitted: the high watermark (read_committed would give the last stable offset).
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "wm",
+                  "isolation.level": "read_uncommitted"})
     try:
         return [c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in range(partitions)]
     finally:
@@ -382,3 +384,62 @@ def test_a_group_moves_from_the_source_and_reads_every_record_once(broker, sourc
     print(f"{on_source} records read on the source, {len(read) - on_source} on Weir after the "
           f"move, {produced[0]} produced, none twice, none missing")
     assert on_source > 0 and len(read) > on_source
+
+
+def test_promotion_waits_for_the_sources_end_then_the_topic_is_writable(broker, source):
+    import subprocess
+    topic = cu.unique("promoted")
+    link = cu.unique("link")
+    cu.create_topic(source.bootstrap, topic, 2)
+    p = idempotent(source.bootstrap)
+    for i in range(1000):
+        p.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=i % 2)
+    p.flush(30)
+    t = Producer({"bootstrap.servers": source.bootstrap, "transactional.id": cu.unique("txn"),
+                  "transaction.timeout.ms": 600000})
+    t.init_transactions(30)
+    for j in range(3):
+        t.begin_transaction()
+        for i in range(10):
+            t.produce(topic, value=f"t{j}-{i}".encode(), partition=i % 2)
+        t.commit_transaction(30)
+    # A transaction its producer leaves open at the source (it crashed, say).
+    t.begin_transaction()
+    for i in range(10):
+        t.produce(topic, value=f"open-{i}".encode(), partition=i % 2)
+    t.flush(30)
+    create_link(broker, link, source, [topic.replace(".", "\\.")])
+    wait_mirrored(broker, source, topic, 2)
+    source_ends = [hi for _, hi in watermarks(source.bootstrap, topic, 2)]
+    want = records(source.bootstrap, topic, 2, False)
+    # The CLI, against the first broker's admin API: it waits for the outcome.
+    b = target_broker(broker)
+    weir = os.environ.get("WEIR_BIN")
+    r = subprocess.run([weir, "link", "promote", link, "--topic", topic, "--timeout-secs", "60",
+                        "--admin", f"127.0.0.1:{b.admin_port}"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "promoted" in r.stdout, r.stdout
+    status, body = b.admin("GET", f"/v1/links/{link}")
+    assert body["topics"][topic]["state"] == "promoted", body
+    # Every record the source had is here at its offset; the transaction left open at the
+    # source is aborted here (an abort marker after it), so read_committed readers go on.
+    got = records(broker.bootstrap, topic, 2, False)
+    for part in range(2):
+        assert got[part] == want[part], f"partition {part}"
+    ends = [hi for _, hi in watermarks(broker.bootstrap, topic, 2)]
+    assert ends == [e + 1 for e in source_ends], (ends, source_ends)
+    committed = records(broker.bootstrap, topic, 2, True)
+    assert sum(len(v) for v in committed.values()) == 1000 + 30
+    assert not any(v.startswith(b"open-") for part in committed.values() for _, _, v, _ in part)
+    # Writable: a producer of this cluster (its producer id may be a number the source's
+    # producers had) appends after the source's records.
+    w = idempotent(broker.bootstrap)
+    delivered = []
+    for i in range(10):
+        w.produce(topic, value=f"after-{i}".encode(), partition=i % 2,
+                  on_delivery=lambda e, m: delivered.append((e, m.partition(), m.offset())))
+    w.flush(30)
+    assert all(e is None for e, _, _ in delivered), delivered
+    assert sorted(o for _, part, o in delivered if part == 0)[0] == ends[0]
+    t.abort_transaction(30)
