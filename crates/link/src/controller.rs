@@ -117,38 +117,6 @@ async fn follow(
     mirroring
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn configs_weir_does_not_know_are_left_out_and_the_link_named() {
-        let source: BTreeMap<String, String> = [
-            ("retention.ms", "86400000"),
-            ("cleanup.policy", "compact"),
-            ("confluent.placement.constraints", "{}"),
-            ("message.timestamp.type", "LogAppendTime"),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        let got = mirror_configs("l", &source);
-        let keys: Vec<&str> = got.keys().map(|k| k.as_str()).collect();
-        assert_eq!(
-            keys,
-            vec!["cleanup.policy", "retention.ms", MIRROR_LINK_CONFIG]
-        );
-        assert_eq!(got[MIRROR_LINK_CONFIG], "l");
-    }
-
-    #[test]
-    fn kafkas_own_topics_are_not_mirrored() {
-        assert!(internal("__consumer_offsets"));
-        assert!(internal("mm2-offsets.source.internal"));
-        assert!(!internal("orders"));
-    }
-}
-
 /// Promotions under way: a topic whose every partition reached its target becomes ordinary
 /// (its link config removed: writable); one past its deadline goes on mirroring, with what was
 /// left in its reason. Returns the record as it should be.
@@ -228,4 +196,36 @@ pub async fn release(topics: &Topics, link: &str, topic: &str) -> Result<(), cra
         .map_err(|(code, msg)| {
             crate::LinkError::Conflict(format!("topic {topic}: {code:?}: {msg}"))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configs_weir_does_not_know_are_left_out_and_the_link_named() {
+        let source: BTreeMap<String, String> = [
+            ("retention.ms", "86400000"),
+            ("cleanup.policy", "compact"),
+            ("confluent.placement.constraints", "{}"),
+            ("message.timestamp.type", "LogAppendTime"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let got = mirror_configs("l", &source);
+        let keys: Vec<&str> = got.keys().map(|k| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            vec!["cleanup.policy", "retention.ms", MIRROR_LINK_CONFIG]
+        );
+        assert_eq!(got[MIRROR_LINK_CONFIG], "l");
+    }
+
+    #[test]
+    fn kafkas_own_topics_are_not_mirrored() {
+        assert!(internal("__consumer_offsets"));
+        assert!(internal("mm2-offsets.source.internal"));
+        assert!(!internal("orders"));
+    }
 }

@@ -443,3 +443,48 @@ def test_promotion_waits_for_the_sources_end_then_the_topic_is_writable(broker, 
     assert all(e is None for e, _, _ in delivered), delivered
     assert sorted(o for _, part, o in delivered if part == 0)[0] == ends[0]
     t.abort_transaction(30)
+
+
+def test_a_weir_broker_killed_while_mirroring_leaves_no_gap_and_no_duplicate(cluster, source):
+    """The mirroring of a partition runs on its leader; the partition's end is the link's
+    position, so the broker that takes it over goes on from there."""
+    import threading
+    topic = cu.unique("killed")
+    cu.create_topic(source.bootstrap, topic, 6)
+    link = cu.unique("link")
+    stop = threading.Event()
+    produced = [0]
+
+    def produce():
+        p = idempotent(source.bootstrap)
+        while not stop.is_set():
+            for _ in range(60):
+                p.produce(topic, value=f"v{produced[0]}".encode() * 20, partition=produced[0] % 6)
+                produced[0] += 1
+            p.poll(0)
+            time.sleep(0.02)
+        p.flush(30)
+
+    writer = threading.Thread(target=produce)
+    writer.start()
+    try:
+        create_link(cluster, link, source, [topic.replace(".", "\\.")])
+        time.sleep(3)
+        # The third broker leads some of the mirror's partitions (placement spreads them).
+        _, parts = cluster.brokers[0].admin("GET", "/v1/partitions")
+        victim = cluster.brokers[2].node_id
+        led = [p["partition"] for p in parts if p["topic"] == topic and p["leader"] == victim]
+        assert led, parts
+        cluster.kill(2)
+        time.sleep(6)
+    finally:
+        stop.set()
+        writer.join(60)
+    wait_mirrored(cluster, source, topic, 6, timeout=120)
+    want = records(source.bootstrap, topic, 6, False)
+    got = records(cluster.bootstrap, topic, 6, False)
+    for part in range(6):
+        assert got[part] == want[part], f"partition {part}: {len(got[part])} here, {len(want[part])} at the source"
+    print(f"{produced[0]} records produced at the source, all mirrored once across the kill of "
+          f"the leader of partitions {led}")
+    cluster.start(2)
