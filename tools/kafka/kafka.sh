@@ -15,7 +15,9 @@
 #   kafka.sh tool CLASS|ALIAS [ARGS...]
 #
 # Environment:
-#   WEIR_KAFKA_HOME       cache dir for the jars (default ~/.cache/weir/kafka-4.1)
+#   WEIR_KAFKA_VERSION    another Kafka release than the pom's 4.1 (e.g. 4.4.0)
+#   WEIR_KAFKA_HOME       cache dir for the jars (default ~/.cache/weir/kafka-4.1, or
+#                         ~/.cache/weir/kafka-$WEIR_KAFKA_VERSION)
 #   JAVA                  java binary (default: java on PATH)
 #   KAFKA_HEAP_OPTS       broker heap (default -Xms1g -Xmx1g, as kafka-server-start.sh)
 #   KAFKA_TOOL_HEAP_OPTS  tool heap (default -Xmx512m, as kafka-*-perf-test.sh)
@@ -25,7 +27,10 @@ set -euo pipefail
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 POM="$SCRIPT_DIR/pom.xml"
 CONF_DIR="$SCRIPT_DIR/conf"
-KAFKA_HOME="${WEIR_KAFKA_HOME:-$HOME/.cache/weir/kafka-4.1}"
+# Another Kafka release than the pom's (4.1.x), e.g. WEIR_KAFKA_VERSION=4.4.0: its jars in a
+# cache of their own (a source cluster of another version for the cluster-link tests).
+KAFKA_VERSION="${WEIR_KAFKA_VERSION:-}"
+KAFKA_HOME="${WEIR_KAFKA_HOME:-$HOME/.cache/weir/kafka-${KAFKA_VERSION:-4.1}}"
 LIBS="$KAFKA_HOME/libs"
 JAVA="${JAVA:-java}"
 
@@ -45,7 +50,7 @@ usage() {
 
 # ---------------------------------------------------------------- install
 
-pom_stamp() { sha256sum "$POM" | cut -c1-16; }
+pom_stamp() { { cat "$POM"; echo "$KAFKA_VERSION"; } | sha256sum | cut -c1-16; }
 
 installed() { [[ -f "$LIBS/.installed" && "$(cat "$LIBS/.installed")" == "$(pom_stamp)" ]]; }
 
@@ -60,7 +65,9 @@ cmd_install() {
   local tmp="$KAFKA_HOME/libs.tmp.$$" mvnlog="$KAFKA_HOME/install.log"
   rm -rf "$tmp"
   log "fetching Kafka jars from Maven Central into $LIBS ..."
-  if ! mvn -q -B -f "$POM" dependency:copy-dependencies \
+  local version=()
+  [[ -n $KAFKA_VERSION ]] && version=(-Dkafka.version="$KAFKA_VERSION")
+  if ! mvn -q -B -f "$POM" dependency:copy-dependencies "${version[@]}" \
       -DincludeScope=runtime -DoutputDirectory="$tmp" >"$mvnlog" 2>&1; then
     rm -rf "$tmp"
     tail -n 40 "$mvnlog" >&2

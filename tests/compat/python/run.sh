@@ -25,4 +25,12 @@ fi
 cd "$HERE"
 export PYTHONDONTWRITEBYTECODE=1
 "$PYTHON" -m pytest -p no:cacheprovider "$@"
-exit $?
+rc=$?
+# The cluster-link tests once more with the newest Kafka as the source (test_link.py starts
+# Apache Kafka 4.1 by default), on the single broker, when the whole suite runs.
+if [[ $rc -eq 0 && $# -eq 0 && ${WEIR_TEST_BROKER:-weir} == weir && ${WEIR_COMPAT_TARGET:-} != cluster ]]; then
+  echo "=== test_link.py with Apache Kafka ${WEIR_LINK_SOURCE_KAFKA:-4.4.0} as the source"
+  WEIR_KAFKA_VERSION=${WEIR_LINK_SOURCE_KAFKA:-4.4.0} "$PYTHON" -m pytest -p no:cacheprovider test_link.py
+  rc=$?
+fi
+exit $rc
