@@ -108,7 +108,14 @@ pub async fn run(
             },
         };
         match round(&shared, c, &mut parts, &meters).await {
-            Ok(Round { stale: true }) => stale.notify_one(),
+            Ok(Round { stale: true }) => {
+                // A leader moved at the source: the link looks at its metadata again and hands
+                // the partition to another fetcher; not a round per millisecond meanwhile.
+                stale.notify_one();
+                if wait_or_changed(&mut assignment, Duration::from_millis(100)).await {
+                    break;
+                }
+            }
             Ok(_) => {}
             Err(e) => {
                 meters.source_errors.inc();
