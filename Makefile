@@ -155,6 +155,16 @@ bench-transactions:
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
 	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/transactions.py
 
+# A cluster link mirroring Apache Kafka 4.1 (bench/link.py): end-to-end latency through the link
+# beside a consumer of the source at a fixed rate, a backlog's catch-up beside Kafka's
+# ConsumerPerformance, CPU per GiB mirrored. A few minutes.
+.PHONY: bench-link
+bench-link:
+	$(CARGO) build --release -p weir
+	tools/kafka/kafka.sh install
+	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
+	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/link.py
+
 .PHONY: bench-object-wal
 bench-object-wal:
 	$(CARGO) build --release -p weir
