@@ -195,20 +195,16 @@ async fn fetch_offsets(
                 .topics
                 .iter()
                 .flat_map(|t| {
-                    t.partitions
-                        .iter()
-                        .filter(|p| p.committed_offset >= 0 && error_of(p.error_code).is_none())
-                        .map(|p| GroupOffset {
-                            topic: t.name.0.to_string(),
-                            partition: p.partition_index,
-                            offset: p.committed_offset,
-                            leader_epoch: p.committed_leader_epoch,
-                            metadata: p
-                                .metadata
-                                .as_ref()
-                                .map(|m| m.to_string())
-                                .unwrap_or_default(),
-                        })
+                    t.partitions.iter().filter_map(|p| {
+                        committed(
+                            &t.name.0,
+                            p.partition_index,
+                            p.committed_offset,
+                            p.committed_leader_epoch,
+                            p.metadata.as_ref(),
+                            p.error_code,
+                        )
+                    })
                 })
                 .collect();
             out.push((g.group_id.0.to_string(), offsets));
@@ -227,25 +223,40 @@ async fn fetch_offsets(
             .topics
             .iter()
             .flat_map(|t| {
-                t.partitions
-                    .iter()
-                    .filter(|p| p.committed_offset >= 0 && error_of(p.error_code).is_none())
-                    .map(|p| GroupOffset {
-                        topic: t.name.0.to_string(),
-                        partition: p.partition_index,
-                        offset: p.committed_offset,
-                        leader_epoch: p.committed_leader_epoch,
-                        metadata: p
-                            .metadata
-                            .as_ref()
-                            .map(|m| m.to_string())
-                            .unwrap_or_default(),
-                    })
+                t.partitions.iter().filter_map(|p| {
+                    committed(
+                        &t.name.0,
+                        p.partition_index,
+                        p.committed_offset,
+                        p.committed_leader_epoch,
+                        p.metadata.as_ref(),
+                        p.error_code,
+                    )
+                })
             })
             .collect();
         out.push((g.clone(), offsets));
     }
     Ok(out)
+}
+
+/// One partition of an OffsetFetch answer (whose versions spell it as two types), if it has
+/// an offset committed.
+fn committed(
+    topic: &StrBytes,
+    partition: i32,
+    offset: i64,
+    leader_epoch: i32,
+    metadata: Option<&StrBytes>,
+    error_code: i16,
+) -> Option<GroupOffset> {
+    (offset >= 0 && error_of(error_code).is_none()).then(|| GroupOffset {
+        topic: topic.to_string(),
+        partition,
+        offset,
+        leader_epoch,
+        metadata: metadata.map(|m| m.to_string()).unwrap_or_default(),
+    })
 }
 
 /// Copies one group's source offsets here: those that moved forward. Returns its status.

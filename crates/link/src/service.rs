@@ -575,16 +575,11 @@ async fn control_once(
     opts: &ConnOptions,
     conn: &mut Option<Conn>,
 ) -> Result<(), LinkError> {
-    let Some(record) = svc
-        .meta
-        .links()
-        .await?
-        .into_iter()
-        .find(|r| r.name == shared.name)
-    else {
+    // The record as this broker's last look read it (every second): a stale version only
+    // loses the compare-and-set below, and the next round tries again.
+    let Some((body, version)) = lock(&svc.records).get(&shared.name).cloned() else {
         return Ok(());
     };
-    let body = LinkBody::decode(&record.body)?;
     if conn.is_none() {
         *conn = Some(source::connect_any(&shared.config.bootstrap, opts).await?);
     }
@@ -596,7 +591,7 @@ async fn control_once(
     if next != body
         && svc
             .meta
-            .update_link(&shared.name, &next.encode(), record.version)
+            .update_link(&shared.name, &next.encode(), version)
             .await?
             .is_none()
     {
