@@ -103,6 +103,10 @@ async fn join_with_wal(
 
 /// Runs a broker until it stops or is replaced.
 pub async fn serve(mut config: Config) -> anyhow::Result<Exit> {
+    // First of all: a SIGTERM that arrives while the broker starts (an orchestrator stopping a
+    // pod it has just started) must wait for the controlled shutdown, not kill the process
+    // half-started or be lost between `/readyz` turning ready and the wait for it.
+    let signals = Signals::install()?;
     resolve_zone(&mut config).await?;
     let stores = open_stores(&config).await?;
     let joined = join(&config, &stores).await?;
@@ -113,7 +117,7 @@ pub async fn serve(mut config: Config) -> anyhow::Result<Exit> {
     let broker = make_broker(&config, &stores, &joined, &topics, &groups, &zones);
     start_refreshers(&config, &broker, &stores.meta, &zones).await?;
     let running = listen(&config, joined, storage, &topics, &broker).await?;
-    run_until_stopped(&config, running, &topics, &groups).await
+    run_until_stopped(&config, signals, running, &topics, &groups).await
 }
 
 /// `broker.zone = "auto"` replaced by the zone found where the broker runs.
@@ -1003,13 +1007,14 @@ async fn reload_tls(
 /// a bounded teardown, and the caller starts it again).
 async fn run_until_stopped(
     config: &Config,
+    mut signals: Signals,
     running: Running,
     topics: &Arc<weir_partition::Topics>,
     groups: &Arc<weir_group::GroupCoordinator>,
 ) -> anyhow::Result<Exit> {
     let mut replaced = running.cluster.replaced();
     tokio::select! {
-        r = wait_for_signal() => r?,
+        () = signals.recv() => {}
         notice = crate::cloud::interruption(config.cloud.clone()) => {
             tracing::warn!(
                 cloud = ?notice.cloud,
@@ -1033,7 +1038,10 @@ async fn run_until_stopped(
         shutdown,
     } = running;
     ready.store(false, Ordering::SeqCst);
-    bound_the_shutdown(Duration::from_millis(config.broker.shutdown_deadline_ms));
+    bound_the_shutdown(
+        Duration::from_millis(config.broker.shutdown_deadline_ms),
+        signals,
+    );
     // Controlled shutdown: while still serving, let the controller move this broker's
     // partitions to the others (clients are redirected with retriable errors).
     tracing::info!("shutting down: moving partitions to other brokers");
@@ -1101,7 +1109,7 @@ async fn bounded(step: &str, f: impl std::future::Future<Output = ()>) {
 /// metadata store that does not answer, a wedged request) must not hold this up too. Exiting
 /// here is a crash for the cluster: what was not handed over fails over, and what the WAL
 /// acknowledged is read back by whoever takes over (or by this broker when it starts again).
-fn bound_the_shutdown(bound: Duration) {
+fn bound_the_shutdown(bound: Duration, mut signals: Signals) {
     let started = std::time::Instant::now();
     let spawned = std::thread::Builder::new()
         .name("weir-shutdown-bound".into())
@@ -1121,21 +1129,33 @@ fn bound_the_shutdown(bound: Duration) {
         tracing::warn!(error = %e, "could not start the shutdown bound's thread; shutdown is unbounded");
     }
     // A second SIGTERM or SIGINT: the operator wants out now.
-    tokio::spawn(async {
-        if wait_for_signal().await.is_ok() {
-            tracing::error!("a second signal during shutdown: exiting now");
-            std::process::exit(2);
-        }
+    tokio::spawn(async move {
+        signals.recv().await;
+        tracing::error!("a second signal during shutdown: exiting now");
+        std::process::exit(2);
     });
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// SIGTERM and SIGINT, caught from the moment this is made: one that arrives before anyone
+/// waits is kept for the first `recv`.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+        })
     }
-    Ok(())
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
 }

@@ -145,6 +145,63 @@ fn catch_up_reads_run_on_threads_below_the_brokers_own() {
     b.stop();
 }
 
+/// A SIGTERM while the broker is still starting (here: once it has joined the cluster, before
+/// it listens) is not lost and does not kill it: the broker finishes starting, then shuts down
+/// as on any SIGTERM and exits 0. An orchestrator stopping a pod that has just started sends
+/// exactly this; before the fix the process died of the signal.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_sigterm_while_starting_is_a_controlled_shutdown() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("broker.log");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["serve", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .args(["--listen", &format!("127.0.0.1:{}", common::free_port())])
+        .args([
+            "--admin-listen",
+            &format!("127.0.0.1:{}", common::free_port()),
+        ])
+        .env("WEIR_WAL_CAPACITY", (64u64 << 20).to_string())
+        .env("WEIR_WAL_FORMAT", "false")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("start weir");
+    let text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let t = std::time::Instant::now();
+    while !text().contains("joined the cluster") {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "never joined: {}",
+            text()
+        );
+        assert!(
+            child.try_wait().expect("status").is_none(),
+            "exited: {}",
+            text()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let t = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("status") {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "no exit after SIGTERM: {}",
+            text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let log = text();
+    assert!(status.success(), "exit status {status}: {log}");
+    assert!(log.contains("stopped"), "no controlled shutdown: {log}");
+}
+
 /// Every meter a component registers is on `/metrics` after a workload (produce, fetch, a
 /// group), under the name, type and help `/v1/meters` lists; the meters once counted and never
 /// exported among them.
