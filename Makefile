@@ -164,6 +164,7 @@ bench-link:
 	tools/kafka/kafka.sh install
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
 	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/link.py
+	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/migration.py
 
 .PHONY: bench-object-wal
 bench-object-wal:

@@ -1,20 +1,21 @@
 #!/usr/bin/env python3
 """Cluster links on this machine (`make bench-link`): a Weir broker mirroring an Apache Kafka
-4.1 broker, both started here, with the load generator beside them on the same cores.
+4.1 broker, through a cluster link and through MirrorMaker 2 (`bench/mm2.py`), each on topics of
+its own, with the load generator beside them on the same cores.
 
     WEIR_BIN=target/release/weir python3 bench/link.py
 
-1. Lag at a fixed rate: Kafka's ProducerPerformance writes BENCH_LINK_MIB_S MiB/s of 1 KiB
-   records to BENCH_LINK_PARTITIONS partitions of the source for BENCH_LINK_SECONDS while the
-   link mirrors them; Weir's /metrics is read every 0.5 s: the largest
-   `weir_link_lag_seconds` and the summed `weir_link_lag_records` of each sample, their p50 /
-   p99 / max; the time from the producer's end until the mirror has everything.
-2. A backlog's catch-up: BENCH_LINK_BACKLOG_MIB written to a second topic with no link, then
-   a link made and timed until the mirror has it all; beside it, Kafka's ConsumerPerformance
-   reading the same backlog from the source (the rate the issue compares with).
-3. The Weir broker's CPU seconds per GiB mirrored, from /proc, over each part.
+1. A fixed rate: Kafka's ProducerPerformance writes BENCH_LINK_MIB_S MiB/s of 1 KiB records
+   to BENCH_LINK_PARTITIONS partitions of the source for BENCH_LINK_SECONDS while the mirror
+   runs; end-to-end latency (the producer's timestamp to a consumer's poll) of a consumer of
+   the source beside a consumer of the mirror in Weir; the time from the producer's end until
+   Weir holds everything; CPU seconds per GiB produced of Weir (and of MirrorMaker 2's JVM),
+   from /proc. For the link, `weir_link_lag_seconds` sampled every 0.5 s as well.
+2. A backlog: BENCH_LINK_BACKLOG_MIB written to a topic per way before any mirror, then the
+   mirror started and timed until Weir holds it all; beside it, Kafka's ConsumerPerformance
+   reading one of them from the source (the rate the issue compares with); CPU per GiB.
 
-Writes bench/results/link-YYYY-MM-DD-HHMM.md. MirrorMaker 2 beside it is still to come.
+BENCH_LINK_WAYS=link (or mm2) runs one way only. Writes bench/results/link-YYYY-MM-DD-HHMM.md.
 """
 
 import datetime
@@ -30,12 +31,16 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "harness"))
 
+sys.path.insert(0, HERE)
+
+from mm2 import MirrorMaker  # noqa: E402
 from weir_harness import Broker, KAFKA_SH  # noqa: E402
 
 MIB_S = float(os.environ.get("BENCH_LINK_MIB_S", "20"))
 PARTITIONS = int(os.environ.get("BENCH_LINK_PARTITIONS", "16"))
 SECONDS = int(os.environ.get("BENCH_LINK_SECONDS", "60"))
 BACKLOG_MIB = int(os.environ.get("BENCH_LINK_BACKLOG_MIB", "1024"))
+WAYS = os.environ.get("BENCH_LINK_WAYS", "link,mm2").split(",")
 RECORD = 1024
 
 
@@ -126,6 +131,127 @@ def link(weir, name, source, topic):
         assert r.status == 201
 
 
+def wait_mirrored(weir, topic, records):
+    """Until Weir's `topic` holds `records` records (MirrorMaker 2: offsets may differ)."""
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": weir.bootstrap, "group.id": "bench-ends"})
+    try:
+        while True:
+            try:
+                held = sum(hi - lo for lo, hi in (
+                    c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                    for p in range(PARTITIONS)))
+            except Exception:  # noqa: BLE001 - the topic is not there yet
+                held = -1
+            if held >= records:
+                return
+            time.sleep(0.2)
+    finally:
+        c.close()
+
+
+def link_caught_up(weir, partitions):
+    recs = family(metrics(weir), "weir_link_lag_records")
+    return len(recs) >= partitions and max(recs) == 0
+
+
+def steady(way, source, weir, root):
+    """A fixed rate through the link or MirrorMaker 2: end-to-end latency, CPU per GiB."""
+    topic = f"steady-{way}"
+    create_topic(source.bootstrap, topic)
+    mm2 = None
+    if way == "link":
+        link(weir, topic, source, topic)
+    else:
+        mm2 = MirrorMaker(os.path.join(root, f"mm2-{topic}"), source.bootstrap, weir.bootstrap,
+                          topic).start()
+    # The mirror topic exists and the mirror runs before the load starts.
+    wait_mirrored(weir, topic, 0)
+    time.sleep(10)
+    at_source, through = Latency(source.bootstrap, topic), Latency(weir.bootstrap, topic)
+    time.sleep(3)
+    per_sec = int(MIB_S * (1 << 20) / RECORD)
+    pids = [weir.pid] + ([mm2.pid] if mm2 else [])
+    cpu0 = sum(cpu_seconds(p) for p in pids)
+    p = subprocess.Popen(["bash", KAFKA_SH, "tool", "producer-perf", "--topic", topic,
+                          "--num-records", str(per_sec * SECONDS), "--record-size",
+                          str(RECORD), "--throughput", str(per_sec), "--producer-props",
+                          f"bootstrap.servers={source.bootstrap}", "acks=all",
+                          "linger.ms=5", "batch.size=262144", "compression.type=lz4"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    samples_s = []
+    while p.poll() is None:
+        if way == "link":
+            secs = family(metrics(weir), "weir_link_lag_seconds")
+            samples_s.append(max(secs) if secs else 0.0)
+        time.sleep(0.5)
+    out = p.stdout.read()
+    ended = time.monotonic()
+    last = [l for l in out.splitlines() if "records sent" in l][-1]
+    produced_mib = float(re.search(r"\(([\d.]+) MB/sec\)", last).group(1))
+    wait_mirrored(weir, topic, per_sec * SECONDS)
+    drain_s = time.monotonic() - ended
+    cpu = sum(cpu_seconds(p) for p in pids) - cpu0
+    time.sleep(1)
+    source_latency, mirror_latency = at_source.done(), through.done()
+    if mm2:
+        mm2.stop()
+    gib = per_sec * SECONDS * RECORD / (1 << 30)
+    row = {
+        "target MiB/s": MIB_S, "produced MB/s (ProducerPerformance)": produced_mib,
+        "end-to-end ms p50 / p99 / max, a consumer of the source": source_latency,
+        "end-to-end ms p50 / p99 / max, a consumer of the mirror in Weir": mirror_latency,
+        "caught up after the producer ended, s": f"{drain_s:.2f}",
+        "CPU s per GiB produced (Weir" + (" + MirrorMaker 2" if mm2 else "") + ")":
+            f"{cpu / gib:.2f}",
+        "last ProducerPerformance line": last.strip(),
+    }
+    if samples_s:
+        row["weir_link_lag_seconds p50 / p99 / max (largest partition, every 0.5 s)"] = (
+            f"{pct(samples_s, .5):.2f} / {pct(samples_s, .99):.2f} / {max(samples_s):.2f}")
+    return row
+
+
+def backlog(way, source, weir, root, consumer_s):
+    """A backlog mirrored from nothing: time until Weir holds it all, CPU per GiB."""
+    topic = f"backlog-{way}"
+    records = BACKLOG_MIB * 1024
+    mm2 = None
+    pids = [weir.pid]
+    cpu0 = cpu_seconds(weir.pid)
+    t0 = time.monotonic()
+    if way == "link":
+        link(weir, topic, source, topic)
+    else:
+        mm2 = MirrorMaker(os.path.join(root, f"mm2-{topic}"), source.bootstrap, weir.bootstrap,
+                          topic).start()
+    wait_mirrored(weir, topic, records)
+    took = time.monotonic() - t0
+    cpu = cpu_seconds(weir.pid) - cpu0
+    if mm2:
+        # MirrorMaker 2's own CPU: all of its process's, JVM start included.
+        cpu += cpu_seconds(mm2.pid)
+        mm2.stop()
+    del pids
+    gib = records * RECORD / (1 << 30)
+    return {
+        "backlog MiB (1 KiB records, lz4)": BACKLOG_MIB,
+        "from the mirror's start until Weir holds it all, s": f"{took:.1f}",
+        "that / Kafka ConsumerPerformance's time": f"{took / consumer_s:.2f}",
+        "CPU s per GiB (Weir" + (" + MirrorMaker 2" if mm2 else "") + ")": f"{cpu / gib:.2f}",
+    }
+
+
+def table(rows, ways):
+    lines = ["| figure | " + " | ".join(ways) + " |", "|---" * (len(ways) + 1) + "|"]
+    keys = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    for k in keys:
+        lines.append(f"| {k} | " + " | ".join(str(r.get(k, "")) for r in rows) + " |")
+    return lines
+
+
 def main():
     root = tempfile.mkdtemp(prefix="bench-link-")
     source = Broker("source", os.path.join(root, "kafka"))
@@ -136,104 +262,42 @@ def main():
     os.makedirs(weir.root, exist_ok=True)
     source.start()
     weir.start()
-    rows = []
+    ways = [w for w in WAYS if w]
     try:
-        # 1. Lag at a fixed rate.
-        create_topic(source.bootstrap, "steady")
-        link(weir, "steady", source, "steady")
-        time.sleep(5)
-        at_source, through_link = Latency(source.bootstrap, "steady"), Latency(weir.bootstrap, "steady")
-        time.sleep(3)
-        per_sec = int(MIB_S * (1 << 20) / RECORD)
-        samples_s, samples_r = [], []
-        pid = weir.pid
-        cpu0, bytes0 = cpu_seconds(pid), sum(family(metrics(weir), "weir_link_mirrored_bytes_total"))
-        p = subprocess.Popen(["bash", KAFKA_SH, "tool", "producer-perf", "--topic", "steady",
-                              "--num-records", str(per_sec * SECONDS), "--record-size",
-                              str(RECORD), "--throughput", str(per_sec), "--producer-props",
-                              f"bootstrap.servers={source.bootstrap}", "acks=all",
-                              "linger.ms=5", "batch.size=262144", "compression.type=lz4"],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        while p.poll() is None:
-            text = metrics(weir)
-            secs = family(text, "weir_link_lag_seconds")
-            recs = family(text, "weir_link_lag_records")
-            samples_s.append(max(secs) if secs else 0.0)
-            samples_r.append(sum(recs))
-            time.sleep(0.5)
-        out = p.stdout.read()
-        ended = time.monotonic()
-        last = [l for l in out.splitlines() if "records sent" in l][-1]
-        produced_mib = float(re.search(r"\(([\d.]+) MB/sec\)", last).group(1))
-        while True:
-            recs = family(metrics(weir), "weir_link_lag_records")
-            if recs and max(recs) == 0:
-                break
-            time.sleep(0.1)
-        drain_s = time.monotonic() - ended
-        time.sleep(1)
-        source_latency, link_latency = at_source.done(), through_link.done()
-        text = metrics(weir)
-        got_bytes = sum(family(text, "weir_link_mirrored_bytes_total")) - bytes0
-        cpu = cpu_seconds(pid) - cpu0
-        rows.append(("steady", {
-            "target MiB/s": MIB_S, "produced MB/s (ProducerPerformance)": produced_mib,
-            "end-to-end ms p50 / p99 / max, a consumer of the source":  source_latency,
-            "end-to-end ms p50 / p99 / max, a consumer of the mirror (through the link)":
-                link_latency,
-            "weir_link_lag_seconds p50 / p99 / max (largest partition, every 0.5 s)":
-                f"{pct(samples_s, .5):.2f} / {pct(samples_s, .99):.2f} / {max(samples_s):.2f}",
-            "weir_link_lag_records p50 / p99 / max (all partitions, every 0.5 s)":
-                f"{pct(samples_r, .5):.0f} / {pct(samples_r, .99):.0f} / {max(samples_r):.0f}",
-            "caught up after the producer ended, s": f"{drain_s:.2f}",
-            "Weir CPU s per GiB mirrored": f"{cpu / (got_bytes / (1 << 30)):.2f}",
-            "last ProducerPerformance line": last.strip(),
-        }))
+        # 1. Lag at a fixed rate, each way in turn on a topic of its own.
+        steady_rows = [steady(w, source, weir, root) for w in ways]
         # 2. A backlog's catch-up, beside a Kafka consumer reading it from the source.
-        create_topic(source.bootstrap, "backlog")
-        produce(source.bootstrap, "backlog", BACKLOG_MIB * 1024, -1)
+        consumer_s, consumer_line = 0.0, ""
+        for w in ways:
+            create_topic(source.bootstrap, f"backlog-{w}")
+            produce(source.bootstrap, f"backlog-{w}", BACKLOG_MIB * 1024, -1)
         t0 = time.monotonic()
-        out = tool("consumer-perf", "--bootstrap-server", source.bootstrap, "--topic", "backlog",
-                   "--messages", str(BACKLOG_MIB * 1024), "--timeout", "120000")
+        out = tool("consumer-perf", "--bootstrap-server", source.bootstrap, "--topic",
+                   f"backlog-{ways[0]}", "--messages", str(BACKLOG_MIB * 1024),
+                   "--timeout", "120000")
         consumer_s = time.monotonic() - t0
-        cpu0 = cpu_seconds(pid)
-        bytes0 = sum(family(metrics(weir), "weir_link_mirrored_bytes_total"))
-        t0 = time.monotonic()
-        link(weir, "backlog", source, "backlog")
-        time.sleep(1)
-        while True:
-            recs = family(metrics(weir), "weir_link_lag_records")
-            text = metrics(weir)
-            if sum(family(text, "weir_link_mirrored_bytes_total")) - bytes0 > 0 and recs and \
-                    max(recs) == 0 and len(recs) >= 2 * PARTITIONS:
-                break
-            time.sleep(0.2)
-        link_s = time.monotonic() - t0
-        got_bytes = sum(family(metrics(weir), "weir_link_mirrored_bytes_total")) - bytes0
-        cpu = cpu_seconds(pid) - cpu0
-        rows.append(("backlog", {
-            "backlog MiB (1 KiB records, lz4)": BACKLOG_MIB,
-            "Kafka ConsumerPerformance, s (wall, JVM start included)": f"{consumer_s:.1f}",
-            "Weir link from its creation until caught up, s": f"{link_s:.1f}",
-            "link / consumer time": f"{link_s / consumer_s:.2f}",
-            "bytes mirrored (as stored, compressed)": int(got_bytes),
-            "Weir CPU s per GiB mirrored (compressed bytes)": f"{cpu / (got_bytes / (1 << 30)):.2f}",
-            "ConsumerPerformance": out.strip().splitlines()[-1],
-        }))
+        consumer_line = out.strip().splitlines()[-1]
+        backlog_rows = [backlog(w, source, weir, root, consumer_s) for w in ways]
     finally:
         weir.stop()
         source.stop()
+    names = {"link": "cluster link", "mm2": "MirrorMaker 2"}
     stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H%M")
-    lines = [f"# Cluster link: Weir mirroring Apache Kafka 4.1, {stamp}", "",
-             "One Kafka broker (the source), one Weir broker (file WAL, objects on local disk) "
-             "and the load generators on this 2-core machine. Reproduce: "
+    lines = [f"# Mirroring Apache Kafka 4.1 into Weir: cluster link and MirrorMaker 2, {stamp}",
+             "",
+             "One Kafka broker (the source), one Weir broker (file WAL, objects on local disk), "
+             "MirrorMaker 2 (dedicated mode, `bench/mm2.py`) when it is the way, and the load "
+             "generators on this 2-core machine. Reproduce: "
              f"`BENCH_LINK_MIB_S={MIB_S:g} BENCH_LINK_PARTITIONS={PARTITIONS} "
              f"BENCH_LINK_SECONDS={SECONDS} BENCH_LINK_BACKLOG_MIB={BACKLOG_MIB} "
-             "WEIR_BIN=<release build> python3 bench/link.py`.", ""]
-    for name, r in rows:
-        lines += [f"## {name}", "", "| figure | value |", "|---|---|"]
-        lines += [f"| {k} | {v} |" for k, v in r.items()]
-        lines.append("")
+             f"BENCH_LINK_WAYS={','.join(ways)} WEIR_BIN=<release build> python3 bench/link.py`.",
+             "", "## At a fixed rate", ""]
+    lines += table(steady_rows, [names[w] for w in ways])
+    lines += ["", "## A backlog", "",
+              f"Kafka's ConsumerPerformance read it from the source in {consumer_s:.1f} s "
+              f"(wall, JVM start included): `{consumer_line}`.", ""]
+    lines += table(backlog_rows, [names[w] for w in ways])
+    lines.append("")
     path = os.path.join(HERE, "results", f"link-{stamp}.md")
     with open(path, "w") as f:
         f.write("\n".join(lines))

@@ -13,6 +13,8 @@
 #   kafka.sh status --data-dir DIR
 #   kafka.sh classpath
 #   kafka.sh tool CLASS|ALIAS [ARGS...]
+#   kafka.sh mirror-maker PROPERTIES [ARGS...]
+#       MirrorMaker 2 in dedicated mode (its jars fetched on first use)
 #
 # Environment:
 #   WEIR_KAFKA_VERSION    another Kafka release than the pom's 4.1 (e.g. 4.4.0)
@@ -52,22 +54,26 @@ usage() {
 
 pom_stamp() { { cat "$POM"; echo "$KAFKA_VERSION"; } | sha256sum | cut -c1-16; }
 
-installed() { [[ -f "$LIBS/.installed" && "$(cat "$LIBS/.installed")" == "$(pom_stamp)" ]]; }
+installed() { [[ -f "$1/.installed" && "$(cat "$1/.installed")" == "$(pom_stamp)" ]]; }
 
-cmd_install() {
-  installed && return 0
+cmd_install() { install_into "$LIBS"; }
+
+# The jars of the pom, with the Maven profiles given (e.g. -Pmirror-maker), into $1.
+install_into() {
+  local libs=$1; shift
+  installed "$libs" && return 0
   command -v mvn >/dev/null || die "mvn not found on PATH"
   mkdir -p "$KAFKA_HOME"
   # Serialize concurrent installs; re-check once we hold the lock.
   exec 9>"$KAFKA_HOME/.install.lock"
   flock 9
-  if installed; then exec 9>&-; return 0; fi
-  local tmp="$KAFKA_HOME/libs.tmp.$$" mvnlog="$KAFKA_HOME/install.log"
+  if installed "$libs"; then exec 9>&-; return 0; fi
+  local tmp="$libs.tmp.$$" mvnlog="$KAFKA_HOME/install.log"
   rm -rf "$tmp"
-  log "fetching Kafka jars from Maven Central into $LIBS ..."
+  log "fetching Kafka jars from Maven Central into $libs ..."
   local version=()
   [[ -n $KAFKA_VERSION ]] && version=(-Dkafka.version="$KAFKA_VERSION")
-  if ! mvn -q -B -f "$POM" dependency:copy-dependencies "${version[@]}" \
+  if ! mvn -q -B -f "$POM" dependency:copy-dependencies "${version[@]}" "$@" \
       -DincludeScope=runtime -DoutputDirectory="$tmp" >"$mvnlog" 2>&1; then
     rm -rf "$tmp"
     tail -n 40 "$mvnlog" >&2
@@ -75,15 +81,15 @@ cmd_install() {
   fi
   compgen -G "$tmp/kafka_2.13-*.jar" >/dev/null || { rm -rf "$tmp"; die "no kafka_2.13 jar fetched"; }
   pom_stamp >"$tmp/.installed"
-  rm -rf "$LIBS"
-  mv "$tmp" "$LIBS"
+  rm -rf "$libs"
+  mv "$tmp" "$libs"
   exec 9>&-
 }
 
 # conf/ first: it holds the tools' log4j2.properties, found as a classpath resource.
 classpath() {
   local cp="$CONF_DIR" j
-  for j in "$LIBS"/*.jar; do cp+=":$j"; done
+  for j in "${1:-$LIBS}"/*.jar; do cp+=":$j"; done
   printf '%s\n' "$cp"
 }
 
@@ -111,6 +117,18 @@ cmd_tool() {
   # shellcheck disable=SC2086
   exec "$JAVA" ${KAFKA_TOOL_HEAP_OPTS:--Xmx512m} "${JVM_PERF_OPTS[@]}" ${KAFKA_JVM_OPTS:-} \
     -cp "$(classpath)" "$cls" "$@"
+}
+
+# MirrorMaker 2 in dedicated mode (org.apache.kafka.connect.mirror.MirrorMaker) on its
+# properties file: the pom's mirror-maker profile (Kafka Connect's runtime, Jetty and Jersey
+# among it) in a libs directory of its own, so that the broker and the tools stay lean.
+cmd_mirror_maker() {
+  [[ $# -ge 1 ]] || die "usage: kafka.sh mirror-maker PROPERTIES [ARGS...]"
+  local libs="$KAFKA_HOME/mirror-libs"
+  install_into "$libs" -Pmirror-maker
+  # shellcheck disable=SC2086
+  exec "$JAVA" ${KAFKA_HEAP_OPTS:--Xms256m -Xmx1g} "${JVM_PERF_OPTS[@]}" ${KAFKA_JVM_OPTS:-} \
+    -cp "$(classpath "$libs")" org.apache.kafka.connect.mirror.MirrorMaker "$@"
 }
 
 # ---------------------------------------------------------------- helpers
@@ -370,6 +388,7 @@ case "$sub" in
   status)    cmd_status "$@" ;;
   classpath) cmd_classpath ;;
   tool)      cmd_tool "$@" ;;
+  mirror-maker) cmd_mirror_maker "$@" ;;
   -h|--help|help) usage 0 ;;
   *) log "unknown subcommand '$sub'"; usage ;;
 esac

@@ -488,3 +488,63 @@ def test_a_weir_broker_killed_while_mirroring_leaves_no_gap_and_no_duplicate(clu
     print(f"{produced[0]} records produced at the source, all mirrored once across the kill of "
           f"the leader of partitions {led}")
     cluster.start(2)
+
+
+def test_a_kafka_source_over_sasl_ssl_with_scram(broker, broker_factory, tmp_path):
+    """Apache Kafka as the source behind TLS and SCRAM-SHA-512 (a listener of its own beside the
+    plaintext one the harness checks it on): the link mirrors through it, and a wrong password
+    is refused with the source's word for it."""
+    import subprocess
+    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+    certs = str(tmp_path / "certs")
+    subprocess.run(["bash", os.path.join(os.path.dirname(__file__), "..", "tls", "make-certs.sh"),
+                    certs], check=True, timeout=120)
+    root = tempfile.mkdtemp(prefix="link-secure-source-", dir=broker_factory.base)
+    src = Broker("link-secure-source", root)
+    src.kind = "kafka"
+    secure_port = free_port()
+    plain = f"PLAINTEXT://127.0.0.1:{src.port}"
+    secured = f"SECURE://127.0.0.1:{secure_port}"
+    src.kafka_props = [
+        f"listeners={plain},CONTROLLER://127.0.0.1:{src.aux_port},{secured}",
+        f"advertised.listeners={plain},{secured}",
+        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SECURE:SASL_SSL",
+        "sasl.enabled.mechanisms=SCRAM-SHA-512",
+        "listener.name.secure.scram-sha-512.sasl.jaas.config="
+        "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        "ssl.keystore.type=PEM",
+        f"ssl.keystore.location={certs}/server.pem",
+    ]
+    broker_factory.brokers.append(src)
+    src.start()
+    try:
+        a = AdminClient({"bootstrap.servers": src.bootstrap})
+        upsert = UserScramCredentialUpsertion(
+            "mirror", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"mirror-secret")
+        for f in a.alter_user_scram_credentials([upsert]).values():
+            f.result(30)
+        topic = cu.unique("secured")
+        cu.create_topic(src.bootstrap, topic, 2)
+        p = idempotent(src.bootstrap)
+        for i in range(300):
+            p.produce(topic, value=f"v{i}".encode(), partition=i % 2)
+        assert p.flush(30) == 0
+        secure = {"bootstrap.servers": f"127.0.0.1:{secure_port}", "security.protocol": "SASL_SSL",
+                  "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "mirror",
+                  "ssl.ca.location": f"{certs}/ca.pem", "topics": [topic.replace(".", "\\.")],
+                  "metadata.refresh.ms": 500}
+        status, body = target_broker(broker).admin(
+            "POST", "/v1/links", {**secure, "name": cu.unique("refused"), "sasl.password": "wrong"},
+            timeout=60)
+        assert status == 502 and "authenticat" in body["error"].lower(), body
+        status, body = target_broker(broker).admin(
+            "POST", "/v1/links", {**secure, "name": cu.unique("secured"),
+                                  "sasl.password": "mirror-secret"}, timeout=60)
+        assert status == 201, body
+        wait_mirrored(broker, src, topic, 2)
+        want = records(src.bootstrap, topic, 2, False)
+        got = records(broker.bootstrap, topic, 2, False)
+        for part in range(2):
+            assert got[part] == want[part], f"partition {part}"
+    finally:
+        broker_factory.close(src)

@@ -178,6 +178,8 @@ class Broker:
         self.aux_port = free_port()  # Weir: admin HTTP port; Kafka: controller port
         self.proc = None  # Weir only
         self.kafka_pid = None  # Kafka only
+        # Kafka only: broker settings after the harness's (a listener of its own, say).
+        self.kafka_props = []
         self.starts = 0
         self.paused = False  # SIGSTOPped by pause(), until resume()
 
@@ -307,7 +309,7 @@ class Broker:
     def _start_kafka(self):
         cmd = self._kafka_cmd("start", "--data-dir", self.data_dir,
                               "--port", str(self.port), "--controller-port", str(self.aux_port))
-        for prop in KAFKA_PROPS:
+        for prop in KAFKA_PROPS + self.kafka_props:
             cmd += ["--prop", prop]
         with open(self.log_path, "ab") as log:
             log.write(f"\n===== start #{self.starts}: {' '.join(cmd)}\n".encode())
