@@ -97,7 +97,7 @@ pub async fn run(
                     conn.insert(c)
                 }
                 Err(e) => {
-                    meters.source_errors.inc();
+                    meters.source_error(&e);
                     tracing::warn!(link = %shared.name, source = %addr, error = %e, "source broker unreachable; retrying");
                     stale.notify_one();
                     if wait_or_changed(&mut assignment, delays.next_delay()).await {
@@ -118,7 +118,7 @@ pub async fn run(
             }
             Ok(_) => {}
             Err(e) => {
-                meters.source_errors.inc();
+                meters.source_error(&e);
                 tracing::warn!(link = %shared.name, source = %addr, error = %e, "fetch from the source failed; reconnecting");
                 conn = None;
                 stale.notify_one();

@@ -20,8 +20,18 @@ pub struct LinkMeters {
     pub failed_partitions: Counter,
     pub groups_copied: Counter,
     progress: Arc<Mutex<BTreeMap<(String, i32), Progress>>>,
+    /// The last error talking to the source, and when: an outage is shown, not only counted.
+    last_source_error: Arc<Mutex<Option<SourceError>>>,
     /// The groups this broker copies, as the last round left them.
     groups: Arc<Mutex<BTreeMap<String, GroupStatus>>>,
+}
+
+/// The last error a link's source gave this broker.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SourceError {
+    pub error: String,
+    /// When, in milliseconds since the Unix epoch.
+    pub at_ms: i64,
 }
 
 /// Where one mirror partition stands.
@@ -78,6 +88,22 @@ impl LinkMeters {
     /// Keeps only the partitions `keep` says this broker still mirrors.
     pub fn retain(&self, keep: impl Fn(&str, i32) -> bool) {
         lock(&self.progress).retain(|(t, p), _| keep(t, *p));
+    }
+
+    /// A request to the source failed (it is retried with backoff by whoever sent it).
+    pub fn source_error(&self, e: &dyn std::fmt::Display) {
+        self.source_errors.inc();
+        let at_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        *lock(&self.last_source_error) = Some(SourceError {
+            error: e.to_string(),
+            at_ms,
+        });
+    }
+
+    pub fn last_source_error(&self) -> Option<SourceError> {
+        lock(&self.last_source_error).clone()
     }
 
     pub fn set_groups(&self, groups: BTreeMap<String, GroupStatus>) {

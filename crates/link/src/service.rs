@@ -65,6 +65,10 @@ pub struct LinkStatus {
     pub partitions: Vec<PartitionStatus>,
     /// The groups this broker copies (those it coordinates), as the last round left them.
     pub groups: BTreeMap<String, GroupStatus>,
+    /// Requests to the source that failed on this broker (each retried with backoff), and the
+    /// last one's error: a source outage shows here and in `weir_link_source_errors_total`.
+    pub source_errors: u64,
+    pub last_source_error: Option<crate::meters::SourceError>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -249,6 +253,8 @@ impl LinkService {
                 topics: body.topics,
                 partitions,
                 groups: meters.groups(),
+                source_errors: meters.source_errors.get(),
+                last_source_error: meters.last_source_error(),
             });
         }
         if let (Some(n), true) = (name, out.is_empty()) {
@@ -419,7 +425,7 @@ async fn supervise(
                         delays = SOURCE_RETRY.delays();
                     }
                     Err(e) => {
-                        meters.source_errors.inc();
+                        meters.source_error(&e);
                         conn = None;
                         wait = delays.next_delay();
                         tracing::warn!(link = %shared.name, error = %e, retry_in_ms = wait.as_millis() as u64, "source metadata not read");
@@ -559,7 +565,7 @@ async fn control(
             continue;
         }
         if let Err(e) = control_once(&svc, &shared, &opts, &mut conn).await {
-            meters.source_errors.inc();
+            meters.source_error(&e);
             conn = None;
             wait = delays.next_delay().max(every);
             tracing::warn!(link = %shared.name, error = %e, "link's topics not looked at; retrying");
@@ -633,7 +639,7 @@ async fn sync_groups(
         {
             Ok(()) => delays = SOURCE_RETRY.delays(),
             Err(e) => {
-                meters.source_errors.inc();
+                meters.source_error(&e);
                 conn = None;
                 pool.clear();
                 wait = delays.next_delay().max(every);

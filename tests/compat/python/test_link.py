@@ -445,6 +445,54 @@ def test_promotion_waits_for_the_sources_end_then_the_topic_is_writable(broker, 
     t.abort_transaction(30)
 
 
+def test_a_source_outage_is_retried_shown_and_resumed_without_a_gap(broker, source):
+    """The source killed while mirroring: the link retries with backoff, its status shows the
+    outage (source errors and the last one, with its time), and once the source is back the
+    mirror goes on from where it was, every record at its source offset once."""
+    topic = cu.unique("outage")
+    link = cu.unique("link")
+    cu.create_topic(source.bootstrap, topic, 2)
+    p = idempotent(source.bootstrap)
+    for i in range(500):
+        p.produce(topic, value=f"before-{i}".encode(), partition=i % 2)
+    assert p.flush(30) == 0
+    create_link(broker, link, source, [topic.replace(".", "\\.")])
+    wait_mirrored(broker, source, topic, 2)
+
+    def shown():
+        errors, last = 0, None
+        for b in getattr(broker, "brokers", [broker]):
+            status, body = b.admin("GET", f"/v1/links/{link}")
+            assert status == 200, body
+            errors += body["source_errors"]
+            if body["last_source_error"] is not None:
+                last = body["last_source_error"]
+        return errors, last
+
+    assert shown()[0] == 0
+    killed_ms = time.time() * 1000
+    source.kill()
+    try:
+        assert until(lambda: shown()[0] > 0, 30), shown()
+        errors, last = shown()
+        assert last is not None and last["at_ms"] >= killed_ms - 1000 and last["error"], last
+        # Backoff: a few seconds of outage is a handful of attempts per loop, not a storm.
+        time.sleep(5)
+        assert shown()[0] - errors < 100, shown()
+    finally:
+        source.start()
+    p = idempotent(source.bootstrap)
+    for i in range(500):
+        p.produce(topic, value=f"after-{i}".encode(), partition=i % 2)
+    assert p.flush(60) == 0
+    wait_mirrored(broker, source, topic, 2, timeout=120)
+    want = records(source.bootstrap, topic, 2, False)
+    got = records(broker.bootstrap, topic, 2, False)
+    for part in range(2):
+        assert got[part] == want[part], f"partition {part}"
+    assert sum(len(v) for v in got.values()) == 1000
+
+
 def test_a_weir_broker_killed_while_mirroring_leaves_no_gap_and_no_duplicate(cluster, source):
     """The mirroring of a partition runs on its leader; the partition's end is the link's
     position, so the broker that takes it over goes on from there."""
