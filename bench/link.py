@@ -282,6 +282,9 @@ def main():
     finally:
         weir.stop()
         source.stop()
+        # Gigabytes of logs and objects: not left behind.
+        import shutil
+        shutil.rmtree(root, ignore_errors=True)
     names = {"link": "cluster link", "mm2": "MirrorMaker 2"}
     stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H%M")
     lines = [f"# Mirroring Apache Kafka 4.1 into Weir: cluster link and MirrorMaker 2, {stamp}",

@@ -256,6 +256,8 @@ def main():
     finally:
         weir.stop()
         source.stop()
+        import shutil
+        shutil.rmtree(root, ignore_errors=True)
     stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H%M")
     lines = [f"# A migration from Apache Kafka 4.1 into Weir, link beside MirrorMaker 2, {stamp}",
              "",

@@ -22,6 +22,8 @@ pub struct LinkMeters {
     progress: Arc<Mutex<BTreeMap<(String, i32), Progress>>>,
     /// The last error talking to the source, and when: an outage is shown, not only counted.
     last_source_error: Arc<Mutex<Option<SourceError>>>,
+    /// Each mirror topic's state (`TopicState::name`), as the link's record last read said.
+    topics: Arc<Mutex<BTreeMap<String, &'static str>>>,
     /// The groups this broker copies, as the last round left them.
     groups: Arc<Mutex<BTreeMap<String, GroupStatus>>>,
 }
@@ -104,6 +106,10 @@ impl LinkMeters {
 
     pub fn last_source_error(&self) -> Option<SourceError> {
         lock(&self.last_source_error).clone()
+    }
+
+    pub fn set_topics(&self, topics: BTreeMap<String, &'static str>) {
+        *lock(&self.topics) = topics;
     }
 
     pub fn set_groups(&self, groups: BTreeMap<String, GroupStatus>) {
@@ -207,6 +213,25 @@ pub fn register(r: &mut Registry, all: &AllMeters) {
                     .filter(|g| g.in_sync == g.partitions)
                     .count() as i64
             })
+        },
+    );
+    let a = Arc::clone(all);
+    r.gauges_read(
+        "link_topic_state",
+        "1 for each mirror topic's state (mirroring, promoting, promoted, failed; the reason is in the link's status), as the link's record last read said.",
+        move || {
+            let mut out = Vec::new();
+            for (name, m) in lock(&a).iter() {
+                for (topic, state) in lock(&m.topics).iter() {
+                    let labels = vec![
+                        ("link", name.clone()),
+                        ("topic", topic.clone()),
+                        ("state", state.to_string()),
+                    ];
+                    out.push((labels, 1i64));
+                }
+            }
+            out
         },
     );
     let a = Arc::clone(all);

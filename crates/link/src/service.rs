@@ -152,6 +152,17 @@ impl LinkService {
                 Err(e) => tracing::warn!(link = %r.name, error = %e, "link record left alone"),
             }
         }
+        for (name, (body, _)) in &records {
+            let states = body
+                .topics
+                .iter()
+                .map(|(t, m)| (t.clone(), m.state.name()))
+                .collect();
+            lock(&self.meters)
+                .entry(name.clone())
+                .or_default()
+                .set_topics(states);
+        }
         *lock(&self.records) = records;
         let mut running = lock(&self.running);
         running.retain(|name, r| defined.get(name) == Some(&r.spec));

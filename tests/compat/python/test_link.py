@@ -284,6 +284,12 @@ def test_bad_definitions_and_unreachable_sources_are_refused_clearly(broker, sou
     assert status == 404, body
 
 
+def metrics_text(b):
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{b.admin_port}/metrics", timeout=5) as r:
+        return r.read().decode()
+
+
 def committed_offsets(bootstrap, group):
     """partition -> committed offset of `group`, as an admin client reads them."""
     from confluent_kafka import ConsumerGroupTopicPartitions
@@ -422,6 +428,10 @@ def test_promotion_waits_for_the_sources_end_then_the_topic_is_writable(broker, 
     assert "promoted" in r.stdout, r.stdout
     status, body = b.admin("GET", f"/v1/links/{link}")
     assert body["topics"][topic]["state"] == "promoted", body
+    # The state is on /metrics too (the link's record is read again every second).
+    state = f'weir_link_topic_state{{link="{link}",topic="{topic}",state="promoted"}} 1'
+    assert until(lambda: state in metrics_text(b), 10), [
+        line for line in metrics_text(b).splitlines() if "link_topic_state" in line]
     # Every record the source had is here at its offset; the transaction left open at the
     # source is aborted here (an abort marker after it), so read_committed readers go on.
     got = records(broker.bootstrap, topic, 2, False)
