@@ -134,15 +134,28 @@ def link(weir, name, source, topic):
 def wait_mirrored(weir, topic, records):
     """Until Weir's `topic` holds `records` records (MirrorMaker 2: offsets may differ)."""
     from confluent_kafka import Consumer, TopicPartition
-    c = Consumer({"bootstrap.servers": weir.bootstrap, "group.id": "bench-ends"})
+
+    def consumer():
+        return Consumer({"bootstrap.servers": weir.bootstrap, "group.id": "bench-ends"})
+
+    c, failing_since = consumer(), None
     try:
         while True:
             try:
                 held = sum(hi - lo for lo, hi in (
                     c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
                     for p in range(PARTITIONS)))
-            except Exception:  # noqa: BLE001 - the topic is not there yet
+                failing_since = None
+            except Exception as e:  # noqa: BLE001 - the topic is not there yet
                 held = -1
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > 30:
+                    # Before 2026-12-06 Weir showed a new topic half placed, and a client that
+                    # asked then did not ask again for minutes; a bound here all the same.
+                    print(f"{topic}: watermarks unread for 30 s ({e}); a new client",
+                          flush=True)
+                    c.close()
+                    c, failing_since = consumer(), None
             if held >= records:
                 return
             time.sleep(0.2)

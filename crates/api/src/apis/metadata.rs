@@ -330,38 +330,50 @@ fn topic_metadata(
 ) -> MetadataResponseTopic {
     let routing = broker.routing(t);
     let local_epochs = broker.topics.local_leader_epochs(t);
-    MetadataResponseTopic::default()
+    let topic = MetadataResponseTopic::default()
         .with_name(Some(TopicName(str(&t.name))))
         .with_topic_id(Uuid::from_bytes(t.id))
-        .with_topic_authorized_operations(i32::MIN)
-        .with_partitions(
-            (0..t.partition_count() as u32)
-                .map(|i| {
-                    let p = MetadataResponsePartition::default().with_partition_index(i as i32);
-                    // A partition led here reports its own epoch, which the view learns
-                    // of only after the store announces it.
-                    let local_epoch = local_epochs
-                        .get(i as usize)
-                        .copied()
-                        .flatten()
-                        .map(|e| e as u64);
-                    match weir_zone::route(view, zone, routing, &t.name, i) {
-                        Some(route) => {
-                            let epoch = local_epoch.unwrap_or(route.epoch);
-                            let id = BrokerId(route.broker.node_id);
-                            p.with_leader_id(id)
-                                .with_leader_epoch(epoch as i32)
-                                .with_replica_nodes(vec![id])
-                                .with_isr_nodes(vec![id])
-                        }
-                        // Not placed yet, or its broker is gone: clients retry (Kafka
-                        // answers a new topic's partitions the same way).
-                        None => p
-                            .with_error_code(ResponseError::LeaderNotAvailable.code())
-                            .with_leader_id(BrokerId(-1))
-                            .with_leader_epoch(-1),
+        .with_topic_authorized_operations(i32::MIN);
+    // A topic appears whole, as Kafka's metadata image shows it: while the controller has not
+    // yet given every partition its first leader, the topic is not ready (retriable). Shown
+    // with some partitions led and others not, librdkafka (2.16) took the topic as known and
+    // asked again only after minutes, so a client that looked right after the creation could
+    // not find the partitions that had no leader at first.
+    let never_placed = |i: u32| {
+        view.assignment(&t.name, i)
+            .is_none_or(|a| a.leader.is_none() && a.epoch == 0)
+    };
+    if (0..t.partition_count() as u32).any(never_placed) {
+        return topic.with_error_code(ResponseError::LeaderNotAvailable.code());
+    }
+    topic.with_partitions(
+        (0..t.partition_count() as u32)
+            .map(|i| {
+                let p = MetadataResponsePartition::default().with_partition_index(i as i32);
+                // A partition led here reports its own epoch, which the view learns
+                // of only after the store announces it.
+                let local_epoch = local_epochs
+                    .get(i as usize)
+                    .copied()
+                    .flatten()
+                    .map(|e| e as u64);
+                match weir_zone::route(view, zone, routing, &t.name, i) {
+                    Some(route) => {
+                        let epoch = local_epoch.unwrap_or(route.epoch);
+                        let id = BrokerId(route.broker.node_id);
+                        p.with_leader_id(id)
+                            .with_leader_epoch(epoch as i32)
+                            .with_replica_nodes(vec![id])
+                            .with_isr_nodes(vec![id])
                     }
-                })
-                .collect(),
-        )
+                    // Not placed yet, or its broker is gone: clients retry (Kafka
+                    // answers a new topic's partitions the same way).
+                    None => p
+                        .with_error_code(ResponseError::LeaderNotAvailable.code())
+                        .with_leader_id(BrokerId(-1))
+                        .with_leader_epoch(-1),
+                }
+            })
+            .collect(),
+    )
 }
