@@ -3,7 +3,7 @@
 //! source removed before the mirror got them, partitions stopped. Read by `/metrics` and by
 //! the admin API's status.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -15,15 +15,14 @@ use crate::groups::GroupStatus;
 #[derive(Clone, Default)]
 pub struct LinkMeters {
     pub bytes: Counter,
-    pub source_errors: Counter,
+    /// Counted by [`LinkMeters::source_error`], which also keeps the last one.
+    source_errors: Counter,
     pub skipped: Counter,
     pub failed_partitions: Counter,
     pub groups_copied: Counter,
     progress: Arc<Mutex<BTreeMap<(String, i32), Progress>>>,
     /// The last error talking to the source, and when: an outage is shown, not only counted.
     last_source_error: Arc<Mutex<Option<SourceError>>>,
-    /// Each mirror topic's state (`TopicState::name`), as the link's record last read said.
-    topics: Arc<Mutex<BTreeMap<String, &'static str>>>,
     /// The groups this broker copies, as the last round left them.
     groups: Arc<Mutex<BTreeMap<String, GroupStatus>>>,
 }
@@ -108,8 +107,8 @@ impl LinkMeters {
         lock(&self.last_source_error).clone()
     }
 
-    pub fn set_topics(&self, topics: BTreeMap<String, &'static str>) {
-        *lock(&self.topics) = topics;
+    pub fn source_errors(&self) -> u64 {
+        self.source_errors.get()
     }
 
     pub fn set_groups(&self, groups: BTreeMap<String, GroupStatus>) {
@@ -143,6 +142,9 @@ impl LinkMeters {
     }
 }
 
+/// Every link's record (body and version) as this broker last read it, by name.
+pub type Records = Arc<Mutex<HashMap<String, (crate::model::LinkBody, u64)>>>;
+
 /// The links of this broker, by name, for `/metrics`.
 pub type AllMeters = Arc<Mutex<BTreeMap<String, LinkMeters>>>;
 
@@ -171,7 +173,7 @@ fn each_partition<V>(all: &AllMeters, f: impl Fn(&Lag) -> V) -> Vec<(Labels, V)>
 }
 
 /// Registers the link meters of this broker.
-pub fn register(r: &mut Registry, all: &AllMeters) {
+pub fn register(r: &mut Registry, all: &AllMeters, records: &Records) {
     let a = Arc::clone(all);
     r.counters_read(
         "link_mirrored_bytes",
@@ -215,18 +217,18 @@ pub fn register(r: &mut Registry, all: &AllMeters) {
             })
         },
     );
-    let a = Arc::clone(all);
+    let records = Arc::clone(records);
     r.gauges_read(
         "link_topic_state",
         "1 for each mirror topic's state (mirroring, promoting, promoted, failed; the reason is in the link's status), as the link's record last read said.",
         move || {
             let mut out = Vec::new();
-            for (name, m) in lock(&a).iter() {
-                for (topic, state) in lock(&m.topics).iter() {
+            for (name, (body, _)) in lock(&records).iter() {
+                for (topic, m) in &body.topics {
                     let labels = vec![
                         ("link", name.clone()),
                         ("topic", topic.clone()),
-                        ("state", state.to_string()),
+                        ("state", m.state.name().to_string()),
                     ];
                     out.push((labels, 1i64));
                 }

@@ -39,7 +39,7 @@ pub struct LinkService {
     meters: AllMeters,
     running: Mutex<HashMap<String, Running>>,
     /// Each link's record as last read (every second), for the supervisors.
-    records: Mutex<HashMap<String, (LinkBody, u64)>>,
+    records: crate::meters::Records,
 }
 
 /// The tasks of one link on this broker; dropping it stops them.
@@ -112,12 +112,12 @@ impl LinkService {
             groups,
             meters: AllMeters::default(),
             running: Mutex::new(HashMap::new()),
-            records: Mutex::new(HashMap::new()),
+            records: Default::default(),
         })
     }
 
     pub fn register(&self, r: &mut weir_metrics::Registry) {
-        meters::register(r, &self.meters);
+        meters::register(r, &self.meters, &self.records);
     }
 
     /// Looks at the links every second until `stop` is set, starting and stopping their tasks.
@@ -151,17 +151,6 @@ impl LinkService {
                 }
                 Err(e) => tracing::warn!(link = %r.name, error = %e, "link record left alone"),
             }
-        }
-        for (name, (body, _)) in &records {
-            let states = body
-                .topics
-                .iter()
-                .map(|(t, m)| (t.clone(), m.state.name()))
-                .collect();
-            lock(&self.meters)
-                .entry(name.clone())
-                .or_default()
-                .set_topics(states);
         }
         *lock(&self.records) = records;
         let mut running = lock(&self.running);
@@ -264,7 +253,7 @@ impl LinkService {
                 topics: body.topics,
                 partitions,
                 groups: meters.groups(),
-                source_errors: meters.source_errors.get(),
+                source_errors: meters.source_errors(),
                 last_source_error: meters.last_source_error(),
             });
         }

@@ -339,41 +339,40 @@ fn topic_metadata(
     // with some partitions led and others not, librdkafka (2.16) took the topic as known and
     // asked again only after minutes, so a client that looked right after the creation could
     // not find the partitions that had no leader at first.
-    let never_placed = |i: u32| {
-        view.assignment(&t.name, i)
-            .is_none_or(|a| a.leader.is_none() && a.epoch == 0)
-    };
-    if (0..t.partition_count() as u32).any(never_placed) {
+    let mut never_placed = false;
+    let partitions = (0..t.partition_count() as u32)
+        .map(|i| {
+            let p = MetadataResponsePartition::default().with_partition_index(i as i32);
+            // A partition led here reports its own epoch, which the view learns of only after
+            // the store announces it.
+            let local_epoch = local_epochs
+                .get(i as usize)
+                .copied()
+                .flatten()
+                .map(|e| e as u64);
+            match weir_zone::route(view, zone, routing, &t.name, i) {
+                Some(route) => {
+                    let epoch = local_epoch.unwrap_or(route.epoch);
+                    let id = BrokerId(route.broker.node_id);
+                    p.with_leader_id(id)
+                        .with_leader_epoch(epoch as i32)
+                        .with_replica_nodes(vec![id])
+                        .with_isr_nodes(vec![id])
+                }
+                // Its broker is gone (clients retry), or it never had a leader (above).
+                None => {
+                    never_placed |= view
+                        .assignment(&t.name, i)
+                        .is_none_or(|a| a.leader.is_none() && a.epoch == 0);
+                    p.with_error_code(ResponseError::LeaderNotAvailable.code())
+                        .with_leader_id(BrokerId(-1))
+                        .with_leader_epoch(-1)
+                }
+            }
+        })
+        .collect();
+    if never_placed {
         return topic.with_error_code(ResponseError::LeaderNotAvailable.code());
     }
-    topic.with_partitions(
-        (0..t.partition_count() as u32)
-            .map(|i| {
-                let p = MetadataResponsePartition::default().with_partition_index(i as i32);
-                // A partition led here reports its own epoch, which the view learns
-                // of only after the store announces it.
-                let local_epoch = local_epochs
-                    .get(i as usize)
-                    .copied()
-                    .flatten()
-                    .map(|e| e as u64);
-                match weir_zone::route(view, zone, routing, &t.name, i) {
-                    Some(route) => {
-                        let epoch = local_epoch.unwrap_or(route.epoch);
-                        let id = BrokerId(route.broker.node_id);
-                        p.with_leader_id(id)
-                            .with_leader_epoch(epoch as i32)
-                            .with_replica_nodes(vec![id])
-                            .with_isr_nodes(vec![id])
-                    }
-                    // Not placed yet, or its broker is gone: clients retry (Kafka
-                    // answers a new topic's partitions the same way).
-                    None => p
-                        .with_error_code(ResponseError::LeaderNotAvailable.code())
-                        .with_leader_id(BrokerId(-1))
-                        .with_leader_epoch(-1),
-                }
-            })
-            .collect(),
-    )
+    topic.with_partitions(partitions)
 }
