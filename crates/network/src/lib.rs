@@ -797,9 +797,9 @@ pub fn decode_request(frame: Bytes) -> Result<Decoded, String> {
     }
     let mut buf = frame;
     let header = RequestHeader::decode(&mut buf, key.request_header_version(version))
-        .map_err(|e| format!("malformed {key:?} v{version} request header: {e}"))?;
+        .map_err(|e| format!("malformed {key:?} v{version} request header: {e:#}"))?;
     let body = RequestKind::decode(key, &mut buf, version)
-        .map_err(|e| format!("malformed {key:?} v{version} request: {e}"))?;
+        .map_err(|e| format!("malformed {key:?} v{version} request: {e:#}"))?;
     if buf.has_remaining() {
         tracing::debug!(
             ?key,

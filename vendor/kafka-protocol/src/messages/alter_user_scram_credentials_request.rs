@@ -115,7 +115,7 @@ impl Decodable for AlterUserScramCredentialsRequest {
         let deletions = types::CompactArray(types::Struct { version }).decode(buf)?;
         let upsertions = types::CompactArray(types::Struct { version }).decode(buf)?;
         let mut unknown_tagged_fields = BTreeMap::new();
-        let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+        let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
         for _ in 0..num_tagged_fields {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -241,7 +241,7 @@ impl Decodable for ScramCredentialDeletion {
         let name = types::CompactString.decode(buf)?;
         let mechanism = types::Int8.decode(buf)?;
         let mut unknown_tagged_fields = BTreeMap::new();
-        let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+        let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
         for _ in 0..num_tagged_fields {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -418,7 +418,7 @@ impl Decodable for ScramCredentialUpsertion {
         let salt = types::CompactBytes.decode(buf)?;
         let salted_password = types::CompactBytes.decode(buf)?;
         let mut unknown_tagged_fields = BTreeMap::new();
-        let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+        let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
         for _ in 0..num_tagged_fields {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;

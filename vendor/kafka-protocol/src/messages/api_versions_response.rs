@@ -135,7 +135,7 @@ impl Decodable for ApiVersion {
         let max_version = types::Int16.decode(buf)?;
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 3 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -493,7 +493,7 @@ impl Decodable for ApiVersionsResponse {
         let mut zk_migration_ready = false;
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 3 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -718,7 +718,7 @@ impl Decodable for FinalizedFeatureKey {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 3 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -917,7 +917,7 @@ impl Decodable for SupportedFeatureKey {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 3 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;

@@ -266,7 +266,7 @@ impl Decodable for BrokerRegistrationRequest {
             -1
         };
         let mut unknown_tagged_fields = BTreeMap::new();
-        let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+        let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
         for _ in 0..num_tagged_fields {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -423,7 +423,7 @@ impl Decodable for Feature {
         let min_supported_version = types::Int16.decode(buf)?;
         let max_supported_version = types::Int16.decode(buf)?;
         let mut unknown_tagged_fields = BTreeMap::new();
-        let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+        let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
         for _ in 0..num_tagged_fields {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -585,7 +585,7 @@ impl Decodable for Listener {
         let port = types::UInt16.decode(buf)?;
         let security_protocol = types::Int16.decode(buf)?;
         let mut unknown_tagged_fields = BTreeMap::new();
-        let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+        let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
         for _ in 0..num_tagged_fields {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;

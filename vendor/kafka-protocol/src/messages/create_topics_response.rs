@@ -251,7 +251,7 @@ impl Decodable for CreatableTopicConfigs {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 5 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -576,7 +576,7 @@ impl Decodable for CreatableTopicResult {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 5 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -740,7 +740,7 @@ impl Decodable for CreateTopicsResponse {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 5 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;

@@ -118,7 +118,7 @@ impl Decodable for DeleteRecordsPartition {
         let offset = types::Int64.decode(buf)?;
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 2 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -263,7 +263,7 @@ impl Decodable for DeleteRecordsRequest {
         let timeout_ms = types::Int32.decode(buf)?;
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 2 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -420,7 +420,7 @@ impl Decodable for DeleteRecordsTopic {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 2 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;

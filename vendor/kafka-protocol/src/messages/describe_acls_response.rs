@@ -176,7 +176,7 @@ impl Decodable for AclDescription {
         let permission_type = types::Int8.decode(buf)?;
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 2 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -371,7 +371,7 @@ impl Decodable for DescribeAclsResource {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 2 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -566,7 +566,7 @@ impl Decodable for DescribeAclsResponse {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 2 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;

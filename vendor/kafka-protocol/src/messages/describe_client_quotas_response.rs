@@ -177,7 +177,7 @@ impl Decodable for DescribeClientQuotasResponse {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 1 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -337,7 +337,7 @@ impl Decodable for EntityData {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 1 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -495,7 +495,7 @@ impl Decodable for EntryData {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 1 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -639,7 +639,7 @@ impl Decodable for ValueData {
         let value = types::Float64.decode(buf)?;
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 1 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;

@@ -139,7 +139,7 @@ impl Decodable for DescribeGroupsResponse {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 5 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -466,7 +466,7 @@ impl Decodable for DescribedGroup {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 5 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -758,7 +758,7 @@ impl Decodable for DescribedGroupMember {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 5 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;

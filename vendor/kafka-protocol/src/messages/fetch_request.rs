@@ -322,7 +322,7 @@ impl Decodable for FetchPartition {
         let mut high_watermark = 9223372036854775807;
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 12 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -814,7 +814,7 @@ impl Decodable for FetchRequest {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 12 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -1038,7 +1038,7 @@ impl Decodable for FetchTopic {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 12 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -1245,7 +1245,7 @@ impl Decodable for ForgottenTopic {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 12 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -1411,7 +1411,7 @@ impl Decodable for ReplicaState {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 12 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;

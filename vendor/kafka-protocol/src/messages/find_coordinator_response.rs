@@ -274,7 +274,7 @@ impl Decodable for Coordinator {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 3 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -620,7 +620,7 @@ impl Decodable for FindCoordinatorResponse {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 3 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;

@@ -313,7 +313,7 @@ impl Decodable for JoinGroupRequest {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 6 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -481,7 +481,7 @@ impl Decodable for JoinGroupRequestProtocol {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 6 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;

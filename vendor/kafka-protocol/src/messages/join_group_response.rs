@@ -318,7 +318,7 @@ impl Decodable for JoinGroupResponse {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 6 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -525,7 +525,7 @@ impl Decodable for JoinGroupResponseMember {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 6 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;

@@ -193,7 +193,7 @@ impl Decodable for LeaveGroupRequest {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 4 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -408,7 +408,7 @@ impl Decodable for MemberIdentity {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 4 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;

@@ -152,7 +152,7 @@ impl Decodable for ListGroupsRequest {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 3 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;

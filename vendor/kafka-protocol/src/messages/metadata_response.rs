@@ -289,7 +289,7 @@ impl Decodable for MetadataResponse {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 9 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -497,7 +497,7 @@ impl Decodable for MetadataResponseBroker {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 9 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -771,7 +771,7 @@ impl Decodable for MetadataResponsePartition {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 9 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -1038,7 +1038,7 @@ impl Decodable for MetadataResponseTopic {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 9 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;

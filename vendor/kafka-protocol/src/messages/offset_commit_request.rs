@@ -259,7 +259,7 @@ impl Decodable for OffsetCommitRequest {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 8 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -453,7 +453,7 @@ impl Decodable for OffsetCommitRequestPartition {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 8 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -629,7 +629,7 @@ impl Decodable for OffsetCommitRequestTopic {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 8 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;

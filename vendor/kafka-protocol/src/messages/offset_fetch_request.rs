@@ -252,7 +252,7 @@ impl Decodable for OffsetFetchRequest {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 6 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -481,7 +481,7 @@ impl Decodable for OffsetFetchRequestGroup {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 6 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -674,7 +674,7 @@ impl Decodable for OffsetFetchRequestTopic {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 6 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -846,7 +846,7 @@ impl Decodable for OffsetFetchRequestTopics {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 6 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;

@@ -214,7 +214,7 @@ impl Decodable for OffsetFetchResponse {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 6 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -416,7 +416,7 @@ impl Decodable for OffsetFetchResponseGroup {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 6 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -695,7 +695,7 @@ impl Decodable for OffsetFetchResponsePartition {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 6 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -966,7 +966,7 @@ impl Decodable for OffsetFetchResponsePartitions {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 6 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -1162,7 +1162,7 @@ impl Decodable for OffsetFetchResponseTopic {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 6 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -1344,7 +1344,7 @@ impl Decodable for OffsetFetchResponseTopics {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 6 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;

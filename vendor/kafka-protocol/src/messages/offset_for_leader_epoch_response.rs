@@ -152,7 +152,7 @@ impl Decodable for EpochEndOffset {
         let end_offset = types::Int64.decode(buf)?;
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 4 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -301,7 +301,7 @@ impl Decodable for OffsetForLeaderEpochResponse {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 4 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -458,7 +458,7 @@ impl Decodable for OffsetForLeaderTopicResult {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 4 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;

@@ -130,7 +130,7 @@ impl Decodable for PartitionProduceData {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 9 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -321,7 +321,7 @@ impl Decodable for ProduceRequest {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 9 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -516,7 +516,7 @@ impl Decodable for TopicProduceData {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 9 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;

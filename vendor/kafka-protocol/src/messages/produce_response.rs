@@ -162,7 +162,7 @@ impl Decodable for BatchIndexAndErrorMessage {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 9 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -326,7 +326,7 @@ impl Decodable for LeaderIdAndEpoch {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 9 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -556,7 +556,7 @@ impl Decodable for NodeEndpoint {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 9 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -880,7 +880,7 @@ impl Decodable for PartitionProduceResponse {
         let mut current_leader = Default::default();
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 9 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -1102,7 +1102,7 @@ impl Decodable for ProduceResponse {
         let mut node_endpoints = Default::default();
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 9 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -1308,7 +1308,7 @@ impl Decodable for TopicProduceResponse {
         };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 9 {
-            let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+            let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
             for _ in 0..num_tagged_fields {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;

@@ -128,7 +128,7 @@ impl Decodable for Endpoint {
         let host = types::CompactString.decode(buf)?;
         let port = types::UInt16.decode(buf)?;
         let mut unknown_tagged_fields = BTreeMap::new();
-        let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+        let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
         for _ in 0..num_tagged_fields {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -254,7 +254,7 @@ impl Decodable for KRaftVersionFeature {
         let min_supported_version = types::Int16.decode(buf)?;
         let max_supported_version = types::Int16.decode(buf)?;
         let mut unknown_tagged_fields = BTreeMap::new();
-        let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+        let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
         for _ in 0..num_tagged_fields {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -413,7 +413,7 @@ impl Decodable for Voter {
         let endpoints = types::CompactArray(types::Struct { version }).decode(buf)?;
         let k_raft_version_feature = types::Struct { version }.decode(buf)?;
         let mut unknown_tagged_fields = BTreeMap::new();
-        let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+        let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
         for _ in 0..num_tagged_fields {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
@@ -541,7 +541,7 @@ impl Decodable for VotersRecord {
         let version = types::Int16.decode(buf)?;
         let voters = types::CompactArray(types::Struct { version }).decode(buf)?;
         let mut unknown_tagged_fields = BTreeMap::new();
-        let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
+        let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
         for _ in 0..num_tagged_fields {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;

@@ -10,6 +10,47 @@ use anyhow::{bail, Result};
 use std::convert::TryFrom;
 use std::string::String as StdString;
 
+/// Weir: the most elements an array of a request may claim, as Kafka 4.4's readers allow.
+pub const MAX_ARRAY_ELEMENTS: usize = 1_000_000;
+/// Weir: the most fields a tagged-field section may claim, as Kafka 4.4's readers allow.
+pub const MAX_TAGGED_FIELDS: u32 = 10_000;
+
+/// Weir: an array's untrusted length, checked before anything is read or allocated: at most
+/// [`MAX_ARRAY_ELEMENTS`], and no more than the bytes left (every element takes at least one
+/// byte), as Kafka's generated readers check ("Tried to read N elements, but there are only R
+/// bytes remaining").
+fn checked_array_len(n: usize, remaining: usize) -> Result<usize> {
+    if n > MAX_ARRAY_ELEMENTS {
+        bail!("array of {n} elements is over the limit of {MAX_ARRAY_ELEMENTS}");
+    }
+    if n > remaining {
+        bail!("tried to read {n} elements, but there are only {remaining} bytes remaining");
+    }
+    Ok(n)
+}
+
+/// Weir: the count of a tagged-field section, bounded by [`MAX_TAGGED_FIELDS`] and by the bytes
+/// left (a field takes at least two: its tag and its size). The generated decoders read it
+/// through this instead of a bare [`UnsignedVarInt`].
+#[derive(Debug, Copy, Clone, Default)]
+pub struct TaggedFieldCount;
+
+impl Decoder<u32> for TaggedFieldCount {
+    fn decode<B: ByteBuf>(&self, buf: &mut B) -> Result<u32> {
+        let n: u32 = UnsignedVarInt.decode(buf)?;
+        if n > MAX_TAGGED_FIELDS {
+            bail!("tagged-field section of {n} fields is over the limit of {MAX_TAGGED_FIELDS}");
+        }
+        if n as usize > buf.remaining() / 2 {
+            bail!(
+                "tagged-field section claims {n} fields, but there are only {} bytes remaining",
+                buf.remaining()
+            );
+        }
+        Ok(n)
+    }
+}
+
 macro_rules! define_copy_impl {
     ($e:ident, $t:ty) => (
         impl Encoder<$t> for $e {
@@ -1001,9 +1042,9 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for Array<E> {
         match Int32.decode(buf)? {
             -1 => Ok(None),
             n if n >= 0 => {
-                // Weir: the length is untrusted; every element takes at least a byte, so the
-                // remaining input bounds the allocation.
-                let mut result = Vec::with_capacity((n as usize).min(buf.remaining()));
+                // Weir: the length is untrusted (see `checked_array_len`).
+                let n = checked_array_len(n as usize, buf.remaining())?;
+                let mut result = Vec::with_capacity(n);
                 for _ in 0..n {
                     result.push(self.0.decode(buf)?);
                 }
@@ -1112,8 +1153,9 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for CompactArray<E> {
             0 => Ok(None),
             n => {
                 // Weir: see Array::decode.
-                let mut result = Vec::with_capacity(((n - 1) as usize).min(buf.remaining()));
-                for _ in 1..n {
+                let n = checked_array_len((n - 1) as usize, buf.remaining())?;
+                let mut result = Vec::with_capacity(n);
+                for _ in 0..n {
                     result.push(self.0.decode(buf)?);
                 }
                 Ok(Some(result))
