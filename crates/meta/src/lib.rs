@@ -4,7 +4,7 @@
 //! engine calls it when it opens a stream, commits uploaded objects, moves a start offset and
 //! deletes objects; the Kafka layer when topics, group offsets or producer ids change.
 //!
-//! It has ten parts, one trait each, so that a backend can be built and tested part by part,
+//! It has twelve parts, one trait each, so that a backend can be built and tested part by part,
 //! and a caller that needs one part takes only that trait:
 //!
 //! - [`ObjectIndex`]: streams (leader epoch, start offset, committed end offset), the objects in
@@ -28,6 +28,10 @@
 //!   broker's authorizer.
 //! - [`Quotas`]: client quotas (AlterClientQuotas, DescribeClientQuotas): a value per entity
 //!   and quota key.
+//! - [`Links`]: cluster links (mirroring from another Kafka cluster), changed by compare-and-set.
+//! - [`ShareStates`]: share groups' share-partitions (KIP-932): start offset, and the records
+//!   above it acknowledged, archived or available again with their delivery counts; fenced by
+//!   leader epoch and state epoch.
 //!
 //! [`GroupStore`] is the two group parts, what the group coordinator takes. [`MetaStore`] is all
 //! of them together, implemented for every type that implements them, so a
@@ -77,6 +81,7 @@
 #[cfg(any(test, feature = "testing"))]
 pub mod conformance;
 pub mod postgres;
+mod share;
 pub mod sqlite;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -88,6 +93,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 pub use postgres::PostgresMetaStore;
+pub use share::{Claim, DeliveryState, ShareBatch, ShareState, ShareStates};
 pub use sqlite::SqliteMetaStore;
 pub use txn::{Transactions, TxnRecord, TxnState};
 
@@ -225,6 +231,8 @@ pub enum MetaError {
     TxnConflict(String),
     #[error("metadata store: {0} does not decode")]
     Corrupt(String),
+    #[error("share state refused: {0}")]
+    InvalidShareState(String),
     #[error("metadata store: {context}: {source}")]
     Backend {
         context: &'static str,
@@ -973,6 +981,7 @@ pub trait MetaStore:
     + Acls
     + Quotas
     + Links
+    + ShareStates
 {
 }
 
@@ -987,7 +996,8 @@ impl<
             + Credentials
             + Acls
             + Quotas
-            + Links,
+            + Links
+            + ShareStates,
     > MetaStore for T
 {
 }

@@ -14,6 +14,7 @@ pub mod links;
 pub mod object_index;
 pub mod producer_snapshots;
 pub mod quotas;
+pub mod share;
 pub mod transactions;
 pub mod whole_store;
 
@@ -32,6 +33,7 @@ pub async fn run_all(open: impl Fn() -> Box<dyn MetaStore>) {
     acls::run(|| open()).await;
     quotas::run(|| open()).await;
     links::run(|| open()).await;
+    share::run(|| open()).await;
     whole_store::run(open).await;
 }
 

@@ -71,6 +71,9 @@ pub async fn deleting_a_topic_reaches_every_part(m: &dyn MetaStore) {
         .await
         .expect("commit offsets");
     m.save_group_state("g", vec![7]).await.expect("save state");
+    for t in ["a", "b"] {
+        m.claim_share_state("s", t, 0, 1, 0).await.expect("claim");
+    }
 
     m.delete_topic("a").await.expect("delete");
     assert_eq!(m.get_stream(sa).await.expect("get"), None);
@@ -94,6 +97,14 @@ pub async fn deleting_a_topic_reaches_every_part(m: &dyn MetaStore) {
         Some((10, vec![2]))
     );
     assert_eq!(m.fetch_offsets("g").await.expect("fetch"), vec![o("b")]);
+    let share: Vec<String> = m
+        .share_states("s")
+        .await
+        .expect("share states")
+        .into_iter()
+        .map(|(t, _, _)| t)
+        .collect();
+    assert_eq!(share, vec!["b".to_string()], "a's share state went with it");
     // A group's membership names no topic the store knows of: it stays.
     assert_eq!(m.load_group_state("g").await.expect("load"), Some(vec![7]));
     // The deleted stream cannot come back, at its old epoch or a lower one, nor take commits.

@@ -98,6 +98,9 @@ impl Catalog for PostgresMetaStore {
             tx.execute("DELETE FROM group_offsets WHERE topic = $1", &[&name])
                 .await
                 .map_err(backend("deleting offsets"))?;
+            tx.execute("DELETE FROM share_states WHERE topic = $1", &[&name])
+                .await
+                .map_err(backend("deleting share states"))?;
             Ok(t)
         })
     }

@@ -29,6 +29,7 @@ mod links;
 mod object_index;
 mod producer_snapshots;
 mod quotas;
+mod share;
 mod transactions;
 
 use std::sync::Mutex;
@@ -253,6 +254,21 @@ CREATE TABLE links (
     body    TEXT NOT NULL,
     version BIGINT NOT NULL
 );
+",
+    "
+-- Share groups' share-partitions (KIP-932): the start offset and the batches above it, as
+-- the share module encodes them; fenced by leader epoch and state epoch.
+CREATE TABLE share_states (
+    group_id     TEXT NOT NULL,
+    topic        TEXT NOT NULL,
+    partition    INTEGER NOT NULL,
+    state_epoch  INTEGER NOT NULL,
+    leader_epoch INTEGER NOT NULL,
+    start_offset BIGINT NOT NULL,
+    batches      BYTEA NOT NULL,
+    PRIMARY KEY (group_id, topic, partition)
+);
+CREATE INDEX share_states_topic ON share_states (topic);
 ",
 ];
 
@@ -846,6 +862,12 @@ mod tests {
     async fn conformance_credentials() {
         let s = server();
         conformance::credentials::run(|| Box::new(store(&s))).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn conformance_share_states() {
+        let s = server();
+        conformance::share::run(|| Box::new(store(&s))).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

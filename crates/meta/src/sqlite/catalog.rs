@@ -98,6 +98,8 @@ impl Catalog for SqliteMetaStore {
                 .map_err(backend("deleting a topic"))?;
             tx.execute("DELETE FROM group_offsets WHERE topic = ?1", params![name])
                 .map_err(backend("deleting offsets"))?;
+            tx.execute("DELETE FROM share_states WHERE topic = ?1", params![name])
+                .map_err(backend("deleting share states"))?;
             tx.commit().map_err(backend("commit"))?;
             Ok(t)
         })

@@ -17,6 +17,7 @@ mod links;
 mod object_index;
 mod producer_snapshots;
 mod quotas;
+pub(crate) mod share;
 mod transactions;
 
 use std::path::Path;
@@ -204,6 +205,18 @@ CREATE TABLE IF NOT EXISTS links (
     name    TEXT PRIMARY KEY,
     body    TEXT NOT NULL,
     version INTEGER NOT NULL
+) WITHOUT ROWID;
+-- Share groups' share-partitions (KIP-932): the start offset and the batches above it, as
+-- the share module encodes them; fenced by leader epoch and state epoch.
+CREATE TABLE IF NOT EXISTS share_states (
+    group_id     TEXT NOT NULL,
+    topic        TEXT NOT NULL,
+    partition    INTEGER NOT NULL,
+    state_epoch  INTEGER NOT NULL,
+    leader_epoch INTEGER NOT NULL,
+    start_offset INTEGER NOT NULL,
+    batches      BLOB NOT NULL,
+    PRIMARY KEY (group_id, topic, partition)
 ) WITHOUT ROWID;
 ";
 
@@ -618,6 +631,11 @@ mod tests {
     #[tokio::test]
     async fn conformance_links() {
         conformance::links::run(|| Box::new(store())).await;
+    }
+
+    #[tokio::test]
+    async fn conformance_share_states() {
+        conformance::share::run(|| Box::new(store())).await;
     }
 
     #[tokio::test]
