@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Weir against Apache Kafka 4.1 on this machine, with the same load generator (`weir perf`).
+# Weir against Apache Kafka (4.4; WEIR_KAFKA_VERSION=4.1.2 for the earlier baseline) on this machine, with the same load generator (`weir perf`).
 #
 #   bench/run.sh            (or: make bench)
 #
 # Starts a single-node Kafka (tools/kafka/kafka.sh), runs the workloads, stops it; then the same
 # for each of the other broker kinds:
 #
-#   kafka     Apache Kafka 4.1, single node
+#   kafka     Apache Kafka 4.4, single node
 #   weir      `weir serve` with its objects in a local directory (file://, the default)
 #   weir-s3   `weir serve` with its objects on a real S3-protocol server: s3s-fs
 #             (cargo install s3s-fs@0.14.1 --features binary --locked), started on 127.0.0.1:19294
@@ -463,7 +463,7 @@ disk=$disk_dev ($disk_fs, $( [[ $rot == 0 ]] && echo SSD/virtual || { [[ $rot ==
 kernel=$(uname -sr)
 os=$(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME")
 weir=$weir_desc
-kafka=4.1.2 ($(java -version 2>&1 | head -1), heap 1 GiB, G1)
+kafka=$(bash "$ROOT/tools/kafka/kafka.sh" classpath | tr ':' '\n' | sed -n 's|.*/kafka_2.13-\(.*\)\.jar|\1|p' | head -1) ($(java -version 2>&1 | head -1), heap 1 GiB, G1)
 rustc=$(rustc --version)
 librdkafka=$(json_field "$(ls "$OUT"/*.json | head -1)" "d['librdkafka']" || echo "?")
 $(if [[ " $BROKERS " == *" weir-s3 "* ]]; then

@@ -113,7 +113,7 @@ def client_conf():
 def add_user(b):
     """The SCRAM user, made over PLAINTEXT with kafka-configs, then waited for on SASL_SSL (a
     metadata listing through librdkafka with the user's password)."""
-    args = ["kafka.admin.ConfigCommand", "--bootstrap-server", b.bootstrap, "--alter",
+    args = ["configs", "--bootstrap-server", b.bootstrap, "--alter",
             "--add-config", f"{MECHANISM}=[password={PASSWORD}]", "--entity-type", "users",
             "--entity-name", USER]
     r = kafka_tool(*args, timeout=120)
@@ -205,7 +205,7 @@ def report(results, stamp, elapsed):
             lines.append(f"| Weir/Kafka | {protocol} | " + " | ".join(
                 ratio(cell("kafka", protocol, t, k), cell("weir", protocol, t, k))
                 for t, k in COLUMNS) + " |")
-    lines += ["", "Commands (after a `kafka.sh tool kafka.admin.ConfigCommand --bootstrap-server "
+    lines += ["", "Commands (after a `kafka.sh tool configs --bootstrap-server "
               f"HOST:PORT --alter --add-config '{MECHANISM}=[password=...]' --entity-type users "
               f"--entity-name {USER}`; sasl-ssl.properties: "
               + ", ".join(f"{k}={v}" for k, v in client_conf().items()

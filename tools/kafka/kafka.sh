@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Launcher for Apache Kafka 4.1 as a single KRaft node (broker+controller), built
+# Launcher for Apache Kafka 4.4 as a single KRaft node (broker+controller), built
 # only from Maven Central jars. Baseline for Weir benchmarks; see README.md.
 #
 #   kafka.sh install
@@ -17,8 +17,9 @@
 #       MirrorMaker 2 in dedicated mode (its jars fetched on first use)
 #
 # Environment:
-#   WEIR_KAFKA_VERSION    another Kafka release than the pom's 4.1 (e.g. 4.4.0)
-#   WEIR_KAFKA_HOME       cache dir for the jars (default ~/.cache/weir/kafka-4.1, or
+#   WEIR_KAFKA_VERSION    another Kafka release than the pom's 4.4.0 (e.g. 4.1.2, the
+#                         baseline of the benchmarks before 2026-12)
+#   WEIR_KAFKA_HOME       cache dir for the jars (default ~/.cache/weir/kafka-4.4, or
 #                         ~/.cache/weir/kafka-$WEIR_KAFKA_VERSION)
 #   JAVA                  java binary (default: java on PATH)
 #   KAFKA_HEAP_OPTS       broker heap (default -Xms1g -Xmx1g, as kafka-server-start.sh)
@@ -29,10 +30,10 @@ set -euo pipefail
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 POM="$SCRIPT_DIR/pom.xml"
 CONF_DIR="$SCRIPT_DIR/conf"
-# Another Kafka release than the pom's (4.1.x), e.g. WEIR_KAFKA_VERSION=4.4.0: its jars in a
-# cache of their own (a source cluster of another version for the cluster-link tests).
+# Another Kafka release than the pom's (4.4.x), e.g. WEIR_KAFKA_VERSION=4.1.2: its jars in a
+# cache of their own (an older baseline for figures over time, or a link source of another version).
 KAFKA_VERSION="${WEIR_KAFKA_VERSION:-}"
-KAFKA_HOME="${WEIR_KAFKA_HOME:-$HOME/.cache/weir/kafka-${KAFKA_VERSION:-4.1}}"
+KAFKA_HOME="${WEIR_KAFKA_HOME:-$HOME/.cache/weir/kafka-${KAFKA_VERSION:-4.4}}"
 LIBS="$KAFKA_HOME/libs"
 JAVA="${JAVA:-java}"
 
@@ -105,6 +106,11 @@ resolve_tool() {
     console-producer) echo org.apache.kafka.tools.ConsoleProducer ;;
     console-consumer) echo org.apache.kafka.tools.consumer.ConsoleConsumer ;;
     consumer-groups)  echo org.apache.kafka.tools.consumer.group.ConsumerGroupCommand ;;
+    share-groups)     echo org.apache.kafka.tools.consumer.group.ShareGroupCommand ;;
+    streams-groups)   echo org.apache.kafka.tools.streams.StreamsGroupCommand ;;
+    configs)          echo org.apache.kafka.tools.ConfigCommand ;;
+    acls)             echo org.apache.kafka.tools.AclCommand ;;
+    features)         echo org.apache.kafka.tools.FeatureCommand ;;
     storage)          echo kafka.tools.StorageTool ;;
     *)                echo "$1" ;;
   esac

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(KIND != "weir", reason="cluster links are Weir's
 
 @pytest.fixture(scope="module")
 def source(broker_factory):
-    """A single-node Apache Kafka 4.1: the link's source cluster."""
+    """A single-node Apache Kafka (4.4, or WEIR_KAFKA_VERSION): the link's source cluster."""
     root = tempfile.mkdtemp(prefix="link-source-", dir=broker_factory.base)
     b = Broker("link-source", root)
     b.kind = "kafka"

@@ -77,7 +77,7 @@ import org.junit.jupiter.api.Timeout;
  * super user: the harness and Kafka's kafka-acls set things up through it) and a SASL_PLAINTEXT
  * one (SCRAM-SHA-256) where the users alice and bob connect; the ACL authorizer is on and a
  * resource without ACLs is closed (allow.everyone.if.no.acl.found=false). Every test starts
- * with no ACL at all. With {@code WEIR_TEST_BROKER=kafka} the same tests run against Kafka 4.1
+ * with no ACL at all. With {@code WEIR_TEST_BROKER=kafka} the same tests run against Kafka 4.4
  * (StandardAuthorizer), which is what Weir's answers are compared with.
  * <ul>
  *   <li>Kafka's kafka-acls (org.apache.kafka.tools.AclCommand, from tools/kafka/kafka.sh's jars)
@@ -702,7 +702,7 @@ class AclTest {
      */
     private static Run kafkaAcls(String... args) throws Exception {
         List<String> cmd = new ArrayList<>(List.of("bash", Broker.repoRoot().resolve("tools/kafka/kafka.sh").toString(),
-                "tool", "org.apache.kafka.tools.AclCommand", "--bootstrap-server", broker.bootstrap()));
+                "tool", "acls", "--bootstrap-server", broker.bootstrap()));
         cmd.addAll(List.of(args));
         Path out = Files.createTempFile(work, "kafka-acls-", ".out");
         Process p = new ProcessBuilder(cmd).redirectErrorStream(true).redirectOutput(out.toFile()).start();

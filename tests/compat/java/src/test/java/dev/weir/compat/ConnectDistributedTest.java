@@ -30,7 +30,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.config.ConfigResource;
-import org.apache.kafka.common.utils.Exit;
+import org.apache.kafka.common.utils.internals.Exit;
 import org.apache.kafka.connect.cli.ConnectDistributed;
 import org.apache.kafka.connect.runtime.Connect;
 import org.apache.kafka.connect.runtime.distributed.DistributedHerder;
@@ -42,8 +42,9 @@ import org.junit.jupiter.api.Timeout;
 /**
  * Kafka Connect in distributed mode: a worker runs in this JVM (ConnectDistributed.startConnect,
  * as connect-distributed.sh does) with its REST listener on a free loopback port; it creates its
- * config, offset and status topics itself (compacted, replication factor 1). A FileStreamSource
- * connector, created through the REST API, copies a file's lines into a one-partition topic:
+ * config, offset and status topics itself (compacted, replication factor 1). A file source
+ * connector (LineFileSource, which keeps its offsets as Kafka's FileStreamSource does), created
+ * through the REST API, copies a file's lines into a one-partition topic:
  * all 500 lines arrive, in order; the connector and its task report RUNNING; 300 lines appended
  * arrive too; the source offset (GET /connectors/NAME/offsets) reaches the file's length. The
  * worker is stopped, 200 more lines are appended, and a second worker with the same group and
@@ -321,7 +322,7 @@ class ConnectDistributedTest {
             worker.put("exactly.once.source.support", "enabled");
         }
         Map<String, String> config = new LinkedHashMap<>();
-        config.put("connector.class", "org.apache.kafka.connect.file.FileStreamSourceConnector");
+        config.put("connector.class", LineFileSource.class.getName());
         config.put("tasks.max", "1");
         config.put("file", file.toString());
         config.put("topic", topic);
