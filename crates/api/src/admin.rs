@@ -10,10 +10,13 @@ use crate::{str, Broker};
 
 pub(crate) const RESOURCE_TOPIC: i8 = 2;
 pub(crate) const RESOURCE_BROKER: i8 = 4;
+/// Kafka 4's group configs (`ConfigResource.Type.GROUP`).
+pub(crate) const RESOURCE_GROUP: i8 = 32;
 /// DescribeConfigs config sources.
 pub(crate) const SOURCE_DYNAMIC_TOPIC: i8 = 1;
 pub(crate) const SOURCE_STATIC_BROKER: i8 = 4;
 pub(crate) const SOURCE_DEFAULT: i8 = 5;
+pub(crate) const SOURCE_GROUP: i8 = 8;
 
 /// An admin error as an error code and message.
 pub(crate) fn err_parts(e: &AdminError) -> (i16, Option<kafka_protocol::protocol::StrBytes>) {

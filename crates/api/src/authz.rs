@@ -250,10 +250,12 @@ macro_rules! configs {
         let (ok, no) = $crate::authz::split(std::mem::take(&mut $r.resources), |c| {
             match c.resource_type {
                 2 => $check.topic(weir_auth::acl::Operation::$op, &c.resource_name),
+                32 => $check.group(weir_auth::acl::Operation::$op, &c.resource_name),
                 _ => $check.cluster(weir_auth::acl::Operation::$op),
             }
         });
-        let (topics, brokers) = $crate::authz::split(no, |c| c.resource_type == 2);
+        let (topics, no) = $crate::authz::split(no, |c| c.resource_type == 2);
+        let (groups, brokers) = $crate::authz::split(no, |c| c.resource_type == 32);
         $r.resources = ok;
         $crate::authz::Gate::Serve {
             request: kafka_protocol::messages::RequestKind::$kind($r),
@@ -265,6 +267,12 @@ macro_rules! configs {
                             <$ty>::default().with_resources(topics),
                         ),
                         kafka_protocol::ResponseError::TopicAuthorizationFailed,
+                    ),
+                    (
+                        kafka_protocol::messages::RequestKind::$kind(
+                            <$ty>::default().with_resources(groups),
+                        ),
+                        kafka_protocol::ResponseError::GroupAuthorizationFailed,
                     ),
                     (
                         kafka_protocol::messages::RequestKind::$kind(

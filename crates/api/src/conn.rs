@@ -51,6 +51,8 @@ pub(crate) enum Sasl {
     ScramProof(Box<weir_auth::scram::AwaitingProof>),
 }
 
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 /// One client (or peer broker) connection, shared by the network layer and the handlers.
 #[derive(Debug)]
 pub struct Conn {
@@ -71,6 +73,28 @@ pub struct Conn {
     /// Resolves once the appends of the last forwarded produce read on this connection have
     /// started: the next one's start after them, whatever order their reads finish in.
     pub(crate) forward_tail: Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
+    /// Unique among this process's connections.
+    pub id: u64,
+    /// Run when the connection is dropped (its share sessions end with it).
+    on_close: Mutex<Vec<CloseHook>>,
+}
+
+/// Something to do when a connection goes away.
+struct CloseHook(Box<dyn FnOnce() + Send>);
+
+impl std::fmt::Debug for CloseHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CloseHook")
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let hooks = std::mem::take(self.on_close.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for hook in hooks {
+            (hook.0)();
+        }
+    }
 }
 
 /// Who the connection is and how far its authentication got.
@@ -128,7 +152,17 @@ impl Conn {
             }),
             forward_tail: Mutex::new(None),
             throttle: Arc::default(),
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            on_close: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Runs `hook` when the connection goes away.
+    pub(crate) fn on_close(&self, hook: impl FnOnce() + Send + 'static) {
+        self.on_close
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(CloseHook(Box::new(hook)));
     }
 
     pub(crate) fn auth(&self) -> std::sync::MutexGuard<'_, Auth> {

@@ -34,10 +34,12 @@ mod conn;
 mod fetch;
 mod fetch_session;
 mod frame;
+pub mod group_configs;
 mod internal;
 mod opening;
 pub mod quotas;
 mod sasl;
+pub mod share;
 mod surface;
 mod txn;
 mod zones;
@@ -113,6 +115,8 @@ pub struct ApiLimits {
     /// `max.incremental.fetch.session.cache.slots`: fetch sessions (KIP-227) open at once; 0
     /// turns them off.
     pub fetch_session_slots: usize,
+    /// `group.share.max.share.sessions`: share sessions (KIP-932) open at once.
+    pub share_sessions: usize,
 }
 
 impl Default for ApiLimits {
@@ -121,6 +125,7 @@ impl Default for ApiLimits {
         ApiLimits {
             fetch_max_bytes: 55 << 20,
             fetch_session_slots: 1000,
+            share_sessions: 2000,
         }
     }
 }
@@ -222,6 +227,8 @@ pub struct Broker {
     pub quotas: Arc<quotas::QuotaManager>,
     /// Incremental fetch sessions (KIP-227).
     pub fetch_sessions: fetch_session::FetchSessions,
+    /// Share groups' share-partitions and sessions on this broker (KIP-932), and group configs.
+    pub shares: Arc<share::ShareService>,
 }
 
 impl Broker {
@@ -304,8 +311,10 @@ impl Broker {
         let catalog = Arc::clone(&topics);
         groups.set_catalog(Arc::new(move || group_catalog(&catalog)));
         let fetch_sessions = fetch_session::FetchSessions::new(limits.fetch_session_slots);
+        let shares = share::ShareService::new(Arc::clone(&meta), limits.share_sessions);
         let broker = Arc::new(Broker {
             fetch_sessions,
+            shares,
             identity,
             cluster,
             topics,

@@ -50,6 +50,9 @@ mod consumer_api;
 mod embedded;
 mod group;
 mod migrate;
+pub mod share;
+mod share_api;
+pub use share_api::ShareGroupLookup;
 mod snapshot;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -91,6 +94,7 @@ use crate::consumer::ConsumerGroup;
 use crate::group::{
     Cx, Group, GroupState, JoinOutcome, JoinParams, Reply, SyncOutcome, SyncParams,
 };
+use crate::share::ShareGroup;
 use crate::snapshot::GroupSnapshot;
 
 /// Error codes, as Kafka numbers them.
@@ -161,6 +165,13 @@ pub struct GroupConfig {
     pub classic_max_size: usize,
     /// Kafka's `group.consumer.max.size`: the same for consumer groups (KIP-848).
     pub consumer_max_size: usize,
+    /// Kafka's `group.share.session.timeout.ms`: a share group member not heard from for this
+    /// long is removed.
+    pub share_session_timeout: Duration,
+    /// Kafka's `group.share.heartbeat.interval.ms`, told to share group members.
+    pub share_heartbeat_interval: Duration,
+    /// Kafka's `group.share.max.size`: members of a share group at most.
+    pub share_max_size: usize,
 }
 
 impl Default for GroupConfig {
@@ -173,6 +184,9 @@ impl Default for GroupConfig {
             consumer_heartbeat_interval: Duration::from_secs(5),
             classic_max_size: DEFAULT_MAX_SIZE,
             consumer_max_size: DEFAULT_MAX_SIZE,
+            share_session_timeout: Duration::from_secs(45),
+            share_heartbeat_interval: Duration::from_secs(5),
+            share_max_size: 200,
         }
     }
 }
@@ -266,8 +280,10 @@ pub type Catalog = Arc<dyn Fn() -> consumer::Topics + Send + Sync>;
 struct State {
     /// Classic groups.
     groups: HashMap<String, Group>,
-    /// Consumer groups (KIP-848). A group id is in one of the two maps at most.
+    /// Consumer groups (KIP-848). A group id is in one of the three maps at most.
     consumers: HashMap<String, Consumer>,
+    /// Share groups (KIP-932).
+    shares: HashMap<String, ShareGroup>,
     /// The deadline the timer task sleeps until, if any.
     timer_at: Option<Instant>,
     owns: Ownership,
@@ -370,6 +386,19 @@ impl State {
             self.mark_absent(group_id);
             return;
         };
+        if data.first() == Some(&share::FORMAT) {
+            match ShareGroup::decode(data) {
+                Some(group) => {
+                    tracing::info!(group = %group_id, epoch = group.group_epoch, "share group loaded from the metadata store");
+                    self.shares.insert(group_id.to_owned(), group);
+                }
+                None => {
+                    tracing::warn!(group = %group_id, "stored share group state ignored: the group starts empty");
+                    self.mark_absent(group_id);
+                }
+            }
+            return;
+        }
         if data.first() == Some(&consumer::FORMAT) {
             match ConsumerGroup::decode(data, now_ms) {
                 Some(group) => {
@@ -560,6 +589,7 @@ impl Inner {
                 }
                 if state.groups.contains_key(group_id)
                     || state.consumers.contains_key(group_id)
+                    || state.shares.contains_key(group_id)
                     || state.absent.contains(group_id)
                 {
                     return Ok(());
@@ -581,7 +611,10 @@ impl Inner {
             if !state.owns(group_id) {
                 return Err(NOT_COORDINATOR);
             }
-            if state.groups.contains_key(group_id) || state.consumers.contains_key(group_id) {
+            if state.groups.contains_key(group_id)
+                || state.consumers.contains_key(group_id)
+                || state.shares.contains_key(group_id)
+            {
                 // Another request loaded it (or created it after finding nothing) first.
                 return Ok(());
             }
@@ -754,6 +787,7 @@ impl GroupCoordinator {
             state: Mutex::new(State {
                 groups: HashMap::new(),
                 consumers: HashMap::new(),
+                shares: HashMap::new(),
                 timer_at: None,
                 owns: Arc::new(|_: &str| true),
                 unsaved: HashMap::new(),
@@ -811,6 +845,7 @@ impl GroupCoordinator {
         }
         let consumers_before = state.consumers.len();
         state.consumers.retain(|id, _| owns(id));
+        state.shares.retain(|id, _| owns(id));
         let consumers_given_up = consumers_before - state.consumers.len();
         state.unsaved.retain(|id, _| owns(id));
         // Groups coordinated elsewhere for a while may have gained a state there.
@@ -863,6 +898,13 @@ impl GroupCoordinator {
         }
         if let Err(error) = self.inner.load(&group_id).await {
             return join_response(version, JoinOutcome::error(error, member_id));
+        }
+        if self.inner.lock().shares.contains_key(&group_id) {
+            // Kafka answers a classic member of a share group so.
+            return join_response(
+                version,
+                JoinOutcome::error(INCONSISTENT_GROUP_PROTOCOL, member_id),
+            );
         }
         if let Some(outcome) = self
             .join_consumer_group(&group_id, &req, version, client_id, client_host)
@@ -1421,7 +1463,9 @@ impl GroupCoordinator {
                     described[i] = Some(error_described(group_id, NOT_COORDINATOR));
                     continue;
                 }
-                if state.consumers.contains_key(group_id.as_str()) {
+                if state.consumers.contains_key(group_id.as_str())
+                    || state.shares.contains_key(group_id.as_str())
+                {
                     // As Kafka: DescribeGroups describes classic groups only (the admin client
                     // asks ConsumerGroupDescribe first).
                     let mut d = DescribedGroup::default();
@@ -1533,6 +1577,7 @@ impl GroupCoordinator {
             Ownership,
         ) = {
             let cx = self.inner.cx();
+            let now_ms = self.inner.now_ms();
             let mut state = self.inner.lock();
             for g in state.groups.values_mut() {
                 g.poll(&cx);
@@ -1563,7 +1608,10 @@ impl GroupCoordinator {
                             ("consumer".to_string(), c.group.state_name(), "consumer"),
                         )
                     });
-            let listed = classic.chain(consumer).collect();
+            let mut listed: BTreeMap<_, _> = classic.chain(consumer).collect();
+            for (id, name) in GroupCoordinator::share_listing(&mut state, now_ms) {
+                listed.insert(id, ("share".to_string(), name, "share"));
+            }
             (listed, Arc::clone(&state.owns))
         };
         self.inner.persist_later();
@@ -1624,6 +1672,17 @@ impl GroupCoordinator {
 
     async fn delete_group(&self, group_id: &str) -> i16 {
         if let Err(error) = self.inner.load(group_id).await {
+            return error;
+        }
+        let share = {
+            let now_ms = self.inner.now_ms();
+            let mut state = self.inner.lock();
+            GroupCoordinator::delete_share_group(&mut state, group_id, now_ms)
+        };
+        if let Some(error) = share {
+            if error == NONE && !self.inner.persist(group_id).await {
+                return COORDINATOR_NOT_AVAILABLE;
+            }
             return error;
         }
         // Take an Empty group out of memory first, so that a member joining meanwhile starts a

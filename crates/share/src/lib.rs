@@ -7,5 +7,8 @@
 //!   how often each was delivered, and the start offset below which everything is done with.
 //!   Pure and synchronous, given the time by its caller; it turns to and from the state the
 //!   metadata store keeps ([`weir_meta::ShareState`]), so that another leader takes it over.
+//! - [`session`]: share sessions, the partitions a member fetches from a broker and the epoch
+//!   its next request must carry.
 
 pub mod partition;
+pub mod session;

@@ -362,6 +362,11 @@ pub struct BrokerConfig {
     pub group_classic_max_size: usize,
     /// `group.consumer.max.size`: the same for consumer groups (KIP-848).
     pub group_consumer_max_size: usize,
+    /// `group.share.max.size`: members of one share group at most (KIP-932; Kafka's default).
+    pub group_share_max_size: usize,
+    /// `group.share.max.share.sessions`: share sessions open on this broker at once; a new
+    /// member beyond is answered SHARE_SESSION_LIMIT_REACHED (Kafka's default).
+    pub group_share_max_share_sessions: usize,
     /// How often idempotent-producer state is snapshotted to the metadata store (idle
     /// producers are expired at the same time).
     pub producer_snapshot_interval_ms: u64,
@@ -529,6 +534,8 @@ impl Default for BrokerConfig {
             group_consumer_heartbeat_interval_ms: 5_000,
             group_classic_max_size: weir_group::DEFAULT_MAX_SIZE,
             group_consumer_max_size: weir_group::DEFAULT_MAX_SIZE,
+            group_share_max_size: 200,
+            group_share_max_share_sessions: 2000,
             producer_snapshot_interval_ms: 30_000,
             group_offsets_meter_interval_ms: 30_000,
             producer_id_expiration_ms: 86_400_000,

@@ -466,6 +466,7 @@ fn start_groups(
             ),
             classic_max_size: b.group_classic_max_size.max(1),
             consumer_max_size: b.group_consumer_max_size.max(1),
+            share_max_size: b.group_share_max_size.max(1),
             ..weir_group::GroupConfig::default()
         },
     );
@@ -561,6 +562,7 @@ fn make_broker(
         weir_api::ApiLimits {
             fetch_max_bytes: config.broker.fetch_max_bytes,
             fetch_session_slots: config.broker.fetch_session_cache_slots,
+            share_sessions: config.broker.group_share_max_share_sessions.max(1),
         },
         Some(Arc::clone(zones)),
     );

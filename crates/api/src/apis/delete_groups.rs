@@ -61,9 +61,22 @@ impl Api for DeleteGroups {
     /// Serves an authorized request.
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let Cx { v, .. } = *cx;
-        now(ResponseKind::DeleteGroups(
-            broker.groups.delete_groups(request, v).await,
-        ))
+        let mut shares = Vec::new();
+        for g in &request.groups_names {
+            if broker.groups.is_share_group(g).await {
+                shares.push(g.to_string());
+            }
+        }
+        let response = broker.groups.delete_groups(request, v).await;
+        // A share group deleted takes its share-partitions' states with it (KIP-932).
+        for r in &response.results {
+            if r.error_code == 0 && shares.iter().any(|g| g == r.group_id.as_str()) {
+                if let Err(e) = broker.meta.delete_share_states(&r.group_id, None).await {
+                    tracing::warn!(group = %r.group_id.as_str(), error = %e, "deleting a share group's states failed");
+                }
+            }
+        }
+        now(ResponseKind::DeleteGroups(response))
     }
 
     /// Representative requests at version `v`, for the every-version test.

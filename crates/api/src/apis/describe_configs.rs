@@ -10,7 +10,8 @@ use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
 
 use crate::admin::{
-    RESOURCE_BROKER, RESOURCE_TOPIC, SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, SOURCE_STATIC_BROKER,
+    RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC, SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC,
+    SOURCE_GROUP, SOURCE_STATIC_BROKER,
 };
 use crate::apis::now;
 #[cfg(feature = "testing")]
@@ -119,6 +120,17 @@ async fn describe_configs(
             tracing::warn!(error = %e, "reading the catalog before describing configs");
         }
     }
+    // Group configs are read from the store first (the rest is answered from memory).
+    let mut groups = std::collections::HashMap::new();
+    for res in r
+        .resources
+        .iter()
+        .filter(|r| r.resource_type == RESOURCE_GROUP)
+    {
+        let name = res.resource_name.to_string();
+        let described = broker.shares.configs().describe(&name).await;
+        groups.insert(name, described);
+    }
     let results = r
         .resources
         .into_iter()
@@ -202,9 +214,31 @@ async fn describe_configs(
                             .collect(),
                     )
                 }
+                RESOURCE_GROUP => match groups.remove(res.resource_name.as_str()) {
+                    Some(Ok(entries)) => out.with_configs(
+                        entries
+                            .into_iter()
+                            .filter(|e| wanted(e.name))
+                            .map(|e| {
+                                DescribeConfigsResourceResult::default()
+                                    .with_name(str(e.name))
+                                    .with_value(Some(str(&e.value)))
+                                    .with_config_source(if e.is_default {
+                                        SOURCE_DEFAULT
+                                    } else {
+                                        SOURCE_GROUP
+                                    })
+                            })
+                            .collect(),
+                    ),
+                    Some(Err(e)) => out.with_error_code(e.code()),
+                    None => out.with_error_code(ResponseError::UnknownServerError.code()),
+                },
                 _ => out
                     .with_error_code(ResponseError::InvalidRequest.code())
-                    .with_error_message(Some(str("Weir describes topic and broker configs only"))),
+                    .with_error_message(Some(str(
+                        "Weir describes topic, broker and group configs only",
+                    ))),
             }
         })
         .collect();

@@ -8,7 +8,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
 use weir_partition::AdminError;
 
-use crate::admin::{err_parts, RESOURCE_TOPIC};
+use crate::admin::{err_parts, RESOURCE_GROUP, RESOURCE_TOPIC};
 use crate::apis::now;
 #[cfg(feature = "testing")]
 use crate::apis::samples::Samples;
@@ -114,10 +114,16 @@ async fn incremental_alter_configs(
                 .topics
                 .alter_configs(name, |old| incremental(old, &res.configs), r.validate_only)
                 .await
+        } else if res.resource_type == RESOURCE_GROUP {
+            broker
+                .shares
+                .configs()
+                .alter(name, |old| incremental(old, &res.configs), r.validate_only)
+                .await
         } else {
             Err((
                 ResponseError::InvalidRequest,
-                "Weir alters topic configs only".to_string(),
+                "Weir alters topic and group configs only".to_string(),
             ))
         };
         let resp = incremental_alter_configs_response::AlterConfigsResourceResponse::default()

@@ -71,6 +71,10 @@ mod offset_for_leader_epoch;
 mod produce;
 mod sasl_authenticate;
 mod sasl_handshake;
+mod share_acknowledge;
+mod share_fetch;
+mod share_group_describe;
+mod share_group_heartbeat;
 mod sync_group;
 mod txn_offset_commit;
 
@@ -206,6 +210,10 @@ apis! {
     SaslAuthenticate => sasl_authenticate,
     DescribeUserScramCredentials => describe_user_scram_credentials,
     AlterUserScramCredentials => alter_user_scram_credentials,
+    ShareGroupHeartbeat => share_group_heartbeat,
+    ShareGroupDescribe => share_group_describe,
+    ShareFetch => share_fetch,
+    ShareAcknowledge => share_acknowledge,
 }
 
 /// Every version `kafka-protocol` knows of `key`.

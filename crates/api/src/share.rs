@@ -1,0 +1,319 @@
+//! Share groups on the partitions this broker leads (KIP-932): the share-partitions
+//! ([`weir_share::partition`]) of every share group that fetches here, their states in the
+//! metadata store, and the share sessions of the members fetching here.
+//!
+//! A share-partition lives on its partition's leader: every acquisition and acknowledgement of
+//! it is decided there, one request at a time (an async lock per share-partition), and the
+//! outcome of every acknowledgement, release and lock expiry is written to the metadata store
+//! ([`weir_meta::ShareStates`]) before the request that caused it is answered. The state is
+//! claimed with the partition's leader epoch, so a broker that lost the partition can no longer
+//! write it; a new leader (after a move, a failover or a restart) loads it and goes on, with
+//! every record that was acquired available again and its delivery counted.
+//!
+//! Share consumers in another zone than the leader fetch from the leader (cross-zone): records
+//! are handed to one consumer at a time by one decider, and a zone-local broker would need a
+//! round trip to the leader for every acquisition anyway, so it would save no bytes the leader
+//! does not already send. Regular consumers keep their zone-local reads.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError as E;
+use weir_meta::{Claim, MetaStore};
+use weir_partition::Partition;
+use weir_share::partition::{AckBatch, AckError, Acquired, Limits, SharePartition};
+use weir_share::session::{Part, SessionError, Sessions, Step};
+
+/// The share-partitions' key: group, topic id, partition.
+type Key = (String, [u8; 16], i32);
+
+/// A share group's settings (group configs `share.*`, or the broker's defaults).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareGroupConfig {
+    pub limits: Limits,
+    /// `share.auto.offset.reset`: where a share-partition seen for the first time starts.
+    pub auto_offset_reset: OffsetReset,
+    /// `share.isolation.level` is `read_committed`.
+    pub read_committed: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetReset {
+    Latest,
+    Earliest,
+}
+
+impl Default for ShareGroupConfig {
+    fn default() -> Self {
+        ShareGroupConfig {
+            limits: Limits::default(),
+            auto_offset_reset: OffsetReset::Latest,
+            read_committed: false,
+        }
+    }
+}
+
+/// One share-partition on this broker: loaded (claimed at `leader_epoch`) or not yet.
+#[derive(Default)]
+struct Slot {
+    sp: Option<SharePartition>,
+    leader_epoch: i32,
+    /// The topic's name, as the store keys the state.
+    topic: String,
+}
+
+/// What a fetch of one share-partition got.
+#[derive(Debug, Default)]
+pub struct Fetched {
+    pub acquired: Vec<Acquired>,
+    pub records: Bytes,
+}
+
+/// See the module documentation.
+pub struct ShareService {
+    meta: Arc<dyn MetaStore>,
+    sessions: Mutex<Sessions>,
+    slots: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<Slot>>>>,
+    configs: crate::group_configs::GroupConfigs,
+    clock: Instant,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl ShareService {
+    /// At most `max_sessions` share sessions at once (`group.share.max.share.sessions`).
+    pub fn new(meta: Arc<dyn MetaStore>, max_sessions: usize) -> Arc<Self> {
+        Arc::new(ShareService {
+            configs: crate::group_configs::GroupConfigs::new(Arc::clone(&meta)),
+            meta,
+            sessions: Mutex::new(Sessions::new(max_sessions)),
+            slots: Mutex::new(HashMap::new()),
+            clock: Instant::now(),
+        })
+    }
+
+    pub fn configs(&self) -> &crate::group_configs::GroupConfigs {
+        &self.configs
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.clock.elapsed().as_millis() as u64
+    }
+
+    /// Share sessions open on this broker.
+    pub fn sessions(&self) -> usize {
+        lock(&self.sessions).len()
+    }
+
+    /// One session step; see [`Sessions::step`].
+    pub fn step(
+        &self,
+        group: &str,
+        member: &str,
+        epoch: i32,
+        conn: u64,
+        add: &[Part],
+        forget: &[Part],
+    ) -> Result<Step, SessionError> {
+        lock(&self.sessions).step(group, member, epoch, conn, add, forget)
+    }
+
+    /// The sessions of a closed connection end; their members' records are released.
+    pub fn disconnected(self: &Arc<Self>, conn: u64) {
+        let gone = lock(&self.sessions).disconnected(conn);
+        if gone.is_empty() {
+            return;
+        }
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            for (group, member, parts) in gone {
+                me.release(&group, &member, &parts).await;
+            }
+        });
+    }
+
+    fn slot(&self, key: Key) -> Arc<tokio::sync::Mutex<Slot>> {
+        Arc::clone(lock(&self.slots).entry(key).or_default())
+    }
+
+    /// The share-partition of `group` on `partition`, claimed for its current leader epoch
+    /// (loaded from the store, or created at the group's `share.auto.offset.reset`).
+    async fn ready<'a>(
+        &self,
+        slot: &'a mut Slot,
+        group: &str,
+        topic: &str,
+        index: i32,
+        partition: &Partition,
+        config: &ShareGroupConfig,
+    ) -> Result<&'a mut SharePartition, E> {
+        let epoch = partition.leader_epoch;
+        if slot.sp.is_none() || slot.leader_epoch != epoch {
+            let (log_start, hw) = partition.offsets();
+            let start = match config.auto_offset_reset {
+                OffsetReset::Latest => hw,
+                OffsetReset::Earliest => log_start,
+            };
+            let claim = self
+                .meta
+                .claim_share_state(group, topic, index, epoch, start)
+                .await
+                .map_err(|e| {
+                    tracing::warn!(group, topic, index, error = %e, "claiming a share-partition failed");
+                    E::KafkaStorageError
+                })?;
+            let state = match claim {
+                Claim::Claimed(state) => state,
+                Claim::Fenced { .. } => return Err(E::NotLeaderOrFollower),
+            };
+            let mut sp = SharePartition::load(config.limits, &state);
+            sp.move_log_start(log_start);
+            slot.sp = Some(sp);
+            slot.leader_epoch = epoch;
+            slot.topic = topic.to_string();
+        }
+        let sp = slot.sp.as_mut().ok_or(E::UnknownServerError)?;
+        sp.set_limits(config.limits);
+        Ok(sp)
+    }
+
+    /// Writes the share-partition's state; whether the store took it (`false`: a newer leader
+    /// or a reset came first, and the loaded state is dropped, to be read again).
+    async fn persist(
+        &self,
+        slot: &mut Slot,
+        group: &str,
+        topic: &str,
+        index: i32,
+        sp: &SharePartition,
+    ) -> Result<(), E> {
+        match self
+            .meta
+            .write_share_state(group, topic, index, &sp.to_state())
+            .await
+        {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                slot.sp = None;
+                Err(E::NotLeaderOrFollower)
+            }
+            Err(e) => {
+                tracing::warn!(group, topic, index, error = %e, "writing a share-partition's state failed");
+                Err(E::KafkaStorageError)
+            }
+        }
+    }
+
+    /// Acquires records of `partition` for `member`: at most about `max_records` (whole
+    /// batches) and `max_bytes` of them.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn fetch(
+        &self,
+        group: &str,
+        member: &Arc<str>,
+        topic: (&str, [u8; 16]),
+        partition: &Partition,
+        index: i32,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<Fetched, E> {
+        let config = self.configs.get(group).await;
+        let slot = self.slot((group.to_string(), topic.1, index));
+        let mut slot = slot.lock().await;
+        let now = self.now_ms();
+        let sp = self
+            .ready(&mut slot, group, topic.0, index, partition, &config)
+            .await?;
+        let mut sp_now = sp.clone();
+        let (log_start, hw) = partition.offsets();
+        let moved = sp_now.expire(now) | sp_now.move_log_start(log_start);
+        if moved {
+            // A lock expired (or the log start moved): written now, as Kafka does, so that a
+            // new leader counts the delivery. The change stands even if the write fails.
+            let _ = self
+                .persist(&mut slot, group, topic.0, index, &sp_now)
+                .await;
+        }
+        slot.sp = Some(sp_now);
+        let Some(sp) = slot.sp.as_mut() else {
+            return Ok(Fetched::default());
+        };
+        let from = sp.next_fetch_offset();
+        if !sp.can_acquire() || from >= hw || max_records == 0 {
+            return Ok(Fetched::default());
+        }
+        let data = partition
+            .fetch(from, max_bytes.max(1), config.read_committed)
+            .await?;
+        let ranges: Vec<(i64, i64)> = weir_partition::batch::batches(&data.records)
+            .map(|(_, base, end, _)| (base as i64, end as i64 - 1))
+            .collect();
+        let acquired = sp.acquire(member, &ranges, max_records, now);
+        let records = if acquired.is_empty() {
+            Bytes::new()
+        } else {
+            data.records
+        };
+        Ok(Fetched { acquired, records })
+    }
+
+    /// Applies `member`'s acknowledgements of one share-partition and stores the outcome; the
+    /// partition's acknowledgement error, if any. Nothing changes unless the store took it.
+    pub async fn acknowledge(
+        &self,
+        group: &str,
+        member: &str,
+        topic: (&str, [u8; 16]),
+        partition: &Partition,
+        index: i32,
+        batches: &[AckBatch],
+    ) -> Result<(), (E, String)> {
+        let config = self.configs.get(group).await;
+        let slot = self.slot((group.to_string(), topic.1, index));
+        let mut slot = slot.lock().await;
+        let sp = self
+            .ready(&mut slot, group, topic.0, index, partition, &config)
+            .await
+            .map_err(|e| (e, String::new()))?;
+        let mut next = sp.clone();
+        let changed = next.acknowledge(member, batches).map_err(|e| match e {
+            AckError::InvalidRequest(m) => (E::InvalidRequest, m),
+            AckError::InvalidRecordState(m) => (E::InvalidRecordState, m),
+        })?;
+        if changed {
+            self.persist(&mut slot, group, topic.0, index, &next)
+                .await
+                .map_err(|e| (e, String::new()))?;
+        }
+        slot.sp = Some(next);
+        Ok(())
+    }
+
+    /// Releases what `member` holds of `parts` (its session closed) and stores it.
+    pub async fn release(&self, group: &str, member: &str, parts: &[Part]) {
+        for &(topic_id, index) in parts {
+            let slot = lock(&self.slots)
+                .get(&(group.to_string(), topic_id, index))
+                .cloned();
+            let Some(slot) = slot else { continue };
+            let mut slot = slot.lock().await;
+            let Some(mut next) = slot.sp.clone() else {
+                continue;
+            };
+            if !next.release(member) {
+                continue;
+            }
+            let topic = slot.topic.clone();
+            // The release stands even if the write fails (as a lock expiry does): the records
+            // are offered again at once; the store learns of it with the next write.
+            let _ = self.persist(&mut slot, group, &topic, index, &next).await;
+            if slot.sp.is_some() {
+                slot.sp = Some(next);
+            }
+        }
+    }
+}

@@ -1,0 +1,351 @@
+package dev.weir.compat;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.TreeSet;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.consumer.AcknowledgeType;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaShareConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+/**
+ * Share groups (KIP-932) with Kafka 4.4's {@code KafkaShareConsumer}, against Weir, or against
+ * Apache Kafka 4.4 with {@code WEIR_TEST_BROKER=kafka} (its broker minimum lock duration lowered
+ * to 1 s so that lock expiry takes seconds, as Weir's group config allows):
+ * <ul>
+ *   <li>three consumers of one group on a two-partition topic: every record is delivered to one
+ *       consumer at a time and accepted exactly once; at least two consumers get records;</li>
+ *   <li>explicit acknowledgement: RELEASE gives a record back (delivered again, delivery count
+ *       2), REJECT archives it (never delivered again), ACCEPT is final;</li>
+ *   <li>a lock that expires (group {@code share.record.lock.duration.ms=2000}) hands the record
+ *       to another consumer with delivery count 2;</li>
+ *   <li>{@code share.delivery.count.limit=2}: a record released twice is archived, the next
+ *       record still comes;</li>
+ *   <li>a share consumer killed (its JVM, SIGKILL) holding records: its records go to another
+ *       consumer long before their locks would expire (30 s), with delivery count 2.</li>
+ * </ul>
+ * Each group is told {@code share.auto.offset.reset=earliest} through
+ * {@code Admin.incrementalAlterConfigs} on a GROUP resource, as Kafka's tools do.
+ */
+@Timeout(value = 180, unit = TimeUnit.SECONDS)
+class ShareGroupTest {
+    private static Target broker;
+    private static Admin admin;
+
+    @BeforeAll
+    static void start() throws Exception {
+        broker = Target.clusterMode()
+                ? Target.start("ShareGroupTest")
+                : Broker.start("ShareGroupTest", b -> Map.of(),
+                        b -> Map.of("group.share.min.record.lock.duration.ms", "1000"));
+        admin = Clients.admin(broker);
+    }
+
+    @AfterAll
+    static void stop() throws Exception {
+        try {
+            if (admin != null) {
+                admin.close(Duration.ofSeconds(10));
+            }
+        } finally {
+            if (broker != null) {
+                broker.close();
+            }
+        }
+    }
+
+    /** Sets group configs (share.auto.offset.reset=earliest and {@code more}). */
+    private static void configure(String group, Map<String, String> more) throws Exception {
+        List<AlterConfigOp> ops = new ArrayList<>();
+        ops.add(new AlterConfigOp(new ConfigEntry("share.auto.offset.reset", "earliest"), AlterConfigOp.OpType.SET));
+        more.forEach((k, v) -> ops.add(new AlterConfigOp(new ConfigEntry(k, v), AlterConfigOp.OpType.SET)));
+        ConfigResource r = new ConfigResource(ConfigResource.Type.GROUP, group);
+        admin.incrementalAlterConfigs(Map.of(r, ops)).all().get(30, TimeUnit.SECONDS);
+    }
+
+    static KafkaShareConsumer<String, String> consumer(String group, boolean explicit) {
+        return consumer(broker.bootstrap(), group, explicit);
+    }
+
+    static KafkaShareConsumer<String, String> consumer(String bootstrap, String group, boolean explicit) {
+        Map<String, Object> c = new HashMap<>();
+        c.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        c.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        c.put("share.acknowledgement.mode", explicit ? "explicit" : "implicit");
+        return new KafkaShareConsumer<>(c, new StringDeserializer(), new StringDeserializer());
+    }
+
+    private static void produce(String topic, int partitions, int from, int to) throws Exception {
+        try (KafkaProducer<String, String> p = Clients.producer(broker)) {
+            for (int i = from; i < to; i++) {
+                p.send(new ProducerRecord<>(topic, i % partitions, "k" + i, "v" + i));
+            }
+            p.flush();
+        }
+    }
+
+    private static String key(ConsumerRecord<String, String> r) {
+        return r.partition() + "@" + r.offset();
+    }
+
+    private static short deliveries(ConsumerRecord<String, String> r) {
+        return r.deliveryCount().orElse((short) -1);
+    }
+
+    @Test
+    void everyRecordGoesToOneConsumerAndIsAcceptedOnce() throws Exception {
+        String topic = Clients.unique("share-many");
+        String group = Clients.unique("sg-many");
+        Clients.createTopic(admin, topic, 2);
+        configure(group, Map.of());
+        int n = 600;
+        produce(topic, 2, 0, n);
+        Map<String, List<String>> seen = new ConcurrentHashMap<>();
+        Map<Integer, Integer> byConsumer = new ConcurrentHashMap<>();
+        ExecutorService pool = Executors.newFixedThreadPool(3);
+        try {
+            List<Future<?>> runs = new ArrayList<>();
+            for (int c = 0; c < 3; c++) {
+                int id = c;
+                runs.add(pool.submit(() -> {
+                    try (KafkaShareConsumer<String, String> sc = consumer(group, false)) {
+                        sc.subscribe(List.of(topic));
+                        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(90);
+                        while (seen.size() < n && System.nanoTime() < deadline) {
+                            for (ConsumerRecord<String, String> r : sc.poll(Duration.ofMillis(500))) {
+                                seen.computeIfAbsent(key(r), k -> java.util.Collections.synchronizedList(new ArrayList<>()))
+                                        .add(id + ":" + deliveries(r));
+                                byConsumer.merge(id, 1, Integer::sum);
+                            }
+                        }
+                        sc.commitSync(Duration.ofSeconds(10));
+                    }
+                    return null;
+                }));
+            }
+            for (Future<?> f : runs) {
+                f.get(120, TimeUnit.SECONDS);
+            }
+        } finally {
+            pool.shutdownNow();
+        }
+        assertEquals(n, seen.size(), "every record delivered");
+        Map<String, List<String>> twice = new TreeMap<>();
+        seen.forEach((k, v) -> {
+            if (v.size() != 1) {
+                twice.put(k, v);
+            }
+        });
+        assertTrue(twice.isEmpty(), "records delivered more than once (consumer:delivery): " + twice);
+        assertTrue(byConsumer.size() >= 2, "records reached only " + byConsumer);
+        // All accepted: a new consumer of the group gets nothing more.
+        try (KafkaShareConsumer<String, String> sc = consumer(group, false)) {
+            sc.subscribe(List.of(topic));
+            int more = 0;
+            for (int i = 0; i < 6; i++) {
+                more += sc.poll(Duration.ofMillis(500)).count();
+            }
+            assertEquals(0, more, "records delivered after all were accepted");
+        }
+    }
+
+    @Test
+    void releasedRecordsComeBackAndRejectedOnesDoNot() throws Exception {
+        String topic = Clients.unique("share-ack");
+        String group = Clients.unique("sg-ack");
+        Clients.createTopic(admin, topic, 1);
+        configure(group, Map.of());
+        produce(topic, 1, 0, 30);
+        Map<Long, List<Short>> deliveries = new TreeMap<>();
+        try (KafkaShareConsumer<String, String> sc = consumer(group, true)) {
+            sc.subscribe(List.of(topic));
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+            // Done when every record is accepted or rejected: offsets % 3 == 0 are released the
+            // first time and accepted the second; % 3 == 1 are rejected; the rest accepted.
+            Set<Long> done = new TreeSet<>();
+            while (done.size() < 30 && System.nanoTime() < deadline) {
+                for (ConsumerRecord<String, String> r : sc.poll(Duration.ofMillis(500))) {
+                    deliveries.computeIfAbsent(r.offset(), k -> new ArrayList<>()).add(deliveries(r));
+                    AcknowledgeType t;
+                    if (r.offset() % 3 == 0 && deliveries(r) == 1) {
+                        t = AcknowledgeType.RELEASE;
+                    } else if (r.offset() % 3 == 1) {
+                        t = AcknowledgeType.REJECT;
+                        done.add(r.offset());
+                    } else {
+                        t = AcknowledgeType.ACCEPT;
+                        done.add(r.offset());
+                    }
+                    sc.acknowledge(r, t);
+                }
+                sc.commitSync(Duration.ofSeconds(10));
+            }
+            // Nothing else comes: rejected records stay archived.
+            for (int i = 0; i < 4; i++) {
+                for (ConsumerRecord<String, String> r : sc.poll(Duration.ofMillis(500))) {
+                    deliveries.computeIfAbsent(r.offset(), k -> new ArrayList<>()).add(deliveries(r));
+                    sc.acknowledge(r, AcknowledgeType.ACCEPT);
+                }
+            }
+        }
+        for (long o = 0; o < 30; o++) {
+            List<Short> want = o % 3 == 0 ? List.of((short) 1, (short) 2) : List.of((short) 1);
+            assertEquals(want, deliveries.get(o), "deliveries of offset " + o);
+        }
+    }
+
+    @Test
+    void anExpiredLockHandsTheRecordToAnotherConsumer() throws Exception {
+        String topic = Clients.unique("share-lock");
+        String group = Clients.unique("sg-lock");
+        Clients.createTopic(admin, topic, 1);
+        configure(group, Map.of("share.record.lock.duration.ms", "2000"));
+        produce(topic, 1, 0, 5);
+        try (KafkaShareConsumer<String, String> a = consumer(group, true);
+                KafkaShareConsumer<String, String> b = consumer(group, true)) {
+            a.subscribe(List.of(topic));
+            List<ConsumerRecord<String, String>> held = pollUntil(a, 5, Duration.ofSeconds(30));
+            assertEquals(5, held.size(), "a holds every record");
+            assertEquals(Optional.of(2000), a.acquisitionLockTimeoutMs(), "the lock duration the broker gave");
+            // a neither acknowledges nor polls again: its locks run out.
+            b.subscribe(List.of(topic));
+            List<ConsumerRecord<String, String>> again = pollUntil(b, 5, Duration.ofSeconds(30));
+            assertEquals(5, again.size(), "b gets a's records after their locks expired");
+            for (ConsumerRecord<String, String> r : again) {
+                assertEquals(2, deliveries(r), "delivery count of " + key(r));
+                b.acknowledge(r, AcknowledgeType.ACCEPT);
+            }
+            b.commitSync(Duration.ofSeconds(10));
+        }
+    }
+
+    @Test
+    void aRecordReleasedUpToTheDeliveryLimitIsArchived() throws Exception {
+        String topic = Clients.unique("share-limit");
+        String group = Clients.unique("sg-limit");
+        Clients.createTopic(admin, topic, 1);
+        configure(group, Map.of("share.delivery.count.limit", "2"));
+        produce(topic, 1, 0, 1);
+        try (KafkaShareConsumer<String, String> sc = consumer(group, true)) {
+            sc.subscribe(List.of(topic));
+            for (short delivery = 1; delivery <= 2; delivery++) {
+                List<ConsumerRecord<String, String>> got = pollUntil(sc, 1, Duration.ofSeconds(30));
+                assertEquals(1, got.size(), "delivery " + delivery);
+                assertEquals(delivery, deliveries(got.get(0)));
+                sc.acknowledge(got.get(0), AcknowledgeType.RELEASE);
+                sc.commitSync(Duration.ofSeconds(10));
+            }
+            produce(topic, 1, 1, 2);
+            List<ConsumerRecord<String, String>> next = pollUntil(sc, 1, Duration.ofSeconds(30));
+            assertEquals(List.of(1L), next.stream().map(ConsumerRecord::offset).toList(),
+                    "offset 0 was archived after two deliveries; offset 1 comes");
+            sc.acknowledge(next.get(0), AcknowledgeType.ACCEPT);
+            int more = 0;
+            for (int i = 0; i < 4; i++) {
+                more += sc.poll(Duration.ofMillis(500)).count();
+            }
+            assertEquals(0, more, "nothing after the archived record");
+        }
+    }
+
+    @Test
+    void aKilledConsumersRecordsGoToAnotherAtOnce() throws Exception {
+        String topic = Clients.unique("share-kill");
+        String group = Clients.unique("sg-kill");
+        Clients.createTopic(admin, topic, 1);
+        configure(group, Map.of());
+        produce(topic, 1, 0, 10);
+        String java = Path.of(System.getProperty("java.home"), "bin", "java").toString();
+        Process worker = new ProcessBuilder(java, "-cp", System.getProperty("java.class.path"),
+                ShareWorker.class.getName(), broker.bootstrap(), group, topic)
+                .redirectErrorStream(true).start();
+        try (BufferedReader out = new BufferedReader(new InputStreamReader(worker.getInputStream(), StandardCharsets.UTF_8))) {
+            String line;
+            int held = -1;
+            while ((line = out.readLine()) != null) {
+                if (line.startsWith("HOLDING ")) {
+                    held = Integer.parseInt(line.substring(8).trim());
+                    break;
+                }
+            }
+            assertEquals(10, held, "the worker holds every record");
+            worker.destroyForcibly().waitFor(30, TimeUnit.SECONDS);
+        } finally {
+            worker.destroyForcibly();
+        }
+        long killed = System.nanoTime();
+        try (KafkaShareConsumer<String, String> sc = consumer(group, true)) {
+            sc.subscribe(List.of(topic));
+            List<ConsumerRecord<String, String>> got = pollUntil(sc, 10, Duration.ofSeconds(25));
+            long took = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - killed);
+            assertEquals(10, got.size(), "the killed worker's records, after " + took + " ms");
+            for (ConsumerRecord<String, String> r : got) {
+                assertEquals(2, deliveries(r), "delivery count of " + key(r));
+                sc.acknowledge(r, AcknowledgeType.ACCEPT);
+            }
+            sc.commitSync(Duration.ofSeconds(10));
+        }
+    }
+
+    /**
+     * Polls until records come or {@code within} passed; the records of the first poll that had
+     * any (an explicit-mode consumer may not poll again before acknowledging them: the tests
+     * produce what one poll gets in one batch). {@code n} is what the caller expects.
+     */
+    static List<ConsumerRecord<String, String>> pollUntil(KafkaShareConsumer<String, String> sc, int n, Duration within) {
+        List<ConsumerRecord<String, String>> out = new ArrayList<>();
+        long deadline = System.nanoTime() + within.toNanos();
+        while (out.isEmpty() && System.nanoTime() < deadline) {
+            for (ConsumerRecord<String, String> r : sc.poll(Duration.ofMillis(300))) {
+                out.add(r);
+            }
+        }
+        return out;
+    }
+
+    /**
+     * A share consumer in a JVM of its own (for {@link #aKilledConsumersRecordsGoToAnotherAtOnce}):
+     * polls in explicit mode until it holds 10 records, says so, and waits to be killed.
+     */
+    public static final class ShareWorker {
+        public static void main(String[] args) throws Exception {
+            try (KafkaShareConsumer<String, String> sc = consumer(args[0], args[1], true)) {
+                sc.subscribe(List.of(args[2]));
+                Collection<ConsumerRecord<String, String>> held = pollUntil(sc, 10, Duration.ofSeconds(60));
+                System.out.println("HOLDING " + held.size());
+                System.out.flush();
+                Thread.sleep(Long.MAX_VALUE);
+            }
+        }
+    }
+}
