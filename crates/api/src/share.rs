@@ -136,6 +136,35 @@ impl ShareService {
         });
     }
 
+    /// Drops what this broker loaded of `group`'s share-partitions (their states were reset or
+    /// deleted): the next request reads them again.
+    pub fn forget(&self, group: &str) {
+        lock(&self.slots).retain(|(g, _, _), _| g != group);
+    }
+
+    /// A member opened a session: the share-partitions loaded here whose state epoch in the
+    /// store moved on (AlterShareGroupOffsets through another broker) are read again.
+    pub async fn revalidate(&self, group: &str, parts: &[Part]) {
+        for &(topic_id, index) in parts {
+            let slot = lock(&self.slots)
+                .get(&(group.to_string(), topic_id, index))
+                .cloned();
+            let Some(slot) = slot else { continue };
+            let mut slot = slot.lock().await;
+            let Some(epoch) = slot.sp.as_ref().map(SharePartition::state_epoch) else {
+                continue;
+            };
+            let topic = slot.topic.clone();
+            match self.meta.read_share_state(group, &topic, index).await {
+                Ok(Some(s)) if s.state_epoch == epoch => {}
+                Ok(_) => slot.sp = None,
+                Err(e) => {
+                    tracing::warn!(group, topic, index, error = %e, "reading a share state failed")
+                }
+            }
+        }
+    }
+
     fn slot(&self, key: Key) -> Arc<tokio::sync::Mutex<Slot>> {
         Arc::clone(lock(&self.slots).entry(key).or_default())
     }

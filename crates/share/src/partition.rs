@@ -209,6 +209,11 @@ impl SharePartition {
         }
     }
 
+    /// The state epoch the state was loaded at (a reset raises it in the store).
+    pub fn state_epoch(&self) -> i32 {
+        self.state_epoch
+    }
+
     pub fn limits(&self) -> Limits {
         self.limits
     }

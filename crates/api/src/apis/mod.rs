@@ -30,6 +30,7 @@ mod add_partitions_to_txn;
 mod alter_client_quotas;
 mod alter_configs;
 mod alter_partition_reassignments;
+mod alter_share_group_offsets;
 mod alter_user_scram_credentials;
 mod api_versions;
 pub(crate) use api_versions::api_versions;
@@ -41,6 +42,7 @@ mod create_topics;
 mod delete_acls;
 mod delete_groups;
 mod delete_records;
+mod delete_share_group_offsets;
 mod delete_topics;
 mod describe_acls;
 mod describe_client_quotas;
@@ -49,6 +51,7 @@ mod describe_configs;
 mod describe_groups;
 mod describe_log_dirs;
 mod describe_producers;
+mod describe_share_group_offsets;
 mod describe_transactions;
 mod describe_user_scram_credentials;
 mod end_txn;
@@ -75,6 +78,7 @@ mod share_acknowledge;
 mod share_fetch;
 mod share_group_describe;
 mod share_group_heartbeat;
+mod share_group_offsets;
 mod sync_group;
 mod txn_offset_commit;
 
@@ -214,6 +218,9 @@ apis! {
     ShareGroupDescribe => share_group_describe,
     ShareFetch => share_fetch,
     ShareAcknowledge => share_acknowledge,
+    DescribeShareGroupOffsets => describe_share_group_offsets,
+    AlterShareGroupOffsets => alter_share_group_offsets,
+    DeleteShareGroupOffsets => delete_share_group_offsets,
 }
 
 /// Every version `kafka-protocol` knows of `key`.

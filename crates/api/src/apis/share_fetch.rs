@@ -183,6 +183,9 @@ async fn share_fetch(
         let conn = cx.conn.id;
         cx.conn.on_close(move || shares.disconnected(conn));
     }
+    if let (Step::Fetch { parts, .. }, 0) = (&step, r.share_session_epoch) {
+        broker.shares.revalidate(&group, parts).await;
+    }
     let check = broker.check_for(cx.conn);
     let mut answers: BTreeMap<Part, Answer> = BTreeMap::new();
     for (part, batches) in &acks {

@@ -52,7 +52,10 @@ import org.junit.jupiter.api.Timeout;
  *   <li>{@code share.delivery.count.limit=2}: a record released twice is archived, the next
  *       record still comes;</li>
  *   <li>a share consumer killed (its JVM, SIGKILL) holding records: its records go to another
- *       consumer long before their locks would expire (30 s), with delivery count 2.</li>
+ *       consumer long before their locks would expire (30 s), with delivery count 2;</li>
+ *   <li>Kafka 4.4's {@code kafka-share-groups}: --list, --describe (start offsets, state),
+ *       --reset-offsets --to-earliest --execute (every record delivered afresh),
+ *       --delete-offsets, --delete.</li>
  * </ul>
  * Each group is told {@code share.auto.offset.reset=earliest} through
  * {@code Admin.incrementalAlterConfigs} on a GROUP resource, as Kafka's tools do.
@@ -315,6 +318,68 @@ class ShareGroupTest {
             }
             sc.commitSync(Duration.ofSeconds(10));
         }
+    }
+
+    @Test
+    void kafkaShareGroupsListsDescribesResetsAndDeletes() throws Exception {
+        String topic = Clients.unique("share-cli");
+        String group = Clients.unique("sg-cli");
+        Clients.createTopic(admin, topic, 1);
+        configure(group, Map.of());
+        produce(topic, 1, 0, 10);
+        try (KafkaShareConsumer<String, String> sc = consumer(group, false)) {
+            sc.subscribe(List.of(topic));
+            int got = 0;
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+            while (got < 10 && System.nanoTime() < deadline) {
+                got += sc.poll(Duration.ofMillis(300)).count();
+            }
+            assertEquals(10, got);
+            sc.commitSync(Duration.ofSeconds(10));
+        }
+        String b = broker.bootstrap();
+        KafkaTool.Run list = KafkaTool.run("share-groups", b, "--list");
+        assertEquals(0, list.exit(), list.output());
+        assertTrue(list.output().lines().anyMatch(l -> l.trim().equals(group)), list.output());
+        assertEquals(List.of("10"), startOffsets(group, topic), "every record accepted");
+        KafkaTool.Run state = KafkaTool.run("share-groups", b, "--describe", "--group", group, "--state");
+        assertTrue(state.output().lines().anyMatch(l -> l.startsWith(group) && l.contains("Empty")), state.output());
+
+        KafkaTool.Run reset = KafkaTool.run("share-groups", b, "--reset-offsets", "--group", group, "--topic", topic,
+                "--to-earliest", "--execute");
+        assertEquals(0, reset.exit(), reset.output());
+        assertEquals(List.of("0"), startOffsets(group, topic), "reset to the earliest offset");
+        try (KafkaShareConsumer<String, String> sc = consumer(group, false)) {
+            sc.subscribe(List.of(topic));
+            List<ConsumerRecord<String, String>> again = new ArrayList<>();
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+            while (again.size() < 10 && System.nanoTime() < deadline) {
+                sc.poll(Duration.ofMillis(300)).forEach(again::add);
+            }
+            assertEquals(10, again.size(), "every record again after the reset");
+            assertTrue(again.stream().allMatch(r -> deliveries(r) == 1), "delivered afresh");
+            sc.commitSync(Duration.ofSeconds(10));
+        }
+
+        KafkaTool.Run deleteOffsets = KafkaTool.run("share-groups", b, "--delete-offsets", "--group", group,
+                "--topic", topic);
+        assertEquals(0, deleteOffsets.exit(), deleteOffsets.output());
+        assertEquals(List.of(), startOffsets(group, topic), "the topic's share-partitions forgotten");
+        KafkaTool.Run delete = KafkaTool.run("share-groups", b, "--delete", "--group", group);
+        assertEquals(0, delete.exit(), delete.output());
+        KafkaTool.Run after = KafkaTool.run("share-groups", b, "--list");
+        assertTrue(after.output().lines().noneMatch(l -> l.trim().equals(group)), after.output());
+    }
+
+    /** The start offsets kafka-share-groups --describe shows for the topic's partitions. */
+    private static List<String> startOffsets(String group, String topic) throws Exception {
+        KafkaTool.Run d = KafkaTool.run("share-groups", broker.bootstrap(), "--describe", "--group", group);
+        assertEquals(0, d.exit(), d.output());
+        return d.output().lines()
+                .map(l -> l.trim().split("\\s+"))
+                .filter(f -> f.length >= 4 && f[0].equals(group) && f[1].equals(topic))
+                .map(f -> f[3])
+                .toList();
     }
 
     /**
