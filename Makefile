@@ -166,6 +166,14 @@ bench-link:
 	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/link.py
 	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/migration.py
 
+# Share groups beside Kafka 4.4: 1, 8 and 32 share consumers on 4 partitions, records/s,
+# acknowledgement (commitSync) latency and broker CPU per GiB (bench/share.py; a few minutes).
+.PHONY: bench-share
+bench-share:
+	$(CARGO) build --release -p weir
+	tools/kafka/kafka.sh install
+	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/share.py
+
 .PHONY: bench-object-wal
 bench-object-wal:
 	$(CARGO) build --release -p weir

@@ -278,10 +278,18 @@ impl ShareService {
         let data = partition
             .fetch(from, max_bytes.max(1), config.read_committed)
             .await?;
-        let ranges: Vec<(i64, i64)> = weir_partition::batch::batches(&data.records)
-            .map(|(_, base, end, _)| (base as i64, end as i64 - 1))
+        // read_committed: the batches of aborted transactions are archived, never delivered.
+        let aborted = |h: &weir_partition::batch::BatchHeader, base: u64| {
+            h.is_transactional()
+                && !h.is_control()
+                && data.aborted.iter().any(|a| {
+                    a.producer_id == h.producer_id && a.first_offset <= base && base < a.last_offset
+                })
+        };
+        let ranges: Vec<(i64, i64, bool)> = weir_partition::batch::batches(&data.records)
+            .map(|(h, base, end, _)| (base as i64, end as i64 - 1, aborted(&h, base)))
             .collect();
-        let acquired = sp.acquire(member, &ranges, max_records, now);
+        let acquired = sp.acquire_skipping(member, &ranges, max_records, now);
         let records = if acquired.is_empty() {
             Bytes::new()
         } else {

@@ -280,10 +280,24 @@ impl SharePartition {
         max_records: usize,
         now_ms: u64,
     ) -> Vec<Acquired> {
+        let all: Vec<(i64, i64, bool)> = batches.iter().map(|&(b, l)| (b, l, false)).collect();
+        self.acquire_skipping(member, &all, max_records, now_ms)
+    }
+
+    /// [`SharePartition::acquire`], where batches marked `true` are archived instead of
+    /// acquired: a `read_committed` share group's aborted transactions, never to be delivered
+    /// (as Kafka's share-partition does with them).
+    pub fn acquire_skipping(
+        &mut self,
+        member: &Arc<str>,
+        batches: &[(i64, i64, bool)],
+        max_records: usize,
+        now_ms: u64,
+    ) -> Vec<Acquired> {
         let until_ms = now_ms.saturating_add(self.limits.lock_ms);
         let mut out: Vec<Acquired> = Vec::new();
         let mut taken = 0usize;
-        for &(base, last) in batches {
+        for &(base, last, skip) in batches {
             if taken >= max_records {
                 break;
             }
@@ -311,6 +325,10 @@ impl SharePartition {
                 }
                 let r = &mut self.window[i];
                 if r.state != State::Available {
+                    continue;
+                }
+                if skip {
+                    r.state = State::Archived;
                     continue;
                 }
                 r.deliveries = r.deliveries.saturating_add(1);

@@ -44,6 +44,13 @@
 #                           auto-creation needs CREATE, idempotence needs WRITE somewhere,
 #                           transactional ids, listings filtered, per-principal authorized
 #                           operations); a removed ACL refuses the next request
+#   ShareGroupTest          share groups (KIP-932) with KafkaShareConsumer 4.4: records split
+#                           among consumers and accepted once; RELEASE, REJECT; lock expiry;
+#                           the delivery limit; a consumer's JVM killed holding records;
+#                           read_committed skipping aborted transactions; kafka-share-groups
+#                           (list, describe, reset-offsets, delete-offsets, delete)
+#   ShareGroupClusterTest   (cluster only) a share group across partition moves and a broker
+#                           killed: nothing accepted is delivered again
 #   ClusterHarnessTest      the cluster harness (WEIR_COMPAT_TARGET=cluster only)
 set -euo pipefail
 

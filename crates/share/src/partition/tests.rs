@@ -303,3 +303,18 @@ fn a_log_start_past_the_start_offset_drops_what_is_below_it() {
     assert!(p.move_log_start(20));
     assert_eq!((p.start_offset(), p.end_offset()), (20, 20));
 }
+
+#[test]
+fn skipped_batches_are_archived_not_acquired() {
+    let a = member("a");
+    let mut p = fresh(Limits::default(), 0);
+    // An aborted transaction at 3..=5 between two committed batches.
+    assert_eq!(
+        p.acquire_skipping(&a, &[(0, 2, false), (3, 5, true), (6, 8, false)], 500, 0),
+        vec![acq(0, 2, 1), acq(6, 8, 1)]
+    );
+    assert_eq!(p.acknowledge("a", &[ack(0, 2, ACCEPT)]), Ok(true));
+    assert_eq!(p.start_offset(), 6, "the aborted records are done with");
+    assert_eq!(p.acknowledge("a", &[ack(6, 8, ACCEPT)]), Ok(true));
+    assert_eq!(p.start_offset(), 9);
+}
