@@ -19,6 +19,7 @@ Environment (defaults in brackets):
   BENCH_SHARE_RECORDS [100000]
   BENCH_SHARE_CONSUMERS ["1 8 32"]
   BENCH_SHARE_CONFIGS ["kafka weir-file"]
+  BENCH_SHARE_WARMUP [20000]        records a warm-up share group reads first, not measured
 """
 
 import datetime
@@ -38,6 +39,7 @@ REPO = os.path.dirname(HERE)
 RECORDS = int(os.environ.get("BENCH_SHARE_RECORDS", "100000"))
 CONSUMERS = [int(x) for x in os.environ.get("BENCH_SHARE_CONSUMERS", "1 8 32").split()]
 CONFIGS = os.environ.get("BENCH_SHARE_CONFIGS", "kafka weir-file").split()
+WARMUP = int(os.environ.get("BENCH_SHARE_WARMUP", "20000"))
 PARTITIONS = 4
 GIB = float(1 << 30)
 
@@ -76,16 +78,23 @@ def run_config(config, cp):
                           f"bootstrap.servers={b.bootstrap}", "acks=all", "linger.ms=5")
         if r.returncode != 0:
             raise RuntimeError(f"producing failed: {r.stderr[-500:]}")
+        # Warm-up, not measured: a share group reads the first WARMUP records (Kafka creates its
+        # share-state topic and compiles its hot paths; Weir fills its log cache).
+        warm = f"bench-{config}-warmup"
+        set_earliest(b, warm)
+        subprocess.run(["java", "-Xmx1g", "-cp", cp, os.path.join(REPO, "tools", "kafka",
+                        "ShareBench.java"), b.bootstrap, "share", warm, "4", str(WARMUP)],
+                       capture_output=True, text=True, timeout=600)
         for n in CONSUMERS:
             group = f"bench-{config}-{n}"
             set_earliest(b, group)
             cmd = ["java", "-Xmx1g", "-cp", cp, os.path.join(REPO, "tools", "kafka",
                    "ShareBench.java"), b.bootstrap, "share", group, str(n), str(RECORDS)]
-            cpu0 = cpu_seconds(b.pid())
+            cpu0 = cpu_seconds(b.pid)
             t0 = time.monotonic()
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
             wall = time.monotonic() - t0
-            cpu = cpu_seconds(b.pid()) - cpu0
+            cpu = cpu_seconds(b.pid) - cpu0
             line = next((l for l in out.stdout.splitlines() if l.startswith("{")), None)
             if line is None:
                 raise RuntimeError(f"ShareBench printed nothing: {out.stdout[-500:]}"
@@ -115,7 +124,8 @@ def main():
     lines = [f"# Share groups, {datetime.datetime.now():%Y-%m-%d %H:%M}", "",
              f"{RECORDS} records of 1 KiB on {PARTITIONS} partitions, read once by a fresh share "
              "group of N consumers (KafkaShareConsumer 4.4, explicit acknowledgement, commitSync "
-             "after each poll); the broker's CPU over the read. "
+             f"after each poll; a warm-up group reads {WARMUP} records first); the broker's CPU "
+             "over the read. "
              "`WEIR_BIN=target/release/weir bench/share.py`", "",
              "| config | consumers | records/s | vs Kafka | commitSync p50 ms | p99 ms | "
              "delivered again | broker CPU s/GiB | vs Kafka |",

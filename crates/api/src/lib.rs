@@ -246,6 +246,8 @@ impl Broker {
             &self.fetch_sessions.meters,
             r,
         );
+        let b = Arc::clone(self);
+        share::ShareMeters::register(move || b.shares.sessions(), &self.shares.meters, r);
         self.quotas.meters.register(r);
         self.sasl.meters.register(r);
         self.groups.meters().register(r);

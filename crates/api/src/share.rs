@@ -71,8 +71,117 @@ pub struct Fetched {
     pub records: Bytes,
 }
 
+/// Share groups' meters on this broker.
+#[derive(Debug, Default)]
+pub struct ShareMeters {
+    /// Records handed to members (each delivery once).
+    pub acquired: weir_metrics::Counter,
+    /// Records acknowledged (accepted, released, rejected, or gaps).
+    pub acknowledged: weir_metrics::Counter,
+    /// Share-partition states written to the metadata store, and how long each took.
+    pub state_writes: weir_metrics::Counter,
+    pub state_write_latency: weir_metrics::Histogram,
+    /// Writes the store refused (a newer leader or a reset came first) or failed.
+    pub state_write_failures: weir_metrics::Counter,
+}
+
+impl ShareMeters {
+    /// Declares the meters, the open share sessions read from `sessions`.
+    pub fn register(
+        sessions: impl Fn() -> usize + Send + Sync + 'static,
+        m: &Self,
+        r: &mut weir_metrics::Registry,
+    ) {
+        r.gauge_read(
+            "share_sessions",
+            "Share sessions (KIP-932) open on this broker.",
+            move || sessions() as u64,
+        );
+        r.counter(
+            "share_records_acquired",
+            "Records handed to share group members (each delivery once).",
+            &m.acquired,
+        );
+        r.counter(
+            "share_records_acknowledged",
+            "Records share group members acknowledged (accepted, released, rejected, gaps).",
+            &m.acknowledged,
+        );
+        r.counter(
+            "share_state_writes",
+            "Share-partition states written to the metadata store.",
+            &m.state_writes,
+        );
+        r.histogram(
+            "share_state_write_seconds",
+            "Time to write a share-partition's state to the metadata store (an acknowledgement waits for it).",
+            &m.state_write_latency,
+        );
+        r.counter(
+            "share_state_write_failures",
+            "Share-partition state writes the metadata store refused (a newer leader or a reset) or failed.",
+            &m.state_write_failures,
+        );
+    }
+}
+
+/// What one read of a share fetch asks of the log at most; a fetch reads up to `READ_CHUNKS` of
+/// them while it acquires less than the member asked for.
+const READ_CHUNK: usize = 1 << 20;
+const READ_CHUNKS: usize = 8;
+
+/// Acquires for `member` what it may take of the batches `data` read: the acquired ranges, the
+/// bytes of the batches from the first to the last holding acquired records (a slice of what was
+/// read, not a copy), and the offset after the last batch read.
+fn acquire_from(
+    sp: &mut SharePartition,
+    member: &Arc<str>,
+    data: &weir_partition::FetchData,
+    max_records: usize,
+    now: u64,
+) -> (Vec<Acquired>, Bytes, i64) {
+    // read_committed: the batches of aborted transactions are archived, never delivered.
+    let aborted = |h: &weir_partition::batch::BatchHeader, base: u64| {
+        h.is_transactional()
+            && !h.is_control()
+            && data.aborted.iter().any(|a| {
+                a.producer_id == h.producer_id && a.first_offset <= base && base < a.last_offset
+            })
+    };
+    let start = data.records.as_ptr() as usize;
+    let batches: Vec<(i64, i64, bool, usize, usize)> =
+        weir_partition::batch::batches(&data.records)
+            .map(|(h, base, end, bytes)| {
+                let at = bytes.as_ptr() as usize - start;
+                (
+                    base as i64,
+                    end as i64 - 1,
+                    aborted(&h, base),
+                    at,
+                    at + bytes.len(),
+                )
+            })
+            .collect();
+    let end = batches.last().map_or(0, |b| b.1 + 1);
+    let ranges: Vec<(i64, i64, bool)> = batches.iter().map(|b| (b.0, b.1, b.2)).collect();
+    let acquired = sp.acquire_skipping(member, &ranges, max_records, now);
+    let holds = |b: &&(i64, i64, bool, usize, usize)| {
+        acquired
+            .iter()
+            .any(|a| a.first_offset <= b.1 && b.0 <= a.last_offset)
+    };
+    let first = batches.iter().find(holds).map(|b| b.3);
+    let last = batches.iter().rev().find(holds).map(|b| b.4);
+    let kept = match (first, last) {
+        (Some(f), Some(l)) if f < l => data.records.slice(f..l),
+        _ => Bytes::new(),
+    };
+    (acquired, kept, end)
+}
+
 /// See the module documentation.
 pub struct ShareService {
+    pub meters: ShareMeters,
     meta: Arc<dyn MetaStore>,
     sessions: Mutex<Sessions>,
     slots: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<Slot>>>>,
@@ -88,6 +197,7 @@ impl ShareService {
     /// At most `max_sessions` share sessions at once (`group.share.max.share.sessions`).
     pub fn new(meta: Arc<dyn MetaStore>, max_sessions: usize) -> Arc<Self> {
         Arc::new(ShareService {
+            meters: ShareMeters::default(),
             configs: crate::group_configs::GroupConfigs::new(Arc::clone(&meta)),
             meta,
             sessions: Mutex::new(Sessions::new(max_sessions)),
@@ -220,11 +330,17 @@ impl ShareService {
         index: i32,
         sp: &SharePartition,
     ) -> Result<(), E> {
-        match self
+        let began = Instant::now();
+        let written = self
             .meta
             .write_share_state(group, topic, index, &sp.to_state())
-            .await
-        {
+            .await;
+        self.meters.state_writes.inc();
+        self.meters.state_write_latency.record(began.elapsed());
+        if !matches!(written, Ok(true)) {
+            self.meters.state_write_failures.inc();
+        }
+        match written {
             Ok(true) => Ok(()),
             Ok(false) => {
                 slot.sp = None;
@@ -271,31 +387,43 @@ impl ShareService {
         let Some(sp) = slot.sp.as_mut() else {
             return Ok(Fetched::default());
         };
-        let from = sp.next_fetch_offset();
-        if !sp.can_acquire() || from >= hw || max_records == 0 {
-            return Ok(Fetched::default());
+        let mut from = sp.next_fetch_offset();
+        let (mut records_left, mut bytes_left) = (max_records, max_bytes);
+        let mut out = Fetched::default();
+        let mut chunks: Vec<Bytes> = Vec::new();
+        // Read a chunk at a time (the log's batches are acquired whole until `max_records`),
+        // and send only the batches that hold acquired records: a member asking for 500
+        // records with a 50 MiB fetch size gets about 500 records' bytes, read and sent.
+        for _ in 0..READ_CHUNKS {
+            if !sp.can_acquire() || from >= hw || records_left == 0 || bytes_left == 0 {
+                break;
+            }
+            let data = partition
+                .fetch(from, bytes_left.min(READ_CHUNK), config.read_committed)
+                .await?;
+            let (acquired, kept, end) = acquire_from(sp, member, &data, records_left, now);
+            if end <= from {
+                break;
+            }
+            from = end;
+            let n: i64 = acquired
+                .iter()
+                .map(|a| a.last_offset - a.first_offset + 1)
+                .sum();
+            records_left = records_left.saturating_sub(n as usize);
+            bytes_left = bytes_left.saturating_sub(kept.len());
+            self.meters.acquired.add(n as u64);
+            if !kept.is_empty() {
+                chunks.push(kept);
+            }
+            out.acquired.extend(acquired);
         }
-        let data = partition
-            .fetch(from, max_bytes.max(1), config.read_committed)
-            .await?;
-        // read_committed: the batches of aborted transactions are archived, never delivered.
-        let aborted = |h: &weir_partition::batch::BatchHeader, base: u64| {
-            h.is_transactional()
-                && !h.is_control()
-                && data.aborted.iter().any(|a| {
-                    a.producer_id == h.producer_id && a.first_offset <= base && base < a.last_offset
-                })
+        out.records = match chunks.len() {
+            0 => Bytes::new(),
+            1 => chunks.pop().unwrap_or_default(),
+            _ => Bytes::from(chunks.concat()),
         };
-        let ranges: Vec<(i64, i64, bool)> = weir_partition::batch::batches(&data.records)
-            .map(|(h, base, end, _)| (base as i64, end as i64 - 1, aborted(&h, base)))
-            .collect();
-        let acquired = sp.acquire_skipping(member, &ranges, max_records, now);
-        let records = if acquired.is_empty() {
-            Bytes::new()
-        } else {
-            data.records
-        };
-        Ok(Fetched { acquired, records })
+        Ok(out)
     }
 
     /// Applies `member`'s acknowledgements of one share-partition and stores the outcome; the
@@ -326,6 +454,11 @@ impl ShareService {
                 .await
                 .map_err(|e| (e, String::new()))?;
         }
+        let n: i64 = batches
+            .iter()
+            .map(|b| b.last_offset - b.first_offset + 1)
+            .sum();
+        self.meters.acknowledged.add(n.max(0) as u64);
         slot.sp = Some(next);
         Ok(())
     }

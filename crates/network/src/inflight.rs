@@ -66,6 +66,7 @@ fn own_wait(request: &RequestKind) -> Duration {
     let ms = |v: i32| Duration::from_millis(u64::try_from(v).unwrap_or(0));
     match request {
         RequestKind::Fetch(r) => ms(r.max_wait_ms),
+        RequestKind::ShareFetch(r) => ms(r.max_wait_ms),
         RequestKind::Produce(r) => ms(r.timeout_ms),
         RequestKind::JoinGroup(r) => ms(r.rebalance_timeout_ms.max(r.session_timeout_ms)),
         RequestKind::SyncGroup(_) => SYNC_GROUP_WAIT,

@@ -53,17 +53,21 @@ def test_share_consumers_split_records_and_accept_each_once(broker):
     topic, group = unique("share-py"), unique("sg-py")
     create_topic(broker.bootstrap, topic, 2)
     _earliest(broker.bootstrap, group)
-    n = 300
-    _produce(broker.bootstrap, topic, 2, n)
+    n = 3000
     seen = collections.defaultdict(list)
     lock = threading.Lock()
     stop = threading.Event()
+    joined = threading.Barrier(4)
     errors = []
 
     def run(name):
         try:
             c = _consumer(broker.bootstrap, group)
             c.subscribe([topic])
+            # Every member in the group before there are records, so that they compete for
+            # them (a member alone would take them all).
+            _poll(c, 1.0)
+            joined.wait(60)
             deadline = time.monotonic() + 90
             while not stop.is_set() and time.monotonic() < deadline:
                 for m in _poll(c, 0.5):
@@ -79,6 +83,8 @@ def test_share_consumers_split_records_and_accept_each_once(broker):
     threads = [threading.Thread(target=run, args=(f"c{i}",)) for i in range(3)]
     for t in threads:
         t.start()
+    joined.wait(60)
+    _produce(broker.bootstrap, topic, 2, n)
     for t in threads:
         t.join(120)
     assert not errors, errors

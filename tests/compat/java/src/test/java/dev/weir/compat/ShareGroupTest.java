@@ -133,11 +133,13 @@ class ShareGroupTest {
         String group = Clients.unique("sg-many");
         Clients.createTopic(admin, topic, 2);
         configure(group, Map.of());
-        int n = 600;
-        produce(topic, 2, 0, n);
+        int n = 3000;
         Map<String, List<String>> seen = new ConcurrentHashMap<>();
         Map<Integer, Integer> byConsumer = new ConcurrentHashMap<>();
         ExecutorService pool = Executors.newFixedThreadPool(3);
+        // Every member in the group before there are records, so that they compete for them (a
+        // member alone would take them all).
+        java.util.concurrent.CyclicBarrier joined = new java.util.concurrent.CyclicBarrier(4);
         try {
             List<Future<?>> runs = new ArrayList<>();
             for (int c = 0; c < 3; c++) {
@@ -145,6 +147,8 @@ class ShareGroupTest {
                 runs.add(pool.submit(() -> {
                     try (KafkaShareConsumer<String, String> sc = consumer(group, false)) {
                         sc.subscribe(List.of(topic));
+                        sc.poll(Duration.ofMillis(1000));
+                        joined.await(60, TimeUnit.SECONDS);
                         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(90);
                         while (seen.size() < n && System.nanoTime() < deadline) {
                             for (ConsumerRecord<String, String> r : sc.poll(Duration.ofMillis(500))) {
@@ -158,6 +162,8 @@ class ShareGroupTest {
                     return null;
                 }));
             }
+            joined.await(60, TimeUnit.SECONDS);
+            produce(topic, 2, 0, n);
             for (Future<?> f : runs) {
                 f.get(120, TimeUnit.SECONDS);
             }
