@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use kafka_protocol::ResponseError as E;
-use weir_meta::{Claim, MetaStore};
+use weir_meta::{Claim, MetaStore, ShareState};
 use weir_partition::Partition;
 use weir_share::partition::{AckBatch, AckError, Acquired, Limits, SharePartition};
 use weir_share::session::{Part, SessionError, Sessions, Step};
@@ -320,20 +320,19 @@ impl ShareService {
         Ok(sp)
     }
 
-    /// Writes the share-partition's state; whether the store took it (`false`: a newer leader
-    /// or a reset came first, and the loaded state is dropped, to be read again).
-    async fn persist(
+    /// Writes a share-partition's state. NOT_LEADER_OR_FOLLOWER when the store refused it (a
+    /// newer leader or a reset came first): the caller drops its copy, to be read again.
+    async fn write(
         &self,
-        slot: &mut Slot,
         group: &str,
         topic: &str,
         index: i32,
-        sp: &SharePartition,
+        state: &ShareState,
     ) -> Result<(), E> {
         let began = Instant::now();
         let written = self
             .meta
-            .write_share_state(group, topic, index, &sp.to_state())
+            .write_share_state(group, topic, index, state)
             .await;
         self.meters.state_writes.inc();
         self.meters.state_write_latency.record(began.elapsed());
@@ -342,10 +341,7 @@ impl ShareService {
         }
         match written {
             Ok(true) => Ok(()),
-            Ok(false) => {
-                slot.sp = None;
-                Err(E::NotLeaderOrFollower)
-            }
+            Ok(false) => Err(E::NotLeaderOrFollower),
             Err(e) => {
                 tracing::warn!(group, topic, index, error = %e, "writing a share-partition's state failed");
                 Err(E::KafkaStorageError)
@@ -370,20 +366,22 @@ impl ShareService {
         let slot = self.slot((group.to_string(), topic.1, index));
         let mut slot = slot.lock().await;
         let now = self.now_ms();
-        let sp = self
-            .ready(&mut slot, group, topic.0, index, partition, &config)
-            .await?;
-        let mut sp_now = sp.clone();
         let (log_start, hw) = partition.offsets();
-        let moved = sp_now.expire(now) | sp_now.move_log_start(log_start);
-        if moved {
+        let moved = {
+            let sp = self
+                .ready(&mut slot, group, topic.0, index, partition, &config)
+                .await?;
+            (sp.expire(now) | sp.move_log_start(log_start)).then(|| sp.to_state())
+        };
+        if let Some(state) = moved {
             // A lock expired (or the log start moved): written now, as Kafka does, so that a
-            // new leader counts the delivery. The change stands even if the write fails.
-            let _ = self
-                .persist(&mut slot, group, topic.0, index, &sp_now)
-                .await;
+            // new leader counts the delivery. The change stands even if the write fails, unless
+            // the store says another leader (or a reset) took the state over.
+            if let Err(E::NotLeaderOrFollower) = self.write(group, topic.0, index, &state).await {
+                slot.sp = None;
+                return Err(E::NotLeaderOrFollower);
+            }
         }
-        slot.sp = Some(sp_now);
         let Some(sp) = slot.sp.as_mut() else {
             return Ok(Fetched::default());
         };
@@ -450,9 +448,12 @@ impl ShareService {
             AckError::InvalidRecordState(m) => (E::InvalidRecordState, m),
         })?;
         if changed {
-            self.persist(&mut slot, group, topic.0, index, &next)
-                .await
-                .map_err(|e| (e, String::new()))?;
+            if let Err(e) = self.write(group, topic.0, index, &next.to_state()).await {
+                if e == E::NotLeaderOrFollower {
+                    slot.sp = None;
+                }
+                return Err((e, String::new()));
+            }
         }
         let n: i64 = batches
             .iter()
@@ -471,18 +472,18 @@ impl ShareService {
                 .cloned();
             let Some(slot) = slot else { continue };
             let mut slot = slot.lock().await;
-            let Some(mut next) = slot.sp.clone() else {
+            let Some(sp) = slot.sp.as_mut() else {
                 continue;
             };
-            if !next.release(member) {
+            if !sp.release(member) {
                 continue;
             }
-            let topic = slot.topic.clone();
+            let state = sp.to_state();
             // The release stands even if the write fails (as a lock expiry does): the records
             // are offered again at once; the store learns of it with the next write.
-            let _ = self.persist(&mut slot, group, &topic, index, &next).await;
-            if slot.sp.is_some() {
-                slot.sp = Some(next);
+            if let Err(E::NotLeaderOrFollower) = self.write(group, &slot.topic, index, &state).await
+            {
+                slot.sp = None;
             }
         }
     }
