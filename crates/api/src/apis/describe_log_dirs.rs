@@ -25,9 +25,9 @@ pub(crate) struct DescribeLogDirs;
 impl Api for DescribeLogDirs {
     type Request = DescribeLogDirsRequest;
 
-    /// The versions Weir serves: all that `kafka-protocol` knows.
+    /// The versions Weir serves: up to 4 (Kafka 4.4's v5 adds response fields: not yet).
     fn versions() -> (i16, i16) {
-        super::valid(ApiKey::DescribeLogDirs)
+        super::capped(ApiKey::DescribeLogDirs, 4)
     }
 
     /// The response to `request` that carries `code` wherever it has an error code.

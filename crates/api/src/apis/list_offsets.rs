@@ -23,9 +23,10 @@ pub(crate) struct ListOffsets;
 impl Api for ListOffsets {
     type Request = ListOffsetsRequest;
 
-    /// The versions Weir serves: all that `kafka-protocol` knows.
+    /// The versions Weir serves: up to 10 (Kafka 4.4's v11 lists the earliest pending upload
+    /// offset, KIP-1023: not yet).
     fn versions() -> (i16, i16) {
-        super::valid(ApiKey::ListOffsets)
+        super::capped(ApiKey::ListOffsets, 10)
     }
 
     /// The response to `request` that carries `code` wherever it has an error code.

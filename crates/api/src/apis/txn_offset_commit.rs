@@ -24,9 +24,9 @@ pub(crate) struct TxnOffsetCommit;
 impl Api for TxnOffsetCommit {
     type Request = TxnOffsetCommitRequest;
 
-    /// The versions Weir serves: all that `kafka-protocol` knows.
+    /// The versions Weir serves: up to 5 (Kafka 4.4's v6 names topics by id, KIP-1319: not yet).
     fn versions() -> (i16, i16) {
-        super::valid(ApiKey::TxnOffsetCommit)
+        super::capped(ApiKey::TxnOffsetCommit, 5)
     }
 
     /// The response to `request` that carries `code` wherever it has an error code.
@@ -106,7 +106,7 @@ impl Api for TxnOffsetCommit {
                     .with_transactional_id(TransactionalId(s("tx")))
                     .with_group_id(GroupId(s(GROUP)))
                     .with_producer_id(ProducerId(7))
-                    .with_generation_id(-1)
+                    .with_generation_id_or_member_epoch(-1)
                     .with_topics(vec![
                         txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
                             .with_name(topic(TOPIC))
@@ -135,7 +135,7 @@ async fn txn_offset_commit(
             &r.group_id,
             &r.member_id,
             r.group_instance_id.as_deref(),
-            r.generation_id,
+            r.generation_id_or_member_epoch,
         )
         .await
         .err();

@@ -17,19 +17,24 @@ use crate::protocol::{
     Encodable, Encoder, HeaderVersion, Message, StrBytes, VersionRange,
 };
 
-/// Valid versions: 0-2
+/// Valid versions: 0-3
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeletableGroupResult {
     /// The group id.
     ///
-    /// Supported API versions: 0-2
+    /// Supported API versions: 0-3
     pub group_id: super::GroupId,
 
     /// The deletion error, or 0 if the deletion succeeded.
     ///
-    /// Supported API versions: 0-2
+    /// Supported API versions: 0-3
     pub error_code: i16,
+
+    /// The error message, or null if there was no error.
+    ///
+    /// Supported API versions: 3
+    pub error_message: Option<StrBytes>,
 
     /// Other tagged fields
     pub unknown_tagged_fields: BTreeMap<i32, Bytes>,
@@ -40,7 +45,7 @@ impl DeletableGroupResult {
     ///
     /// The group id.
     ///
-    /// Supported API versions: 0-2
+    /// Supported API versions: 0-3
     pub fn with_group_id(mut self, value: super::GroupId) -> Self {
         self.group_id = value;
         self
@@ -49,9 +54,18 @@ impl DeletableGroupResult {
     ///
     /// The deletion error, or 0 if the deletion succeeded.
     ///
-    /// Supported API versions: 0-2
+    /// Supported API versions: 0-3
     pub fn with_error_code(mut self, value: i16) -> Self {
         self.error_code = value;
+        self
+    }
+    /// Sets `error_message` to the passed value.
+    ///
+    /// The error message, or null if there was no error.
+    ///
+    /// Supported API versions: 3
+    pub fn with_error_message(mut self, value: Option<StrBytes>) -> Self {
+        self.error_message = value;
         self
     }
     /// Sets unknown_tagged_fields to the passed value.
@@ -69,7 +83,7 @@ impl DeletableGroupResult {
 #[cfg(feature = "broker")]
 impl Encodable for DeletableGroupResult {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 0 || version > 2 {
+        if version < 0 || version > 3 {
             bail!("specified version not supported by this message type");
         }
         if version >= 2 {
@@ -78,6 +92,9 @@ impl Encodable for DeletableGroupResult {
             types::String.encode(buf, &self.group_id)?;
         }
         types::Int16.encode(buf, &self.error_code)?;
+        if version >= 3 {
+            types::CompactString.encode(buf, &self.error_message)?;
+        }
         if version >= 2 {
             let num_tagged_fields = self.unknown_tagged_fields.len();
             if num_tagged_fields > std::u32::MAX as usize {
@@ -100,6 +117,9 @@ impl Encodable for DeletableGroupResult {
             total_size += types::String.compute_size(&self.group_id)?;
         }
         total_size += types::Int16.compute_size(&self.error_code)?;
+        if version >= 3 {
+            total_size += types::CompactString.compute_size(&self.error_message)?;
+        }
         if version >= 2 {
             let num_tagged_fields = self.unknown_tagged_fields.len();
             if num_tagged_fields > std::u32::MAX as usize {
@@ -119,7 +139,7 @@ impl Encodable for DeletableGroupResult {
 #[cfg(feature = "client")]
 impl Decodable for DeletableGroupResult {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 0 || version > 2 {
+        if version < 0 || version > 3 {
             bail!("specified version not supported by this message type");
         }
         let group_id = if version >= 2 {
@@ -128,6 +148,11 @@ impl Decodable for DeletableGroupResult {
             types::String.decode(buf)?
         };
         let error_code = types::Int16.decode(buf)?;
+        let error_message = if version >= 3 {
+            types::CompactString.decode(buf)?
+        } else {
+            None
+        };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 2 {
             let num_tagged_fields = types::TaggedFieldCount.decode(buf)?;
@@ -141,6 +166,7 @@ impl Decodable for DeletableGroupResult {
         Ok(Self {
             group_id,
             error_code,
+            error_message,
             unknown_tagged_fields,
         })
     }
@@ -151,28 +177,29 @@ impl Default for DeletableGroupResult {
         Self {
             group_id: Default::default(),
             error_code: 0,
+            error_message: None,
             unknown_tagged_fields: BTreeMap::new(),
         }
     }
 }
 
 impl Message for DeletableGroupResult {
-    const VERSIONS: VersionRange = VersionRange { min: 0, max: 2 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 3 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 0-2
+/// Valid versions: 0-3
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeleteGroupsResponse {
     /// The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota.
     ///
-    /// Supported API versions: 0-2
+    /// Supported API versions: 0-3
     pub throttle_time_ms: i32,
 
     /// The deletion results.
     ///
-    /// Supported API versions: 0-2
+    /// Supported API versions: 0-3
     pub results: Vec<DeletableGroupResult>,
 
     /// Other tagged fields
@@ -184,7 +211,7 @@ impl DeleteGroupsResponse {
     ///
     /// The duration in milliseconds for which the request was throttled due to a quota violation, or zero if the request did not violate any quota.
     ///
-    /// Supported API versions: 0-2
+    /// Supported API versions: 0-3
     pub fn with_throttle_time_ms(mut self, value: i32) -> Self {
         self.throttle_time_ms = value;
         self
@@ -193,7 +220,7 @@ impl DeleteGroupsResponse {
     ///
     /// The deletion results.
     ///
-    /// Supported API versions: 0-2
+    /// Supported API versions: 0-3
     pub fn with_results(mut self, value: Vec<DeletableGroupResult>) -> Self {
         self.results = value;
         self
@@ -213,7 +240,7 @@ impl DeleteGroupsResponse {
 #[cfg(feature = "broker")]
 impl Encodable for DeleteGroupsResponse {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 0 || version > 2 {
+        if version < 0 || version > 3 {
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.throttle_time_ms)?;
@@ -264,7 +291,7 @@ impl Encodable for DeleteGroupsResponse {
 #[cfg(feature = "client")]
 impl Decodable for DeleteGroupsResponse {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 0 || version > 2 {
+        if version < 0 || version > 3 {
             bail!("specified version not supported by this message type");
         }
         let throttle_time_ms = types::Int32.decode(buf)?;
@@ -302,7 +329,7 @@ impl Default for DeleteGroupsResponse {
 }
 
 impl Message for DeleteGroupsResponse {
-    const VERSIONS: VersionRange = VersionRange { min: 0, max: 2 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 3 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
