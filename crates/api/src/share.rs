@@ -138,6 +138,7 @@ fn acquire_from(
     member: &Arc<str>,
     data: &weir_partition::FetchData,
     max_records: usize,
+    strict: bool,
     now: u64,
 ) -> (Vec<Acquired>, Bytes, i64) {
     // read_committed: the batches of aborted transactions are archived, never delivered.
@@ -164,7 +165,7 @@ fn acquire_from(
             .collect();
     let end = batches.last().map_or(0, |b| b.1 + 1);
     let ranges: Vec<(i64, i64, bool)> = batches.iter().map(|b| (b.0, b.1, b.2)).collect();
-    let acquired = sp.acquire_skipping(member, &ranges, max_records, now);
+    let acquired = sp.acquire_mode(member, &ranges, max_records, strict, now);
     let holds = |b: &&(i64, i64, bool, usize, usize)| {
         acquired
             .iter()
@@ -361,6 +362,7 @@ impl ShareService {
         index: i32,
         max_records: usize,
         max_bytes: usize,
+        strict: bool,
     ) -> Result<Fetched, E> {
         let config = self.configs.get(group).await;
         let slot = self.slot((group.to_string(), topic.1, index));
@@ -399,7 +401,7 @@ impl ShareService {
             let data = partition
                 .fetch(from, bytes_left.min(READ_CHUNK), config.read_committed)
                 .await?;
-            let (acquired, kept, end) = acquire_from(sp, member, &data, records_left, now);
+            let (acquired, kept, end) = acquire_from(sp, member, &data, records_left, strict, now);
             if end <= from {
                 break;
             }
@@ -434,6 +436,7 @@ impl ShareService {
         partition: &Partition,
         index: i32,
         batches: &[AckBatch],
+        renew: bool,
     ) -> Result<(), (E, String)> {
         let config = self.configs.get(group).await;
         let slot = self.slot((group.to_string(), topic.1, index));
@@ -443,10 +446,13 @@ impl ShareService {
             .await
             .map_err(|e| (e, String::new()))?;
         let mut next = sp.clone();
-        let changed = next.acknowledge(member, batches).map_err(|e| match e {
-            AckError::InvalidRequest(m) => (E::InvalidRequest, m),
-            AckError::InvalidRecordState(m) => (E::InvalidRecordState, m),
-        })?;
+        let now = self.now_ms();
+        let changed = next
+            .acknowledge_at(member, batches, renew, now)
+            .map_err(|e| match e {
+                AckError::InvalidRequest(m) => (E::InvalidRequest, m),
+                AckError::InvalidRecordState(m) => (E::InvalidRecordState, m),
+            })?;
         if changed {
             if let Err(e) = self.write(group, topic.0, index, &next.to_state()).await {
                 if e == E::NotLeaderOrFollower {

@@ -89,17 +89,20 @@ pub enum AckType {
     /// To be delivered again (archived at the delivery limit).
     Release,
     Reject,
+    /// Keep the record acquired for another lock duration (ShareFetch/ShareAcknowledge v2,
+    /// KIP-1222); nothing is stored.
+    Renew,
 }
 
 impl AckType {
-    /// The type of Kafka's code; `None` for codes this version does not know (4, renew, needs
-    /// ShareFetch v2).
+    /// The type of Kafka's code; `None` for codes Kafka does not know.
     pub fn from_code(code: i8) -> Option<Self> {
         match code {
             0 => Some(AckType::Gap),
             1 => Some(AckType::Accept),
             2 => Some(AckType::Release),
             3 => Some(AckType::Reject),
+            4 => Some(AckType::Renew),
             _ => None,
         }
     }
@@ -294,6 +297,19 @@ impl SharePartition {
         max_records: usize,
         now_ms: u64,
     ) -> Vec<Acquired> {
+        self.acquire_mode(member, batches, max_records, false, now_ms)
+    }
+
+    /// [`SharePartition::acquire_skipping`]; with `strict` (ShareFetch v2's record-limit acquire
+    /// mode) at most `max_records` records, batches split where the limit falls.
+    pub fn acquire_mode(
+        &mut self,
+        member: &Arc<str>,
+        batches: &[(i64, i64, bool)],
+        max_records: usize,
+        strict: bool,
+        now_ms: u64,
+    ) -> Vec<Acquired> {
         let until_ms = now_ms.saturating_add(self.limits.lock_ms);
         let mut out: Vec<Acquired> = Vec::new();
         let mut taken = 0usize;
@@ -331,6 +347,9 @@ impl SharePartition {
                     r.state = State::Archived;
                     continue;
                 }
+                if strict && taken >= max_records {
+                    break;
+                }
                 r.deliveries = r.deliveries.saturating_add(1);
                 r.state = State::Acquired {
                     member: Arc::clone(member),
@@ -348,10 +367,28 @@ impl SharePartition {
     /// acquired by `member` (offsets below the start offset are skipped: done with already).
     /// Whether anything changed.
     pub fn acknowledge(&mut self, member: &str, batches: &[AckBatch]) -> Result<bool, AckError> {
+        self.acknowledge_at(member, batches, false, 0)
+    }
+
+    /// [`SharePartition::acknowledge`], where RENEW is allowed (`renew`: the request said
+    /// IsRenewAck) and restarts the records' locks at `now_ms`. Whether anything to store changed
+    /// (a renewal alone stores nothing).
+    pub fn acknowledge_at(
+        &mut self,
+        member: &str,
+        batches: &[AckBatch],
+        renew: bool,
+        now_ms: u64,
+    ) -> Result<bool, AckError> {
         let mut plan: Vec<(usize, AckType)> = Vec::new();
         let mut previous_last = i64::MIN;
         for b in batches {
             let types = validate(b, previous_last)?;
+            if !renew && types.contains(&AckType::Renew) {
+                return Err(AckError::InvalidRequest(
+                    "acknowledge type 4 (renew) needs IsRenewAck".into(),
+                ));
+            }
             previous_last = b.last_offset;
             for offset in b.first_offset..=b.last_offset {
                 if offset < self.start {
@@ -385,17 +422,25 @@ impl SharePartition {
                 plan.push((i, ty));
             }
         }
+        let until_ms = now_ms.saturating_add(self.limits.lock_ms);
+        let mut stored = false;
         for &(i, ty) in &plan {
             let limit = self.limits.delivery_limit;
             let r = &mut self.window[i];
-            r.state = match ty {
-                AckType::Accept => State::Acknowledged,
-                AckType::Gap | AckType::Reject => State::Archived,
-                AckType::Release => back(r.deliveries, limit),
+            r.state = match (ty, &r.state) {
+                (AckType::Renew, State::Acquired { member, .. }) => State::Acquired {
+                    member: Arc::clone(member),
+                    until_ms,
+                },
+                (AckType::Renew, other) => other.clone(),
+                (AckType::Accept, _) => State::Acknowledged,
+                (AckType::Gap | AckType::Reject, _) => State::Archived,
+                (AckType::Release, _) => back(r.deliveries, limit),
             };
+            stored |= ty != AckType::Renew;
         }
         self.advance();
-        Ok(!plan.is_empty())
+        Ok(stored)
     }
 
     /// Makes the records whose lock expired by `now_ms` available again (archived at the

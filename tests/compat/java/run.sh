@@ -46,7 +46,8 @@
 #                           operations); a removed ACL refuses the next request
 #   ShareGroupTest          share groups (KIP-932) with KafkaShareConsumer 4.4: records split
 #                           among consumers and accepted once; RELEASE, REJECT; lock expiry;
-#                           the delivery limit; a consumer's JVM killed holding records;
+#                           RENEW (v2) past the lock; the delivery limit; a consumer's JVM
+#                           killed holding records;
 #                           read_committed skipping aborted transactions; kafka-share-groups
 #                           (list, describe, reset-offsets, delete-offsets, delete)
 #   ShareGroupClusterTest   (cluster only) a share group across partition moves and a broker

@@ -27,10 +27,9 @@ pub(crate) struct DescribeShareGroupOffsets;
 impl Api for DescribeShareGroupOffsets {
     type Request = DescribeShareGroupOffsetsRequest;
 
-    /// Version 0 (Kafka 4.4 serves 0-1; 1 adds each partition's lag, which `kafka-protocol`
-    /// 0.18 cannot encode yet: clients negotiate down).
+    /// Versions 0-1, as Kafka 4.4 serves (1: each share-partition's lag, KIP-1226).
     fn versions() -> (i16, i16) {
-        (0, 0)
+        (0, 1)
     }
 
     fn error_response(request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
@@ -137,6 +136,25 @@ async fn describe(
             .find(|(t, i, _)| t == topic && *i == p)
             .map_or(-1, |(_, _, s)| s.start_offset)
     };
+    // Lag (v1), as Kafka computes it: the partition's end, less the start offset, less the
+    // records above it already acknowledged or archived; -1 where the share-partition has no
+    // state or the end is not known here.
+    let lag = |topic: &str, p: i32| -> i64 {
+        let Some((_, _, s)) = states.iter().find(|(t, i, _)| t == topic && *i == p) else {
+            return -1;
+        };
+        let end = match broker.topics.lookup(topic, p) {
+            weir_partition::Lookup::Local(part) => part.offsets().1,
+            _ => return -1,
+        };
+        let done: i64 = s
+            .batches
+            .iter()
+            .filter(|b| b.state != weir_meta::DeliveryState::Available)
+            .map(|b| b.last_offset - b.first_offset + 1)
+            .sum();
+        (end - s.start_offset - done).max(0)
+    };
     // Null topics: every share-partition the group has a state of.
     let wanted: Vec<(String, Vec<i32>)> = match g.topics {
         Some(ts) => ts
@@ -174,9 +192,11 @@ async fn describe(
                                     .with_leader_epoch(-1);
                                 if topic.is_none() {
                                     pd.with_start_offset(-1)
+                                        .with_lag(-1)
                                         .with_error_code(E::UnknownTopicOrPartition.code())
                                 } else {
                                     pd.with_start_offset(start(&name, p))
+                                        .with_lag(lag(&name, p))
                                 }
                             })
                             .collect(),

@@ -28,9 +28,10 @@ pub(crate) struct ShareAcknowledge;
 impl Api for ShareAcknowledge {
     type Request = ShareAcknowledgeRequest;
 
-    /// Version 1 (see ShareFetch).
+    /// Versions 1-2, as Kafka 4.4 serves (2: RENEW acknowledgements, the lock duration in the
+    /// response).
     fn versions() -> (i16, i16) {
-        (1, 1)
+        (1, 2)
     }
 
     fn error_response(_request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
@@ -73,6 +74,7 @@ impl Api for ShareAcknowledge {
                 Err(e) => return refused(session_error(e), String::new()),
             };
         let check = broker.check_for(cx.conn);
+        let renew = cx.v >= 2 && r.is_renew_ack;
         let mut results: BTreeMap<Part, i16> = BTreeMap::new();
         let mut messages: BTreeMap<Part, String> = BTreeMap::new();
         for t in &r.topics {
@@ -87,8 +89,16 @@ impl Api for ShareAcknowledge {
                         types: b.acknowledge_types.clone(),
                     })
                     .collect();
-                let outcome =
-                    acknowledge(broker, check.as_ref(), &group, &member, part, &batches).await;
+                let outcome = acknowledge(
+                    broker,
+                    check.as_ref(),
+                    &group,
+                    &member,
+                    part,
+                    &batches,
+                    renew,
+                )
+                .await;
                 results.insert(part, outcome.as_ref().map_or_else(|(e, _)| e.code(), |_| 0));
                 if let Err((_, m)) = outcome {
                     messages.insert(part, m);
@@ -108,17 +118,20 @@ impl Api for ShareAcknowledge {
                     .with_error_message(message.map(|m| str(&m))),
             );
         }
+        let lock_ms = broker.shares.configs().get(&group).await.limits.lock_ms;
         now(ResponseKind::ShareAcknowledge(
-            ShareAcknowledgeResponse::default().with_responses(
-                topics
-                    .into_iter()
-                    .map(|(id, partitions)| {
-                        ShareAcknowledgeTopicResponse::default()
-                            .with_topic_id(uuid::Uuid::from_bytes(id))
-                            .with_partitions(partitions)
-                    })
-                    .collect(),
-            ),
+            ShareAcknowledgeResponse::default()
+                .with_acquisition_lock_timeout_ms(lock_ms.min(i32::MAX as u64) as i32)
+                .with_responses(
+                    topics
+                        .into_iter()
+                        .map(|(id, partitions)| {
+                            ShareAcknowledgeTopicResponse::default()
+                                .with_topic_id(uuid::Uuid::from_bytes(id))
+                                .with_partitions(partitions)
+                        })
+                        .collect(),
+                ),
         ))
     }
 

@@ -30,10 +30,10 @@ pub(crate) struct ShareFetch;
 impl Api for ShareFetch {
     type Request = ShareFetchRequest;
 
-    /// Version 1 (Kafka 4.4 serves 1-2; 2 adds RENEW acknowledgements and the record-limit
-    /// acquire mode, which `kafka-protocol` 0.18 cannot decode yet: clients negotiate down).
+    /// Versions 1-2, as Kafka 4.4 serves (2: RENEW acknowledgements, KIP-1222, and the
+    /// record-limit acquire mode, KIP-1206).
     fn versions() -> (i16, i16) {
-        (1, 1)
+        (1, 2)
     }
 
     fn error_response(_request: &Self::Request, _version: i16, code: i16) -> ResponseKind {
@@ -147,6 +147,14 @@ async fn share_fetch(
                 })
         })
         .collect();
+    // v2: a renewal (IsRenewAck) only acknowledges, and must not ask for records (KIP-1222).
+    let renew = cx.v >= 2 && r.is_renew_ack;
+    if renew && (r.max_bytes != 0 || r.min_bytes != 0 || r.max_records != 0 || r.max_wait_ms != 0) {
+        return Err((
+            E::InvalidRequest,
+            "A renew acknowledgement fetch must not ask for records.".into(),
+        ));
+    }
     if r.share_session_epoch == 0 && !acks.is_empty() {
         return Err((
             E::InvalidRequest,
@@ -191,9 +199,17 @@ async fn share_fetch(
     for (part, batches) in &acks {
         let a = answers.entry(*part).or_default();
         a.changed = true;
-        a.ack_error = acknowledge(broker, check.as_ref(), &group, &member, *part, batches)
-            .await
-            .err();
+        a.ack_error = acknowledge(
+            broker,
+            check.as_ref(),
+            &group,
+            &member,
+            *part,
+            batches,
+            renew,
+        )
+        .await
+        .err();
     }
     let parts = match step {
         Step::Closed { parts } => {
@@ -219,6 +235,7 @@ async fn share_fetch(
         parts,
         max_records: r.max_records.max(0) as usize,
         max_bytes: r.max_bytes.max(0) as usize,
+        strict: cx.v >= 2 && r.share_acquire_mode == 1,
     };
     if fetching {
         round.run(broker, check.as_ref(), &mut answers).await;
@@ -300,12 +317,21 @@ pub(crate) async fn acknowledge(
     member: &str,
     (topic_id, index): Part,
     batches: &[AckBatch],
+    renew: bool,
 ) -> Result<(), (E, String)> {
     let (name, partition) =
         locate(broker, check, topic_id, index).map_err(|e| (e, String::new()))?;
     broker
         .shares
-        .acknowledge(group, member, (&name, topic_id), &partition, index, batches)
+        .acknowledge(
+            group,
+            member,
+            (&name, topic_id),
+            &partition,
+            index,
+            batches,
+            renew,
+        )
         .await
 }
 
@@ -337,6 +363,8 @@ struct Round {
     parts: Vec<Part>,
     max_records: usize,
     max_bytes: usize,
+    /// ShareFetch v2's record-limit acquire mode: at most `max_records`, batches split.
+    strict: bool,
 }
 
 impl Round {
@@ -365,6 +393,7 @@ impl Round {
                             index,
                             records,
                             bytes,
+                            self.strict,
                         )
                         .await
                 }

@@ -167,6 +167,7 @@ fn malformed_acknowledgement_batches_are_invalid_requests() {
             types: vec![ACCEPT, ACCEPT],
         }],
         vec![ack(0, 0, 4)],
+        vec![ack(0, 0, 5)],
         vec![ack(0, 0, -1)],
     ];
     for batches in bad {
@@ -317,4 +318,42 @@ fn skipped_batches_are_archived_not_acquired() {
     assert_eq!(p.start_offset(), 6, "the aborted records are done with");
     assert_eq!(p.acknowledge("a", &[ack(6, 8, ACCEPT)]), Ok(true));
     assert_eq!(p.start_offset(), 9);
+}
+
+#[test]
+fn renew_restarts_a_lock_and_stores_nothing() {
+    let a = member("a");
+    let limits = Limits {
+        lock_ms: 1_000,
+        ..Limits::default()
+    };
+    let mut p = fresh(limits, 0);
+    p.acquire(&a, &[(0, 1)], 500, 0);
+    assert_eq!(p.acknowledge_at("a", &[ack(0, 1, 4)], true, 900), Ok(false));
+    assert_eq!(p.next_deadline(), Some(1_900));
+    assert!(!p.expire(1_500), "renewed at 900 for 1 s");
+    assert!(matches!(
+        p.acknowledge_at("b", &[ack(0, 1, 4)], true, 900),
+        Err(AckError::InvalidRecordState(_))
+    ));
+    assert_eq!(
+        p.acknowledge_at("a", &[ack(0, 1, ACCEPT)], true, 1_600),
+        Ok(true)
+    );
+    assert_eq!(p.start_offset(), 2);
+}
+
+#[test]
+fn the_record_limit_mode_splits_a_batch() {
+    let (a, b) = (member("a"), member("b"));
+    let mut p = fresh(Limits::default(), 0);
+    assert_eq!(
+        p.acquire_mode(&a, &[(0, 9, false)], 4, true, 0),
+        vec![acq(0, 3, 1)]
+    );
+    assert_eq!(p.next_fetch_offset(), 4);
+    assert_eq!(
+        p.acquire_mode(&b, &[(0, 9, false)], 100, true, 0),
+        vec![acq(4, 9, 1)]
+    );
 }

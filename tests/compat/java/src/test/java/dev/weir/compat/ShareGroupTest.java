@@ -28,6 +28,7 @@ import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -257,6 +258,50 @@ class ShareGroupTest {
                 b.acknowledge(r, AcknowledgeType.ACCEPT);
             }
             b.commitSync(Duration.ofSeconds(10));
+        }
+    }
+
+    @Test
+    void renewKeepsRecordsPastTheirLock() throws Exception {
+        String topic = Clients.unique("share-renew");
+        String group = Clients.unique("sg-renew");
+        Clients.createTopic(admin, topic, 1);
+        configure(group, Map.of("share.record.lock.duration.ms", "2000"));
+        produce(topic, 1, 0, 3);
+        try (KafkaShareConsumer<String, String> a = consumer(group, true);
+                KafkaShareConsumer<String, String> b = consumer(group, true)) {
+            a.subscribe(List.of(topic));
+            List<ConsumerRecord<String, String>> held = pollUntil(a, 3, Duration.ofSeconds(30));
+            assertEquals(3, held.size());
+            b.subscribe(List.of(topic));
+            // a renews its locks for 5 s, over twice the lock duration (a renewed record comes
+            // back from a's next poll, to be acknowledged again): b gets nothing.
+            int stolen = 0;
+            int renewals = 0;
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+            while (System.nanoTime() < until) {
+                for (ConsumerRecord<String, String> r : held) {
+                    a.acknowledge(r, AcknowledgeType.RENEW);
+                    renewals++;
+                }
+                held = new ArrayList<>();
+                a.poll(Duration.ofMillis(500)).forEach(held::add);
+                ConsumerRecords<String, String> got = b.poll(Duration.ofMillis(200));
+                stolen += got.count();
+                got.forEach(r -> b.acknowledge(r, AcknowledgeType.RELEASE));
+            }
+            assertEquals(0, stolen, "records renewed by a went to b");
+            assertTrue(renewals >= 9, "renewals: " + renewals);
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while (held.size() < 3 && System.nanoTime() < deadline) {
+                a.poll(Duration.ofMillis(300)).forEach(held::add);
+            }
+            assertEquals(3, held.size(), "the renewed records, back from a's poll");
+            for (ConsumerRecord<String, String> r : held) {
+                assertEquals(1, deliveries(r), "renewed, not redelivered: " + key(r));
+                a.acknowledge(r, AcknowledgeType.ACCEPT);
+            }
+            a.commitSync(Duration.ofSeconds(10));
         }
     }
 
