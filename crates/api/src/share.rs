@@ -428,6 +428,8 @@ impl ShareService {
 
     /// Applies `member`'s acknowledgements of one share-partition and stores the outcome; the
     /// partition's acknowledgement error, if any. Nothing changes unless the store took it.
+    /// `renew`: the request said IsRenewAck (v2), so RENEW may be among the types.
+    #[allow(clippy::too_many_arguments)]
     pub async fn acknowledge(
         &self,
         group: &str,
