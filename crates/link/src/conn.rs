@@ -11,7 +11,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
+    ApiVersionsRequest, ApiVersionsResponse, OffsetFetchRequest, RequestHeader, ResponseHeader,
     SaslAuthenticateRequest, SaslHandshakeRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
@@ -191,7 +191,7 @@ impl Conn {
         Ok(r.auth_bytes.to_vec())
     }
 
-    /// The highest version of `R` both sides know.
+    /// The highest version of `R` both sides know and the link speaks (see [`link_max`]).
     pub fn version<R: Request>(&self) -> Result<i16, LinkError> {
         let (min, max) =
             self.versions
@@ -201,7 +201,7 @@ impl Conn {
                     addr: self.addr.clone(),
                     api: R::KEY,
                 })?;
-        let v = max.min(R::VERSIONS.max);
+        let v = max.min(R::VERSIONS.max).min(link_max(R::KEY));
         if v < min.max(R::VERSIONS.min) {
             return Err(LinkError::Unsupported {
                 addr: self.addr.clone(),
@@ -298,5 +298,16 @@ pub fn error_of(code: i16) -> Option<ResponseError> {
         None
     } else {
         Some(ResponseError::try_from_code(code).unwrap_or(ResponseError::UnknownServerError))
+    }
+}
+
+/// The highest version of an API the link sends, whatever the codec knows: versions that change
+/// how the link must fill a request. OffsetFetch v10 (Kafka 4.4, KIP-848) names topics by id
+/// only, and the link asks by name: sent as v10, a request with named topics is answered
+/// with no offsets.
+fn link_max(api: i16) -> i16 {
+    match api {
+        OffsetFetchRequest::KEY => 9,
+        _ => i16::MAX,
     }
 }

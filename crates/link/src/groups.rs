@@ -172,8 +172,7 @@ async fn fetch_offsets(
     conn: &mut Conn,
     groups: &[String],
 ) -> Result<Vec<(String, Vec<GroupOffset>)>, LinkError> {
-    // v10 (Kafka 4.4, KIP-848's topic ids) names topics by id: the link asks by name, v9 at most.
-    let v = conn.version::<OffsetFetchRequest>()?.min(9);
+    let v = conn.version::<OffsetFetchRequest>()?;
     let mut out = Vec::new();
     if v >= 8 {
         let req = OffsetFetchRequest::default().with_groups(
