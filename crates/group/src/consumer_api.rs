@@ -230,7 +230,7 @@ impl GroupCoordinator {
         if state.consumers.contains_key(group_id) {
             return Ok(None);
         }
-        if state.shares.contains_key(group_id) {
+        if state.shares.contains_key(group_id) || state.streams.contains_key(group_id) {
             return Err(refusal(
                 GROUP_ID_NOT_FOUND,
                 format!("Group {group_id} is not a consumer group."),
@@ -281,7 +281,10 @@ impl GroupCoordinator {
                 Ok(()) if !state.owns(&id) => Some((NOT_COORDINATOR, String::new())),
                 Ok(()) => match state.consumers.get(&id) {
                     Some(_) => None,
-                    None if state.groups.contains_key(&id) || state.shares.contains_key(&id) => {
+                    None if state.groups.contains_key(&id)
+                        || state.shares.contains_key(&id)
+                        || state.streams.contains_key(&id) =>
+                    {
                         Some((
                             GROUP_ID_NOT_FOUND,
                             format!("Group {id} is not a consumer group."),

@@ -697,12 +697,12 @@ mod migration {
         assert_eq!(types.get(&x_id), Some(&0));
         // A transactional commit at a stale epoch.
         assert_eq!(
-            co.validate_txn_offset_commit(GROUP, "z", None, z.epoch + 7)
+            co.validate_txn_offset_commit(GROUP, "z", None, z.epoch + 7, &[])
                 .await,
             Err(ILLEGAL_GENERATION)
         );
         assert_eq!(
-            co.validate_txn_offset_commit(GROUP, "z", None, z.epoch)
+            co.validate_txn_offset_commit(GROUP, "z", None, z.epoch, &[])
                 .await,
             Ok(())
         );

@@ -53,6 +53,9 @@ mod migrate;
 pub mod share;
 mod share_api;
 pub use share_api::ShareGroupLookup;
+pub mod streams;
+mod streams_api;
+pub use streams_api::StreamsHeartbeatOutcome;
 mod snapshot;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -96,6 +99,7 @@ use crate::group::{
 };
 use crate::share::ShareGroup;
 use crate::snapshot::GroupSnapshot;
+use crate::streams::StreamsGroup;
 
 /// Error codes, as Kafka numbers them.
 mod codes {
@@ -172,6 +176,20 @@ pub struct GroupConfig {
     pub share_heartbeat_interval: Duration,
     /// Kafka's `group.share.max.size`: members of a share group at most.
     pub share_max_size: usize,
+    /// Kafka's `group.streams.session.timeout.ms`: a streams group member not heard from for
+    /// this long is removed, and its tasks go to the others.
+    pub streams_session_timeout: Duration,
+    /// Kafka's `group.streams.heartbeat.interval.ms`, told to streams group members.
+    pub streams_heartbeat_interval: Duration,
+    /// Kafka's `group.streams.max.size`.
+    pub streams_max_size: usize,
+    /// Kafka's `group.streams.num.standby.replicas`.
+    pub streams_num_standby_replicas: usize,
+    /// Kafka's `group.streams.initial.rebalance.delay.ms`: the first assignment of a group
+    /// waits this long for more members.
+    pub streams_initial_rebalance_delay: Duration,
+    /// Kafka's `group.streams.assignment.interval.ms`: assignments at most this often.
+    pub streams_assignment_interval: Duration,
 }
 
 impl Default for GroupConfig {
@@ -187,6 +205,12 @@ impl Default for GroupConfig {
             share_session_timeout: Duration::from_secs(45),
             share_heartbeat_interval: Duration::from_secs(5),
             share_max_size: 200,
+            streams_session_timeout: Duration::from_secs(45),
+            streams_heartbeat_interval: Duration::from_secs(5),
+            streams_max_size: DEFAULT_MAX_SIZE,
+            streams_num_standby_replicas: 0,
+            streams_initial_rebalance_delay: Duration::from_secs(3),
+            streams_assignment_interval: Duration::from_secs(1),
         }
     }
 }
@@ -284,6 +308,8 @@ struct State {
     consumers: HashMap<String, Consumer>,
     /// Share groups (KIP-932).
     shares: HashMap<String, ShareGroup>,
+    /// Streams groups (KIP-1071).
+    streams: HashMap<String, StreamsGroup>,
     /// The deadline the timer task sleeps until, if any.
     timer_at: Option<Instant>,
     owns: Ownership,
@@ -386,6 +412,19 @@ impl State {
             self.mark_absent(group_id);
             return;
         };
+        if data.first() == Some(&streams::FORMAT) {
+            match StreamsGroup::decode(data) {
+                Some(group) => {
+                    tracing::info!(group = %group_id, epoch = group.group_epoch, "streams group loaded from the metadata store");
+                    self.streams.insert(group_id.to_owned(), group);
+                }
+                None => {
+                    tracing::warn!(group = %group_id, "stored streams group state ignored: the group starts empty");
+                    self.mark_absent(group_id);
+                }
+            }
+            return;
+        }
         if data.first() == Some(&share::FORMAT) {
             match ShareGroup::decode(data) {
                 Some(group) => {
@@ -590,6 +629,7 @@ impl Inner {
                 if state.groups.contains_key(group_id)
                     || state.consumers.contains_key(group_id)
                     || state.shares.contains_key(group_id)
+                    || state.streams.contains_key(group_id)
                     || state.absent.contains(group_id)
                 {
                     return Ok(());
@@ -614,6 +654,7 @@ impl Inner {
             if state.groups.contains_key(group_id)
                 || state.consumers.contains_key(group_id)
                 || state.shares.contains_key(group_id)
+                || state.streams.contains_key(group_id)
             {
                 // Another request loaded it (or created it after finding nothing) first.
                 return Ok(());
@@ -788,6 +829,7 @@ impl GroupCoordinator {
                 groups: HashMap::new(),
                 consumers: HashMap::new(),
                 shares: HashMap::new(),
+                streams: HashMap::new(),
                 timer_at: None,
                 owns: Arc::new(|_: &str| true),
                 unsaved: HashMap::new(),
@@ -846,6 +888,7 @@ impl GroupCoordinator {
         let consumers_before = state.consumers.len();
         state.consumers.retain(|id, _| owns(id));
         state.shares.retain(|id, _| owns(id));
+        state.streams.retain(|id, _| owns(id));
         let consumers_given_up = consumers_before - state.consumers.len();
         state.unsaved.retain(|id, _| owns(id));
         // Groups coordinated elsewhere for a while may have gained a state there.
@@ -899,8 +942,8 @@ impl GroupCoordinator {
         if let Err(error) = self.inner.load(&group_id).await {
             return join_response(version, JoinOutcome::error(error, member_id));
         }
-        if self.inner.lock().shares.contains_key(&group_id) {
-            // Kafka answers a classic member of a share group so.
+        if self.inner.lock().shares.contains_key(&group_id) || !self.streams_to_classic(&group_id) {
+            // Kafka answers a classic member of a share group (or a running streams group) so.
             return join_response(
                 version,
                 JoinOutcome::error(INCONSISTENT_GROUP_PROTOCOL, member_id),
@@ -1097,12 +1140,28 @@ impl GroupCoordinator {
         member_id: &str,
         instance_id: Option<&str>,
         generation: i32,
+        partitions: &[(String, i32)],
     ) -> Result<(), i16> {
         self.inner.load(group_id).await?;
         let cx = self.inner.cx();
         let mut state = self.inner.lock();
         if !state.owns(group_id) {
             return Err(NOT_COORDINATOR);
+        }
+        if let Some(g) = state.streams.get(group_id) {
+            if generation == -1 && member_id.is_empty() && instance_id.is_none() {
+                return Ok(());
+            }
+            // As for consumer groups: a stale epoch is ILLEGAL_GENERATION to a producer.
+            return g
+                .validate_commit(member_id, generation, partitions)
+                .map_err(|e| {
+                    if e == STALE_MEMBER_EPOCH {
+                        ILLEGAL_GENERATION
+                    } else {
+                        e
+                    }
+                });
         }
         if let Some(c) = state.consumers.get(group_id) {
             // The generation is the member epoch.
@@ -1158,6 +1217,24 @@ impl GroupCoordinator {
                 drop(state);
                 return commit_error_response(&req, NOT_COORDINATOR);
             }
+            let streams = state.streams.get(&group_id).map(|g| {
+                let committed: Vec<(String, i32)> = req
+                    .topics
+                    .iter()
+                    .flat_map(|t| {
+                        t.partitions
+                            .iter()
+                            .map(|p| (t.name.to_string(), p.partition_index))
+                    })
+                    .collect();
+                let admin = generation < 0 && g.members.is_empty();
+                match g.validate_commit(&req.member_id, generation, &committed) {
+                    // Streams members commit with v9+ (their member epoch).
+                    Ok(()) if version < 9 && !admin => Some(UNSUPPORTED_VERSION),
+                    Ok(()) => None,
+                    Err(e) => Some(e),
+                }
+            });
             let consumer = state.consumers.get(&group_id).map(|c| {
                 if generation < 0 && c.group.members.is_empty() {
                     // An admin tool, or a consumer without group management.
@@ -1174,6 +1251,7 @@ impl GroupCoordinator {
                         .err()
                 }
             });
+            let consumer = streams.or(consumer);
             let error = match state.groups.get_mut(&group_id) {
                 _ if consumer.is_some() => consumer.flatten(),
                 Some(g) => {
@@ -1351,10 +1429,14 @@ impl GroupCoordinator {
         if let Some((member_id, epoch)) = member {
             let checked = match self.inner.load(group_id).await {
                 Err(error) => Err(error),
-                Ok(()) => match self.inner.lock().consumers.get(group_id) {
-                    Some(c) => c.group.validate_member_epoch(member_id, epoch),
-                    None => Ok(()),
-                },
+                Ok(()) => {
+                    let state = self.inner.lock();
+                    match (state.consumers.get(group_id), state.streams.get(group_id)) {
+                        (Some(c), _) => c.group.validate_member_epoch(member_id, epoch),
+                        (_, Some(g)) => g.validate_fetch(Some(member_id), epoch),
+                        _ => Ok(()),
+                    }
+                }
             };
             if let Err(error) = checked {
                 return FetchedGroup {
@@ -1465,6 +1547,7 @@ impl GroupCoordinator {
                 }
                 if state.consumers.contains_key(group_id.as_str())
                     || state.shares.contains_key(group_id.as_str())
+                    || state.streams.contains_key(group_id.as_str())
                 {
                     // As Kafka: DescribeGroups describes classic groups only (the admin client
                     // asks ConsumerGroupDescribe first).
@@ -1612,6 +1695,9 @@ impl GroupCoordinator {
             for (id, name) in GroupCoordinator::share_listing(&mut state, now_ms) {
                 listed.insert(id, ("share".to_string(), name, "share"));
             }
+            for (id, name) in GroupCoordinator::streams_listing(&mut state, now_ms) {
+                listed.insert(id, ("streams".to_string(), name, "streams"));
+            }
             (listed, Arc::clone(&state.owns))
         };
         self.inner.persist_later();
@@ -1678,7 +1764,15 @@ impl GroupCoordinator {
             let now_ms = self.inner.now_ms();
             let mut state = self.inner.lock();
             GroupCoordinator::delete_share_group(&mut state, group_id, now_ms)
+                .or_else(|| GroupCoordinator::delete_streams_group(&mut state, group_id, now_ms))
         };
+        if share == Some(NONE) {
+            // A streams group's offsets go with it (a share group has none here).
+            if let Err(e) = self.inner.meta.delete_offsets(group_id, None).await {
+                tracing::warn!(group = %group_id, error = %e, "deleting a group's offsets failed");
+                return COORDINATOR_NOT_AVAILABLE;
+            }
+        }
         if let Some(error) = share {
             if error == NONE && !self.inner.persist(group_id).await {
                 return COORDINATOR_NOT_AVAILABLE;
@@ -1782,6 +1876,14 @@ impl GroupCoordinator {
                     .map(|t| t.name.to_string())
                     .collect::<HashSet<String>>()
             });
+            let streams = state.streams.get(&group_id).map(|g| {
+                req.topics
+                    .iter()
+                    .filter(|t| g.reads_topic(&t.name))
+                    .map(|t| t.name.to_string())
+                    .collect::<HashSet<String>>()
+            });
+            let consumer = consumer.or(streams);
             let check = match state.groups.get_mut(&group_id) {
                 _ if consumer.is_some() => consumer,
                 Some(g) => {

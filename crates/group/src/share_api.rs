@@ -103,7 +103,10 @@ impl GroupCoordinator {
         if !state.owns(group_id) {
             return Err((NOT_COORDINATOR, String::new()));
         }
-        if state.groups.contains_key(group_id) || state.consumers.contains_key(group_id) {
+        if state.groups.contains_key(group_id)
+            || state.consumers.contains_key(group_id)
+            || state.streams.contains_key(group_id)
+        {
             return Err((
                 GROUP_ID_NOT_FOUND,
                 format!("Group {group_id} is not a share group."),
@@ -176,7 +179,11 @@ impl GroupCoordinator {
                 Err(error) => Some((error, String::new())),
                 Ok(()) if !state.owns(&id) => Some((NOT_COORDINATOR, String::new())),
                 Ok(()) if state.shares.contains_key(&id) => None,
-                Ok(()) if state.groups.contains_key(&id) || state.consumers.contains_key(&id) => {
+                Ok(())
+                    if state.groups.contains_key(&id)
+                        || state.consumers.contains_key(&id)
+                        || state.streams.contains_key(&id) =>
+                {
                     Some((
                         GROUP_ID_NOT_FOUND,
                         format!("Group {id} is not a share group."),
@@ -305,7 +312,10 @@ impl GroupCoordinator {
             let members = state.shares.get(group_id).map_or(0, |g| g.members.len());
             return Ok(ShareGroupLookup::Share { members });
         }
-        if state.groups.contains_key(group_id) || state.consumers.contains_key(group_id) {
+        if state.groups.contains_key(group_id)
+            || state.consumers.contains_key(group_id)
+            || state.streams.contains_key(group_id)
+        {
             return Ok(ShareGroupLookup::OtherKind);
         }
         Ok(ShareGroupLookup::Absent)
@@ -323,7 +333,10 @@ impl GroupCoordinator {
             if state.shares.contains_key(group_id) {
                 return Ok(());
             }
-            if state.groups.contains_key(group_id) || state.consumers.contains_key(group_id) {
+            if state.groups.contains_key(group_id)
+                || state.consumers.contains_key(group_id)
+                || state.streams.contains_key(group_id)
+            {
                 return Err(GROUP_ID_NOT_FOUND);
             }
             let g = crate::share::ShareGroup::default();

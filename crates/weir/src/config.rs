@@ -367,6 +367,18 @@ pub struct BrokerConfig {
     /// `group.share.max.share.sessions`: share sessions open on this broker at once; a new
     /// member beyond is answered SHARE_SESSION_LIMIT_REACHED (Kafka's default).
     pub group_share_max_share_sessions: usize,
+    /// `group.streams.session.timeout.ms`: a streams group (KIP-1071) member not heard from for
+    /// this long is removed and its tasks go to the others (Kafka's default).
+    pub group_streams_session_timeout_ms: u64,
+    /// `group.streams.heartbeat.interval.ms`: how often streams group members heartbeat.
+    pub group_streams_heartbeat_interval_ms: u64,
+    /// `group.streams.initial.rebalance.delay.ms`: the first assignment of a streams group
+    /// waits this long for more instances (Kafka's default).
+    pub group_streams_initial_rebalance_delay_ms: u64,
+    /// `group.streams.num.standby.replicas`: standby tasks per stateful task.
+    pub group_streams_num_standby_replicas: usize,
+    /// `group.streams.max.size`: members (stream threads) of one streams group at most.
+    pub group_streams_max_size: usize,
     /// How often idempotent-producer state is snapshotted to the metadata store (idle
     /// producers are expired at the same time).
     pub producer_snapshot_interval_ms: u64,
@@ -536,6 +548,11 @@ impl Default for BrokerConfig {
             group_consumer_max_size: weir_group::DEFAULT_MAX_SIZE,
             group_share_max_size: 200,
             group_share_max_share_sessions: 2000,
+            group_streams_session_timeout_ms: 45_000,
+            group_streams_heartbeat_interval_ms: 5_000,
+            group_streams_initial_rebalance_delay_ms: 3_000,
+            group_streams_num_standby_replicas: 0,
+            group_streams_max_size: weir_group::DEFAULT_MAX_SIZE,
             producer_snapshot_interval_ms: 30_000,
             group_offsets_meter_interval_ms: 30_000,
             producer_id_expiration_ms: 86_400_000,

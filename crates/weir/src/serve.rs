@@ -467,6 +467,15 @@ fn start_groups(
             classic_max_size: b.group_classic_max_size.max(1),
             consumer_max_size: b.group_consumer_max_size.max(1),
             share_max_size: b.group_share_max_size.max(1),
+            streams_session_timeout: Duration::from_millis(b.group_streams_session_timeout_ms),
+            streams_heartbeat_interval: Duration::from_millis(
+                b.group_streams_heartbeat_interval_ms,
+            ),
+            streams_initial_rebalance_delay: Duration::from_millis(
+                b.group_streams_initial_rebalance_delay_ms,
+            ),
+            streams_num_standby_replicas: b.group_streams_num_standby_replicas,
+            streams_max_size: b.group_streams_max_size.max(1),
             ..weir_group::GroupConfig::default()
         },
     );

@@ -79,6 +79,8 @@ mod share_fetch;
 mod share_group_describe;
 mod share_group_heartbeat;
 mod share_group_offsets;
+mod streams_group_describe;
+mod streams_group_heartbeat;
 mod sync_group;
 mod txn_offset_commit;
 
@@ -221,6 +223,8 @@ apis! {
     DescribeShareGroupOffsets => describe_share_group_offsets,
     AlterShareGroupOffsets => alter_share_group_offsets,
     DeleteShareGroupOffsets => delete_share_group_offsets,
+    StreamsGroupHeartbeat => streams_group_heartbeat,
+    StreamsGroupDescribe => streams_group_describe,
 }
 
 /// Every version `kafka-protocol` knows of `key`.

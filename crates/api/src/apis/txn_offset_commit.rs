@@ -129,6 +129,15 @@ async fn txn_offset_commit(
     version: i16,
 ) -> TxnOffsetCommitResponse {
     use txn_offset_commit_response::*;
+    let partitions: Vec<(String, i32)> = r
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| (t.name.to_string(), p.partition_index))
+        })
+        .collect();
     let group_error = broker
         .groups
         .validate_txn_offset_commit(
@@ -136,6 +145,7 @@ async fn txn_offset_commit(
             &r.member_id,
             r.group_instance_id.as_deref(),
             r.generation_id_or_member_epoch,
+            &partitions,
         )
         .await
         .err();
