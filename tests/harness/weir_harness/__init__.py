@@ -164,12 +164,17 @@ class Broker:
         # Weir only: the binary of the next start(); None: $WEIR_SERVE_BIN, else $WEIR_BIN.
         self.binary = None
         # Weir only: extra environment (WEIR_<SECTION>_<KEY> settings). Test brokers get a
-        # small WAL, not the 2 GiB default.
+        # small WAL, not the 2 GiB default. Consumer and streams groups heartbeat every second
+        # (they learn of new assignments at their next heartbeat), and a streams group member
+        # that is gone is removed after 10 s (Kafka's minimum is 45 s).
         # The cleaner of compacted topics looks for work every half second (Kafka's
         # log.cleaner.backoff.ms is 15 s; tools/kafka/kafka.sh sets 1 s), so that compaction
         # tests see it within seconds.
         self.env = {"WEIR_WAL_CAPACITY": str(64 << 20),
                     "WEIR_BROKER_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS": "1000",
+                    "WEIR_BROKER_GROUP_STREAMS_HEARTBEAT_INTERVAL_MS": "1000",
+                    "WEIR_BROKER_GROUP_STREAMS_SESSION_TIMEOUT_MS": "10000",
+                    "WEIR_BROKER_GROUP_STREAMS_INITIAL_REBALANCE_DELAY_MS": "1000",
                     "WEIR_BROKER_LOG_CLEANER_BACKOFF_MS": "500", **(env or {})}
         self.data_dir = os.path.join(root, "data")
         os.makedirs(self.data_dir, exist_ok=True)

@@ -261,6 +261,11 @@ public final class Broker implements Target {
             pb.environment().put("WEIR_WAL_CAPACITY", Long.toString(64L << 20));
             // Consumer groups (KIP-848) learn of new assignments at their next heartbeat.
             pb.environment().put("WEIR_BROKER_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS", "1000");
+            // So do streams groups (KIP-1071), whose members are removed 10 s after their last
+            // heartbeat (Kafka's minimum is 45 s: a killed instance's tasks wait that long there).
+            pb.environment().put("WEIR_BROKER_GROUP_STREAMS_HEARTBEAT_INTERVAL_MS", "1000");
+            pb.environment().put("WEIR_BROKER_GROUP_STREAMS_SESSION_TIMEOUT_MS", "10000");
+            pb.environment().put("WEIR_BROKER_GROUP_STREAMS_INITIAL_REBALANCE_DELAY_MS", "1000");
             pb.environment().putAll(env);
             weir = pb.start();
             running = true;
