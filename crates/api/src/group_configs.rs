@@ -1,7 +1,9 @@
 //! Group configs: DescribeConfigs and IncrementalAlterConfigs on resource type GROUP (32), as
 //! Kafka 4 has them (`kafka-configs --entity-type groups`, `Admin.incrementalAlterConfigs`).
-//! Weir knows the share group ones (`share.*`), which its share groups obey; others are
-//! refused with INVALID_CONFIG, as Kafka refuses unknown group configs.
+//! Weir knows the share group ones (`share.*`), which its share groups obey, and the streams
+//! group ones its streams groups obey (`streams.*`: session timeout, heartbeat interval, standby
+//! replicas, initial rebalance delay); others are refused with INVALID_CONFIG, as Kafka refuses
+//! unknown group configs.
 //!
 //! A group's configs are one entry of the metadata store's key-value part (`Catalog::set_value`
 //! under `group.configs/<group>`, as `key=value` lines), so every broker reads the same. Each
@@ -36,7 +38,7 @@ fn int_in(v: &str, lo: i64, hi: i64) -> Result<(), String> {
     }
 }
 
-/// Kafka 4.4's share group configs, with its defaults and bounds.
+/// Kafka 4.4's share and streams group configs, with its defaults and bounds.
 const KNOWN: &[Known] = &[
     Known {
         name: "share.auto.offset.reset",
@@ -78,6 +80,26 @@ const KNOWN: &[Known] = &[
         name: "share.heartbeat.interval.ms",
         default: "5000",
         valid: |v| int_in(v, 5_000, 15_000),
+    },
+    Known {
+        name: "streams.session.timeout.ms",
+        default: "45000",
+        valid: |v| int_in(v, 45_000, 60_000),
+    },
+    Known {
+        name: "streams.heartbeat.interval.ms",
+        default: "5000",
+        valid: |v| int_in(v, 5_000, 15_000),
+    },
+    Known {
+        name: "streams.num.standby.replicas",
+        default: "0",
+        valid: |v| int_in(v, 0, 2),
+    },
+    Known {
+        name: "streams.initial.rebalance.delay.ms",
+        default: "3000",
+        valid: |v| int_in(v, 0, i32::MAX as i64),
     },
 ];
 
@@ -170,6 +192,19 @@ impl GroupConfigs {
             },
             read_committed: set.get("share.isolation.level").map(String::as_str)
                 == Some("read_committed"),
+        }
+    }
+
+    /// The streams settings set for `group` (none where nothing is set, or the store cannot be
+    /// read: the broker's then).
+    pub async fn streams(&self, group: &str) -> weir_group::streams::StreamsOverrides {
+        let set = self.set(group).await.unwrap_or_default();
+        let num = |name: &str| set.get(name).and_then(|v| v.trim().parse::<i64>().ok());
+        weir_group::streams::StreamsOverrides {
+            session_ms: num("streams.session.timeout.ms"),
+            heartbeat_ms: num("streams.heartbeat.interval.ms"),
+            num_standby: num("streams.num.standby.replicas").map(|n| n.max(0) as usize),
+            initial_delay_ms: num("streams.initial.rebalance.delay.ms"),
         }
     }
 

@@ -181,13 +181,15 @@ pub fn configure(topology: &Topology, topics: &Topics) -> Result<Configured, Str
     let mut to_create = Vec::new();
     for t in internal {
         match count(&t.name) {
-            Some(found) if found != t.partitions => return Ok(not_ready(
-                status::INCORRECTLY_PARTITIONED_TOPICS,
-                format!(
+            Some(found) if found != t.partitions => {
+                return Ok(not_ready(
+                    status::INCORRECTLY_PARTITIONED_TOPICS,
+                    format!(
                     "Existing topic {} has different number of partitions: expected {}, found {}.",
                     t.name, t.partitions, found
                 ),
-            )),
+                ))
+            }
             Some(_) => {}
             None if !to_create.iter().any(|c: &TopicInfo| c.name == t.name) => to_create.push(t),
             None => {}
@@ -519,6 +521,15 @@ pub struct StreamsAnswer {
     pub endpoint_epoch: i32,
 }
 
+/// A group's own settings (its `streams.*` group configs), over the broker's.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StreamsOverrides {
+    pub session_ms: Option<i64>,
+    pub heartbeat_ms: Option<i64>,
+    pub num_standby: Option<usize>,
+    pub initial_delay_ms: Option<i64>,
+}
+
 /// Settings the group runs with (broker config, or the group's own).
 #[derive(Debug, Clone, Copy)]
 pub struct StreamsSettings {
@@ -548,6 +559,8 @@ pub struct StreamsGroup {
     /// The member that asked the whole application to shut down, until the group is empty.
     pub shutdown_requester: Option<String>,
     pub endpoint_epoch: i32,
+    /// Standby replicas per stateful task the target was computed with: a change recomputes it.
+    num_standby: usize,
 }
 
 impl Default for StreamsGroup {
@@ -563,6 +576,7 @@ impl Default for StreamsGroup {
             initial_delay_until_ms: None,
             shutdown_requester: None,
             endpoint_epoch: 0,
+            num_standby: 0,
         }
     }
 }
@@ -618,6 +632,8 @@ impl StreamsGroup {
         let mut recompute = self.update_topology(&hb)?;
         recompute |= self.update_member(&hb, now_ms, settings.session_ms);
         recompute |= self.reconfigure(topics)?;
+        recompute |=
+            std::mem::replace(&mut self.num_standby, settings.num_standby) != settings.num_standby;
         if recompute {
             self.group_epoch += 1;
             if self.members.len() == 1

@@ -17,8 +17,8 @@ use kafka_protocol::protocol::StrBytes;
 use crate::codes::*;
 use crate::consumer::Topics;
 use crate::streams::{
-    Configured, CopartitionGroup, StreamsAnswer, StreamsGroup, StreamsHeartbeat, StreamsSettings,
-    Subtopology, TaskId, Tasks, TopicInfo, Topology,
+    Configured, CopartitionGroup, StreamsAnswer, StreamsGroup, StreamsHeartbeat, StreamsOverrides,
+    StreamsSettings, Subtopology, TaskId, Tasks, TopicInfo, Topology,
 };
 use crate::{GroupCoordinator, Write, GROUP_AUTHORIZED_OPERATIONS};
 
@@ -193,19 +193,26 @@ fn described_task_ids(tasks: &std::collections::BTreeSet<TaskId>) -> Vec<describ
 }
 
 impl GroupCoordinator {
-    fn streams_settings(&self) -> StreamsSettings {
+    /// The broker's streams settings, under the group's own.
+    fn streams_settings(&self, o: &StreamsOverrides) -> StreamsSettings {
         let c = &self.inner.config;
         StreamsSettings {
-            session_ms: c.streams_session_timeout.as_millis() as i64,
-            num_standby: c.streams_num_standby_replicas,
-            initial_delay_ms: c.streams_initial_rebalance_delay.as_millis() as i64,
+            session_ms: o
+                .session_ms
+                .unwrap_or(c.streams_session_timeout.as_millis() as i64),
+            num_standby: o.num_standby.unwrap_or(c.streams_num_standby_replicas),
+            initial_delay_ms: o
+                .initial_delay_ms
+                .unwrap_or(c.streams_initial_rebalance_delay.as_millis() as i64),
             assignment_interval_ms: c.streams_assignment_interval.as_millis() as i64,
             max_size: c.streams_max_size,
         }
     }
 
-    /// One StreamsGroupHeartbeat. `topics` is the catalog now. The outcome names the internal
-    /// topics the group waits for: the caller creates them (as the client's principal).
+    /// One StreamsGroupHeartbeat. `topics` is the catalog now, `overrides` the group's own
+    /// settings. The outcome names the internal topics the group waits for: the caller creates
+    /// them (as the client's principal).
+    #[allow(clippy::too_many_arguments)]
     pub async fn streams_group_heartbeat(
         &self,
         r: StreamsGroupHeartbeatRequest,
@@ -213,6 +220,7 @@ impl GroupCoordinator {
         client_id: &str,
         client_host: &str,
         topics: &Topics,
+        overrides: &StreamsOverrides,
     ) -> StreamsHeartbeatOutcome {
         let group_id = r.group_id.to_string();
         if group_id.is_empty() {
@@ -229,18 +237,25 @@ impl GroupCoordinator {
             return heartbeat_error(error, "");
         }
         let member_id = hb.member_id.clone();
-        let (answer, endpoints) =
-            match self.apply_streams_heartbeat(&group_id, hb, r.endpoint_information_epoch, topics)
-            {
-                Ok(a) => a,
-                Err((error, message)) => return heartbeat_error(error, message),
-            };
+        let (answer, endpoints) = match self.apply_streams_heartbeat(
+            &group_id,
+            hb,
+            r.endpoint_information_epoch,
+            topics,
+            overrides,
+        ) {
+            Ok(a) => a,
+            Err((error, message)) => return heartbeat_error(error, message),
+        };
         self.inner.persist_later();
         let c = &self.inner.config;
         let mut out = StreamsGroupHeartbeatResponse::default();
         out.member_id = s(member_id);
         out.member_epoch = answer.member_epoch;
-        out.heartbeat_interval_ms = c.streams_heartbeat_interval.as_millis() as i32;
+        out.heartbeat_interval_ms = overrides
+            .heartbeat_ms
+            .unwrap_or(c.streams_heartbeat_interval.as_millis() as i64)
+            as i32;
         out.task_offset_interval_ms = 60_000;
         out.acceptable_recovery_lag = 10_000;
         out.status = Some(
@@ -280,9 +295,10 @@ impl GroupCoordinator {
         hb: StreamsHeartbeat,
         endpoint_epoch: i32,
         topics: &Topics,
+        overrides: &StreamsOverrides,
     ) -> Result<(StreamsAnswer, Option<Vec<resp::EndpointToPartitions>>), (i16, String)> {
         let now_ms = self.inner.now_ms();
-        let settings = self.streams_settings();
+        let settings = self.streams_settings(overrides);
         let mut state = self.inner.lock();
         if !state.owns(group_id) {
             return Err((NOT_COORDINATOR, String::new()));

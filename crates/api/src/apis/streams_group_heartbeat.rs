@@ -69,9 +69,17 @@ impl Api for StreamsGroupHeartbeat {
 
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
         let topics = broker.group_catalog();
+        let overrides = broker.shares.configs().streams(&request.group_id).await;
         let mut outcome = broker
             .groups
-            .streams_group_heartbeat(request, cx.v, cx.client_id, cx.client_host, &topics)
+            .streams_group_heartbeat(
+                request,
+                cx.v,
+                cx.client_id,
+                cx.client_host,
+                &topics,
+                &overrides,
+            )
             .await;
         if !outcome.to_create.is_empty() {
             let problems = create_internal_topics(broker, cx, &outcome.to_create).await;
