@@ -651,7 +651,10 @@ impl StreamsGroup {
             .get(&hb.member_id)
             .ok_or((UNKNOWN_MEMBER_ID, String::new()))?;
         let after = member.assigned();
-        let changed = joining || before.as_ref() != Some(&after);
+        // New to the member: it joined, its tasks changed, or it says it runs others (a response
+        // it never got).
+        let told = hb.owned.as_ref().is_some_and(|o| *o != after);
+        let changed = joining || told || before.as_ref() != Some(&after);
         let endpoint_changed = changed && member.user_endpoint.is_some();
         if endpoint_changed {
             self.endpoint_epoch += 1;

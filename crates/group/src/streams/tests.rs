@@ -560,3 +560,28 @@ fn random_churn_keeps_active_tasks_exclusive() {
         assert_eq!(g.state_name(), "Stable");
     }
 }
+
+#[test]
+fn a_member_that_missed_a_response_is_told_its_tasks_again() {
+    let cat = ready_catalog();
+    let mut g = StreamsGroup::default();
+    let a = g.heartbeat(join("a", "p1"), &cat, 0, SETTINGS).unwrap();
+    let tasks = a.tasks.clone().unwrap();
+    assert_eq!(tasks.active.len(), 8);
+    // The member says it runs nothing (the answer with its tasks never reached it): it is told
+    // its tasks again, not "unchanged".
+    let again = g
+        .heartbeat(
+            beat("a", a.member_epoch, Some(Tasks::default())),
+            &cat,
+            10,
+            SETTINGS,
+        )
+        .unwrap();
+    assert_eq!(again.tasks, Some(tasks.clone()));
+    // Once it lists them, nothing more is sent.
+    let quiet = g
+        .heartbeat(beat("a", a.member_epoch, Some(tasks)), &cat, 20, SETTINGS)
+        .unwrap();
+    assert_eq!(quiet.tasks, None);
+}
