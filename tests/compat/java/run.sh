@@ -50,10 +50,10 @@
 #                           killed holding records;
 #                           read_committed skipping aborted transactions; kafka-share-groups
 #                           (list, describe, reset-offsets, delete-offsets, delete)
-#   StreamsGroupTest        Kafka Streams 4.4 with group.protocol=streams (KIP-1071): a word
-#                           count at-least-once scaled 1 -> 3 -> 1 instances; a stream-table
-#                           join exactly_once_v2 with an instance's JVM killed and replaced
-#                           (each click joined once); kafka-streams-groups (list, describe,
+#   StreamsGroupTest        Kafka Streams 4.4 with group.protocol=streams (KIP-1071), at-least-
+#                           once and exactly_once_v2: a word count (a standby per count task)
+#                           and a stream-table join scaled 1 -> 3 -> 1 instances, one instance's
+#                           JVM killed and replaced; kafka-streams-groups (list, describe,
 #                           reset-offsets, delete)
 #   ShareGroupClusterTest   (cluster only) a share group across partition moves and a broker
 #                           killed: nothing accepted is delivered again

@@ -69,9 +69,10 @@ import org.junit.jupiter.params.provider.ValueSource;
  *       offsets, and the internal topics the broker created have the input's partition count and
  *       the configs Streams asked for.</li>
  *   <li>A stream-table join (copartitioned topics, a table store), at-least-once and
- *       exactly_once_v2, two instances, one of them in a JVM of its own killed (SIGKILL) in the
- *       middle of the input and replaced by a new instance: read_committed, every click is joined
- *       with its user's region, exactly once (at least once).</li>
+ *       exactly_once_v2, scaled from one instance to three (one in a JVM of its own, killed with
+ *       SIGKILL in the middle of the input and replaced by a new instance) and back to one:
+ *       read_committed, every click is joined with its user's region, exactly once (at least
+ *       once).</li>
  *   <li>{@code kafka-streams-groups}: list, describe (members, state, offsets), reset-offsets
  *       (dry run and execute), delete.</li>
  * </ul>
@@ -479,7 +480,7 @@ class StreamsGroupTest {
 
     @ParameterizedTest
     @ValueSource(strings = {StreamsConfig.AT_LEAST_ONCE, StreamsConfig.EXACTLY_ONCE_V2})
-    void joinWithAnInstanceKilledAndReplaced(String guarantee) throws Exception {
+    void joinScalesFromOneToThreeAndBackWithAnInstanceKilled(String guarantee) throws Exception {
         boolean exactly = guarantee.equals(StreamsConfig.EXACTLY_ONCE_V2);
         String clicks = Clients.unique("sg-clicks");
         String users = Clients.unique("sg-users");
@@ -508,47 +509,60 @@ class StreamsGroupTest {
 
         String java = Path.of(System.getProperty("java.home"), "bin", "java").toString();
         Path workerLog = Files.createTempFile("weir-compat-streams-worker-", ".log");
-        Process worker = new ProcessBuilder(java, "-cp", System.getProperty("java.class.path"),
-                StreamsWorker.class.getName(), broker.bootstrap(), app, clicks, users, out, guarantee)
-                .redirectErrorStream(true).redirectOutput(workerLog.toFile()).start();
+        Process worker = null;
         try (App a = new App(topology, app, guarantee)) {
-            awaitStable(app, 2, PARTITIONS);
-            produce(clicks, clicksOf.apply(0, 1_000));
-            readUntil(out, "the first 1000 clicks joined", got -> got.size() >= 1_000, app);
-            // The worker's instance runs tasks; killed while clicks come in, its open
-            // transaction is aborted by its timeout and its tasks go to the others once its
-            // session ends.
-            produce(clicks, clicksOf.apply(1_000, 1_500));
-            worker.destroyForcibly().waitFor(30, TimeUnit.SECONDS);
-            produce(clicks, clicksOf.apply(1_500, 2_000));
-            try (App replacement = new App(topology, app, guarantee)) {
-                readUntil(out, "2000 clicks joined", r -> r.size() >= 2_000, app);
-                awaitCommitted(app, clicks);
-                List<ConsumerRecord<String, String>> got =
-                        readUntil(out, "2000 clicks joined", r -> r.size() >= 2_000, app);
-                Map<String, Integer> seen = new TreeMap<>();
-                for (var r : got) {
-                    String[] parts = r.value().split("@");
-                    seen.merge(parts[0], 1, Integer::sum);
-                    assertEquals(region.get(r.key()), parts[1], "the region joined to " + r.value());
+            awaitStable(app, 1, PARTITIONS);
+            produce(clicks, clicksOf.apply(0, 500));
+            readUntil(out, "the first 500 clicks joined", got -> got.size() >= 500, app);
+            // Scale out to three: one in a JVM of its own.
+            worker = new ProcessBuilder(java, "-cp", System.getProperty("java.class.path"),
+                    StreamsWorker.class.getName(), broker.bootstrap(), app, clicks, users, out, guarantee)
+                    .redirectErrorStream(true).redirectOutput(workerLog.toFile()).start();
+            try (App c = new App(topology, app, guarantee)) {
+                awaitStable(app, 3, PARTITIONS);
+                produce(clicks, clicksOf.apply(500, 1_000));
+                readUntil(out, "1000 clicks joined by three instances", got -> got.size() >= 1_000, app);
+                // The worker's instance is killed while clicks come in: its open transaction is
+                // aborted by its timeout, and its task goes to another instance once its session
+                // ends. A new instance replaces it.
+                produce(clicks, clicksOf.apply(1_000, 1_250));
+                worker.destroyForcibly().waitFor(30, TimeUnit.SECONDS);
+                produce(clicks, clicksOf.apply(1_250, 1_500));
+                try (App replacement = new App(topology, app, guarantee)) {
+                    readUntil(out, "1500 clicks joined after the kill", got -> got.size() >= 1_500, app);
+                    awaitStable(app, 3, PARTITIONS);
                 }
-                for (int i = 0; i < 2_000; i++) {
-                    int n = seen.getOrDefault("click-" + i, 0);
-                    if (exactly) {
-                        assertEquals(1, n, "click-" + i + " joined exactly once");
-                    } else {
-                        assertTrue(n >= 1, "click-" + i + " joined at least once");
-                    }
-                }
-                if (exactly) {
-                    assertEquals(2_000, got.size(), "joined records, read_committed");
-                }
-                System.out.println("join with an instance killed, " + guarantee + ": " + (got.size() - 2_000)
-                        + " clicks joined more than once");
-                awaitStable(app, 2, PARTITIONS);
             }
+            // Back to one.
+            awaitStable(app, 1, PARTITIONS);
+            produce(clicks, clicksOf.apply(1_500, 2_000));
+            readUntil(out, "2000 clicks joined", r -> r.size() >= 2_000, app);
+            awaitCommitted(app, clicks);
+            List<ConsumerRecord<String, String>> got =
+                    readUntil(out, "2000 clicks joined", r -> r.size() >= 2_000, app);
+            Map<String, Integer> seen = new TreeMap<>();
+            for (var r : got) {
+                String[] parts = r.value().split("@");
+                seen.merge(parts[0], 1, Integer::sum);
+                assertEquals(region.get(r.key()), parts[1], "the region joined to " + r.value());
+            }
+            for (int i = 0; i < 2_000; i++) {
+                int n = seen.getOrDefault("click-" + i, 0);
+                if (exactly) {
+                    assertEquals(1, n, "click-" + i + " joined exactly once");
+                } else {
+                    assertTrue(n >= 1, "click-" + i + " joined at least once");
+                }
+            }
+            if (exactly) {
+                assertEquals(2_000, got.size(), "joined records, read_committed");
+            }
+            System.out.println("join scaled 1 -> 3 -> 1 with an instance killed, " + guarantee + ": "
+                    + (got.size() - 2_000) + " clicks joined more than once");
         } finally {
-            worker.destroyForcibly();
+            if (worker != null) {
+                worker.destroyForcibly();
+            }
             System.out.println("the killed instance's output:\n" + Files.readString(workerLog));
             Files.deleteIfExists(workerLog);
         }
@@ -608,7 +622,7 @@ class StreamsGroupTest {
 
     /**
      * One instance of the join application in a JVM of its own (for
-     * {@link #joinWithAnInstanceKilledAndReplaced}): runs until killed.
+     * {@link #joinScalesFromOneToThreeAndBackWithAnInstanceKilled}): runs until killed.
      */
     public static final class StreamsWorker {
         public static void main(String[] args) throws Exception {
