@@ -1148,6 +1148,7 @@ impl GroupCoordinator {
         if !state.owns(group_id) {
             return Err(NOT_COORDINATOR);
         }
+        GroupCoordinator::expire_streams(&mut state, group_id, self.inner.now_ms());
         if let Some(g) = state.streams.get(group_id) {
             if generation == -1 && member_id.is_empty() && instance_id.is_none() {
                 return Ok(());
@@ -1217,6 +1218,8 @@ impl GroupCoordinator {
                 drop(state);
                 return commit_error_response(&req, NOT_COORDINATOR);
             }
+            // Members gone for good no longer hold the group (an admin's commit after a crash).
+            GroupCoordinator::expire_streams(&mut state, &group_id, self.inner.now_ms());
             let streams = state.streams.get(&group_id).map(|g| {
                 let committed: Vec<(String, i32)> = req
                     .topics
@@ -1760,20 +1763,20 @@ impl GroupCoordinator {
         if let Err(error) = self.inner.load(group_id).await {
             return error;
         }
-        let share = {
+        let share_or_streams = {
             let now_ms = self.inner.now_ms();
             let mut state = self.inner.lock();
             GroupCoordinator::delete_share_group(&mut state, group_id, now_ms)
                 .or_else(|| GroupCoordinator::delete_streams_group(&mut state, group_id, now_ms))
         };
-        if share == Some(NONE) {
+        if share_or_streams == Some(NONE) {
             // A streams group's offsets go with it (a share group has none here).
             if let Err(e) = self.inner.meta.delete_offsets(group_id, None).await {
                 tracing::warn!(group = %group_id, error = %e, "deleting a group's offsets failed");
                 return COORDINATOR_NOT_AVAILABLE;
             }
         }
-        if let Some(error) = share {
+        if let Some(error) = share_or_streams {
             if error == NONE && !self.inner.persist(group_id).await {
                 return COORDINATOR_NOT_AVAILABLE;
             }
@@ -1876,6 +1879,7 @@ impl GroupCoordinator {
                     .map(|t| t.name.to_string())
                     .collect::<HashSet<String>>()
             });
+            GroupCoordinator::expire_streams(&mut state, &group_id, self.inner.now_ms());
             let streams = state.streams.get(&group_id).map(|g| {
                 req.topics
                     .iter()

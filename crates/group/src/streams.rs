@@ -616,7 +616,7 @@ impl StreamsGroup {
     ) -> Result<StreamsAnswer, (i16, String)> {
         self.expire(now_ms);
         if hb.member_epoch < 0 {
-            return Ok(self.leave(&hb, now_ms));
+            return Ok(self.leave(&hb));
         }
         let joining = hb.member_epoch == 0;
         self.check_epoch(&hb)?;
@@ -673,11 +673,11 @@ impl StreamsGroup {
     }
 
     /// A leave (-1), or a static member leaving for now (-2, treated as a leave here).
-    fn leave(&mut self, hb: &StreamsHeartbeat, now_ms: i64) -> StreamsAnswer {
+    fn leave(&mut self, hb: &StreamsHeartbeat) -> StreamsAnswer {
         if hb.shutdown_application && self.members.contains_key(&hb.member_id) {
             self.shutdown_requester = Some(hb.member_id.clone());
         }
-        self.remove(&hb.member_id, now_ms);
+        self.remove(&hb.member_id);
         StreamsAnswer {
             member_epoch: hb.member_epoch,
             tasks: None,
@@ -688,8 +688,7 @@ impl StreamsGroup {
     }
 
     /// Removes a member (left, fenced, or timed out): its tasks go to the others.
-    fn remove(&mut self, member_id: &str, now_ms: i64) {
-        let _ = now_ms;
+    fn remove(&mut self, member_id: &str) {
         if self.members.remove(member_id).is_none() {
             return;
         }
@@ -826,19 +825,19 @@ impl StreamsGroup {
         Ok(true)
     }
 
-    /// Runs the assignor if the group epoch moved and nothing holds it back; whether the
-    /// assignment is delayed.
-    fn maybe_assign(&mut self, now_ms: i64, settings: StreamsSettings) -> bool {
+    /// Runs the assignor if the group epoch moved and nothing holds it back; why the assignment
+    /// is delayed, if it is.
+    fn maybe_assign(&mut self, now_ms: i64, settings: StreamsSettings) -> Option<&'static str> {
         if self.assignment_epoch >= self.group_epoch {
-            return false;
+            return None;
         }
         if self.initial_delay_until_ms.is_some_and(|t| now_ms < t) {
-            return true;
+            return Some("Assignment delayed due to the configured initial rebalance delay.");
         }
         if self.last_assigned_ms > 0
             && now_ms < self.last_assigned_ms + settings.assignment_interval_ms
         {
-            return true;
+            return Some("Assignment delayed due to the configured assignment interval.");
         }
         self.initial_delay_until_ms = None;
         self.target = match &self.configured {
@@ -854,7 +853,7 @@ impl StreamsGroup {
         };
         self.assignment_epoch = self.group_epoch;
         self.last_assigned_ms = now_ms.max(1);
-        false
+        None
     }
 
     fn stateful_subtopologies(&self) -> BTreeSet<String> {
@@ -938,8 +937,10 @@ impl StreamsGroup {
         };
     }
 
-    /// The tasks `member_id` may not take yet: active tasks any other member still runs or
-    /// revokes; standby tasks another member of its process runs (in any role).
+    /// The tasks `member_id` may not take yet (Kafka's unreleased tasks): active tasks any other
+    /// member still runs or revokes, or another thread of its process runs as a standby or
+    /// warm-up (they share the process's state directory); standby tasks another thread of its
+    /// process runs in any role.
     fn held_elsewhere(&self, member_id: &str) -> (BTreeSet<TaskId>, BTreeSet<TaskId>) {
         let process = self.members.get(member_id).map(|m| m.process_id.as_str());
         let mut active = BTreeSet::new();
@@ -948,23 +949,26 @@ impl StreamsGroup {
             active.extend(m.active.keys().cloned());
             active.extend(m.revoking.active.iter().cloned());
             if Some(m.process_id.as_str()) == process {
+                let passive = m
+                    .standby
+                    .iter()
+                    .chain(&m.warmup)
+                    .chain(&m.revoking.standby)
+                    .chain(&m.revoking.warmup);
+                active.extend(passive.clone().cloned());
+                standby.extend(passive.cloned());
                 standby.extend(m.active.keys().cloned());
                 standby.extend(m.revoking.active.iter().cloned());
-                standby.extend(m.standby.iter().cloned());
-                standby.extend(m.revoking.standby.iter().cloned());
             }
         }
         (active, standby)
     }
 
     /// The statuses a member is told, in Kafka's order.
-    fn status(&self, delayed: bool) -> Vec<(i8, String)> {
+    fn status(&self, delayed: Option<&str>) -> Vec<(i8, String)> {
         let mut out = Vec::new();
-        if delayed {
-            out.push((
-                status::ASSIGNMENT_DELAYED,
-                "Assignment delayed due to the configured initial rebalance delay.".to_string(),
-            ));
+        if let Some(why) = delayed {
+            out.push((status::ASSIGNMENT_DELAYED, why.to_string()));
         }
         if let Some(Configured::NotReady { status, detail, .. }) = &self.configured {
             out.push((*status, detail.clone()));
@@ -990,7 +994,7 @@ impl StreamsGroup {
             .map(|m| m.member_id.clone())
             .collect();
         for id in &gone {
-            self.remove(id, now_ms);
+            self.remove(id);
         }
         !gone.is_empty()
     }
@@ -1147,22 +1151,26 @@ pub fn assign(
     out
 }
 
-/// Members' task counts against the active quota.
+/// Members' task counts against the active quota. A member whose count reaches the quota leaves
+/// the pool, and the quota is worked out again over the tasks and members left (so it only
+/// shrinks, and members already at the new quota leave too): counts end within one of each
+/// other wherever stickiness allows.
 struct Quota {
     counts: BTreeMap<String, usize>,
     open: BTreeSet<String>,
     quota: usize,
-    /// Tasks not yet given to a member that left the pool.
+    /// Tasks not given to members that left the pool.
     remaining: usize,
     process: BTreeMap<String, String>,
-    process_members: BTreeMap<String, usize>,
+    /// Per process: (members, tasks given to them).
+    process_load: BTreeMap<String, (usize, usize)>,
 }
 
 impl Quota {
     fn new(members: &BTreeMap<String, StreamsMember>, tasks: usize) -> Quota {
-        let mut process_members: BTreeMap<String, usize> = BTreeMap::new();
+        let mut process_load: BTreeMap<String, (usize, usize)> = BTreeMap::new();
         for m in members.values() {
-            *process_members.entry(m.process_id.clone()).or_default() += 1;
+            process_load.entry(m.process_id.clone()).or_default().0 += 1;
         }
         Quota {
             counts: members.keys().map(|m| (m.clone(), 0)).collect(),
@@ -1173,7 +1181,7 @@ impl Quota {
                 .values()
                 .map(|m| (m.member_id.clone(), m.process_id.clone()))
                 .collect(),
-            process_members,
+            process_load,
         }
     }
 
@@ -1186,42 +1194,51 @@ impl Quota {
     }
 
     fn take(&mut self, m: &str) {
-        let c = self.counts.entry(m.to_string()).or_default();
-        *c += 1;
-        if *c >= self.quota && self.open.remove(m) {
-            self.remaining = self.remaining.saturating_sub(*c);
-            if !self.open.is_empty() {
-                self.quota = self.remaining.div_ceil(self.open.len());
+        *self.counts.entry(m.to_string()).or_default() += 1;
+        if let Some(p) = self.process.get(m) {
+            if let Some(load) = self.process_load.get_mut(p) {
+                load.1 += 1;
             }
+        }
+        self.close_full();
+    }
+
+    /// Takes members at the quota out of the pool, working the quota out again until none is.
+    fn close_full(&mut self) {
+        loop {
+            let full: Vec<String> = self
+                .open
+                .iter()
+                .filter(|m| self.count(m) >= self.quota)
+                .cloned()
+                .collect();
+            if full.is_empty() || self.open.len() == full.len() {
+                return;
+            }
+            for m in full {
+                self.open.remove(&m);
+                self.remaining = self.remaining.saturating_sub(self.count(&m));
+            }
+            self.quota = self.remaining.div_ceil(self.open.len());
         }
     }
 
     /// The open member of the least loaded process (tasks per member), fewest tasks first;
-    /// any member if every one is full.
+    /// the member with the fewest tasks if every one is full.
     fn least_loaded(&self, members: &BTreeMap<String, StreamsMember>) -> String {
-        let load = |p: &str| {
-            let tasks: usize = self
-                .counts
-                .iter()
-                .filter(|(m, _)| self.process.get(*m).map(String::as_str) == Some(p))
-                .map(|(_, c)| *c)
-                .sum();
-            let n = self.process_members.get(p).copied().unwrap_or(1).max(1);
-            (tasks * 1000) / n
+        let load = |m: &str| {
+            let p = self.process.get(m).map(String::as_str).unwrap_or("");
+            self.process_load
+                .get(p)
+                .map_or(0, |(n, tasks)| tasks * 1000 / (*n).max(1))
         };
-        let candidates: Vec<&String> = if self.open.is_empty() {
-            members.keys().collect()
+        let key = |m: &String| (load(m), self.count(m), m.clone());
+        let pick = if self.open.is_empty() {
+            members.keys().min_by_key(|m| key(m))
         } else {
-            self.open.iter().collect()
+            self.open.iter().min_by_key(|m| key(m))
         };
-        candidates
-            .into_iter()
-            .min_by_key(|m| {
-                let p = self.process.get(*m).map(String::as_str).unwrap_or("");
-                (load(p), self.count(m), (*m).clone())
-            })
-            .cloned()
-            .unwrap_or_default()
+        pick.cloned().unwrap_or_default()
     }
 }
 

@@ -309,22 +309,23 @@ impl GroupCoordinator {
                 format!("Group {group_id} is not a streams group."),
             ));
         }
-        if let Some(g) = state.groups.get(group_id) {
-            // An empty classic group (offsets committed by an admin tool, a reset) becomes a
-            // streams group when its application joins; its offsets stay.
-            if g.is_active() || hb.member_epoch != 0 {
-                return Err((
-                    GROUP_ID_NOT_FOUND,
-                    format!("Group {group_id} is not a streams group."),
-                ));
-            }
-            state.groups.remove(group_id);
+        // An empty classic group (offsets committed by an admin tool, a reset) becomes a
+        // streams group when its application joins (once the join is taken); its offsets stay.
+        let classic = state.groups.get(group_id).map(|g| g.is_active());
+        if classic == Some(true) || (classic.is_some() && hb.member_epoch != 0) {
+            return Err((
+                GROUP_ID_NOT_FOUND,
+                format!("Group {group_id} is not a streams group."),
+            ));
         }
         let exists = state.streams.contains_key(group_id);
         if !exists && hb.member_epoch != 0 {
+            // Kafka answers GROUP_ID_NOT_FOUND, which is fatal to the client; here a group can
+            // be gone (only its epoch is stored, and a write not done when the coordinator
+            // moved is lost), so its members are sent to join again.
             return Err((
-                GROUP_ID_NOT_FOUND,
-                format!("Streams group {group_id} not found."),
+                UNKNOWN_MEMBER_ID,
+                format!("Streams group {group_id} not found: join again."),
             ));
         }
         let mut group = state.streams.get(group_id).cloned().unwrap_or_default();
@@ -333,6 +334,10 @@ impl GroupCoordinator {
         let answer = group.heartbeat(hb, topics, now_ms, settings)?;
         let endpoints = (answer.member_epoch >= 0 && endpoint_epoch != group.endpoint_epoch)
             .then(|| endpoints(&group, &member_id, topics));
+        if classic.is_some() {
+            tracing::info!(group = %group_id, "empty classic group converted to a streams group");
+            state.groups.remove(group_id);
+        }
         if !exists || group.group_epoch != before {
             state.queue(group_id, Write::Save(group.encode()));
             state.absent.remove(group_id);
@@ -621,10 +626,10 @@ impl GroupCoordinator {
     pub(crate) fn streams_to_classic(&self, group_id: &str) -> bool {
         let now_ms = self.inner.now_ms();
         let mut state = self.inner.lock();
-        let Some(g) = state.streams.get_mut(group_id) else {
+        GroupCoordinator::expire_streams(&mut state, group_id, now_ms);
+        let Some(g) = state.streams.get(group_id) else {
             return true;
         };
-        g.expire(now_ms);
         if !g.members.is_empty() {
             return false;
         }
@@ -634,6 +639,18 @@ impl GroupCoordinator {
         true
     }
 
+    /// Removes the members of streams group `group_id` whose session ended (and queues its
+    /// stored form if its epoch moved).
+    pub(crate) fn expire_streams(state: &mut crate::State, group_id: &str, now_ms: i64) {
+        let Some(g) = state.streams.get_mut(group_id) else {
+            return;
+        };
+        if g.expire(now_ms) {
+            let stored = g.encode();
+            state.queue(group_id, Write::Save(stored));
+        }
+    }
+
     /// Removes an empty streams group (DeleteGroups): `NON_EMPTY_GROUP` if it has members.
     /// `None` if `group_id` is not a streams group.
     pub(crate) fn delete_streams_group(
@@ -641,9 +658,8 @@ impl GroupCoordinator {
         group_id: &str,
         now_ms: i64,
     ) -> Option<i16> {
-        let g = state.streams.get_mut(group_id)?;
-        g.expire(now_ms);
-        if !g.members.is_empty() {
+        GroupCoordinator::expire_streams(state, group_id, now_ms);
+        if !state.streams.get(group_id)?.members.is_empty() {
             return Some(NON_EMPTY_GROUP);
         }
         state.streams.remove(group_id);
@@ -651,5 +667,20 @@ impl GroupCoordinator {
         state.queue(group_id, Write::Delete);
         state.mark_absent(group_id);
         Some(NONE)
+    }
+}
+
+#[cfg(test)]
+impl GroupCoordinator {
+    /// An empty classic group, as an admin's offset commit leaves one.
+    pub(crate) fn create_empty_classic_group_for_tests(&self, group_id: &str) {
+        self.inner.lock().groups.insert(
+            group_id.to_string(),
+            crate::group::Group::new(group_id.to_string()),
+        );
+    }
+
+    pub(crate) fn has_classic_group_for_tests(&self, group_id: &str) -> bool {
+        self.inner.lock().groups.contains_key(group_id)
     }
 }

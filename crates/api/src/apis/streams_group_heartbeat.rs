@@ -68,6 +68,14 @@ impl Api for StreamsGroupHeartbeat {
     }
 
     async fn handle(broker: &Arc<Broker>, cx: &Cx<'_>, request: Self::Request) -> Reply {
+        if let Some(problem) = request.topology.as_ref().and_then(topology_names_problem) {
+            return now(ResponseKind::StreamsGroupHeartbeat(
+                StreamsGroupHeartbeatResponse::default()
+                    .with_error_code(weir_group::streams::STREAMS_INVALID_TOPOLOGY)
+                    .with_error_message(Some(crate::str(&problem)))
+                    .with_member_epoch(-1),
+            ));
+        }
         let topics = broker.group_catalog();
         let overrides = broker.shares.configs().streams(&request.group_id).await;
         let mut outcome = broker
@@ -132,6 +140,38 @@ impl Api for StreamsGroupHeartbeat {
     }
 }
 
+/// Kafka's check of the topic names a topology uses: none of Kafka's internal topics, and valid
+/// names only (the broker would create them).
+fn topology_names_problem(t: &streams_group_heartbeat_request::Topology) -> Option<String> {
+    const INTERNAL: [&str; 3] = [
+        "__consumer_offsets",
+        "__transaction_state",
+        "__share_group_state",
+    ];
+    let names = t.subtopologies.iter().flat_map(|s| {
+        s.source_topics
+            .iter()
+            .chain(&s.repartition_sink_topics)
+            .chain(s.repartition_source_topics.iter().map(|t| &t.name))
+            .chain(s.state_changelog_topics.iter().map(|t| &t.name))
+    });
+    for name in names {
+        if INTERNAL.contains(&name.as_str()) {
+            return Some(format!(
+                "Use of Kafka internal topics {} in a Kafka Streams topology is prohibited.",
+                name.as_str()
+            ));
+        }
+        if let Err((_, why)) = weir_partition::topics::validate_topic_name(name) {
+            return Some(format!(
+                "Topic names {} are not valid: {why}",
+                name.as_str()
+            ));
+        }
+    }
+    None
+}
+
 /// Creates the internal topics a streams group waits for, as the member's principal (CREATE on
 /// the cluster or on each topic), as Kafka does; the problems, as Kafka appends them to the
 /// MISSING_INTERNAL_TOPICS status ("" if none). The group sees the topics at its next
@@ -154,13 +194,15 @@ async fn create_internal_topics(broker: &Arc<Broker>, cx: &Cx<'_>, topics: &[Top
         ));
     }
     let mut failed = Vec::new();
-    for t in ok {
+    // All at once, under one bound: the heartbeat waits for the slowest.
+    let creations = ok.iter().map(|t| {
         let configs: BTreeMap<String, String> = t.configs.iter().cloned().collect();
-        let created = tokio::time::timeout(
+        tokio::time::timeout(
             CREATE_TIMEOUT,
             broker.topics.create(&t.name, t.partitions, configs, false),
         )
-        .await;
+    });
+    for (t, created) in ok.iter().zip(futures::future::join_all(creations).await) {
         match created {
             Ok(Ok(_)) => {
                 tracing::info!(topic = %t.name, partitions = t.partitions, "streams group internal topic created");

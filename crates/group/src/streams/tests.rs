@@ -585,3 +585,157 @@ fn a_member_that_missed_a_response_is_told_its_tasks_again() {
         .unwrap();
     assert_eq!(quiet.tasks, None);
 }
+
+#[test]
+fn counts_stay_within_one_when_the_quota_shrinks() {
+    // 9 tasks on two members (5 and 4, interleaved), two new members: Kafka's sticky assignor
+    // gives 3/2/2/2; a member left in the pool at the shrunk quota would get one too many.
+    let tasks: BTreeMap<String, i32> = [("0".to_string(), 9)].into();
+    let mut members = BTreeMap::new();
+    members.insert(
+        "x".to_string(),
+        member(
+            "x",
+            "p1",
+            &[("0", 0), ("0", 2), ("0", 4), ("0", 6), ("0", 8)],
+        ),
+    );
+    members.insert(
+        "y".to_string(),
+        member("y", "p2", &[("0", 1), ("0", 3), ("0", 5), ("0", 7)]),
+    );
+    members.insert("z".to_string(), member("z", "p3", &[]));
+    members.insert("w".to_string(), member("w", "p4", &[]));
+    let mut counts = active_counts(&assign(&members, &tasks, &BTreeSet::new(), 0));
+    counts.sort();
+    assert_eq!(counts, vec![2, 2, 2, 3]);
+}
+
+#[test]
+fn an_active_task_waits_for_its_standby_on_another_thread_of_the_process() {
+    let mut g = StreamsGroup::default();
+    let task: TaskId = ("1".into(), 0);
+    let mut a1 = member("a1", "p1", &[]);
+    a1.standby.insert(task.clone());
+    g.members.insert("a1".into(), a1);
+    g.members.insert("a2".into(), member("a2", "p1", &[]));
+    g.members.insert("b".into(), member("b", "p2", &[]));
+    assert!(
+        g.held_elsewhere("a2").0.contains(&task),
+        "same process: wait"
+    );
+    assert!(
+        !g.held_elsewhere("b").0.contains(&task),
+        "another process: no wait"
+    );
+}
+
+/// Many members on processes of four threads: every member gets its share.
+#[test]
+fn a_large_group_is_balanced() {
+    let tasks: BTreeMap<String, i32> = (0..10).map(|s| (s.to_string(), 100)).collect();
+    let members: BTreeMap<String, StreamsMember> = (0..500)
+        .map(|i| {
+            let id = format!("m{i:03}");
+            let m = member(&id, &format!("p{}", i / 4), &[]);
+            (id, m)
+        })
+        .collect();
+    let out = assign(&members, &tasks, &BTreeSet::new(), 0);
+    let mut counts = active_counts(&out);
+    counts.sort();
+    assert_eq!((counts[0], counts[counts.len() - 1]), (2, 2));
+}
+
+mod coordinator {
+    use std::sync::Arc;
+
+    use kafka_protocol::messages::streams_group_heartbeat_request::{Subtopology, Topology};
+    use kafka_protocol::messages::{GroupId, StreamsGroupHeartbeatRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    use weir_meta::SqliteMetaStore;
+
+    use crate::codes::*;
+    use crate::streams::StreamsOverrides;
+    use crate::{GroupConfig, GroupCoordinator};
+
+    fn s(v: &str) -> StrBytes {
+        StrBytes::from_string(v.to_owned())
+    }
+
+    fn catalog() -> crate::consumer::Topics {
+        [("input".to_string(), ([1; 16], 2))].into()
+    }
+
+    fn coordinator() -> Arc<GroupCoordinator> {
+        GroupCoordinator::new(
+            Arc::new(SqliteMetaStore::in_memory().expect("store")),
+            GroupConfig::default(),
+        )
+    }
+
+    fn heartbeat(member: &str, epoch: i32) -> StreamsGroupHeartbeatRequest {
+        let mut r = StreamsGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(s("app")))
+            .with_member_id(s(member))
+            .with_member_epoch(epoch);
+        if epoch == 0 {
+            r = r
+                .with_rebalance_timeout_ms(30_000)
+                .with_process_id(Some(s("p1")))
+                .with_active_tasks(Some(vec![]))
+                .with_standby_tasks(Some(vec![]))
+                .with_warmup_tasks(Some(vec![]))
+                .with_topology(Some(Topology::default().with_subtopologies(vec![
+                    Subtopology::default()
+                        .with_subtopology_id(s("0"))
+                        .with_source_topics(vec![TopicName(s("input"))]),
+                ])));
+        }
+        r
+    }
+
+    #[tokio::test]
+    async fn a_member_of_a_group_the_coordinator_lost_is_sent_to_join_again() {
+        let co = coordinator();
+        let o = StreamsOverrides::default();
+        let r = co
+            .streams_group_heartbeat(heartbeat("m1", 3), 1, "c", "h", &catalog(), &o)
+            .await;
+        // Not GROUP_ID_NOT_FOUND, which is fatal to a Kafka Streams client.
+        assert_eq!(r.response.error_code, UNKNOWN_MEMBER_ID);
+        let r = co
+            .streams_group_heartbeat(heartbeat("m1", 0), 1, "c", "h", &catalog(), &o)
+            .await;
+        assert_eq!(r.response.error_code, NONE);
+        assert!(r.response.member_epoch > 0);
+    }
+
+    #[tokio::test]
+    async fn a_refused_join_leaves_an_empty_classic_group_as_it_was() {
+        let co = coordinator();
+        let o = StreamsOverrides::default();
+        co.create_empty_classic_group_for_tests("app");
+        // A repartition topic nobody writes: refused after the group was looked at.
+        let mut bad = heartbeat("m1", 0);
+        if let Some(t) = bad.topology.as_mut() {
+            t.subtopologies[0].repartition_source_topics = vec![
+                kafka_protocol::messages::streams_group_heartbeat_request::TopicInfo::default()
+                    .with_name(TopicName(s("orphan"))),
+            ];
+        }
+        let r = co
+            .streams_group_heartbeat(bad, 1, "c", "h", &catalog(), &o)
+            .await;
+        assert_eq!(
+            r.response.error_code,
+            crate::streams::STREAMS_INVALID_TOPOLOGY
+        );
+        assert!(co.has_classic_group_for_tests("app"));
+        let r = co
+            .streams_group_heartbeat(heartbeat("m1", 0), 1, "c", "h", &catalog(), &o)
+            .await;
+        assert_eq!(r.response.error_code, NONE);
+        assert!(!co.has_classic_group_for_tests("app"));
+    }
+}
