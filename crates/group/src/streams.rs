@@ -616,7 +616,7 @@ impl StreamsGroup {
     ) -> Result<StreamsAnswer, (i16, String)> {
         self.expire(now_ms);
         if hb.member_epoch < 0 {
-            return Ok(self.leave(&hb));
+            return self.leave(&hb);
         }
         let joining = hb.member_epoch == 0;
         self.check_epoch(&hb)?;
@@ -673,24 +673,34 @@ impl StreamsGroup {
     }
 
     /// A leave (-1), or a static member leaving for now (-2, treated as a leave here).
-    fn leave(&mut self, hb: &StreamsHeartbeat) -> StreamsAnswer {
-        if hb.shutdown_application && self.members.contains_key(&hb.member_id) {
+    fn leave(&mut self, hb: &StreamsHeartbeat) -> Result<StreamsAnswer, (i16, String)> {
+        if !self.members.contains_key(&hb.member_id) {
+            return Err((
+                UNKNOWN_MEMBER_ID,
+                format!("Member {} is not a member of group.", hb.member_id),
+            ));
+        }
+        if hb.shutdown_application {
             self.shutdown_requester = Some(hb.member_id.clone());
         }
         self.remove(&hb.member_id);
-        StreamsAnswer {
+        Ok(StreamsAnswer {
             member_epoch: hb.member_epoch,
             tasks: None,
             status: Vec::new(),
             to_create: Vec::new(),
             endpoint_epoch: self.endpoint_epoch,
-        }
+        })
     }
 
     /// Removes a member (left, fenced, or timed out): its tasks go to the others.
     fn remove(&mut self, member_id: &str) {
-        if self.members.remove(member_id).is_none() {
+        let Some(gone) = self.members.remove(member_id) else {
             return;
+        };
+        if gone.user_endpoint.is_some() {
+            // The others' view of who serves which partitions (interactive queries) changed.
+            self.endpoint_epoch += 1;
         }
         self.target.remove(member_id);
         self.group_epoch += 1;
@@ -1273,11 +1283,15 @@ fn assign_standbys(
                 .values()
                 .filter(|m| !holders.contains(&m.process_id))
                 .min_by_key(|m| {
-                    (
-                        !m.standby.contains(&task),
-                        load(&m.member_id),
-                        m.member_id.clone(),
-                    )
+                    // Where the task's state is already: its standby, then its previous owner.
+                    let warm = if m.standby.contains(&task) {
+                        0
+                    } else if m.active.contains_key(&task) {
+                        1
+                    } else {
+                        2
+                    };
+                    (warm, load(&m.member_id), m.member_id.clone())
                 })
                 .map(|m| m.member_id.clone());
             let Some(m) = pick else {

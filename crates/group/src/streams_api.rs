@@ -22,6 +22,14 @@ use crate::streams::{
 };
 use crate::{GroupCoordinator, Write, GROUP_AUTHORIZED_OPERATIONS};
 
+/// How often members report their tasks' changelog offsets (Kafka's
+/// `group.streams.task.offset.interval.ms` default).
+const TASK_OFFSET_INTERVAL_MS: i32 = 60_000;
+
+/// Kafka's `group.streams.acceptable.recovery.lag` default, echoed to members (no warm-up tasks
+/// are assigned, so nothing here uses it).
+const ACCEPTABLE_RECOVERY_LAG: i64 = 10_000;
+
 /// What a heartbeat asks of the broker besides its response: internal topics to create.
 pub struct StreamsHeartbeatOutcome {
     pub response: StreamsGroupHeartbeatResponse,
@@ -256,8 +264,8 @@ impl GroupCoordinator {
             .heartbeat_ms
             .unwrap_or(c.streams_heartbeat_interval.as_millis() as i64)
             as i32;
-        out.task_offset_interval_ms = 60_000;
-        out.acceptable_recovery_lag = 10_000;
+        out.task_offset_interval_ms = TASK_OFFSET_INTERVAL_MS;
+        out.acceptable_recovery_lag = ACCEPTABLE_RECOVERY_LAG;
         out.status = Some(
             answer
                 .status

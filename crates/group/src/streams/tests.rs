@@ -739,3 +739,41 @@ mod coordinator {
         assert!(!co.has_classic_group_for_tests("app"));
     }
 }
+
+#[test]
+fn a_leave_of_an_unknown_member_is_refused_and_an_endpoint_leaving_moves_the_endpoint_epoch() {
+    let cat = ready_catalog();
+    let mut g = StreamsGroup::default();
+    let mut a = join("a", "p1");
+    a.user_endpoint = Some(("host-a".into(), 8080));
+    g.heartbeat(a, &cat, 0, SETTINGS).unwrap();
+    g.heartbeat(join("b", "p2"), &cat, 0, SETTINGS).unwrap();
+    assert_eq!(
+        g.heartbeat(beat("nobody", -1, None), &cat, 0, SETTINGS)
+            .unwrap_err()
+            .0,
+        UNKNOWN_MEMBER_ID
+    );
+    let before = g.endpoint_epoch;
+    g.heartbeat(beat("a", -1, None), &cat, 0, SETTINGS).unwrap();
+    assert!(g.endpoint_epoch > before);
+}
+
+#[test]
+fn a_standby_goes_back_to_where_the_state_is() {
+    // c ran both tasks; with three members it keeps one, the other moves, and c (whose disk
+    // has that task's state) gets its standby rather than the idle member.
+    let tasks: BTreeMap<String, i32> = [("0".to_string(), 2)].into();
+    let stateful: BTreeSet<String> = ["0".to_string()].into();
+    let mut members = BTreeMap::new();
+    members.insert("a".to_string(), member("a", "p1", &[]));
+    members.insert("b".to_string(), member("b", "p2", &[]));
+    members.insert("c".to_string(), member("c", "p3", &[("0", 0), ("0", 1)]));
+    let out = assign(&members, &tasks, &stateful, 1);
+    assert_eq!(out["c"].active.len(), 1);
+    let moved = [("0".to_string(), 0), ("0".to_string(), 1)]
+        .into_iter()
+        .find(|t| !out["c"].active.contains(t))
+        .unwrap();
+    assert!(out["c"].standby.contains(&moved), "{out:?}");
+}
