@@ -230,6 +230,17 @@ fn eventually(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// [`eventually`] on cluster `c`: a timeout also shows the end of every broker's log.
+fn eventually_in(c: &Cluster, secs: u64, what: &str, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        if t.elapsed() >= Duration::from_secs(secs) {
+            panic!("{what} (not within {secs} s){}", c.log_tails(40));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Acknowledged records: (partition, offset) -> value.
 #[derive(Clone, Default)]
 struct Acks(
@@ -851,7 +862,8 @@ fn a_paused_leader_is_replaced_and_acknowledges_nothing_after() {
     let w = Writer::start(&c.bootstrap(), "zombie", 6);
     std::thread::sleep(Duration::from_millis(1500));
     c.signal(0, libc::SIGSTOP);
-    eventually(
+    eventually_in(
+        &c,
         30,
         "the paused broker's partitions led by live brokers",
         || {
@@ -862,7 +874,7 @@ fn a_paused_leader_is_replaced_and_acknowledges_nothing_after() {
     );
     std::thread::sleep(Duration::from_millis(500));
     c.signal(0, libc::SIGCONT);
-    eventually(30, "the zombie starting again", || {
+    eventually_in(&c, 30, "the zombie starting again", || {
         c.broker(0)
             .log_text()
             .contains("starting again after being replaced")

@@ -436,6 +436,24 @@ impl Cluster {
         unsafe { libc::kill(self.broker(i).pid as i32, signal) };
     }
 
+    /// The last `lines` lines of every broker's log, to tell what a wait that timed out was
+    /// waiting for (the harness removes the logs with the cluster).
+    pub fn log_tails(&self, lines: usize) -> String {
+        let mut out = String::new();
+        for (i, b) in self.nodes.iter().enumerate() {
+            let text = b.log_text();
+            let all: Vec<&str> = text.lines().collect();
+            let tail = &all[all.len().saturating_sub(lines)..];
+            out.push_str(&format!(
+                "\n--- broker {} (last {} lines) ---\n{}\n",
+                self.node_id(i),
+                tail.len(),
+                tail.join("\n")
+            ));
+        }
+        out
+    }
+
     /// The running broker `i`.
     pub fn broker(&self, i: usize) -> &Broker {
         assert!(
