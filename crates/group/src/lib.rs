@@ -1,8 +1,10 @@
-//! Weir's group coordinator: Kafka's classic group protocol and its consumer group protocol
-//! (KIP-848), and the groups' committed offsets.
+//! Weir's group coordinator: Kafka's classic group protocol, its consumer group protocol
+//! (KIP-848), share groups (KIP-932, [`share`]) and streams groups (KIP-1071, [`streams`]), and
+//! the groups' committed offsets.
 //!
 //! The Kafka API layer hands each group request (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-//! ConsumerGroupHeartbeat, ConsumerGroupDescribe, OffsetCommit, OffsetFetch, DescribeGroups,
+//! ConsumerGroupHeartbeat, ConsumerGroupDescribe, ShareGroupHeartbeat, ShareGroupDescribe,
+//! StreamsGroupHeartbeat, StreamsGroupDescribe, OffsetCommit, OffsetFetch, DescribeGroups,
 //! ListGroups, DeleteGroups, OffsetDelete), already decoded, to [`GroupCoordinator`] and gets
 //! the response back filled for the request's version.
 //!
