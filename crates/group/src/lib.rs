@@ -1155,34 +1155,19 @@ impl GroupCoordinator {
             if generation == -1 && member_id.is_empty() && instance_id.is_none() {
                 return Ok(());
             }
-            // As for consumer groups: a stale epoch is ILLEGAL_GENERATION to a producer.
             return g
                 .validate_commit(member_id, generation, partitions)
-                .map_err(|e| {
-                    if e == STALE_MEMBER_EPOCH {
-                        ILLEGAL_GENERATION
-                    } else {
-                        e
-                    }
-                });
+                .map_err(for_producer);
         }
         if let Some(c) = state.consumers.get(group_id) {
             // The generation is the member epoch.
             if generation < 0 && c.group.members.is_empty() {
                 return Ok(());
             }
-            // As Kafka: a stale member epoch is ILLEGAL_GENERATION here, which producers treat
-            // as an abortable failed commit (they do not know STALE_MEMBER_EPOCH).
             return c
                 .group
                 .validate_member_epoch(member_id, generation)
-                .map_err(|e| {
-                    if e == STALE_MEMBER_EPOCH {
-                        ILLEGAL_GENERATION
-                    } else {
-                        e
-                    }
-                });
+                .map_err(for_producer);
         }
         let result = match state.groups.get_mut(group_id) {
             Some(g) => {
@@ -1990,6 +1975,17 @@ struct FetchedPartition {
 }
 
 /// An OffsetCommit answered with one error for every partition.
+/// A member-epoch check's error as a transactional producer is told it: as Kafka, a stale
+/// member epoch is ILLEGAL_GENERATION, which producers treat as an abortable failed commit (they
+/// do not know STALE_MEMBER_EPOCH).
+fn for_producer(error: i16) -> i16 {
+    if error == STALE_MEMBER_EPOCH {
+        ILLEGAL_GENERATION
+    } else {
+        error
+    }
+}
+
 fn commit_error_response(req: &OffsetCommitRequest, error: i16) -> OffsetCommitResponse {
     let mut resp = OffsetCommitResponse::default();
     resp.topics = req
