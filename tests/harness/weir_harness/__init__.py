@@ -144,6 +144,48 @@ def _wait_port(host, port, timeout):
 _LIVE = set()
 
 
+# What every test broker gets unless a test says otherwise: a small WAL, not the 2 GiB default;
+# consumer and streams groups heartbeat every second (they learn of new assignments at their next
+# heartbeat), and a streams group member that is gone is removed after 10 s (Kafka's minimum is
+# 45 s); the cleaner of compacted topics looks for work every half second (Kafka's
+# log.cleaner.backoff.ms is 15 s; tools/kafka/kafka.sh sets 1 s), so that compaction tests see it
+# within seconds.
+TEST_BROKER_ENV = {"WEIR_WAL_CAPACITY": str(64 << 20),
+                   "WEIR_BROKER_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS": "1000",
+                   "WEIR_BROKER_GROUP_STREAMS_HEARTBEAT_INTERVAL_MS": "1000",
+                   "WEIR_BROKER_GROUP_STREAMS_SESSION_TIMEOUT_MS": "10000",
+                   "WEIR_BROKER_GROUP_STREAMS_INITIAL_REBALANCE_DELAY_MS": "1000",
+                   "WEIR_BROKER_LOG_CLEANER_BACKOFF_MS": "500"}
+
+_FIELDS_CACHE = {}
+
+
+def _env_for(binary, env):
+    """`env` without the harness's own defaults (TEST_BROKER_ENV) that `binary` does not know.
+
+    A broker refuses a setting it has no field for, and the upgrade tests start older releases
+    (tools/build-release.sh) with this harness: a default added after them (the streams group
+    settings, say) would stop them at start. A setting a test asked for is always passed, so that
+    a mistaken key still fails loudly. A field is known when its name is in the binary's bytes
+    (serde keeps field names as strings); WEIR_BROKER_GROUP_X names the field `group_x`.
+    """
+    dropped = []
+    for key, value in TEST_BROKER_ENV.items():
+        if env.get(key) != value:
+            continue
+        field = key.split("_", 2)[2].lower().encode()
+        if field not in _binary_bytes(binary):
+            dropped.append(key)
+    return {k: v for k, v in env.items() if k not in dropped}
+
+
+def _binary_bytes(binary):
+    if binary not in _FIELDS_CACHE:
+        with open(binary, "rb") as f:
+            _FIELDS_CACHE[binary] = f.read()
+    return _FIELDS_CACHE[binary]
+
+
 class Broker:
     """One single-node broker (Weir or Kafka) with a fixed data dir and ports.
 
@@ -163,19 +205,8 @@ class Broker:
         self.node_id = node_id
         # Weir only: the binary of the next start(); None: $WEIR_SERVE_BIN, else $WEIR_BIN.
         self.binary = None
-        # Weir only: extra environment (WEIR_<SECTION>_<KEY> settings). Test brokers get a
-        # small WAL, not the 2 GiB default. Consumer and streams groups heartbeat every second
-        # (they learn of new assignments at their next heartbeat), and a streams group member
-        # that is gone is removed after 10 s (Kafka's minimum is 45 s).
-        # The cleaner of compacted topics looks for work every half second (Kafka's
-        # log.cleaner.backoff.ms is 15 s; tools/kafka/kafka.sh sets 1 s), so that compaction
-        # tests see it within seconds.
-        self.env = {"WEIR_WAL_CAPACITY": str(64 << 20),
-                    "WEIR_BROKER_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS": "1000",
-                    "WEIR_BROKER_GROUP_STREAMS_HEARTBEAT_INTERVAL_MS": "1000",
-                    "WEIR_BROKER_GROUP_STREAMS_SESSION_TIMEOUT_MS": "10000",
-                    "WEIR_BROKER_GROUP_STREAMS_INITIAL_REBALANCE_DELAY_MS": "1000",
-                    "WEIR_BROKER_LOG_CLEANER_BACKOFF_MS": "500", **(env or {})}
+        # Weir only: extra environment (WEIR_<SECTION>_<KEY> settings) over TEST_BROKER_ENV.
+        self.env = {**TEST_BROKER_ENV, **(env or {})}
         self.data_dir = os.path.join(root, "data")
         os.makedirs(self.data_dir, exist_ok=True)
         self.log_path = os.path.join(root, "broker.log")
@@ -278,7 +309,7 @@ class Broker:
         log.flush()
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True,
-                                     env={**os.environ, **self.env})
+                                     env={**os.environ, **_env_for(binary, self.env)})
         log.close()
         with open(os.path.join(self.root, "weir.pid"), "w") as f:  # for the watchdog
             f.write(str(self.proc.pid))
