@@ -4,7 +4,7 @@
 //! engine calls it when it opens a stream, commits uploaded objects, moves a start offset and
 //! deletes objects; the Kafka layer when topics, group offsets or producer ids change.
 //!
-//! It has twelve parts, one trait each, so that a backend can be built and tested part by part,
+//! It has thirteen parts, one trait each, so that a backend can be built and tested part by part,
 //! and a caller that needs one part takes only that trait:
 //!
 //! - [`ObjectIndex`]: streams (leader epoch, start offset, committed end offset), the objects in
@@ -32,6 +32,8 @@
 //! - [`ShareStates`]: share groups' share-partitions (KIP-932): start offset, and the records
 //!   above it acknowledged, archived or available again with their delivery counts; fenced by
 //!   leader epoch and state epoch.
+//! - [`Schemas`]: the schema registry: schemas by id, subjects' versions, compatibility configs
+//!   and modes; ids and versions given in one transaction, so every broker can register.
 //!
 //! [`GroupStore`] is the two group parts, what the group coordinator takes. [`MetaStore`] is all
 //! of them together, implemented for every type that implements them, so a
@@ -81,6 +83,7 @@
 #[cfg(any(test, feature = "testing"))]
 pub mod conformance;
 pub mod postgres;
+mod schemas;
 mod share;
 pub mod sqlite;
 #[cfg(any(test, feature = "testing"))]
@@ -93,6 +96,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 pub use postgres::PostgresMetaStore;
+pub use schemas::{
+    Registered, RegistrySetting, SchemaContent, SchemaDeleted, SchemaReference, SchemaRegistration,
+    Schemas, StoredSchema, SubjectVersion,
+};
 pub use share::{Claim, DeliveryState, ShareBatch, ShareState, ShareStates};
 pub use sqlite::SqliteMetaStore;
 pub use txn::{Transactions, TxnRecord, TxnState};
@@ -982,6 +989,7 @@ pub trait MetaStore:
     + Quotas
     + Links
     + ShareStates
+    + Schemas
 {
 }
 
@@ -997,7 +1005,8 @@ impl<
             + Acls
             + Quotas
             + Links
-            + ShareStates,
+            + ShareStates
+            + Schemas,
     > MetaStore for T
 {
 }

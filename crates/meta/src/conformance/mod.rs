@@ -14,6 +14,7 @@ pub mod links;
 pub mod object_index;
 pub mod producer_snapshots;
 pub mod quotas;
+pub mod schemas;
 pub mod share;
 pub mod transactions;
 pub mod whole_store;
@@ -34,6 +35,7 @@ pub async fn run_all(open: impl Fn() -> Box<dyn MetaStore>) {
     quotas::run(|| open()).await;
     links::run(|| open()).await;
     share::run(|| open()).await;
+    schemas::run(|| open()).await;
     whole_store::run(open).await;
 }
 

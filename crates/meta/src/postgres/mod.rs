@@ -29,6 +29,7 @@ mod links;
 mod object_index;
 mod producer_snapshots;
 mod quotas;
+mod schemas;
 mod share;
 mod transactions;
 
@@ -269,6 +270,50 @@ CREATE TABLE share_states (
     PRIMARY KEY (group_id, topic, partition)
 );
 CREATE INDEX share_states_topic ON share_states (topic);
+",
+    "
+-- The schema registry: schemas by id (the canonical text, and a fingerprint of the whole
+-- content, its identity), the references each makes, subjects' versions (soft-deleted ones
+-- kept), settings (compatibility configs and modes; subject '' is the global one), and one
+-- row with the registry's version (raised by every write) and the highest id ever given.
+CREATE TABLE schemas (
+    id          BIGINT PRIMARY KEY,
+    schema_type TEXT NOT NULL,
+    schema      TEXT NOT NULL,
+    metadata    TEXT,
+    rule_set    TEXT,
+    fingerprint TEXT NOT NULL
+);
+CREATE INDEX schemas_fingerprint ON schemas (fingerprint);
+CREATE TABLE schema_refs (
+    schema_id BIGINT NOT NULL,
+    position  INTEGER NOT NULL,
+    name      TEXT NOT NULL,
+    subject   TEXT NOT NULL,
+    version   INTEGER NOT NULL,
+    PRIMARY KEY (schema_id, position)
+);
+CREATE INDEX schema_refs_target ON schema_refs (subject, version);
+CREATE TABLE subject_versions (
+    subject   TEXT NOT NULL,
+    version   INTEGER NOT NULL,
+    schema_id BIGINT NOT NULL,
+    deleted   BOOLEAN NOT NULL,
+    PRIMARY KEY (subject, version)
+);
+CREATE INDEX subject_versions_schema ON subject_versions (schema_id);
+CREATE TABLE registry_settings (
+    kind    TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    value   TEXT NOT NULL,
+    PRIMARY KEY (kind, subject)
+);
+CREATE TABLE registry_state (
+    one     INTEGER PRIMARY KEY CHECK (one = 1),
+    version BIGINT NOT NULL,
+    max_id  BIGINT NOT NULL
+);
+INSERT INTO registry_state (one, version, max_id) VALUES (1, 0, 0);
 ",
 ];
 
@@ -835,6 +880,12 @@ mod tests {
     async fn conformance_group_offsets() {
         let s = server();
         conformance::group_offsets::run(|| Box::new(store(&s))).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn conformance_schemas() {
+        let s = server();
+        conformance::schemas::run(|| Box::new(store(&s))).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,6 +17,7 @@ mod links;
 mod object_index;
 mod producer_snapshots;
 mod quotas;
+mod schemas;
 pub(crate) mod share;
 mod transactions;
 
@@ -218,6 +219,48 @@ CREATE TABLE IF NOT EXISTS share_states (
     batches      BLOB NOT NULL,
     PRIMARY KEY (group_id, topic, partition)
 ) WITHOUT ROWID;
+-- The schema registry: schemas by id (the canonical text, and a fingerprint of the whole
+-- content, its identity), the references each makes, subjects' versions (soft-deleted ones
+-- kept), settings (compatibility configs and modes; subject '' is the global one), and one
+-- row with the registry's version (raised by every write) and the highest id ever given.
+CREATE TABLE IF NOT EXISTS schemas (
+    id          INTEGER PRIMARY KEY,
+    schema_type TEXT NOT NULL,
+    schema      TEXT NOT NULL,
+    metadata    TEXT,
+    rule_set    TEXT,
+    fingerprint TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS schemas_fingerprint ON schemas (fingerprint);
+CREATE TABLE IF NOT EXISTS schema_refs (
+    schema_id INTEGER NOT NULL,
+    position  INTEGER NOT NULL,
+    name      TEXT NOT NULL,
+    subject   TEXT NOT NULL,
+    version   INTEGER NOT NULL,
+    PRIMARY KEY (schema_id, position)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS schema_refs_target ON schema_refs (subject, version);
+CREATE TABLE IF NOT EXISTS subject_versions (
+    subject   TEXT NOT NULL,
+    version   INTEGER NOT NULL,
+    schema_id INTEGER NOT NULL,
+    deleted   BOOLEAN NOT NULL,
+    PRIMARY KEY (subject, version)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS subject_versions_schema ON subject_versions (schema_id);
+CREATE TABLE IF NOT EXISTS registry_settings (
+    kind    TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    value   TEXT NOT NULL,
+    PRIMARY KEY (kind, subject)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS registry_state (
+    one     INTEGER PRIMARY KEY CHECK (one = 1),
+    version INTEGER NOT NULL,
+    max_id  INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO registry_state (one, version, max_id) VALUES (1, 0, 0);
 ";
 
 pub struct SqliteMetaStore {
@@ -578,6 +621,11 @@ mod tests {
     #[tokio::test]
     async fn conformance_object_index() {
         conformance::object_index::run(|| Box::new(store())).await;
+    }
+
+    #[tokio::test]
+    async fn conformance_schemas() {
+        conformance::schemas::run(|| Box::new(store())).await;
     }
 
     #[tokio::test]
