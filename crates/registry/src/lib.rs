@@ -1,0 +1,3 @@
+//! Weir's schema registry.
+
+pub mod format;
