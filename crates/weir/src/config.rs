@@ -19,6 +19,24 @@ pub struct Config {
     pub cloud: CloudSection,
     pub balancer: BalancerSection,
     pub security: SecuritySection,
+    pub schema_registry: SchemaRegistrySection,
+}
+
+/// The schema registry (Confluent's REST API), served by every broker over the metadata store.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchemaRegistrySection {
+    /// host:port of the registry's HTTP listener (Confluent's port by default); empty: no
+    /// registry on this broker. Port 0: any free port (the log says which).
+    pub listen: String,
+}
+
+impl Default for SchemaRegistrySection {
+    fn default() -> Self {
+        SchemaRegistrySection {
+            listen: "127.0.0.1:8081".into(),
+        }
+    }
 }
 
 /// Listeners and how clients on them prove who they are, with Kafka's names (`listeners`,
@@ -611,7 +629,8 @@ impl Default for StorageSection {
     }
 }
 
-const SECTIONS: [&str; 10] = [
+const SECTIONS: [&str; 11] = [
+    "schema_registry",
     "security",
     "cloud",
     "object_store",

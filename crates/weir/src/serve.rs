@@ -787,11 +787,18 @@ async fn listen(
         Some(Arc::new(crate::link_groups::Groups(Arc::clone(broker)))),
     );
     let links_task = links.start(shutdown_rx.clone());
+    let registry = Arc::new(weir_registry::Registry::new(
+        Arc::clone(joined.cluster.meta()) as Arc<dyn weir_meta::Schemas>,
+        weir_registry::meters::RegistryMeters::default(),
+    ));
+    if let Some(task) = serve_registry(config, &registry, shutdown_rx.clone()).await? {
+        network.push(task);
+    }
     let admin = tokio::spawn(admin::serve(
         admin_listener,
         admin::State {
             ready: Arc::clone(&ready),
-            meters: meters(&storage.engine, broker, &net_meters, &links),
+            meters: meters(&storage.engine, broker, &net_meters, &links, &registry),
             links: Some(links),
             broker: Arc::clone(broker),
             network: Arc::clone(&net_meters),
@@ -842,14 +849,43 @@ fn meters(
     broker: &Arc<weir_api::Broker>,
     network: &Arc<weir_network::NetworkMeters>,
     links: &weir_link::LinkService,
+    registry: &weir_registry::Registry,
 ) -> Arc<weir_metrics::Registry> {
     let mut r = weir_metrics::Registry::new();
+    registry.meters.register(&mut r);
     engine.register_meters(&mut r);
     broker.register_meters(&mut r);
     network.register(&mut r);
     links.register(&mut r);
     admin::register_process_meters(&mut r);
     Arc::new(r)
+}
+
+/// Binds the schema registry's listener (unless `schema_registry.listen` is empty) and serves
+/// it until shutdown.
+async fn serve_registry(
+    config: &Config,
+    registry: &Arc<weir_registry::Registry>,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<Option<JoinHandle<()>>> {
+    let listen = &config.schema_registry.listen;
+    if listen.is_empty() {
+        return Ok(None);
+    }
+    let listener = TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding the schema registry listener {listen}"))?;
+    let bound = listener
+        .local_addr()
+        .context("the schema registry listener's address")?;
+    tracing::info!(schema_registry = %bound, "schema registry listening");
+    let router = weir_registry::http::router(Arc::clone(registry), None);
+    Ok(Some(tokio::spawn(weir_registry::http::serve(
+        listener,
+        router,
+        shutdown,
+        Duration::from_secs(5),
+    ))))
 }
 
 /// The admin API moves partitions and drains brokers: reachable beyond this machine, it wants a

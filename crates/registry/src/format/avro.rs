@@ -94,14 +94,14 @@ impl AvroSchema {
 
 fn collect_names(schema: &Schema, names: &mut HashMap<String, Schema>) {
     match schema {
-        Schema::Record(r) => {
+        // A record seen before is not walked again (a recursive type).
+        Schema::Record(r)
             if names
                 .insert(r.name.fullname(None), schema.clone())
-                .is_none()
-            {
-                for f in &r.fields {
-                    collect_names(&f.schema, names);
-                }
+                .is_none() =>
+        {
+            for f in &r.fields {
+                collect_names(&f.schema, names);
             }
         }
         Schema::Enum(e) => {
@@ -350,11 +350,11 @@ impl<'a> Check<'a> {
                     return;
                 }
                 for (pos, rf) in r.fields.iter().enumerate() {
-                    let found = w.fields.iter().find(|wf| wf.name == rf.name).or_else(|| {
-                        w.fields
-                            .iter()
-                            .find(|wf| rf.aliases.iter().any(|a| *a == wf.name))
-                    });
+                    let found = w
+                        .fields
+                        .iter()
+                        .find(|wf| wf.name == rf.name)
+                        .or_else(|| w.fields.iter().find(|wf| rf.aliases.contains(&wf.name)));
                     match found {
                         Some(wf) => {
                             path.extend([

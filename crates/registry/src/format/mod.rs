@@ -6,3 +6,100 @@
 pub mod avro;
 
 pub use avro::AvroSchema;
+
+/// A schema format, by Confluent's `schemaType` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchemaType {
+    Avro,
+}
+
+impl SchemaType {
+    /// Every format served, as `GET /schemas/types` lists them.
+    pub const ALL: [SchemaType; 1] = [SchemaType::Avro];
+
+    /// The request's `schemaType` (absent: AVRO); `None` for a format not served.
+    pub fn from_name(name: Option<&str>) -> Option<SchemaType> {
+        match name.map(str::to_ascii_uppercase).as_deref() {
+            None | Some("AVRO") | Some("") => Some(SchemaType::Avro),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SchemaType::Avro => "AVRO",
+        }
+    }
+}
+
+/// Which way data must be readable between two versions of a subject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// The new schema reads data written with the old one.
+    Backward,
+    /// The old schema reads data written with the new one.
+    Forward,
+    /// Both.
+    Full,
+}
+
+/// A parsed schema of any format.
+pub enum Parsed {
+    Avro(AvroSchema),
+}
+
+impl Parsed {
+    /// Parses `text` of format `ty`; `references` are the referenced schemas' texts, each after
+    /// those it refers to. `Err` is the reason, for a 42201.
+    pub fn parse(ty: SchemaType, text: &str, references: &[String]) -> Result<Parsed, String> {
+        match ty {
+            SchemaType::Avro => AvroSchema::parse(text, references)
+                .map(Parsed::Avro)
+                .map_err(|e| format!("Invalid schema of type AVRO, details: {e}")),
+        }
+    }
+
+    pub fn schema_type(&self) -> SchemaType {
+        match self {
+            Parsed::Avro(_) => SchemaType::Avro,
+        }
+    }
+
+    /// The text the registry stores and serves.
+    pub fn canonical(&self) -> String {
+        match self {
+            Parsed::Avro(a) => a.canonical().to_string(),
+        }
+    }
+
+    /// The full name of the schema's record (message) type, for the record name strategies.
+    pub fn record_name(&self) -> Option<String> {
+        match self {
+            Parsed::Avro(a) => a.full_name(),
+        }
+    }
+
+    /// Why `self`, the new schema, is not compatible with `old` in `direction` (empty: it is),
+    /// in Confluent's words.
+    pub fn incompatibilities(&self, old: &Parsed, direction: Direction) -> Vec<String> {
+        match (self, old) {
+            (Parsed::Avro(new), Parsed::Avro(old)) => {
+                let mut errors = Vec::new();
+                if matches!(direction, Direction::Backward | Direction::Full) {
+                    errors.extend(new.read_errors(old, true));
+                }
+                if matches!(direction, Direction::Forward | Direction::Full) {
+                    errors.extend(old.read_errors(new, false));
+                }
+                errors
+            }
+        }
+    }
+
+    /// Checks that `payload` (after the wire format's prefix) is data of this schema.
+    pub fn decode(&self, payload: &[u8]) -> Result<(), String> {
+        match self {
+            Parsed::Avro(a) => a.decode(payload),
+        }
+    }
+}
