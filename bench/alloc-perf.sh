@@ -10,7 +10,7 @@ for round in $(seq $ROUNDS); do
   for conf in "$@"; do
     d=$(mktemp -d)
     read -r kp ap < <(python3 "$(dirname "$0")/../tests/harness/weir_harness" ports 2 | tr -d '[],')
-    _RJEM_MALLOC_CONF=$conf WEIR_WAL_CAPACITY=1073741824 taskset -c 0 $BIN serve --data-dir $d \
+    _RJEM_MALLOC_CONF=$conf WEIR_WAL_CAPACITY=1073741824 WEIR_SCHEMA_REGISTRY_LISTEN=127.0.0.1:0 taskset -c 0 $BIN serve --data-dir $d \
       --listen 127.0.0.1:$kp --admin-listen 127.0.0.1:$ap > $d/log 2>&1 &
     pid=$!
     for i in $(seq 50); do curl -sf http://127.0.0.1:$ap/readyz >/dev/null && break; sleep 0.2; done

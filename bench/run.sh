@@ -240,6 +240,7 @@ start_broker() { # broker; sets BOOTSTRAP (not in a subshell: it records pids)
           AWS_ACCESS_KEY_ID="$S3_ACCESS_KEY" AWS_SECRET_ACCESS_KEY="$S3_SECRET_KEY"
           AWS_REGION=us-east-1 AWS_VIRTUAL_HOSTED_STYLE_REQUEST=false)
       fi
+      envs+=(WEIR_SCHEMA_REGISTRY_LISTEN=127.0.0.1:0)
       "${ON_BROKER_CPUS[@]}" env "${envs[@]}" "$SERVE_BIN" serve --data-dir "$WORK/$broker" --listen "127.0.0.1:$WEIR_PORT" \
         --admin-listen "127.0.0.1:$WEIR_ADMIN_PORT" "${store[@]}" >"$WEIR_LOG" 2>&1 &
       WEIR_PID=$!

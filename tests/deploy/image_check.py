@@ -51,7 +51,9 @@ def run_broker(image, name, env, volume, kafka, admin):
     for k, v in env.items():
         args += ["--env", f"{k}={v}"]
     args += ["--env", f"WEIR_BROKER_LISTEN=127.0.0.1:{kafka}",
-             "--env", f"WEIR_BROKER_ADMIN_LISTEN=127.0.0.1:{admin}", image]
+             "--env", f"WEIR_BROKER_ADMIN_LISTEN=127.0.0.1:{admin}",
+             # The host's network: the registry on a free port, not Confluent's.
+             "--env", "WEIR_SCHEMA_REGISTRY_LISTEN=127.0.0.1:0", image]
     podman(*args)
     deadline = time.monotonic() + 60
     while get(f"http://127.0.0.1:{admin}/readyz") != 200:

@@ -297,8 +297,10 @@ func (b *Broker) Start() error {
 		"--listen", b.Addr(),
 		"--admin-listen", "127.0.0.1:"+strconv.Itoa(b.Port2))
 	cmd.Args = append(cmd.Args, b.args...)
-	// Test brokers get a small WAL, not the 2 GiB default.
-	cmd.Env = append(append(os.Environ(), "WEIR_WAL_CAPACITY="+strconv.Itoa(64<<20), "WEIR_BROKER_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS=1000"), b.env...)
+	// Test brokers get a small WAL, not the 2 GiB default, and a schema registry on a free port
+	// (not Confluent's: brokers run side by side).
+	cmd.Env = append(append(os.Environ(), "WEIR_WAL_CAPACITY="+strconv.Itoa(64<<20), "WEIR_BROKER_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS=1000",
+		"WEIR_SCHEMA_REGISTRY_LISTEN=127.0.0.1:0"), b.env...)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: b.deathSig}

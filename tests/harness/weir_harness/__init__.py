@@ -212,6 +212,9 @@ class Broker:
         self.log_path = os.path.join(root, "broker.log")
         self.port = free_port()
         self.aux_port = free_port()  # Weir: admin HTTP port; Kafka: controller port
+        # Weir only: the schema registry's HTTP port (schema_registry.listen); a cluster with
+        # fixed ports sets it too.
+        self.registry_port = free_port()
         self.proc = None  # Weir only
         self.kafka_pid = None  # Kafka only
         # Kafka only: broker settings after the harness's (a listener of its own, say).
@@ -226,6 +229,13 @@ class Broker:
     @property
     def bootstrap(self):
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def registry_url(self):
+        """Weir's schema registry on this broker (None for Apache Kafka, which has none)."""
+        if self.kind != "weir":
+            return None
+        return f"http://127.0.0.1:{self.registry_port}"
 
     @property
     def addresses(self):
@@ -307,9 +317,11 @@ class Broker:
         log = open(self.log_path, "ab")
         log.write(f"\n===== start #{self.starts}: {' '.join(cmd)}\n".encode())
         log.flush()
+        env = {"WEIR_SCHEMA_REGISTRY_LISTEN": f"127.0.0.1:{self.registry_port}",
+               **_env_for(binary, self.env)}
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True,
-                                     env={**os.environ, **_env_for(binary, self.env)})
+                                     env={**os.environ, **env})
         log.close()
         with open(os.path.join(self.root, "weir.pid"), "w") as f:  # for the watchdog
             f.write(str(self.proc.pid))
@@ -726,6 +738,9 @@ class Cluster:
             b.port = self.base_port + node_id - 1
         if self.admin_base_port:
             b.aux_port = self.admin_base_port + node_id - 1
+        if self.base_port:
+            # Confluent's port for the first broker's registry, the next ones after it.
+            b.registry_port = 8081 + node_id - 1
         b.args = ["--node-id", str(node_id), "--advertised", b.bootstrap,
                   "--metadata-url", self.metadata_url,
                   "--object-store-url", self.object_store_url]
@@ -780,6 +795,11 @@ class Cluster:
     @property
     def bootstrap(self):
         return ",".join(b.bootstrap for b in self.brokers)
+
+    @property
+    def registry_url(self):
+        """The schema registry of the first broker (every broker serves the same registry)."""
+        return self.brokers[0].registry_url
 
     @property
     def addresses(self):

@@ -94,6 +94,8 @@ impl Broker {
             // Tests get a small WAL, not the 2 GiB default.
             .env("WEIR_WAL_CAPACITY", (64u64 << 20).to_string())
             .env("WEIR_WAL_FORMAT", "false")
+            // The schema registry on a free port: tests run brokers side by side.
+            .env("WEIR_SCHEMA_REGISTRY_LISTEN", "127.0.0.1:0")
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))

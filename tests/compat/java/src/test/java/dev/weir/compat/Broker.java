@@ -259,6 +259,8 @@ public final class Broker implements Target {
                     .redirectOutput(ProcessBuilder.Redirect.appendTo(logFile.toFile()));
             // Test brokers get a small WAL, not the 2 GiB default.
             pb.environment().put("WEIR_WAL_CAPACITY", Long.toString(64L << 20));
+            // The schema registry on a free port, not Confluent's: brokers run side by side.
+            pb.environment().put("WEIR_SCHEMA_REGISTRY_LISTEN", "127.0.0.1:0");
             // Consumer groups (KIP-848) learn of new assignments at their next heartbeat.
             pb.environment().put("WEIR_BROKER_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS", "1000");
             // So do streams groups (KIP-1071), whose members are removed 10 s after their last

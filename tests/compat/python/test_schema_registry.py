@@ -1,0 +1,279 @@
+"""Weir's schema registry through confluent-kafka's SchemaRegistryClient and its serdes:
+
+- Avro records serialized by AvroSerializer (registering the schema), produced to a topic,
+  consumed and deserialized by AvroDeserializer (fetching the writer's schema by id), and read
+  with fastavro too from the bytes after the wire format's prefix;
+- compatible evolution accepted and incompatible changes refused with the reason, under each
+  compatibility level;
+- soft and hard deletes, and Confluent's error codes for each refusal;
+- references: a schema naming a type of another subject, serialized with the latest version;
+- IMPORT mode: schemas registered with the ids and versions of another registry, later ids above;
+- the registry of a cluster: what one broker registers, the others serve at once.
+
+Apache Kafka has no registry: with WEIR_TEST_BROKER=kafka the module is skipped.
+"""
+
+import io
+import json
+import struct
+import urllib.error
+import urllib.request
+
+import fastavro
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.schema_registry import (Schema, SchemaReference, SchemaRegistryClient,
+                                             SchemaRegistryError)
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from compat_util import create_topic, unique
+from weir_harness import KIND
+
+pytestmark = pytest.mark.skipif(KIND != "weir", reason="Apache Kafka has no schema registry")
+
+USER_V1 = {
+    "type": "record", "name": "User", "namespace": "dev.weir.test",
+    "fields": [{"name": "name", "type": "string"}, {"name": "favorite", "type": "int"}],
+}
+
+
+def _user(*extra):
+    return json.dumps({**USER_V1, "fields": USER_V1["fields"] + list(extra)})
+
+
+def _client(url):
+    return SchemaRegistryClient({"url": url})
+
+
+def _http(method, url, body=None):
+    """A raw request (what the Python client does not send: an import's ids); (status, json)."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers={
+        "Content-Type": "application/vnd.schemaregistry.v1+json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def _refused(call, status, code):
+    with pytest.raises(SchemaRegistryError) as e:
+        call()
+    assert (e.value.http_status_code, e.value.error_code) == (status, code), e.value
+    return e.value
+
+
+def test_avro_records_round_trip_through_a_topic(broker):
+    topic = unique("sr-avro")
+    create_topic(broker.bootstrap, topic, 1)
+    client = _client(broker.registry_url)
+    ser = AvroSerializer(client, _user())
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    users = [{"name": f"user-{i}", "favorite": i} for i in range(20)]
+    for u in users:
+        producer.produce(topic, value=ser(u, SerializationContext(topic, MessageField.VALUE)))
+    assert producer.flush(30) == 0
+
+    registered = client.get_latest_version(f"{topic}-value")
+    assert registered.version == 1
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique("g"),
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    # A deserializer of its own client: it fetches the writer's schema by id.
+    de = AvroDeserializer(_client(broker.registry_url))
+    got = []
+    try:
+        while len(got) < len(users):
+            m = consumer.poll(10)
+            assert m is not None, f"only {len(got)} records read"
+            assert m.error() is None, m.error()
+            raw = m.value()
+            magic, schema_id = struct.unpack(">bI", raw[:5])
+            assert (magic, schema_id) == (0, registered.schema_id)
+            value = de(raw, SerializationContext(topic, MessageField.VALUE))
+            # fastavro reads the payload with the schema the registry serves for the id.
+            served = json.loads(client.get_schema(schema_id).schema_str)
+            assert fastavro.schemaless_reader(io.BytesIO(raw[5:]), served) == value
+            got.append(value)
+    finally:
+        consumer.close()
+    assert got == users
+
+
+def test_compatible_changes_pass_and_incompatible_ones_are_refused_under_each_level(broker):
+    client = _client(broker.registry_url)
+    with_default = {"name": "email", "type": "string", "default": ""}
+    without_default = {"name": "email", "type": "string"}
+    # (level, new schema from v1, accepted?): adding a field needs a default to read old data
+    # (BACKWARD); dropping one needs a default for old readers (FORWARD); FULL needs both.
+    dropped = json.dumps({**USER_V1, "fields": USER_V1["fields"][:1]})
+    cases = [
+        ("BACKWARD", _user(with_default), True),
+        ("BACKWARD", _user(without_default), False),
+        ("BACKWARD", dropped, True),
+        ("FORWARD", _user(without_default), True),
+        ("FORWARD", dropped, False),
+        ("FULL", _user(with_default), True),
+        ("FULL", _user(without_default), False),
+        ("FULL", dropped, False),
+        ("NONE", json.dumps({"type": "string"}), True),
+    ]
+    for level, new, accepted in cases:
+        subject = unique(f"evolve-{level.lower()}")
+        client.set_compatibility(subject, level)
+        assert client.get_compatibility(subject) == level
+        client.register_schema(subject, Schema(_user(), "AVRO"))
+        compatible = client.test_compatibility(subject, Schema(new, "AVRO"))
+        assert compatible == accepted, (level, new)
+        if accepted:
+            assert client.register_schema(subject, Schema(new, "AVRO")) > 0
+            assert client.get_latest_version(subject).version == 2
+        else:
+            e = _refused(lambda: client.register_schema(subject, Schema(new, "AVRO")), 409, 409)
+            assert "errorType:" in e.error_message and f"compatibility: '{level}'" in e.error_message
+            assert client.get_latest_version(subject).version == 1
+
+
+def test_transitive_levels_check_every_version(broker):
+    client = _client(broker.registry_url)
+    subject = unique("transitive")
+    client.register_schema(subject, Schema(_user(), "AVRO"))
+    client.register_schema(subject, Schema(_user({"name": "email", "type": "string", "default": ""}),
+                                           "AVRO"))
+    # v3 drops email's default: readable from v2's data, not from v1's (which has no email).
+    v3 = Schema(_user({"name": "email", "type": "string"}), "AVRO")
+    assert client.test_compatibility(subject, v3)
+    client.set_compatibility(subject, "BACKWARD_TRANSITIVE")
+    assert not client.test_compatibility_all_versions(subject, v3)
+    e = _refused(lambda: client.register_schema(subject, v3), 409, 409)
+    assert "oldSchemaVersion: 1" in e.error_message
+    # With v1 soft-deleted, only v2 is checked.
+    client.delete_version(subject, 1)
+    assert client.register_schema(subject, v3) > 0
+
+
+def test_soft_and_hard_deletes(broker):
+    client = _client(broker.registry_url)
+    subject = unique("deletes")
+    # A schema of this test only: an id goes with its last version, not before.
+    own = {"name": subject.replace("-", "_"), "type": "int", "default": 0}
+    first = client.register_schema(subject, Schema(_user(own), "AVRO"))
+    client.register_schema(subject, Schema(_user(own, {"name": "x", "type": "int", "default": 0}),
+                                           "AVRO"))
+    _refused(lambda: client.delete_version(subject, 2, permanent=True), 404, 40407)
+    assert client.delete_version(subject, 2) == 2
+    _refused(lambda: client.delete_version(subject, 2), 404, 40406)
+    assert client.get_versions(subject) == [1]
+    assert client.get_versions(subject, deleted=True) == [1, 2]
+    assert client.delete_subject(subject) == [1]
+    _refused(lambda: client.delete_subject(subject), 404, 40404)
+    assert subject not in client.get_subjects()
+    assert subject in client.get_subjects(deleted=True)
+    # Soft-deleted: the id still resolves (consumers of old records need it).
+    assert json.loads(client.get_schema(first).schema_str)["name"] == "User"
+    assert client.delete_subject(subject, permanent=True) == [1, 2]
+    assert subject not in client.get_subjects(deleted=True)
+    _, body = _http("GET", f"{broker.registry_url}/schemas/ids/{first}")
+    assert body["error_code"] == 40403
+    _refused(lambda: client.get_latest_version(subject), 404, 40401)
+
+
+def test_references_to_another_subject(broker):
+    client = _client(broker.registry_url)
+    topic = unique("sr-refs")
+    create_topic(broker.bootstrap, topic, 1)
+    address = {"type": "record", "name": "Address", "namespace": "dev.weir.test",
+               "fields": [{"name": "city", "type": "string"}]}
+    address_subject = unique("address")
+    client.register_schema(address_subject, Schema(json.dumps(address), "AVRO"))
+    person = {"type": "record", "name": "Person", "namespace": "dev.weir.test",
+              "fields": [{"name": "name", "type": "string"},
+                         {"name": "home", "type": "dev.weir.test.Address"}]}
+    refs = [SchemaReference("dev.weir.test.Address", address_subject, 1)]
+    subject = f"{topic}-value"
+    schema_id = client.register_schema(subject, Schema(json.dumps(person), "AVRO", refs))
+    latest = client.get_latest_version(subject)
+    assert latest.schema_id == schema_id
+    assert [(r.name, r.subject, r.version) for r in latest.schema.references] == [
+        ("dev.weir.test.Address", address_subject, 1)]
+    # A version another schema references is not deleted.
+    _refused(lambda: client.delete_version(address_subject, 1), 422, 42206)
+    # A dangling reference is not registered.
+    bad = [SchemaReference("dev.weir.test.Address", address_subject, 9)]
+    _refused(lambda: client.register_schema(unique("dangling"), Schema(json.dumps(person), "AVRO",
+                                                                          bad)), 422, 42201)
+    # Serialized with the latest version (references resolved by the client), read back.
+    ser = AvroSerializer(client, None, conf={"auto.register.schemas": False,
+                                             "use.latest.version": True})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    person_value = {"name": "ada", "home": {"city": "London"}}
+    raw = ser(person_value, ctx)
+    assert struct.unpack(">bI", raw[:5]) == (0, schema_id)
+    assert AvroDeserializer(_client(broker.registry_url))(raw, ctx) == person_value
+
+
+def test_import_mode_keeps_the_ids_and_versions_of_another_registry(broker):
+    url = broker.registry_url
+    client = _client(url)
+    subject = unique("imported")
+    # Ordinary registrations are refused in IMPORT mode; an id is refused outside it.
+    client.update_mode(subject, "IMPORT")
+    assert client.get_mode(subject) == "IMPORT"
+    _refused(lambda: client.register_schema(subject, Schema(_user(), "AVRO")), 422, 42205)
+    status, body = _http("POST", f"{url}/subjects/{subject}/versions",
+                         {"schema": _user(), "id": 90001, "version": 4})
+    assert (status, body["id"], body["version"]) == (200, 90001, 4), body
+    # The same id with another schema would change what the id means: refused.
+    status, body = _http("POST", f"{url}/subjects/{unique('other')}/versions",
+                         {"schema": json.dumps({"type": "string"}), "id": 90001})
+    assert (status, body["error_code"]) in ((422, 42205),), body
+    client.delete_mode(subject)
+    status, body = _http("POST", f"{url}/subjects/{unique('x')}/versions",
+                         {"schema": _user(), "id": 90002})
+    assert (status, body["error_code"]) == (422, 42205), body
+    assert client.get_version(subject, 4).schema_id == 90001
+    later = client.register_schema(unique("after-import"), Schema(json.dumps(
+        {"type": "record", "name": "Later", "fields": []}), "AVRO"))
+    assert later > 90001
+
+
+def test_config_and_mode_answers(broker):
+    client = _client(broker.registry_url)
+    subject = unique("config")
+    _refused(lambda: client.get_compatibility(subject), 404, 40408)
+    client.set_compatibility(subject, "FORWARD_TRANSITIVE")
+    assert client.get_compatibility(subject) == "FORWARD_TRANSITIVE"
+    _refused(lambda: client.set_compatibility(subject, "SIDEWAYS"), 422, 42203)
+    client.delete_config(subject)
+    _refused(lambda: client.get_compatibility(subject), 404, 40408)
+    client.update_mode(subject, "READONLY")
+    _refused(lambda: client.register_schema(subject, Schema(_user(), "AVRO")), 422, 42205)
+    client.delete_mode(subject)
+    assert client.register_schema(subject, Schema(_user(), "AVRO")) > 0
+    assert sorted(client.get_schema_types()) == ["AVRO"]
+
+
+def test_every_broker_of_a_cluster_serves_the_same_registry(cluster):
+    one, two = (_client(b.registry_url) for b in cluster.brokers[:2])
+    subject = unique("shared")
+    first = one.register_schema(subject, Schema(_user(), "AVRO"))
+    # Read through another broker right after: no cache there may miss it.
+    assert two.get_latest_version(subject).schema_id == first
+    assert json.loads(two.get_schema(first).schema_str)["name"] == "User"
+    second = two.register_schema(subject, Schema(_user({"name": "e", "type": "int", "default": 1}),
+                                                 "AVRO"))
+    assert second != first
+    assert one.get_latest_version(subject).version == 2
+    # The same schema under another subject, through the other broker: the same id.
+    assert one.register_schema(unique("shared-too"), Schema(_user(), "AVRO")) == first
+    # Registrations racing through two brokers get distinct ids and consecutive versions.
+    import concurrent.futures
+    racing = unique("race")
+    schemas = [_user({"name": f"f{i}", "type": "int", "default": i}) for i in range(6)]
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        ids = list(pool.map(lambda i: (one if i % 2 else two).register_schema(
+            racing, Schema(schemas[i], "AVRO")), range(6)))
+    assert len(set(ids)) == 6
+    assert one.get_versions(racing) == [1, 2, 3, 4, 5, 6]
