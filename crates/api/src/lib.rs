@@ -229,6 +229,8 @@ pub struct Broker {
     pub fetch_sessions: fetch_session::FetchSessions,
     /// Share groups' share-partitions and sessions on this broker (KIP-932), and group configs.
     pub shares: Arc<share::ShareService>,
+    /// The schema registry over the metadata store, and the produce path's schema checks.
+    pub schemas: Arc<weir_registry::validate::SchemaChecks>,
 }
 
 impl Broker {
@@ -250,6 +252,8 @@ impl Broker {
         share::ShareMeters::register(move || b.shares.sessions(), &self.shares.meters, r);
         self.quotas.meters.register(r);
         self.sasl.meters.register(r);
+        self.schemas.meters.register(r);
+        self.schemas.registry().meters.register(r);
         self.groups.meters().register(r);
         self.txns.meters.register(r);
         self.topics.cleaner.register(r);
@@ -314,7 +318,15 @@ impl Broker {
         groups.set_catalog(Arc::new(move || group_catalog(&catalog)));
         let fetch_sessions = fetch_session::FetchSessions::new(limits.fetch_session_slots);
         let shares = share::ShareService::new(Arc::clone(&meta), limits.share_sessions);
+        let registry = weir_registry::Registry::new(
+            Arc::clone(&meta) as Arc<dyn weir_meta::Schemas>,
+            weir_registry::meters::RegistryMeters::default(),
+        );
+        let schemas = Arc::new(weir_registry::validate::SchemaChecks::new(Arc::new(
+            registry,
+        )));
         let broker = Arc::new(Broker {
+            schemas,
             fetch_sessions,
             shares,
             identity,

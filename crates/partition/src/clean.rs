@@ -61,6 +61,7 @@ struct Rec<'a> {
     offset_delta: i64,
     timestamp_delta: i64,
     key: Option<&'a [u8]>,
+    value: Option<&'a [u8]>,
     tombstone: bool,
 }
 
@@ -105,11 +106,13 @@ fn parse_records(mut b: &[u8], count: i32) -> Option<Vec<Rec<'_>>> {
         let key_len = read_varint(&mut r)?;
         let key = take(&mut r, key_len)?;
         let value_len = read_varint(&mut r)?;
+        let value = take(&mut r, value_len)?;
         out.push(Rec {
             raw,
             offset_delta,
             timestamp_delta,
             key,
+            value,
             tombstone: value_len < 0,
         });
     }
@@ -341,6 +344,33 @@ pub fn all_records_keyed(batch: &[u8]) -> bool {
         .is_none_or(|rs| rs.iter().all(|r| r.key.is_some()))
 }
 
+/// The key and value of every record of a partition's produced records (one batch, as
+/// producers send since produce v3, or several), decompressed, in order: what the schema check
+/// of a topic reads. `None` when any batch cannot be read; control batches have no records to
+/// check.
+pub fn record_payloads(records: &Bytes) -> Option<Vec<(Option<Bytes>, Option<Bytes>)>> {
+    let mut out = Vec::new();
+    let mut rest = records.clone();
+    while !rest.is_empty() {
+        let h = BatchHeader::parse(&rest)?;
+        let len = usize::try_from(i32::from_be_bytes(rest.get(8..12)?.try_into().ok()?)).ok()?;
+        let one = rest.get(..12 + len).map(|b| rest.slice_ref(b))?;
+        rest = rest.slice(one.len()..);
+        if h.is_control() {
+            continue;
+        }
+        let section = match h.compression() {
+            // Uncompressed: slices of the request's own bytes, nothing copied.
+            0 => one.slice(HEADER_LEN.min(one.len())..),
+            codec => records_section(&one, codec)?,
+        };
+        let parsed = parse_records(&section, h.record_count)?;
+        let owned = |s: Option<&[u8]>| s.map(|s| section.slice_ref(s));
+        out.extend(parsed.iter().map(|r| (owned(r.key), owned(r.value))));
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use kafka_protocol::records::{
@@ -526,5 +556,46 @@ mod tests {
         assert!(all_records_keyed(&encode(&[r.clone()], Compression::None)));
         r.key = None;
         assert!(!all_records_keyed(&encode(&[r], Compression::None)));
+    }
+
+    #[test]
+    fn record_payloads_are_read_in_every_codec() {
+        let mut keyless = record(1, "x", None, 2);
+        keyless.key = None;
+        let records = [record(0, "a", Some("1"), 1), keyless];
+        for compression in [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let got = record_payloads(&encode(&records, compression)).expect("readable");
+            let got: Vec<_> = got
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.as_deref().map(<[u8]>::to_vec),
+                        v.as_deref().map(<[u8]>::to_vec),
+                    )
+                })
+                .collect();
+            assert_eq!(
+                got,
+                vec![(Some(b"a".to_vec()), Some(b"1".to_vec())), (None, None)],
+                "{compression:?}"
+            );
+        }
+        assert!(record_payloads(&Bytes::from_static(&[0u8; 10])).is_none());
+        // Several batches in one produce: every record of each.
+        let mut two = encode(&records[..1], Compression::None).to_vec();
+        two.extend_from_slice(&encode(&records[1..], Compression::Gzip));
+        assert_eq!(
+            record_payloads(&Bytes::from(two.clone())).map(|r| r.len()),
+            Some(2)
+        );
+        // A batch cut short is not read.
+        two.pop();
+        assert!(record_payloads(&Bytes::from(two)).is_none());
     }
 }

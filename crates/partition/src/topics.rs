@@ -1127,6 +1127,29 @@ pub fn validate_config(name: &str, value: &str) -> Result<(), AdminError> {
         "follower.replication.throttled.replicas" | "leader.replication.throttled.replicas" => {
             Ok(())
         }
+        // Schemas enforced on produce (weir_registry::validate), by Confluent's names.
+        "confluent.key.schema.validation" | "confluent.value.schema.validation" => {
+            match value.to_ascii_lowercase().as_str() {
+                "true" | "false" => Ok(()),
+                _ => invalid("must be true or false"),
+            }
+        }
+        "confluent.key.subject.name.strategy" | "confluent.value.subject.name.strategy" => {
+            match value.rsplit('.').next().unwrap_or(value) {
+                "TopicNameStrategy" | "RecordNameStrategy" | "TopicRecordNameStrategy" => Ok(()),
+                _ => invalid(
+                    "must be TopicNameStrategy, RecordNameStrategy or TopicRecordNameStrategy \
+                     (io.confluent.kafka.serializers.subject.*)",
+                ),
+            }
+        }
+        "weir.schema.validation" => match value {
+            "id" | "full" => Ok(()),
+            _ => invalid(
+                "must be id (the schema id is registered under the subject) or full \
+                          (the payload decodes with it too)",
+            ),
+        },
         _ => Err((
             ResponseError::InvalidConfig,
             format!("Unknown topic config name: {name}"),

@@ -6,6 +6,7 @@
 //! - [`service`]: the registry's rules (modes, compatibility levels, registration, deletes)
 //!   over the store's [`weir_meta::Schemas`] part.
 //! - [`http`]: the REST API (axum), with Confluent's bodies and error codes.
+//! - [`validate`]: schemas enforced on produce (Confluent's topic configs).
 //! - [`error`]: Confluent's error codes.
 //! - [`meters`]: requests, latency, cache.
 
@@ -14,6 +15,7 @@ pub mod format;
 pub mod http;
 pub mod meters;
 pub mod service;
+pub mod validate;
 
 pub use error::RegistryError;
 pub use service::Registry;

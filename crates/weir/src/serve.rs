@@ -787,10 +787,7 @@ async fn listen(
         Some(Arc::new(crate::link_groups::Groups(Arc::clone(broker)))),
     );
     let links_task = links.start(shutdown_rx.clone());
-    let registry = Arc::new(weir_registry::Registry::new(
-        Arc::clone(joined.cluster.meta()) as Arc<dyn weir_meta::Schemas>,
-        weir_registry::meters::RegistryMeters::default(),
-    ));
+    let registry = Arc::clone(broker.schemas.registry());
     if let Some(task) = serve_registry(config, &registry, shutdown_rx.clone()).await? {
         network.push(task);
     }
@@ -798,7 +795,7 @@ async fn listen(
         admin_listener,
         admin::State {
             ready: Arc::clone(&ready),
-            meters: meters(&storage.engine, broker, &net_meters, &links, &registry),
+            meters: meters(&storage.engine, broker, &net_meters, &links),
             links: Some(links),
             broker: Arc::clone(broker),
             network: Arc::clone(&net_meters),
@@ -849,10 +846,8 @@ fn meters(
     broker: &Arc<weir_api::Broker>,
     network: &Arc<weir_network::NetworkMeters>,
     links: &weir_link::LinkService,
-    registry: &weir_registry::Registry,
 ) -> Arc<weir_metrics::Registry> {
     let mut r = weir_metrics::Registry::new();
-    registry.meters.register(&mut r);
     engine.register_meters(&mut r);
     broker.register_meters(&mut r);
     network.register(&mut r);

@@ -277,3 +277,70 @@ def test_every_broker_of_a_cluster_serves_the_same_registry(cluster):
             racing, Schema(schemas[i], "AVRO")), range(6)))
     assert len(set(ids)) == 6
     assert one.get_versions(racing) == [1, 2, 3, 4, 5, 6]
+
+
+def _produce_each(bootstrap, topic, values):
+    """Produces each value in a batch of its own; the delivery error of each (None: written)."""
+    from confluent_kafka import KafkaError  # noqa: F401 - codes compared by the caller
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "retries": 0,
+                         "enable.idempotence": False})
+    errors = []
+    for v in values:
+        out = []
+        producer.produce(topic, value=v, on_delivery=lambda err, _m: out.append(err))
+        assert producer.flush(30) == 0
+        errors.append(out[0])
+    return errors
+
+
+def test_schema_validation_refuses_records_without_a_registered_id(broker):
+    from confluent_kafka import KafkaError
+    topic = unique("validated")
+    create_topic(broker.bootstrap, topic, 1, config={"confluent.value.schema.validation": "true"})
+    client = _client(broker.registry_url)
+    ser = AvroSerializer(client, _user())
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    good = ser({"name": "ada", "favorite": 7}, ctx)
+    good_id = struct.unpack(">bI", good[:5])[1]
+    elsewhere = client.register_schema(unique("elsewhere"), Schema(json.dumps(
+        {"type": "record", "name": "Elsewhere", "fields": []}), "AVRO"))
+    unknown = max(good_id, elsewhere) + 1000
+    values = [
+        good,                                                  # compliant
+        b"plain text, no schema id",                           # no prefix
+        b"\x00" + struct.pack(">I", unknown) + good[5:],       # an id nobody registered
+        b"\x00" + struct.pack(">I", elsewhere) + good[5:],     # another subject's id
+        None,                                                  # a tombstone
+    ]
+    errors = _produce_each(broker.bootstrap, topic, values)
+    assert errors[0] is None and errors[4] is None, errors
+    for err in errors[1:4]:
+        assert err is not None and err.code() == KafkaError.INVALID_RECORD, err
+    # Only what passed is in the topic.
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique("g"),
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got = []
+    try:
+        while len(got) < 2:
+            m = consumer.poll(10)
+            assert m is not None, got
+            if m.error() is None:
+                got.append(m.value())
+        assert consumer.poll(2) is None
+    finally:
+        consumer.close()
+    assert got == [good, None]
+
+
+def test_full_validation_decodes_the_payload(broker):
+    from confluent_kafka import KafkaError
+    topic = unique("validated-full")
+    create_topic(broker.bootstrap, topic, 1, config={"confluent.value.schema.validation": "true",
+                                                     "weir.schema.validation": "full"})
+    ser = AvroSerializer(_client(broker.registry_url), _user())
+    good = ser({"name": "ada", "favorite": 7}, SerializationContext(topic, MessageField.VALUE))
+    truncated = good[:-1]  # the int cut off
+    errors = _produce_each(broker.bootstrap, topic, [good, truncated])
+    assert errors[0] is None, errors
+    assert errors[1] is not None and errors[1].code() == KafkaError.INVALID_RECORD, errors

@@ -4,6 +4,11 @@
 //! A partition led in another zone, produced by a client of this broker's zone, is forwarded
 //! (`weir_zone::Forwarder`): its bytes go to object storage and the leader appends them. It is
 //! handed over here, in request order, like the appends of partitions led here.
+//!
+//! A topic with schema validation (`confluent.key.schema.validation`,
+//! `confluent.value.schema.validation`) has each batch's records checked against the schema
+//! registry before anything is appended (`weir_registry::validate`): a record that fails refuses
+//! its partition's batch with INVALID_RECORD, the record's index and the reason.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,7 +26,8 @@ use crate::authz::{refuse, sift, Check, Gate};
 use crate::{str, Broker, LeaderHint, Reply};
 use kafka_protocol::ResponseError as E;
 use produce_response::{
-    LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
+    TopicProduceResponse,
 };
 use weir_auth::acl::Operation;
 
@@ -210,7 +216,23 @@ struct StartedTopic {
     id: uuid::Uuid,
     /// The topic's name, when it exists.
     known: Option<String>,
-    parts: Vec<(i32, Result<Started, E>)>,
+    parts: Vec<(i32, Result<Started, Refusal>)>,
+}
+
+/// Why a partition's batch was not appended: the error, and for a record refused by the
+/// topic's schema validation, which record and why (produce v8+ show them to the producer).
+struct Refusal {
+    error: E,
+    record: Option<weir_registry::validate::Invalid>,
+}
+
+impl From<E> for Refusal {
+    fn from(error: E) -> Refusal {
+        Refusal {
+            error,
+            record: None,
+        }
+    }
 }
 
 /// What every partition of one request shares while it is started.
@@ -263,7 +285,15 @@ async fn start(broker: &Arc<Broker>, cx: &Cx<'_>, r: ProduceRequest) -> Vec<Star
         for p in t.partition_data {
             let records = p.records.unwrap_or_default();
             broker.meters.produce_bytes.add(records.len() as u64);
-            let part = start_one(broker, &req, topic.as_deref(), p.index, records).await;
+            let part = match check_schemas(broker, topic.as_deref(), &records).await {
+                Ok(()) => start_one(broker, &req, topic.as_deref(), p.index, records)
+                    .await
+                    .map_err(Refusal::from),
+                Err(invalid) => Err(Refusal {
+                    error: E::InvalidRecord,
+                    record: Some(invalid),
+                }),
+            };
             parts.push((p.index, part));
         }
         started.push(StartedTopic {
@@ -274,6 +304,30 @@ async fn start(broker: &Arc<Broker>, cx: &Cx<'_>, r: ProduceRequest) -> Vec<Star
         });
     }
     started
+}
+
+/// Checks a batch against its topic's schema validation, if the topic has any.
+async fn check_schemas(
+    broker: &Broker,
+    topic: Option<&Topic>,
+    records: &bytes::Bytes,
+) -> Result<(), weir_registry::validate::Invalid> {
+    let Some(topic) = topic else {
+        return Ok(());
+    };
+    let Some(policy) = weir_registry::validate::SchemaPolicy::of(&topic.configs) else {
+        return Ok(());
+    };
+    let Some(payloads) = weir_partition::clean::record_payloads(records) else {
+        // What cannot be read cannot be checked: refused here, whatever the append would say.
+        return Err(weir_registry::validate::Invalid {
+            index: 0,
+            message: "the batch cannot be read, so its records cannot be checked against the \
+                      topic's schema validation"
+                .to_string(),
+        });
+    };
+    broker.schemas.check(&topic.name, &policy, &payloads).await
 }
 
 /// Starts one partition's produce: appended here, forwarded to its leader in another zone, or
@@ -350,13 +404,17 @@ async fn answer(
         let mut prs = Vec::with_capacity(t.parts.len());
         for (index, started) in t.parts {
             let result = match started {
-                Ok(s) => s.wait().await,
+                Ok(s) => s.wait().await.map_err(Refusal::from),
                 Err(e) => Err(e),
             };
             let hint = match (&result, &t.known) {
-                (Err(E::NotLeaderOrFollower), Some(name)) => {
-                    broker.leader_hint(zone.as_deref(), &listener, name, index)
-                }
+                (
+                    Err(Refusal {
+                        error: E::NotLeaderOrFollower,
+                        ..
+                    }),
+                    Some(name),
+                ) => broker.leader_hint(zone.as_deref(), &listener, name, index),
                 _ => None,
             };
             let pr = partition_response(index, result);
@@ -391,7 +449,7 @@ fn error_message(e: E) -> String {
     }
 }
 
-fn partition_response(index: i32, result: Result<Produced, E>) -> PartitionProduceResponse {
+fn partition_response(index: i32, result: Result<Produced, Refusal>) -> PartitionProduceResponse {
     let pr = PartitionProduceResponse::default()
         .with_index(index)
         .with_log_append_time_ms(-1);
@@ -399,11 +457,25 @@ fn partition_response(index: i32, result: Result<Produced, E>) -> PartitionProdu
         Ok(ok) => pr
             .with_base_offset(ok.base_offset)
             .with_log_start_offset(ok.log_start_offset),
-        Err(e) => pr
-            .with_error_code(e.code())
+        Err(Refusal {
+            error,
+            record: Some(invalid),
+        }) => pr
+            .with_error_code(error.code())
             .with_base_offset(-1)
             .with_log_start_offset(-1)
-            .with_error_message(Some(str(&error_message(e)))),
+            .with_error_message(Some(str(&invalid.message)))
+            .with_record_errors(vec![BatchIndexAndErrorMessage::default()
+                .with_batch_index(i32::try_from(invalid.index).unwrap_or(i32::MAX))
+                .with_batch_index_error_message(Some(str(&invalid.message)))]),
+        Err(Refusal {
+            error,
+            record: None,
+        }) => pr
+            .with_error_code(error.code())
+            .with_base_offset(-1)
+            .with_log_start_offset(-1)
+            .with_error_message(Some(str(&error_message(error)))),
     }
 }
 
