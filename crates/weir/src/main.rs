@@ -10,6 +10,7 @@ mod drain;
 mod link;
 mod link_groups;
 mod listeners;
+mod schemas;
 mod serve;
 
 use std::path::PathBuf;
@@ -64,6 +65,9 @@ enum Command {
     Drain(drain::DrainArgs),
     /// Cluster links: mirror another Kafka cluster's topics at its offsets, then promote them.
     Link(link::LinkArgs),
+    /// The schema registry: list its subjects, or import another registry's schemas with their
+    /// ids.
+    Schemas(schemas::SchemasArgs),
 }
 
 #[derive(clap::Args)]
@@ -141,5 +145,6 @@ fn main() -> anyhow::Result<()> {
         Command::Perf(args) => weir_perf::run(args),
         Command::Drain(args) => drain::run(args),
         Command::Link(args) => link::run(args),
+        Command::Schemas(args) => schemas::run(args),
     }
 }

@@ -344,3 +344,64 @@ def test_full_validation_decodes_the_payload(broker):
     errors = _produce_each(broker.bootstrap, topic, [good, truncated])
     assert errors[0] is None, errors
     assert errors[1] is not None and errors[1].code() == KafkaError.INVALID_RECORD, errors
+
+
+def test_weir_schemas_import_copies_a_registry_with_its_ids(broker_factory):
+    import os
+    import subprocess
+    source = broker_factory.new("sr-source")
+    target = broker_factory.new("sr-target")
+    try:
+        src = _client(source.registry_url)
+        # Ids in the source that the target would not give: a gap, and a reference.
+        for i in range(3):
+            src.register_schema(unique("filler"), Schema(json.dumps(
+                {"type": "record", "name": f"Filler{i}", "fields": []}), "AVRO"))
+        address = {"type": "record", "name": "Address", "namespace": "dev.weir.test",
+                   "fields": [{"name": "city", "type": "string"}]}
+        a_id = src.register_schema("address", Schema(json.dumps(address), "AVRO"))
+        person = {"type": "record", "name": "Person", "namespace": "dev.weir.test",
+                  "fields": [{"name": "home", "type": "dev.weir.test.Address"}]}
+        p_id = src.register_schema("person", Schema(json.dumps(person), "AVRO", [
+            SchemaReference("dev.weir.test.Address", "address", 1)]))
+        src.set_compatibility("person", "FULL")
+        src.register_schema("person", Schema(json.dumps(
+            {**person, "fields": person["fields"] + [
+                {"name": "n", "type": "int", "default": 0}]}), "AVRO", [
+            SchemaReference("dev.weir.test.Address", "address", 1)]))
+        # Something live in the target: the import is refused without --force.
+        dst = _client(target.registry_url)
+        dst.register_schema("already-here", Schema(json.dumps({"type": "string"}), "AVRO"))
+        cmd = [os.environ["WEIR_BIN"], "schemas", "--registry", target.registry_url, "import",
+               source.registry_url]
+        refused = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert refused.returncode != 0 and "existing subjects" in refused.stderr, refused
+        # Gone for good, nothing in the way: the import keeps every id (id 1 included, which
+        # the target had given to what was there).
+        dst.delete_subject("already-here")
+        dst.delete_subject("already-here", permanent=True)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "imported" in done.stdout, done.stdout
+        for subject in src.get_subjects():
+            for v in src.get_versions(subject):
+                a, b = src.get_version(subject, v), dst.get_version(subject, v)
+                assert (b.schema_id, b.version) == (a.schema_id, a.version), subject
+                assert b.schema.schema_str == a.schema.schema_str
+        assert dst.get_version("address", 1).schema_id == a_id
+        assert dst.get_version("person", 1).schema_id == p_id
+        assert dst.get_compatibility("person") == "FULL"
+        assert dst.get_global_mode() == "READWRITE"
+        # Ordinary registrations go on above every imported id.
+        highest = max(dst.get_version(s, v).schema_id
+                      for s in src.get_subjects() for v in src.get_versions(s))
+        later = dst.register_schema(unique("later"), Schema(json.dumps(
+            {"type": "record", "name": "Later", "fields": []}), "AVRO"))
+        assert later > highest
+        listing = subprocess.run([os.environ["WEIR_BIN"], "schemas", "--registry",
+                                  target.registry_url, "list"],
+                                 capture_output=True, text=True, timeout=60)
+        assert listing.returncode == 0 and "person" in listing.stdout, listing
+    finally:
+        broker_factory.close(source)
+        broker_factory.close(target)
