@@ -719,6 +719,37 @@ impl Registry {
         Err(RegistryError::schema_not_found())
     }
 
+    /// Every subject for the admin API: live and soft-deleted versions, and the latest live
+    /// version's id and type.
+    pub async fn summary(&self) -> Result<Value> {
+        let mut out = Vec::new();
+        for (subject, live) in self.store.subjects().await? {
+            let versions = self.store.subject_versions(&subject).await?;
+            let (alive, deleted): (Vec<&SubjectVersion>, Vec<&SubjectVersion>) =
+                versions.iter().partition(|v| !v.deleted);
+            let latest = match alive.last() {
+                Some(v) => {
+                    let ty = self
+                        .store
+                        .schema(v.schema_id)
+                        .await?
+                        .map(|s| s.content.schema_type)
+                        .unwrap_or_default();
+                    json!({"version": v.version, "id": v.schema_id, "schemaType": ty})
+                }
+                None => Value::Null,
+            };
+            out.push(json!({
+                "subject": subject,
+                "deleted": !live,
+                "versions": alive.iter().map(|v| v.version).collect::<Vec<_>>(),
+                "deleted_versions": deleted.iter().map(|v| v.version).collect::<Vec<_>>(),
+                "latest": latest,
+            }));
+        }
+        Ok(json!({"subjects": out}))
+    }
+
     /// `POST /subjects/{s}`: the version of `subject` with this schema.
     pub async fn lookup(
         &self,

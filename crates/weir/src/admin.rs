@@ -260,6 +260,7 @@ fn router(app: App) -> Router {
         .route("/v1/links", get(list_links).post(create_link))
         .route("/v1/links/{name}", get(show_link).delete(delete_link))
         .route("/v1/links/{name}/promote", post(promote_link))
+        .route("/v1/schemas", get(schemas))
         // After the routes: it applies to those already added.
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
@@ -398,6 +399,23 @@ async fn cluster(Shared(app): Shared<App>) -> Response {
     match &app.cluster {
         Some(c) => json(StatusCode::OK, &c.cluster().await),
         None => no_cluster(),
+    }
+}
+
+/// `GET /v1/schemas`: the schema registry's subjects (their versions, the latest's id and type).
+async fn schemas(Shared(app): Shared<App>) -> Response {
+    let Some(broker) = &app.broker else {
+        return json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &serde_json::json!({"error": "no broker"}),
+        );
+    };
+    match broker.schemas.registry().summary().await {
+        Ok(v) => json(StatusCode::OK, &v),
+        Err(e) => json(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &serde_json::json!({"error": e.message}),
+        ),
     }
 }
 

@@ -402,6 +402,11 @@ def test_weir_schemas_import_copies_a_registry_with_its_ids(broker_factory):
                                   target.registry_url, "list"],
                                  capture_output=True, text=True, timeout=60)
         assert listing.returncode == 0 and "person" in listing.stdout, listing
+        status, body = target.admin("GET", "/v1/schemas")
+        assert status == 200, body
+        shown = {s["subject"]: s for s in body["subjects"]}
+        assert shown["person"]["versions"] == [1, 2], shown["person"]
+        assert shown["address"]["latest"]["id"] == a_id
     finally:
         broker_factory.close(source)
         broker_factory.close(target)
