@@ -404,8 +404,12 @@ impl Registry {
 
     // ------------------------------------------------------------------ parsing
 
-    /// The texts of the schemas `references` name, each after those it refers to.
-    async fn reference_texts(&self, references: &[SchemaReference]) -> Result<Vec<String>> {
+    /// The schemas `references` name (the name they are referred to by, their text), each
+    /// after those it refers to.
+    async fn reference_texts(
+        &self,
+        references: &[SchemaReference],
+    ) -> Result<Vec<(String, String)>> {
         let mut out = Vec::new();
         let mut seen = HashSet::new();
         let mut stack: Vec<(SchemaReference, bool)> = references
@@ -421,7 +425,7 @@ impl Registry {
             if expanded {
                 if seen.insert(key.clone()) {
                     if let Some(s) = texts.get(&key) {
-                        out.push(s.content.schema.clone());
+                        out.push((r.name.clone(), s.content.schema.clone()));
                     }
                 }
                 continue;

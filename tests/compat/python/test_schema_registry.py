@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.schema_registry import (Schema, SchemaReference, SchemaRegistryClient,
                                              SchemaRegistryError)
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from compat_util import create_topic, unique
@@ -252,7 +253,7 @@ def test_config_and_mode_answers(broker):
     _refused(lambda: client.register_schema(subject, Schema(_user(), "AVRO")), 422, 42205)
     client.delete_mode(subject)
     assert client.register_schema(subject, Schema(_user(), "AVRO")) > 0
-    assert sorted(client.get_schema_types()) == ["AVRO"]
+    assert sorted(client.get_schema_types()) == ["AVRO", "JSON"]
 
 
 def test_every_broker_of_a_cluster_serves_the_same_registry(cluster):
@@ -410,3 +411,76 @@ def test_weir_schemas_import_copies_a_registry_with_its_ids(broker_factory):
     finally:
         broker_factory.close(source)
         broker_factory.close(target)
+
+
+PERSON_JSON = {
+    "$schema": "http://json-schema.org/draft-07/schema#", "title": "Person", "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}},
+    "required": ["name"], "additionalProperties": False,
+}
+
+
+def test_json_schema_records_round_trip_and_evolve(broker):
+    topic = unique("sr-json")
+    create_topic(broker.bootstrap, topic, 1, config={"confluent.value.schema.validation": "true",
+                                                     "weir.schema.validation": "full"})
+    client = _client(broker.registry_url)
+    ser = JSONSerializer(json.dumps(PERSON_JSON), client)
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    people = [{"name": f"p{i}", "age": i} for i in range(10)]
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for p in people:
+        producer.produce(topic, value=ser(p, ctx))
+    assert producer.flush(30) == 0
+    # The serializer checks documents itself; one it would refuse, sent raw with a valid id,
+    # is refused by the topic's full validation.
+    schema_id = client.get_latest_version(f"{topic}-value").schema_id
+    bad = b"\x00" + struct.pack(">I", schema_id) + json.dumps({"age": -1}).encode()
+    from confluent_kafka import KafkaError
+    errors = _produce_each(broker.bootstrap, topic, [bad])
+    assert errors[0] is not None and errors[0].code() == KafkaError.INVALID_RECORD, errors
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique("g"),
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    de = JSONDeserializer(None, schema_registry_client=_client(broker.registry_url))
+    got = []
+    try:
+        while len(got) < len(people):
+            m = consumer.poll(10)
+            assert m is not None, got
+            assert m.error() is None, m.error()
+            got.append(de(m.value(), ctx))
+    finally:
+        consumer.close()
+    assert got == people
+    # Evolution of a closed model: a new optional property reads old documents (BACKWARD),
+    # a new required one does not, and neither does a narrower type.
+    subject = f"{topic}-value"
+    wider = {**PERSON_JSON, "properties": {**PERSON_JSON["properties"],
+                                           "email": {"type": "string"}}}
+    assert client.test_compatibility(subject, Schema(json.dumps(wider), "JSON"))
+    required = {**wider, "required": ["name", "email"]}
+    assert not client.test_compatibility(subject, Schema(json.dumps(required), "JSON"))
+    narrower = {**PERSON_JSON, "properties": {**PERSON_JSON["properties"],
+                                              "age": {"type": "integer", "minimum": 18}}}
+    e = _refused(lambda: client.register_schema(subject, Schema(json.dumps(narrower), "JSON")),
+                 409, 409)
+    assert "MINIMUM_ADDED_OR_INCREASED" in e.error_message, e.error_message
+    assert client.register_schema(subject, Schema(json.dumps(wider), "JSON")) != schema_id
+
+
+def test_json_schema_references(broker):
+    client = _client(broker.registry_url)
+    address_subject = unique("address-json")
+    address = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    client.register_schema(address_subject, Schema(json.dumps(address), "JSON"))
+    person = {"type": "object", "title": "Resident",
+              "properties": {"home": {"$ref": "address.json"}}, "required": ["home"]}
+    refs = [SchemaReference("address.json", address_subject, 1)]
+    subject = unique("resident")
+    schema_id = client.register_schema(subject, Schema(json.dumps(person), "JSON", refs))
+    got = client.get_schema(schema_id)
+    assert [(r.name, r.subject, r.version) for r in got.references] == [
+        ("address.json", address_subject, 1)]
+    _refused(lambda: client.register_schema(unique("bad"), Schema(
+        json.dumps({"type": "object", "properties": {"a": {"type": "wrong"}}}), "JSON")), 422, 42201)

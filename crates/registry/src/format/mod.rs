@@ -2,25 +2,30 @@
 //! canonical text, says why one version cannot read another's data, and decodes a payload.
 //!
 //! - [`avro`]: Avro (apache-avro).
+//! - [`json`]: JSON Schema (jsonschema).
 
 pub mod avro;
+pub mod json;
 
 pub use avro::AvroSchema;
+pub use json::JsonSchema;
 
 /// A schema format, by Confluent's `schemaType` names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SchemaType {
     Avro,
+    Json,
 }
 
 impl SchemaType {
     /// Every format served, as `GET /schemas/types` lists them.
-    pub const ALL: [SchemaType; 1] = [SchemaType::Avro];
+    pub const ALL: [SchemaType; 2] = [SchemaType::Json, SchemaType::Avro];
 
     /// The request's `schemaType` (absent: AVRO); `None` for a format not served.
     pub fn from_name(name: Option<&str>) -> Option<SchemaType> {
         match name.map(str::to_ascii_uppercase).as_deref() {
             None | Some("AVRO") | Some("") => Some(SchemaType::Avro),
+            Some("JSON") => Some(SchemaType::Json),
             _ => None,
         }
     }
@@ -28,6 +33,7 @@ impl SchemaType {
     pub fn name(self) -> &'static str {
         match self {
             SchemaType::Avro => "AVRO",
+            SchemaType::Json => "JSON",
         }
     }
 }
@@ -46,22 +52,32 @@ pub enum Direction {
 /// A parsed schema of any format.
 pub enum Parsed {
     Avro(AvroSchema),
+    Json(JsonSchema),
 }
 
 impl Parsed {
-    /// Parses `text` of format `ty`; `references` are the referenced schemas' texts, each after
-    /// those it refers to. `Err` is the reason, for a 42201.
-    pub fn parse(ty: SchemaType, text: &str, references: &[String]) -> Result<Parsed, String> {
-        match ty {
-            SchemaType::Avro => AvroSchema::parse(text, references)
-                .map(Parsed::Avro)
-                .map_err(|e| format!("Invalid schema of type AVRO, details: {e}")),
-        }
+    /// Parses `text` of format `ty`; `references` are the referenced schemas (the name the
+    /// referring schema uses, the text), each after those it refers to. `Err` is the reason,
+    /// for a 42201.
+    pub fn parse(
+        ty: SchemaType,
+        text: &str,
+        references: &[(String, String)],
+    ) -> Result<Parsed, String> {
+        let r = match ty {
+            SchemaType::Avro => {
+                let texts: Vec<String> = references.iter().map(|(_, t)| t.clone()).collect();
+                AvroSchema::parse(text, &texts).map(Parsed::Avro)
+            }
+            SchemaType::Json => JsonSchema::parse(text, references).map(Parsed::Json),
+        };
+        r.map_err(|e| format!("Invalid schema of type {}, details: {e}", ty.name()))
     }
 
     pub fn schema_type(&self) -> SchemaType {
         match self {
             Parsed::Avro(_) => SchemaType::Avro,
+            Parsed::Json(_) => SchemaType::Json,
         }
     }
 
@@ -69,6 +85,7 @@ impl Parsed {
     pub fn canonical(&self) -> String {
         match self {
             Parsed::Avro(a) => a.canonical().to_string(),
+            Parsed::Json(j) => j.canonical().to_string(),
         }
     }
 
@@ -76,6 +93,7 @@ impl Parsed {
     pub fn record_name(&self) -> Option<String> {
         match self {
             Parsed::Avro(a) => a.full_name(),
+            Parsed::Json(j) => j.title(),
         }
     }
 
@@ -93,6 +111,17 @@ impl Parsed {
                 }
                 errors
             }
+            (Parsed::Json(new), Parsed::Json(old)) => {
+                let mut errors = Vec::new();
+                if matches!(direction, Direction::Backward | Direction::Full) {
+                    errors.extend(new.read_errors(old, true));
+                }
+                if matches!(direction, Direction::Forward | Direction::Full) {
+                    errors.extend(new.read_errors(old, false));
+                }
+                errors
+            }
+            _ => vec!["Incompatible because of different schema type".to_string()],
         }
     }
 
@@ -100,6 +129,7 @@ impl Parsed {
     pub fn decode(&self, payload: &[u8]) -> Result<(), String> {
         match self {
             Parsed::Avro(a) => a.decode(payload),
+            Parsed::Json(j) => j.decode(payload),
         }
     }
 }
