@@ -295,7 +295,7 @@ impl<'a> Diff<'a> {
         // Every type the narrow schema allows must be allowed (an integer is a number).
         let missing = narrow
             .iter()
-            .any(|t| !wide.contains(t) && !(t == "integer" && wide.contains("number")));
+            .any(|t| !(wide.contains(t) || (t == "integer" && wide.contains("number"))));
         if missing {
             self.error("TYPE_CHANGED", path);
         }
