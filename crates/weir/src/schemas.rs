@@ -134,7 +134,7 @@ impl Registry {
         let v = self
             .call("GET", &format!("subjects?deleted={deleted}"), None)
             .await?;
-        Ok(serde_json::from_value(v).context("the subjects")?)
+        serde_json::from_value(v).context("the subjects")
     }
 
     async fn versions(&self, subject: &str, deleted: bool) -> anyhow::Result<Vec<u32>> {
@@ -145,7 +145,7 @@ impl Registry {
                 None,
             )
             .await?;
-        Ok(serde_json::from_value(v).context("the versions")?)
+        serde_json::from_value(v).context("the versions")
     }
 
     async fn version(&self, subject: &str, version: u32, deleted: bool) -> anyhow::Result<Value> {
