@@ -874,6 +874,12 @@ async fn serve_registry(
         .local_addr()
         .context("the schema registry listener's address")?;
     tracing::info!(schema_registry = %bound, "schema registry listening");
+    if !bound.ip().is_loopback() {
+        tracing::warn!(
+            schema_registry = %bound,
+            "the schema registry listens beyond loopback and asks for no credentials: anyone who reaches it can register and delete schemas"
+        );
+    }
     let router = weir_registry::http::router(Arc::clone(registry), None);
     Ok(Some(tokio::spawn(weir_registry::http::serve(
         listener,
