@@ -397,12 +397,22 @@ async fn may_read_schema(app: &App, principal: Option<&Principal>, id: u32) -> R
     }
 }
 
-async fn schema_by_id(State(app): State<App>, p: P, Path(id): Path<String>) -> Response {
+async fn schema_by_id(
+    State(app): State<App>,
+    p: P,
+    Path(id): Path<String>,
+    Query(q): Q,
+) -> Response {
     answer(
         async {
             let id = schema_id(&id)?;
             may_read_schema(&app, who(&p), id).await?;
-            Ok(schema_json(&app.registry.schema_by_id(id).await?))
+            let mut schema = app.registry.schema_by_id(id).await?;
+            schema.content.schema = app
+                .registry
+                .formatted(&schema, q.get("format").map(String::as_str))
+                .await?;
+            Ok(schema_json(&schema))
         }
         .await,
     )
@@ -600,11 +610,15 @@ async fn version(
         async {
             authorize(&app, who(&p), Operation::Read, subject_res(&subject))?;
             let spec = VersionSpec::parse(&version)?;
-            Ok(view_json(
-                &app.registry
-                    .version(&subject, spec, flag(&q, "deleted"))
-                    .await?,
-            ))
+            let mut v = app
+                .registry
+                .version(&subject, spec, flag(&q, "deleted"))
+                .await?;
+            v.schema.content.schema = app
+                .registry
+                .formatted(&v.schema, q.get("format").map(String::as_str))
+                .await?;
+            Ok(view_json(&v))
         }
         .await,
     )

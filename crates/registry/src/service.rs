@@ -505,6 +505,16 @@ impl Registry {
         cache.insert(fingerprint.to_string(), Arc::clone(parsed));
     }
 
+    /// The text of `schema` in the `format` a client asked for (see [`Parsed::formatted`]).
+    pub async fn formatted(&self, schema: &StoredSchema, format: Option<&str>) -> Result<String> {
+        match format {
+            Some("serialized") if schema.content.schema_type == SchemaType::Protobuf.name() => {
+                Ok(self.parsed(schema).await?.formatted(format))
+            }
+            _ => Ok(schema.content.schema.clone()),
+        }
+    }
+
     /// Parses a request's schema into the content to store, and the parsed schema.
     async fn content_of(
         &self,

@@ -240,9 +240,13 @@ impl SchemaChecks {
         let subject = match strategy {
             Strategy::Topic => format!("{topic}-{}", field.name()),
             Strategy::Record | Strategy::TopicRecord => {
-                let name = self.schema_of(id).await?.record_name().ok_or_else(|| {
-                    format!("has schema id {id}, whose schema has no record name")
-                })?;
+                let name = self
+                    .schema_of(id)
+                    .await?
+                    .record_name_of(&bytes[5..])
+                    .ok_or_else(|| {
+                        format!("has schema id {id}, whose schema has no record name")
+                    })?;
                 match strategy {
                     Strategy::Record => name,
                     _ => format!("{topic}-{name}"),

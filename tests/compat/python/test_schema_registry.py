@@ -253,7 +253,7 @@ def test_config_and_mode_answers(broker):
     _refused(lambda: client.register_schema(subject, Schema(_user(), "AVRO")), 422, 42205)
     client.delete_mode(subject)
     assert client.register_schema(subject, Schema(_user(), "AVRO")) > 0
-    assert sorted(client.get_schema_types()) == ["AVRO", "JSON"]
+    assert sorted(client.get_schema_types()) == ["AVRO", "JSON", "PROTOBUF"]
 
 
 def test_every_broker_of_a_cluster_serves_the_same_registry(cluster):
@@ -484,3 +484,83 @@ def test_json_schema_references(broker):
         ("address.json", address_subject, 1)]
     _refused(lambda: client.register_schema(unique("bad"), Schema(
         json.dumps({"type": "object", "properties": {"a": {"type": "wrong"}}}), "JSON")), 422, 42201)
+
+
+def _order_classes():
+    """Order (with a Money of another file, and a Timestamp) built at run time, as protoc would
+    generate them: the serializer registers each imported file under its path."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
+    F = descriptor_pb2.FieldDescriptorProto
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
+    money = descriptor_pb2.FileDescriptorProto(name="weirtest/money.proto", package="weirtest",
+                                               syntax="proto3")
+    m = money.message_type.add(name="Money")
+    m.field.add(name="cents", number=1, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
+    pool.Add(money)
+    order = descriptor_pb2.FileDescriptorProto(
+        name="weirtest/order.proto", package="weirtest", syntax="proto3",
+        dependency=["weirtest/money.proto", "google/protobuf/timestamp.proto"])
+    o = order.message_type.add(name="Order")
+    o.field.add(name="id", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    o.field.add(name="qty", number=2, type=F.TYPE_INT32, label=F.LABEL_OPTIONAL)
+    o.field.add(name="total", number=3, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                type_name=".weirtest.Money")
+    o.field.add(name="at", number=4, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                type_name=".google.protobuf.Timestamp")
+    pool.Add(order)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("weirtest.Order"))
+
+
+def test_protobuf_records_round_trip_with_references(broker):
+    from confluent_kafka.schema_registry.protobuf import (ProtobufDeserializer,
+                                                          ProtobufSerializer)
+    Order = _order_classes()
+    topic = unique("sr-proto")
+    create_topic(broker.bootstrap, topic, 1, config={"confluent.value.schema.validation": "true",
+                                                     "weir.schema.validation": "full"})
+    client = _client(broker.registry_url)
+    ser = ProtobufSerializer(Order, client, {"use.deprecated.format": False})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    orders = []
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(10):
+        o = Order(id=f"o{i}", qty=i)
+        o.total.cents = 100 * i
+        o.at.seconds = 1_700_000_000 + i
+        orders.append(o)
+        producer.produce(topic, value=ser(o, ctx))
+    assert producer.flush(30) == 0
+    # The import was registered under its path, and the order references it.
+    latest = client.get_latest_version(f"{topic}-value")
+    assert latest.schema.schema_type == "PROTOBUF"
+    assert [(r.name, r.subject) for r in latest.schema.references] == [
+        ("weirtest/money.proto", "weirtest/money.proto")]
+    # The canonical text is .proto text, whatever the client sent.
+    assert "message Order {" in latest.schema.schema_str, latest.schema.schema_str
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique("g"),
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    de = ProtobufDeserializer(Order, {"use.deprecated.format": False},
+                              schema_registry_client=_client(broker.registry_url))
+    got = []
+    try:
+        while len(got) < len(orders):
+            m = consumer.poll(10)
+            assert m is not None, got
+            assert m.error() is None, m.error()
+            got.append(de(m.value(), ctx))
+    finally:
+        consumer.close()
+    assert got == orders
+    # What full validation refuses: bytes that are not an Order.
+    from confluent_kafka import KafkaError
+    bad = b"\x00" + struct.pack(">I", latest.schema_id) + b"\x00" + b"\x0a\x05\x01"
+    errors = _produce_each(broker.bootstrap, topic, [bad])
+    assert errors[0] is not None and errors[0].code() == KafkaError.INVALID_RECORD, errors
+    # An incompatible change (qty from int32 to double) is refused with the reason.
+    changed = latest.schema.schema_str.replace("int32 qty = 2", "double qty = 2")
+    assert changed != latest.schema.schema_str
+    e = _refused(lambda: client.register_schema(f"{topic}-value", Schema(
+        changed, "PROTOBUF", latest.schema.references)), 409, 409)
+    assert "FIELD_SCALAR_KIND_CHANGED" in e.error_message, e.error_message

@@ -3,29 +3,34 @@
 //!
 //! - [`avro`]: Avro (apache-avro).
 //! - [`json`]: JSON Schema (jsonschema).
+//! - [`protobuf`]: Protobuf (protox, prost-reflect).
 
 pub mod avro;
 pub mod json;
+pub mod protobuf;
 
 pub use avro::AvroSchema;
 pub use json::JsonSchema;
+pub use protobuf::ProtobufSchema;
 
 /// A schema format, by Confluent's `schemaType` names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SchemaType {
     Avro,
     Json,
+    Protobuf,
 }
 
 impl SchemaType {
     /// Every format served, as `GET /schemas/types` lists them.
-    pub const ALL: [SchemaType; 2] = [SchemaType::Json, SchemaType::Avro];
+    pub const ALL: [SchemaType; 3] = [SchemaType::Json, SchemaType::Protobuf, SchemaType::Avro];
 
     /// The request's `schemaType` (absent: AVRO); `None` for a format not served.
     pub fn from_name(name: Option<&str>) -> Option<SchemaType> {
         match name.map(str::to_ascii_uppercase).as_deref() {
             None | Some("AVRO") | Some("") => Some(SchemaType::Avro),
             Some("JSON") => Some(SchemaType::Json),
+            Some("PROTOBUF") => Some(SchemaType::Protobuf),
             _ => None,
         }
     }
@@ -34,6 +39,7 @@ impl SchemaType {
         match self {
             SchemaType::Avro => "AVRO",
             SchemaType::Json => "JSON",
+            SchemaType::Protobuf => "PROTOBUF",
         }
     }
 }
@@ -53,6 +59,7 @@ pub enum Direction {
 pub enum Parsed {
     Avro(AvroSchema),
     Json(JsonSchema),
+    Protobuf(ProtobufSchema),
 }
 
 impl Parsed {
@@ -70,6 +77,7 @@ impl Parsed {
                 AvroSchema::parse(text, &texts).map(Parsed::Avro)
             }
             SchemaType::Json => JsonSchema::parse(text, references).map(Parsed::Json),
+            SchemaType::Protobuf => ProtobufSchema::parse(text, references).map(Parsed::Protobuf),
         };
         r.map_err(|e| format!("Invalid schema of type {}, details: {e}", ty.name()))
     }
@@ -78,6 +86,7 @@ impl Parsed {
         match self {
             Parsed::Avro(_) => SchemaType::Avro,
             Parsed::Json(_) => SchemaType::Json,
+            Parsed::Protobuf(_) => SchemaType::Protobuf,
         }
     }
 
@@ -86,6 +95,25 @@ impl Parsed {
         match self {
             Parsed::Avro(a) => a.canonical().to_string(),
             Parsed::Json(j) => j.canonical().to_string(),
+            Parsed::Protobuf(p) => p.canonical().to_string(),
+        }
+    }
+
+    /// The schema in a `format` a client asked for: `serialized` is a Protobuf schema's
+    /// descriptor in base64 (what Confluent's Protobuf deserializers read); otherwise the
+    /// canonical text.
+    pub fn formatted(&self, format: Option<&str>) -> String {
+        match (self, format) {
+            (Parsed::Protobuf(p), Some("serialized")) => p.serialized(),
+            _ => self.canonical(),
+        }
+    }
+
+    /// The record name a payload's schema gives it (a Protobuf payload names its message).
+    pub fn record_name_of(&self, payload: &[u8]) -> Option<String> {
+        match self {
+            Parsed::Protobuf(p) => p.message_name_of(payload),
+            _ => self.record_name(),
         }
     }
 
@@ -94,6 +122,7 @@ impl Parsed {
         match self {
             Parsed::Avro(a) => a.full_name(),
             Parsed::Json(j) => j.title(),
+            Parsed::Protobuf(p) => p.first_message_name(),
         }
     }
 
@@ -121,6 +150,16 @@ impl Parsed {
                 }
                 errors
             }
+            (Parsed::Protobuf(new), Parsed::Protobuf(old)) => {
+                let mut errors = Vec::new();
+                if matches!(direction, Direction::Backward | Direction::Full) {
+                    errors.extend(new.read_errors(old, true));
+                }
+                if matches!(direction, Direction::Forward | Direction::Full) {
+                    errors.extend(new.read_errors(old, false));
+                }
+                errors
+            }
             _ => vec!["Incompatible because of different schema type".to_string()],
         }
     }
@@ -130,6 +169,7 @@ impl Parsed {
         match self {
             Parsed::Avro(a) => a.decode(payload),
             Parsed::Json(j) => j.decode(payload),
+            Parsed::Protobuf(p) => p.decode(payload),
         }
     }
 }
