@@ -56,6 +56,9 @@ pub enum Direction {
 }
 
 /// A parsed schema of any format.
+// The variants differ in size (a compiled JSON Schema is large), but a parsed schema is made
+// once per content and kept behind an Arc: boxing would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Parsed {
     Avro(AvroSchema),
     Json(JsonSchema),

@@ -409,19 +409,16 @@ fn fields(errors: &mut Vec<String>, path: &str, om: &DescriptorProto, nm: &Descr
                 format!("The label of a numeric field at path '{at}' changed between singular and repeated"),
             );
         }
-        match (oneof_of(om, of), oneof_of(nm, nf)) {
-            (None, Some(o)) => {
-                if om.oneof_decl.iter().any(|d| d.name() == o) {
-                    error(
-                        errors,
-                        "FIELD_MOVED_TO_EXISTING_ONEOF",
-                        format!("The field at path '{at}' was moved into an existing oneof"),
-                    );
-                } else {
-                    *moved_into.entry(o).or_default() += 1;
-                }
+        if let (None, Some(o)) = (oneof_of(om, of), oneof_of(nm, nf)) {
+            if om.oneof_decl.iter().any(|d| d.name() == o) {
+                error(
+                    errors,
+                    "FIELD_MOVED_TO_EXISTING_ONEOF",
+                    format!("The field at path '{at}' was moved into an existing oneof"),
+                );
+            } else {
+                *moved_into.entry(o).or_default() += 1;
             }
-            _ => {}
         }
     }
     for (o, n) in moved_into {
