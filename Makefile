@@ -129,6 +129,18 @@ bench-tls:
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
 	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/tls.py
 
+# What schema validation costs on the produce path (about 5 minutes): ProducerPerformance with
+# 1 KiB JSON records framed with a schema id, on a topic without validation, with
+# confluent.value.schema.validation=true, and with weir.schema.validation=full; throughput,
+# latency at a fixed rate and broker CPU per GiB; writes
+# bench/results/schema-validation-YYYY-MM-DD-HHMM.md. Settings: BENCH_SV_* (bench/schema_validation.py).
+.PHONY: bench-schema-validation
+bench-schema-validation:
+	$(CARGO) build --release -p weir
+	tools/kafka/kafka.sh install
+	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
+	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/schema_validation.py
+
 # Partition moves under load on a three-broker cluster (one PostgreSQL, one s3s-fs, three
 # `weir serve`; under 2 minutes): produce and consumer unavailability per move for each backlog
 # size, beside AutoMQ's published figure; writes bench/results/move-YYYY-MM-DD-HHMM.md.

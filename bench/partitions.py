@@ -128,9 +128,10 @@ def kafka_tool(*args, timeout=600):
         raise RuntimeError(f"kafka-topics {' '.join(args[2:4])} failed: {r.stderr[-300:]}")
 
 
-def create_topic(bootstrap, name, partitions):
+def create_topic(bootstrap, name, partitions, configs=None):
+    extra = [a for k, v in (configs or {}).items() for a in ("--config", f"{k}={v}")]
     kafka_tool("--bootstrap-server", bootstrap, "--create", "--topic", name, "--partitions",
-               str(min(partitions, CREATE_AT_MOST)), "--replication-factor", "1")
+               str(min(partitions, CREATE_AT_MOST)), "--replication-factor", "1", *extra)
     if partitions > CREATE_AT_MOST:
         kafka_tool("--bootstrap-server", bootstrap, "--alter", "--topic", name, "--partitions",
                    str(partitions))

@@ -107,18 +107,22 @@ def run(kind, tag, records, throughput, warmup, partitions=1):
         shutil.rmtree(root, ignore_errors=True)
 
 
-def measure(b, tag, records, throughput, bootstrap=None, extra=(), warmup=0, partitions=1):
+def measure(b, tag, records, throughput, bootstrap=None, extra=(), warmup=0, partitions=1,
+            payload_file=None, topic_configs=None):
     """ProducerPerformance with PROPS against the running broker b, on a topic "pp" of one
     partition created over b.bootstrap; the producer bootstraps from `bootstrap` (default
     b.bootstrap), with `extra` arguments after its properties (bench/tls.py: a
     --producer.config). With `warmup`, that many records are sent first in the same JVM
     (tools/kafka/WarmProducerPerformance.java) and only the run after them is measured. The
-    broker's CPU and memory are sampled while the measured run goes on."""
+    broker's CPU and memory are sampled while the measured run goes on. With `payload_file`
+    the records are its lines (--payload-file) instead of 1 KiB of random bytes, and the topic
+    is created with `topic_configs`."""
     # Created first, and the load started once the partition has a leader (a client
     # that starts before waits for the leader, which would count as produce latency).
-    create_topic(b.bootstrap, "pp", partitions)
+    create_topic(b.bootstrap, "pp", partitions, topic_configs)
+    size = ["--payload-file", payload_file] if payload_file else ["--record-size", "1024"]
     args = ["--topic", "pp", "--num-records", str(records),
-            "--record-size", "1024", "--throughput", str(throughput),
+            *size, "--throughput", str(throughput),
             "--producer-props", f"bootstrap.servers={bootstrap or b.bootstrap}", *PROPS, *extra]
     tool = ["producer-perf", *args] if not warmup else [WARM, str(warmup), *args]
     cmd = [*(["taskset", "-c", CLIENT_CPUS] if PIN else []), KAFKA_SH, "tool", *tool]

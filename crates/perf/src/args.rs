@@ -47,6 +47,13 @@ pub struct PerfArgs {
     #[arg(long, default_value_t = 1024)]
     pub record_size: usize,
 
+    /// Frame every value in the schema registry's wire format with this schema id: magic byte
+    /// 0, the id, then an Avro datum of `{"type":"record","name":"PerfRecord","fields":[{"name":
+    /// "sent","type":{"type":"fixed","name":"Sent","size":8}},{"name":"data","type":"bytes"}]}`
+    /// (the send timestamp, then the rest of --record-size): for topics with schema validation.
+    #[arg(long)]
+    pub schema_id: Option<u32>,
+
     /// Total send rate in records/s over all producers; 0 for as fast as possible.
     /// Default 1000 unless --throughput-mib is given.
     #[arg(long, conflicts_with = "throughput_mib")]

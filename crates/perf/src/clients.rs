@@ -205,6 +205,38 @@ pub struct ProducerSpec {
     pub config: Vec<(String, String)>,
     pub client_id: String,
     pub seed: u64,
+    /// Values framed with this schema id (see `PerfArgs::schema_id`).
+    pub schema_id: Option<u32>,
+}
+
+/// The bytes before the send timestamp in a value framed with a schema id: magic, id.
+pub const SCHEMA_PREFIX_BYTES: usize = 5;
+
+/// A framed value's header for `record_size` bytes in all: magic 0, the id, and after the
+/// 8-byte timestamp the Avro length of the bytes that follow (zigzag varint): (prefix, length
+/// bytes).
+fn schema_frame(id: u32, record_size: usize) -> (Vec<u8>, Vec<u8>) {
+    let mut prefix = vec![0u8];
+    prefix.extend_from_slice(&id.to_be_bytes());
+    let fixed = SCHEMA_PREFIX_BYTES + TIMESTAMP_BYTES;
+    for vlen in 1..=10 {
+        let data = record_size.saturating_sub(fixed + vlen) as u64;
+        let mut z = data << 1;
+        let mut len = Vec::new();
+        loop {
+            let b = (z & 0x7f) as u8;
+            z >>= 7;
+            if z == 0 {
+                len.push(b);
+                break;
+            }
+            len.push(b | 0x80);
+        }
+        if len.len() == vlen {
+            return (prefix, len);
+        }
+    }
+    (prefix, vec![0])
 }
 
 pub struct ProducerHandle {
@@ -283,6 +315,12 @@ fn send_loop(
     let pool = random_bytes(spec.record_size + POOL_EXTRA, spec.seed);
     let mut value = vec![0u8; spec.record_size];
     let mut window = 0usize;
+    let frame = spec.schema_id.map(|id| schema_frame(id, spec.record_size));
+    let ts_at = if frame.is_some() {
+        SCHEMA_PREFIX_BYTES
+    } else {
+        0
+    };
 
     while !go.load(Ordering::Acquire) {
         if stop.load(Ordering::Acquire) {
@@ -306,8 +344,15 @@ fn send_loop(
         }
         window = (window + 61) % POOL_EXTRA;
         value.copy_from_slice(&pool[window..window + spec.record_size]);
-        if spec.record_size >= TIMESTAMP_BYTES {
-            value[..TIMESTAMP_BYTES].copy_from_slice(&now_micros().to_le_bytes());
+        if let Some((prefix, len)) = &frame {
+            let after = SCHEMA_PREFIX_BYTES + TIMESTAMP_BYTES;
+            if spec.record_size >= after + len.len() {
+                value[..SCHEMA_PREFIX_BYTES].copy_from_slice(prefix);
+                value[after..after + len.len()].copy_from_slice(len);
+            }
+        }
+        if spec.record_size >= ts_at + TIMESTAMP_BYTES {
+            value[ts_at..ts_at + TIMESTAMP_BYTES].copy_from_slice(&now_micros().to_le_bytes());
         }
         let sent_at = epoch.elapsed().as_nanos() as usize;
         let mut record =
@@ -369,6 +414,8 @@ pub struct ConsumerSpec {
     pub group: String,
     pub config: Vec<(String, String)>,
     pub client_id: String,
+    /// Where the send timestamp starts in a value (after a schema id's frame).
+    pub timestamp_at: usize,
 }
 
 pub struct ConsumerHandle {
@@ -410,7 +457,7 @@ pub fn start_consumer(
     let thread_stats = stats.clone();
     let thread = std::thread::Builder::new()
         .name(spec.client_id.clone())
-        .spawn(move || poll_loop(consumer, thread_stats, errors, stop))
+        .spawn(move || poll_loop(consumer, thread_stats, errors, stop, spec.timestamp_at))
         .context("spawning a consumer thread")?;
     Ok(ConsumerHandle { stats, thread })
 }
@@ -420,6 +467,7 @@ fn poll_loop(
     stats: Arc<ConsumerStats>,
     errors: Arc<ClientErrors>,
     stop: Arc<AtomicBool>,
+    timestamp_at: usize,
 ) {
     // Timestamps older than this are not ours (or not a timestamp at all).
     let plausible_after = now_micros().saturating_sub(24 * 3600 * 1_000_000);
@@ -433,7 +481,7 @@ fn poll_loop(
                 stats
                     .bytes
                     .fetch_add(payload.len() as u64, Ordering::Relaxed);
-                if let Some(ts) = payload.get(..TIMESTAMP_BYTES) {
+                if let Some(ts) = payload.get(timestamp_at..timestamp_at + TIMESTAMP_BYTES) {
                     let mut b = [0u8; TIMESTAMP_BYTES];
                     b.copy_from_slice(ts);
                     let sent = u64::from_le_bytes(b);
@@ -450,6 +498,25 @@ fn poll_loop(
         }
     }
     // Dropping the consumer closes it and leaves the group.
+}
+
+#[cfg(test)]
+mod frame_tests {
+    use super::{schema_frame, SCHEMA_PREFIX_BYTES, TIMESTAMP_BYTES};
+
+    #[test]
+    fn a_framed_value_is_the_record_size_with_a_valid_avro_length() {
+        for size in [20, 100, 1024, 70_000] {
+            let (prefix, len) = schema_frame(7, size);
+            assert_eq!(prefix, vec![0, 0, 0, 0, 7]);
+            let data = size - SCHEMA_PREFIX_BYTES - TIMESTAMP_BYTES - len.len();
+            let mut z = 0u64;
+            for (i, b) in len.iter().enumerate() {
+                z |= u64::from(b & 0x7f) << (7 * i);
+            }
+            assert_eq!(z >> 1, data as u64, "{size}");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -96,6 +96,11 @@ fn start_groups(
                     group: group.clone(),
                     config: args.consumer_config.clone(),
                     client_id: format!("weir-perf-c{t}-{g}-{c}"),
+                    timestamp_at: if args.schema_id.is_some() {
+                        clients::SCHEMA_PREFIX_BYTES
+                    } else {
+                        0
+                    },
                 };
                 consumers.push(clients::start_consumer(
                     spec,
@@ -707,6 +712,7 @@ fn start_producers(
                 config: args.producer_config.clone(),
                 client_id: format!("weir-perf-p{t}-{p}"),
                 seed: 0x5EED_0000 + (t * 1000 + p) as u64,
+                schema_id: args.schema_id,
             };
             let handle = clients::start_producer(
                 spec,
