@@ -4,11 +4,12 @@
 
 use std::collections::HashMap;
 use std::future::IntoFuture;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -31,9 +32,13 @@ const MAX_BODY_BYTES: usize = 8 << 20;
 /// gives one backed by its users and ACLs; `None` serves everyone.
 #[async_trait::async_trait]
 pub trait Gate: Send + Sync + 'static {
-    /// The principal of `authorization` (the header, if any): `Err(401)` when it does not
-    /// authenticate.
-    async fn authenticate(&self, authorization: Option<&str>) -> Result<String>;
+    /// The principal of `authorization` (the header, if any) from `peer`: `Err(401)` when it
+    /// does not authenticate.
+    async fn authenticate(
+        &self,
+        authorization: Option<&str>,
+        peer: Option<SocketAddr>,
+    ) -> Result<String>;
 
     /// Whether `principal` may do `op` on `resource`.
     fn allowed(&self, principal: &str, op: Operation, resource: &Resource) -> bool;
@@ -66,11 +71,16 @@ struct App {
     gate: Option<Arc<dyn Gate>>,
 }
 
-/// Serves `router` on `listener` until `shutdown` turns true, then lets requests in flight
-/// finish for at most `grace`.
+/// Where the TLS configuration comes from, read at each connection (so that a certificate
+/// reloaded by the broker is used from the next connection on).
+pub type TlsSource = Arc<dyn Fn() -> Arc<rustls::ServerConfig> + Send + Sync>;
+
+/// Serves `router` on `listener` (over TLS with `tls`) until `shutdown` turns true, then lets
+/// requests in flight finish for at most `grace`.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
+    tls: Option<TlsSource>,
     shutdown: tokio::sync::watch::Receiver<bool>,
     grace: std::time::Duration,
 ) {
@@ -78,9 +88,16 @@ pub async fn serve(
         // An error means the sender is gone: nobody can ask for a stop any more, so stop.
         let _ = shutdown.wait_for(|stop| *stop).await;
     }
-    let server = axum::serve(listener, router)
-        .with_graceful_shutdown(stopped(shutdown.clone()))
-        .into_future();
+    if let Some(tls) = tls {
+        serve_tls(listener, router, tls, stopped(shutdown)).await;
+        return;
+    }
+    let server = axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(stopped(shutdown.clone()))
+    .into_future();
     tokio::select! {
         result = server => {
             if let Err(e) = result {
@@ -93,6 +110,61 @@ pub async fn serve(
         } => {
             tracing::warn!(?grace, "schema registry requests still open at shutdown; not waiting for them");
         }
+    }
+}
+
+/// Bounds a TLS handshake: a client that opens a connection and says nothing is dropped.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// HTTPS: each connection's TLS handshake (bounded), then HTTP/1 on it, until `stopped`.
+async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    tls: TlsSource,
+    stopped: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(stopped);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "schema registry: accepting a connection");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut stopped => return,
+        };
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls());
+        let router = router.clone();
+        tokio::spawn(async move {
+            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "schema registry: TLS handshake failed");
+                    return;
+                }
+                Err(_) => return,
+            };
+            let service = hyper::service::service_fn(
+                move |mut req: hyper::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(ConnectInfo(peer));
+                    let mut router = router.clone();
+                    async move {
+                        use tower::Service;
+                        router.call(req.map(axum::body::Body::new)).await
+                    }
+                },
+            );
+            let io = hyper_util::rt::TokioIo::new(stream);
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, service)
+                .await
+            {
+                tracing::debug!(%peer, error = %e, "schema registry: connection ended");
+            }
+        });
     }
 }
 
@@ -171,7 +243,11 @@ async fn observe(
                 .headers()
                 .get(header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok());
-            match gate.authenticate(authorization).await {
+            let peer = request
+                .extensions()
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| c.0);
+            match gate.authenticate(authorization, peer).await {
                 Ok(principal) => {
                     request.extensions_mut().insert(Principal(principal));
                     next.run(request).await

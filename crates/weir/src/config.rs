@@ -29,12 +29,18 @@ pub struct SchemaRegistrySection {
     /// host:port of the registry's HTTP listener (Confluent's port by default); empty: no
     /// registry on this broker. Port 0: any free port (the log says which).
     pub listen: String,
+    /// `none`, or `basic`: HTTP Basic with the broker's SCRAM users (checked as SASL PLAIN).
+    pub authentication: String,
+    /// HTTPS, with the Kafka TLS listeners' certificate (`security.ssl_keystore_location`).
+    pub tls: bool,
 }
 
 impl Default for SchemaRegistrySection {
     fn default() -> Self {
         SchemaRegistrySection {
             listen: "127.0.0.1:8081".into(),
+            authentication: "none".into(),
+            tls: false,
         }
     }
 }
@@ -712,6 +718,19 @@ impl Config {
             .validate()
             .map_err(|e| anyhow::anyhow!("wal: {e}"))?;
         crate::listeners::listeners(&config).map_err(|e| anyhow::anyhow!("security: {e}"))?;
+        if !matches!(
+            config.schema_registry.authentication.as_str(),
+            "none" | "basic"
+        ) {
+            anyhow::bail!(
+                "schema_registry.authentication: {:?} is not none or basic",
+                config.schema_registry.authentication
+            );
+        }
+        if config.schema_registry.tls {
+            crate::listeners::tls_files(&config)
+                .map_err(|e| anyhow::anyhow!("schema_registry.tls: {e}"))?;
+        }
         Ok(config)
     }
 

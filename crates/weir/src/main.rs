@@ -10,6 +10,7 @@ mod drain;
 mod link;
 mod link_groups;
 mod listeners;
+mod registry_gate;
 mod schemas;
 mod serve;
 

@@ -788,7 +788,7 @@ async fn listen(
     );
     let links_task = links.start(shutdown_rx.clone());
     let registry = Arc::clone(broker.schemas.registry());
-    if let Some(task) = serve_registry(config, &registry, shutdown_rx.clone()).await? {
+    if let Some(task) = serve_registry(config, broker, &registry, shutdown_rx.clone()).await? {
         network.push(task);
     }
     let admin = tokio::spawn(admin::serve(
@@ -860,30 +860,57 @@ fn meters(
 /// it until shutdown.
 async fn serve_registry(
     config: &Config,
+    broker: &Arc<weir_api::Broker>,
     registry: &Arc<weir_registry::Registry>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<Option<JoinHandle<()>>> {
-    let listen = &config.schema_registry.listen;
-    if listen.is_empty() {
+    let section = &config.schema_registry;
+    if section.listen.is_empty() {
         return Ok(None);
     }
-    let listener = TcpListener::bind(listen)
+    // Read before binding: a bad certificate stops the broker at once.
+    let tls = if section.tls {
+        let mut files = listeners::tls_files(config).map_err(anyhow::Error::msg)?;
+        files.client_auth = weir_network::ClientAuth::None;
+        let tls = Arc::new(
+            weir_network::Tls::load(files).context("loading the schema registry's TLS files")?,
+        );
+        let every = Duration::from_millis(config.security.ssl_reload_interval_ms.max(100));
+        tokio::spawn(reload_tls(vec![Arc::clone(&tls)], every, shutdown.clone()));
+        let source: weir_registry::http::TlsSource = Arc::new(move || tls.config());
+        Some(source)
+    } else {
+        None
+    };
+    let listener = TcpListener::bind(&section.listen)
         .await
-        .with_context(|| format!("binding the schema registry listener {listen}"))?;
+        .with_context(|| format!("binding the schema registry listener {}", section.listen))?;
     let bound = listener
         .local_addr()
         .context("the schema registry listener's address")?;
-    tracing::info!(schema_registry = %bound, "schema registry listening");
-    if !bound.ip().is_loopback() {
+    let basic = section.authentication == "basic";
+    tracing::info!(schema_registry = %bound, tls = section.tls, authentication = %section.authentication, "schema registry listening");
+    if !bound.ip().is_loopback() && !basic {
         tracing::warn!(
             schema_registry = %bound,
-            "the schema registry listens beyond loopback and asks for no credentials: anyone who reaches it can register and delete schemas"
+            "the schema registry listens beyond loopback and asks for no credentials: anyone who reaches it can register and delete schemas (schema_registry.authentication = \"basic\")"
         );
     }
-    let router = weir_registry::http::router(Arc::clone(registry), None);
+    if basic && !section.tls {
+        tracing::warn!(
+            "the schema registry takes passwords over plain HTTP (schema_registry.tls = true)"
+        );
+    }
+    let gate: Option<Arc<dyn weir_registry::http::Gate>> = basic.then(|| {
+        Arc::new(crate::registry_gate::BasicGate {
+            broker: Arc::clone(broker),
+        }) as Arc<dyn weir_registry::http::Gate>
+    });
+    let router = weir_registry::http::router(Arc::clone(registry), gate);
     Ok(Some(tokio::spawn(weir_registry::http::serve(
         listener,
         router,
+        tls,
         shutdown,
         Duration::from_secs(5),
     ))))

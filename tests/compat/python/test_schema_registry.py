@@ -564,3 +564,44 @@ def test_protobuf_records_round_trip_with_references(broker):
     e = _refused(lambda: client.register_schema(f"{topic}-value", Schema(
         changed, "PROTOBUF", latest.schema.references)), 409, 409)
     assert "FIELD_SCALAR_KIND_CHANGED" in e.error_message, e.error_message
+
+
+def test_http_basic_over_tls_with_the_brokers_users(broker_factory, tmp_path):
+    import os
+    import subprocess
+    from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialUpsertion)
+    certs = str(tmp_path)
+    subprocess.run(["bash", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                         "tls", "make-certs.sh"), certs],
+                   check=True, timeout=120, capture_output=True)
+    b = broker_factory.new("sr-secure", env={
+        "WEIR_SCHEMA_REGISTRY_AUTHENTICATION": "basic",
+        "WEIR_SCHEMA_REGISTRY_TLS": "true",
+        "WEIR_SECURITY_SSL_KEYSTORE_LOCATION": os.path.join(certs, "server.pem")})
+    try:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        upsert = UserScramCredentialUpsertion(
+            "alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"alice-secret")
+        for f in admin.alter_user_scram_credentials([upsert]).values():
+            f.result(timeout=20)
+        url = f"https://127.0.0.1:{b.registry_port}"
+        ca = os.path.join(certs, "ca.pem")
+
+        def client(user_info=None):
+            conf = {"url": url, "ssl.ca.location": ca}
+            if user_info:
+                conf["basic.auth.user.info"] = user_info
+            return SchemaRegistryClient(conf)
+
+        alice = client("alice:alice-secret")
+        schema_id = alice.register_schema("secure-value", Schema(_user(), "AVRO"))
+        assert alice.get_schema(schema_id).schema_type == "AVRO"
+        for who in (None, "alice:wrong", "mallory:alice-secret"):
+            _refused(lambda: client(who).get_subjects(), 401, 401)
+        # Plain HTTP on the TLS listener gets nowhere.
+        with pytest.raises(Exception):
+            SchemaRegistryClient({"url": url.replace("https", "http"),
+                                  "basic.auth.user.info": "alice:alice-secret"}).get_subjects()
+    finally:
+        broker_factory.close(b)
