@@ -129,9 +129,15 @@ def kafka_tool(*args, timeout=600):
 
 
 def create_topic(bootstrap, name, partitions, configs=None):
-    extra = [a for k, v in (configs or {}).items() for a in ("--config", f"{k}={v}")]
     kafka_tool("--bootstrap-server", bootstrap, "--create", "--topic", name, "--partitions",
-               str(min(partitions, CREATE_AT_MOST)), "--replication-factor", "1", *extra)
+               str(min(partitions, CREATE_AT_MOST)), "--replication-factor", "1")
+    if configs:
+        # Set after: kafka-topics refuses config names Apache Kafka does not know (Confluent's
+        # and Weir's own), before it asks the broker.
+        from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        resource = ConfigResource(ResourceType.TOPIC, name, set_config=dict(configs))
+        admin.alter_configs([resource])[resource].result(timeout=60)
     if partitions > CREATE_AT_MOST:
         kafka_tool("--bootstrap-server", bootstrap, "--alter", "--topic", name, "--partitions",
                    str(partitions))

@@ -56,6 +56,9 @@
 #                                                  (bench/producer_perf.py, BENCH_PP_* settings)
 #   BENCH_TLS [1]                                  0: leave out the TLS section: SASL_SSL beside
 #                                                  PLAINTEXT (bench/tls.py, BENCH_TLS_* settings)
+#   BENCH_SCHEMA_VALIDATION [1]                    0: leave out the schema validation section:
+#                                                  produce with and without it (Weir only;
+#                                                  bench/schema_validation.py, BENCH_SV_*)
 #   BENCH_MANY_PARTITIONS [1]                      0: leave out the many-partitions section
 #                                                  (bench/partitions.py, BENCH_P_* settings)
 #   BENCH_ZONES [1]                                0: leave out the zones section
@@ -499,6 +502,15 @@ if [[ ${BENCH_TLS:-1} == 1 ]]; then
     python3 "$ROOT/bench/tls.py"; then
     log "the TLS section failed"
     echo "tls failed" >>"$OUT/failures.txt"
+  fi
+fi
+# Schema validation (bench/schema_validation.py): produce to a topic without it, with the id
+# checked, and with payloads decoded (Weir only: Kafka has no registry).
+if [[ ${BENCH_SCHEMA_VALIDATION:-1} == 1 ]]; then
+  if ! WEIR_BIN=$WEIR WEIR_SERVE_BIN=$SERVE_BIN BENCH_SV_RESULTS=$OUT BENCH_SV_APPEND_TO=$RESULTS/$STAMP.md \
+    python3 "$ROOT/bench/schema_validation.py"; then
+    log "the schema validation section failed"
+    echo "schema-validation failed" >>"$OUT/failures.txt"
   fi
 fi
 # Many partitions (bench/partitions.py): 16, 1,000 and 10,000 partitions beside Kafka.

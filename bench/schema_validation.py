@@ -16,7 +16,8 @@ would any payload file (acks=all, linger.ms=1, one partition). Per mode:
   max     BENCH_SV_MAX_RECORDS [1000000] records as fast as they go: throughput, CPU per GiB
   rate    BENCH_SV_RATE [20000] records/s for BENCH_SV_SECONDS [30] s: latency percentiles
 
-Writes bench/results/schema-validation-YYYY-MM-DD-HHMM.md (and .json).
+Writes bench/results/schema-validation-YYYY-MM-DD-HHMM.md (and .json; appends the section to
+BENCH_SV_APPEND_TO when set, as `make bench` does).
 Environment: WEIR_BIN (required), BENCH_SV_MODES ["off id full"], BENCH_SV_DIR
 [target/bench-schema-validation], BENCH_SV_RESULTS [bench/results].
 """
@@ -190,7 +191,8 @@ def main():
                 print(f"bench: {mode} ({tag}) failed: {e}", flush=True)
                 results[(mode, tag)] = (str(e).splitlines() or [repr(e)])[0][:200]
     text = report(results, stamp, time.monotonic() - t0)
-    write_results(RESULTS, f"schema-validation-{stamp}", text, results, None)
+    write_results(RESULTS, f"schema-validation-{stamp}", text, results,
+                  os.environ.get("BENCH_SV_APPEND_TO"))
 
 
 if __name__ == "__main__":
