@@ -157,7 +157,8 @@ TEST_BROKER_ENV = {"WEIR_WAL_CAPACITY": str(64 << 20),
                    "WEIR_BROKER_GROUP_STREAMS_INITIAL_REBALANCE_DELAY_MS": "1000",
                    "WEIR_BROKER_LOG_CLEANER_BACKOFF_MS": "500"}
 
-_FIELDS_CACHE = {}
+# Per binary: the harness defaults it has no field for (read once; the bytes are not kept).
+_UNKNOWN_DEFAULTS = {}
 
 
 def _env_for(binary, env):
@@ -169,21 +170,15 @@ def _env_for(binary, env):
     a mistaken key still fails loudly. A field is known when its name is in the binary's bytes
     (serde keeps field names as strings); WEIR_BROKER_GROUP_X names the field `group_x`.
     """
-    dropped = []
-    for key, value in TEST_BROKER_ENV.items():
-        if env.get(key) != value:
-            continue
-        field = key.split("_", 2)[2].lower().encode()
-        if field not in _binary_bytes(binary):
-            dropped.append(key)
-    return {k: v for k, v in env.items() if k not in dropped}
-
-
-def _binary_bytes(binary):
-    if binary not in _FIELDS_CACHE:
+    if binary not in _UNKNOWN_DEFAULTS:
         with open(binary, "rb") as f:
-            _FIELDS_CACHE[binary] = f.read()
-    return _FIELDS_CACHE[binary]
+            data = f.read()
+        _UNKNOWN_DEFAULTS[binary] = {
+            key for key in TEST_BROKER_ENV
+            if key.split("_", 2)[2].lower().encode() not in data}
+    unknown = _UNKNOWN_DEFAULTS[binary]
+    return {k: v for k, v in env.items()
+            if not (k in unknown and TEST_BROKER_ENV.get(k) == v)}
 
 
 class Broker:
