@@ -132,37 +132,25 @@ impl Parsed {
     /// Why `self`, the new schema, is not compatible with `old` in `direction` (empty: it is),
     /// in Confluent's words.
     pub fn incompatibilities(&self, old: &Parsed, direction: Direction) -> Vec<String> {
+        // `check(true)`: why the new schema cannot read the old one's data (BACKWARD);
+        // `check(false)`: why the old schema cannot read the new one's (FORWARD).
+        let both = |check: &dyn Fn(bool) -> Vec<String>| {
+            let mut errors = Vec::new();
+            if matches!(direction, Direction::Backward | Direction::Full) {
+                errors.extend(check(true));
+            }
+            if matches!(direction, Direction::Forward | Direction::Full) {
+                errors.extend(check(false));
+            }
+            errors
+        };
         match (self, old) {
-            (Parsed::Avro(new), Parsed::Avro(old)) => {
-                let mut errors = Vec::new();
-                if matches!(direction, Direction::Backward | Direction::Full) {
-                    errors.extend(new.read_errors(old, true));
-                }
-                if matches!(direction, Direction::Forward | Direction::Full) {
-                    errors.extend(old.read_errors(new, false));
-                }
-                errors
-            }
-            (Parsed::Json(new), Parsed::Json(old)) => {
-                let mut errors = Vec::new();
-                if matches!(direction, Direction::Backward | Direction::Full) {
-                    errors.extend(new.read_errors(old, true));
-                }
-                if matches!(direction, Direction::Forward | Direction::Full) {
-                    errors.extend(new.read_errors(old, false));
-                }
-                errors
-            }
-            (Parsed::Protobuf(new), Parsed::Protobuf(old)) => {
-                let mut errors = Vec::new();
-                if matches!(direction, Direction::Backward | Direction::Full) {
-                    errors.extend(new.read_errors(old, true));
-                }
-                if matches!(direction, Direction::Forward | Direction::Full) {
-                    errors.extend(new.read_errors(old, false));
-                }
-                errors
-            }
+            (Parsed::Avro(new), Parsed::Avro(old)) => both(&|backward| match backward {
+                true => new.read_errors(old, true),
+                false => old.read_errors(new, false),
+            }),
+            (Parsed::Json(new), Parsed::Json(old)) => both(&|b| new.read_errors(old, b)),
+            (Parsed::Protobuf(new), Parsed::Protobuf(old)) => both(&|b| new.read_errors(old, b)),
             _ => vec!["Incompatible because of different schema type".to_string()],
         }
     }
