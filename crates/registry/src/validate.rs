@@ -36,7 +36,7 @@ pub const DEPTH: &str = "weir.schema.validation";
 /// How long a positive verdict is kept.
 pub const VERDICT_TTL: Duration = Duration::from_secs(10);
 
-/// Verdicts kept at most; past it the cache starts again.
+/// Subjects whose verdicts are kept, at most; past it the cache starts again.
 const VERDICTS_KEPT: usize = 100_000;
 
 /// How a subject is named from the topic and the record's schema.
@@ -140,7 +140,8 @@ impl ValidationMeters {
 pub struct SchemaChecks {
     registry: Arc<Registry>,
     /// (subject, id) found valid, and when.
-    verdicts: Mutex<HashMap<(String, u32), Instant>>,
+    /// Ids found valid by subject (looked up without allocating a key per record).
+    verdicts: Mutex<HashMap<String, HashMap<u32, Instant>>>,
     /// Schemas by id, parsed, and when read.
     by_id: Mutex<HashMap<u32, (Arc<Parsed>, Instant)>>,
     pub meters: ValidationMeters,
@@ -197,16 +198,21 @@ impl SchemaChecks {
         policy: &SchemaPolicy,
         records: &[(Option<Bytes>, Option<Bytes>)],
     ) -> Result<(), Invalid> {
+        // The topic name strategy's subjects, once per batch rather than once per record.
+        let subjects = [
+            format!("{topic}-{}", Field::Key.name()),
+            format!("{topic}-{}", Field::Value.name()),
+        ];
         for (index, (key, value)) in records.iter().enumerate() {
             self.meters.records.inc();
-            for (field, strategy, bytes) in [
-                (Field::Key, policy.key, key),
-                (Field::Value, policy.value, value),
+            for (field, strategy, bytes, topic_subject) in [
+                (Field::Key, policy.key, key, &subjects[0]),
+                (Field::Value, policy.value, value, &subjects[1]),
             ] {
                 let (Some(strategy), Some(bytes)) = (strategy, bytes) else {
                     continue;
                 };
-                self.check_one(topic, field, strategy, policy.full, bytes)
+                self.check_one(topic, topic_subject, strategy, policy.full, bytes)
                     .await
                     .map_err(|why| Invalid {
                         index,
@@ -224,7 +230,7 @@ impl SchemaChecks {
     async fn check_one(
         &self,
         topic: &str,
-        field: Field,
+        topic_subject: &str,
         strategy: Strategy,
         full: bool,
         bytes: &Bytes,
@@ -237,8 +243,8 @@ impl SchemaChecks {
                 )
             }
         };
-        let subject = match strategy {
-            Strategy::Topic => format!("{topic}-{}", field.name()),
+        let subject: std::borrow::Cow<str> = match strategy {
+            Strategy::Topic => topic_subject.into(),
             Strategy::Record | Strategy::TopicRecord => {
                 let name = self
                     .schema_of(id)
@@ -248,8 +254,8 @@ impl SchemaChecks {
                         format!("has schema id {id}, whose schema has no record name")
                     })?;
                 match strategy {
-                    Strategy::Record => name,
-                    _ => format!("{topic}-{name}"),
+                    Strategy::Record => name.into(),
+                    _ => format!("{topic}-{name}").into(),
                 }
             }
         };
@@ -269,7 +275,7 @@ impl SchemaChecks {
                     "has schema id {id}, which is not registered under subject {subject}"
                 ));
             }
-            self.keep(subject, id);
+            self.keep(&subject, id);
         }
         if full {
             self.schema_of(id)
@@ -320,7 +326,8 @@ impl SchemaChecks {
     fn kept(&self, subject: &str, id: u32) -> bool {
         let verdicts = self.verdicts.lock().unwrap_or_else(|e| e.into_inner());
         let hit = verdicts
-            .get(&(subject.to_string(), id))
+            .get(subject)
+            .and_then(|ids| ids.get(&id))
             .is_some_and(|at| at.elapsed() < VERDICT_TTL);
         if hit {
             self.meters.verdict_hits.inc();
@@ -328,12 +335,15 @@ impl SchemaChecks {
         hit
     }
 
-    fn keep(&self, subject: String, id: u32) {
+    fn keep(&self, subject: &str, id: u32) {
         let mut verdicts = self.verdicts.lock().unwrap_or_else(|e| e.into_inner());
         if verdicts.len() >= VERDICTS_KEPT {
             verdicts.clear();
         }
-        verdicts.insert((subject, id), Instant::now());
+        verdicts
+            .entry(subject.to_string())
+            .or_default()
+            .insert(id, Instant::now());
     }
 }
 

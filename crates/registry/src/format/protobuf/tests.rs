@@ -201,6 +201,10 @@ fn payloads_carry_message_indexes_then_the_message() {
     );
     assert_eq!(message_indexes(&[4, 0, 0, 9]).expect("ok").1, &[9]);
     assert!(s.decode(&[2, 8]).is_err(), "no message 4");
+    // At most 100 message indexes (as the Python client): a count of 101 (zigzag 202, a
+    // two-byte varint) is refused before any is read.
+    assert!(message_indexes(&[0xca, 0x01]).is_err());
+    assert!(message_indexes(&[0xc8, 0x01]).is_err_and(|e| e.contains("cut short")));
     // A field of the wrong wire type for its number.
     assert!(s.decode(&[0, 0x0a, 0x05, 1]).is_err());
 }
