@@ -82,6 +82,11 @@ def scenario_checks(name, objs):
     expect(all(p in c for p in ("readinessProbe", "livenessProbe", "startupProbe")) and
            c["readinessProbe"]["httpGet"]["path"] == "/readyz", "probes on /readyz and /healthz")
     expect("PodDisruptionBudget" in kinds, "a PodDisruptionBudget")
+    services = [o for o in objs if o["kind"] == "Service" and o["spec"].get("clusterIP") != "None"]
+    expect(e.get("WEIR_SCHEMA_REGISTRY_LISTEN") == "0.0.0.0:8081" and
+           any(p["name"] == "registry" for p in c["ports"]) and
+           any(p["name"] == "registry" for p in services[0]["spec"]["ports"]),
+           "the schema registry on port 8081, in the clients' Service")
     if name.startswith("file-wal") or name.startswith("sasl"):
         expect(w["kind"] == "StatefulSet", "file WAL: a StatefulSet")
         vols = {v["name"]: v for v in w["spec"]["template"]["spec"]["volumes"]}
@@ -99,6 +104,9 @@ def scenario_checks(name, objs):
     if name.startswith("sasl"):
         expect(e.get("WEIR_SECURITY_LISTENERS", "").startswith("SASL_SSL://"), "SASL_SSL listener")
         expect(e.get("WEIR_SECURITY_AUTHORIZER") == "acl", "ACLs on")
+        expect(e.get("WEIR_SCHEMA_REGISTRY_AUTHENTICATION") == "basic" and
+               e.get("WEIR_SCHEMA_REGISTRY_TLS") == "true",
+               "the schema registry over HTTPS with HTTP Basic")
         expect(any(v["name"] == "tls" for v in w["spec"]["template"]["spec"]["volumes"]),
                "TLS Secret mounted")
         expect(not any(o["kind"] == "Secret" for o in objs), "every Secret named by the user")
@@ -177,6 +185,7 @@ def check_compose():
     expect(e["WEIR_METADATA_URL"].startswith("postgres://") and "@postgres:" in e["WEIR_METADATA_URL"]
            and e["WEIR_OBJECT_STORE_URL"].startswith("s3://") and e["AWS_ENDPOINT"] == "http://minio:9000",
            "compose: the broker wired to PostgreSQL and MinIO")
+    expect("127.0.0.1:8081:8081" in w["ports"], "compose: the schema registry on the host's loopback")
     expect(set(w["depends_on"]) == {"postgres", "bucket"} and "stop_grace_period" in w,
            "compose: starts after its stores, with time to stop")
 

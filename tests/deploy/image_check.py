@@ -46,14 +46,14 @@ def get(url):
         return None
 
 
-def run_broker(image, name, env, volume, kafka, admin):
+def run_broker(image, name, env, volume, kafka, admin, registry):
     args = ["run", "--detach", "--name", name, "--network", "host", "--volume", f"{volume}:/var/lib/weir"]
     for k, v in env.items():
         args += ["--env", f"{k}={v}"]
     args += ["--env", f"WEIR_BROKER_LISTEN=127.0.0.1:{kafka}",
              "--env", f"WEIR_BROKER_ADMIN_LISTEN=127.0.0.1:{admin}",
              # The host's network: the registry on a free port, not Confluent's.
-             "--env", "WEIR_SCHEMA_REGISTRY_LISTEN=127.0.0.1:0", image]
+             "--env", f"WEIR_SCHEMA_REGISTRY_LISTEN=127.0.0.1:{registry}", image]
     podman(*args)
     deadline = time.monotonic() + 60
     while get(f"http://127.0.0.1:{admin}/readyz") != 200:
@@ -115,13 +115,17 @@ def main():
         s3.start()
         env = {"WEIR_METADATA_URL": url, "WEIR_OBJECT_STORE_URL": "s3://weir-test/image",
                "WEIR_WAL_CAPACITY": str(64 << 20), **s3.env()}
-        kafka, admin = weir_harness.free_ports(2)
+        kafka, admin, registry = weir_harness.free_ports(3)
         bootstrap = f"127.0.0.1:{kafka}"
-        run_broker(image, "weir-image-1", env, volume, kafka, admin)
+        run_broker(image, "weir-image-1", env, volume, kafka, admin, registry)
         health = get(f"http://127.0.0.1:{admin}/healthz")
         print(f"started: /healthz {health}, /readyz 200")
         if health != 200:
             failures.append(f"/healthz answered {health}")
+        subjects = get(f"http://127.0.0.1:{registry}/subjects")
+        print(f"schema registry: GET /subjects {subjects}")
+        if subjects != 200:
+            failures.append(f"the schema registry answered GET /subjects with {subjects}")
         acked = produce(bootstrap)
         got = consume(bootstrap)
         print(f"produced {len(acked)} acknowledged of {RECORDS}, consumed {len(got)}")
@@ -131,7 +135,7 @@ def main():
         print(f"podman stop (SIGTERM): exit status {status} after {took:.1f} s")
         if status != 0:
             failures.append(f"exit status {status} after SIGTERM:\n{logs[-2000:]}")
-        run_broker(image, "weir-image-2", env, volume, kafka, admin)
+        run_broker(image, "weir-image-2", env, volume, kafka, admin, registry)
         again = consume(bootstrap)
         print(f"a new container on the same stores: read back {len(again)} of {len(acked)}")
         if sorted(again) != sorted(acked):

@@ -49,3 +49,43 @@ pub(crate) async fn acls_changed(broker: &Broker) {
         tracing::warn!(error = %e, "reading the ACLs after a change");
     }
 }
+
+/// Why an ACL could not be listed, added or removed outside the Kafka APIs (the admin API).
+#[derive(Debug, thiserror::Error)]
+pub enum AclError {
+    #[error("{NO_AUTHORIZER} (set broker.authorizer)")]
+    NoAuthorizer,
+    #[error("the metadata store: {0}")]
+    Store(#[from] weir_meta::MetaError),
+}
+
+/// Every binding in force, of every resource type (the registry's included), for the admin API.
+pub async fn all_acls(broker: &Broker) -> Result<Vec<Acl>, AclError> {
+    if !broker.authz.enabled() {
+        return Err(AclError::NoAuthorizer);
+    }
+    Ok(acls_of(Acls::acls(&*broker.meta).await?))
+}
+
+/// Adds bindings (those that exist already are left as they are); this broker enforces them at
+/// once, the others within a second.
+pub async fn add_acls(broker: &Broker, acls: &[Acl]) -> Result<(), AclError> {
+    if !broker.authz.enabled() {
+        return Err(AclError::NoAuthorizer);
+    }
+    Acls::create_acls(&*broker.meta, acls.iter().map(binding).collect()).await?;
+    tracing::info!(?acls, "ACLs created through the admin API");
+    acls_changed(broker).await;
+    Ok(())
+}
+
+/// Removes exactly these bindings; how many there were.
+pub async fn remove_acls(broker: &Broker, acls: &[Acl]) -> Result<u64, AclError> {
+    if !broker.authz.enabled() {
+        return Err(AclError::NoAuthorizer);
+    }
+    let removed = Acls::delete_acls(&*broker.meta, acls.iter().map(binding).collect()).await?;
+    tracing::info!(?acls, removed, "ACLs deleted through the admin API");
+    acls_changed(broker).await;
+    Ok(removed)
+}

@@ -44,6 +44,7 @@ mod surface;
 mod txn;
 mod zones;
 
+pub use acls::{add_acls, all_acls, remove_acls, AclError};
 pub use cluster::txn_key;
 pub use conn::{Conn, ListenerSecurity};
 pub use fetch_session::{FetchSessions, SessionMeters};

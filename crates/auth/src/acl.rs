@@ -33,12 +33,22 @@ macro_rules! codes {
             pub fn name(self) -> &'static str {
                 match self { $($name::$variant => $text),* }
             }
+
+            /// The value of a name, in any case (`"read"`, `"READ"`).
+            pub fn from_name(name: &str) -> Option<$name> {
+                $(if name.eq_ignore_ascii_case($text) { return Some($name::$variant); })*
+                None
+            }
         }
     };
 }
 
 codes!(
-    /// Kafka's `ResourceType` (UNKNOWN is not a value: it is refused).
+    /// Kafka's `ResourceType` (UNKNOWN is not a value: it is refused), and the schema
+    /// registry's two of Weir's own (Redpanda's model): a SUBJECT by name, and the REGISTRY as a
+    /// whole (its global config and mode). Those two have codes no Kafka client knows and never
+    /// pass through the Kafka ACL APIs ([`ResourceType::is_kafka`]); they are managed through
+    /// the admin API.
     ResourceType {
         Any = 1 => "ANY",
         Topic = 2 => "TOPIC",
@@ -47,8 +57,17 @@ codes!(
         TransactionalId = 5 => "TRANSACTIONAL_ID",
         DelegationToken = 6 => "DELEGATION_TOKEN",
         User = 7 => "USER",
+        Subject = 64 => "SUBJECT",
+        Registry = 65 => "REGISTRY",
     }
 );
+
+impl ResourceType {
+    /// Whether Kafka's ACL APIs know the type (the registry's types are Weir's own).
+    pub fn is_kafka(self) -> bool {
+        !matches!(self, ResourceType::Subject | ResourceType::Registry)
+    }
+}
 
 codes!(
     /// Kafka's `PatternType`: ANY and MATCH are for filters only.
@@ -93,6 +112,8 @@ codes!(
 pub const WILDCARD: &str = "*";
 /// The name of the one CLUSTER resource.
 pub const CLUSTER_NAME: &str = "kafka-cluster";
+/// The name of the one REGISTRY resource.
+pub const REGISTRY_NAME: &str = "schema-registry";
 
 /// One binding, checked: a concrete resource type, LITERAL or PREFIXED, an operation other
 /// than ANY, ALLOW or DENY.
@@ -139,6 +160,11 @@ impl Acl {
                 "The only valid name for the CLUSTER resource is {CLUSTER_NAME}"
             ));
         }
+        if resource_type == ResourceType::Registry && name != REGISTRY_NAME {
+            return Err(format!(
+                "The only valid name for the REGISTRY resource is {REGISTRY_NAME}"
+            ));
+        }
         let Some((kind, who)) = principal.split_once(':') else {
             return Err(format!("Could not parse principal from `{principal}` (no colon is present separating the principal type from the principal name)"));
         };
@@ -157,6 +183,32 @@ impl Acl {
             operation,
             permission,
         })
+    }
+
+    /// A binding from Kafka's CreateAcls: as [`Acl::new`], without the registry's types
+    /// (Kafka's clients do not know them; a Kafka tool that lists ACLs could not show them).
+    pub fn from_kafka(
+        resource_type: i8,
+        name: &str,
+        pattern: i8,
+        principal: &str,
+        host: &str,
+        operation: i8,
+        permission: i8,
+    ) -> Result<Acl, String> {
+        let acl = Acl::new(
+            resource_type,
+            name,
+            pattern,
+            principal,
+            host,
+            operation,
+            permission,
+        )?;
+        if !acl.resource_type.is_kafka() {
+            return Err("Invalid resource type".into());
+        }
+        Ok(acl)
     }
 
     /// Whether the binding's pattern covers the resource `name` of its type.
@@ -187,7 +239,8 @@ pub struct AclFilter {
 }
 
 impl AclFilter {
-    /// A filter as the requests carry it; an error for codes Kafka does not know.
+    /// A filter as Kafka's requests carry it; an error for codes Kafka does not know. It
+    /// matches only bindings of Kafka's resource types, even with ANY.
     pub fn new(
         resource_type: i8,
         name: Option<&str>,
@@ -198,7 +251,9 @@ impl AclFilter {
         permission: i8,
     ) -> Result<AclFilter, String> {
         Ok(AclFilter {
-            resource_type: ResourceType::from_code(resource_type).ok_or("Invalid resource type")?,
+            resource_type: ResourceType::from_code(resource_type)
+                .filter(|t| t.is_kafka())
+                .ok_or("Invalid resource type")?,
             name: name.map(str::to_string),
             pattern: PatternType::from_code(pattern).ok_or("Invalid pattern type")?,
             principal: principal.map(str::to_string),
@@ -216,6 +271,7 @@ impl AclFilter {
             p => p == acl.pattern && self.name.as_ref().is_none_or(|n| *n == acl.name),
         };
         resource
+            && acl.resource_type.is_kafka()
             && (self.resource_type == ResourceType::Any || self.resource_type == acl.resource_type)
             && self.principal.as_ref().is_none_or(|p| *p == acl.principal)
             && self.host.as_ref().is_none_or(|h| *h == acl.host)
@@ -522,5 +578,54 @@ mod tests {
             let e = bad.expect_err(why);
             assert!(e.to_lowercase().contains(&why.to_lowercase()), "{why}: {e}");
         }
+    }
+
+    #[test]
+    fn the_registrys_types_decide_like_kafkas_and_stay_out_of_kafkas_apis() {
+        use Operation::*;
+        use PatternType::*;
+        use Permission::*;
+        use ResourceType::*;
+        let a = Authorizer::new(
+            vec![
+                acl(Subject, "orders-", Prefixed, "User:alice", Write, Allow),
+                acl(
+                    Registry,
+                    REGISTRY_NAME,
+                    Literal,
+                    "User:alice",
+                    DescribeConfigs,
+                    Allow,
+                ),
+                acl(Topic, "orders", Literal, "User:alice", Read, Allow),
+            ],
+            HashSet::new(),
+            false,
+        );
+        let p = alice();
+        assert!(a.authorize(&p, "h", Write, Subject, "orders-value"));
+        assert!(a.authorize(&p, "h", Describe, Subject, "orders-value"));
+        assert!(!a.authorize(&p, "h", Read, Subject, "orders-value"));
+        assert!(!a.authorize(&p, "h", Write, Subject, "payments-value"));
+        assert!(
+            !a.authorize(&p, "h", Write, Topic, "orders-value"),
+            "a subject's binding says nothing of a topic of the same name"
+        );
+        assert!(a.authorize(&p, "h", DescribeConfigs, Registry, REGISTRY_NAME));
+        assert!(!a.authorize(&p, "h", AlterConfigs, Registry, REGISTRY_NAME));
+
+        // Kafka's APIs: not created, not filtered, not matched by ANY.
+        let subject = acl(Subject, "s", Literal, "User:alice", Read, Allow);
+        assert!(Acl::from_kafka(64, "s", 3, "User:a", "*", 3, 3).is_err());
+        assert!(Acl::from_kafka(2, "s", 3, "User:a", "*", 3, 3).is_ok());
+        assert!(Acl::new(65, "other", 3, "User:a", "*", 3, 3).is_err());
+        assert!(AclFilter::new(64, None, 1, None, None, 1, 1).is_err());
+        let any = AclFilter::new(1, None, 1, None, None, 1, 1).expect("filter");
+        assert!(!any.matches(&subject));
+        assert_eq!(ResourceType::from_name("subject"), Some(Subject));
+        assert_eq!(
+            Operation::from_name("DESCRIBE_CONFIGS"),
+            Some(DescribeConfigs)
+        );
     }
 }

@@ -113,8 +113,9 @@ impl RegistryError {
         RegistryError::new(401, "Unauthorized")
     }
 
-    pub fn forbidden() -> RegistryError {
-        RegistryError::new(403, "Forbidden (missing required ACLs)")
+    /// 40301, as Confluent's RBAC answers: which operation on which resource was refused.
+    pub fn forbidden(principal: &str, what: impl std::fmt::Display) -> RegistryError {
+        RegistryError::new(40301, format!("{principal} is denied {what}"))
     }
 }
 

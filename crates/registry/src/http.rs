@@ -40,8 +40,9 @@ pub trait Gate: Send + Sync + 'static {
         peer: Option<SocketAddr>,
     ) -> Result<String>;
 
-    /// Whether `principal` may do `op` on `resource`.
-    fn allowed(&self, principal: &str, op: Operation, resource: &Resource) -> bool;
+    /// Whether `principal`, connected from `host` (an address, as ACLs name hosts), may do
+    /// `op` on `resource`.
+    fn allowed(&self, principal: &str, host: &str, op: Operation, resource: &Resource) -> bool;
 }
 
 /// What a request does, as ACL operations name it (Redpanda's model: Kafka's operations on
@@ -248,8 +249,9 @@ async fn observe(
                 .get::<ConnectInfo<SocketAddr>>()
                 .map(|c| c.0);
             match gate.authenticate(authorization, peer).await {
-                Ok(principal) => {
-                    request.extensions_mut().insert(Principal(principal));
+                Ok(name) => {
+                    let host = peer.map_or_else(|| "*".to_string(), |p| p.ip().to_string());
+                    request.extensions_mut().insert(Principal { name, host });
                     next.run(request).await
                 }
                 Err(e) => {
@@ -270,9 +272,12 @@ async fn observe(
     response
 }
 
-/// The authenticated principal of a request.
+/// The authenticated principal of a request, and the address it came from.
 #[derive(Clone)]
-struct Principal(String);
+struct Principal {
+    name: String,
+    host: String,
+}
 
 /// The route pattern of a request, for the meters (never the subject itself: the label set
 /// stays bounded).
@@ -419,8 +424,15 @@ fn authorize(
     resource: Resource,
 ) -> Result<()> {
     match (&app.gate, principal) {
-        (Some(gate), Some(p)) if !gate.allowed(&p.0, op, &resource) => {
-            Err(RegistryError::forbidden())
+        (Some(gate), Some(p)) if !gate.allowed(&p.name, &p.host, op, &resource) => {
+            let on = match &resource {
+                Resource::Subject(s) => format!("Subject: {s}"),
+                Resource::Registry => "the registry's global config and mode".to_string(),
+            };
+            Err(RegistryError::forbidden(
+                &p.name,
+                format_args!("operation {op:?} on {on}"),
+            ))
         }
         _ => Ok(()),
     }
@@ -456,8 +468,8 @@ async fn schema_types() -> Response {
     ok(json!(names))
 }
 
-/// Whether the principal may read some subject that uses schema `id` (an id nobody may read
-/// is answered as if it did not exist).
+/// Whether the principal may read some subject that uses schema `id` (Redpanda's rule: an id
+/// is as readable as the subjects that use it); 40301 otherwise.
 async fn may_read_schema(app: &App, principal: Option<&Principal>, id: u32) -> Result<()> {
     if app.gate.is_none() || principal.is_none() {
         return Ok(());
@@ -469,7 +481,11 @@ async fn may_read_schema(app: &App, principal: Option<&Principal>, id: u32) -> R
     {
         Ok(())
     } else {
-        Err(RegistryError::forbidden())
+        let who = principal.map_or("", |p| p.name.as_str());
+        Err(RegistryError::forbidden(
+            who,
+            format_args!("operation Read on every subject that uses schema {id}"),
+        ))
     }
 }
 

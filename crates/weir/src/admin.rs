@@ -261,6 +261,10 @@ fn router(app: App) -> Router {
         .route("/v1/links/{name}", get(show_link).delete(delete_link))
         .route("/v1/links/{name}/promote", post(promote_link))
         .route("/v1/schemas", get(schemas))
+        .route(
+            "/v1/acls",
+            get(list_acls).post(create_acls).delete(delete_acls),
+        )
         // After the routes: it applies to those already added.
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
@@ -416,6 +420,71 @@ async fn schemas(Shared(app): Shared<App>) -> Response {
             StatusCode::INTERNAL_SERVER_ERROR,
             &serde_json::json!({"error": e.message}),
         ),
+    }
+}
+
+fn no_broker() -> Response {
+    json_error(503, "no broker")
+}
+
+fn acl_error(e: weir_api::AclError) -> Response {
+    match e {
+        weir_api::AclError::NoAuthorizer => json_error(400, e.to_string()),
+        weir_api::AclError::Store(_) => json_error(503, e.to_string()),
+    }
+}
+
+/// `GET /v1/acls`: every binding in force, the schema registry's included.
+async fn list_acls(Shared(app): Shared<App>) -> Response {
+    let Some(broker) = &app.broker else {
+        return no_broker();
+    };
+    match weir_api::all_acls(broker).await {
+        Ok(acls) => {
+            let list: Vec<_> = acls.iter().map(crate::admin_acls::AclJson::of).collect();
+            json(StatusCode::OK, &serde_json::json!({ "acls": list }))
+        }
+        Err(e) => acl_error(e),
+    }
+}
+
+/// The bindings of a request's body, or the response that says why there are none.
+async fn acls_of_body(request: Request) -> Result<Vec<weir_auth::acl::Acl>, Response> {
+    let body = body_bytes(request).await?;
+    crate::admin_acls::parse_body(&body).map_err(|why| json_error(400, why))
+}
+
+/// `POST /v1/acls`: adds one binding or a list of them.
+async fn create_acls(Shared(app): Shared<App>, request: Request) -> Response {
+    let Some(broker) = app.broker.clone() else {
+        return no_broker();
+    };
+    let acls = match acls_of_body(request).await {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    match weir_api::add_acls(&broker, &acls).await {
+        Ok(()) => json(
+            StatusCode::CREATED,
+            &serde_json::json!({ "created": acls.len() }),
+        ),
+        Err(e) => acl_error(e),
+    }
+}
+
+/// `DELETE /v1/acls`: removes exactly the bindings of the body; 404 when none of them was there.
+async fn delete_acls(Shared(app): Shared<App>, request: Request) -> Response {
+    let Some(broker) = app.broker.clone() else {
+        return no_broker();
+    };
+    let acls = match acls_of_body(request).await {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    match weir_api::remove_acls(&broker, &acls).await {
+        Ok(0) => json_error(404, "no such ACL binding"),
+        Ok(n) => json(StatusCode::OK, &serde_json::json!({ "deleted": n })),
+        Err(e) => acl_error(e),
     }
 }
 

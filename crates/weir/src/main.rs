@@ -1,7 +1,9 @@
 //! `weir`: the broker binary. `weir serve` starts a broker; with no configuration it listens on
 //! 127.0.0.1:9092, keeps everything under ./data and serves admin HTTP on 127.0.0.1:9644.
 
+mod acls;
 mod admin;
+mod admin_acls;
 mod admin_client;
 mod cloud;
 mod cluster_admin;
@@ -66,6 +68,9 @@ enum Command {
     Drain(drain::DrainArgs),
     /// Cluster links: mirror another Kafka cluster's topics at its offsets, then promote them.
     Link(link::LinkArgs),
+    /// ACL bindings: the schema registry's subjects and global config (which Kafka's tools
+    /// cannot name), and Kafka's topics and groups.
+    Acls(acls::AclsArgs),
     /// The schema registry: list its subjects, or import another registry's schemas with their
     /// ids.
     Schemas(schemas::SchemasArgs),
@@ -146,6 +151,7 @@ fn main() -> anyhow::Result<()> {
         Command::Perf(args) => weir_perf::run(args),
         Command::Drain(args) => drain::run(args),
         Command::Link(args) => link::run(args),
+        Command::Acls(args) => acls::run(args),
         Command::Schemas(args) => schemas::run(args),
     }
 }

@@ -6,6 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use base64::Engine;
+use weir_auth::{acl, Principal};
 use weir_registry::http::{Gate, Operation, Resource};
 use weir_registry::RegistryError;
 
@@ -52,9 +53,44 @@ impl Gate for BasicGate {
         }
     }
 
-    /// Every authenticated user may do everything (ACLs on subjects are not built yet).
-    fn allowed(&self, _principal: &str, _op: Operation, _resource: &Resource) -> bool {
-        true
+    /// As the broker's ACLs say (the registry's resource types, SUBJECT and REGISTRY); with no
+    /// authorizer configured every authenticated user may do everything, as on the Kafka
+    /// listeners.
+    fn allowed(&self, principal: &str, host: &str, op: Operation, resource: &Resource) -> bool {
+        let Some(authorizer) = self.broker.authz.current() else {
+            return true;
+        };
+        let who = match principal.split_once(':') {
+            Some((kind, name)) => Principal {
+                kind: kind.to_string(),
+                name: name.to_string(),
+            },
+            None => Principal::user(principal),
+        };
+        let (kind, name) = resource_of(resource);
+        let allowed = authorizer.authorize(&who, host, operation_of(op), kind, name);
+        if !allowed {
+            tracing::debug!(%principal, %host, ?op, ?resource, "schema registry: denied");
+        }
+        allowed
+    }
+}
+
+fn operation_of(op: Operation) -> acl::Operation {
+    match op {
+        Operation::Read => acl::Operation::Read,
+        Operation::Write => acl::Operation::Write,
+        Operation::Delete => acl::Operation::Delete,
+        Operation::Describe => acl::Operation::Describe,
+        Operation::DescribeConfigs => acl::Operation::DescribeConfigs,
+        Operation::AlterConfigs => acl::Operation::AlterConfigs,
+    }
+}
+
+fn resource_of(resource: &Resource) -> (acl::ResourceType, &str) {
+    match resource {
+        Resource::Subject(s) => (acl::ResourceType::Subject, s),
+        Resource::Registry => (acl::ResourceType::Registry, acl::REGISTRY_NAME),
     }
 }
 

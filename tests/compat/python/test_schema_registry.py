@@ -14,6 +14,7 @@ Apache Kafka has no registry: with WEIR_TEST_BROKER=kafka the module is skipped.
 """
 
 import io
+import os
 import json
 import struct
 import urllib.error
@@ -603,5 +604,94 @@ def test_http_basic_over_tls_with_the_brokers_users(broker_factory, tmp_path):
         with pytest.raises(Exception):
             SchemaRegistryClient({"url": url.replace("https", "http"),
                                   "basic.auth.user.info": "alice:alice-secret"}).get_subjects()
+    finally:
+        broker_factory.close(b)
+
+
+def test_acls_on_subjects_and_on_the_global_config(broker_factory):
+    """Redpanda's model: SUBJECT and REGISTRY bindings, managed with `weir acls` (Kafka's tools
+    cannot name them) and kept out of Kafka's DescribeAcls; a user without the ACL is refused
+    with 40301, a listing shows only what the user may see."""
+    import subprocess
+    from confluent_kafka.admin import (AclBindingFilter, AclOperation, AclPermissionType,
+                                       AdminClient, ResourcePatternType, ResourceType,
+                                       ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialUpsertion)
+    b = broker_factory.new("sr-acl", env={
+        "WEIR_SCHEMA_REGISTRY_AUTHENTICATION": "basic",
+        "WEIR_SECURITY_AUTHORIZER": "acl",
+        # The PLAINTEXT listener's ANONYMOUS is the tests' admin.
+        "WEIR_SECURITY_SUPER_USERS": "User:ANONYMOUS"})
+    try:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        for user in ("alice", "bob"):
+            upsert = UserScramCredentialUpsertion(
+                user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"pw-" + user.encode())
+            for f in admin.alter_user_scram_credentials([upsert]).values():
+                f.result(timeout=20)
+
+        def weir_acls(*args, check=True):
+            r = subprocess.run([os.environ["WEIR_BIN"], "acls", "--admin",
+                                f"127.0.0.1:{b.admin_port}", *args],
+                               capture_output=True, text=True, timeout=60)
+            if check:
+                assert r.returncode == 0, r.stderr
+            return r
+
+        weir_acls("add", "--principal", "User:alice", "--operation", "write",
+                  "--subject", "orders-", "--prefixed")
+        weir_acls("add", "--principal", "User:bob", "--operation", "read",
+                  "--subject", "orders-value")
+        url = b.registry_url
+        alice = SchemaRegistryClient({"url": url, "basic.auth.user.info": "alice:pw-alice"})
+        bob = SchemaRegistryClient({"url": url, "basic.auth.user.info": "bob:pw-bob"})
+
+        schema_id = alice.register_schema("orders-value", Schema(_user(), "AVRO"))
+        e = _refused(lambda: alice.register_schema("payments-value", Schema(_user(), "AVRO")),
+                     403, 40301)
+        assert "payments-value" in e.error_message and "alice" in e.error_message, e.error_message
+        # bob reads what he may read, and nothing else.
+        assert bob.get_schema(schema_id).schema_str
+        assert bob.get_latest_version("orders-value").schema_id == schema_id
+        _refused(lambda: bob.register_schema("orders-value", Schema(_user(
+            {"name": "email", "type": ["null", "string"], "default": None}), "AVRO")), 403, 40301)
+        assert alice.get_subjects() == ["orders-value"]
+        assert bob.get_subjects() == ["orders-value"]
+        # The global level wants ALTER_CONFIGS on the REGISTRY.
+        from confluent_kafka.schema_registry import ConfigCompatibilityLevel, ServerConfig
+        full = ServerConfig(compatibility=ConfigCompatibilityLevel.FULL)
+        _refused(lambda: alice.set_config(config=full), 403, 40301)
+        _refused(lambda: alice.get_config(), 403, 40301)
+        weir_acls("add", "--principal", "User:alice", "--operation", "alter_configs", "--registry")
+        alice.set_config(config=full)
+        assert alice.get_config().compatibility_level == ConfigCompatibilityLevel.FULL, \
+             "ALTER_CONFIGS implies DESCRIBE_CONFIGS"
+
+        # Kafka's DescribeAcls shows Kafka's bindings only; `weir acls list` shows all.
+        weir_acls("add", "--principal", "User:bob", "--operation", "read", "--topic", "orders")
+        everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                                      AclOperation.ANY, AclPermissionType.ANY)
+        kafka_view = admin.describe_acls(everything).result(timeout=20)
+        assert [(a.restype, a.name) for a in kafka_view] == [(ResourceType.TOPIC, "orders")], \
+            kafka_view
+        listing = weir_acls("list").stdout
+        for line in ("ALLOW SUBJECT:orders- (PREFIXED) User:alice WRITE",
+                     "ALLOW REGISTRY:schema-registry (LITERAL) User:alice ALTER_CONFIGS",
+                     "ALLOW TOPIC:orders (LITERAL) User:bob READ"):
+            assert line in listing, listing
+
+        # A removed binding stops allowing at once; a binding Weir cannot store is refused.
+        weir_acls("remove", "--principal", "User:bob", "--operation", "read",
+                  "--subject", "orders-value")
+        # (a new client: the first one remembers schemas by id)
+        bob = SchemaRegistryClient({"url": url, "basic.auth.user.info": "bob:pw-bob"})
+        _refused(lambda: bob.get_schema(schema_id), 403, 40301)
+        assert bob.get_subjects() == []
+        bad = weir_acls("add", "--principal", "bob", "--operation", "read", "--subject", "s",
+                        check=False)
+        assert bad.returncode != 0 and "principal" in bad.stderr, bad.stderr
+        gone = weir_acls("remove", "--principal", "User:bob", "--operation", "read",
+                         "--subject", "orders-value", check=False)
+        assert gone.returncode != 0 and "404" in gone.stderr, gone.stderr
     finally:
         broker_factory.close(b)

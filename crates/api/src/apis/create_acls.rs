@@ -99,7 +99,7 @@ async fn create_acls(broker: &Broker, r: CreateAclsRequest) -> CreateAclsRespons
         .creations
         .iter()
         .map(|c| {
-            Acl::new(
+            Acl::from_kafka(
                 c.resource_type,
                 &c.resource_name,
                 c.resource_pattern_type,
