@@ -14,11 +14,14 @@ and a pattern, registered as pp-value before the load. ProducerPerformance sends
 would any payload file (acks=all, linger.ms=1, one partition). Per mode:
 
   max     BENCH_SV_MAX_RECORDS [1000000] records as fast as they go: throughput, CPU per GiB
-  rate    BENCH_SV_RATE [20000] records/s for BENCH_SV_SECONDS [30] s: latency percentiles
+  rate    BENCH_SV_RATE [10000] records/s for BENCH_SV_SECONDS [30] s, after BENCH_SV_WARMUP
+          [10] s of the same in the same JVM (tools/kafka/WarmProducerPerformance.java: the
+          JIT's first seconds are not the broker's latency): latency percentiles
 
 Writes bench/results/schema-validation-YYYY-MM-DD-HHMM.md (and .json; appends the section to
 BENCH_SV_APPEND_TO when set, as `make bench` does).
-Environment: WEIR_BIN (required), BENCH_SV_MODES ["off id full"], BENCH_SV_DIR
+Environment: WEIR_BIN (required), BENCH_SV_MODES ["off id full"], BENCH_SV_PHASES
+["max rate"], BENCH_SV_DIR
 [target/bench-schema-validation], BENCH_SV_RESULTS [bench/results].
 """
 
@@ -41,7 +44,9 @@ from producer_perf import PROPS, fmt, measure  # noqa: E402
 
 MODES = os.environ.get("BENCH_SV_MODES", "off id full").split()
 MAX_RECORDS = int(os.environ.get("BENCH_SV_MAX_RECORDS", "1000000"))
-RATE = int(os.environ.get("BENCH_SV_RATE", "20000"))
+PHASES = os.environ.get("BENCH_SV_PHASES", "max rate").split()
+RATE = int(os.environ.get("BENCH_SV_RATE", "10000"))
+WARMUP = int(os.environ.get("BENCH_SV_WARMUP", "10"))
 SECONDS = int(os.environ.get("BENCH_SV_SECONDS", "30"))
 IN_FILE = int(os.environ.get("BENCH_SV_RECORDS_IN_FILE", "2000"))
 WORK = os.path.abspath(os.environ.get("BENCH_SV_DIR",
@@ -109,7 +114,7 @@ def refused_batches(b):
     return None
 
 
-def run(mode, tag, records, throughput):
+def run(mode, tag, records, throughput, warmup):
     root = os.path.join(WORK, f"{mode}-{tag}")
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(root)
@@ -120,7 +125,7 @@ def run(mode, tag, records, throughput):
         payloads = os.path.join(root, "payloads.txt")
         payload_file(payloads, schema_id)
         r = measure(b, f"{mode}-{tag}", records, throughput, payload_file=payloads,
-                    topic_configs=CONFIGS[mode])
+                    topic_configs=CONFIGS[mode], warmup=warmup)
         r["refused_batches"] = refused_batches(b)
     finally:
         b.stop()
@@ -149,7 +154,8 @@ def report(results, stamp, elapsed):
              "validation (off), with confluent.value.schema.validation=true (id: the id is "
              "registered under the subject), and with weir.schema.validation=full as well "
              f"(every value parsed and validated). Maximum: {MAX_RECORDS:,} records as fast as "
-             f"they go; latency: {RATE:,} records/s for {SECONDS} s. CPU is the broker's, per "
+             f"they go; latency: {RATE:,} records/s for {SECONDS} s after {WARMUP} s of the same "
+             "in the same JVM (not measured). CPU is the broker's, per "
              "GiB produced. The load generator shares the machine's two cores with the broker.",
              "",
              f"| validation | max MB/s | CPU s/GiB at max | p50 ms at {RATE:,}/s | "
@@ -183,10 +189,11 @@ def main():
     stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H%M")
     t0 = time.monotonic()
     results = {}
-    for tag, records, throughput in [("max", MAX_RECORDS, -1), ("rate", RATE * SECONDS, RATE)]:
+    phases = [("max", MAX_RECORDS, -1, 0), ("rate", RATE * SECONDS, RATE, RATE * WARMUP)]
+    for tag, records, throughput, warmup in [p for p in phases if p[0] in PHASES]:
         for mode in MODES:
             try:
-                results[(mode, tag)] = run(mode, tag, records, throughput)
+                results[(mode, tag)] = run(mode, tag, records, throughput, warmup)
             except Exception as e:  # one failure must not lose the other runs
                 print(f"bench: {mode} ({tag}) failed: {e}", flush=True)
                 results[(mode, tag)] = (str(e).splitlines() or [repr(e)])[0][:200]
