@@ -5,23 +5,13 @@
 use anyhow::bail;
 
 use crate::admin_acls::AclJson;
-use crate::admin_client::call;
 
 #[derive(clap::Args)]
 pub struct AclsArgs {
     #[command(subcommand)]
     command: AclsCommand,
-    /// Admin address (host:port) of any broker of the cluster.
-    #[arg(long, global = true, default_value = "127.0.0.1:9644")]
-    admin: String,
-    /// The brokers' `broker.admin_token`, if they have one.
-    #[arg(
-        long,
-        global = true,
-        env = "WEIR_BROKER_ADMIN_TOKEN",
-        hide_env_values = true
-    )]
-    admin_token: Option<String>,
+    #[command(flatten)]
+    target: crate::admin_client::AdminTarget,
 }
 
 #[derive(clap::Subcommand)]
@@ -90,13 +80,12 @@ impl Binding {
 }
 
 pub fn run(args: AclsArgs) -> anyhow::Result<()> {
-    let token = args.admin_token.as_deref();
     let (method, body) = match &args.command {
         AclsCommand::List => ("GET", String::new()),
         AclsCommand::Add(b) => ("POST", serde_json::to_string(&b.json())?),
         AclsCommand::Remove(b) => ("DELETE", serde_json::to_string(&b.json())?),
     };
-    let (status, answer) = call(&args.admin, token, method, "/v1/acls", &body)?;
+    let (status, answer) = args.target.call(method, "/v1/acls", &body)?;
     let parsed = serde_json::from_str::<serde_json::Value>(&answer).ok();
     if !(200..300).contains(&status) {
         let message = parsed

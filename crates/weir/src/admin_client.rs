@@ -7,6 +7,30 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
+/// Which broker's admin API a subcommand drives, and its token: the arguments every such
+/// subcommand takes.
+#[derive(clap::Args)]
+pub struct AdminTarget {
+    /// Admin address (host:port) of any broker of the cluster.
+    #[arg(long, global = true, default_value = "127.0.0.1:9644")]
+    pub admin: String,
+    /// The brokers' `broker.admin_token`, if they have one.
+    #[arg(
+        long,
+        global = true,
+        env = "WEIR_BROKER_ADMIN_TOKEN",
+        hide_env_values = true
+    )]
+    pub admin_token: Option<String>,
+}
+
+impl AdminTarget {
+    /// One request to the target (see [`call`]).
+    pub fn call(&self, method: &str, path: &str, body: &str) -> anyhow::Result<(u16, String)> {
+        call(&self.admin, self.admin_token.as_deref(), method, path, body)
+    }
+}
+
 /// One HTTP/1.1 request to the admin API at `admin` with a JSON `body` (may be empty); returns
 /// the status and the body.
 pub fn call(

@@ -13,15 +13,11 @@ use crate::admin_client::call;
 pub struct DrainArgs {
     /// The broker to drain (its node id).
     broker: i32,
-    /// Admin address (host:port) of any broker of the cluster.
-    #[arg(long, default_value = "127.0.0.1:9644")]
-    admin: String,
     /// How long to wait for its partitions to move.
     #[arg(long, default_value_t = 120)]
     timeout_secs: u64,
-    /// The brokers' `broker.admin_token`, if they have one.
-    #[arg(long, env = "WEIR_BROKER_ADMIN_TOKEN", hide_env_values = true)]
-    admin_token: Option<String>,
+    #[command(flatten)]
+    target: crate::admin_client::AdminTarget,
 }
 
 /// Partitions still led by, or moving to, `broker`.
@@ -42,9 +38,9 @@ fn left_on(admin: &str, token: Option<&str>, broker: i32) -> anyhow::Result<usiz
 }
 
 pub fn run(args: DrainArgs) -> anyhow::Result<()> {
-    let token = args.admin_token.as_deref();
+    let token = args.target.admin_token.as_deref();
     let (status, body) = call(
-        &args.admin,
+        &args.target.admin,
         token,
         "POST",
         &format!("/v1/brokers/{}/drain", args.broker),
@@ -60,7 +56,7 @@ pub fn run(args: DrainArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let deadline = Duration::from_secs(args.timeout_secs);
     loop {
-        let left = left_on(&args.admin, token, args.broker)?;
+        let left = left_on(&args.target.admin, token, args.broker)?;
         if left == 0 {
             println!(
                 "broker {} leads no partition after {:.1} s: it can be stopped",

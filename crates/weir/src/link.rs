@@ -9,17 +9,8 @@ use crate::admin_client::call;
 pub struct LinkArgs {
     #[command(subcommand)]
     command: LinkCommand,
-    /// Admin address (host:port) of any broker of the cluster.
-    #[arg(long, global = true, default_value = "127.0.0.1:9644")]
-    admin: String,
-    /// The brokers' `broker.admin_token`, if they have one.
-    #[arg(
-        long,
-        global = true,
-        env = "WEIR_BROKER_ADMIN_TOKEN",
-        hide_env_values = true
-    )]
-    admin_token: Option<String>,
+    #[command(flatten)]
+    target: crate::admin_client::AdminTarget,
 }
 
 #[derive(clap::Subcommand)]
@@ -54,14 +45,14 @@ enum LinkCommand {
 }
 
 pub fn run(args: LinkArgs) -> anyhow::Result<()> {
-    let token = args.admin_token.as_deref();
+    let token = args.target.admin_token.as_deref();
     if let LinkCommand::Promote {
         name,
         topics,
         timeout_secs,
     } = &args.command
     {
-        return promote(&args.admin, token, name, topics, *timeout_secs);
+        return promote(&args.target.admin, token, name, topics, *timeout_secs);
     }
     let (method, path, body) = match &args.command {
         LinkCommand::Create { file } => {
@@ -84,7 +75,7 @@ pub fn run(args: LinkArgs) -> anyhow::Result<()> {
             String::new(),
         ),
     };
-    let (status, answer) = call(&args.admin, token, method, &path, &body)?;
+    let (status, answer) = args.target.call(method, &path, &body)?;
     if !(200..300).contains(&status) {
         let message = serde_json::from_str::<serde_json::Value>(&answer)
             .ok()
