@@ -4,7 +4,7 @@
 //! engine calls it when it opens a stream, commits uploaded objects, moves a start offset and
 //! deletes objects; the Kafka layer when topics, group offsets or producer ids change.
 //!
-//! It has thirteen parts, one trait each, so that a backend can be built and tested part by part,
+//! It has fourteen parts, one trait each, so that a backend can be built and tested part by part,
 //! and a caller that needs one part takes only that trait:
 //!
 //! - [`ObjectIndex`]: streams (leader epoch, start offset, committed end offset), the objects in
@@ -34,6 +34,9 @@
 //!   leader epoch and state epoch.
 //! - [`Schemas`]: the schema registry: schemas by id, subjects' versions, compatibility configs
 //!   and modes; ids and versions given in one transaction, so every broker can register.
+//! - [`IcebergCatalog`]: an Iceberg SQL catalog, in the JDBC catalogs' own tables, so that
+//!   Spark, pyiceberg and iceberg-rust read the tables Weir writes from the same database; a
+//!   commit is a compare-and-set of a table's metadata location.
 //!
 //! [`GroupStore`] is the two group parts, what the group coordinator takes. [`MetaStore`] is all
 //! of them together, implemented for every type that implements them, so a
@@ -82,6 +85,7 @@
 /// Compiled for tests only (feature `testing` for other crates' tests).
 #[cfg(any(test, feature = "testing"))]
 pub mod conformance;
+mod iceberg;
 pub mod postgres;
 mod schemas;
 mod share;
@@ -95,6 +99,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+pub use iceberg::{IcebergCatalog, IcebergTableRow, NamespaceDrop, TableRename};
 pub use postgres::PostgresMetaStore;
 pub use schemas::{
     Registered, RegistrySetting, SchemaContent, SchemaDeleted, SchemaReference, SchemaRegistration,
@@ -990,6 +995,7 @@ pub trait MetaStore:
     + Links
     + ShareStates
     + Schemas
+    + IcebergCatalog
 {
 }
 
@@ -1006,7 +1012,8 @@ impl<
             + Quotas
             + Links
             + ShareStates
-            + Schemas,
+            + Schemas
+            + IcebergCatalog,
     > MetaStore for T
 {
 }

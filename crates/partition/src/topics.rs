@@ -1150,6 +1150,19 @@ pub fn validate_config(name: &str, value: &str) -> Result<(), AdminError> {
                           (the payload decodes with it too)",
             ),
         },
+        // The topic as an Iceberg table (weir_iceberg::translator).
+        "weir.iceberg.mode" => match value {
+            "off" | "key_value" => Ok(()),
+            _ => invalid("must be off or key_value"),
+        },
+        "weir.iceberg.target.lag.ms" => match value.parse::<i64>() {
+            Ok(v) if (1_000..=86_400_000).contains(&v) => Ok(()),
+            _ => invalid("must be a number of milliseconds from 1000 to 86400000"),
+        },
+        "weir.iceberg.partition.spec" => match value.trim() {
+            "" | "hour(timestamp)" | "day(timestamp)" | "month(timestamp)" | "none" => Ok(()),
+            _ => invalid("must be hour(timestamp), day(timestamp), month(timestamp) or none"),
+        },
         _ => Err((
             ResponseError::InvalidConfig,
             format!("Unknown topic config name: {name}"),

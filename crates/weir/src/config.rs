@@ -20,6 +20,43 @@ pub struct Config {
     pub balancer: BalancerSection,
     pub security: SecuritySection,
     pub schema_registry: SchemaRegistrySection,
+    pub iceberg: IcebergSection,
+}
+
+/// Topics as Iceberg tables (topic config `weir.iceberg.mode`): where their files go and the
+/// catalog that names them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IcebergSection {
+    /// The warehouse: `s3://bucket/prefix` (the object store's credentials and endpoint),
+    /// `file:///path`. Empty: `iceberg/` under `object_store.url` (no tables with a `memory://`
+    /// store).
+    pub warehouse: String,
+    /// `sql`: the catalog's tables in the metadata store (the JDBC catalogs' layout, which
+    /// Spark's JdbcCatalog and pyiceberg's SqlCatalog read).
+    pub catalog: String,
+    /// The catalog's name, as clients configure it (`SqlCatalog("weir", ...)`).
+    pub catalog_name: String,
+    /// The namespace of the topics' tables.
+    pub namespace: String,
+    /// How often the translator looks for topics due (each is translated every half of its
+    /// `weir.iceberg.target.lag.ms`).
+    pub interval_ms: u64,
+    /// Record bytes read from one partition in one translation at most.
+    pub max_bytes_per_partition: u64,
+}
+
+impl Default for IcebergSection {
+    fn default() -> Self {
+        IcebergSection {
+            warehouse: String::new(),
+            catalog: "sql".into(),
+            catalog_name: "weir".into(),
+            namespace: "kafka".into(),
+            interval_ms: 1_000,
+            max_bytes_per_partition: 64 << 20,
+        }
+    }
 }
 
 /// The schema registry (Confluent's REST API), served by every broker over the metadata store.
@@ -635,8 +672,9 @@ impl Default for StorageSection {
     }
 }
 
-const SECTIONS: [&str; 11] = [
+const SECTIONS: [&str; 12] = [
     "schema_registry",
+    "iceberg",
     "security",
     "cloud",
     "object_store",

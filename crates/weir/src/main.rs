@@ -9,6 +9,7 @@ mod cloud;
 mod cluster_admin;
 mod config;
 mod drain;
+mod iceberg;
 mod link;
 mod link_groups;
 mod listeners;

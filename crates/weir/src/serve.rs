@@ -787,6 +787,9 @@ async fn listen(
         Some(Arc::new(crate::link_groups::Groups(Arc::clone(broker)))),
     );
     let links_task = links.start(shutdown_rx.clone());
+    let iceberg_meters = weir_iceberg::meters::IcebergMeters::default();
+    let iceberg_task =
+        crate::iceberg::start(config, broker, iceberg_meters.clone(), shutdown_rx.clone())?;
     let registry = Arc::clone(broker.schemas.registry());
     if let Some(task) = serve_registry(config, broker, &registry, shutdown_rx.clone()).await? {
         network.push(task);
@@ -795,7 +798,13 @@ async fn listen(
         admin_listener,
         admin::State {
             ready: Arc::clone(&ready),
-            meters: meters(&storage.engine, broker, &net_meters, &links),
+            meters: meters(
+                &storage.engine,
+                broker,
+                &net_meters,
+                &links,
+                &iceberg_meters,
+            ),
             links: Some(links),
             broker: Arc::clone(broker),
             network: Arc::clone(&net_meters),
@@ -808,6 +817,7 @@ async fn listen(
     ));
     let mut background = background_tasks(config, topics, &broker.groups, shutdown_rx);
     background.push(links_task);
+    background.extend(iceberg_task);
     ready.store(true, Ordering::SeqCst);
     log_serving(
         config,
@@ -846,12 +856,14 @@ fn meters(
     broker: &Arc<weir_api::Broker>,
     network: &Arc<weir_network::NetworkMeters>,
     links: &weir_link::LinkService,
+    iceberg: &weir_iceberg::meters::IcebergMeters,
 ) -> Arc<weir_metrics::Registry> {
     let mut r = weir_metrics::Registry::new();
     engine.register_meters(&mut r);
     broker.register_meters(&mut r);
     network.register(&mut r);
     links.register(&mut r);
+    iceberg.register(&mut r);
     admin::register_process_meters(&mut r);
     Arc::new(r)
 }

@@ -10,6 +10,7 @@ pub mod coordination;
 pub mod credentials;
 pub mod group_offsets;
 pub mod group_states;
+pub mod iceberg;
 pub mod links;
 pub mod object_index;
 pub mod producer_snapshots;
@@ -36,6 +37,7 @@ pub async fn run_all(open: impl Fn() -> Box<dyn MetaStore>) {
     links::run(|| open()).await;
     share::run(|| open()).await;
     schemas::run(|| open()).await;
+    iceberg::run(|| open()).await;
     whole_store::run(open).await;
 }
 

@@ -25,6 +25,7 @@ mod coordination;
 mod credentials;
 mod group_offsets;
 mod group_states;
+mod iceberg;
 mod links;
 mod object_index;
 mod producer_snapshots;
@@ -314,6 +315,27 @@ CREATE TABLE registry_state (
     max_id  BIGINT NOT NULL
 );
 INSERT INTO registry_state (one, version, max_id) VALUES (1, 0, 0);
+",
+    "
+-- The Iceberg SQL catalog, as the JDBC catalogs lay it out (pyiceberg's SqlCatalog, Iceberg's
+-- JdbcCatalog and iceberg-rust read these two tables by these names and columns): a table's row
+-- points at its current metadata file; a commit is a compare-and-set of metadata_location.
+CREATE TABLE iceberg_tables (
+    catalog_name VARCHAR(255) NOT NULL,
+    table_namespace VARCHAR(255) NOT NULL,
+    table_name VARCHAR(255) NOT NULL,
+    metadata_location VARCHAR(1000),
+    previous_metadata_location VARCHAR(1000),
+    iceberg_type VARCHAR(5),
+    PRIMARY KEY (catalog_name, table_namespace, table_name)
+);
+CREATE TABLE iceberg_namespace_properties (
+    catalog_name VARCHAR(255) NOT NULL,
+    namespace VARCHAR(255) NOT NULL,
+    property_key VARCHAR(255) NOT NULL,
+    property_value VARCHAR(1000) NOT NULL,
+    PRIMARY KEY (catalog_name, namespace, property_key)
+);
 ",
 ];
 
@@ -886,6 +908,12 @@ mod tests {
     async fn conformance_schemas() {
         let s = server();
         conformance::schemas::run(|| Box::new(store(&s))).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn conformance_iceberg() {
+        let s = server();
+        conformance::iceberg::run(|| Box::new(store(&s))).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,28 @@
+//! Topics as Iceberg tables: what turns records into a table that Spark, Trino, pyiceberg and
+//! the other engines read, exactly once.
+//!
+//! - [`storage`]: Iceberg's file IO on the broker's object store client, rooted at the
+//!   warehouse.
+//! - [`catalog`]: an Iceberg SQL catalog in Weir's metadata store (the JDBC catalogs' tables),
+//!   whose commits are compare-and-set and never silently rebased.
+//! - [`progress`]: the record, in each snapshot's summary, of how far the table has each
+//!   partition of the topic: what makes translation exactly once.
+//! - [`key_value`]: the layout that keeps every record as it is (key, value, headers, partition,
+//!   offset, timestamp).
+//! - [`records`]: a partition's record batches into rows, as a `read_committed` consumer sees
+//!   them.
+//! - [`append`]: records to Parquet data files, committed with their progress in one append.
+//! - [`translator`]: the loop on each broker that appends the partitions it leads to their
+//!   topics' tables; [`meters`], what it did and how far behind each table is.
+//!
+//! Built on the `iceberg` crate (apache/iceberg-rust): its table metadata, transactions, Arrow
+//! conversion and Parquet writers. This crate is the only one that pays for Arrow and Parquet.
+
+pub mod append;
+pub mod catalog;
+pub mod key_value;
+pub mod meters;
+pub mod progress;
+pub mod records;
+pub mod storage;
+pub mod translator;

@@ -1,0 +1,160 @@
+//! The broker's side of topics as Iceberg tables: the translator (`weir_iceberg::translator`)
+//! reads the partitions this broker leads, as a `read_committed` fetch does, and writes to the
+//! warehouse through a client of the broker's object store settings, in the catalog kept in
+//! the metadata store.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use async_trait::async_trait;
+use iceberg::io::FileIOBuilder;
+use iceberg::NamespaceIdent;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use weir_iceberg::catalog::SqlCatalog;
+use weir_iceberg::meters::IcebergMeters;
+use weir_iceberg::storage::{WarehouseStorage, WarehouseStorageFactory};
+use weir_iceberg::translator::{Fetched, Mode, Settings, Source, TopicSpec, Translator};
+
+use crate::config::Config;
+
+/// `weir.iceberg.target.lag.ms` when a topic does not set it.
+const DEFAULT_TARGET_LAG: Duration = Duration::from_secs(60);
+
+/// The partitions of this broker.
+struct BrokerSource {
+    topics: Arc<weir_partition::Topics>,
+}
+
+fn hex(id: &[u8; 16]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[async_trait]
+impl Source for BrokerSource {
+    fn topics(&self) -> Vec<TopicSpec> {
+        let local = self.topics.local_partitions();
+        self.topics
+            .list()
+            .into_iter()
+            .filter_map(|t| {
+                let mode = Mode::parse(t.configs.get("weir.iceberg.mode")?)?;
+                let target_lag = t
+                    .configs
+                    .get("weir.iceberg.target.lag.ms")
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .map_or(DEFAULT_TARGET_LAG, Duration::from_millis);
+                let partitions = local
+                    .iter()
+                    .filter(|p| p.topic == t.name)
+                    .map(|p| p.index)
+                    .collect();
+                Some(TopicSpec {
+                    name: t.name.clone(),
+                    topic_id: hex(&t.id),
+                    mode,
+                    target_lag,
+                    partition_spec: t
+                        .configs
+                        .get("weir.iceberg.partition.spec")
+                        .cloned()
+                        .unwrap_or_default(),
+                    partitions,
+                })
+            })
+            .collect()
+    }
+
+    async fn read(
+        &self,
+        topic: &str,
+        partition: i32,
+        from: i64,
+        max_bytes: usize,
+    ) -> Result<Fetched, String> {
+        let p = self
+            .topics
+            .partition(topic, partition)
+            .ok_or_else(|| format!("{topic}-{partition} is not led here"))?;
+        let (log_start, _, _) = p.stream_offsets();
+        let data = p
+            .fetch(from.max(log_start), max_bytes, true)
+            .await
+            .map_err(|e| format!("reading {topic}-{partition} at {from}: {e:?}"))?;
+        Ok(Fetched {
+            records: data.records,
+            aborted: data
+                .aborted
+                .iter()
+                .map(|a| (a.producer_id, a.first_offset as i64))
+                .collect(),
+            log_start: data.log_start_offset,
+            stable_end: data.last_stable_offset,
+        })
+    }
+}
+
+/// The warehouse of `config`: `iceberg.warehouse`, or `iceberg` under the object store's URL;
+/// `None` where there can be none (a `memory://` store).
+pub fn warehouse(config: &Config) -> anyhow::Result<Option<String>> {
+    let set = config.iceberg.warehouse.trim_end_matches('/');
+    if !set.is_empty() {
+        return Ok(Some(set.to_string()));
+    }
+    let store = config.object_store_url()?;
+    let store = store.trim_end_matches('/');
+    if store.starts_with("memory:") {
+        return Ok(None);
+    }
+    // Weir's own objects are named by a hash prefix of eight hex digits: `iceberg/` is apart.
+    Ok(Some(format!("{store}/iceberg")))
+}
+
+/// Starts the translator, unless there is no warehouse.
+pub fn start(
+    config: &Config,
+    broker: &Arc<weir_api::Broker>,
+    meters: IcebergMeters,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<Option<JoinHandle<()>>> {
+    let section = &config.iceberg;
+    if section.catalog != "sql" {
+        anyhow::bail!(
+            "iceberg.catalog: {:?} is not sql (the metadata store's catalog)",
+            section.catalog
+        );
+    }
+    let Some(warehouse) = warehouse(config)? else {
+        tracing::info!(
+            "iceberg: no warehouse (a memory:// object store): topics are not translated to tables"
+        );
+        return Ok(None);
+    };
+    let store = weir_storage::objstore::from_url(&warehouse)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("the Iceberg warehouse {warehouse}"))?;
+    let storage = WarehouseStorage::new(&warehouse, store);
+    let io = FileIOBuilder::new(Arc::new(WarehouseStorageFactory::new(storage))).build();
+    let meta: Arc<dyn weir_meta::IcebergCatalog> = Arc::clone(&broker.meta) as _;
+    let catalog = Arc::new(SqlCatalog::new(&section.catalog_name, meta, io, &warehouse));
+    let namespace = NamespaceIdent::from_strs(section.namespace.split('.'))
+        .with_context(|| format!("iceberg.namespace {:?}", section.namespace))?;
+    let translator = Arc::new(Translator::new(
+        Arc::new(BrokerSource {
+            topics: Arc::clone(&broker.topics),
+        }),
+        catalog,
+        Settings {
+            namespace,
+            cluster: broker.identity.cluster_id.clone(),
+            broker: broker.identity.node_id,
+            max_bytes_per_partition: usize::try_from(section.max_bytes_per_partition)
+                .unwrap_or(usize::MAX),
+        },
+        meters,
+    ));
+    tracing::info!(%warehouse, catalog = %section.catalog_name, namespace = %section.namespace, "iceberg: translating topics with weir.iceberg.mode to tables");
+    let tick = Duration::from_millis(section.interval_ms.max(100));
+    Ok(Some(tokio::spawn(translator.run(tick, shutdown))))
+}
