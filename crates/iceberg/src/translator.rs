@@ -182,21 +182,26 @@ impl Translator {
         &self.meters
     }
 
-    /// Runs cycles until `stop` turns true: every topic at half its target lag, checked every
-    /// `tick`.
+    /// Runs cycles until `stop` turns true (or its sender is gone): every topic at half its
+    /// target lag, checked every `tick`. A cycle under way then is dropped where it is (a
+    /// shutdown does not wait for a slow catalog): what it wrote and did not commit is only
+    /// files no snapshot names.
     pub async fn run(
         self: Arc<Self>,
         tick: Duration,
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) {
-        loop {
-            self.due_cycles().await;
+        let stopped = |stop: &tokio::sync::watch::Receiver<bool>| {
+            *stop.borrow() || stop.has_changed().is_err()
+        };
+        while !stopped(&stop) {
+            tokio::select! {
+                _ = self.due_cycles() => {}
+                _ = stop.changed() => continue,
+            }
             tokio::select! {
                 _ = tokio::time::sleep(tick) => {}
                 _ = stop.changed() => {}
-            }
-            if *stop.borrow() {
-                return;
             }
         }
     }

@@ -122,7 +122,7 @@ impl Source for Partitions {
 fn translator(
     meta: &Arc<SqliteMetaStore>,
     store: &Arc<dyn object_store::ObjectStore>,
-    source: Arc<Partitions>,
+    source: Arc<dyn Source>,
     broker: i32,
 ) -> Translator {
     let storage = WarehouseStorage::new(WAREHOUSE, Arc::clone(store));
@@ -185,7 +185,7 @@ async fn every_record_once_across_cycles_and_brokers() {
     let source = Arc::new(Partitions::default());
     source.produce(0, 5);
     source.produce(1, 2);
-    let a = translator(&meta, &store, Arc::clone(&source), 1);
+    let a = translator(&meta, &store, Arc::clone(&source) as _, 1);
     let spec = &source.topics()[0];
     assert_eq!(
         a.cycle(spec).await.expect("cycle"),
@@ -197,7 +197,7 @@ async fn every_record_once_across_cycles_and_brokers() {
 
     // Another broker takes the partitions over: it starts where the table is.
     source.produce(0, 2);
-    let b = translator(&meta, &store, Arc::clone(&source), 2);
+    let b = translator(&meta, &store, Arc::clone(&source) as _, 2);
     assert_eq!(
         b.cycle(spec).await.expect("cycle"),
         Cycle::Committed { records: 2 }
@@ -218,7 +218,7 @@ async fn records_retention_deleted_first_are_counted_and_skipped() {
     let source = Arc::new(Partitions::default());
     source.produce(0, 4);
     source.trim(0, 3);
-    let t = translator(&meta, &store, Arc::clone(&source), 1);
+    let t = translator(&meta, &store, Arc::clone(&source) as _, 1);
     let spec = &source.topics()[0];
     assert_eq!(
         t.cycle(spec).await.expect("cycle"),
@@ -236,4 +236,40 @@ async fn records_retention_deleted_first_are_counted_and_skipped() {
         .expect("load");
     let p = progress::committed(&table.metadata_ref(), "cluster-1", "topic-1");
     assert_eq!(p.offsets, BTreeMap::from([(0, 4), (1, 0)]));
+}
+
+/// A source whose reads never end (an object store that stopped answering).
+struct Stuck {
+    reading: tokio::sync::Notify,
+}
+
+#[async_trait]
+impl Source for Stuck {
+    fn topics(&self) -> Vec<TopicSpec> {
+        Partitions::default().topics()
+    }
+
+    async fn read(&self, _: &str, _: i32, _: i64, _: usize) -> Result<Fetched, String> {
+        self.reading.notify_one();
+        futures::future::pending().await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_ends_a_cycle_under_way() {
+    let meta = Arc::new(SqliteMetaStore::in_memory().expect("meta"));
+    let store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+    let stuck = Arc::new(Stuck {
+        reading: tokio::sync::Notify::new(),
+    });
+    let t = Arc::new(translator(&meta, &store, Arc::clone(&stuck) as _, 1));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(t.run(Duration::from_millis(10), stopped));
+    stuck.reading.notified().await;
+    stop.send_replace(true);
+    // A liveness bound, not a measurement: without the stop the task never ends.
+    tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .expect("the translator stopped")
+        .expect("without a panic");
 }
