@@ -152,3 +152,48 @@ def test_a_broker_killed_while_translating_leaves_every_record_once(broker_facto
         _check_once(rows, acked)
     finally:
         broker_factory.close(b)
+
+
+def _leaders(bootstrap, topic):
+    from confluent_kafka.admin import AdminClient
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic=topic, timeout=10)
+    return {p: m.leader for p, m in md.topics[topic].partitions.items()}
+
+
+def _wait(what, cond, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"not {what} in {timeout} s")
+
+
+def test_moves_and_a_failover_keep_every_record_once(broker_factory):
+    """Partitions change hands twice while producing (a move to one broker, then that broker
+    killed): each new leader starts from the table's own offsets."""
+    c = broker_factory.cluster("ice-moves", size=3)
+    try:
+        topic = unique("moves")
+        create_topic(c.bootstrap, topic, 4, config=ICEBERG)
+        acked = _produce(c.bootstrap, topic, 200, 4)
+        status, body = c.brokers[0].admin(
+            "POST", "/v1/reassignments",
+            {"partitions": [{"topic": topic, "partition": i, "broker": 2} for i in range(4)]})
+        assert status == 200, body
+        _wait("every partition on broker 2",
+              lambda: set(_leaders(c.bootstrap, topic).values()) == {2})
+        acked.update(_produce(c.bootstrap, topic, 200, 4))
+        time.sleep(1.5)  # a translation or two on broker 2
+        c.kill(1)  # broker 2: its partitions fail over to the others
+        live = ",".join(b.bootstrap for i, b in enumerate(c.brokers) if i != 1)
+        _wait("the partitions led elsewhere",
+              lambda: 2 not in set(_leaders(live, topic).values()), 90)
+        acked.update(_produce(live, topic, 200, 4))
+        table, rows = _rows(c, topic, len(acked), timeout=120)
+        assert table is not None, f"{len(rows)} rows of {len(acked)}"
+        time.sleep(2)
+        _, rows = _rows(c, topic, len(acked))
+        _check_once(rows, acked)
+    finally:
+        broker_factory.close(c)
