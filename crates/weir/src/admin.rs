@@ -67,6 +67,8 @@ pub struct State {
     pub token: Option<Arc<str>>,
     /// Cluster links (`/v1/links`).
     pub links: Option<Arc<weir_link::LinkService>>,
+    /// What the Iceberg translator did and how far each table is behind (`/v1/iceberg`).
+    pub iceberg: Option<weir_iceberg::meters::IcebergMeters>,
 }
 
 /// The run-time fault switch: `PUT /v1/faults` changes the faults injected into the WAL's group
@@ -192,6 +194,7 @@ struct App {
     /// HTTP layer alone).
     network: Option<Arc<weir_network::NetworkMeters>>,
     links: Option<Arc<weir_link::LinkService>>,
+    iceberg: Option<weir_iceberg::meters::IcebergMeters>,
 }
 
 /// Serves admin HTTP on `listener` until `shutdown` turns true (or its sender goes away), then
@@ -209,6 +212,7 @@ pub async fn serve(
         token: state.token.clone(),
         network: Some(Arc::clone(&state.network)),
         links: state.links,
+        iceberg: state.iceberg,
         meters: state.meters,
     };
     serve_app(listener, app, shutdown, SHUTDOWN_GRACE).await
@@ -265,6 +269,7 @@ fn router(app: App) -> Router {
             "/v1/acls",
             get(list_acls).post(create_acls).delete(delete_acls),
         )
+        .route("/v1/iceberg", get(iceberg))
         // After the routes: it applies to those already added.
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
@@ -421,6 +426,37 @@ async fn schemas(Shared(app): Shared<App>) -> Response {
             &serde_json::json!({"error": e.message}),
         ),
     }
+}
+
+/// `GET /v1/iceberg`: the translator's totals on this broker, and each table's lag (of the
+/// partitions this broker leads).
+async fn iceberg(Shared(app): Shared<App>) -> Response {
+    let Some(m) = &app.iceberg else {
+        return json_error(503, "no Iceberg translator on this broker (no warehouse)");
+    };
+    let topics: serde_json::Map<String, serde_json::Value> = m
+        .lags()
+        .into_iter()
+        .map(|(t, l)| {
+            (
+                t,
+                serde_json::json!({"lag_records": l.records, "lag_seconds": l.seconds}),
+            )
+        })
+        .collect();
+    json(
+        StatusCode::OK,
+        &serde_json::json!({
+            "records": m.records.get(),
+            "files": m.files.get(),
+            "file_bytes": m.file_bytes.get(),
+            "commits": m.commits.get(),
+            "commit_conflicts": m.conflicts.get(),
+            "errors": m.errors.get(),
+            "skipped_records": m.skipped.get(),
+            "topics": topics,
+        }),
+    )
 }
 
 fn no_broker() -> Response {
@@ -985,6 +1021,7 @@ mod tests {
             faults: None,
             broker: None,
             links: None,
+            iceberg: None,
             token: token.map(Arc::from),
             network: None,
         };

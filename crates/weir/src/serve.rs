@@ -806,6 +806,7 @@ async fn listen(
                 &iceberg_meters,
             ),
             links: Some(links),
+            iceberg: iceberg_task.is_some().then(|| iceberg_meters.clone()),
             broker: Arc::clone(broker),
             network: Arc::clone(&net_meters),
             cluster: Some(Arc::new(cluster_admin::Admin(Arc::clone(&joined.cluster)))),

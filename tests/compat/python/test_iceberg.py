@@ -109,6 +109,17 @@ def test_every_acknowledged_record_is_in_the_table_once(broker):
     assert all(committed.get(p, 0) <= last[p] + 1 for p in last), (committed, last)
     spec = table.spec()
     assert [f.name for f in spec.fields] == ["timestamp_hour"]
+    # The brokers' view (each of the partitions it leads): what they wrote, no lag left.
+    brokers = getattr(broker, "brokers", [broker])
+
+    def views():
+        return [b.admin("GET", "/v1/iceberg")[1] for b in brokers]
+
+    _wait("no lag", lambda: all(v["topics"].get(topic, {}).get("lag_records", 0) == 0
+                                for v in views()), 30)
+    seen = views()
+    assert sum(v["records"] for v in seen) >= len(acked), seen
+    assert sum(v["commits"] for v in seen) >= 1, seen
 
 
 def test_aborted_records_are_not_in_the_table(broker):
