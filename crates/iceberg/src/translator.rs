@@ -88,6 +88,10 @@ pub trait Source: Send + Sync + 'static {
         from: i64,
         max_bytes: usize,
     ) -> Result<Fetched, String>;
+
+    /// The table has the partition's records below `offset`: retention may delete them (and
+    /// only them).
+    fn table_has(&self, topic: &str, partition: i32, offset: i64);
 }
 
 /// The translator's settings.
@@ -340,6 +344,7 @@ impl Translator {
     pub async fn cycle(&self, t: &TopicSpec) -> Result<Cycle, String> {
         let table = self.table(t).await?;
         let had = progress::committed(&table.metadata_ref(), &self.settings.cluster, &t.topic_id);
+        self.release(t, &had);
         let (rows, offsets, lag) = self.read(t, &had).await?;
         if rows.is_empty() {
             // What is left is markers or aborted records, which the table never gets.
@@ -368,6 +373,7 @@ impl Translator {
         let now = Progress { offsets, ..had };
         match append::commit(&*self.catalog, &table, files, &now).await {
             Ok(_) => {
+                self.release(t, &now);
                 self.meters.commit_latency.record(started.elapsed());
                 self.meters.commits.inc();
                 self.meters.files.add(count as u64);
@@ -394,6 +400,14 @@ impl Translator {
                     Err(format!("committing: {e}"))
                 }
             }
+        }
+    }
+
+    /// Lets retention delete what the table has of the partitions led here.
+    fn release(&self, t: &TopicSpec, has: &Progress) {
+        for &p in &t.partitions {
+            let offset = has.offsets.get(&p).copied().unwrap_or(0);
+            self.source.table_has(&t.name, p, offset);
         }
     }
 

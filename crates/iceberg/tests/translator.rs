@@ -32,6 +32,8 @@ type Log = (i64, Vec<(i64, Bytes)>);
 #[derive(Default)]
 struct Partitions {
     logs: Mutex<BTreeMap<i32, Log>>,
+    /// What the translator said the table has, by partition.
+    held: Mutex<BTreeMap<i32, i64>>,
 }
 
 impl Partitions {
@@ -117,6 +119,10 @@ impl Source for Partitions {
             stable_end: log.last().map_or(*log_start, |(o, _)| o + 1),
         })
     }
+
+    fn table_has(&self, _topic: &str, partition: i32, offset: i64) {
+        self.held.lock().expect("held").insert(partition, offset);
+    }
 }
 
 fn translator(
@@ -193,6 +199,11 @@ async fn every_record_once_across_cycles_and_brokers() {
     );
     assert_eq!(a.cycle(spec).await.expect("cycle"), Cycle::Idle);
     assert_eq!(a.meters().records.get(), 7);
+    assert_eq!(
+        *source.held.lock().expect("held"),
+        BTreeMap::from([(0, 5), (1, 2)]),
+        "retention may delete what the table has"
+    );
     assert_eq!(a.meters().lag("orders.v1").map(|l| l.records), Some(0));
 
     // Another broker takes the partitions over: it starts where the table is.
@@ -253,6 +264,8 @@ impl Source for Stuck {
         self.reading.notify_one();
         futures::future::pending().await
     }
+
+    fn table_has(&self, _: &str, _: i32, _: i64) {}
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -176,6 +176,8 @@ pub struct Partition {
     /// A cluster link's mirror ([`crate::MIRROR_LINK_CONFIG`] set): written by the link only,
     /// at the source's offsets; produce is refused until the link promotes the topic.
     mirror: std::sync::atomic::AtomicBool,
+    /// Retention stays below this (see [`Partition::set_retention_hold`]).
+    retention_hold: Mutex<Option<u64>>,
     /// The offset of the last producer snapshot saved (the cleaner stays below it).
     snapshot_at: AtomicU64,
     /// The end of what was in object storage when the cleaner last looked (`u64::MAX`: never).
@@ -330,6 +332,7 @@ impl Partition {
             requests: AtomicU64::new(0),
             compacted: std::sync::atomic::AtomicBool::new(false),
             mirror: std::sync::atomic::AtomicBool::new(false),
+            retention_hold: Mutex::new(None),
             snapshot_at: AtomicU64::new(0),
             cleaner_looked_at: AtomicU64::new(u64::MAX),
         }))
@@ -1005,6 +1008,23 @@ impl Partition {
 
     pub fn set_retention(&self, retention: weir_storage::Retention) {
         let _ = self.engine.set_retention(self.stream_id, retention);
+    }
+
+    /// Keeps retention below `hold` (the first offset a topic's Iceberg table lacks); `None`:
+    /// retention as configured.
+    pub fn set_retention_hold(&self, hold: Option<u64>) {
+        let _ = self.engine.set_retention_hold(self.stream_id, hold);
+        *self
+            .retention_hold
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = hold;
+    }
+
+    pub fn retention_hold(&self) -> Option<u64> {
+        *self
+            .retention_hold
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Uploads what the partition holds and gives up leadership.

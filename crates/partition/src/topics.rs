@@ -307,6 +307,11 @@ impl Topics {
         )
         .await?;
         p.set_retention(self.retention(&t.configs));
+        // An Iceberg topic's records stay until its table has them: held from the start until
+        // the translator says how far the table is.
+        if iceberg_mode(&t.configs) {
+            p.set_retention_hold(Some(0));
+        }
         p.set_compacted(Self::compacted(&t.configs));
         p.set_mirror(t.configs.contains_key(MIRROR_LINK_CONFIG));
         self.write_local().insert(stream_id, Arc::clone(&p));
@@ -402,6 +407,11 @@ impl Topics {
         for s in &t.streams {
             if let Some(p) = local.get(s) {
                 p.set_retention(retention);
+                match (iceberg_mode(&t.configs), p.retention_hold()) {
+                    (true, None) => p.set_retention_hold(Some(0)),
+                    (false, Some(_)) => p.set_retention_hold(None),
+                    _ => {}
+                }
                 p.set_max_message_bytes(max);
                 p.set_compacted(Self::compacted(&t.configs));
                 let mirror = t.configs.contains_key(MIRROR_LINK_CONFIG);
@@ -1053,6 +1063,14 @@ pub const ZONE_ROUTING_IN_ZONE: &str = "in-zone";
 pub const ZONE_ROUTING_LEADER: &str = "leader";
 
 /// Checks a topic config against the names and values Kafka accepts.
+/// The topic config that makes a topic an Iceberg table (`weir_iceberg`).
+pub const ICEBERG_MODE_CONFIG: &str = "weir.iceberg.mode";
+
+/// Whether a topic's records go to an Iceberg table.
+fn iceberg_mode(configs: &BTreeMap<String, String>) -> bool {
+    configs.get(ICEBERG_MODE_CONFIG).is_some_and(|m| m != "off")
+}
+
 pub fn validate_config(name: &str, value: &str) -> Result<(), AdminError> {
     let invalid = |why: &str| {
         Err((

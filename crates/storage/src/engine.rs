@@ -886,6 +886,19 @@ impl Engine {
         crate::maintenance::trim_stream(&*self.inner.shared.meta, &s, start_offset).await
     }
 
+    /// Keeps retention from moving the stream's start offset past `hold` (`None`: no hold);
+    /// DeleteRecords is not held.
+    pub fn set_retention_hold(&self, stream_id: u64, hold: Option<u64>) -> Result<()> {
+        let s = self
+            .inner
+            .shared
+            .streams
+            .get(stream_id)
+            .ok_or(StorageError::NotOpen(stream_id))?;
+        s.lock().set_retention_hold(hold);
+        Ok(())
+    }
+
     pub fn set_retention(&self, stream_id: u64, retention: Retention) -> Result<()> {
         let s = self
             .inner

@@ -74,9 +74,9 @@ impl Maintenance {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
         for s in self.streams.all() {
-            let (retention, start) = {
+            let (retention, start, hold) = {
                 let st = s.lock();
-                (st.retention(), st.start_offset())
+                (st.retention(), st.start_offset(), st.retention_hold())
             };
             if retention.ms.is_none() && retention.bytes.is_none() {
                 continue;
@@ -106,6 +106,12 @@ impl Maintenance {
                     total -= r.size;
                     new_start = new_start.max(r.end_offset);
                 }
+            }
+            if let Some(hold) = hold {
+                if new_start > hold {
+                    tracing::debug!(stream_id = s.id, due = new_start, hold, "retention held");
+                }
+                new_start = new_start.min(hold.max(start));
             }
             if new_start > start {
                 tracing::debug!(

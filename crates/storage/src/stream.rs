@@ -142,6 +142,9 @@ pub(crate) struct StreamState {
     /// Set while the stream is being closed: no more appends.
     closing: bool,
     retention: Retention,
+    /// Retention moves the start offset no further than this: what a consumer of the stream
+    /// that is not a client (a topic's Iceberg table) has not read yet.
+    retention_hold: Option<u64>,
     /// The WAL the stream's appends go through.
     wal_kind: WalKind,
     /// Set while the stream moves to another WAL: no batch is handed to either until the
@@ -188,6 +191,14 @@ impl StreamState {
 
     pub fn retention(&self) -> Retention {
         self.retention
+    }
+
+    pub fn retention_hold(&self) -> Option<u64> {
+        self.retention_hold
+    }
+
+    pub fn set_retention_hold(&mut self, hold: Option<u64>) {
+        self.retention_hold = hold;
     }
 
     pub fn wal_kind(&self) -> WalKind {
@@ -722,6 +733,7 @@ impl Stream {
             fenced_by: None,
             closing: false,
             retention: Retention::default(),
+            retention_hold: None,
             wal_kind,
             switching: false,
             rewind_hook,

@@ -93,6 +93,12 @@ impl Source for BrokerSource {
             stable_end: data.last_stable_offset,
         })
     }
+
+    fn table_has(&self, topic: &str, partition: i32, offset: i64) {
+        if let Some(p) = self.topics.partition(topic, partition) {
+            p.set_retention_hold(Some(u64::try_from(offset).unwrap_or(0)));
+        }
+    }
 }
 
 /// The warehouse of `config`: `iceberg.warehouse`, or `iceberg` under the object store's URL;

@@ -208,3 +208,40 @@ def test_moves_and_a_failover_keep_every_record_once(broker_factory):
         _check_once(rows, acked)
     finally:
         broker_factory.close(c)
+
+
+def test_retention_waits_for_the_table(broker_factory):
+    """Records two hours old on a topic with an hour's retention: while the table does not
+    have them (a target lag of a day: translated once, at creation), retention keeps them; once
+    the table has them, retention deletes them."""
+    from confluent_kafka import Consumer, TopicPartition
+    b = broker_factory.new("ice-retention", env={
+        "WEIR_STORAGE_UPLOAD_INTERVAL_MS": "200", "WEIR_STORAGE_MAINTENANCE_INTERVAL_MS": "300"})
+    try:
+        topic = unique("held")
+        create_topic(b.bootstrap, topic, 1, config={
+            **ICEBERG, "weir.iceberg.target.lag.ms": "86400000", "retention.ms": "3600000"})
+        time.sleep(1.5)  # the first translation: the table made, empty
+        p = Producer({"bootstrap.servers": b.bootstrap})
+        old = int(time.time() * 1000) - 7_200_000
+        for i in range(100):
+            p.produce(topic, value=f"v{i}".encode(), timestamp=old)
+        assert p.flush(30) == 0
+        c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": unique("g")})
+
+        def low():
+            return c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[0]
+
+        time.sleep(4)  # uploads, and a dozen rounds of retention
+        assert low() == 0, "retention deleted records the table did not have"
+        from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        resource = ConfigResource(ResourceType.TOPIC, topic, set_config={
+            **ICEBERG, "retention.ms": "3600000"})
+        admin.alter_configs([resource])[resource].result(timeout=30)
+        table, rows = _rows(b, topic, 100)
+        assert table is not None and len(rows) == 100, len(rows)
+        _wait("retention done once the table has the records", lambda: low() == 100, 30)
+        c.close()
+    finally:
+        broker_factory.close(b)
