@@ -1047,6 +1047,17 @@ func TestZonesFetchBeyondAStaleWatermark(t *testing.T) {
 		}
 	}
 	producer := newProducer(t, c, kgo.ClientID("zones-raw-producer,weir_az="+leaderZone))
+	// The other zone's broker learns of the new partition's leader a moment after the topic is
+	// created (it answers NOT_LEADER_OR_FOLLOWER until then, which a client retries after a
+	// metadata refresh): the rounds start once it knows.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		code, _ := fetchAt(t, c, other.Zone, other.NodeID, topic, td.ID, 0, 0)
+		if code != 6 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	for round := 0; round < 5; round++ {
 		// The zone's broker subscribes to the partition's offsets and learns them.
 		if code, _ := fetchAt(t, c, other.Zone, other.NodeID, topic, td.ID, 0, 0); code != 0 {
