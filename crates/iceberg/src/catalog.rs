@@ -53,6 +53,17 @@ fn meta_error(e: weir_meta::MetaError) -> Error {
         .with_source(e)
 }
 
+fn no_namespace(namespace: &NamespaceIdent) -> Error {
+    Error::new(
+        ErrorKind::NamespaceNotFound,
+        format!("no such namespace: {namespace}"),
+    )
+}
+
+fn no_table(ident: &TableIdent) -> Error {
+    Error::new(ErrorKind::TableNotFound, format!("no such table: {ident}"))
+}
+
 fn joined(namespace: &NamespaceIdent) -> String {
     namespace.join(".")
 }
@@ -97,17 +108,14 @@ impl SqlCatalog {
             .iceberg_table(&self.name, &joined(ident.namespace()), ident.name())
             .await
             .map_err(meta_error)?
-            .ok_or_else(|| Error::new(ErrorKind::TableNotFound, format!("no such table: {ident}")))
+            .ok_or_else(|| no_table(ident))
     }
 
     async fn require_namespace(&self, namespace: &NamespaceIdent) -> Result<()> {
         if self.namespace_exists(namespace).await? {
             Ok(())
         } else {
-            Err(Error::new(
-                ErrorKind::NamespaceNotFound,
-                format!("no such namespace: {namespace}"),
-            ))
+            Err(no_namespace(namespace))
         }
     }
 }
@@ -189,12 +197,7 @@ impl Catalog for SqlCatalog {
             .iceberg_namespace_properties(&self.name, &joined(namespace))
             .await
             .map_err(meta_error)?
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::NamespaceNotFound,
-                    format!("no such namespace: {namespace}"),
-                )
-            })?;
+            .ok_or_else(|| no_namespace(namespace))?;
         Ok(Namespace::with_properties(
             namespace.clone(),
             props.into_iter().collect(),
@@ -222,10 +225,7 @@ impl Catalog for SqlCatalog {
             .await
             .map_err(meta_error)?;
         if !updated {
-            return Err(Error::new(
-                ErrorKind::NamespaceNotFound,
-                format!("no such namespace: {namespace}"),
-            ));
+            return Err(no_namespace(namespace));
         }
         Ok(())
     }
@@ -238,10 +238,7 @@ impl Catalog for SqlCatalog {
             .map_err(meta_error)?
         {
             NamespaceDrop::Dropped => Ok(()),
-            NamespaceDrop::NotFound => Err(Error::new(
-                ErrorKind::NamespaceNotFound,
-                format!("no such namespace: {namespace}"),
-            )),
+            NamespaceDrop::NotFound => Err(no_namespace(namespace)),
             NamespaceDrop::NotEmpty => Err(Error::new(
                 ErrorKind::PreconditionFailed,
                 format!("namespace {namespace} still has tables"),
@@ -318,10 +315,7 @@ impl Catalog for SqlCatalog {
             .await
             .map_err(meta_error)?;
         if !dropped {
-            return Err(Error::new(
-                ErrorKind::TableNotFound,
-                format!("no such table: {ident}"),
-            ));
+            return Err(no_table(ident));
         }
         Ok(())
     }
@@ -352,10 +346,7 @@ impl Catalog for SqlCatalog {
             .map_err(meta_error)?
         {
             TableRename::Renamed => Ok(()),
-            TableRename::NotFound => Err(Error::new(
-                ErrorKind::TableNotFound,
-                format!("no such table: {src}"),
-            )),
+            TableRename::NotFound => Err(no_table(src)),
             TableRename::Exists => Err(Error::new(
                 ErrorKind::TableAlreadyExists,
                 format!("table {dest} exists"),

@@ -216,18 +216,19 @@ impl Translator {
         self.meters
             .keep_lag_of(&topics.iter().map(|t| t.name.clone()).collect::<Vec<_>>());
         for t in topics {
-            let due = {
-                let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-                last.get(&t.name)
-                    .is_none_or(|at| at.elapsed() >= t.target_lag / 2)
-            };
-            if !due || t.partitions.is_empty() {
+            if t.partitions.is_empty() {
                 continue;
             }
-            self.last
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(t.name.clone(), Instant::now());
+            {
+                let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+                let due = last
+                    .get(&t.name)
+                    .is_none_or(|at| at.elapsed() >= t.target_lag / 2);
+                if !due {
+                    continue;
+                }
+                last.insert(t.name.clone(), Instant::now());
+            }
             if let Err(e) = self.cycle(&t).await {
                 self.meters.errors.inc();
                 tracing::warn!(topic = %t.name, error = %e, "iceberg: translation failed, retried later");

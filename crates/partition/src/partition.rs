@@ -176,8 +176,6 @@ pub struct Partition {
     /// A cluster link's mirror ([`crate::MIRROR_LINK_CONFIG`] set): written by the link only,
     /// at the source's offsets; produce is refused until the link promotes the topic.
     mirror: std::sync::atomic::AtomicBool,
-    /// Retention stays below this (see [`Partition::set_retention_hold`]).
-    retention_hold: Mutex<Option<u64>>,
     /// The offset of the last producer snapshot saved (the cleaner stays below it).
     snapshot_at: AtomicU64,
     /// The end of what was in object storage when the cleaner last looked (`u64::MAX`: never).
@@ -332,7 +330,6 @@ impl Partition {
             requests: AtomicU64::new(0),
             compacted: std::sync::atomic::AtomicBool::new(false),
             mirror: std::sync::atomic::AtomicBool::new(false),
-            retention_hold: Mutex::new(None),
             snapshot_at: AtomicU64::new(0),
             cleaner_looked_at: AtomicU64::new(u64::MAX),
         }))
@@ -1014,17 +1011,10 @@ impl Partition {
     /// retention as configured.
     pub fn set_retention_hold(&self, hold: Option<u64>) {
         let _ = self.engine.set_retention_hold(self.stream_id, hold);
-        *self
-            .retention_hold
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = hold;
     }
 
     pub fn retention_hold(&self) -> Option<u64> {
-        *self
-            .retention_hold
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        self.engine.retention_hold(self.stream_id)
     }
 
     /// Uploads what the partition holds and gives up leadership.

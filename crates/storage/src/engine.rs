@@ -886,27 +886,29 @@ impl Engine {
         crate::maintenance::trim_stream(&*self.inner.shared.meta, &s, start_offset).await
     }
 
+    /// The open stream `stream_id`.
+    fn opened(&self, stream_id: u64) -> Result<Arc<Stream>> {
+        self.inner
+            .shared
+            .streams
+            .get(stream_id)
+            .ok_or(StorageError::NotOpen(stream_id))
+    }
+
     /// Keeps retention from moving the stream's start offset past `hold` (`None`: no hold);
     /// DeleteRecords is not held.
     pub fn set_retention_hold(&self, stream_id: u64, hold: Option<u64>) -> Result<()> {
-        let s = self
-            .inner
-            .shared
-            .streams
-            .get(stream_id)
-            .ok_or(StorageError::NotOpen(stream_id))?;
-        s.lock().set_retention_hold(hold);
+        self.opened(stream_id)?.lock().set_retention_hold(hold);
         Ok(())
     }
 
+    /// The stream's retention hold (`None` also for a stream not open here).
+    pub fn retention_hold(&self, stream_id: u64) -> Option<u64> {
+        self.opened(stream_id).ok()?.lock().retention_hold()
+    }
+
     pub fn set_retention(&self, stream_id: u64, retention: Retention) -> Result<()> {
-        let s = self
-            .inner
-            .shared
-            .streams
-            .get(stream_id)
-            .ok_or(StorageError::NotOpen(stream_id))?;
-        s.lock().set_retention(retention);
+        self.opened(stream_id)?.lock().set_retention(retention);
         Ok(())
     }
 
