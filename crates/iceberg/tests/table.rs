@@ -5,26 +5,21 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::Int64Type;
 use bytes::Bytes;
 use futures::TryStreamExt;
-use iceberg::io::FileIOBuilder;
 use iceberg::table::Table;
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
 use weir_iceberg::append;
 use weir_iceberg::catalog::SqlCatalog;
 use weir_iceberg::key_value::{self, Row};
 use weir_iceberg::progress::{self, Progress};
-use weir_iceberg::storage::{WarehouseStorage, WarehouseStorageFactory};
 use weir_meta::SqliteMetaStore;
 
-const WAREHOUSE: &str = "s3://bucket/warehouse";
+mod common;
+use common::scanned;
 
 fn catalog(meta: Arc<SqliteMetaStore>, store: Arc<dyn object_store::ObjectStore>) -> SqlCatalog {
-    let storage = WarehouseStorage::new(WAREHOUSE, store);
-    let io = FileIOBuilder::new(Arc::new(WarehouseStorageFactory::new(storage))).build();
-    SqlCatalog::new("weir", meta, io, WAREHOUSE)
+    common::catalog(&meta, &store)
 }
 
 fn rows(partition: i32, offsets: std::ops::Range<i64>) -> Vec<Row> {
@@ -51,39 +46,14 @@ async fn append_rows(
         table.metadata().current_schema(),
     )?);
     let batch = key_value::batch(&arrow, rows)?;
-    let files = append::write_files(table, batch, &format!("test-{}", uuid_like())).await?;
+    let files = append::write_files(table, batch, &format!("test-{}", next_prefix())).await?;
     append::commit(c, table, files, p).await
 }
 
-fn uuid_like() -> u64 {
+fn next_prefix() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
     N.fetch_add(1, Ordering::Relaxed)
-}
-
-/// (partition, offset) of every row, sorted.
-async fn scanned(table: &Table) -> Vec<(i32, i64)> {
-    let batches: Vec<_> = table
-        .scan()
-        .select_all()
-        .build()
-        .expect("scan")
-        .to_arrow()
-        .await
-        .expect("arrow")
-        .try_collect()
-        .await
-        .expect("read");
-    let mut out = Vec::new();
-    for b in batches {
-        let p = b.column(0).as_primitive::<arrow_array::types::Int32Type>();
-        let o = b.column(1).as_primitive::<Int64Type>();
-        for i in 0..b.num_rows() {
-            out.push((p.value(i), o.value(i)));
-        }
-    }
-    out.sort();
-    out
 }
 
 async fn new_table(c: &SqlCatalog) -> Table {

@@ -6,24 +6,18 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::{Int32Type, Int64Type};
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
-use futures::TryStreamExt;
-use iceberg::io::FileIOBuilder;
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
-use weir_iceberg::catalog::SqlCatalog;
 use weir_iceberg::meters::IcebergMeters;
 use weir_iceberg::progress;
-use weir_iceberg::storage::{WarehouseStorage, WarehouseStorageFactory};
 use weir_iceberg::translator::{Cycle, Fetched, Mode, Settings, Source, TopicSpec, Translator};
 use weir_meta::SqliteMetaStore;
 
-const WAREHOUSE: &str = "s3://bucket/warehouse";
+mod common;
 
 /// A partition's log start, and its one-record batches (offset, batch bytes).
 type Log = (i64, Vec<(i64, Bytes)>);
@@ -131,14 +125,7 @@ fn translator(
     source: Arc<dyn Source>,
     broker: i32,
 ) -> Translator {
-    let storage = WarehouseStorage::new(WAREHOUSE, Arc::clone(store));
-    let io = FileIOBuilder::new(Arc::new(WarehouseStorageFactory::new(storage))).build();
-    let catalog = Arc::new(SqlCatalog::new(
-        "weir",
-        Arc::clone(meta) as _,
-        io,
-        WAREHOUSE,
-    ));
+    let catalog = Arc::new(common::catalog(meta, store));
     Translator::new(
         source,
         catalog,
@@ -156,32 +143,12 @@ async fn rows_of(
     meta: &Arc<SqliteMetaStore>,
     store: &Arc<dyn object_store::ObjectStore>,
 ) -> Vec<(i32, i64)> {
-    let storage = WarehouseStorage::new(WAREHOUSE, Arc::clone(store));
-    let io = FileIOBuilder::new(Arc::new(WarehouseStorageFactory::new(storage))).build();
-    let c = SqlCatalog::new("weir", Arc::clone(meta) as _, io, WAREHOUSE);
+    let c = common::catalog(meta, store);
     let table = c
         .load_table(&TableIdent::from_strs(["kafka", "orders_v1"]).expect("ident"))
         .await
         .expect("the table, named after the topic with its dot replaced");
-    let batches: Vec<_> = table
-        .scan()
-        .select_all()
-        .build()
-        .expect("scan")
-        .to_arrow()
-        .await
-        .expect("arrow")
-        .try_collect()
-        .await
-        .expect("read");
-    let mut out = Vec::new();
-    for b in batches {
-        let p = b.column(0).as_primitive::<Int32Type>();
-        let o = b.column(1).as_primitive::<Int64Type>();
-        out.extend((0..b.num_rows()).map(|i| (p.value(i), o.value(i))));
-    }
-    out.sort();
-    out
+    common::scanned(&table).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,9 +205,7 @@ async fn records_retention_deleted_first_are_counted_and_skipped() {
     assert_eq!(t.meters().skipped.get(), 3);
     assert_eq!(rows_of(&meta, &store).await, vec![(0, 3)]);
 
-    let storage = WarehouseStorage::new(WAREHOUSE, Arc::clone(&store));
-    let io = FileIOBuilder::new(Arc::new(WarehouseStorageFactory::new(storage))).build();
-    let c = SqlCatalog::new("weir", Arc::clone(&meta) as _, io, WAREHOUSE);
+    let c = common::catalog(&meta, &store);
     let table = c
         .load_table(&TableIdent::from_strs(["kafka", "orders_v1"]).expect("ident"))
         .await
