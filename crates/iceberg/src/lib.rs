@@ -16,7 +16,8 @@
 //!   topics' tables; [`meters`], what it did and how far behind each table is.
 //!
 //! Built on the `iceberg` crate (apache/iceberg-rust): its table metadata, transactions, Arrow
-//! conversion and Parquet writers. This crate is the only one that pays for Arrow and Parquet.
+//! conversion and Parquet writers. No other crate of the workspace writes Arrow or Parquet (the
+//! binary only wires the translator up, with iceberg's catalog and file IO types).
 
 pub mod append;
 pub mod catalog;
