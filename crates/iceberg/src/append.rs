@@ -17,7 +17,9 @@ use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
 use iceberg::writer::partitioning::PartitioningWriter;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
-use iceberg::{Catalog, Result};
+use iceberg::{
+    Catalog, ErrorKind, Namespace, NamespaceIdent, Result, TableCommit, TableCreation, TableIdent,
+};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
@@ -61,14 +63,19 @@ pub async fn write_files(table: &Table, batch: RecordBatch, prefix: &str) -> Res
     fanout.close().await
 }
 
-/// Commits `files` to `table` in one fast append whose snapshot carries `progress` (its
-/// `parent` must be the table's current snapshot: see [`crate::catalog`]).
+/// Commits `files` to `table` in one fast append whose snapshot carries `progress`, on
+/// `table` as it is here: if the catalog's table moved since, the commit is refused
+/// (`CatalogCommitConflicts`), never rebased (see [`Pinned`]).
 pub async fn commit(
     catalog: &dyn Catalog,
     table: &Table,
     files: Vec<DataFile>,
     progress: &Progress,
 ) -> Result<Table> {
+    let pinned = Pinned {
+        inner: catalog,
+        table,
+    };
     let tx = Transaction::new(table);
     let append = tx
         .fast_append()
@@ -80,5 +87,107 @@ pub async fn commit(
             progress.to_property(),
         )]))
         .add_data_files(files);
-    append.apply(tx)?.commit(catalog).await
+    append.apply(tx)?.commit(&pinned).await
+}
+
+/// A catalog that answers `table` when the transaction reloads it, and whose conflicts are not
+/// retried.
+///
+/// iceberg's `Transaction::commit` reloads the table before it commits and, when the table
+/// moved, builds the append again on the newer table, with the same snapshot properties: the
+/// progress record, read from the older table, would then be committed over records another
+/// translator already appended. Pinned, the append's requirements name the snapshot the
+/// offsets were read from, so any catalog (the metadata store's, a REST server) refuses it if
+/// the table moved; the translator reads the table again.
+#[derive(Debug)]
+struct Pinned<'a> {
+    inner: &'a dyn Catalog,
+    table: &'a Table,
+}
+
+#[async_trait::async_trait]
+impl Catalog for Pinned<'_> {
+    async fn load_table(&self, ident: &TableIdent) -> Result<Table> {
+        if ident == self.table.identifier() {
+            return Ok(self.table.clone());
+        }
+        self.inner.load_table(ident).await
+    }
+
+    async fn update_table(&self, commit: TableCommit) -> Result<Table> {
+        self.inner.update_table(commit).await.map_err(|e| {
+            if e.kind() == ErrorKind::CatalogCommitConflicts {
+                e.with_retryable(false)
+            } else {
+                e
+            }
+        })
+    }
+
+    async fn list_namespaces(
+        &self,
+        parent: Option<&NamespaceIdent>,
+    ) -> Result<Vec<NamespaceIdent>> {
+        self.inner.list_namespaces(parent).await
+    }
+
+    async fn create_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> Result<Namespace> {
+        self.inner.create_namespace(namespace, properties).await
+    }
+
+    async fn get_namespace(&self, namespace: &NamespaceIdent) -> Result<Namespace> {
+        self.inner.get_namespace(namespace).await
+    }
+
+    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> Result<bool> {
+        self.inner.namespace_exists(namespace).await
+    }
+
+    async fn update_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> Result<()> {
+        self.inner.update_namespace(namespace, properties).await
+    }
+
+    async fn drop_namespace(&self, namespace: &NamespaceIdent) -> Result<()> {
+        self.inner.drop_namespace(namespace).await
+    }
+
+    async fn list_tables(&self, namespace: &NamespaceIdent) -> Result<Vec<TableIdent>> {
+        self.inner.list_tables(namespace).await
+    }
+
+    async fn create_table(
+        &self,
+        namespace: &NamespaceIdent,
+        creation: TableCreation,
+    ) -> Result<Table> {
+        self.inner.create_table(namespace, creation).await
+    }
+
+    async fn drop_table(&self, table: &TableIdent) -> Result<()> {
+        self.inner.drop_table(table).await
+    }
+
+    async fn purge_table(&self, table: &TableIdent) -> Result<()> {
+        self.inner.purge_table(table).await
+    }
+
+    async fn table_exists(&self, table: &TableIdent) -> Result<bool> {
+        self.inner.table_exists(table).await
+    }
+
+    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> Result<()> {
+        self.inner.rename_table(src, dest).await
+    }
+
+    async fn register_table(&self, table: &TableIdent, metadata_location: String) -> Result<Table> {
+        self.inner.register_table(table, metadata_location).await
+    }
 }

@@ -122,6 +122,36 @@ impl SqlCatalog {
 
 /// Refuses a commit whose progress record was read from another snapshot than the one it
 /// lands on (see the module's doc).
+impl SqlCatalog {
+    /// Deletes the metadata files a commit took out of the table's log, if the table asks for
+    /// it (`write.metadata.delete-after-commit.enabled`, as Java's catalogs do): the log keeps
+    /// `write.metadata.previous-versions-max` of them.
+    async fn drop_old_metadata(&self, before: &TableMetadata, base: &str, after: &TableMetadata) {
+        let enabled = after
+            .properties()
+            .get("write.metadata.delete-after-commit.enabled")
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        if !enabled {
+            return;
+        }
+        let kept: std::collections::HashSet<&str> = after
+            .metadata_log()
+            .iter()
+            .map(|l| l.metadata_file.as_str())
+            .collect();
+        let old = before
+            .metadata_log()
+            .iter()
+            .map(|l| l.metadata_file.as_str())
+            .chain([base]);
+        for file in old.filter(|f| !kept.contains(f)) {
+            if let Err(e) = self.file_io.delete(file).await {
+                tracing::debug!(%file, error = %e, "iceberg: an old metadata file not deleted");
+            }
+        }
+    }
+}
+
 fn check_progress(current: &TableMetadata, updates: &[TableUpdate]) -> Result<()> {
     for u in updates {
         let TableUpdate::AddSnapshot { snapshot } = u else {
@@ -415,6 +445,8 @@ impl Catalog for SqlCatalog {
             )
             .with_retryable(false));
         }
+        self.drop_old_metadata(current.metadata(), &base, &metadata)
+            .await;
         self.table(&ident, at, metadata)
     }
 }

@@ -24,6 +24,10 @@ pub mod field {
     pub const HEADER: i32 = 7;
     pub const HEADER_KEY: i32 = 8;
     pub const HEADER_VALUE: i32 = 9;
+    /// The dead-letter table's reason.
+    pub const REASON: i32 = 10;
+    /// The first id of a typed layout's `value` fields.
+    pub const FIRST_VALUE_FIELD: i32 = 11;
 }
 
 /// One record, as the layout stores it.
@@ -40,6 +44,17 @@ pub struct Row {
 
 /// The layout's table schema.
 pub fn schema() -> Result<Schema> {
+    schema_with(Type::Primitive(PrimitiveType::Binary), false)
+}
+
+/// A dead-letter table's schema: the layout's, and why each record is there.
+pub fn dead_letter_schema() -> Result<Schema> {
+    schema_with(Type::Primitive(PrimitiveType::Binary), true)
+}
+
+/// The layout's schema with `value` of type `value` (a typed layout's decoded value), and a
+/// `reason` column for a dead-letter table.
+pub fn schema_with(value: Type, reason: bool) -> Result<Schema> {
     let header = StructType::new(vec![
         NestedField::required(
             field::HEADER_KEY,
@@ -75,12 +90,7 @@ pub fn schema() -> Result<Schema> {
             )
             .into(),
             NestedField::optional(field::KEY, "key", Type::Primitive(PrimitiveType::Binary)).into(),
-            NestedField::optional(
-                field::VALUE,
-                "value",
-                Type::Primitive(PrimitiveType::Binary),
-            )
-            .into(),
+            NestedField::optional(field::VALUE, "value", value).into(),
             NestedField::optional(
                 field::HEADERS,
                 "headers",
@@ -90,6 +100,14 @@ pub fn schema() -> Result<Schema> {
             )
             .into(),
         ])
+        .with_fields(reason.then(|| {
+            NestedField::required(
+                field::REASON,
+                "reason",
+                Type::Primitive(PrimitiveType::String),
+            )
+            .into()
+        }))
         .build()
 }
 
@@ -103,6 +121,17 @@ pub fn hourly() -> Result<UnboundPartitionSpec> {
 /// Rows as an Arrow batch of `arrow_schema` (the table schema's Arrow form, whose fields carry
 /// the Iceberg field ids the Parquet writer needs).
 pub fn batch(arrow_schema: &arrow_schema::SchemaRef, rows: &[Row]) -> Result<RecordBatch> {
+    batch_with(arrow_schema, rows, None, None)
+}
+
+/// [`batch`], with the `value` column given (a typed layout's) and a dead-letter table's
+/// `reason` column.
+pub fn batch_with(
+    arrow_schema: &arrow_schema::SchemaRef,
+    rows: &[Row],
+    value: Option<ArrayRef>,
+    reasons: Option<&[String]>,
+) -> Result<RecordBatch> {
     let headers_field = arrow_schema
         .field_with_name("headers")
         .map_err(|e| Error::new(ErrorKind::DataInvalid, format!("the layout's schema: {e}")))?;
@@ -118,7 +147,8 @@ pub fn batch(arrow_schema: &arrow_schema::SchemaRef, rows: &[Row]) -> Result<Rec
             "the layout's header is not a struct",
         ));
     };
-    let columns: Vec<ArrayRef> = vec![
+    let value = value.unwrap_or_else(|| Arc::new(binary(rows.iter().map(|r| r.value.as_deref()))));
+    let mut columns: Vec<ArrayRef> = vec![
         Arc::new(Int32Array::from_iter_values(
             rows.iter().map(|r| r.partition),
         )),
@@ -130,9 +160,14 @@ pub fn batch(arrow_schema: &arrow_schema::SchemaRef, rows: &[Row]) -> Result<Rec
             .with_timezone("+00:00"),
         ),
         Arc::new(binary(rows.iter().map(|r| r.key.as_deref()))),
-        Arc::new(binary(rows.iter().map(|r| r.value.as_deref()))),
+        value,
         Arc::new(headers(rows, Arc::clone(element), header_fields)),
     ];
+    if let Some(reasons) = reasons {
+        columns.push(Arc::new(arrow_array::StringArray::from_iter_values(
+            reasons,
+        )));
+    }
     RecordBatch::try_new(Arc::clone(arrow_schema), columns).map_err(|e| {
         Error::new(
             ErrorKind::DataInvalid,

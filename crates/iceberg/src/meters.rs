@@ -27,7 +27,17 @@ pub struct IcebergMeters {
     pub errors: Counter,
     /// Records deleted by retention before they reached the table.
     pub skipped: Counter,
+    /// Records put in a dead-letter table.
+    pub dead_letters: Counter,
+    /// Records that did not fit their table, dropped (`weir.iceberg.invalid.record.action`).
+    pub invalid_dropped: Counter,
+    /// Schema updates (columns added) committed.
+    pub evolutions: Counter,
+    /// Snapshots expired (`weir.iceberg.snapshot.max.age.ms`).
+    pub expired_snapshots: Counter,
     lag: Arc<Mutex<BTreeMap<String, Lag>>>,
+    /// Topics whose translation is paused, and why.
+    paused: Arc<Mutex<BTreeMap<String, String>>>,
 }
 
 impl IcebergMeters {
@@ -44,6 +54,27 @@ impl IcebergMeters {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|t, _| topics.contains(t));
+        self.paused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|t, _| topics.contains(t));
+    }
+
+    /// Records why `topic`'s translation is paused (`None`: it is not); true if that changed.
+    pub fn set_paused(&self, topic: &str, reason: Option<&str>) -> bool {
+        let mut paused = self.paused.lock().unwrap_or_else(|e| e.into_inner());
+        match reason {
+            Some(r) => paused.insert(topic.to_string(), r.to_string()).as_deref() != Some(r),
+            None => paused.remove(topic).is_some(),
+        }
+    }
+
+    /// Why each paused topic is.
+    pub fn paused(&self) -> BTreeMap<String, String> {
+        self.paused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub fn lag(&self, topic: &str) -> Option<Lag> {
@@ -99,6 +130,39 @@ impl IcebergMeters {
             "iceberg_skipped_records",
             "Records deleted by retention before their topic's table had them.",
             &self.skipped,
+        );
+        r.counter(
+            "iceberg_dead_letter_records",
+            "Records that did not decode or fit their table, put in its dead-letter table (<table>_dlq).",
+            &self.dead_letters,
+        );
+        r.counter(
+            "iceberg_dropped_records",
+            "Records that did not decode or fit their table, dropped (weir.iceberg.invalid.record.action=drop).",
+            &self.invalid_dropped,
+        );
+        r.counter(
+            "iceberg_schema_evolutions",
+            "Iceberg schema updates committed (columns added for a new schema).",
+            &self.evolutions,
+        );
+        r.counter(
+            "iceberg_expired_snapshots",
+            "Iceberg snapshots expired (older than their topic's weir.iceberg.snapshot.max.age.ms).",
+            &self.expired_snapshots,
+        );
+        let paused = Arc::clone(&self.paused);
+        r.gauges_read(
+            "iceberg_paused",
+            "1 for each topic whose translation is paused (a schema the table cannot take; the admin API's /v1/iceberg says why).",
+            move || {
+                paused
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .keys()
+                    .map(|t| (vec![("topic", t.clone())] as Labels, 1u64))
+                    .collect()
+            },
         );
         let lag = Arc::clone(&self.lag);
         r.gauges_read(

@@ -53,6 +53,11 @@ impl WarehouseStorage {
 
     /// The object key of `path`.
     fn key(&self, path: &str) -> Result<Path> {
+        // Hadoop's FileIO (a REST catalog server's) writes local paths as `file:/abs/path`.
+        let path = match path.strip_prefix("file:/") {
+            Some(abs) if !abs.starts_with('/') => std::borrow::Cow::Owned(format!("file:///{abs}")),
+            _ => std::borrow::Cow::Borrowed(path),
+        };
         let rest = path
             .strip_prefix(&self.root)
             .and_then(|r| r.strip_prefix('/'))
@@ -313,6 +318,22 @@ mod tests {
         s.delete("s3://bucket/warehouse/ns/u/m.json")
             .await
             .expect("deleting twice is fine");
+    }
+
+    #[tokio::test]
+    async fn hadoop_style_local_paths_are_the_same_files() {
+        let s = WarehouseStorage::new(
+            "file:///tmp/wh",
+            Arc::new(object_store::memory::InMemory::new()),
+        );
+        s.write("file:///tmp/wh/ns/t/m.json", Bytes::from_static(b"{}"))
+            .await
+            .expect("write");
+        assert_eq!(
+            s.read("file:/tmp/wh/ns/t/m.json").await.expect("read"),
+            Bytes::from_static(b"{}")
+        );
+        assert!(s.read("file:/tmp/other/m.json").await.is_err());
     }
 
     #[tokio::test]

@@ -18,33 +18,81 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use arrow_array::ArrayRef;
 use async_trait::async_trait;
 use bytes::Bytes;
-use iceberg::spec::UnboundPartitionSpec;
+use iceberg::spec::{Schema, Type, UnboundPartitionSpec};
 use iceberg::table::Table;
+use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
+use weir_registry::format::Parsed;
 
 use crate::key_value::{self, Row};
 use crate::meters::{IcebergMeters, Lag};
 use crate::progress::{self, Progress};
-use crate::{append, records};
+use crate::typed::{self, Datum, Framing, Ids};
+use crate::{append, expire, records};
 
 /// How a topic's records become rows (`weir.iceberg.mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mode {
     /// Key and value as bytes, with headers, partition, offset and timestamp.
     KeyValue,
+    /// The value decoded with the schema its wire-format prefix names.
+    SchemaIdPrefix,
+    /// The value, bare, decoded with the latest schema of a subject (`<topic>-value` unless
+    /// the mode names one: `value_schema_latest:subject=NAME`).
+    SchemaLatest { subject: Option<String> },
 }
 
 impl Mode {
     /// The topic config's value; `None` for `off` (and anything else, which the topic's
     /// config validation refuses before it gets here).
     pub fn parse(value: &str) -> Option<Mode> {
-        match value {
+        match value.trim() {
             "key_value" => Some(Mode::KeyValue),
+            "value_schema_id_prefix" => Some(Mode::SchemaIdPrefix),
+            "value_schema_latest" => Some(Mode::SchemaLatest { subject: None }),
+            other => {
+                let subject = other
+                    .strip_prefix("value_schema_latest:subject=")
+                    .filter(|s| !s.is_empty())?;
+                Some(Mode::SchemaLatest {
+                    subject: Some(subject.to_string()),
+                })
+            }
+        }
+    }
+}
+
+/// What happens to a record whose value does not decode or fit the table
+/// (`weir.iceberg.invalid.record.action`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InvalidAction {
+    /// Into `<table>_dlq`, in the `key_value` layout with the reason.
+    #[default]
+    DeadLetter,
+    /// Counted and left out.
+    Drop,
+}
+
+impl InvalidAction {
+    pub fn parse(value: &str) -> Option<InvalidAction> {
+        match value.trim() {
+            "" | "dlq_table" => Some(InvalidAction::DeadLetter),
+            "drop" => Some(InvalidAction::Drop),
             _ => None,
         }
     }
+}
+
+/// The schemas of the registry, for the typed layouts.
+#[async_trait]
+pub trait Schemas: Send + Sync + 'static {
+    /// The schema registered with `id`.
+    async fn by_id(&self, id: u32) -> Result<Arc<Parsed>, String>;
+    /// The latest version of `subject`: its id and schema.
+    async fn latest(&self, subject: &str) -> Result<(u32, Arc<Parsed>), String>;
 }
 
 /// A topic whose records go to a table, as the broker sees it now.
@@ -57,6 +105,10 @@ pub struct TopicSpec {
     pub target_lag: Duration,
     /// `weir.iceberg.partition.spec`, for a table not yet created.
     pub partition_spec: String,
+    /// `weir.iceberg.invalid.record.action` (the typed layouts).
+    pub invalid: InvalidAction,
+    /// `weir.iceberg.snapshot.max.age.ms`: snapshots older are expired (`None`: never).
+    pub snapshot_max_age: Option<Duration>,
     /// The partitions this broker leads.
     pub partitions: Vec<i32>,
 }
@@ -120,7 +172,7 @@ pub fn partition_spec(text: &str) -> Result<UnboundPartitionSpec, String> {
         "" | "hour(timestamp)" => Transform::Hour,
         "day(timestamp)" => Transform::Day,
         "month(timestamp)" => Transform::Month,
-        "none" => return Ok(UnboundPartitionSpec::builder().build()),
+        "none" => return Ok(UnboundPartitionSpec::builder().with_spec_id(0).build()),
         other => {
             return Err(format!(
                 "unknown partition spec `{other}`: expected hour(timestamp), day(timestamp), month(timestamp) or none"
@@ -132,10 +184,18 @@ pub fn partition_spec(text: &str) -> Result<UnboundPartitionSpec, String> {
         Transform::Month => "timestamp_month",
         _ => "timestamp_hour",
     };
+    // The spec id, which Java's REST servers require in a create request.
     UnboundPartitionSpec::builder()
+        .with_spec_id(0)
         .add_partition_field(key_value::field::TIMESTAMP, name, transform)
         .map(|b| b.build())
         .map_err(|e| e.to_string())
+}
+
+/// A schema and its Iceberg type, or why it has none.
+fn typed_schema(parsed: Arc<Parsed>) -> Found {
+    let ty = typed::value_type(&parsed, &mut Ids::from(key_value::field::FIRST_VALUE_FIELD))?;
+    Ok((parsed, ty))
 }
 
 /// What one cycle of a topic did.
@@ -147,11 +207,19 @@ pub enum Cycle {
     Committed { records: usize },
     /// The table moved first; the rows were dropped, to be read again.
     Conflict,
+    /// The records cannot go to the table as it is (a schema changed a column's type): nothing
+    /// was written, and the next cycle tries again.
+    Paused { reason: String },
 }
+
+/// A typed value's schema, as the cycle found it: the schema and its Iceberg type, or why it
+/// has none.
+type Found = Result<(Arc<Parsed>, Type), String>;
 
 pub struct Translator {
     source: Arc<dyn Source>,
     catalog: Arc<dyn Catalog>,
+    schemas: Option<Arc<dyn Schemas>>,
     settings: Settings,
     meters: IcebergMeters,
     /// When each topic was last translated.
@@ -175,11 +243,19 @@ impl Translator {
         Translator {
             source,
             catalog,
+            schemas: None,
             settings,
             meters,
             last: Mutex::default(),
             files: Default::default(),
         }
+    }
+
+    /// The registry's schemas, for topics of the typed layouts (without them, such a topic's
+    /// cycles fail).
+    pub fn with_schemas(mut self, schemas: Arc<dyn Schemas>) -> Translator {
+        self.schemas = Some(schemas);
+        self
     }
 
     pub fn meters(&self) -> &IcebergMeters {
@@ -229,21 +305,44 @@ impl Translator {
                 }
                 last.insert(t.name.clone(), Instant::now());
             }
-            if let Err(e) = self.cycle(&t).await {
-                self.meters.errors.inc();
-                tracing::warn!(topic = %t.name, error = %e, "iceberg: translation failed, retried later");
+            match self.cycle(&t).await {
+                Ok(Cycle::Paused { reason }) => {
+                    if self.meters.set_paused(&t.name, Some(&reason)) {
+                        tracing::error!(topic = %t.name, %reason, "iceberg: translation paused");
+                    }
+                }
+                Ok(_) => {
+                    self.meters.set_paused(&t.name, None);
+                }
+                Err(e) => {
+                    self.meters.errors.inc();
+                    tracing::warn!(topic = %t.name, error = %e, "iceberg: translation failed, retried later");
+                }
             }
         }
     }
 
-    /// The topic's table, created if it is not there.
-    async fn table(&self, t: &TopicSpec) -> Result<Table, String> {
-        let ident = TableIdent::new(self.settings.namespace.clone(), table_name(&t.name));
-        match self.catalog.load_table(&ident).await {
-            Ok(table) => return Ok(table),
-            Err(e) if e.kind() == ErrorKind::TableNotFound => {}
-            Err(e) => return Err(format!("loading {ident}: {e}")),
+    fn ident(&self, name: &str) -> TableIdent {
+        TableIdent::new(self.settings.namespace.clone(), name.to_string())
+    }
+
+    /// The table, if it exists.
+    async fn load(&self, ident: &TableIdent) -> Result<Option<Table>, String> {
+        match self.catalog.load_table(ident).await {
+            Ok(table) => Ok(Some(table)),
+            Err(e) if e.kind() == ErrorKind::TableNotFound => Ok(None),
+            Err(e) => Err(format!("loading {ident}: {e}")),
         }
+    }
+
+    /// Creates a table of `schema` for topic `t` (or loads the one another broker created
+    /// first).
+    async fn create(
+        &self,
+        t: &TopicSpec,
+        ident: &TableIdent,
+        schema: Schema,
+    ) -> Result<Table, String> {
         match self
             .catalog
             .create_namespace(&self.settings.namespace, HashMap::new())
@@ -260,12 +359,18 @@ impl Translator {
         }
         let creation = TableCreation::builder()
             .name(ident.name().to_string())
-            .schema(key_value::schema().map_err(|e| e.to_string())?)
+            .schema(schema)
             .partition_spec(partition_spec(&t.partition_spec)?)
-            .properties(HashMap::from([(
-                "write.parquet.compression-codec".to_string(),
-                "zstd".to_string(),
-            )]))
+            .properties(HashMap::from([
+                ("write.parquet.compression-codec".into(), "zstd".into()),
+                // Each commit writes a metadata file: keep the last 20 (Java's catalogs
+                // delete the rest on commit, as Weir's does with this property).
+                (
+                    "write.metadata.delete-after-commit.enabled".into(),
+                    "true".into(),
+                ),
+                ("write.metadata.previous-versions-max".into(), "20".into()),
+            ]))
             .build();
         match self
             .catalog
@@ -278,10 +383,9 @@ impl Translator {
             }
             // Another broker created it first.
             Err(e) if e.kind() == ErrorKind::TableAlreadyExists => self
-                .catalog
-                .load_table(&ident)
-                .await
-                .map_err(|e| format!("loading {ident}: {e}")),
+                .load(ident)
+                .await?
+                .ok_or_else(|| format!("{ident} was created and is gone")),
             Err(e) => Err(format!("creating {ident}: {e}")),
         }
     }
@@ -343,8 +447,19 @@ impl Translator {
 
     /// One cycle of one topic.
     pub async fn cycle(&self, t: &TopicSpec) -> Result<Cycle, String> {
-        let table = self.table(t).await?;
-        let had = progress::committed(&table.metadata_ref(), &self.settings.cluster, &t.topic_id);
+        let ident = self.ident(&table_name(&t.name));
+        let table = self.load(&ident).await?;
+        let had = match &table {
+            Some(table) => {
+                progress::committed(&table.metadata_ref(), &self.settings.cluster, &t.topic_id)
+            }
+            None => Progress {
+                cluster: self.settings.cluster.clone(),
+                topic_id: t.topic_id.clone(),
+                parent: None,
+                offsets: BTreeMap::new(),
+            },
+        };
         self.release(t, &had);
         let (rows, offsets, lag) = self.read(t, &had).await?;
         if rows.is_empty() {
@@ -356,50 +471,342 @@ impl Translator {
         }
         self.meters.set_lag(&t.name, lag);
         let started = Instant::now();
-        let arrow = Arc::new(
-            iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
-                .map_err(|e| e.to_string())?,
+        let n = rows.len();
+        let now = Progress { offsets, ..had };
+        let written = match t.mode {
+            Mode::KeyValue => {
+                let table = match table {
+                    Some(table) => table,
+                    None => {
+                        self.create(t, &ident, key_value::schema().map_err(|e| e.to_string())?)
+                            .await?
+                    }
+                };
+                self.append(t, table, &rows, None, None, &now).await?
+            }
+            _ => match self.typed(t, &ident, table, rows, &now).await? {
+                Ok(written) => written,
+                Err(cycle) => return Ok(cycle),
+            },
+        };
+        if !written {
+            return Ok(Cycle::Conflict);
+        }
+        self.release(t, &now);
+        self.meters.commit_latency.record(started.elapsed());
+        self.meters.set_lag(
+            &t.name,
+            Lag {
+                records: lag.records.saturating_sub(n as u64),
+                seconds: 0.0,
+            },
         );
-        let batch = key_value::batch(&arrow, &rows).map_err(|e| e.to_string())?;
-        let n = self
-            .files
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let prefix = format!("{}-{}-{n}", self.settings.broker, now_ms());
-        let files = append::write_files(&table, batch, &prefix)
-            .await
-            .map_err(|e| format!("writing data files: {e}"))?;
+        Ok(Cycle::Committed { records: n })
+    }
+
+    /// Writes `rows` (with their `value` column given, for a typed layout, and their
+    /// `reasons`, for a dead-letter table) and commits them with `progress`; `false`: the
+    /// table moved first, and nothing was written. No rows: a commit of the progress alone.
+    async fn append(
+        &self,
+        t: &TopicSpec,
+        table: Table,
+        rows: &[Row],
+        value: Option<ArrayRef>,
+        reasons: Option<&[String]>,
+        progress: &Progress,
+    ) -> Result<bool, String> {
+        let mut files = Vec::new();
+        if !rows.is_empty() {
+            let arrow = Arc::new(
+                iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
+                    .map_err(|e| e.to_string())?,
+            );
+            let batch =
+                key_value::batch_with(&arrow, rows, value, reasons).map_err(|e| e.to_string())?;
+            let n = self
+                .files
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let prefix = format!("{}-{}-{n}", self.settings.broker, now_ms());
+            files = append::write_files(&table, batch, &prefix)
+                .await
+                .map_err(|e| format!("writing data files: {e}"))?;
+        }
         let bytes: u64 = files.iter().map(|f| f.file_size_in_bytes()).sum();
         let paths: Vec<String> = files.iter().map(|f| f.file_path().to_string()).collect();
         let count = files.len();
-        let now = Progress { offsets, ..had };
-        match append::commit(&*self.catalog, &table, files, &now).await {
-            Ok(_) => {
-                self.release(t, &now);
-                self.meters.commit_latency.record(started.elapsed());
+        match append::commit(&*self.catalog, &table, files, progress).await {
+            Ok(after) => {
                 self.meters.commits.inc();
                 self.meters.files.add(count as u64);
                 self.meters.file_bytes.add(bytes);
                 self.meters.records.add(rows.len() as u64);
-                self.meters.set_lag(
-                    &t.name,
-                    Lag {
-                        records: lag.records.saturating_sub(rows.len() as u64),
-                        seconds: 0.0,
-                    },
-                );
-                Ok(Cycle::Committed {
-                    records: rows.len(),
-                })
+                if let Some(max_age) = t.snapshot_max_age {
+                    self.expire(t, &after, max_age).await;
+                }
+                Ok(true)
             }
             Err(e) => {
                 self.drop_files(table, paths).await;
                 if e.kind() == ErrorKind::CatalogCommitConflicts {
                     self.meters.conflicts.inc();
-                    tracing::info!(topic = %t.name, error = %e, "iceberg: the table moved first; translating again");
-                    Ok(Cycle::Conflict)
+                    tracing::info!(table = %progress.topic_id, error = %e, "iceberg: the table moved first; translating again");
+                    Ok(false)
                 } else {
                     Err(format!("committing: {e}"))
                 }
+            }
+        }
+    }
+
+    /// A typed layout's cycle from the rows read: values decoded, the table created or
+    /// evolved for their schemas, bad records to the dead-letter table (or dropped), the rest
+    /// appended. `Ok(Err(cycle))`: the cycle ends there (paused, or the dead-letter table
+    /// moved first).
+    async fn typed(
+        &self,
+        t: &TopicSpec,
+        ident: &TableIdent,
+        table: Option<Table>,
+        rows: Vec<Row>,
+        now: &Progress,
+    ) -> Result<Result<bool, Cycle>, String> {
+        let schemas = self
+            .schemas
+            .as_ref()
+            .ok_or("this broker has no schema registry for the typed layouts")?;
+        let (good, mut bad, types) = self.decode_values(t, schemas.as_ref(), rows).await?;
+        // The table, created with the first schema's type, then evolved for each schema.
+        let table = match table {
+            Some(table) => table,
+            None => {
+                let first = types
+                    .values()
+                    .next()
+                    .cloned()
+                    .unwrap_or_else(|| Type::Struct(iceberg::spec::StructType::new(vec![])));
+                let schema = key_value::schema_with(first, false).map_err(|e| e.to_string())?;
+                self.create(t, ident, schema).await?
+            }
+        };
+        let table = match self.evolve(table, &types).await? {
+            Ok(table) => table,
+            Err(reason) => return Ok(Err(Cycle::Paused { reason })),
+        };
+        let value_type = table
+            .metadata()
+            .current_schema()
+            .field_by_name("value")
+            .map(|f| (*f.field_type).clone())
+            .ok_or_else(|| format!("{ident} has no value column"))?;
+        let mut kept = Vec::with_capacity(good.len());
+        let mut values = Vec::with_capacity(good.len());
+        for (row, datum) in good {
+            match typed::conform(datum, &value_type, "value") {
+                Ok(d) => {
+                    kept.push(row);
+                    values.push(d);
+                }
+                Err(reason) => bad.push((row, reason)),
+            }
+        }
+        if !bad.is_empty()
+            && t.invalid == InvalidAction::DeadLetter
+            && !self.dead_letters(t, ident, &mut bad, now).await?
+        {
+            return Ok(Err(Cycle::Conflict));
+        }
+        let value_column = if kept.is_empty() {
+            None
+        } else {
+            let arrow = iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
+                .map_err(|e| e.to_string())?;
+            let field = arrow.field_with_name("value").map_err(|e| e.to_string())?;
+            let refs: Vec<&Datum> = values.iter().collect();
+            Some(typed::columns::column(field.data_type(), &refs)?)
+        };
+        let written = self
+            .append(t, table, &kept, value_column, None, now)
+            .await?;
+        if written && t.invalid == InvalidAction::Drop {
+            self.meters.invalid_dropped.add(bad.len() as u64);
+            if let Some((row, reason)) = bad.first() {
+                tracing::warn!(topic = %t.name, partition = row.partition, offset = row.offset, %reason,
+                    records = bad.len(), "iceberg: records that do not fit the table dropped");
+            }
+        }
+        Ok(Ok(written))
+    }
+
+    /// Each row's value decoded with its schema: the good ones, the bad ones with why, and the
+    /// Iceberg type of each schema met (by id).
+    #[allow(clippy::type_complexity)]
+    async fn decode_values(
+        &self,
+        t: &TopicSpec,
+        schemas: &dyn Schemas,
+        rows: Vec<Row>,
+    ) -> Result<(Vec<(Row, Datum)>, Vec<(Row, String)>, BTreeMap<u32, Type>), String> {
+        let mut found: HashMap<u32, Found> = HashMap::new();
+        let latest = match &t.mode {
+            Mode::SchemaLatest { subject } => {
+                let subject = subject
+                    .clone()
+                    .unwrap_or_else(|| format!("{}-value", t.name));
+                let (id, parsed) = schemas
+                    .latest(&subject)
+                    .await
+                    .map_err(|e| format!("the latest schema of {subject}: {e}"))?;
+                found.insert(id, typed_schema(parsed));
+                Some(id)
+            }
+            _ => None,
+        };
+        let mut good = Vec::with_capacity(rows.len());
+        let mut bad = Vec::new();
+        for row in rows {
+            let Some(value) = row.value.clone() else {
+                // A tombstone: a row with a null value.
+                good.push((row, Datum::Null));
+                continue;
+            };
+            let (id, data, framing) = match latest {
+                Some(id) => (id, &value[..], Framing::Bare),
+                None => match typed::split_prefix(&value) {
+                    Ok((id, data)) => (id, data, Framing::IdPrefix),
+                    Err(reason) => {
+                        bad.push((row, reason));
+                        continue;
+                    }
+                },
+            };
+            if let std::collections::hash_map::Entry::Vacant(slot) = found.entry(id) {
+                slot.insert(match schemas.by_id(id).await {
+                    Ok(parsed) => typed_schema(parsed),
+                    Err(e) => Err(format!("schema {id}: {e}")),
+                });
+            }
+            let decoded = match found.get(&id) {
+                Some(Ok((parsed, _))) => typed::decode(parsed, data, framing)
+                    .map_err(|e| format!("the value does not decode with schema {id}: {e}")),
+                Some(Err(reason)) => Err(reason.clone()),
+                None => Err(format!("schema {id} not found")),
+            };
+            match decoded {
+                Ok(d) => good.push((row, d)),
+                Err(reason) => bad.push((row, reason)),
+            }
+        }
+        let types = found
+            .into_iter()
+            .filter_map(|(id, f)| f.ok().map(|(_, ty)| (id, ty)))
+            .collect();
+        Ok((good, bad, types))
+    }
+
+    /// The table with the columns the schemas' types add; `Ok(Err(reason))`: a schema's type
+    /// cannot be taken (translation pauses).
+    async fn evolve(
+        &self,
+        mut table: Table,
+        types: &BTreeMap<u32, Type>,
+    ) -> Result<Result<Table, String>, String> {
+        for (id, ty) in types {
+            let Some(have) = table.metadata().current_schema().field_by_name("value") else {
+                return Ok(Err("the table has no value column".to_string()));
+            };
+            let adds = match typed::evolve::additions(&have.field_type, ty, "value") {
+                Ok(adds) => adds,
+                Err(reason) => return Ok(Err(format!("schema {id}: {reason}"))),
+            };
+            if adds.is_empty() {
+                continue;
+            }
+            let names: Vec<String> = adds
+                .iter()
+                .map(|a| format!("{}.{}", a.parent, a.name))
+                .collect();
+            let tx = Transaction::new(&table);
+            let mut update = tx.update_schema();
+            for a in adds {
+                update = update.add_column(
+                    AddColumn::builder()
+                        .parent(a.parent)
+                        .name(a.name)
+                        .field_type(a.ty)
+                        .build(),
+                );
+            }
+            table = update
+                .apply(tx)
+                .map_err(|e| e.to_string())?
+                .commit(&*self.catalog)
+                .await
+                .map_err(|e| format!("evolving the table for schema {id}: {e}"))?;
+            self.meters.evolutions.inc();
+            tracing::info!(table = %table.identifier(), schema = id, columns = ?names, "iceberg: columns added");
+        }
+        Ok(Ok(table))
+    }
+
+    /// Appends the bad records the dead-letter table lacks to it, with the cycle's offsets as
+    /// its progress; `false`: it moved first.
+    async fn dead_letters(
+        &self,
+        t: &TopicSpec,
+        ident: &TableIdent,
+        bad: &mut Vec<(Row, String)>,
+        now: &Progress,
+    ) -> Result<bool, String> {
+        let dlq = self.ident(&format!("{}_dlq", ident.name()));
+        let table = match self.load(&dlq).await? {
+            Some(table) => table,
+            None => {
+                let schema = key_value::dead_letter_schema().map_err(|e| e.to_string())?;
+                self.create(t, &dlq, schema).await?
+            }
+        };
+        let had = progress::committed(&table.metadata_ref(), &self.settings.cluster, &t.topic_id);
+        // What an earlier cycle put there and the main table did not take then.
+        bad.retain(|(r, _)| r.offset >= had.offsets.get(&r.partition).copied().unwrap_or(0));
+        if bad.is_empty() {
+            return Ok(true);
+        }
+        let mut offsets = had.offsets.clone();
+        offsets.extend(now.offsets.iter().filter(|(p, _)| t.partitions.contains(p)));
+        let progress = Progress { offsets, ..had };
+        let rows: Vec<Row> = bad.iter().map(|(r, _)| r.clone()).collect();
+        let reasons: Vec<String> = bad.iter().map(|(_, why)| why.clone()).collect();
+        let written = self
+            .append(t, table, &rows, None, Some(&reasons), &progress)
+            .await?;
+        if written {
+            self.meters.dead_letters.add(rows.len() as u64);
+        }
+        Ok(written)
+    }
+
+    /// Expires `table`'s snapshots older than `max_age`, if it is time (best effort: the next
+    /// commit tries again).
+    async fn expire(&self, t: &TopicSpec, table: &Table, max_age: Duration) {
+        let ids = expire::due(
+            table,
+            &self.settings.cluster,
+            &t.topic_id,
+            max_age,
+            now_ms(),
+        );
+        if ids.is_empty() {
+            return;
+        }
+        let n = ids.len();
+        match expire::expire(&*self.catalog, table, ids).await {
+            Ok(_) => {
+                self.meters.expired_snapshots.add(n as u64);
+                tracing::debug!(table = %table.identifier(), snapshots = n, "iceberg: snapshots expired");
+            }
+            Err(e) => {
+                tracing::info!(table = %table.identifier(), error = %e, "iceberg: snapshots not expired; tried again after a later commit");
             }
         }
     }

@@ -83,6 +83,8 @@ impl Source for Partitions {
             mode: Mode::KeyValue,
             target_lag: Duration::ZERO,
             partition_spec: String::new(),
+            invalid: Default::default(),
+            snapshot_max_age: None,
             partitions: vec![0, 1],
         }]
     }
@@ -250,4 +252,53 @@ async fn a_stop_ends_a_cycle_under_way() {
         .await
         .expect("the translator stopped")
         .expect("without a panic");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_snapshots_and_metadata_files_go_and_the_progress_stays() {
+    use futures::TryStreamExt;
+    let meta = Arc::new(SqliteMetaStore::in_memory().expect("meta"));
+    let store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+    let source = Arc::new(Partitions::default());
+    let t = translator(&meta, &store, Arc::clone(&source) as _, 1);
+    let mut spec = source.topics()[0].clone();
+    spec.snapshot_max_age = Some(Duration::from_millis(20));
+    let commits = 25;
+    for i in 0..commits {
+        source.produce(i % 2, 1);
+        assert_eq!(
+            t.cycle(&spec).await.expect("cycle"),
+            Cycle::Committed { records: 1 }
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(t.meters().expired_snapshots.get() > 0, "none expired");
+    let c = common::catalog(&meta, &store);
+    let table = c
+        .load_table(&TableIdent::from_strs(["kafka", "orders_v1"]).expect("ident"))
+        .await
+        .expect("load");
+    let snapshots = table.metadata().snapshots().count();
+    assert!(snapshots < 25, "{snapshots} snapshots kept of 25");
+    // The newest snapshot still says how far the table is: every record once, a new one next.
+    let p = progress::committed(&table.metadata_ref(), "cluster-1", "topic-1");
+    assert_eq!(p.offsets, BTreeMap::from([(0, 13), (1, 12)]));
+    source.produce(0, 1);
+    assert_eq!(
+        t.cycle(&spec).await.expect("cycle"),
+        Cycle::Committed { records: 1 }
+    );
+    let mut want: Vec<(i32, i64)> = (0..14).map(|o| (0, o)).collect();
+    want.extend((0..12).map(|o| (1, o)));
+    want.sort();
+    assert_eq!(rows_of(&meta, &store).await, want);
+    // Metadata files: the current one and the log's 20 (write.metadata.previous-versions-max).
+    let metadata_files = store
+        .list(None)
+        .try_filter(|o| futures::future::ready(o.location.as_ref().ends_with(".metadata.json")))
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("list")
+        .len();
+    assert!(metadata_files <= 21, "{metadata_files} metadata files");
 }

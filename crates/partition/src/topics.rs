@@ -1170,8 +1170,25 @@ pub fn validate_config(name: &str, value: &str) -> Result<(), AdminError> {
         },
         // The topic as an Iceberg table (weir_iceberg::translator).
         "weir.iceberg.mode" => match value {
-            "off" | "key_value" => Ok(()),
-            _ => invalid("must be off or key_value"),
+            "off" | "key_value" | "value_schema_id_prefix" | "value_schema_latest" => Ok(()),
+            v if v
+                .strip_prefix("value_schema_latest:subject=")
+                .is_some_and(|s| !s.is_empty()) =>
+            {
+                Ok(())
+            }
+            _ => invalid(
+                "must be off, key_value, value_schema_id_prefix, value_schema_latest or \
+                 value_schema_latest:subject=<subject>",
+            ),
+        },
+        "weir.iceberg.snapshot.max.age.ms" => match value.parse::<i64>() {
+            Ok(v) if v == 0 || (60_000..=i64::from(i32::MAX) * 1000).contains(&v) => Ok(()),
+            _ => invalid("must be 0 (never expire) or a number of milliseconds from 60000"),
+        },
+        "weir.iceberg.invalid.record.action" => match value {
+            "dlq_table" | "drop" => Ok(()),
+            _ => invalid("must be dlq_table (the table's <table>_dlq) or drop"),
         },
         "weir.iceberg.target.lag.ms" => match value.parse::<i64>() {
             Ok(v) if (1_000..=86_400_000).contains(&v) => Ok(()),

@@ -434,14 +434,16 @@ async fn iceberg(Shared(app): Shared<App>) -> Response {
     let Some(m) = &app.iceberg else {
         return json_error(503, "no Iceberg translator on this broker (no warehouse)");
     };
+    let paused = m.paused();
     let topics: serde_json::Map<String, serde_json::Value> = m
         .lags()
         .into_iter()
         .map(|(t, l)| {
-            (
-                t,
-                serde_json::json!({"lag_records": l.records, "lag_seconds": l.seconds}),
-            )
+            let mut v = serde_json::json!({"lag_records": l.records, "lag_seconds": l.seconds});
+            if let Some(reason) = paused.get(&t) {
+                v["paused"] = serde_json::Value::from(reason.as_str());
+            }
+            (t, v)
         })
         .collect();
     json(
@@ -454,6 +456,9 @@ async fn iceberg(Shared(app): Shared<App>) -> Response {
             "commit_conflicts": m.conflicts.get(),
             "errors": m.errors.get(),
             "skipped_records": m.skipped.get(),
+            "dead_letter_records": m.dead_letters.get(),
+            "dropped_records": m.invalid_dropped.get(),
+            "schema_evolutions": m.evolutions.get(),
             "topics": topics,
         }),
     )

@@ -33,8 +33,21 @@ pub struct IcebergSection {
     /// store).
     pub warehouse: String,
     /// `sql`: the catalog's tables in the metadata store (the JDBC catalogs' layout, which
-    /// Spark's JdbcCatalog and pyiceberg's SqlCatalog read).
+    /// Spark's JdbcCatalog and pyiceberg's SqlCatalog read); `rest`: an Iceberg REST catalog
+    /// at `rest_uri` (Polaris, Unity, Glue's and S3 Tables' REST endpoints).
     pub catalog: String,
+    /// The REST catalog's base URL (`https://host/api/catalog`).
+    pub rest_uri: String,
+    /// OAuth2 client credentials, `client_id:client_secret`, exchanged for a token at
+    /// `rest_oauth2_server_uri` (default: the catalog's `v1/oauth/tokens`).
+    pub rest_credential: String,
+    /// A bearer token, instead of credentials.
+    pub rest_token: String,
+    pub rest_oauth2_server_uri: String,
+    /// The OAuth2 scope (default `catalog`).
+    pub rest_scope: String,
+    /// The `warehouse` the catalog is asked for (Polaris: the catalog's name); empty: none.
+    pub rest_warehouse: String,
     /// The catalog's name, as clients configure it (`SqlCatalog("weir", ...)`).
     pub catalog_name: String,
     /// The namespace of the topics' tables.
@@ -51,6 +64,12 @@ impl Default for IcebergSection {
         IcebergSection {
             warehouse: String::new(),
             catalog: "sql".into(),
+            rest_uri: String::new(),
+            rest_credential: String::new(),
+            rest_token: String::new(),
+            rest_oauth2_server_uri: String::new(),
+            rest_scope: String::new(),
+            rest_warehouse: String::new(),
             catalog_name: "weir".into(),
             namespace: "kafka".into(),
             interval_ms: 1_000,

@@ -15,12 +15,21 @@ use tokio::task::JoinHandle;
 use weir_iceberg::catalog::SqlCatalog;
 use weir_iceberg::meters::IcebergMeters;
 use weir_iceberg::storage::{WarehouseStorage, WarehouseStorageFactory};
-use weir_iceberg::translator::{Fetched, Mode, Settings, Source, TopicSpec, Translator};
+use weir_iceberg::translator::{
+    Fetched, InvalidAction, Mode, Schemas, Settings, Source, TopicSpec, Translator,
+};
+use weir_registry::format::Parsed;
+use weir_registry::service::VersionSpec;
+use weir_registry::Registry;
 
 use crate::config::Config;
 
 /// `weir.iceberg.target.lag.ms` when a topic does not set it.
 const DEFAULT_TARGET_LAG: Duration = Duration::from_secs(60);
+
+/// `weir.iceberg.snapshot.max.age.ms` when a topic does not set it: an hour of snapshots (120
+/// at the default target lag) for time travel, and metadata files that stay small.
+const DEFAULT_SNAPSHOT_MAX_AGE: Duration = Duration::from_secs(3600);
 
 /// The partitions of this broker.
 struct BrokerSource {
@@ -60,6 +69,20 @@ impl Source for BrokerSource {
                         .get("weir.iceberg.partition.spec")
                         .cloned()
                         .unwrap_or_default(),
+                    invalid: t
+                        .configs
+                        .get("weir.iceberg.invalid.record.action")
+                        .and_then(|v| InvalidAction::parse(v))
+                        .unwrap_or_default(),
+                    snapshot_max_age: match t
+                        .configs
+                        .get("weir.iceberg.snapshot.max.age.ms")
+                        .and_then(|v| v.parse::<u64>().ok())
+                    {
+                        None => Some(DEFAULT_SNAPSHOT_MAX_AGE),
+                        Some(0) => None,
+                        Some(ms) => Some(Duration::from_millis(ms)),
+                    },
                     partitions,
                 })
             })
@@ -101,6 +124,27 @@ impl Source for BrokerSource {
     }
 }
 
+/// The schema registry's schemas (the typed layouts).
+struct RegistrySchemas(Arc<Registry>);
+
+#[async_trait]
+impl Schemas for RegistrySchemas {
+    async fn by_id(&self, id: u32) -> Result<Arc<Parsed>, String> {
+        let stored = self.0.schema_by_id(id).await.map_err(|e| e.message)?;
+        self.0.parsed(&stored).await.map_err(|e| e.message)
+    }
+
+    async fn latest(&self, subject: &str) -> Result<(u32, Arc<Parsed>), String> {
+        let v = self
+            .0
+            .version(subject, VersionSpec::Latest, false)
+            .await
+            .map_err(|e| e.message)?;
+        let parsed = self.0.parsed(&v.schema).await.map_err(|e| e.message)?;
+        Ok((v.schema.id, parsed))
+    }
+}
+
 /// The warehouse of `config`: `iceberg.warehouse`, or `iceberg` under the object store's URL;
 /// `None` where there can be none (a `memory://` store).
 pub fn warehouse(config: &Config) -> anyhow::Result<Option<String>> {
@@ -125,9 +169,9 @@ pub fn start(
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<Option<JoinHandle<()>>> {
     let section = &config.iceberg;
-    if section.catalog != "sql" {
+    if section.catalog != "sql" && section.catalog != "rest" {
         anyhow::bail!(
-            "iceberg.catalog: {:?} is not sql (the metadata store's catalog)",
+            "iceberg.catalog: {:?} is neither sql (the metadata store's catalog) nor rest",
             section.catalog
         );
     }
@@ -141,26 +185,47 @@ pub fn start(
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("the Iceberg warehouse {warehouse}"))?;
     let storage = WarehouseStorage::new(&warehouse, store);
-    let io = FileIOBuilder::new(Arc::new(WarehouseStorageFactory::new(storage))).build();
-    let meta: Arc<dyn weir_meta::IcebergCatalog> = Arc::clone(&broker.meta) as _;
-    let catalog = Arc::new(SqlCatalog::new(&section.catalog_name, meta, io, &warehouse));
+    let factory = Arc::new(WarehouseStorageFactory::new(storage));
+    let catalog: Arc<dyn iceberg::Catalog> = if section.catalog == "rest" {
+        let rest = weir_iceberg::rest::RestSettings {
+            uri: section.rest_uri.clone(),
+            credential: section.rest_credential.clone(),
+            token: section.rest_token.clone(),
+            oauth2_server_uri: section.rest_oauth2_server_uri.clone(),
+            scope: section.rest_scope.clone(),
+            warehouse: section.rest_warehouse.clone(),
+        };
+        Arc::new(
+            weir_iceberg::rest::catalog(&section.catalog_name, &rest, factory)
+                .with_context(|| format!("the REST catalog at {:?}", section.rest_uri))?,
+        )
+    } else {
+        let io = FileIOBuilder::new(factory).build();
+        let meta: Arc<dyn weir_meta::IcebergCatalog> = Arc::clone(&broker.meta) as _;
+        Arc::new(SqlCatalog::new(&section.catalog_name, meta, io, &warehouse))
+    };
     let namespace = NamespaceIdent::from_strs(section.namespace.split('.'))
         .with_context(|| format!("iceberg.namespace {:?}", section.namespace))?;
-    let translator = Arc::new(Translator::new(
-        Arc::new(BrokerSource {
-            topics: Arc::clone(&broker.topics),
-        }),
-        catalog,
-        Settings {
-            namespace,
-            cluster: broker.identity.cluster_id.clone(),
-            broker: broker.identity.node_id,
-            max_bytes_per_partition: usize::try_from(section.max_bytes_per_partition)
-                .unwrap_or(usize::MAX),
-        },
-        meters,
-    ));
-    tracing::info!(%warehouse, catalog = %section.catalog_name, namespace = %section.namespace, "iceberg: translating topics with weir.iceberg.mode to tables");
+    let translator = Arc::new(
+        Translator::new(
+            Arc::new(BrokerSource {
+                topics: Arc::clone(&broker.topics),
+            }),
+            catalog,
+            Settings {
+                namespace,
+                cluster: broker.identity.cluster_id.clone(),
+                broker: broker.identity.node_id,
+                max_bytes_per_partition: usize::try_from(section.max_bytes_per_partition)
+                    .unwrap_or(usize::MAX),
+            },
+            meters,
+        )
+        .with_schemas(Arc::new(RegistrySchemas(Arc::clone(
+            broker.schemas.registry(),
+        )))),
+    );
+    tracing::info!(%warehouse, catalog = %section.catalog_name, kind = %section.catalog, namespace = %section.namespace, "iceberg: translating topics with weir.iceberg.mode to tables");
     let tick = Duration::from_millis(section.interval_ms.max(100));
     Ok(Some(tokio::spawn(translator.run(tick, shutdown))))
 }

@@ -90,7 +90,7 @@ class BrokerFactory:
 # Runs as a separate process: if the test process dies without running its
 # finalizers (a segfault in a client library, SIGKILL), SIGKILL every broker
 # and s3s-fs started under BASE (pid files: BASE/**/weir.pid,
-# BASE/*/data/kafka.pid, BASE/**/s3.pid) and stop every PostgreSQL
+# BASE/*/data/kafka.pid, BASE/**/s3.pid, BASE/**/iceberg-rest.pid) and stop every PostgreSQL
 # (SIGQUIT to the pid in BASE/**/postmaster.pid); the process's command line
 # must name BASE. Exits when BASE/.done appears or BASE is gone.
 _WATCHDOG = r"""
@@ -109,7 +109,8 @@ while alive(parent):
 found = [(f, signal.SIGKILL) for f in
          glob.glob(os.path.join(base, "**", "weir.pid"), recursive=True)
          + glob.glob(os.path.join(base, "*", "data", "kafka.pid"))
-         + glob.glob(os.path.join(base, "**", "s3.pid"), recursive=True)]
+         + glob.glob(os.path.join(base, "**", "s3.pid"), recursive=True)
+         + glob.glob(os.path.join(base, "**", "iceberg-rest.pid"), recursive=True)]
 found += [(f, signal.SIGQUIT) for f in glob.glob(os.path.join(base, "**", "postmaster.pid"), recursive=True)]
 for f, sig in found:
     try:

@@ -13,6 +13,7 @@ starts each broker on the old binary, then on the new one).
 """
 
 import atexit
+import glob
 import http.client
 import json
 import os
@@ -651,6 +652,81 @@ class S3sFs:
             "AWS_REGION": "us-east-1",
             "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
         }
+
+    def kill(self):
+        if self.proc is None:
+            return
+        try:
+            self.proc.kill()
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)
+        self.proc = None
+
+
+ICEBERG_REST_POM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "iceberg-rest",
+                                "pom.xml")
+
+
+class IcebergRest:
+    """Apache Iceberg's REST catalog server (RESTCatalogServer, the class behind the
+    apache/iceberg-rest-fixture image) on a free port: a JDBC catalog in `root`/catalog.db,
+    files under `warehouse` (a file:// URL) through Hadoop's local file system. Its jars come
+    from Maven Central (tests/harness/iceberg-rest/pom.xml) into $WEIR_ICEBERG_REST_JARS or
+    ~/.cache/weir/iceberg-rest, once. It takes any OAuth2 client credentials
+    (/v1/oauth/tokens) and checks no token."""
+
+    def __init__(self, root, warehouse):
+        self.root = root
+        self.warehouse = warehouse
+        self.port = free_port()
+        self.proc = None
+        self.log_path = os.path.join(root, "iceberg-rest.log")
+        self.jars = os.environ.get("WEIR_ICEBERG_REST_JARS") or os.path.expanduser(
+            "~/.cache/weir/iceberg-rest")
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def _fetch_jars(self):
+        if glob.glob(os.path.join(self.jars, "iceberg-open-api-*-test-fixtures.jar")):
+            return
+        _run(["mvn", "-B", "-q", "-f", ICEBERG_REST_POM, "dependency:copy-dependencies",
+              f"-DoutputDirectory={self.jars}", "-DincludeScope=runtime"],
+             "fetching the Iceberg REST catalog's jars", timeout=600)
+
+    def start(self):
+        self._fetch_jars()
+        os.makedirs(self.root, exist_ok=True)
+        env = {**os.environ,
+               "CATALOG_REST_PORT": str(self.port),
+               "CATALOG_WAREHOUSE": self.warehouse,
+               # A file, not the default in-memory database (one per pooled connection).
+               "CATALOG_URI": f"jdbc:sqlite:{os.path.join(self.root, 'catalog.db')}"}
+        # -Dweir.root names the directory in the command line, for the watchdog.
+        cmd = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+               f"-Dweir.root={self.root}", "-cp", os.path.join(self.jars, "*"),
+               "org.apache.iceberg.rest.RESTCatalogServer"]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         env=env)
+        with open(os.path.join(self.root, "iceberg-rest.pid"), "w") as f:  # for the watchdog
+            f.write(str(self.proc.pid))
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.url}/v1/config", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError("the Iceberg REST catalog did not start:\n"
+                                   + _tail(self.log_path))
+            time.sleep(0.2)
 
     def kill(self):
         if self.proc is None:

@@ -75,10 +75,20 @@ impl AvroSchema {
     }
 
     /// Decodes one datum written with this schema: `Err` says why it is not one.
-    pub fn decode(&self, mut bytes: &[u8]) -> Result<(), String> {
+    pub fn decode(&self, bytes: &[u8]) -> Result<(), String> {
+        self.read(bytes).map(|_| ())
+    }
+
+    /// A named type of the schema or its references, by full name.
+    pub fn named(&self, full_name: &str) -> Option<&Schema> {
+        self.names.get(full_name)
+    }
+
+    /// Reads one datum written with this schema (all of `bytes`).
+    pub fn read(&self, mut bytes: &[u8]) -> Result<apache_avro::types::Value, String> {
         // The writer's own named types too, for a recursive one.
         let schemata: Vec<&Schema> = self.schemata.iter().chain([&self.schema]).collect();
-        apache_avro::reader::datum::GenericDatumReader::builder(&self.schema)
+        let value = apache_avro::reader::datum::GenericDatumReader::builder(&self.schema)
             .writer_schemata(schemata)
             .map_err(|e| e.to_string())?
             .build()
@@ -88,7 +98,7 @@ impl AvroSchema {
         if !bytes.is_empty() {
             return Err(format!("{} bytes after the datum", bytes.len()));
         }
-        Ok(())
+        Ok(value)
     }
 }
 

@@ -79,6 +79,16 @@ impl JsonSchema {
         &self.canonical
     }
 
+    /// The schema document.
+    pub fn root(&self) -> &Value {
+        &self.root
+    }
+
+    /// A referenced schema, by the name `$ref` gives it.
+    pub fn reference(&self, name: &str) -> Option<&Value> {
+        self.references.get(name)
+    }
+
     /// The schema's `title`, its record name for the record name strategies.
     pub fn title(&self) -> Option<String> {
         self.root

@@ -9,6 +9,10 @@ pub mod avro;
 pub mod json;
 pub mod protobuf;
 
+// The formats' own crates, for what reads their values (the Iceberg translator).
+pub use apache_avro;
+pub use prost_reflect;
+
 pub use avro::AvroSchema;
 pub use json::JsonSchema;
 pub use protobuf::ProtobufSchema;

@@ -178,7 +178,7 @@ impl ProtobufSchema {
     }
 
     /// The message the wire format's message indexes name (`[0]`: the first top-level one).
-    fn message(&self, indexes: &[usize]) -> Option<MessageDescriptor> {
+    pub fn message(&self, indexes: &[usize]) -> Option<MessageDescriptor> {
         let file = self.pool.get_file_by_name(MAIN)?;
         let (first, rest) = indexes.split_first()?;
         let mut m = file.messages().nth(*first)?;
@@ -202,12 +202,21 @@ impl ProtobufSchema {
 
     /// Decodes a payload after the schema id: its message indexes, then the message.
     pub fn decode(&self, payload: &[u8]) -> Result<(), String> {
-        let (indexes, rest) = message_indexes(payload)?;
+        self.read(payload, true).map(|_| ())
+    }
+
+    /// Reads a payload: after the schema id (`framed`: message indexes first), or a bare
+    /// message of the first type.
+    pub fn read(&self, payload: &[u8], framed: bool) -> Result<DynamicMessage, String> {
+        let (indexes, rest) = if framed {
+            message_indexes(payload)?
+        } else {
+            (vec![0], payload)
+        };
         let m = self
             .message(&indexes)
             .ok_or_else(|| format!("the schema has no message at indexes {indexes:?}"))?;
-        DynamicMessage::decode(m, rest).map_err(|e| e.to_string())?;
-        Ok(())
+        DynamicMessage::decode(m, rest).map_err(|e| e.to_string())
     }
 
     /// Why `self` is not compatible with `old`: BACKWARD (`reader_is_new`) compares old to
