@@ -8,7 +8,8 @@
 2. Every meter the dashboard and the alert rules name is registered by a broker
    (`GET /v1/meters`): a renamed meter fails here, not on an operator's empty panel.
 3. A three-broker cluster in three zones (the test cluster of tests/harness) under load: an
-   idempotent producer on a topic of each WAL kind, a consumer group committing as it reads.
+   idempotent producer on a topic of each WAL kind (one of them an Iceberg table), a consumer
+   group committing as it reads.
    Prometheus (Debian's package) scrapes the brokers every 2 s with the alert rules loaded; every
    query of every panel of the dashboard must return a series with a number (not NaN), and every
    alert rule must evaluate without error.
@@ -109,8 +110,10 @@ def load(bootstrap, stop, errors):
 def create_topics(bootstrap):
     from confluent_kafka.admin import AdminClient, NewTopic
     a = AdminClient({"bootstrap.servers": bootstrap})
-    fs = a.create_topics([NewTopic("mon-file", 6), NewTopic("mon-object", 6,
-                                                           config={"weir.wal.kind": "object"})])
+    # mon-file is an Iceberg table too (the dashboard's Iceberg panels).
+    fs = a.create_topics([NewTopic("mon-file", 6, config={"weir.iceberg.mode": "key_value",
+                                                         "weir.iceberg.target.lag.ms": "2000"}),
+                          NewTopic("mon-object", 6, config={"weir.wal.kind": "object"})])
     for f in fs.values():
         f.result(30)
 
