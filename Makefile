@@ -141,6 +141,17 @@ bench-schema-validation:
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
 	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/schema_validation.py
 
+# Topics as Iceberg tables (about 10 minutes, plus pyspark and the Iceberg Spark runtime the first
+# time): producers' latency, the table's lag and the broker's CPU per GiB at 50 MiB/s of 1 KiB
+# Avro records with and without a typed table; a 5 GiB backlog translated, beside pyarrow writing
+# the same rows as Parquet; Spark's JDBC catalog reading the table. Writes
+# bench/results/iceberg-YYYY-MM-DD-HHMM.md. Settings: BENCH_ICE_* (bench/iceberg.py).
+.PHONY: bench-iceberg
+bench-iceberg:
+	$(CARGO) build --release -p weir
+	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
+	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/iceberg.py
+
 # Partition moves under load on a three-broker cluster (one PostgreSQL, one s3s-fs, three
 # `weir serve`; under 2 minutes): produce and consumer unavailability per move for each backlog
 # size, beside AutoMQ's published figure; writes bench/results/move-YYYY-MM-DD-HHMM.md.
