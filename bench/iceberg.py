@@ -45,6 +45,7 @@ sys.path.insert(0, HERE)
 
 import weir_harness  # noqa: E402
 from partitions import write_results  # noqa: E402
+from share import cpu_seconds  # noqa: E402
 
 PARTITIONS = int(os.environ.get("BENCH_ICE_PARTITIONS", "4"))
 MIB = float(os.environ.get("BENCH_ICE_MIB", "50"))
@@ -67,12 +68,6 @@ TYPED = {"weir.iceberg.mode": "value_schema_id_prefix"}
 SPARK_VERSION = "3.5.7"
 ICEBERG_SPARK = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.1"
 SQLITE_JDBC = "org.xerial:sqlite-jdbc:3.50.3.0"
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pct(values, q):

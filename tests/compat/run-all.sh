@@ -14,7 +14,7 @@ CLUSTER=${WEIR_COMPAT_CLUSTER:-1}
 failed=()
 passed=()
 for suite in python java go; do
-  echo "=== compat: $suite"
+  echo "=== compat: $suite ($(date -u +%H:%M:%S))"
   if WEIR_COMPAT_TARGET=broker bash "$HERE/$suite/run.sh"; then
     passed+=("$suite")
   else
@@ -23,7 +23,7 @@ for suite in python java go; do
 done
 if [[ $CLUSTER == 1 && ${WEIR_TEST_BROKER:-weir} == weir ]]; then
   for suite in python java go; do
-    echo "=== compat: $suite (three-broker cluster)"
+    echo "=== compat: $suite (three-broker cluster) ($(date -u +%H:%M:%S))"
     if WEIR_COMPAT_TARGET=cluster bash "$HERE/$suite/run.sh"; then
       passed+=("$suite-cluster")
     else
@@ -35,7 +35,7 @@ fi
 # three brokers without a WAL file (WEIR_WAL_KIND=object; objects on s3s-fs).
 # WEIR_COMPAT_OBJECT_WAL=0 leaves it out.
 if [[ $CLUSTER == 1 && ${WEIR_COMPAT_OBJECT_WAL:-1} == 1 && ${WEIR_TEST_BROKER:-weir} == weir ]]; then
-  echo "=== compat: go (three-broker cluster, object WAL)"
+  echo "=== compat: go (three-broker cluster, object WAL) ($(date -u +%H:%M:%S))"
   if WEIR_WAL_KIND=object WEIR_COMPAT_TARGET=cluster bash "$HERE/go/run.sh"; then
     passed+=("go-cluster-object-wal")
   else
@@ -45,13 +45,13 @@ fi
 # The chaos suite's short form (tests/chaos: a fault of each kind on a three-broker cluster under
 # idempotent load, then every acknowledged record read back). WEIR_CHAOS=0 leaves it out.
 if [[ ${WEIR_CHAOS:-1} != 0 && ${WEIR_TEST_BROKER:-weir} == weir ]]; then
-  echo "=== chaos (short)"
+  echo "=== chaos (short) ($(date -u +%H:%M:%S))"
   if bash "$HERE/../chaos/run.sh" --mode short; then
     passed+=("chaos")
   else
     failed+=("chaos")
   fi
-  echo "=== chaos (short, object WAL)"
+  echo "=== chaos (short, object WAL) ($(date -u +%H:%M:%S))"
   if bash "$HERE/../chaos/run.sh" --mode short --wal-kind object; then
     passed+=("chaos-object-wal")
   else

@@ -28,6 +28,8 @@ struct Partitions {
     logs: Mutex<BTreeMap<i32, Log>>,
     /// What the translator said the table has, by partition.
     held: Mutex<BTreeMap<i32, i64>>,
+    /// The topic's target lag (zero: due at every tick).
+    target_lag: Duration,
 }
 
 impl Partitions {
@@ -81,7 +83,7 @@ impl Source for Partitions {
             name: "orders.v1".into(),
             topic_id: "topic-1".into(),
             mode: Mode::KeyValue,
-            target_lag: Duration::ZERO,
+            target_lag: self.target_lag,
             partition_spec: String::new(),
             invalid: Default::default(),
             snapshot_max_age: None,
@@ -127,6 +129,16 @@ fn translator(
     source: Arc<dyn Source>,
     broker: i32,
 ) -> Translator {
+    translator_reading(meta, store, source, broker, 1 << 20)
+}
+
+fn translator_reading(
+    meta: &Arc<SqliteMetaStore>,
+    store: &Arc<dyn object_store::ObjectStore>,
+    source: Arc<dyn Source>,
+    broker: i32,
+    max_bytes_per_partition: usize,
+) -> Translator {
     let catalog = Arc::new(common::catalog(meta, store));
     Translator::new(
         source,
@@ -135,7 +147,7 @@ fn translator(
             namespace: NamespaceIdent::new("kafka".into()),
             cluster: "cluster-1".into(),
             broker,
-            max_bytes_per_partition: 1 << 20,
+            max_bytes_per_partition,
         },
         IcebergMeters::default(),
     )
@@ -301,4 +313,29 @@ async fn old_snapshots_and_metadata_files_go_and_the_progress_stays() {
         .expect("list")
         .len();
     assert!(metadata_files <= 21, "{metadata_files} metadata files");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_with_more_than_a_cycle_reads_is_due_again_at_once() {
+    let meta = Arc::new(SqliteMetaStore::in_memory().expect("meta"));
+    let store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+    // An hour's target lag: without more to read, the topic is due every half hour.
+    let source = Arc::new(Partitions {
+        target_lag: Duration::from_secs(3600),
+        ..Partitions::default()
+    });
+    source.produce(0, 3);
+    // A byte a cycle: each reads one batch (one record) of the partition.
+    let t = translator_reading(&meta, &store, Arc::clone(&source) as _, 1, 1);
+    for _ in 0..3 {
+        t.due_cycles().await;
+    }
+    assert_eq!(
+        t.meters().records.get(),
+        3,
+        "the backlog waited for the target lag"
+    );
+    t.due_cycles().await;
+    assert_eq!(t.meters().commits.get(), 3, "nothing left, nothing due");
+    assert_eq!(rows_of(&meta, &store).await.len(), 3);
 }

@@ -195,12 +195,9 @@ mod tests {
         )
         .expect("schema");
         let ty = value_type(&s, &mut Ids::from(10)).expect("a type");
-        let Type::Struct(st) = &ty else {
-            panic!("{ty:?}")
-        };
-        let names: Vec<&str> = st.fields().iter().map(|f| f.name.as_str()).collect();
+        let st = super::super::struct_fields(&ty);
         assert_eq!(
-            names,
+            super::super::field_names(&ty),
             ["id", "note", "price", "at", "tags", "status", "next"]
         );
         assert!(st.fields().iter().all(|f| !f.required));
@@ -216,19 +213,17 @@ mod tests {
 
     #[test]
     fn a_union_of_two_types_or_a_recursive_record_has_no_column() {
-        let union = AvroSchema::parse(
+        let no_type = |text: &str| {
+            let s = AvroSchema::parse(text, &[]).expect("schema");
+            value_type(&s, &mut Ids::from(10)).expect_err("no type")
+        };
+        let e = no_type(
             r#"{"type":"record","name":"A","fields":[{"name":"x","type":["int","string"]}]}"#,
-            &[],
-        )
-        .expect("schema");
-        let e = value_type(&union, &mut Ids::from(10)).expect_err("no type");
+        );
         assert!(e.contains("x: a union of 2 types"), "{e}");
-        let list = AvroSchema::parse(
+        let e = no_type(
             r#"{"type":"record","name":"Node","fields":[{"name":"next","type":["null","Node"]}]}"#,
-            &[],
-        )
-        .expect("schema");
-        let e = value_type(&list, &mut Ids::from(10)).expect_err("no type");
+        );
         assert!(e.contains("recursive"), "{e}");
     }
 

@@ -168,9 +168,7 @@ mod tests {
         )
         .expect("schema");
         let ty = value_type(&s, &mut Ids::from(10)).expect("a type");
-        let Type::Struct(st) = &ty else {
-            panic!("{ty:?}")
-        };
+        let st = super::super::struct_fields(&ty);
         let by = |n: &str| st.field_by_name(n).expect(n).field_type.clone();
         assert_eq!(*by("id"), prim(PrimitiveType::Long));
         assert_eq!(*by("price"), prim(PrimitiveType::Double));

@@ -228,6 +228,25 @@ fn kind(d: &Datum) -> &'static str {
     }
 }
 
+/// The struct of a type that must be one (tests of the formats' types).
+#[cfg(test)]
+pub(crate) fn struct_fields(ty: &Type) -> &StructType {
+    match ty {
+        Type::Struct(st) => st,
+        other => panic!("not a struct: {other:?}"),
+    }
+}
+
+/// The field names of a struct type, in order.
+#[cfg(test)]
+pub(crate) fn field_names(ty: &Type) -> Vec<&str> {
+    struct_fields(ty)
+        .fields()
+        .iter()
+        .map(|f| f.name.as_str())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -208,12 +208,9 @@ message Line { string sku = 1; }
         )
         .expect("schema");
         let ty = value_type(&s, &mut Ids::from(10)).expect("a type");
-        let Type::Struct(st) = &ty else {
-            panic!("{ty:?}")
-        };
-        let names: Vec<&str> = st.fields().iter().map(|f| f.name.as_str()).collect();
+        let st = super::super::struct_fields(&ty);
         assert_eq!(
-            names,
+            super::super::field_names(&ty),
             ["id", "note", "status", "tags", "counts", "at", "line"]
         );
         assert_eq!(*st.fields()[5].field_type, prim(PrimitiveType::Timestamptz));
