@@ -32,16 +32,7 @@ impl CatchupRuntime {
             return Ok(CatchupRuntime { runtime: None });
         }
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-        // Fixed here, from the broker's own value: a thread the runtime starts inherits the
-        // nice value of the thread that starts it, which for blocking threads is often one of
-        // its own niced workers, so lowering "from the current value" lowered those twice.
-        let nice = (own_nice() + nice).min(19);
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads)
-            .thread_name("weir-catchup")
-            .enable_all()
-            .on_thread_start(move || set_nice(nice))
-            .build()
+        let runtime = niced_runtime("weir-catchup", threads, nice)
             .map_err(|e| StorageError::Internal(format!("starting the catch-up runtime: {e}")))?;
         Ok(CatchupRuntime {
             runtime: Some(runtime),
@@ -77,6 +68,31 @@ impl CatchupRuntime {
             None => compute_now(work).await,
         }
     }
+}
+
+/// A runtime of `threads` workers named `name`, whose threads (workers and blocking ones) run
+/// `nice` steps below the calling thread (Linux: a thread's own nice value): for the broker's
+/// work that can wait (catch-up reads, uploads, Iceberg translation), which then never holds up
+/// the produce path's threads and gets what they leave.
+pub fn niced_runtime(
+    name: &str,
+    threads: usize,
+    nice: i32,
+) -> std::io::Result<tokio::runtime::Runtime> {
+    // Fixed here, from the broker's own value: a thread the runtime starts inherits the nice
+    // value of the thread that starts it, which for blocking threads is often one of its own
+    // niced workers, so lowering "from the current value" lowered those twice.
+    let nice = (own_nice() + nice).min(19);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .thread_name(name)
+        .enable_all()
+        .on_thread_start(move || {
+            if nice != own_nice() {
+                set_nice(nice)
+            }
+        })
+        .build()
 }
 
 /// Runs the CPU-bound `work` on a blocking thread of the caller's runtime, at the broker's

@@ -63,6 +63,7 @@ mod stream;
 mod streams;
 mod upload;
 
+pub use catchup::niced_runtime;
 pub use compaction::Rewritten;
 pub use config::{Retention, StorageConfig, WalKind};
 pub use engine::{
