@@ -16,7 +16,8 @@ of BENCH_ICE_PARTITIONS [4] partitions, acks=all, idempotent, one producer.
             record not in the table, sampled every 0.5 s) p50/p99/max beside the target, and
             the broker's CPU seconds per GiB produced (until the table has every record) in
             each mode: the difference is translation's.
-  backlog   BENCH_ICE_BACKLOG_GIB [5] GiB produced as fast as they go with the mode off, then
+  backlog   BENCH_ICE_BACKLOG_GIB [5] GiB at least (as fast as they go for the time 5 GiB takes
+            at 100 MiB/s: more on a faster broker) produced with the mode off, then
             the mode turned on (target lag 1 s): the time until the table has every record,
             the translation rate and its CPU per GiB; beside it, the rate at which pyarrow
             writes the same rows (the key_value columns with the value's struct) as zstd
