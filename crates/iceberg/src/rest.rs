@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::FutureExt;
 use iceberg::io::StorageFactory;
@@ -24,7 +25,14 @@ pub struct RestSettings {
     pub oauth2_server_uri: String,
     pub scope: String,
     pub warehouse: String,
+    /// How long a request to the catalog (or its token endpoint) may take; `None`:
+    /// [`REQUEST_TIMEOUT`].
+    pub timeout: Option<Duration>,
 }
+
+/// A request to a REST catalog that takes longer fails (the cycle is tried again later): a
+/// server that stopped answering must not hold a topic's translation for ever.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl RestSettings {
     /// The catalog properties, by the names iceberg-rust (and the other clients) use.
@@ -45,7 +53,7 @@ impl RestSettings {
 }
 
 /// An HTTP client with TLS by the broker's crypto provider and the system's trusted roots.
-fn http_client() -> Result<reqwest::Client> {
+fn http_client(timeout: Duration) -> Result<reqwest::Client> {
     let unexpected = |what: &str, e: &dyn std::fmt::Display| {
         Error::new(ErrorKind::Unexpected, format!("{what}: {e}"))
     };
@@ -64,6 +72,8 @@ fn http_client() -> Result<reqwest::Client> {
     .with_no_client_auth();
     reqwest::Client::builder()
         .use_preconfigured_tls(tls)
+        .timeout(timeout)
+        .connect_timeout(timeout)
         .build()
         .map_err(|e| unexpected("the REST catalog's HTTP client", &e))
 }
@@ -81,7 +91,7 @@ pub fn catalog(
         ));
     }
     RestCatalogBuilder::default()
-        .with_client(http_client()?)
+        .with_client(http_client(settings.timeout.unwrap_or(REQUEST_TIMEOUT))?)
         .with_storage_factory(storage)
         .load(name, settings.properties())
         // The builder's future is ready at once (it only checks the settings).
@@ -92,4 +102,45 @@ pub fn catalog(
                 "the REST catalog's builder did not finish",
             ))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iceberg::Catalog;
+
+    #[tokio::test]
+    async fn a_catalog_that_never_answers_is_an_error_not_a_wait() {
+        // Accepts connections and never answers.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let _silent = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                held.push(conn);
+            }
+        });
+        let storage = crate::storage::WarehouseStorage::new(
+            "s3://bucket/warehouse",
+            Arc::new(object_store::memory::InMemory::new()),
+        );
+        let settings = RestSettings {
+            uri: format!("http://{addr}"),
+            timeout: Some(Duration::from_millis(200)),
+            ..RestSettings::default()
+        };
+        let c = catalog(
+            "weir",
+            &settings,
+            Arc::new(crate::storage::WarehouseStorageFactory::new(storage)),
+        )
+        .expect("catalog");
+        // A liveness bound, not a measurement: without the request timeout this never ends.
+        let got = tokio::time::timeout(Duration::from_secs(60), c.list_namespaces(None))
+            .await
+            .expect("the request ended");
+        assert!(got.is_err(), "{got:?}");
+    }
 }

@@ -194,6 +194,7 @@ pub fn start(
             oauth2_server_uri: section.rest_oauth2_server_uri.clone(),
             scope: section.rest_scope.clone(),
             warehouse: section.rest_warehouse.clone(),
+            timeout: None,
         };
         Arc::new(
             weir_iceberg::rest::catalog(&section.catalog_name, &rest, factory)
@@ -229,8 +230,7 @@ pub fn start(
     let tick = Duration::from_millis(section.interval_ms.max(100));
     // Translation is CPU-heavy (decoding, Arrow, zstd Parquet) and can wait: on a runtime of its
     // own, at the catch-up reads' lower priority, it never holds up a worker thread of the
-    // produce path (on the broker's runtime, a cycle of 250 MiB took the producers' p99 from
-    // 14 to 606 ms in bench-iceberg's first run).
+    // produce path (docs/decisions/iceberg-translation-off-the-produce-path.md).
     let runtime =
         weir_storage::niced_runtime("weir-iceberg", 1, config.storage.catchup_nice.clamp(0, 19))
             .context("starting the Iceberg translator's runtime")?;

@@ -547,10 +547,11 @@ impl Translator {
                 Ok(true)
             }
             Err(e) => {
+                let ident = table.identifier().clone();
                 self.drop_files(table, paths).await;
                 if e.kind() == ErrorKind::CatalogCommitConflicts {
                     self.meters.conflicts.inc();
-                    tracing::info!(table = %progress.topic_id, error = %e, "iceberg: the table moved first; translating again");
+                    tracing::info!(table = %ident, error = %e, "iceberg: the table moved first; translating again");
                     Ok(false)
                 } else {
                     Err(format!("committing: {e}"))

@@ -173,9 +173,9 @@ pub fn conform(datum: Datum, ty: &Type, path: &str) -> Result<Datum, String> {
             (d @ Datum::Double(_), P::Float | P::Double) => Ok(d),
             (d @ Datum::Str(_), P::String) => Ok(d),
             // A JSON Schema's part without one type is its text.
-            (d, P::String) if json::as_text(&d).is_some() => {
-                Ok(Datum::Str(json::as_text(&d).unwrap_or_default()))
-            }
+            (d, P::String) => json::as_text(&d)
+                .map(Datum::Str)
+                .map_or_else(|| mismatch(&d), Ok),
             (d @ Datum::Bytes(_), P::Binary) => Ok(d),
             (Datum::Bytes(b), P::Fixed(n)) if b.len() as u64 == *n => Ok(Datum::Bytes(b)),
             (Datum::Decimal(v), P::Decimal { scale, precision }) => {

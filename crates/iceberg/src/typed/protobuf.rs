@@ -165,7 +165,7 @@ fn value(v: &Value, kind: &Kind) -> Datum {
                 .map(|(k, v)| (map_key(k), value(v, &value_kind)))
                 .collect();
             // A map's entries in a stable order (protobuf's have none).
-            out.sort_by(|a, b| format!("{:?}", a.0).cmp(&format!("{:?}", b.0)));
+            out.sort_by_cached_key(|(k, _)| format!("{k:?}"));
             Datum::Map(out)
         }
     }
