@@ -236,3 +236,32 @@ async fn concurrent_alters_through_two_brokers_lose_nothing() {
         .configs;
     assert_eq!(stored["segment.ms"], (1000 + 2 * EACH).to_string());
 }
+
+#[test]
+fn the_iceberg_topic_configs_are_checked() {
+    use weir_partition::topics::validate_config;
+    for (name, ok) in [
+        ("weir.iceberg.mode", "value_schema_id_prefix"),
+        ("weir.iceberg.mode", "value_schema_latest"),
+        (
+            "weir.iceberg.mode",
+            "value_schema_latest:subject=orders-value",
+        ),
+        ("weir.iceberg.invalid.record.action", "drop"),
+        ("weir.iceberg.invalid.record.action", "dlq_table"),
+        ("weir.iceberg.snapshot.max.age.ms", "0"),
+        ("weir.iceberg.snapshot.max.age.ms", "60000"),
+    ] {
+        assert!(validate_config(name, ok).is_ok(), "{name}={ok}");
+    }
+    for (name, bad) in [
+        ("weir.iceberg.mode", "value_schema_latest:subject="),
+        ("weir.iceberg.mode", "typed"),
+        ("weir.iceberg.invalid.record.action", "skip"),
+        ("weir.iceberg.snapshot.max.age.ms", "59999"),
+        ("weir.iceberg.snapshot.max.age.ms", "-1"),
+    ] {
+        let e = validate_config(name, bad).expect_err("refused");
+        assert!(e.1.contains("must be"), "{name}={bad}: {}", e.1);
+    }
+}
