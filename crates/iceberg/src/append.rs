@@ -30,9 +30,18 @@ use crate::progress::{Progress, PROPERTY};
 /// that a translator's batch (bounded by the topic's target lag) rarely makes more than one.
 pub const TARGET_FILE_BYTES: usize = 128 << 20;
 
-/// Writes `batch` (of the table's current schema, in Arrow form) as data files named
-/// `<prefix>-<n>.parquet` under the table's data location, split by its partition spec.
-pub async fn write_files(table: &Table, batch: RecordBatch, prefix: &str) -> Result<Vec<DataFile>> {
+/// Writes `batches` (of the table's current schema, in Arrow form, made one at a time so a
+/// cycle's rows are never all in Arrow form at once) as data files named `<prefix>-<n>.parquet`
+/// under the table's data location, split by its partition spec.
+pub async fn write_files(
+    table: &Table,
+    batches: impl Iterator<Item = Result<RecordBatch>>,
+    prefix: &str,
+) -> Result<Vec<DataFile>> {
+    let mut batches = batches.peekable();
+    if batches.peek().is_none() {
+        return Ok(Vec::new());
+    }
     let metadata = table.metadata();
     let schema = metadata.current_schema().clone();
     let parquet = ParquetWriterBuilder::new(
@@ -52,13 +61,17 @@ pub async fn write_files(table: &Table, batch: RecordBatch, prefix: &str) -> Res
     let spec = metadata.default_partition_spec().clone();
     if spec.is_unpartitioned() {
         let mut w = files.build(None).await?;
-        w.write(batch).await?;
+        for batch in batches {
+            w.write(batch?).await?;
+        }
         return w.close().await;
     }
     let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(schema, spec)?;
     let mut fanout = FanoutWriter::new(files);
-    for (key, part) in splitter.split(&batch)? {
-        fanout.write(key, part).await?;
+    for batch in batches {
+        for (key, part) in splitter.split(&batch?)? {
+            fanout.write(key, part).await?;
+        }
     }
     fanout.close().await
 }

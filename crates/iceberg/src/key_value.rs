@@ -118,6 +118,24 @@ pub fn hourly() -> Result<UnboundPartitionSpec> {
         .build())
 }
 
+/// `rows` cut into consecutive ranges of about `max_bytes` of keys and values each (at least
+/// one row each).
+pub fn chunks(rows: &[Row], max_bytes: usize) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, r) in rows.iter().enumerate() {
+        if i > start && bytes >= max_bytes {
+            out.push(start..i);
+            (start, bytes) = (i, 0);
+        }
+        bytes += r.key.as_ref().map_or(0, |k| k.len()) + r.value.as_ref().map_or(0, |v| v.len());
+    }
+    if start < rows.len() {
+        out.push(start..rows.len());
+    }
+    out
+}
+
 /// Rows as an Arrow batch of `arrow_schema` (the table schema's Arrow form, whose fields carry
 /// the Iceberg field ids the Parquet writer needs).
 pub fn batch(arrow_schema: &arrow_schema::SchemaRef, rows: &[Row]) -> Result<RecordBatch> {
@@ -177,8 +195,16 @@ pub fn batch_with(
 }
 
 /// Iceberg's `binary` is Arrow's `LargeBinary`.
-fn binary<'a>(values: impl Iterator<Item = Option<&'a [u8]>>) -> arrow_array::LargeBinaryArray {
-    values.collect()
+fn binary<'a>(
+    values: impl Iterator<Item = Option<&'a [u8]>> + Clone,
+) -> arrow_array::LargeBinaryArray {
+    // Sized first: growing by doubling copies the column over and over.
+    let (n, bytes) = values
+        .clone()
+        .fold((0, 0), |(n, b), v| (n + 1, b + v.map_or(0, <[u8]>::len)));
+    let mut b = LargeBinaryBuilder::with_capacity(n, bytes);
+    b.extend(values);
+    b.finish()
 }
 
 fn headers(
@@ -220,6 +246,25 @@ mod tests {
     use super::*;
     use arrow_array::cast::AsArray;
     use arrow_array::Array;
+
+    #[test]
+    fn chunks_cover_every_row_once_in_order() {
+        let row = |len: usize| Row {
+            partition: 0,
+            offset: 0,
+            timestamp_ms: 0,
+            key: Some(Bytes::from(vec![0; 2])),
+            value: (len > 0).then(|| Bytes::from(vec![0; len])),
+            headers: vec![],
+        };
+        let rows: Vec<Row> = [10, 0, 30, 5, 100, 1, 1].into_iter().map(row).collect();
+        let ranges = chunks(&rows, 20);
+        // Cut once a chunk has 20 bytes or more: 12+2+32, 7+102, 3+3.
+        assert_eq!(ranges, vec![0..3, 3..5, 5..7]);
+        assert_eq!(chunks(&rows, usize::MAX), vec![0..7]);
+        assert_eq!(chunks(&rows, 0).len(), rows.len(), "one row each at least");
+        assert!(chunks(&[], 20).is_empty());
+    }
 
     #[test]
     fn rows_become_a_batch_of_the_layouts_schema() {

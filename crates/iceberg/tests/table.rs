@@ -46,7 +46,12 @@ async fn append_rows(
         table.metadata().current_schema(),
     )?);
     let batch = key_value::batch(&arrow, rows)?;
-    let files = append::write_files(table, batch, &format!("test-{}", next_prefix())).await?;
+    let files = append::write_files(
+        table,
+        std::iter::once(Ok(batch)),
+        &format!("test-{}", next_prefix()),
+    )
+    .await?;
     append::commit(c, table, files, p).await
 }
 

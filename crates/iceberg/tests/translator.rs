@@ -14,8 +14,11 @@ use kafka_protocol::records::{
 };
 use weir_iceberg::meters::IcebergMeters;
 use weir_iceberg::progress;
-use weir_iceberg::translator::{Cycle, Fetched, Mode, Settings, Source, TopicSpec, Translator};
+use weir_iceberg::translator::{
+    Cycle, Fetched, Mode, Schemas, Settings, Source, TopicSpec, Translator,
+};
 use weir_meta::SqliteMetaStore;
+use weir_registry::format::{Parsed, SchemaType};
 
 mod common;
 
@@ -30,10 +33,17 @@ struct Partitions {
     held: Mutex<BTreeMap<i32, i64>>,
     /// The topic's target lag (zero: due at every tick).
     target_lag: Duration,
+    /// The topic's layout (`None`: key_value).
+    mode: Option<Mode>,
 }
 
 impl Partitions {
     fn produce(&self, partition: i32, n: usize) {
+        self.produce_values(partition, n, |offset| format!("p{partition}-{offset}"));
+    }
+
+    /// `n` records whose values `value` gives for each offset.
+    fn produce_values(&self, partition: i32, n: usize, value: impl Fn(i64) -> String) {
         let mut logs = self.logs.lock().expect("logs");
         let (_, log) = logs.entry(partition).or_default();
         for _ in 0..n {
@@ -50,7 +60,7 @@ impl Partitions {
                 sequence: -1,
                 timestamp: 1_700_000_000_000 + offset,
                 key: Some(Bytes::from(format!("k{offset}"))),
-                value: Some(Bytes::from(format!("p{partition}-{offset}"))),
+                value: Some(Bytes::from(value(offset))),
                 headers: Default::default(),
             };
             let mut buf = BytesMut::new();
@@ -82,7 +92,7 @@ impl Source for Partitions {
         vec![TopicSpec {
             name: "orders.v1".into(),
             topic_id: "topic-1".into(),
-            mode: Mode::KeyValue,
+            mode: self.mode.clone().unwrap_or(Mode::KeyValue),
             target_lag: self.target_lag,
             partition_spec: String::new(),
             invalid: Default::default(),
@@ -148,6 +158,8 @@ fn translator_reading(
             cluster: "cluster-1".into(),
             broker,
             max_bytes_per_partition,
+            // A few records per batch, so every test writes a cycle in many batches.
+            batch_bytes: 64,
         },
         IcebergMeters::default(),
     )
@@ -338,4 +350,70 @@ async fn a_topic_with_more_than_a_cycle_reads_is_due_again_at_once() {
     t.due_cycles().await;
     assert_eq!(t.meters().commits.get(), 3, "nothing left, nothing due");
     assert_eq!(rows_of(&meta, &store).await.len(), 3);
+}
+
+/// One JSON Schema for every subject.
+struct OneSchema(Arc<Parsed>);
+
+#[async_trait]
+impl Schemas for OneSchema {
+    async fn by_id(&self, _id: u32) -> Result<Arc<Parsed>, String> {
+        Ok(Arc::clone(&self.0))
+    }
+
+    async fn latest(&self, _subject: &str) -> Result<(u32, Arc<Parsed>), String> {
+        Ok((1, Arc::clone(&self.0)))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_values_written_batch_by_batch_with_bad_ones_in_the_dead_letter_table() {
+    let meta = Arc::new(SqliteMetaStore::in_memory().expect("meta"));
+    let store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+    let source = Arc::new(Partitions {
+        mode: Some(Mode::SchemaLatest { subject: None }),
+        ..Default::default()
+    });
+    let bad = [7, 23, 24];
+    // Many batches of a few records each (the translator's batch_bytes is 64 here), and bad
+    // records in some: the first, the middle and the last of one.
+    source.produce_values(0, 40, |o| {
+        if bad.contains(&o) {
+            format!("not json {o}")
+        } else {
+            format!("{{\"n\": {o}}}")
+        }
+    });
+    source.produce_values(1, 3, |o| format!("{{\"n\": {o}}}"));
+    let schema = Parsed::parse(
+        SchemaType::Json,
+        r#"{"type": "object", "properties": {"n": {"type": "integer"}}}"#,
+        &[],
+    )
+    .expect("schema");
+    let t = translator(&meta, &store, Arc::clone(&source) as _, 1)
+        .with_schemas(Arc::new(OneSchema(Arc::new(schema))));
+    let spec = &source.topics()[0];
+    assert_eq!(
+        t.cycle(spec).await.expect("cycle"),
+        Cycle::Committed { records: 43 }
+    );
+    assert_eq!(t.cycle(spec).await.expect("cycle"), Cycle::Idle);
+    let mut want: Vec<(i32, i64)> = (0..40)
+        .filter(|o| !bad.contains(o))
+        .map(|o| (0, o))
+        .collect();
+    want.extend([(1, 0), (1, 1), (1, 2)]);
+    assert_eq!(rows_of(&meta, &store).await, want);
+    let c = common::catalog(&meta, &store);
+    let dlq = c
+        .load_table(&TableIdent::from_strs(["kafka", "orders_v1_dlq"]).expect("ident"))
+        .await
+        .expect("the dead-letter table");
+    assert_eq!(
+        common::scanned(&dlq).await,
+        bad.iter().map(|o| (0, *o)).collect::<Vec<_>>()
+    );
+    assert_eq!(t.meters().dead_letters.get(), 3);
+    assert_eq!(t.meters().records.get(), 40 + 3);
 }

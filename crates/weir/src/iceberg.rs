@@ -219,6 +219,7 @@ pub fn start(
                 broker: broker.identity.node_id,
                 max_bytes_per_partition: usize::try_from(section.max_bytes_per_partition)
                     .unwrap_or(usize::MAX),
+                batch_bytes: weir_iceberg::translator::BATCH_BYTES,
             },
             meters,
         )

@@ -18,10 +18,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use arrow_array::ArrayRef;
+use arrow_array::RecordBatch;
 use async_trait::async_trait;
 use bytes::Bytes;
-use iceberg::spec::{Schema, UnboundPartitionSpec};
+use iceberg::spec::{DataFile, Schema, UnboundPartitionSpec};
 use iceberg::table::Table;
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
 use weir_registry::format::Parsed;
@@ -157,6 +157,27 @@ pub struct Settings {
     pub broker: i32,
     /// Record bytes read per partition in one cycle at most; the rest waits for the next.
     pub max_bytes_per_partition: usize,
+    /// Rows are made into Arrow batches of about this many bytes of keys and values, one at a
+    /// time: a cycle's rows in Arrow form at once would be hundreds of MiB of fresh pages (most
+    /// of translation's CPU went to faulting them in); a few MiB, and the allocator reuses the
+    /// same memory from one batch to the next. [`BATCH_BYTES`] unless a test wants many.
+    pub batch_bytes: usize,
+}
+
+/// The default [`Settings::batch_bytes`].
+pub const BATCH_BYTES: usize = 4 << 20;
+
+/// The Arrow form of `table`'s current schema (its fields carry the Iceberg field ids the
+/// Parquet writer needs).
+fn arrow_schema(table: &Table) -> Result<arrow_schema::SchemaRef, String> {
+    iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
+        .map(Arc::new)
+        .map_err(|e| e.to_string())
+}
+
+/// The paths of `files`.
+fn paths(files: &[DataFile]) -> Vec<String> {
+    files.iter().map(|f| f.file_path().to_string()).collect()
 }
 
 /// The table name of a topic: Iceberg engines split names on dots, so dots become `_`.
@@ -482,7 +503,7 @@ impl Translator {
                             .await?
                     }
                 };
-                self.append(t, table, &rows, None, None, &now).await?
+                self.append(t, table, &rows, None, &now).await?
             }
             _ => match self.typed(t, &ident, table, rows, &now).await? {
                 Ok(written) => written,
@@ -504,43 +525,62 @@ impl Translator {
         Ok(Cycle::Committed { records: n })
     }
 
-    /// Writes `rows` (with their `value` column given, for a typed layout, and their
-    /// `reasons`, for a dead-letter table) and commits them with `progress`; `false`: the
-    /// table moved first, and nothing was written. No rows: a commit of the progress alone.
+    /// Writes `rows` (with their `reasons`, for a dead-letter table) and commits them with
+    /// `progress`; `false`: the table moved first, and nothing was written. No rows: a commit
+    /// of the progress alone.
     async fn append(
         &self,
         t: &TopicSpec,
         table: Table,
         rows: &[Row],
-        value: Option<ArrayRef>,
         reasons: Option<&[String]>,
         progress: &Progress,
     ) -> Result<bool, String> {
-        let mut files = Vec::new();
-        if !rows.is_empty() {
-            let arrow = Arc::new(
-                iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
-                    .map_err(|e| e.to_string())?,
-            );
-            let batch =
-                key_value::batch_with(&arrow, rows, value, reasons).map_err(|e| e.to_string())?;
-            let n = self
-                .files
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let prefix = format!("{}-{}-{n}", self.settings.broker, now_ms());
-            files = append::write_files(&table, batch, &prefix)
-                .await
-                .map_err(|e| format!("writing data files: {e}"))?;
-        }
+        let arrow = arrow_schema(&table)?;
+        let batches = key_value::chunks(rows, self.settings.batch_bytes)
+            .into_iter()
+            .map(|range| {
+                let reasons = reasons.map(|r| &r[range.clone()]);
+                key_value::batch_with(&arrow, &rows[range], None, reasons)
+            });
+        let files = self.write(&table, batches).await?;
+        self.commit(t, table, files, rows.len(), progress).await
+    }
+
+    /// Writes `batches` (of `table`'s current schema) as data files, not yet committed.
+    async fn write(
+        &self,
+        table: &Table,
+        batches: impl Iterator<Item = iceberg::Result<RecordBatch>> + Send,
+    ) -> Result<Vec<DataFile>, String> {
+        let n = self
+            .files
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let prefix = format!("{}-{}-{n}", self.settings.broker, now_ms());
+        append::write_files(table, batches, &prefix)
+            .await
+            .map_err(|e| format!("writing data files: {e}"))
+    }
+
+    /// Commits `files` (of `records` rows) to `table` with `progress`; `false`: the table moved
+    /// first, and the files are deleted.
+    async fn commit(
+        &self,
+        t: &TopicSpec,
+        table: Table,
+        files: Vec<DataFile>,
+        records: usize,
+        progress: &Progress,
+    ) -> Result<bool, String> {
         let bytes: u64 = files.iter().map(|f| f.file_size_in_bytes()).sum();
-        let paths: Vec<String> = files.iter().map(|f| f.file_path().to_string()).collect();
+        let paths = paths(&files);
         let count = files.len();
         match append::commit(&*self.catalog, &table, files, progress).await {
             Ok(after) => {
                 self.meters.commits.inc();
                 self.meters.files.add(count as u64);
                 self.meters.file_bytes.add(bytes);
-                self.meters.records.add(rows.len() as u64);
+                self.meters.records.add(records as u64);
                 if let Some(max_age) = t.snapshot_max_age {
                     self.expire(t, &after, max_age).await;
                 }

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use iceberg::spec::Type;
+use iceberg::spec::{DataFile, Type};
 use iceberg::table::Table;
 use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
 use iceberg::TableIdent;
@@ -26,11 +26,32 @@ fn typed_schema(parsed: Arc<Parsed>) -> Found {
     Ok((parsed, ty))
 }
 
+/// `row`'s value decoded with the schema it names (`latest`: bare values of that schema).
+fn decode(row: &Row, latest: Option<u32>, found: &HashMap<u32, Found>) -> Result<Datum, String> {
+    let Some(value) = row.value.as_deref() else {
+        // A tombstone: a row with a null value.
+        return Ok(Datum::Null);
+    };
+    let (id, data, framing) = match latest {
+        Some(id) => (id, value, Framing::Bare),
+        None => {
+            let (id, data) = typed::split_prefix(value)?;
+            (id, data, Framing::IdPrefix)
+        }
+    };
+    match found.get(&id) {
+        Some(Ok((parsed, _))) => typed::decode(parsed, data, framing)
+            .map_err(|e| format!("the value does not decode with schema {id}: {e}")),
+        Some(Err(reason)) => Err(reason.clone()),
+        None => Err(format!("schema {id} not found")),
+    }
+}
+
 impl Translator {
-    /// A typed layout's cycle from the rows read: values decoded, the table created or
-    /// evolved for their schemas, bad records to the dead-letter table (or dropped), the rest
-    /// appended. `Ok(Err(cycle))`: the cycle ends there (paused, or the dead-letter table
-    /// moved first).
+    /// A typed layout's cycle from the rows read: the table created or evolved for the
+    /// values' schemas, values decoded and written a batch at a time, bad records to the
+    /// dead-letter table (or dropped), the rest committed. `Ok(Err(cycle))`: the cycle ends
+    /// there (paused, or the dead-letter table moved first).
     pub(super) async fn typed(
         &self,
         t: &TopicSpec,
@@ -43,7 +64,11 @@ impl Translator {
             .schemas
             .as_ref()
             .ok_or("this broker has no schema registry for the typed layouts")?;
-        let (good, mut bad, types) = self.decode_values(t, schemas.as_ref(), rows).await?;
+        let (found, latest) = self.schemas_of(t, schemas.as_ref(), &rows).await?;
+        let types: BTreeMap<u32, Type> = found
+            .iter()
+            .filter_map(|(id, f)| f.as_ref().ok().map(|(_, ty)| (*id, ty.clone())))
+            .collect();
         // The table, created with the first schema's type, then evolved for each schema.
         let table = match table {
             Some(table) => table,
@@ -61,41 +86,22 @@ impl Translator {
             Ok(table) => table,
             Err(reason) => return Ok(Err(Cycle::Paused { reason })),
         };
-        let value_type = table
-            .metadata()
-            .current_schema()
-            .field_by_name("value")
-            .map(|f| (*f.field_type).clone())
-            .ok_or_else(|| format!("{ident} has no value column"))?;
-        let mut kept = Vec::with_capacity(good.len());
-        let mut values = Vec::with_capacity(good.len());
-        for (row, datum) in good {
-            match typed::conform(datum, &value_type, "value") {
-                Ok(d) => {
-                    kept.push(row);
-                    values.push(d);
+        let (files, kept, mut bad) = self.write_typed(&table, &rows, &found, latest).await?;
+        if !bad.is_empty() && t.invalid == InvalidAction::DeadLetter {
+            // The dead letters are committed first: a bad record is in their table once too.
+            let moved = match self.dead_letters(t, ident, &mut bad, now).await {
+                Ok(written) => !written,
+                Err(e) => {
+                    self.drop_files(table, super::paths(&files)).await;
+                    return Err(e);
                 }
-                Err(reason) => bad.push((row, reason)),
+            };
+            if moved {
+                self.drop_files(table, super::paths(&files)).await;
+                return Ok(Err(Cycle::Conflict));
             }
         }
-        if !bad.is_empty()
-            && t.invalid == InvalidAction::DeadLetter
-            && !self.dead_letters(t, ident, &mut bad, now).await?
-        {
-            return Ok(Err(Cycle::Conflict));
-        }
-        let value_column = if kept.is_empty() {
-            None
-        } else {
-            let arrow = iceberg::arrow::schema_to_arrow_schema(table.metadata().current_schema())
-                .map_err(|e| e.to_string())?;
-            let field = arrow.field_with_name("value").map_err(|e| e.to_string())?;
-            let refs: Vec<&Datum> = values.iter().collect();
-            Some(typed::columns::column(field.data_type(), &refs)?)
-        };
-        let written = self
-            .append(t, table, &kept, value_column, None, now)
-            .await?;
+        let written = self.commit(t, table, files, kept, now).await?;
         if written && t.invalid == InvalidAction::Drop {
             self.meters.invalid_dropped.add(bad.len() as u64);
             if let Some((row, reason)) = bad.first() {
@@ -106,47 +112,30 @@ impl Translator {
         Ok(Ok(written))
     }
 
-    /// Each row's value decoded with its schema: the good ones, the bad ones with why, and the
-    /// Iceberg type of each schema met (by id).
-    #[allow(clippy::type_complexity)]
-    async fn decode_values(
+    /// The schemas `rows`' values name (by id), each with its Iceberg type or why it has none,
+    /// and the id of the subject's latest schema for `value_schema_latest`.
+    async fn schemas_of(
         &self,
         t: &TopicSpec,
         schemas: &dyn Schemas,
-        rows: Vec<Row>,
-    ) -> Result<(Vec<(Row, Datum)>, Vec<(Row, String)>, BTreeMap<u32, Type>), String> {
+        rows: &[Row],
+    ) -> Result<(HashMap<u32, Found>, Option<u32>), String> {
         let mut found: HashMap<u32, Found> = HashMap::new();
-        let latest = match &t.mode {
-            Mode::SchemaLatest { subject } => {
-                let subject = subject
-                    .clone()
-                    .unwrap_or_else(|| format!("{}-value", t.name));
-                let (id, parsed) = schemas
-                    .latest(&subject)
-                    .await
-                    .map_err(|e| format!("the latest schema of {subject}: {e}"))?;
-                found.insert(id, typed_schema(parsed));
-                Some(id)
-            }
-            _ => None,
-        };
-        let mut good = Vec::with_capacity(rows.len());
-        let mut bad = Vec::new();
-        for row in rows {
-            let Some(value) = row.value.clone() else {
-                // A tombstone: a row with a null value.
-                good.push((row, Datum::Null));
+        if let Mode::SchemaLatest { subject } = &t.mode {
+            let subject = subject
+                .clone()
+                .unwrap_or_else(|| format!("{}-value", t.name));
+            let (id, parsed) = schemas
+                .latest(&subject)
+                .await
+                .map_err(|e| format!("the latest schema of {subject}: {e}"))?;
+            found.insert(id, typed_schema(parsed));
+            return Ok((found, Some(id)));
+        }
+        for value in rows.iter().filter_map(|r| r.value.as_deref()) {
+            // A value without a prefix is a bad record, found again when it is decoded.
+            let Ok((id, _)) = typed::split_prefix(value) else {
                 continue;
-            };
-            let (id, data, framing) = match latest {
-                Some(id) => (id, &value[..], Framing::Bare),
-                None => match typed::split_prefix(&value) {
-                    Ok((id, data)) => (id, data, Framing::IdPrefix),
-                    Err(reason) => {
-                        bad.push((row, reason));
-                        continue;
-                    }
-                },
             };
             if let std::collections::hash_map::Entry::Vacant(slot) = found.entry(id) {
                 slot.insert(match schemas.by_id(id).await {
@@ -154,22 +143,65 @@ impl Translator {
                     Err(e) => Err(format!("schema {id}: {e}")),
                 });
             }
-            let decoded = match found.get(&id) {
-                Some(Ok((parsed, _))) => typed::decode(parsed, data, framing)
-                    .map_err(|e| format!("the value does not decode with schema {id}: {e}")),
-                Some(Err(reason)) => Err(reason.clone()),
-                None => Err(format!("schema {id} not found")),
-            };
-            match decoded {
-                Ok(d) => good.push((row, d)),
-                Err(reason) => bad.push((row, reason)),
-            }
         }
-        let types = found
+        Ok((found, None))
+    }
+
+    /// `rows`' values decoded and conformed to `table`'s value column, written a batch at a
+    /// time (a cycle's decoded values at once would be hundreds of MiB): the data files, the
+    /// number of rows in them, and the bad records with why.
+    async fn write_typed(
+        &self,
+        table: &Table,
+        rows: &[Row],
+        found: &HashMap<u32, Found>,
+        latest: Option<u32>,
+    ) -> Result<(Vec<DataFile>, usize, Vec<(Row, String)>), String> {
+        let arrow = super::arrow_schema(table)?;
+        let value_type = table
+            .metadata()
+            .current_schema()
+            .field_by_name("value")
+            .map(|f| (*f.field_type).clone())
+            .ok_or_else(|| format!("{} has no value column", table.identifier()))?;
+        let value_arrow = arrow
+            .field_with_name("value")
+            .map_err(|e| e.to_string())?
+            .data_type()
+            .clone();
+        let mut bad = Vec::new();
+        let mut kept_rows = 0;
+        let batches = key_value::chunks(rows, self.settings.batch_bytes)
             .into_iter()
-            .filter_map(|(id, f)| f.ok().map(|(_, ty)| (id, ty)))
-            .collect();
-        Ok((good, bad, types))
+            .filter_map(|range| {
+                let mut kept = Vec::with_capacity(range.len());
+                let mut values = Vec::with_capacity(range.len());
+                for row in &rows[range] {
+                    let datum = decode(row, latest, found)
+                        .and_then(|d| typed::conform(d, &value_type, "value"));
+                    match datum {
+                        Ok(d) => {
+                            kept.push(row.clone());
+                            values.push(d);
+                        }
+                        Err(reason) => bad.push((row.clone(), reason)),
+                    }
+                }
+                if kept.is_empty() {
+                    return None;
+                }
+                kept_rows += kept.len();
+                let refs: Vec<&Datum> = values.iter().collect();
+                let column = typed::columns::column(&value_arrow, &refs).map_err(|e| {
+                    iceberg::Error::new(
+                        iceberg::ErrorKind::DataInvalid,
+                        format!("the value column: {e}"),
+                    )
+                });
+                Some(column.and_then(|c| key_value::batch_with(&arrow, &kept, Some(c), None)))
+            });
+        let files = self.write(table, batches).await?;
+        Ok((files, kept_rows, bad))
     }
 
     /// The table with the columns the schemas' types add; `Ok(Err(reason))`: a schema's type
@@ -246,7 +278,7 @@ impl Translator {
         let rows: Vec<Row> = bad.iter().map(|(r, _)| r.clone()).collect();
         let reasons: Vec<String> = bad.iter().map(|(_, why)| why.clone()).collect();
         let written = self
-            .append(t, table, &rows, None, Some(&reasons), &progress)
+            .append(t, table, &rows, Some(&reasons), &progress)
             .await?;
         if written {
             self.meters.dead_letters.add(rows.len() as u64);

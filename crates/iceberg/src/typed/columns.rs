@@ -4,14 +4,15 @@
 
 use std::sync::Arc;
 
+use arrow_array::builder::{LargeBinaryBuilder, LargeStringBuilder, StringBuilder};
 use arrow_array::types::ArrowPrimitiveType;
 use arrow_array::types::{
     Date32Type, Float32Type, Float64Type, Int32Type, Int64Type, Time64MicrosecondType,
     TimestampMicrosecondType,
 };
 use arrow_array::{
-    ArrayRef, BooleanArray, Decimal128Array, FixedSizeBinaryArray, LargeBinaryArray,
-    LargeStringArray, ListArray, MapArray, PrimitiveArray, StringArray, StructArray,
+    ArrayRef, BooleanArray, Decimal128Array, FixedSizeBinaryArray, ListArray, MapArray,
+    PrimitiveArray, StructArray,
 };
 use arrow_buffer::{NullBuffer, OffsetBuffer};
 use arrow_schema::{DataType, TimeUnit};
@@ -67,12 +68,20 @@ pub fn column(ty: &DataType, values: &[&Datum]) -> Result<ArrayRef, String> {
             .with_precision_and_scale(*p, *s)
             .map_err(|e| e.to_string())?,
         ),
-        DataType::Utf8 => Arc::new(StringArray::from_iter(values.iter().map(|d| text(d)))),
+        DataType::Utf8 => {
+            let mut b = StringBuilder::with_capacity(values.len(), total(values));
+            b.extend(values.iter().map(|d| text(d)));
+            Arc::new(b.finish())
+        }
         DataType::LargeUtf8 => {
-            Arc::new(LargeStringArray::from_iter(values.iter().map(|d| text(d))))
+            let mut b = LargeStringBuilder::with_capacity(values.len(), total(values));
+            b.extend(values.iter().map(|d| text(d)));
+            Arc::new(b.finish())
         }
         DataType::LargeBinary => {
-            Arc::new(LargeBinaryArray::from_iter(values.iter().map(|d| bytes(d))))
+            let mut b = LargeBinaryBuilder::with_capacity(values.len(), total(values));
+            b.extend(values.iter().map(|d| bytes(d)));
+            Arc::new(b.finish())
         }
         DataType::FixedSizeBinary(n) => Arc::new(
             FixedSizeBinaryArray::try_from_sparse_iter_with_size(
@@ -172,6 +181,19 @@ fn primitive<T: ArrowPrimitiveType>(
     f: impl Fn(&Datum) -> Option<T::Native>,
 ) -> ArrayRef {
     Arc::new(PrimitiveArray::<T>::from_iter(values.iter().map(|d| f(d))))
+}
+
+/// The bytes of the strings and binaries among `values`: a column sized once, not grown by
+/// doubling (each doubling copies it).
+fn total(values: &[&Datum]) -> usize {
+    values
+        .iter()
+        .map(|d| match d {
+            Datum::Str(s) => s.len(),
+            Datum::Bytes(b) => b.len(),
+            _ => 0,
+        })
+        .sum()
 }
 
 fn text(d: &Datum) -> Option<&str> {
