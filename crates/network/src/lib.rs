@@ -70,8 +70,15 @@ const BEFORE_AUTHENTICATION: [i16; 3] = [17, 18, 36];
 pub struct NetworkConfig {
     /// `socket.request.max.bytes`: larger frames close the connection.
     pub max_request_bytes: usize,
-    /// Responses a connection may have outstanding before it stops reading.
+    /// Requests other than produces a connection may have unanswered before it stops reading
+    /// (a fetch's answer can be large, and answers wait behind earlier ones).
     pub max_in_flight: usize,
+    /// Produces a connection may have unanswered before it stops reading. Many more: their
+    /// answers are small, the bytes bounds below hold their requests, and on the object WAL
+    /// each waits a PUT, so a client pipelining small requests (librdkafka sends one partition
+    /// per request) needs hundreds in flight to keep up
+    /// (`docs/decisions/requests-in-flight-per-connection.md`).
+    pub max_produces_in_flight: usize,
     /// `max.connections`: connections accepted beyond this many are closed at once (0: no
     /// limit).
     pub max_connections: usize,
@@ -100,6 +107,7 @@ impl Default for NetworkConfig {
         NetworkConfig {
             max_request_bytes: 100 << 20,
             max_in_flight: 64,
+            max_produces_in_flight: 4096,
             max_connections: 10_000,
             queued_max_request_bytes: 256 << 20,
             queued_max_request_bytes_per_connection: 64 << 20,
@@ -341,6 +349,11 @@ fn kind_of(api_key: i16) -> Kind {
         k if k >= INTERNAL_KEY_BASE => Kind::Feed,
         _ => Kind::Control,
     }
+}
+
+/// Produces (and zone-forwarded produces): small answers, many may be in flight.
+fn is_produce(kind: Kind) -> bool {
+    matches!(kind, Kind::Produce | Kind::Forward)
 }
 
 /// Byte budgets for queued requests: one per connection, one shared by all.
@@ -626,8 +639,10 @@ where
         futures::stream::FuturesUnordered::new();
     let mut zone_bytes = ZoneCounters::new();
     let mut reading = true;
+    // Unanswered requests that are not produces (the rest of `pending` and `unordered` are).
+    let mut others = 0usize;
     loop {
-        let in_flight = pending.len() + unordered.len();
+        let produces = pending.len() + unordered.len() - others;
         // A client over its quota: no request is read until its throttle time has passed
         // (answers already under way still go out).
         let muted = conn.throttled_until().filter(|t| *t > Instant::now());
@@ -647,6 +662,7 @@ where
                     Some(Err(e)) => return Err(Close::Protocol(e)),
                     None => {}
                 }
+                others -= usize::from(!is_produce(held.kind));
                 drop(held);
             }
             Some((out, held)) = unordered.next(), if !unordered.is_empty() => {
@@ -656,10 +672,12 @@ where
                     wr.write_all_buf(&mut frame).await?;
                     wr.flush().await?;
                 }
+                others -= usize::from(!is_produce(held.kind));
                 drop(held);
             }
             _ = tokio::time::sleep_until(muted.unwrap_or_else(Instant::now).into()), if muted.is_some() => {}
-            frame = rx.recv(), if reading && muted.is_none() && in_flight < config.max_in_flight => match frame {
+            frame = rx.recv(), if reading && muted.is_none() && others < config.max_in_flight
+                && produces < config.max_produces_in_flight => match frame {
                 Some(Ok((frame, mut held))) => {
                     let key = frame.get(..2).map_or(-1, |k| i16::from_be_bytes([k[0], k[1]]));
                     held.kind = kind_of(key);
@@ -684,15 +702,20 @@ where
                     if !conn.internal {
                         zone_bytes.count(&*handler, &conn, kind_of(key), false, size);
                     }
+                    let other = usize::from(!is_produce(kind_of(key)));
                     match started {
                     Ok(Some((p, false))) => {
+                        others += other;
                         pending.push_back(p);
                         // A failed authentication: its answer is the last.
                         if BEFORE_AUTHENTICATION.contains(&key) && conn.closing() {
                             reading = false;
                         }
                     }
-                    Ok(Some((p, true))) => unordered.push(p),
+                    Ok(Some((p, true))) => {
+                        others += other;
+                        unordered.push(p);
+                    }
                     Ok(None) => {}
                     Err(Close::Protocol(msg)) => {
                         meters.rejected_frames.inc();

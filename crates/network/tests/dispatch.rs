@@ -27,6 +27,7 @@ use weir_network::{serve, Handler, NetworkConfig, NetworkMeters};
 /// connection is.
 struct Stub {
     produces: AtomicUsize,
+    joins: AtomicUsize,
     release: watch::Receiver<bool>,
     store: Arc<tokio::sync::Mutex<()>>,
 }
@@ -57,6 +58,7 @@ impl Handler for Stub {
                 ]),
             ))),
             RequestKind::JoinGroup(_) => {
+                self.joins.fetch_add(1, Ordering::SeqCst);
                 let store = Arc::clone(&self.store);
                 Reply::Later(Box::pin(async move {
                     let _turn = store.lock().await;
@@ -100,6 +102,7 @@ async fn start(config: NetworkConfig) -> Server {
     let (release, release_rx) = watch::channel(false);
     let stub = Arc::new(Stub {
         produces: AtomicUsize::new(0),
+        joins: AtomicUsize::new(0),
         release: release_rx,
         store: Arc::default(),
     });
@@ -137,7 +140,11 @@ fn frame(key: ApiKey, v: i16, correlation_id: i32, body: &RequestKind) -> Vec<u8
 }
 
 /// Reads one response; `None` if the connection closed.
-async fn recv(s: &mut TcpStream, key: ApiKey, v: i16) -> Option<(i32, ResponseKind)> {
+async fn recv(
+    s: &mut (impl tokio::io::AsyncRead + Unpin),
+    key: ApiKey,
+    v: i16,
+) -> Option<(i32, ResponseKind)> {
     let mut len = [0u8; 4];
     s.read_exact(&mut len).await.ok()?;
     let mut body = vec![0u8; i32::from_be_bytes(len) as usize];
@@ -401,6 +408,72 @@ async fn a_connection_stops_reading_at_its_queued_bytes_bound() {
         m.queued_request_bytes.load(Ordering::SeqCst) == 0
     })
     .await;
+}
+
+/// librdkafka sends one partition per produce request and, by default, up to a million requests
+/// in flight; on the object WAL each waits a PUT (100 ms and more). A connection that stopped
+/// reading at 64 unanswered requests capped such a producer at 64 requests per PUT, and its
+/// queue grew to seconds (`docs/decisions/requests-in-flight-per-connection.md`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_reads_hundreds_of_small_requests_while_none_is_answered() {
+    let srv = start(NetworkConfig::default()).await;
+    let (mut rd, wr) = TcpStream::connect(srv.addr)
+        .await
+        .expect("connect")
+        .into_split();
+    let n = 600;
+    flood(wr, n, 4 << 10);
+    let stub = Arc::clone(&srv.stub);
+    eventually(
+        "every request read and handed to the handler, none answered",
+        || stub.produces.load(Ordering::SeqCst) == n as usize,
+    )
+    .await;
+    assert_eq!(srv.meters.read_pauses.get(), 0, "under the bytes bound");
+    srv.release.send_replace(true);
+    answers(&mut rd, n).await;
+}
+
+/// Other requests keep the bound of 64: a fetch's answer may be large, and answers wait behind
+/// an earlier slow one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_stops_reading_at_64_unanswered_requests_other_than_produces() {
+    let srv = start(NetworkConfig::default()).await;
+    let held = Arc::clone(&srv.stub.store).lock_owned().await;
+    let (mut rd, mut wr) = TcpStream::connect(srv.addr)
+        .await
+        .expect("connect")
+        .into_split();
+    let n = 100;
+    let join = RequestKind::JoinGroup(JoinGroupRequest::default());
+    tokio::spawn(async move {
+        for i in 0..n {
+            if wr
+                .write_all(&frame(ApiKey::JoinGroup, 5, i, &join))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        std::future::pending::<()>().await;
+    });
+    let stub = Arc::clone(&srv.stub);
+    eventually("64 joins read", || stub.joins.load(Ordering::SeqCst) == 64).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(srv.stub.joins.load(Ordering::SeqCst), 64, "no more read");
+    drop(held);
+    let all = async {
+        for i in 0..n {
+            let (id, _) = recv(&mut rd, ApiKey::JoinGroup, 5)
+                .await
+                .expect("an answer");
+            assert_eq!(id, i, "answers in order");
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), all)
+        .await
+        .expect("every join answered once the lock is free");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
