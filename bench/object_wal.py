@@ -22,7 +22,10 @@ with 100 ms PUTs (BENCH_OW_JAVA_SECONDS of records). Then one producer with defa
 fast as it can go, one partition, on the object WAL with 100 ms PUTs (librdkafka for
 BENCH_OW_DURATION, Java for BENCH_OW_MAX_RECORDS records): the question is whether the PUT's
 latency caps it at a few requests per second (Little's law: throughput = data in flight /
-latency).
+latency). Then librdkafka (confluent-kafka) with its defaults (acks=all) at BENCH_OW_RATE on
+BENCH_OW_RDKAFKA_PARTITIONS partitions, without and with idempotence, on Kafka and on the
+object WAL with 100 ms PUTs: it sends one partition per request, so its latency shows how many
+requests of one connection the broker keeps in flight.
 
 Per configuration it prints produce latency p50/p99/p99.9 and end-to-end latency p50/p99 (from
 `weir perf`), and from the broker's /metrics: PUTs and bytes written to object storage per GiB
@@ -37,6 +40,8 @@ Environment (defaults in brackets):
   BENCH_OW_WARMUP [10s]  BENCH_OW_DURATION [30s]   (the maximum: the same)
   BENCH_OW_CONFIGS ["kafka weir-file weir-object weir-object-100ms"]
   BENCH_OW_MAX [1]         0: leave out the default producer's maximum
+  BENCH_OW_RDKAFKA [1]     0: leave out librdkafka's defaults at a fixed rate
+  BENCH_OW_RDKAFKA_PARTITIONS ["8 16"]
   BENCH_OW_JAVA_SECONDS [15]  BENCH_OW_MAX_RECORDS [20000]
   BENCH_OW_DIR [target/bench-object-wal]   data dirs and logs (emptied first)
   BENCH_OW_RESULTS [bench/results]
@@ -68,6 +73,9 @@ DURATION = os.environ.get("BENCH_OW_DURATION", "30s")
 CONFIGS = os.environ.get("BENCH_OW_CONFIGS",
                          "kafka weir-file weir-object weir-object-100ms").split()
 MAX = os.environ.get("BENCH_OW_MAX", "1") == "1"
+RDKAFKA = os.environ.get("BENCH_OW_RDKAFKA", "1") == "1"
+RDKAFKA_PARTITIONS = [int(p) for p in os.environ.get("BENCH_OW_RDKAFKA_PARTITIONS",
+                                                     "8 16").split()]
 SAMPLE_SECONDS = 5
 JAVA_SECONDS = int(os.environ.get("BENCH_OW_JAVA_SECONDS", "15"))
 MAX_RECORDS = int(os.environ.get("BENCH_OW_MAX_RECORDS", "20000"))
@@ -281,6 +289,86 @@ def row(r):
     return "| " + " | ".join(cells) + " |"
 
 
+def rdkafka_run(config, partitions, idempotent):
+    """librdkafka (confluent-kafka) with its defaults but acks=all (and idempotence if asked)
+    at RATE records/s of 1 KiB, round robin over `partitions`, for the warm-up and the
+    measured time; latency from produce() to the delivery report, the warm-up's left out."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    tag = f"rdkafka-{partitions}-{'idem' if idempotent else 'default'}"
+    root = os.path.join(WORK, f"{config}-{tag}")
+    b, s3 = start(config, root)
+    try:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        admin.create_topics([NewTopic("rd", partitions)])["rd"].result(60)
+        conf = {"bootstrap.servers": b.bootstrap, "acks": "all"}
+        if idempotent:
+            conf["enable.idempotence"] = True
+        producer = Producer(conf)
+        before = metrics(b) if b.kind == "weir" else {}
+        warmup, duration = seconds(WARMUP), seconds(DURATION)
+        latencies = []
+        payload = os.urandom(1024)
+        t0 = time.monotonic()
+        sent = 0
+
+        def report(err, _msg, at):
+            if err is None and at - t0 >= warmup:
+                latencies.append(time.monotonic() - at)
+
+        while (now := time.monotonic()) - t0 < warmup + duration:
+            while sent < int((now - t0) * RATE):
+                at = time.monotonic()
+                producer.produce("rd", payload, partition=sent % partitions,
+                                 on_delivery=lambda e, m, at=at: report(e, m, at))
+                sent += 1
+            producer.poll(0.001)
+        producer.flush(120)
+        elapsed = time.monotonic() - t0
+        after = metrics(b) if b.kind == "weir" else {}
+    finally:
+        b.stop()
+        if s3 is not None:
+            s3.kill()
+            shutil.rmtree(s3.root, ignore_errors=True)
+    latencies.sort()
+
+    def q(x):
+        return latencies[min(len(latencies) - 1, int(x * len(latencies)))] * 1000
+
+    return {"config": config, "partitions": partitions, "idempotent": idempotent,
+            "records": len(latencies), "p50": q(0.5), "p99": q(0.99), "p999": q(0.999),
+            "before": before, "after": after, "elapsed": elapsed}
+
+
+def seconds(text):
+    return float(text[:-1]) if text.endswith("s") else float(text)
+
+
+def rdkafka_section(runs):
+    lines = ["", "## librdkafka's defaults at a fixed rate", "",
+             f"confluent-kafka (librdkafka) with its defaults but acks=all: one partition per "
+             f"produce request, up to 1,000,000 requests in flight (5 with idempotence), "
+             f"linger.ms=5; {RATE:,} records/s of 1 KiB round robin over the partitions, "
+             f"{WARMUP} warm-up, {DURATION} measured (delivery reports). The goal on the object "
+             "WAL with 100 ms PUTs: a p99 at most 2.5 PUTs (250 ms) at 16 partitions with the "
+             "defaults.", "",
+             "| broker | partitions | idempotent | produce p50 ms | p99 ms | p99.9 ms | p99 / PUT "
+             "| object WAL objects/s | produce requests/s |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for r in runs:
+        objects = delta(r, "weir_object_wal_objects_total") if r["after"] else 0
+        reqs = delta(r, 'weir_requests_total{api_key="0"}') if r["after"] else 0
+        ratio = (f"{r['p99'] / 100:.2f}x" if r["config"].endswith("-100ms") else "-")
+        lines.append(f"| {r['config']} | {r['partitions']} | "
+                     f"{'yes' if r['idempotent'] else 'no'} | {fmt(r['p50'], 0)} | "
+                     f"{fmt(r['p99'], 0)} | {fmt(r['p999'], 0)} | {ratio} | "
+                     f"{fmt(objects / r['elapsed'], 1) if objects else '-'} | "
+                     f"{fmt(reqs / r['elapsed'], 0) if reqs else '-'} |")
+    return lines
+
+
 def main():
     if not os.environ.get("WEIR_BIN"):
         raise SystemExit("object_wal.py: set WEIR_BIN to the weir binary")
@@ -303,6 +391,8 @@ def main():
     most = run("weir-object-100ms", 1, 0, "max") if MAX else None
     java_most = (java_run("weir-object-100ms", 1, MAX_RECORDS, -1, ["acks=all"], "java-max")
                  if MAX else None)
+    rdkafka = ([rdkafka_run(c, n, idem) for c in ("kafka", "weir-object-100ms")
+                for n in RDKAFKA_PARTITIONS for idem in (False, True)] if RDKAFKA else [])
 
     head = ("| broker | produce MiB/s | produce p50 ms | p99 ms | p99.9 ms | end-to-end p50 ms "
             "| p99 ms | PUTs per GiB | bytes written per byte produced | object WAL bytes per "
@@ -369,6 +459,8 @@ def main():
         lines += ["", "Inkless (KIP-1150's diskless topics) reports about 3 requests per second "
                   "for a default producer on its object WAL. (Latencies here include the time "
                   "records queue in the producer, which grows while it runs at its maximum.)"]
+    if rdkafka:
+        lines += rdkafka_section(rdkafka)
     lines += ["", "Reproduce: `WEIR_BIN=target/release/weir python3 bench/object_wal.py` "
               "(make bench-object-wal). Commands:", ""]
     lines += [f"- {r['config']}: `{r['cmd']}`"
