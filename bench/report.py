@@ -17,8 +17,10 @@ import sys
 BROKERS = ("kafka", "weir", "weir-s3")
 WEIRS = ("weir", "weir-s3")
 NAMES = {"kafka": "Kafka", "weir": "Weir", "weir-s3": "Weir (S3)"}
-# AutoMQ's published monthly bills for its comparison workload (1 GiB/s in and out, 3 days).
-AUTOMQ_S3_WAL = 12_900
+# AutoMQ's published monthly bills for its comparison workload (1 GiB/s in and out, 3 days):
+# AutoMQ open source (S3 WAL), AutoMQ with an FSx WAL, and Apache Kafka.
+AUTOMQ_S3_WAL = 12_899
+AUTOMQ_FSX = 17_850
 AUTOMQ_KAFKA = 226_700
 
 
@@ -400,15 +402,18 @@ def main():
         cost_md += [
             "| per month | `weir cost` | AutoMQ's published figure |",
             "|---|---:|---:|",
-            f"| Weir / AutoMQ with an S3 WAL | "
+            f"| Weir / AutoMQ open source (S3 WAL) | "
             f"{'$' + format(totals[0], ',.0f') if totals else '-'} | ${AUTOMQ_S3_WAL:,} |",
+            f"| Weir / AutoMQ with an FSx WAL | "
+            f"{'$' + format(totals[0], ',.0f') if totals else '-'} | ${AUTOMQ_FSX:,} |",
             f"| Apache Kafka, 3 replicas in 3 zones | "
             f"{'$' + format(totals[1], ',.0f') if totals else '-'} | ${AUTOMQ_KAFKA:,} |",
             "",
-            "- `weir cost` counts compute only when given `--brokers` and `--instance-hourly` "
-            "(here: none, $0 for both Weir and Kafka), so its totals are storage, requests and "
-            "cross-zone traffic; AutoMQ's figures are its own estimates of whole deployments, "
-            "quoted as published, not recomputed here.",
+            "- `weir cost` sizes compute from CPU seconds per GiB: r6in.large brokers (AutoMQ's "
+            "comparison's, $0.17433/h) at half their vCPUs, at least three; Weir's and Kafka's "
+            "CPU per GiB from `make bench`'s workload (a) (the file `weir cost` names), Kafka "
+            "moving each produced byte five times with three replicas. AutoMQ's figures are its "
+            "own estimates of whole deployments, quoted as published, not recomputed here.",
         ]
 
     name = os.path.basename(os.path.normpath(run_dir))

@@ -13,6 +13,15 @@
 //! reads of recent data come from the log cache (no GET) and catch-up reads (`--catchup-share`
 //! of reads) cost one GET per `--readahead-mib`. With zone-aware clients (`weir_az=` in
 //! `client.id`) no data crosses zones: object storage is regional.
+//!
+//! Compute ([`compute`]): brokers of `--instance` (r6in.large) at `--target-utilization` (0.5)
+//! of their vCPUs for the CPU seconds each system spends per GiB it moves: Weir's from the
+//! broker's own meters when scraped, else from the benchmark both systems ran
+//! ([`compute::BENCH_SOURCE`]); Kafka's from that benchmark. Kafka moves each produced byte five
+//! times (the produce, two followers' fetches and two followers' appends), Weir once; at least
+//! three brokers each (three zones).
+
+pub mod compute;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -57,12 +66,29 @@ pub struct CostArgs {
     /// Clients are not zone-aware: 2/3 of produce and consume traffic crosses zones (3 zones).
     #[arg(long)]
     pub not_zone_aware: bool,
-    /// Brokers, for compute.
-    #[arg(long, default_value_t = 0)]
-    pub brokers: u32,
-    /// Price of one broker instance, $/hour.
-    #[arg(long, default_value_t = 0.0)]
-    pub instance_hourly: f64,
+    /// Brokers of each system, instead of sizing them from CPU.
+    #[arg(long)]
+    pub brokers: Option<u32>,
+    /// Broker instance type (its vCPUs and $/hour from the table in `compute.rs`).
+    #[arg(long, default_value = "r6in.large")]
+    pub instance: String,
+    /// Price of one broker instance, $/hour (default: the instance type's).
+    #[arg(long)]
+    pub instance_hourly: Option<f64>,
+    /// vCPUs of one broker instance (default: the instance type's).
+    #[arg(long)]
+    pub instance_vcpus: Option<f64>,
+    /// Share of a broker's vCPUs the sizing plans to use.
+    #[arg(long, default_value_t = 0.5)]
+    pub target_utilization: f64,
+    /// Weir's broker CPU seconds per GiB produced + consumed (default: measured from the
+    /// scraped broker, else the benchmark's).
+    #[arg(long)]
+    pub weir_cpu_s_per_gib: Option<f64>,
+    /// Kafka's broker CPU seconds per GiB produced + consumed, one replica (default: the
+    /// benchmark's).
+    #[arg(long)]
+    pub kafka_cpu_s_per_gib: Option<f64>,
     /// Object storage, $/GB-month.
     #[arg(long, default_value_t = 0.023)]
     pub storage_price: f64,
@@ -109,6 +135,9 @@ pub struct Rates {
     /// Bytes that crossed zones, from the broker's meters (`weir_net_bytes_total`); `None`
     /// for a described workload, which assumes zone-aware clients (or `--not-zone-aware`).
     pub cross_zone_bytes: Option<f64>,
+    /// The broker's CPU seconds per GiB produced + consumed, from its meters
+    /// (`process_cpu_seconds_total`); `None` for a described workload.
+    pub cpu_s_per_gib: Option<f64>,
 }
 
 /// One line of the bill.
@@ -129,6 +158,7 @@ pub fn model(a: &CostArgs, write_bytes: f64) -> Rates {
         puts: write_bytes / part * (1.0 + a.compaction_rewrites),
         gets: write_bytes / part * a.compaction_rewrites + catchup / (a.readahead_mib * MIB),
         cross_zone_bytes: None,
+        cpu_s_per_gib: None,
     }
 }
 
@@ -163,15 +193,94 @@ pub fn weir_bill(a: &CostArgs, r: &Rates) -> Vec<Line> {
             dollars: cross_gib * a.cross_zone_price,
         },
     ];
-    lines.push(compute(a));
+    lines.push(compute_line(a, &weir_sizing(a, r)));
     lines
 }
 
-fn compute(a: &CostArgs) -> Line {
+/// The instance type priced: `--instance`, with `--instance-vcpus` and `--instance-hourly`
+/// over its figures (an unknown type needs both).
+pub fn instance(a: &CostArgs) -> anyhow::Result<compute::Instance> {
+    let known = compute::instance(&a.instance);
+    let (vcpus, hourly) = match (known, a.instance_vcpus, a.instance_hourly) {
+        (_, Some(v), Some(h)) => (v, h),
+        (Some(i), v, h) => (v.unwrap_or(i.vcpus), h.unwrap_or(i.hourly)),
+        (None, _, _) => bail!(
+            "unknown instance type {:?}: give --instance-vcpus and --instance-hourly, or one of {}",
+            a.instance,
+            compute::INSTANCES
+                .iter()
+                .map(|i| i.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    if vcpus <= 0.0 || hourly < 0.0 {
+        bail!("--instance-vcpus must be above 0 and --instance-hourly at least 0");
+    }
+    Ok(compute::Instance {
+        name: known.map_or("custom", |i| i.name),
+        vcpus,
+        hourly,
+    })
+}
+
+fn sized(a: &CostArgs, cpu: f64, source: String, gib_per_s: f64) -> compute::Sizing {
+    // An unknown type without both overrides is refused in `run` before any bill is made.
+    let vcpus = instance(a).map_or(2.0, |i| i.vcpus);
+    let mut s = compute::size(
+        cpu,
+        source,
+        gib_per_s,
+        vcpus,
+        a.target_utilization,
+        compute::MIN_BROKERS,
+    );
+    if let Some(n) = a.brokers {
+        (s.brokers, s.bound) = (n, "given");
+    }
+    s
+}
+
+/// Weir's brokers: its CPU per GiB over the bytes produced and consumed.
+pub fn weir_sizing(a: &CostArgs, r: &Rates) -> compute::Sizing {
+    let (cpu, source) = match (a.weir_cpu_s_per_gib, r.cpu_s_per_gib) {
+        (Some(c), _) => (c, "--weir-cpu-s-per-gib".to_string()),
+        (None, Some(c)) => (c, "the broker's meters".to_string()),
+        (None, None) => (
+            compute::WEIR_CPU_S_PER_GIB,
+            compute::BENCH_SOURCE.to_string(),
+        ),
+    };
+    let mut s = sized(a, cpu, source, (r.write_bytes + r.read_bytes) / GIB);
+    // Clients' bytes, and object storage's: each byte PUT once and again per compaction
+    // rewrite, read back by compaction and by catch-up reads.
+    s.nic_bytes_per_s = r.write_bytes * (2.0 + 2.0 * a.compaction_rewrites)
+        + r.read_bytes * (1.0 + a.catchup_share);
+    s
+}
+
+/// Kafka's brokers: its CPU per GiB over the bytes it moves, each produced byte five times with
+/// three replicas (the produce, two followers' fetches, two followers' appends).
+pub fn kafka_sizing(a: &CostArgs, r: &Rates) -> compute::Sizing {
+    let (cpu, source) = match a.kafka_cpu_s_per_gib {
+        Some(c) => (c, "--kafka-cpu-s-per-gib".to_string()),
+        None => (
+            compute::KAFKA_CPU_S_PER_GIB,
+            compute::BENCH_SOURCE.to_string(),
+        ),
+    };
+    let mut s = sized(a, cpu, source, (5.0 * r.write_bytes + r.read_bytes) / GIB);
+    // Clients' bytes, and each produced byte out of the leader twice and into followers twice.
+    s.nic_bytes_per_s = 5.0 * r.write_bytes + r.read_bytes;
+    s
+}
+
+fn compute_line(a: &CostArgs, s: &compute::Sizing) -> Line {
+    let (name, hourly) = instance(a).map_or(("?", 0.0), |i| (i.name, i.hourly));
     Line {
         item: "compute",
-        quantity: format!("{} brokers at ${}/h", a.brokers, a.instance_hourly),
-        dollars: f64::from(a.brokers) * a.instance_hourly * 24.0 * 30.0,
+        quantity: format!("{} x {name} at ${hourly}/h", s.brokers),
+        dollars: f64::from(s.brokers) * hourly * 24.0 * 30.0,
     }
 }
 
@@ -194,7 +303,7 @@ pub fn kafka_bill(a: &CostArgs, r: &Rates) -> Vec<Line> {
             quantity: format!("{cross_gib:.0} GiB"),
             dollars: cross_gib * a.cross_zone_price,
         },
-        compute(a),
+        compute_line(a, &kafka_sizing(a, r)),
     ]
 }
 
@@ -245,6 +354,11 @@ pub fn rates_between(
         (after.get(k).copied().unwrap_or(0.0) - before.get(k).copied().unwrap_or(0.0)).max(0.0)
             / secs
     };
+    let moved_gib = (d("weir_produce_bytes_total") + d("weir_fetch_bytes_total")) * secs / GIB;
+    let cpu = after
+        .contains_key("process_cpu_seconds_total")
+        .then(|| d("process_cpu_seconds_total") * secs)
+        .filter(|_| moved_gib > 0.0);
     Rates {
         write_bytes: d("weir_produce_bytes_total"),
         read_bytes: d("weir_fetch_bytes_total"),
@@ -253,6 +367,7 @@ pub fn rates_between(
         gets: d("weir_object_requests_total{kind=\"get\"}"),
         cross_zone_bytes: cross_zone(after)
             .map(|a| (a - cross_zone(before).unwrap_or(0.0)).max(0.0) / secs),
+        cpu_s_per_gib: cpu.map(|c| c / moved_gib),
     }
 }
 
@@ -302,7 +417,27 @@ fn print_bill(out: &mut impl Write, title: &str, lines: &[Line]) -> std::io::Res
     )
 }
 
+/// How each system's brokers were counted.
+fn print_sizing(out: &mut impl Write, system: &str, s: &compute::Sizing) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "  {system}: {:.2} CPU s/GiB ({}) x {:.2} GiB/s moved = {:.1} vCPUs busy; {} brokers ({}); \
+         network in + out {:.1} Gbit/s per broker (not sized for: check the instance's)",
+        s.cpu_s_per_gib,
+        s.cpu_source,
+        s.gib_per_s,
+        s.cores,
+        s.brokers,
+        s.bound,
+        s.nic_bytes_per_s * 8.0 / 1e9 / f64::from(s.brokers.max(1))
+    )
+}
+
 pub fn run(a: CostArgs) -> anyhow::Result<()> {
+    let inst = instance(&a)?;
+    if !(a.target_utilization > 0.0 && a.target_utilization <= 1.0) {
+        bail!("--target-utilization must be above 0 and at most 1");
+    }
     let rates = if let Some(url) = &a.metrics_url {
         let before = scrape(url)?;
         std::thread::sleep(a.window);
@@ -341,6 +476,21 @@ pub fn run(a: CostArgs) -> anyhow::Result<()> {
         &mut out,
         "Apache Kafka (3 replicas on block storage, 3 zones):",
         &kafka,
+    )?;
+    writeln!(
+        out,
+        "Compute: {} ({} vCPUs, ${}/h) at {:.0}% of their vCPUs, at least {} brokers (three zones):",
+        inst.name,
+        inst.vcpus,
+        inst.hourly,
+        a.target_utilization * 100.0,
+        compute::MIN_BROKERS
+    )?;
+    print_sizing(&mut out, "Weir", &weir_sizing(&a, &rates))?;
+    print_sizing(
+        &mut out,
+        "Kafka (each produced byte moved 5 times)",
+        &kafka_sizing(&a, &rates),
     )?;
     let (w, k) = (total(&weir), total(&kafka));
     if k > 0.0 {
@@ -394,6 +544,76 @@ mod tests {
         assert!(total(&kafka) > 10.0 * total(&weir));
     }
 
+    /// Compute is sized from CPU per GiB: AutoMQ's workload moves 2 GiB/s through Weir's
+    /// brokers and 6 GiB/s through Kafka's (each produced byte five times).
+    #[test]
+    fn brokers_sized_from_cpu_per_gib() {
+        let a = args(&["--write-mib-s", "1024", "--read-mib-s", "1024"]);
+        let r = model(&a, 1024.0 * MIB);
+        let w = weir_sizing(&a, &r);
+        assert_eq!(w.cpu_s_per_gib, compute::WEIR_CPU_S_PER_GIB);
+        assert!((w.gib_per_s - 2.0).abs() < 1e-9);
+        // 1.55 x 2 = 3.1 vCPUs, one per r6in.large at 50%: 4 brokers.
+        assert_eq!((w.brokers, w.bound), (4, "CPU"));
+        let k = kafka_sizing(&a, &r);
+        // 2.62 x 6 = 15.72 vCPUs: 16 brokers.
+        assert_eq!((k.brokers, k.bound), (16, "CPU"));
+        let line = weir_bill(&a, &r).pop().expect("compute");
+        assert_eq!(line.item, "compute");
+        assert!((line.dollars - 4.0 * 0.17433 * 720.0).abs() < 1e-6);
+        // A small workload still has a broker in each zone.
+        let small = model(&a, 10.0 * MIB);
+        assert_eq!(weir_sizing(&a, &small).bound, "minimum");
+        assert_eq!(weir_sizing(&a, &small).brokers, 3);
+        // Given counts and prices win.
+        let a = args(&[
+            "--write-mib-s",
+            "1024",
+            "--brokers",
+            "7",
+            "--instance",
+            "m6i.xlarge",
+            "--instance-hourly",
+            "0.2",
+        ]);
+        let line = kafka_bill(&a, &r).pop().expect("compute");
+        assert!((line.dollars - 7.0 * 0.2 * 720.0).abs() < 1e-6);
+        assert_eq!(instance(&a).expect("known").vcpus, 4.0);
+        assert!(instance(&args(&["--instance", "x9.huge"])).is_err());
+        assert!(instance(&args(&[
+            "--instance",
+            "x9.huge",
+            "--instance-vcpus",
+            "8",
+            "--instance-hourly",
+            "1"
+        ]))
+        .is_ok());
+    }
+
+    #[test]
+    fn weir_cpu_per_gib_comes_from_the_scraped_broker() {
+        let before = parse_metrics(
+            "weir_produce_bytes_total 0\nweir_fetch_bytes_total 0\nprocess_cpu_seconds_total 10\n",
+        );
+        let after = parse_metrics(&format!(
+            "weir_produce_bytes_total {}\nweir_fetch_bytes_total {}\nprocess_cpu_seconds_total 13\n",
+            GIB,
+            GIB
+        ));
+        let r = rates_between(&before, &after, 10.0);
+        // 3 CPU seconds for 2 GiB moved.
+        assert_eq!(r.cpu_s_per_gib, Some(1.5));
+        let a = args(&[]);
+        assert_eq!(weir_sizing(&a, &r).cpu_source, "the broker's meters");
+        // A broker without the meter: the benchmark's figure.
+        let old = parse_metrics(&format!("weir_produce_bytes_total {GIB}\n"));
+        assert_eq!(
+            rates_between(&HashMap::new(), &old, 1.0).cpu_s_per_gib,
+            None
+        );
+    }
+
     #[test]
     fn rates_from_two_scrapes() {
         let before = parse_metrics(
@@ -409,6 +629,7 @@ mod tests {
                 puts: 2.0,
                 gets: 1.0,
                 cross_zone_bytes: None,
+                cpu_s_per_gib: None,
             }
         );
     }

@@ -246,6 +246,31 @@ where
     }
 }
 
+/// One unlabelled fractional counter read at scrape time (nothing when the read fails).
+struct FloatCounterRead<F>(F);
+
+impl<F> fmt::Debug for FloatCounterRead<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("FloatCounterRead")
+    }
+}
+
+impl<F> EncodeMetric for FloatCounterRead<F>
+where
+    F: Fn() -> Option<f64> + Send + Sync + 'static,
+{
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), fmt::Error> {
+        if let Some(v) = (self.0)() {
+            encoder.encode_counter::<NoLabelSet, _, f64>(&v, None)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Counter
+    }
+}
+
 /// What a meter is, for the list of meters (`GET /v1/meters`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MeterInfo {
@@ -366,6 +391,17 @@ impl Registry {
             .register(name, trim(help), Read(read, MetricType::Gauge));
     }
 
+    /// `<name>_total` without Weir's prefix (the process's meters, named as Prometheus's
+    /// client libraries name them): a count in seconds or other fractional units, read when
+    /// scraped.
+    pub fn process_counter<F>(&mut self, name: &str, help: &str, read: F)
+    where
+        F: Fn() -> Option<f64> + Send + Sync + 'static,
+    {
+        self.note(format!("{name}_total"), "counter", help);
+        self.bare.register(name, trim(help), FloatCounterRead(read));
+    }
+
     /// Every meter registered, in the order registered.
     pub fn meters(&self) -> &[MeterInfo] {
         &self.meters
@@ -450,6 +486,7 @@ mod tests {
             )]
         });
         r.process_gauge("process_threads", "Threads.", || Some(7u64));
+        r.process_counter("process_cpu_seconds", "CPU.", || Some(1.5));
         c.add(3);
         g.store(9, Ordering::Relaxed);
         h.record_micros(1000);
@@ -465,6 +502,7 @@ mod tests {
             "weir_requests_total{kind=\"put\"} 1\nweir_requests_total{kind=\"get\"} 0\n",
             "weir_rate{topic=\"t\",partition=\"0\"} 1.5\n",
             "# TYPE process_threads gauge\nprocess_threads 7\n",
+            "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 1.5\n",
         ] {
             assert!(page.contains(line), "{line:?} not in\n{page}");
         }
@@ -475,7 +513,7 @@ mod tests {
                 m.name
             );
         }
-        assert_eq!(r.meters().len(), 6);
+        assert_eq!(r.meters().len(), 7);
     }
 
     #[test]

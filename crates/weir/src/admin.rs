@@ -878,6 +878,12 @@ pub fn register_process_meters(r: &mut weir_metrics::Registry) {
         "Resident memory of the broker process.",
         || proc_status("VmRSS:").map(|kib| kib * 1024),
     );
+    // For CPU seconds per GiB (`weir cost` sizes brokers with it).
+    r.process_counter(
+        "process_cpu_seconds",
+        "CPU time the broker process has used, user and system, in seconds.",
+        process_cpu_seconds,
+    );
     // What the allocator says: live allocations against what it keeps resident (a soak's
     // growing RSS is a leak only if the first grows too).
     r.process_gauge(
@@ -922,6 +928,20 @@ fn jemalloc_stat(read: fn() -> tikv_jemalloc_ctl::Result<usize>) -> Option<u64> 
 }
 
 /// A number from `/proc/self/status` (`None` where there is none).
+/// User and system CPU time of the whole process (every thread), in seconds.
+fn process_cpu_seconds() -> Option<f64> {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: getrusage writes a whole rusage into the pointer it is given, and nothing else.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: getrusage returned 0, so it filled `usage`.
+    let usage = unsafe { usage.assume_init() };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Some(secs(usage.ru_utime) + secs(usage.ru_stime))
+}
+
 fn proc_status(name: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with(name))?;
