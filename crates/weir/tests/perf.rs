@@ -90,3 +90,68 @@ fn settle_is_refused_without_consumers_or_in_catch_up_mode() {
         );
     }
 }
+
+/// `weir cost --metrics-url` against a broker under `weir perf`'s load: the rates and the
+/// broker's CPU per GiB come from its meters, and compute is sized from them.
+#[test]
+fn cost_sizes_compute_from_a_scraped_brokers_cpu() {
+    let broker = Broker::start(&[]);
+    let bootstrap = broker.bootstrap();
+    let load = std::thread::spawn(move || {
+        perf(&[
+            "--bootstrap-servers",
+            &bootstrap,
+            "--topic-prefix",
+            "cost",
+            "--partitions",
+            "4",
+            "--rate",
+            "2000",
+            "--record-size",
+            "1024",
+            "--warmup",
+            "0s",
+            "--duration",
+            "8s",
+            "--quiet",
+        ])
+    });
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let cost = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args([
+            "cost",
+            "--metrics-url",
+            &format!("http://127.0.0.1:{}/metrics", broker.admin),
+            "--window",
+            "3s",
+        ])
+        .output()
+        .expect("run weir cost");
+    let run = load.join().expect("weir perf");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let out = String::from_utf8_lossy(&cost.stdout);
+    assert!(
+        cost.status.success(),
+        "weir cost failed: {out}\n{}",
+        String::from_utf8_lossy(&cost.stderr)
+    );
+    let weir = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("Weir:"))
+        .unwrap_or_else(|| panic!("no sizing of Weir's brokers in\n{out}"));
+    assert!(weir.contains("(the broker's meters)"), "{weir}");
+    let cpu: f64 = weir
+        .trim_start()
+        .trim_start_matches("Weir: ")
+        .split(' ')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no CPU per GiB in {weir}"));
+    assert!(cpu > 0.0, "{weir}");
+    assert!(out.contains("3 x r6in.large"), "{out}");
+    broker.assert_no_panic();
+}
