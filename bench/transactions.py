@@ -42,6 +42,26 @@ def committed(m):
                if k.startswith("weir_transactions_total") and 'event="committed"' in k)
 
 
+def end_latency(before, after, q):
+    """The q-quantile of EndTxn's latency in ms over the run, from the upper bounds of
+    weir_transaction_end_seconds' buckets (power-of-two microseconds), or None."""
+    prefix = 'weir_transaction_end_seconds_bucket{le="'
+    buckets = []
+    for k, v in after.items():
+        if k.startswith(prefix):
+            le = k[len(prefix):].split('"')[0]
+            bound = float("inf") if le == "+Inf" else float(le)
+            buckets.append((bound, v - before.get(k, 0.0)))
+    buckets.sort()
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    total = buckets[-1][1]
+    for bound, n in buckets:
+        if n >= q * total:
+            return bound * 1000
+    return None
+
+
 def main():
     rows = []
     for config in CONFIGS:
@@ -55,6 +75,8 @@ def main():
             txns = committed(r["after"]) - committed(r["before"])
             producing = RECORDS / r["records_per_sec"] if r["records_per_sec"] > 0 else 0
             r["txn_per_sec"] = txns / producing if producing > 0 else 0
+            r["end_p50"] = end_latency(r["before"], r["after"], 0.5)
+            r["end_p99"] = end_latency(r["before"], r["after"], 0.99)
         rows.append(r)
         print(f"bench: {config}: {r['records_per_sec']:.0f} records/s, "
               f"{r['mib_per_sec']:.1f} MiB/s, p50 {r['p50']:.0f} ms, p99 {r['p99']:.0f} ms",
@@ -65,12 +87,16 @@ def main():
              f"{PARTITIONS} partitions, acks=all, linger.ms=5, a commit every {DURATION_MS} ms "
              "(Transactions V2 on both). `WEIR_BIN=target/release/weir bench/transactions.py`",
              "", "| config | records/s | MiB/s | vs Kafka | p50 ms | p99 ms | p99.9 ms | "
-             "commits/s (Weir's count) |", "|---|---|---|---|---|---|---|---|"]
+             "commits/s (Weir's count) | EndTxn p50 / p99 ms (Weir's histogram: bucket bounds) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ratio = f"{r['records_per_sec'] / base['records_per_sec']:.2f}x" if base else "-"
         tps = f"{r['txn_per_sec']:.1f}" if "txn_per_sec" in r else "-"
+        end = (f"{r['end_p50']:.1f} / {r['end_p99']:.1f}" if r.get("end_p99") is not None
+               else "-")
         lines.append(f"| {r['config']} | {r['records_per_sec']:.0f} | {r['mib_per_sec']:.1f} | "
-                     f"{ratio} | {r['p50']:.0f} | {r['p99']:.0f} | {r['p999']:.0f} | {tps} |")
+                     f"{ratio} | {r['p50']:.0f} | {r['p99']:.0f} | {r['p999']:.0f} | {tps} | "
+                     f"{end} |")
     lines += ["", "Commands:", ""] + [f"- {r['config']}: `{r['cmd']}`" for r in rows]
     text = "\n".join(lines) + "\n"
     print(text)

@@ -34,7 +34,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kafka_protocol::ResponseError;
 use weir_meta::{MetaError, MetaStore, TxnRecord, TxnState};
-use weir_metrics::Counter;
+use weir_metrics::{Counter, Histogram};
 
 pub use ids::ProducerIds;
 
@@ -102,6 +102,8 @@ pub struct TxnMeters {
     pub timed_out: Counter,
     pub markers: Counter,
     pub add_conflicts: Counter,
+    /// EndTxn from the request to the answer.
+    pub end_latency: Histogram,
 }
 
 impl TxnMeters {
@@ -127,6 +129,11 @@ impl TxnMeters {
             "transaction_add_conflicts",
             "Partitions' joins to their transaction (Transactions V2) that lost a compare-and-set on the transaction's record to another broker and were tried again.",
             &self.add_conflicts,
+        );
+        r.histogram(
+            "transaction_end",
+            "EndTxn requests this broker coordinated, from the request to the answer: the decision stored, the markers written and the transaction completed.",
+            &self.end_latency,
         );
     }
 }
@@ -483,6 +490,20 @@ impl TxnCoordinator {
     /// is the producer id and epoch the client goes on with; otherwise the answer is the ones
     /// it sent.
     pub async fn end_txn(
+        &self,
+        id: &str,
+        pid: i64,
+        epoch: i16,
+        commit: bool,
+        v2: bool,
+    ) -> Result<(i64, i16), ResponseError> {
+        let began = std::time::Instant::now();
+        let answer = self.end(id, pid, epoch, commit, v2).await;
+        self.meters.end_latency.record(began.elapsed());
+        answer
+    }
+
+    async fn end(
         &self,
         id: &str,
         pid: i64,

@@ -99,6 +99,8 @@ async fn a_transaction_commits_with_a_marker_in_each_partition() {
         c.end_txn("tx", pid, epoch, false, false).await,
         Err(ResponseError::InvalidTxnState)
     );
+    // Each EndTxn is timed, the refused one too.
+    assert_eq!(c.meters.end_latency.snapshot().count, 3);
     // The next transaction starts with only its own partitions.
     c.add_partitions("tx", pid, epoch, &[p("c", 0)])
         .await
