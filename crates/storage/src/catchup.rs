@@ -21,7 +21,7 @@ use crate::error::{Result, StorageError};
 
 /// The catch-up reads' runtime; without one (`nice` 0) reads run where they are awaited.
 pub(crate) struct CatchupRuntime {
-    runtime: Option<tokio::runtime::Runtime>,
+    runtime: Option<BackgroundRuntime>,
 }
 
 impl CatchupRuntime {
@@ -74,11 +74,7 @@ impl CatchupRuntime {
 /// `nice` steps below the calling thread (Linux: a thread's own nice value): for the broker's
 /// work that can wait (catch-up reads, uploads, Iceberg translation), which then never holds up
 /// the produce path's threads and gets what they leave.
-pub fn niced_runtime(
-    name: &str,
-    threads: usize,
-    nice: i32,
-) -> std::io::Result<tokio::runtime::Runtime> {
+pub fn niced_runtime(name: &str, threads: usize, nice: i32) -> std::io::Result<BackgroundRuntime> {
     // Fixed here, from the broker's own value: a thread the runtime starts inherits the nice
     // value of the thread that starts it, which for blocking threads is often one of its own
     // niced workers, so lowering "from the current value" lowered those twice.
@@ -93,6 +89,30 @@ pub fn niced_runtime(
             }
         })
         .build()
+        .map(|rt| BackgroundRuntime(Some(rt)))
+}
+
+/// A runtime that shuts down without waiting when dropped: its owner may be dropped inside
+/// another runtime (an engine closed in a task, a task aborted when the broker starts again),
+/// where tokio's blocking shutdown panics.
+#[derive(Debug)]
+pub struct BackgroundRuntime(Option<tokio::runtime::Runtime>);
+
+impl std::ops::Deref for BackgroundRuntime {
+    type Target = tokio::runtime::Runtime;
+
+    fn deref(&self) -> &tokio::runtime::Runtime {
+        // Taken only by drop.
+        self.0.as_ref().expect("the runtime is there until dropped")
+    }
+}
+
+impl Drop for BackgroundRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 /// Runs the CPU-bound `work` on a blocking thread of the caller's runtime, at the broker's
@@ -113,15 +133,6 @@ fn joined<T>(got: std::result::Result<T, tokio::task::JoinError>) -> Result<T> {
         Err(e) => Err(StorageError::Internal(format!(
             "a catch-up read or an upload panicked: {e}"
         ))),
-    }
-}
-
-impl Drop for CatchupRuntime {
-    fn drop(&mut self) {
-        // The engine may be dropped inside another runtime, where a blocking shutdown panics.
-        if let Some(rt) = self.runtime.take() {
-            rt.shutdown_background();
-        }
     }
 }
 
@@ -185,6 +196,26 @@ mod tests {
         assert_eq!(got, (before + 7).min(19));
         // Dropped inside a runtime without panicking.
         drop(niced);
+    }
+
+    /// The Iceberg translator's task owns its niced runtime; a broker replaced while its session
+    /// lapsed aborts its tasks and starts again, and the runtime was then dropped inside the
+    /// aborted task: tokio panics when a runtime is dropped in an async context (a chaos run's
+    /// pause fault found it).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_niced_runtime_dropped_with_an_aborted_task_does_not_panic() {
+        let runtime = niced_runtime("weir-test", 1, 1).expect("runtime");
+        let work = runtime.spawn(std::future::pending::<()>());
+        let (started, running) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let _owned = runtime;
+            let _ = started.send(());
+            let _ = work.await;
+        });
+        running.await.expect("the task started");
+        task.abort();
+        let e = task.await.expect_err("aborted");
+        assert!(e.is_cancelled(), "{e}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]

@@ -63,7 +63,7 @@ mod stream;
 mod streams;
 mod upload;
 
-pub use catchup::niced_runtime;
+pub use catchup::{niced_runtime, BackgroundRuntime};
 pub use compaction::Rewritten;
 pub use config::{Retention, StorageConfig, WalKind};
 pub use engine::{

@@ -237,8 +237,9 @@ pub fn start(
             .context("starting the Iceberg translator's runtime")?;
     let work = runtime.spawn(translator.run(tick, shutdown));
     Ok(Some(tokio::spawn(async move {
+        // Owned here, so that it goes when this task ends or is aborted (without waiting: see
+        // `BackgroundRuntime`).
+        let _runtime = runtime;
         let _ = work.await;
-        // Dropping a runtime blocks, which an async context may not do.
-        runtime.shutdown_background();
     })))
 }
