@@ -139,6 +139,14 @@ def start(config, root):
     return b, s3
 
 
+def stop(b, s3):
+    """Stops a broker from `start` and its s3s-fs, whose files go."""
+    b.stop()
+    if s3 is not None:
+        s3.kill()
+        shutil.rmtree(s3.root, ignore_errors=True)
+
+
 def perf(broker, out_json, rate, partitions, groups=1):
     cmd = [os.environ["WEIR_BIN"], "perf", "--bootstrap-servers", broker.bootstrap,
            "--partitions", str(partitions), "--producers", "1", "--groups", str(groups),
@@ -197,10 +205,7 @@ def run(config, partitions, rate, tag):
     finally:
         if sampler:
             sampler.halt.set()
-        b.stop()
-        if s3 is not None:
-            s3.kill()
-            shutil.rmtree(s3.root, ignore_errors=True)
+        stop(b, s3)
     return {"config": config, "summary": summary, "cmd": cmd, "before": before, "after": after,
             "elapsed": elapsed, "samples": sampler.samples if sampler else []}
 
@@ -235,10 +240,7 @@ def java_run(config, partitions, records, throughput, props, tag):
         elapsed = time.monotonic() - t0
         after = metrics(b) if b.kind == "weir" else {}
     finally:
-        b.stop()
-        if s3 is not None:
-            s3.kill()
-            shutil.rmtree(s3.root, ignore_errors=True)
+        stop(b, s3)
     m = None
     for line in r.stdout.splitlines():
         m = JAVA_LINE.search(line) or m
@@ -328,10 +330,7 @@ def rdkafka_run(config, partitions, idempotent):
         elapsed = time.monotonic() - t0
         after = metrics(b) if b.kind == "weir" else {}
     finally:
-        b.stop()
-        if s3 is not None:
-            s3.kill()
-            shutil.rmtree(s3.root, ignore_errors=True)
+        stop(b, s3)
     latencies.sort()
 
     def q(x):
