@@ -434,6 +434,36 @@ async fn a_connection_reads_hundreds_of_small_requests_while_none_is_answered() 
     answers(&mut rd, n).await;
 }
 
+/// Produces have a bound too (`max_produces_in_flight`): the connection stops reading at it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_stops_reading_at_its_bound_of_unanswered_produces() {
+    let srv = start(NetworkConfig {
+        max_produces_in_flight: 100,
+        ..NetworkConfig::default()
+    })
+    .await;
+    let (mut rd, wr) = TcpStream::connect(srv.addr)
+        .await
+        .expect("connect")
+        .into_split();
+    let n = 150;
+    flood(wr, n, 1 << 10);
+    let stub = Arc::clone(&srv.stub);
+    eventually("100 produces read", || {
+        stub.produces.load(Ordering::SeqCst) == 100
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        srv.stub.produces.load(Ordering::SeqCst),
+        100,
+        "no more read"
+    );
+    srv.release.send_replace(true);
+    answers(&mut rd, n).await;
+    assert_eq!(srv.stub.produces.load(Ordering::SeqCst), n as usize);
+}
+
 /// Other requests keep the bound of 64: a fetch's answer may be large, and answers wait behind
 /// an earlier slow one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
