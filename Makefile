@@ -234,6 +234,16 @@ bench-pg:
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
 	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/pg_restart.py
 
+# What a cluster costs its PostgreSQL (about 3 minutes): three brokers, one topic of 10,000 idle
+# partitions, then 1 GiB produced and consumed at 20 MiB/s; statements and transactions per second
+# idle and per GiB under load, by kind (pg_stat_statements), with the brokers' CPU; writes
+# bench/results/pg-cost-*.md. Settings: BENCH_PGC_* (bench/pg_cost.py).
+.PHONY: bench-pg-cost
+bench-pg-cost:
+	$(CARGO) build --release -p weir
+	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
+	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/pg_cost.py
+
 # The chaos suite's long form (tests/chaos/chaos.py --mode long; about 20 minutes, then 5 of stress): 102 faults in
 # turn (kill -9 of a leader, SIGSTOP past the session timeout, PostgreSQL restarts, object-store
 # and WAL errors, an unreachable WAL) on a three-broker cluster under idempotent and transactional

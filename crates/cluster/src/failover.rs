@@ -431,11 +431,13 @@ impl Cluster {
 
     /// The controller's part: assign recoveries of fenced brokers' WALs, retry unreachable ones,
     /// and say which partitions wait.
+    /// Assigns and retries the recoveries of fenced brokers' WALs; whether it did anything (the
+    /// recoveries under way announce their end; a retry comes due with time).
     pub(crate) async fn control_recoveries(
         &self,
         lease: weir_meta::ControllerLease,
         view: &ClusterView,
-    ) -> Result<(), MetaError> {
+    ) -> Result<bool, MetaError> {
         let plan = plan_recoveries(view, self.config.wal_retry_interval);
         for a in &plan.actions {
             match a {
@@ -467,7 +469,7 @@ impl Cluster {
                 tracing::error!(owner = w.owner, wal = %w.wal_id, path = %w.path, partitions = w.partitions, tried = ?w.tried, "no live broker can open this fenced broker's WAL: its partitions wait for it to come back");
             }
         }
-        Ok(())
+        Ok(!plan.actions.is_empty())
     }
 }
 

@@ -23,6 +23,9 @@ use crate::{controller, LinkError, LinkSpec, Shared};
 /// at which mirror partitions this broker leads.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 
+/// How often a broker with no link defined reads the definitions when no change is announced.
+const IDLE_LOOK_EVERY: Duration = Duration::from_secs(30);
+
 /// Between attempts to reach a source that did not answer.
 const SOURCE_RETRY: weir_retry::Backoff =
     weir_retry::Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
@@ -120,17 +123,27 @@ impl LinkService {
         meters::register(r, &self.meters, &self.records);
     }
 
-    /// Looks at the links every second until `stop` is set, starting and stopping their tasks.
+    /// Looks at the links until `stop` is set, starting and stopping their tasks: every second
+    /// while any link is defined, otherwise when a change is announced (a link's creation is)
+    /// or every `IDLE_LOOK_EVERY`.
     pub fn start(self: &Arc<Self>, mut stop: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
         let svc = Arc::clone(self);
+        let mut changes = self.meta.cluster_changes();
         tokio::spawn(async move {
             loop {
-                if let Err(e) = svc.reconcile().await {
-                    tracing::warn!(error = %e, "reading the cluster links");
-                }
+                changes.borrow_and_update();
+                let any = match svc.reconcile().await {
+                    Ok(any) => any,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reading the cluster links");
+                        true
+                    }
+                };
+                let wait = if any { LOOK_EVERY } else { IDLE_LOOK_EVERY };
                 tokio::select! {
                     _ = stop.changed() => break,
-                    () = tokio::time::sleep(LOOK_EVERY) => {}
+                    () = tokio::time::sleep(wait) => {}
+                    _ = changes.changed(), if !any => {}
                 }
                 if *stop.borrow() {
                     break;
@@ -140,7 +153,8 @@ impl LinkService {
         })
     }
 
-    async fn reconcile(self: &Arc<Self>) -> Result<(), LinkError> {
+    /// Starts and stops the links' tasks as their definitions say; whether any link is defined.
+    async fn reconcile(self: &Arc<Self>) -> Result<bool, LinkError> {
         let mut defined = BTreeMap::new();
         let mut records = HashMap::new();
         for r in self.meta.links().await? {
@@ -152,6 +166,7 @@ impl LinkService {
                 Err(e) => tracing::warn!(link = %r.name, error = %e, "link record left alone"),
             }
         }
+        let any = !records.is_empty();
         *lock(&self.records) = records;
         let mut running = lock(&self.running);
         running.retain(|name, r| defined.get(name) == Some(&r.spec));
@@ -192,7 +207,7 @@ impl LinkService {
             tracing::info!(link = %name, "link started here");
             running.insert(name, Running { spec, stop: tx });
         }
-        Ok(())
+        Ok(any)
     }
 
     /// The mirror partitions of link `name` this broker leads.

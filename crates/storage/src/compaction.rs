@@ -261,7 +261,12 @@ impl Compactor {
                 st.committed_end(),
             )
         };
-        if fenced || s.compaction_looked_at.load(Ordering::Relaxed) == committed {
+        // Nothing new since the last look, or nothing in the object index at all (a broker
+        // that takes over 10,000 empty partitions reads none of their ranges).
+        if fenced
+            || committed <= start
+            || s.compaction_looked_at.load(Ordering::Relaxed) == committed
+        {
             return Ok(0);
         }
         let target = self.config.compaction_target_bytes;

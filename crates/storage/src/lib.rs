@@ -119,6 +119,9 @@ pub struct StorageMeters {
     pub upload_errors: Counter,
     pub wal_full_failures: Counter,
     pub objects_deleted: Counter,
+    /// Retention checks that read a stream's ranges from the metadata store (a check whose
+    /// stream has not changed since the last one, and whose time has not come, reads nothing).
+    pub retention_checks: Counter,
     pub recovered_batches: Counter,
     pub compactions: Counter,
     pub compacted_bytes: Counter,
@@ -277,6 +280,12 @@ impl StorageMeters {
             "objects_deleted",
             "Objects deleted by retention and cleanup.",
             &self.objects_deleted,
+        );
+        r.counter(
+            "retention_checks",
+            "Retention checks that read a stream's ranges from the metadata store: streams that \
+             changed since their last check, or whose oldest data reached its age limit.",
+            &self.retention_checks,
         );
     }
 

@@ -1138,6 +1138,74 @@ async fn an_acknowledged_append_is_in_the_offsets_every_reader_sees() {
     engine.close().await.unwrap();
 }
 
+/// Retention reads a stream's ranges from the metadata store only when the stream changed or
+/// its oldest data reached the age limit: an idle broker with many partitions does not read
+/// every stream's ranges at every round.
+#[tokio::test]
+async fn retention_reads_ranges_only_when_a_stream_changed_or_its_time_came() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StorageConfig {
+        upload_bytes: u64::MAX,
+        upload_interval: Duration::from_secs(3600),
+        ..small_config()
+    };
+    let engine = open_engine(dir.path(), config, WAL).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let hour = Retention {
+        ms: Some(3_600_000),
+        bytes: None,
+    };
+    // Stream 1 is empty; stream 2 holds fresh data; stream 3's oldest object reaches the hour's
+    // limit three seconds from now.
+    for id in 1..=3 {
+        engine.open_stream(id, 1).await.unwrap();
+        engine.set_retention(id, hour).unwrap();
+    }
+    let due_soon = now - 3_600_000 + 3_000;
+    for (id, ts) in [(2, now), (3, due_soon), (3, now)] {
+        engine
+            .append(id, 1, 1, ts, |b| payload(id, b, 0, 1000))
+            .await
+            .unwrap();
+        engine.flush().await.unwrap();
+    }
+    let checks = || engine.meters().retention_checks.get();
+    engine.run_maintenance().await.unwrap();
+    assert_eq!(checks(), 2, "the streams with data are read once");
+    engine.run_maintenance().await.unwrap();
+    assert_eq!(checks(), 2, "nothing changed, nothing is due: nothing read");
+
+    // New data in stream 2, or a new setting, is checked again.
+    engine
+        .append(2, 1, 1, now, |b| payload(2, b, 1, 1000))
+        .await
+        .unwrap();
+    engine.flush().await.unwrap();
+    engine.run_maintenance().await.unwrap();
+    assert_eq!(checks(), 3);
+    engine
+        .set_retention(
+            2,
+            Retention {
+                ms: Some(3_600_000),
+                bytes: Some(1_000),
+            },
+        )
+        .unwrap();
+    engine.run_maintenance().await.unwrap();
+    assert_eq!(checks(), 4);
+    assert_eq!(engine.stream_info(2).unwrap().start_offset, 1);
+
+    // Stream 3's first object goes once its time has come, with no change to the stream.
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    engine.run_maintenance().await.unwrap();
+    assert_eq!(engine.stream_info(3).unwrap().start_offset, 1);
+    engine.close().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_retention_hold_keeps_what_is_not_read_yet() {
     let dir = tempfile::tempdir().unwrap();

@@ -147,11 +147,25 @@ pub struct TxnCoordinator {
     /// Serialises the requests for one id on this broker.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     pub meters: TxnMeters,
+    /// Wakes the background check when this broker saves an open or ending transaction: with
+    /// none open anywhere, the check reads the records only every `IDLE_CHECK_EVERY`.
+    wake: Arc<tokio::sync::Notify>,
 }
+
+/// How often the background check reads the transaction records while its last read found none
+/// open or ending (Kafka's cleanup interval): expired ids, and open transactions of a broker
+/// that failed before it saved anything here.
+const IDLE_CHECK_EVERY: Duration = Duration::from_secs(10);
 
 /// How many times a partition's join to its transaction is tried when other brokers' joins
 /// keep winning the record's compare-and-set (one per leader of its partitions at most).
 const IMPLICIT_ADD_ATTEMPTS: usize = 4;
+
+/// A transaction the background check must watch: open (it may time out) or ending (its
+/// markers may need writing).
+fn open_or_ending(r: &TxnRecord) -> bool {
+    r.state == TxnState::Ongoing || r.state.is_preparing()
+}
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -181,6 +195,7 @@ impl TxnCoordinator {
             writer: OnceLock::new(),
             locks: Mutex::new(HashMap::new()),
             meters: TxnMeters::default(),
+            wake: Arc::new(tokio::sync::Notify::new()),
         })
     }
 
@@ -248,6 +263,9 @@ impl TxnCoordinator {
     async fn save(&self, r: &mut TxnRecord) -> Result<(), ResponseError> {
         r.update_ms = now_ms();
         r.version = self.meta.save_transaction(r).await.map_err(store_error)?;
+        if open_or_ending(r) {
+            self.wake.notify_one();
+        }
         Ok(())
     }
 
@@ -717,25 +735,42 @@ impl TxnCoordinator {
             .collect())
     }
 
-    /// Starts the background task: timeouts, unfinished decisions, expired ids.
+    /// Starts the background task: timeouts, unfinished decisions, expired ids. It checks every
+    /// `check_interval` while a transaction is open or ending anywhere, and otherwise every
+    /// `IDLE_CHECK_EVERY` or when this broker opens one.
     pub fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let this = Arc::downgrade(self);
         let interval = self.config.check_interval;
+        let wake = Arc::clone(&self.wake);
         tokio::spawn(async move {
+            let mut busy = true;
             loop {
-                tokio::time::sleep(interval).await;
-                let Some(this) = this.upgrade() else { return };
-                if let Err(e) = this.check().await {
-                    tracing::debug!(error = %e, "transaction check failed; trying again");
+                if busy {
+                    tokio::time::sleep(interval).await;
+                } else {
+                    tokio::select! {
+                        () = wake.notified() => {}
+                        () = tokio::time::sleep(IDLE_CHECK_EVERY) => {}
+                    }
                 }
+                let Some(this) = this.upgrade() else { return };
+                busy = match this.check().await {
+                    Ok(busy) => busy,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "transaction check failed; trying again");
+                        true
+                    }
+                };
             }
         })
     }
 
-    /// One round of the background task.
-    pub async fn check(&self) -> Result<(), MetaError> {
+    /// One round of the background task; whether any transaction is open or ending.
+    pub async fn check(&self) -> Result<bool, MetaError> {
         let now = now_ms();
+        let mut busy = false;
         for r in self.meta.list_transactions().await? {
+            busy |= open_or_ending(&r);
             if !self.owns(&r.transactional_id) {
                 continue;
             }
@@ -745,7 +780,7 @@ impl TxnCoordinator {
                 tracing::debug!(error = %e, "checking a transaction failed; trying again");
             }
         }
-        Ok(())
+        Ok(busy)
     }
 
     /// [`TxnCoordinator::check`] of one record.

@@ -157,8 +157,9 @@ pub struct SecuritySection {
     pub quota_window_num: u32,
     /// ...of `quota.window.size.seconds` each.
     pub quota_window_size_seconds: u64,
-    /// How often a broker reads the ACLs and client quotas again (other brokers may have
-    /// changed them).
+    /// A broker reads the ACLs and client quotas again whenever a change to the cluster is
+    /// announced (every change to them is), and at least this often: the bound on how long a
+    /// change goes unseen when an announcement was lost.
     pub acl_refresh_interval_ms: u64,
 }
 
@@ -184,7 +185,7 @@ impl Default for SecuritySection {
             authorizer: String::new(),
             super_users: String::new(),
             allow_everyone_if_no_acl_found: false,
-            acl_refresh_interval_ms: 1000,
+            acl_refresh_interval_ms: 30_000,
             quota_window_num: 11,
             quota_window_size_seconds: 1,
         }

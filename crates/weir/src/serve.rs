@@ -613,10 +613,15 @@ async fn start_refreshers(
         // seen within the interval.
         broker.refresh_acls().await.context("reading the ACLs")?;
         let broker = Arc::clone(broker);
-        tokio::spawn(again_every(acl_every, "ACLs", move || {
-            let broker = Arc::clone(&broker);
-            async move { broker.refresh_acls().await }
-        }));
+        tokio::spawn(again_every(
+            acl_every,
+            meta.cluster_changes(),
+            "ACLs",
+            move || {
+                let broker = Arc::clone(&broker);
+                async move { broker.refresh_acls().await }
+            },
+        ));
     }
     broker.quotas.set_window(weir_api::quotas::QuotaWindow {
         samples: config.security.quota_window_num,
@@ -634,22 +639,39 @@ async fn start_refreshers(
         .await
         .context("reading the client quotas")?;
     let broker = Arc::clone(broker);
-    tokio::spawn(again_every(acl_every, "client quotas", move || {
-        let broker = Arc::clone(&broker);
-        async move { broker.quotas.refresh(&*broker.meta).await }
-    }));
+    tokio::spawn(again_every(
+        acl_every,
+        meta.cluster_changes(),
+        "client quotas",
+        move || {
+            let broker = Arc::clone(&broker);
+            async move { broker.quotas.refresh(&*broker.meta).await }
+        },
+    ));
     Ok(())
 }
 
-/// Reads `what` again every `period` for as long as the broker runs; a failed read keeps the
-/// ones in force.
-async fn again_every<F, Fut>(period: Duration, what: &'static str, read: F)
-where
+/// Reads `what` again whenever a cluster change is announced and at least every `period`, for
+/// as long as the broker runs; a failed read keeps the ones in force.
+async fn again_every<F, Fut>(
+    period: Duration,
+    mut changes: tokio::sync::watch::Receiver<u64>,
+    what: &'static str,
+    read: F,
+) where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<(), weir_meta::MetaError>>,
 {
     loop {
-        tokio::time::sleep(period).await;
+        tokio::select! {
+            () = tokio::time::sleep(period) => {}
+            r = changes.changed() => {
+                if r.is_err() {
+                    tokio::time::sleep(period).await;
+                }
+            }
+        }
+        changes.borrow_and_update();
         if let Err(e) = read().await {
             tracing::warn!(error = %e, what, "reading again failed; the ones in force stay");
         }

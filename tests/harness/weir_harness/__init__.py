@@ -537,8 +537,10 @@ class PgServer:
     weir_meta::testing::PgServer does it. initdb refuses to run as root, so as
     root the server runs as the `postgres` user (and `root` belongs to it)."""
 
-    def __init__(self, root):
+    def __init__(self, root, options=""):
         self.root = root
+        # Further server settings (`-c name=value ...`), e.g. a benchmark's statistics.
+        self.options = options
         self.data = os.path.join(root, "data")
         self.log_path = os.path.join(root, "log")
         self.as_postgres = os.geteuid() == 0
@@ -560,7 +562,8 @@ class PgServer:
         last = None
         for _ in range(5):
             port = free_port()
-            opts = f"-p {port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+            opts = (f"-p {port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
+                    f"{self.options}")
             try:
                 _run(self._cmd("pg_ctl", "-D", self.data, "-l", self.log_path, "-o", opts,
                                "-w", "start"), "pg_ctl start")
@@ -575,7 +578,8 @@ class PgServer:
         """An outage: a fast shutdown (clients are disconnected), `down_secs` without a server,
         then the server again on the same port. Returns the monotonic times at which the stop
         began and ended and the start began and ended."""
-        opts = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        opts = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
+                f"{self.options}")
         t0 = time.monotonic()
         _run(self._cmd("pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop"), "pg_ctl stop")
         t1 = time.monotonic()

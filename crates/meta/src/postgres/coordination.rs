@@ -91,6 +91,35 @@ impl PostgresMetaStore {
     pub(super) fn changed(&self) {
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
+
+    /// Whether the lease is known to be another broker's now, without reading it: it was read
+    /// valid, its expiry has not come by this process's clock, and no cluster change was heard
+    /// since (a resignation is announced). Only while this process listens for changes.
+    fn lease_held_elsewhere(&self, node_id: i32) -> bool {
+        if !self.listening.is_completed() {
+            return false;
+        }
+        let seen = self.lease_seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.as_ref().is_some_and(|s| {
+            s.holder != node_id
+                && std::time::Instant::now() < s.until
+                && *self.changes.borrow() == s.changes
+        })
+    }
+
+    fn remember_lease(&self, seen: Option<LeaseSeen>) {
+        *self.lease_seen.lock().unwrap_or_else(|e| e.into_inner()) = seen;
+    }
+}
+
+/// The controller lease as last read, held by another broker.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct LeaseSeen {
+    holder: i32,
+    /// When it can expire at the earliest, by this process's clock.
+    until: std::time::Instant,
+    /// The cluster-change count when it was read.
+    changes: u64,
 }
 
 /// Keeps a connection that LISTENs on the cluster channel, reconnecting when it drops, and
@@ -390,6 +419,52 @@ impl Coordination for PostgresMetaStore {
         node_id: i32,
         ttl: Duration,
     ) -> Result<Option<ControllerLease>> {
+        // Every broker bids at each controller round: those that find the lease taken must cost
+        // (almost) nothing. Known to be held elsewhere: no statement; otherwise one read, and the
+        // transaction only to take or renew it.
+        if self.lease_held_elsewhere(node_id) {
+            return Ok(None);
+        }
+        let changes = *self.changes.borrow();
+        let sent = std::time::Instant::now();
+        // One statement renews the lease if this broker holds it, or else reads it.
+        let row = self
+            .client()
+            .await?
+            .query_opt(
+                &format!(
+                    "WITH renewed AS (
+                         UPDATE controller SET expires_ms = {NOW_MS} + $2
+                         WHERE id = 1 AND node_id = $1 AND epoch > 0 AND expires_ms > {NOW_MS}
+                         RETURNING node_id, epoch, expires_ms - {NOW_MS})
+                     SELECT * FROM renewed
+                     UNION ALL
+                     SELECT node_id, epoch, expires_ms - {NOW_MS} FROM controller
+                     WHERE id = 1 AND NOT EXISTS (SELECT 1 FROM renewed)"
+                ),
+                &[&node_id, &ms(ttl)],
+            )
+            .await
+            .map_err(backend("renewing or reading the controller lease"))?;
+        if let Some(r) = row {
+            let (holder, epoch, left_ms): (i32, i64, i64) = (r.get(0), r.get(1), r.get(2));
+            if holder == node_id && epoch > 0 && left_ms > 0 {
+                self.remember_lease(None);
+                return Ok(Some(ControllerLease {
+                    node_id,
+                    epoch: epoch as u64,
+                }));
+            }
+            if holder != node_id && epoch > 0 && left_ms > 0 {
+                self.remember_lease(Some(LeaseSeen {
+                    holder,
+                    until: sent + Duration::from_millis(left_ms as u64),
+                    changes,
+                }));
+                return Ok(None);
+            }
+        }
+        self.remember_lease(None);
         let (lease, changed) = in_tx!(self, |tx| {
             // The first controller inserts the row; later ones find it and lock it.
             tx.execute(
@@ -474,6 +549,24 @@ impl Coordination for PostgresMetaStore {
         lease: ControllerLease,
         margin: Duration,
     ) -> Result<Vec<i32>> {
+        // Called at every controller round: one read finds whether any session has lapsed,
+        // and only then does the transaction fence.
+        let due = self
+            .client()
+            .await?
+            .query_one(
+                &format!(
+                    "SELECT EXISTS (SELECT 1 FROM brokers
+                     WHERE expires_ms + $1 <= {NOW_MS} AND state != 'fenced')"
+                ),
+                &[&ms(margin)],
+            )
+            .await
+            .map_err(backend("looking for lapsed sessions"))?
+            .get::<_, bool>(0);
+        if !due {
+            return Ok(Vec::new());
+        }
         let fenced: Vec<i32> = in_tx!(self, |tx| {
             check_lease(&tx, lease).await?;
             let rows = tx

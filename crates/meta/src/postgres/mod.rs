@@ -411,6 +411,9 @@ pub struct PostgresMetaStore {
     idle: Mutex<Vec<Client>>,
     /// One permit per connection in use.
     slots: Semaphore,
+    /// The controller lease as another broker held it when last read: until it can expire,
+    /// bidding for it reads nothing (`coordination::acquire_controller`).
+    lease_seen: Mutex<Option<coordination::LeaseSeen>>,
 }
 
 fn backend(context: &'static str) -> impl FnOnce(tokio_postgres::Error) -> MetaError {
@@ -635,6 +638,7 @@ impl PostgresMetaStore {
             listening: std::sync::Once::new(),
             idle: Mutex::new(Vec::new()),
             slots: Semaphore::new(MAX_CONNECTIONS),
+            lease_seen: Mutex::new(None),
         };
         store.migrate().await?;
         Ok(store)

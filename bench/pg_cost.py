@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""What a cluster costs its PostgreSQL: statements and transactions per second while idle, and
+per GiB produced, by kind of statement, with the brokers' CPU.
+
+    WEIR_BIN=target/release/weir bench/pg_cost.py        (or: make bench-pg-cost)
+
+Three brokers (`weir serve`, the harness's cluster) share a private PostgreSQL 15 started with
+pg_stat_statements, and one s3s-fs. One topic of BENCH_PGC_PARTITIONS partitions is made and
+every partition given a leader; after BENCH_PGC_SETTLE_S the statistics are reset and the
+cluster is left idle for BENCH_PGC_IDLE_S: statements (pg_stat_statements' calls), transactions
+(pg_stat_database's commits and rollbacks) and each broker's CPU (from /proc) over that window.
+Then `weir perf` produces BENCH_PGC_LOAD_MIB MiB at BENCH_PGC_RATE_MIB MiB/s (1 KiB records,
+acks=all, one consumer group), and the same figures are divided by the GiB produced.
+
+Environment: WEIR_BIN, BENCH_PGC_PARTITIONS [10000], BENCH_PGC_IDLE_S [60],
+BENCH_PGC_SETTLE_S [30], BENCH_PGC_LOAD_MIB [1024] (0: no load phase), BENCH_PGC_RATE_MIB [20],
+BENCH_PGC_TOP [15] (statement kinds listed), BENCH_PGC_OUT (the report; by default
+bench/results/pg-cost-DATE.md).
+"""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "harness"))
+sys.path.insert(0, HERE)
+
+import weir_harness  # noqa: E402  (the harness: Cluster)
+import partitions  # noqa: E402  (create_topic, proc_sample)
+
+PARTITIONS = int(os.environ.get("BENCH_PGC_PARTITIONS", "10000"))
+IDLE_S = float(os.environ.get("BENCH_PGC_IDLE_S", "60"))
+SETTLE_S = float(os.environ.get("BENCH_PGC_SETTLE_S", "30"))
+LOAD_MIB = int(os.environ.get("BENCH_PGC_LOAD_MIB", "1024"))
+RATE_MIB = float(os.environ.get("BENCH_PGC_RATE_MIB", "20"))
+TOP = int(os.environ.get("BENCH_PGC_TOP", "15"))
+
+
+def psql(pg, sql):
+    """Rows of `sql` in the cluster's database, as lists of strings (psql's unaligned output)."""
+    cmd = pg._cmd("psql", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "weir", "-d", "weir",
+                  "-AtF", "\t", "-c", sql)
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=60).stdout
+    return [line.split("\t") for line in out.splitlines() if line]
+
+
+def reset(pg):
+    psql(pg, "SELECT pg_stat_statements_reset(); SELECT pg_stat_reset();")
+
+
+def xacts(pg):
+    [[commits, rollbacks]] = psql(
+        pg, "SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = 'weir'")
+    return int(commits) + int(rollbacks)
+
+
+def statements(pg):
+    """(calls, total ms, query) of every statement kind the brokers ran (user weir), most
+    called first; psql's own statements left out."""
+    rows = psql(pg, "SELECT calls, total_exec_time, regexp_replace(query, '\\s+', ' ', 'g') "
+                    "FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid "
+                    "WHERE r.rolname = 'weir' AND query NOT LIKE '%pg_stat%' "
+                    "ORDER BY calls DESC")
+    return [(int(c), float(ms), q) for c, ms, q in rows]
+
+
+def cpu(cluster):
+    return sum(partitions.proc_sample(b.pid)[0] for b in cluster.brokers)
+
+
+def window(cluster, work):
+    """Runs `work()` with the statistics reset before it; returns its figures."""
+    time.sleep(1.5)  # the statistics collector's last flush before the reset
+    reset(cluster.pg)
+    c0, t0 = cpu(cluster), time.monotonic()
+    work()
+    wall = time.monotonic() - t0
+    c1 = cpu(cluster)
+    time.sleep(1.5)  # backends report their transactions at most every 500 ms (idle ones later)
+    return {"wall": wall, "cpu": c1 - c0, "stmts": statements(cluster.pg),
+            "xacts": xacts(cluster.pg)}
+
+
+def short(query, width=110):
+    q = re.sub(r"\$\d+", "$", query)
+    return q if len(q) <= width else q[:width - 1] + "…"
+
+
+def table(figures, per, unit):
+    """Markdown rows of the top statement kinds, `per` dividing the calls."""
+    total = sum(c for c, _, _ in figures["stmts"])
+    lines = [f"| statements {unit} | share | ms each | statement |", "|---:|---:|---:|---|"]
+    for calls, ms, q in figures["stmts"][:TOP]:
+        lines.append(f"| {calls / per:,.2f} | {calls / max(total, 1):.1%} | "
+                     f"{ms / max(calls, 1):.3f} | `{short(q).replace('|', '/')}` |")
+    rest = figures["stmts"][TOP:]
+    if rest:
+        lines.append(f"| {sum(c for c, _, _ in rest) / per:,.2f} | | | {len(rest)} other kinds |")
+    return "\n".join(lines)
+
+
+def main():
+    weir = os.environ.get("WEIR_BIN")
+    if not weir:
+        raise SystemExit("bench/pg_cost.py: set WEIR_BIN to the weir binary")
+    stamp = time.strftime("%Y-%m-%d-%H%M")
+    out = os.environ.get("BENCH_PGC_OUT",
+                         os.path.join(HERE, "results", f"pg-cost-{stamp}.md"))
+    root = tempfile.mkdtemp(prefix="weir-pg-cost-")
+    cluster = weir_harness.Cluster("pg-cost", root, env={"WEIR_WAL_CAPACITY": str(256 << 20)})
+    cluster.pg.options = "-c shared_preload_libraries=pg_stat_statements"
+    report = []
+    try:
+        cluster.launch()
+        psql(cluster.pg, "CREATE EXTENSION pg_stat_statements")
+        partitions.create_topic(cluster.bootstrap, "pg-cost", PARTITIONS)
+        time.sleep(SETTLE_S)
+        idle = window(cluster, lambda: time.sleep(IDLE_S))
+        n = sum(c for c, _, _ in idle["stmts"])
+        summary = (f"idle, 3 brokers, {PARTITIONS:,} partitions, {idle['wall']:.0f} s: "
+                   f"{n / idle['wall']:.1f} statements/s, {idle['xacts'] / idle['wall']:.1f} "
+                   f"transactions/s, brokers' CPU {idle['cpu'] / idle['wall'] / 3:.4f} cores "
+                   "each")
+        print(summary, flush=True)
+        report += ["## Idle", "", summary, "", table(idle, idle["wall"], "/s"), ""]
+        if LOAD_MIB:
+            records = LOAD_MIB * 1024
+            duration = LOAD_MIB / RATE_MIB
+
+            def load():
+                subprocess.run([weir, "perf", "--bootstrap-servers", cluster.bootstrap,
+                                "--partitions", "16", "--throughput-mib", str(RATE_MIB),
+                                "--warmup", "0s", "--duration", f"{duration:.0f}s",
+                                "--report-interval", "30s", "--delete-topics"],
+                               check=True, timeout=duration + 600)
+
+            loaded = window(cluster, load)
+            gib = records * 1024 / (1 << 30)
+            n = sum(c for c, _, _ in loaded["stmts"])
+            summary = (f"{RATE_MIB:g} MiB/s produced and consumed ({gib:.2f} GiB, 16 partitions, "
+                       f"{loaded['wall']:.0f} s, the idle topic beside): {n / gib:,.0f} statements "
+                       f"and {loaded['xacts'] / gib:,.0f} transactions per GiB "
+                       f"({n / loaded['wall']:.1f} statements/s); brokers' CPU "
+                       f"{loaded['cpu'] / gib:.2f} s per GiB")
+            print(summary, flush=True)
+            report += ["## Under load", "", summary, "", table(loaded, gib, "per GiB"), ""]
+    finally:
+        cluster.cleanup()
+    head = [f"# PostgreSQL's load from a cluster ({stamp})", "",
+            f"`{' '.join(f'{k}={v}' for k, v in sorted(os.environ.items()) if k.startswith('BENCH_PGC_'))}"
+            f" WEIR_BIN={weir} bench/pg_cost.py`: three brokers on one PostgreSQL 15 "
+            "(pg_stat_statements, fsync off) and one s3s-fs, all on this machine; "
+            "WEIR_WAL_CAPACITY=256 MiB, everything else default.", ""]
+    with open(out, "w") as f:
+        f.write("\n".join(head + report))
+    print(f"report: {out}")
+
+
+if __name__ == "__main__":
+    main()
