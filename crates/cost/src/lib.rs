@@ -63,6 +63,20 @@ pub struct CostArgs {
     /// Times compaction rewrites each byte.
     #[arg(long, default_value_t = 1.0)]
     pub compaction_rewrites: f64,
+    /// A described workload on the object WAL (`wal.kind=object`): every broker writes its
+    /// produce as WAL objects, which are the data objects (compaction then rewrites them).
+    #[arg(long)]
+    pub object_wal: bool,
+    /// Object WAL: the brokers' `wal.object_max_puts_per_sec` (0: no budget; each broker then
+    /// seals an object every `--object-wal-linger-ms` while anything is produced).
+    #[arg(long, default_value_t = 0.0)]
+    pub object_wal_max_puts_per_sec: f64,
+    /// Object WAL: `wal.object_linger_ms`.
+    #[arg(long, default_value_t = 5.0)]
+    pub object_wal_linger_ms: f64,
+    /// Object WAL: `wal.object_bytes`, MiB.
+    #[arg(long, default_value_t = 8.0)]
+    pub object_wal_mib: f64,
     /// Clients are not zone-aware: 2/3 of produce and consume traffic crosses zones (3 zones).
     #[arg(long)]
     pub not_zone_aware: bool,
@@ -138,6 +152,8 @@ pub struct Rates {
     /// The broker's CPU seconds per GiB produced + consumed, from its meters
     /// (`process_cpu_seconds_total`); `None` for a described workload.
     pub cpu_s_per_gib: Option<f64>,
+    /// Rates described (`model`), not measured: the object WAL's PUTs depend on the brokers.
+    pub described: bool,
 }
 
 /// One line of the bill.
@@ -159,12 +175,37 @@ pub fn model(a: &CostArgs, write_bytes: f64) -> Rates {
         gets: write_bytes / part * a.compaction_rewrites + catchup / (a.readahead_mib * MIB),
         cross_zone_bytes: None,
         cpu_s_per_gib: None,
+        described: true,
     }
+}
+
+/// PUTs per second of a described workload on the object WAL, over `brokers` brokers: each
+/// seals an object at its budget's rate (or every linger without one) unless objects fill
+/// first, and compaction rewrites what was written.
+pub fn object_wal_puts(a: &CostArgs, r: &Rates, brokers: u32) -> f64 {
+    let per_broker_bytes = r.write_bytes / f64::from(brokers.max(1));
+    let quiet_rate = if a.object_wal_max_puts_per_sec > 0.0 {
+        a.object_wal_max_puts_per_sec
+    } else {
+        1000.0 / a.object_wal_linger_ms.max(0.001)
+    };
+    let full_rate = per_broker_bytes / (a.object_wal_mib.max(0.001) * MIB);
+    let sealed = if r.write_bytes > 0.0 {
+        quiet_rate.max(full_rate)
+    } else {
+        0.0
+    };
+    f64::from(brokers) * sealed + r.write_bytes / (a.part_mib * MIB) * a.compaction_rewrites
 }
 
 pub fn weir_bill(a: &CostArgs, r: &Rates) -> Vec<Line> {
     let stored_gib = r.write_bytes * a.retention_days * 86_400.0 / GIB;
-    let puts = r.puts * MONTH_SECS;
+    let sizing = weir_sizing(a, r);
+    let puts = if a.object_wal && r.described {
+        object_wal_puts(a, r, sizing.brokers)
+    } else {
+        r.puts
+    } * MONTH_SECS;
     let gets = r.gets * MONTH_SECS;
     let cross_gib = match r.cross_zone_bytes {
         Some(measured) => measured * MONTH_SECS / GIB,
@@ -193,7 +234,7 @@ pub fn weir_bill(a: &CostArgs, r: &Rates) -> Vec<Line> {
             dollars: cross_gib * a.cross_zone_price,
         },
     ];
-    lines.push(compute_line(a, &weir_sizing(a, r)));
+    lines.push(compute_line(a, &sizing));
     lines
 }
 
@@ -368,6 +409,7 @@ pub fn rates_between(
         cross_zone_bytes: cross_zone(after)
             .map(|a| (a - cross_zone(before).unwrap_or(0.0)).max(0.0) / secs),
         cpu_s_per_gib: cpu.map(|c| c / moved_gib),
+        described: false,
     }
 }
 
@@ -519,6 +561,39 @@ mod tests {
         Cli::parse_from(std::iter::once("cost").chain(extra.iter().copied())).a
     }
 
+    /// The object WAL's PUTs: a quiet cluster pays its budget (or its linger) per broker, a busy
+    /// one a PUT per object filled; compaction rewrites on top.
+    #[test]
+    fn object_wal_puts_follow_the_budget_when_quiet_and_the_size_when_busy() {
+        let quiet = args(&[
+            "--write-mib-s",
+            "1",
+            "--object-wal",
+            "--object-wal-max-puts-per-sec",
+            "2",
+            "--compaction-rewrites",
+            "0",
+        ]);
+        let r = model(&quiet, MIB);
+        assert!((object_wal_puts(&quiet, &r, 3) - 6.0).abs() < 1e-9);
+        // No budget: every linger (5 ms) on each broker.
+        let linger = args(&[
+            "--write-mib-s",
+            "1",
+            "--object-wal",
+            "--compaction-rewrites",
+            "0",
+        ]);
+        assert!((object_wal_puts(&linger, &r, 3) - 600.0).abs() < 1e-9);
+        // 240 MiB/s on 3 brokers fills 10 objects of 8 MiB a second each.
+        let busy = model(&quiet, 240.0 * MIB);
+        assert!((object_wal_puts(&quiet, &busy, 3) - 30.0).abs() < 1e-9);
+        // The bill uses them for a described workload on the object WAL.
+        let bill = weir_bill(&quiet, &r);
+        let puts = bill.iter().find(|l| l.item == "PUT requests").unwrap();
+        assert_eq!(puts.quantity, format!("{:.1} M", 6.0 * MONTH_SECS / 1e6));
+    }
+
     /// AutoMQ's FSx comparison workload: 1 GiB/s in and out, 3 days.
     #[test]
     fn one_gib_per_second_three_days() {
@@ -630,6 +705,7 @@ mod tests {
                 gets: 1.0,
                 cross_zone_bytes: None,
                 cpu_s_per_gib: None,
+                described: false,
             }
         );
     }

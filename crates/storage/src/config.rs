@@ -50,6 +50,12 @@ pub struct StorageConfig {
     pub object_wal_linger: Duration,
     /// ...or once it holds this many bytes, whichever comes first.
     pub object_wal_bytes: u64,
+    /// The object WAL's budget of objects per second (0: none). Below it an object is sealed on
+    /// `object_wal_linger`; at it, an object waits for its turn while batches join it, so that
+    /// objects are sealed on `object_wal_bytes` instead: a quiet broker costs at most this many
+    /// PUTs a second (and a stream object per large stream), a busy one `bytes/s /
+    /// object_wal_bytes`. Appends wait up to `1 / budget` longer.
+    pub object_wal_max_puts_per_sec: f64,
     /// Objects of the object WAL being written (PUT, then commit) at once. Commits still happen
     /// in the order the objects were sealed, so a partition's batches are acknowledged in order.
     pub object_wal_max_in_flight: usize,
@@ -82,6 +88,7 @@ impl Default for StorageConfig {
             catchup_nice: 10,
             object_wal_linger: Duration::from_millis(5),
             object_wal_bytes: 8 << 20,
+            object_wal_max_puts_per_sec: 0.0,
             object_wal_put_timeout: Duration::from_secs(30),
             object_wal_max_in_flight: 8,
         }

@@ -71,8 +71,10 @@ pub(crate) struct ObjectWal {
     collector: Collector,
     /// An object is sealed once it holds this many bytes...
     object_bytes: u64,
-    /// ...or its first batch has waited this long.
+    /// ...or its first batch has waited this long...
     linger: Duration,
+    /// ...and, with a PUT budget, this long has passed since the last object was sealed.
+    min_gap: Duration,
     /// The bound on one object's PUT, retries included.
     put_timeout: Duration,
     objects: Arc<Objects>,
@@ -116,6 +118,11 @@ impl ObjectWal {
             collector: Collector::new(config.object_wal_max_in_flight, config.object_wal_bytes),
             object_bytes: config.object_wal_bytes,
             linger: config.object_wal_linger,
+            min_gap: if config.object_wal_max_puts_per_sec > 0.0 {
+                Duration::from_secs_f64((1.0 / config.object_wal_max_puts_per_sec).min(3600.0))
+            } else {
+                Duration::ZERO
+            },
             put_timeout: config.object_wal_put_timeout,
             meters: Arc::clone(&objects.meters),
             objects,
@@ -162,6 +169,9 @@ impl ObjectWal {
     /// turn) while at most `object_wal_max_in_flight` are in flight.
     pub(crate) async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         let linger = self.linger;
+        // When the last object was sealed: with a PUT budget, the next one that is not full
+        // waits `min_gap` after it.
+        let mut sealed: Option<Instant> = None;
         loop {
             if *shutdown.borrow_and_update() {
                 return;
@@ -177,10 +187,11 @@ impl ObjectWal {
                 }
                 continue;
             };
-            if !full && since.elapsed() < linger {
+            let due = sealed.map_or(since + linger, |t| (since + linger).max(t + self.min_gap));
+            if !full && Instant::now() < due {
                 tokio::select! {
                     _ = self.collector.wake.notified() => {}
-                    _ = tokio::time::sleep_until((since + linger).into()) => {}
+                    _ = tokio::time::sleep_until(due.into()) => {}
                     _ = shutdown.changed() => return,
                 }
                 continue;
@@ -198,6 +209,7 @@ impl ObjectWal {
             if entries.is_empty() {
                 continue;
             }
+            sealed = Some(Instant::now());
             let (done_tx, done_rx) = oneshot::channel();
             let prev = self
                 .collector

@@ -659,3 +659,58 @@ async fn the_object_wal_puts_at_the_brokers_priority() {
     assert_eq!(read_all(&engine, 1, 0).await.len(), 20);
     engine.close().await.unwrap();
 }
+
+/// A PUT budget: a trickle of appends, each alone longer than the linger, makes an object per
+/// append without a budget; with one, objects wait for their turn and batches join them, so the
+/// count follows the budget, and nothing is lost or reordered. An object that fills is sealed
+/// at once, budget or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_budget_bounds_the_objects_of_a_trickle_but_not_of_a_flood() {
+    async fn objects_for(budget: f64, appends: u64, size: usize, pause_ms: u64) -> (u64, Engine) {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = sqlite(dir.path());
+        let store: Arc<dyn object_store::ObjectStore> = Arc::new(slow_store(0));
+        let config = StorageConfig {
+            object_wal_max_puts_per_sec: budget,
+            ..object_config()
+        };
+        let engine = Arc::new(diskless(meta, store, config).await);
+        engine.open_stream(1, 1).await.unwrap();
+        // Producers with many appends in flight: each waits for its object, the next goes on.
+        let mut tasks = Vec::new();
+        for i in 0..appends {
+            let e = Arc::clone(&engine);
+            tasks.push(tokio::spawn(async move {
+                e.append(1, 1, 1, i as i64, |b| payload(1, b, i, size))
+                    .await
+            }));
+            tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+        }
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+        let objects = engine.meters().object_wal_objects.get();
+        let msgs: Vec<u64> = read_all(&engine, 1, 0)
+            .await
+            .iter()
+            .map(|f| check_payload(&f.payload).2)
+            .collect();
+        assert_eq!(msgs, (0..appends).collect::<Vec<_>>());
+        (objects, Arc::into_inner(engine).expect("one engine"))
+    }
+    // 60 appends 10 ms apart (600 ms), linger 5 ms: one object each without a budget.
+    let (unbounded, e) = objects_for(0.0, 60, 100, 10).await;
+    e.close().await.unwrap();
+    assert!(unbounded >= 40, "{unbounded} objects without a budget");
+    // At 5 objects a second: the first at once, then one per 200 ms.
+    let (budgeted, e) = objects_for(5.0, 60, 100, 10).await;
+    e.close().await.unwrap();
+    assert!(
+        budgeted <= 6,
+        "{budgeted} objects at a budget of 5/s over 600 ms"
+    );
+    // 40 KiB appends fill a 64 KiB object every second append: sealed on size, not held.
+    let (flood, e) = objects_for(1.0, 40, 40 << 10, 0).await;
+    e.close().await.unwrap();
+    assert!(flood >= 15, "{flood} objects of a flood at a budget of 1/s");
+}

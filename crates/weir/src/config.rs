@@ -503,6 +503,9 @@ pub struct WalConfig {
     pub object_bytes: u64,
     /// Object WAL: objects being written (PUT, then commit) at once.
     pub object_max_in_flight: usize,
+    /// Object WAL: at most this many objects a second, unless they fill (`object_bytes`); 0
+    /// for no budget. A quiet broker's PUTs a month are then known in advance.
+    pub object_max_puts_per_sec: f64,
     /// Object WAL: the longest an object's PUT may take (all its attempts) before its batches
     /// fail, retriably.
     pub object_put_timeout_ms: u64,
@@ -653,6 +656,7 @@ impl Default for WalConfig {
             object_linger_ms: d.object_wal_linger.as_millis() as u64,
             object_bytes: d.object_wal_bytes,
             object_max_in_flight: d.object_wal_max_in_flight,
+            object_max_puts_per_sec: d.object_wal_max_puts_per_sec,
             object_put_timeout_ms: d.object_wal_put_timeout.as_millis() as u64,
             path: None,
             capacity: 2 << 30,
@@ -950,6 +954,11 @@ impl Config {
             object_wal_linger: Duration::from_millis(self.wal.object_linger_ms),
             object_wal_bytes: self.wal.object_bytes.max(1),
             object_wal_max_in_flight: self.wal.object_max_in_flight.max(1),
+            object_wal_max_puts_per_sec: if self.wal.object_max_puts_per_sec.is_finite() {
+                self.wal.object_max_puts_per_sec.max(0.0)
+            } else {
+                0.0
+            },
             object_wal_put_timeout: Duration::from_millis(self.wal.object_put_timeout_ms.max(1)),
         }
     }
