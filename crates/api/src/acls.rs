@@ -1,8 +1,8 @@
 //! What CreateAcls, DescribeAcls and DeleteAcls share (each is served from its module in
 //! `apis/`; SECURITY_DISABLED without an authorizer, as in Kafka): the bindings
 //! [`crate::authz`] enforces are kept in the metadata store so that every broker of a cluster
-//! enforces the same ones (each reads them again within a second; the broker that changed them
-//! at once).
+//! enforces the same ones (the others read them again when the change is announced; the broker
+//! that changed them at once).
 
 use kafka_protocol::ResponseError;
 use weir_auth::acl::Acl;
@@ -43,7 +43,7 @@ pub(crate) async fn stored_acls(broker: &Broker) -> Result<Vec<Acl>, (ResponseEr
     ))
 }
 
-/// Makes this broker's authorizer see a change at once (the others within a second).
+/// Makes this broker's authorizer see a change at once (the others when it is announced).
 pub(crate) async fn acls_changed(broker: &Broker) {
     if let Err(e) = broker.refresh_acls().await {
         tracing::warn!(error = %e, "reading the ACLs after a change");
@@ -68,7 +68,7 @@ pub async fn all_acls(broker: &Broker) -> Result<Vec<Acl>, AclError> {
 }
 
 /// Adds bindings (those that exist already are left as they are); this broker enforces them at
-/// once, the others within a second.
+/// once, the others when the change is announced.
 pub async fn add_acls(broker: &Broker, acls: &[Acl]) -> Result<(), AclError> {
     if !broker.authz.enabled() {
         return Err(AclError::NoAuthorizer);

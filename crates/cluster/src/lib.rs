@@ -342,20 +342,15 @@ impl Cluster {
         let assignments = self.meta.assignments().await?;
         let wals = self.meta.wals().await?;
         let draining = draining(&*self.meta).await?;
-        let view = ClusterView::new(brokers, controller, assignments)
-            .with_wals(wals)
-            .with_draining(draining);
-        let mut published = None;
-        self.view.send_if_modified(|current| {
-            if current.same_as(&view) {
-                published = Some(Arc::clone(current));
-                return false;
-            }
-            *current = Arc::new(view);
-            published = Some(Arc::clone(current));
-            true
-        });
-        Ok(published.unwrap_or_default())
+        // Published even when nothing in it changed: what watches it also re-reads what the view
+        // does not hold (leadership re-reads the catalog, whose config changes are announced).
+        let view = Arc::new(
+            ClusterView::new(brokers, controller, assignments)
+                .with_wals(wals)
+                .with_draining(draining),
+        );
+        self.view.send_replace(Arc::clone(&view));
+        Ok(view)
     }
 
     async fn session_loop(self: Arc<Self>) {

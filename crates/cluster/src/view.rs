@@ -56,33 +56,6 @@ impl ClusterView {
         self
     }
 
-    /// Whether `other` shows the same cluster: the same brokers, controller, assignments, WALs
-    /// (their ages aside) and drains. A re-read that finds nothing changed is not published, so
-    /// that what watches the view (leadership's pass over every assignment, the catalog's
-    /// re-read) runs only on changes.
-    pub fn same_as(&self, other: &ClusterView) -> bool {
-        let wal = |w: &WalInfo| {
-            (
-                w.wal_id.clone(),
-                w.node_id,
-                w.incarnation,
-                w.path.clone(),
-                w.state,
-                w.tried.clone(),
-            )
-        };
-        self.brokers == other.brokers
-            && self.controller == other.controller
-            && self.assignments == other.assignments
-            && self.draining == other.draining
-            && self.wals.len() == other.wals.len()
-            && self
-                .wals
-                .iter()
-                .zip(&other.wals)
-                .all(|(a, b)| wal(a) == wal(b))
-    }
-
     pub fn broker(&self, node_id: i32) -> Option<&BrokerInfo> {
         self.brokers.iter().find(|b| b.node_id == node_id)
     }

@@ -434,7 +434,7 @@ impl Topics {
     /// Tells the other brokers that the catalog changed.
     async fn announce(&self) {
         if let Err(e) = self.meta.notify_cluster().await {
-            tracing::warn!(error = %e, "announcing a topic change failed; brokers see it within a second");
+            tracing::warn!(error = %e, "announcing a topic change failed; brokers see it within 10 s");
         }
     }
 

@@ -110,7 +110,7 @@ async fn describe_configs(
     _version: i16,
 ) -> DescribeConfigsResponse {
     // Topic configs as the metadata store holds them: this broker's catalog catches up with
-    // a change made through another broker within a second, but the client that made it
+    // a change made through another broker once it is announced, but the client that made it
     // may ask here next and must see what it was told is done.
     if r.resources
         .iter()
