@@ -3,6 +3,7 @@
 per GiB produced, by kind of statement, with the brokers' CPU.
 
     WEIR_BIN=target/release/weir bench/pg_cost.py        (or: make bench-pg-cost)
+    bench/pg_cost.py OLD/weir NEW/weir                    (before and after, in one run)
 
 Three brokers (`weir serve`, the harness's cluster) share a private PostgreSQL 15 started with
 pg_stat_statements, and one s3s-fs. One topic of BENCH_PGC_PARTITIONS partitions is made and
@@ -13,7 +14,7 @@ Then `weir perf` produces BENCH_PGC_LOAD_MIB MiB at BENCH_PGC_RATE_MIB MiB/s (1 
 acks=all, one consumer group) to a topic of 16 partitions made before the window, and the same
 figures are divided by the GiB produced.
 
-Environment: WEIR_BIN, BENCH_PGC_PARTITIONS [10000], BENCH_PGC_IDLE_S [60],
+Environment: WEIR_BIN (without arguments), BENCH_PGC_PARTITIONS [10000], BENCH_PGC_IDLE_S [60],
 BENCH_PGC_SETTLE_S [30], BENCH_PGC_LOAD_MIB [1024] (0: no load phase), BENCH_PGC_RATE_MIB [20],
 BENCH_PGC_TOP [15] (statement kinds listed), BENCH_PGC_OUT (the report; by default
 bench/results/pg-cost-DATE.md).
@@ -86,6 +87,47 @@ def window(cluster, work):
             "xacts": xacts(cluster.pg)}
 
 
+# What each kind of statement is for, by a fragment of its text (the first that matches).
+PURPOSES = [
+    ("UPDATE brokers SET expires_ms", "session renewal (each broker every 500 ms)"),
+    ("WITH renewed AS", "controller lease: renewed by its holder, read by the others"),
+    ("SELECT EXISTS (SELECT", "controller: any session lapsed? (before a fencing transaction)"),
+    ("UPDATE brokers SET state", "controller: fencing lapsed sessions"),
+    ("START TRANSACTION", "transactions (the statements in them are listed apart)"),
+    ("COMMIT", "transactions"),
+    ("FROM partitions p LEFT JOIN assignments", "every assignment: controller and views, on changes"),
+    ("FROM brokers b", "brokers: controller and views, on changes"),
+    ("SELECT wal_id", "WALs and their recovery: controller and views"),
+    ("FROM kv WHERE key", "settings: drains (views), CIDR map (every 5 s), group configs"),
+    ("SELECT node_id, epoch FROM controller", "views: who is the controller"),
+    ("SELECT t.name, t.topic_id", "the catalog: topics, re-read on a new view"),
+    ("FROM client_quotas", "client quotas, on announced changes"),
+    ("FROM links", "cluster links, on announced changes"),
+    ("FROM transactions", "transaction check (timeouts, expired ids)"),
+    ("broker_loads (node_id", "load report for the balancer"),
+    ("FROM broker_loads", "balancer: every broker's load"),
+    ("SELECT incarnation, state FROM brokers", "a broker's incarnation checked in its write"),
+    ("INSERT INTO group_offsets", "consumer offset commits"),
+    ("group_states", "consumer group state"),
+    ("INSERT INTO objects", "upload: an object's row"),
+    ("UPDATE objects SET", "upload or cleanup: an object's state"),
+    ("SELECT $ FROM objects", "upload: the object is still pending"),
+    ("INSERT INTO ranges", "upload: the ranges an object holds"),
+    ("UPDATE streams SET end_offset", "upload: a stream's committed end"),
+    ("FROM streams WHERE stream_id", "a stream's offsets (upload commit, open)"),
+    ("SELECT DISTINCT object_id FROM ranges", "upload: objects left unreferenced"),
+    ("FROM ranges r", "a stream's ranges (reads from object storage, compaction, retention)"),
+    ("producer_snapshots", "idempotent producers' state, when a partition opens or uploads"),
+    ("assignments SET", "a partition move (balancer, operator)"),
+    ("pg_notify", "announcing a cluster change"),
+    ("FROM controller WHERE id", "controller lease, in a transaction"),
+]
+
+
+def purpose(query):
+    return next((why for frag, why in PURPOSES if frag in query), "")
+
+
 def short(query, width=110):
     q = re.sub(r"\$\d+", "$", query)
     return q if len(q) <= width else q[:width - 1] + "…"
@@ -94,27 +136,24 @@ def short(query, width=110):
 def table(figures, per, unit):
     """Markdown rows of the top statement kinds, `per` dividing the calls."""
     total = sum(c for c, _, _ in figures["stmts"])
-    lines = [f"| statements {unit} | share | ms each | statement |", "|---:|---:|---:|---|"]
+    lines = [f"| statements {unit} | share | ms each | for | statement |",
+             "|---:|---:|---:|---|---|"]
     for calls, ms, q in figures["stmts"][:TOP]:
         lines.append(f"| {calls / per:,.2f} | {calls / max(total, 1):.1%} | "
-                     f"{ms / max(calls, 1):.3f} | `{short(q).replace('|', '/')}` |")
+                     f"{ms / max(calls, 1):.3f} | {purpose(q)} | `{short(q, 70).replace('|', '/')}` |")
     rest = figures["stmts"][TOP:]
     if rest:
-        lines.append(f"| {sum(c for c, _, _ in rest) / per:,.2f} | | | {len(rest)} other kinds |")
+        lines.append(f"| {sum(c for c, _, _ in rest) / per:,.2f} | | | | {len(rest)} other kinds |")
     return "\n".join(lines)
 
 
-def main():
-    weir = os.environ.get("WEIR_BIN")
-    if not weir:
-        raise SystemExit("bench/pg_cost.py: set WEIR_BIN to the weir binary")
-    stamp = time.strftime("%Y-%m-%d-%H%M")
-    out = os.environ.get("BENCH_PGC_OUT",
-                         os.path.join(HERE, "results", f"pg-cost-{stamp}.md"))
+def measure(weir):
+    """One cluster of `weir` brokers: the report's lines for it, and its one-line figures."""
     root = tempfile.mkdtemp(prefix="weir-pg-cost-")
-    cluster = weir_harness.Cluster("pg-cost", root, env={"WEIR_WAL_CAPACITY": str(256 << 20)})
+    cluster = weir_harness.Cluster("pg-cost", root, env={"WEIR_WAL_CAPACITY": str(256 << 20)},
+                                   binary=weir)
     cluster.pg.options = "-c shared_preload_libraries=pg_stat_statements"
-    report = []
+    report, lines = [f"## {weir}", ""], []
     try:
         cluster.launch()
         psql(cluster.pg, "CREATE EXTENSION pg_stat_statements")
@@ -127,11 +166,11 @@ def main():
                    f"transactions/s, brokers' CPU {idle['cpu'] / idle['wall'] / 3:.4f} cores "
                    "each")
         print(summary, flush=True)
-        report += ["## Idle", "", summary, "", table(idle, idle["wall"], "/s"), ""]
+        lines.append(summary)
+        report += ["### Idle", "", summary, "", table(idle, idle["wall"], "/s"), ""]
         if LOAD_MIB:
             records = LOAD_MIB * 1024
             duration = LOAD_MIB / RATE_MIB
-
             # The topic is made before the window: its creation's announcements are not load.
             partitions.create_topic(cluster.bootstrap, "pgc-load-0", 16)
             time.sleep(5)
@@ -152,16 +191,33 @@ def main():
                        f"({n / loaded['wall']:.1f} statements/s); brokers' CPU "
                        f"{loaded['cpu'] / gib:.2f} s per GiB")
             print(summary, flush=True)
-            report += ["## Under load", "", summary, "", table(loaded, gib, "per GiB"), ""]
+            lines.append(summary)
+            report += ["### Under load", "", summary, "", table(loaded, gib, "per GiB"), ""]
     finally:
         cluster.cleanup()
+    return report, lines
+
+
+def main():
+    binaries = sys.argv[1:] or [os.environ.get("WEIR_BIN")]
+    if not all(binaries):
+        raise SystemExit("bench/pg_cost.py: name the weir binaries, or set WEIR_BIN")
+    stamp = time.strftime("%Y-%m-%d-%H%M")
+    out = os.environ.get("BENCH_PGC_OUT",
+                         os.path.join(HERE, "results", f"pg-cost-{stamp}.md"))
+    sections, summary = [], ["## Summary", ""]
+    for weir in binaries:
+        report, lines = measure(weir)
+        sections += report
+        summary += [f"- `{weir}`: {line}" for line in lines]
+    settings = " ".join(f"{k}={v}" for k, v in sorted(os.environ.items())
+                        if k.startswith("BENCH_PGC_"))
     head = [f"# PostgreSQL's load from a cluster ({stamp})", "",
-            f"`{' '.join(f'{k}={v}' for k, v in sorted(os.environ.items()) if k.startswith('BENCH_PGC_'))}"
-            f" WEIR_BIN={weir} bench/pg_cost.py`: three brokers on one PostgreSQL 15 "
-            "(pg_stat_statements, fsync off) and one s3s-fs, all on this machine; "
-            "WEIR_WAL_CAPACITY=256 MiB, everything else default.", ""]
+            f"`{settings} bench/pg_cost.py {' '.join(binaries)}`: for each binary in turn, three "
+            "brokers on one PostgreSQL 15 (pg_stat_statements, fsync off) and one s3s-fs, all on "
+            "this machine; WEIR_WAL_CAPACITY=256 MiB, everything else default.", ""]
     with open(out, "w") as f:
-        f.write("\n".join(head + report))
+        f.write("\n".join(head + summary + [""] + sections))
     print(f"report: {out}")
 
 
