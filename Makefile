@@ -244,6 +244,15 @@ bench-pg-cost:
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
 	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/pg_cost.py
 
+# Paced catch-up (about 6 minutes): producers' p99 while a consumer group reads a backlog from
+# objects, the broker's catch-up rate unlimited and at 3x the produce rate
+# (storage.catchup_bytes_per_sec); writes bench/results/catchup-pacing-*.md. Settings:
+# BENCH_CP_* (bench/catchup_pacing.py).
+.PHONY: bench-catchup-pacing
+bench-catchup-pacing:
+	$(CARGO) build --release -p weir
+	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/catchup_pacing.py
+
 # The chaos suite's long form (tests/chaos/chaos.py --mode long; about 20 minutes, then 5 of stress): 102 faults in
 # turn (kill -9 of a leader, SIGSTOP past the session timeout, PostgreSQL restarts, object-store
 # and WAL errors, an unreachable WAL) on a three-broker cluster under idempotent and transactional
