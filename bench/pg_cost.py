@@ -43,11 +43,8 @@ TOP = int(os.environ.get("BENCH_PGC_TOP", "15"))
 
 
 def psql(pg, sql):
-    """Rows of `sql` in the cluster's database, as lists of strings (psql's unaligned output)."""
-    cmd = pg._cmd("psql", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "weir", "-d", "weir",
-                  "-AtF", "\t", "-c", sql)
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=60).stdout
-    return [line.split("\t") for line in out.splitlines() if line]
+    """Rows of `sql` in the cluster's database, as lists of strings."""
+    return pg.sql(sql)
 
 
 def reset(pg):

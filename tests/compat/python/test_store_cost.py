@@ -6,7 +6,6 @@ reads no empty stream's ranges. Figures for 10,000 partitions: `make bench-pg-co
 """
 
 import os
-import subprocess
 import time
 
 import pytest
@@ -21,25 +20,18 @@ PARTITIONS = 300
 IDLE_S = 12.0  # longer than a maintenance round (10 s)
 
 
-def _psql(pg, sql):
-    cmd = pg._cmd("psql", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "weir", "-d", "weir",
-                  "-AtF", "\t", "-c", sql)
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=60).stdout
-    return [line.split("\t") for line in out.splitlines() if line]
-
-
 def test_an_idle_cluster_reads_nothing_again_that_has_not_changed(broker_factory):
     c = broker_factory.cluster("store-cost", start=False)
     c.pg.options = "-c shared_preload_libraries=pg_stat_statements"
     c.launch()
-    _psql(c.pg, "CREATE EXTENSION pg_stat_statements")
+    c.pg.sql("CREATE EXTENSION pg_stat_statements")
     create_topic(c.bootstrap, "idle", PARTITIONS)
     time.sleep(8)  # the partitions open (each reads its ranges once), first reports are made
-    _psql(c.pg, "SELECT pg_stat_statements_reset()")
+    c.pg.sql("SELECT pg_stat_statements_reset()")
     time.sleep(IDLE_S)
-    rows = _psql(c.pg, "SELECT calls, regexp_replace(query, '\\s+', ' ', 'g') "
-                       "FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid "
-                       "WHERE r.rolname = 'weir' AND query NOT LIKE '%pg_stat%'")
+    rows = c.pg.sql("SELECT calls, regexp_replace(query, '\\s+', ' ', 'g') "
+                    "FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid "
+                    "WHERE r.rolname = 'weir' AND query NOT LIKE '%pg_stat%'")
     calls = [(int(n), q) for n, q in rows]
     listing = "\n".join(f"{n:6} {q[:120]}" for n, q in sorted(calls, reverse=True))
 

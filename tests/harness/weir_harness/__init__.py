@@ -589,6 +589,13 @@ class PgServer:
              "pg_ctl start")
         return t0, t1, t2, time.monotonic()
 
+    def sql(self, statements, db="weir"):
+        """Rows of `statements` (psql's unaligned output, a list of fields each) in `db`."""
+        cmd = self._cmd("psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "weir", "-d", db,
+                        "-AtF", "\t", "-c", statements)
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=60).stdout
+        return [line.split("\t") for line in out.splitlines() if line]
+
     def create_database(self, name):
         """Creates database `name` and returns its URL."""
         _run(self._cmd("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "weir", name),
