@@ -244,6 +244,15 @@ bench-pg-cost:
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
 	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/pg_cost.py
 
+# OpenMessaging Benchmark workload files (bench/workloads/*.yaml, OMB's format) against Kafka and
+# Weir, scaled to this machine (about 12 minutes): `weir perf --workload` prints OMB's figures;
+# writes bench/results/omb-*.md. Settings: BENCH_OMB_* (bench/omb.py). Also a section of `make bench`.
+.PHONY: bench-omb
+bench-omb:
+	$(CARGO) build --release -p weir
+	tools/kafka/kafka.sh install
+	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/omb.py
+
 # Paced catch-up (about 6 minutes): producers' p99 while a consumer group reads a backlog from
 # objects, the broker's catch-up rate unlimited and at 3x the produce rate
 # (storage.catchup_bytes_per_sec); writes bench/results/catchup-pacing-*.md. Settings:

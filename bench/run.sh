@@ -54,6 +54,8 @@
 #                                                  (bench/object_wal.py, BENCH_OW_* settings)
 #   BENCH_PRODUCER_PERF [1]                        0: leave out the ProducerPerformance section
 #                                                  (bench/producer_perf.py, BENCH_PP_* settings)
+#   BENCH_OMB [1]                                  0: leave out the OpenMessaging Benchmark
+#                                                  workloads (bench/omb.py, BENCH_OMB_* settings)
 #   BENCH_TLS [1]                                  0: leave out the TLS section: SASL_SSL beside
 #                                                  PLAINTEXT (bench/tls.py, BENCH_TLS_* settings)
 #   BENCH_SCHEMA_VALIDATION [1]                    0: leave out the schema validation section:
@@ -486,6 +488,14 @@ if [[ ${BENCH_OBJECT_WAL:-1} == 1 ]]; then
     python3 "$ROOT/bench/object_wal.py"; then
     log "the object WAL section failed"
     echo "object-wal failed" >>"$OUT/failures.txt"
+  fi
+fi
+# OpenMessaging Benchmark workloads (bench/omb.py): the workload files in bench/workloads/ on both.
+if [[ ${BENCH_OMB:-1} == 1 ]]; then
+  if ! WEIR_BIN=$WEIR WEIR_SERVE_BIN=$SERVE_BIN BENCH_OMB_OUT=$OUT/omb.md BENCH_OMB_APPEND_TO=$RESULTS/$STAMP.md \
+    python3 "$ROOT/bench/omb.py"; then
+    log "the OpenMessaging Benchmark section failed"
+    echo "omb failed" >>"$OUT/failures.txt"
   fi
 fi
 # Kafka's ProducerPerformance (bench/producer_perf.py): maximum and 30,000 records/s, one partition.

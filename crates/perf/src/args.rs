@@ -118,6 +118,28 @@ pub struct PerfArgs {
     /// No progress line on the terminal.
     #[arg(long)]
     pub quiet: bool,
+
+    /// Run an OpenMessaging Benchmark workload file (YAML): it sets the topics, partitions,
+    /// message size and payload, producers, subscriptions and consumers, rate, backlog, warm-up
+    /// and duration, and OMB's figures are printed at the end (`weir_perf::workload`).
+    #[arg(long, value_name = "FILE.yaml")]
+    pub workload: Option<PathBuf>,
+
+    /// With --workload: times the workload's producer rate and backlog size (scale a published
+    /// workload to this machine, e.g. 0.01).
+    #[arg(long, default_value_t = 1.0)]
+    pub workload_scale: f64,
+
+    /// With --workload: times its warm-up and test durations (e.g. 0.1: a 15-minute test runs
+    /// 90 s).
+    #[arg(long, default_value_t = 1.0)]
+    pub workload_time_scale: f64,
+
+    /// Record values: these bytes (a workload's payload file), with the send timestamp over
+    /// their first 8; random bytes when `None`.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub payload: Option<Vec<u8>>,
 }
 
 fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {

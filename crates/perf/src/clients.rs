@@ -207,6 +207,9 @@ pub struct ProducerSpec {
     pub seed: u64,
     /// Values framed with this schema id (see `PerfArgs::schema_id`).
     pub schema_id: Option<u32>,
+    /// Every value is these bytes (repeated or cut to `record_size`) but for the timestamp
+    /// (`PerfArgs::payload`); random windows when `None`.
+    pub payload: Option<Arc<Vec<u8>>>,
 }
 
 /// The bytes before the send timestamp in a value framed with a schema id: magic, id.
@@ -312,7 +315,17 @@ fn send_loop(
 ) {
     // Record values are windows into a random pool, so consecutive records differ.
     const POOL_EXTRA: usize = 4096;
-    let pool = random_bytes(spec.record_size + POOL_EXTRA, spec.seed);
+    let pool = match &spec.payload {
+        Some(p) => p
+            .iter()
+            .copied()
+            .cycle()
+            .take(spec.record_size + POOL_EXTRA)
+            .collect(),
+        None => random_bytes(spec.record_size + POOL_EXTRA, spec.seed),
+    };
+    // A payload file's bytes are sent as they are: no window moves over them.
+    let step = if spec.payload.is_some() { 0 } else { 61 };
     let mut value = vec![0u8; spec.record_size];
     let mut window = 0usize;
     let frame = spec.schema_id.map(|id| schema_frame(id, spec.record_size));
@@ -342,7 +355,7 @@ fn send_loop(
             }
             due += interval;
         }
-        window = (window + 61) % POOL_EXTRA;
+        window = (window + step) % POOL_EXTRA;
         value.copy_from_slice(&pool[window..window + spec.record_size]);
         if let Some((prefix, len)) = &frame {
             let after = SCHEMA_PREFIX_BYTES + TIMESTAMP_BYTES;

@@ -14,6 +14,8 @@
 //!   catch-up detection), the once-a-second sampler, the progress line and the printed
 //!   figures, and the JSON results.
 //! - [`chart`]: an SVG chart of latency percentiles and throughput over time, written by hand.
+//! - [`workload`]: OpenMessaging Benchmark workload files (`--workload`), turned into options,
+//!   and OMB's figures printed at the end.
 //!
 //! A run: create fresh topics; start the consumers and wait for their partitions (unless in
 //! backlog mode); start the producers; warm up; in backlog mode, produce for `--backlog` with
@@ -26,6 +28,7 @@ pub mod chart;
 pub mod clients;
 mod runner;
 pub mod stats;
+pub mod workload;
 
 pub use args::PerfArgs;
 

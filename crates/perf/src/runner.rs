@@ -374,6 +374,30 @@ fn period_line(phase: &str, r: &IntervalReport) -> String {
     )
 }
 
+/// The measured period in the OpenMessaging Benchmark's terms: its aggregated lines.
+fn omb_figures(r: &IntervalReport) -> String {
+    let lat = |s: &Option<LatencySummary>| {
+        match s {
+        Some(s) => format!(
+            "avg: {:.3} - 50%: {:.3} - 75%: {:.3} - 95%: {:.3} - 99%: {:.3} - 99.9%: {:.3} - 99.99%: {:.3} - Max: {:.3}",
+            s.avg, s.p50, s.p75, s.p95, s.p99, s.p999, s.p9999, s.max
+        ),
+        None => "-".into(),
+    }
+    };
+    format!(
+        "OpenMessaging Benchmark figures ({:.1} s measured):\n  Pub rate {:.1} msg/s / {:.2} MB/s | Cons rate {:.1} msg/s / {:.2} MB/s | Backlog: {:.1} K\n  Aggregated Pub Latency (ms) {}\n  Aggregated E2E Latency (ms) {}",
+        r.seconds,
+        r.produce.records_per_sec,
+        r.produce.mib_per_sec,
+        r.consume.records_per_sec,
+        r.consume.mib_per_sec,
+        r.backlog_records as f64 / 1000.0,
+        lat(&r.produce_latency_ms),
+        lat(&r.e2e_latency_ms),
+    )
+}
+
 fn summary_text(title: &str, r: &IntervalReport) -> String {
     let mut out = format!("{title} ({:.1} s)\n", r.seconds);
     out += &format!(
@@ -584,7 +608,20 @@ fn describe_rate(rate: Option<f64>, record_size: usize) -> String {
     }
 }
 
-pub fn run(args: PerfArgs) -> anyhow::Result<()> {
+pub fn run(mut args: PerfArgs) -> anyhow::Result<()> {
+    let workload = match args.workload.clone() {
+        Some(path) => {
+            let w = crate::workload::Workload::load(&path)?;
+            let (scale, time_scale) = (args.workload_scale, args.workload_time_scale);
+            if !(scale > 0.0 && scale.is_finite() && time_scale > 0.0 && time_scale.is_finite()) {
+                bail!("--workload-scale and --workload-time-scale must be positive");
+            }
+            w.apply(&mut args, &path, scale, time_scale)?;
+            println!("{}", w.describe(&args));
+            Some(w)
+        }
+        None => None,
+    };
     args.validate()?;
     let prefix = args.topic_prefix.clone().unwrap_or_else(random_prefix);
     let topics: Vec<String> = (0..args.topics).map(|i| format!("{prefix}-{i}")).collect();
@@ -657,6 +694,9 @@ pub fn run(args: PerfArgs) -> anyhow::Result<()> {
     drop(workers);
 
     print_results(&args, &summary, settle.as_ref(), catch_up.as_ref());
+    if workload.is_some() {
+        println!("{}", omb_figures(&summary));
+    }
     let client_errors = errors.count.load(Ordering::Relaxed);
     if client_errors > 0 {
         println!("Client errors (connections, metadata, ...): {client_errors}");
@@ -713,6 +753,7 @@ fn start_producers(
                 client_id: format!("weir-perf-p{t}-{p}"),
                 seed: 0x5EED_0000 + (t * 1000 + p) as u64,
                 schema_id: args.schema_id,
+                payload: args.payload.clone().map(Arc::new),
             };
             let handle = clients::start_producer(
                 spec,

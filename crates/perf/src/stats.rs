@@ -260,6 +260,9 @@ pub struct LatencySummary {
     pub p99: f64,
     #[serde(rename = "p99.9")]
     pub p999: f64,
+    /// The OpenMessaging Benchmark's last percentile (`--workload` prints it).
+    #[serde(rename = "p99.99")]
+    pub p9999: f64,
     pub max: f64,
 }
 
@@ -279,6 +282,7 @@ impl LatencySummary {
             p95: ms(h.value_at_quantile(0.95)),
             p99: ms(h.value_at_quantile(0.99)),
             p999: ms(h.value_at_quantile(0.999)),
+            p9999: ms(h.value_at_quantile(0.9999)),
             max: ms(h.max()),
         })
     }
