@@ -430,9 +430,8 @@ impl Cluster {
     }
 
     /// The controller's part: assign recoveries of fenced brokers' WALs, retry unreachable ones,
-    /// and say which partitions wait.
-    /// Assigns and retries the recoveries of fenced brokers' WALs; whether it did anything (the
-    /// recoveries under way announce their end; a retry comes due with time).
+    /// and say which partitions wait. Returns whether it did anything (the recoveries under way
+    /// announce their end; a retry comes due with time).
     pub(crate) async fn control_recoveries(
         &self,
         lease: weir_meta::ControllerLease,

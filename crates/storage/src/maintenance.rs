@@ -103,8 +103,8 @@ impl Maintenance {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
         let streams = self.streams.all();
-        self.checked()
-            .retain(|id, _| streams.iter().any(|s| s.id == *id));
+        let ids: std::collections::HashSet<u64> = streams.iter().map(|s| s.id).collect();
+        self.checked().retain(|id, _| ids.contains(id));
         for s in streams {
             self.apply_retention(&s, now_ms).await;
         }
