@@ -20,7 +20,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -35,25 +34,25 @@ DURATION_S = int(os.environ.get("BENCH_CP_DURATION_S", "60"))
 
 
 def run(weir, pace):
-    root = tempfile.mkdtemp(prefix="weir-catchup-pacing-")
-    limit = int(pace * MIB * (1 << 20))
-    b = weir_harness.Broker("catchup", root, env={
-        "WEIR_WAL_CAPACITY": str(1 << 30),
-        "WEIR_STORAGE_LOG_CACHE_BYTES": str(64 << 20),
-        "WEIR_STORAGE_CATCHUP_BYTES_PER_SEC": str(limit),
-    })
-    b.start()
-    out = os.path.join(root, "perf.json")
-    try:
-        subprocess.run([weir, "perf", "--bootstrap-servers", b.bootstrap, "--partitions", "16",
-                        "--throughput-mib", str(MIB), "--warmup", "10s",
-                        "--backlog", f"{BACKLOG_S}s", "--duration", f"{DURATION_S}s",
-                        "--report-interval", "10s", "--output", out], check=True,
-                       timeout=BACKLOG_S + DURATION_S + 300)
-        with open(out) as f:
-            return json.load(f)
-    finally:
-        b.cleanup()
+    with weir_harness.work_dir("weir-catchup-pacing-") as root:
+        limit = int(pace * MIB * (1 << 20))
+        b = weir_harness.Broker("catchup", root, env={
+            "WEIR_WAL_CAPACITY": str(1 << 30),
+            "WEIR_STORAGE_LOG_CACHE_BYTES": str(64 << 20),
+            "WEIR_STORAGE_CATCHUP_BYTES_PER_SEC": str(limit),
+        })
+        b.start()
+        out = os.path.join(root, "perf.json")
+        try:
+            subprocess.run([weir, "perf", "--bootstrap-servers", b.bootstrap, "--partitions", "16",
+                            "--throughput-mib", str(MIB), "--warmup", "10s",
+                            "--backlog", f"{BACKLOG_S}s", "--duration", f"{DURATION_S}s",
+                            "--report-interval", "10s", "--output", out], check=True,
+                           timeout=BACKLOG_S + DURATION_S + 300)
+            with open(out) as f:
+                return json.load(f)
+        finally:
+            b.cleanup()
 
 
 def main():

@@ -22,7 +22,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,26 +39,26 @@ TIME_SCALE = float(os.environ.get("BENCH_OMB_TIME_SCALE", "0.1"))
 
 
 def run(weir, kind, workload):
-    root = tempfile.mkdtemp(prefix=f"weir-omb-{kind}-")
-    b = weir_harness.Broker(kind, root, env={"WEIR_WAL_CAPACITY": str(1 << 30)})
-    b.kind = kind
-    b.start()
-    out = os.path.join(root, "perf.json")
-    try:
-        c0, t0 = partitions.proc_sample(b.pid)[0], time.monotonic()
-        subprocess.run([weir, "perf", "--bootstrap-servers", b.bootstrap,
-                        "--workload", workload, "--workload-scale", str(SCALE),
-                        "--workload-time-scale", str(TIME_SCALE), "--report-interval", "30s",
-                        "--quiet", "--output", out], check=True, timeout=3600)
-        cpu, wall = partitions.proc_sample(b.pid)[0] - c0, time.monotonic() - t0
-        with open(out) as f:
-            d = json.load(f)
-        moved = sum(p["produce"]["bytes"] + p["consume"]["bytes"] for p in d["phases"])
-        d["broker_cpu_s_per_gib"] = cpu / (moved / (1 << 30)) if moved else float("nan")
-        d["wall_s"] = wall
-        return d
-    finally:
-        b.cleanup()
+    with weir_harness.work_dir(f"weir-omb-{kind}-") as root:
+        b = weir_harness.Broker(kind, root, env={"WEIR_WAL_CAPACITY": str(1 << 30)})
+        b.kind = kind
+        b.start()
+        out = os.path.join(root, "perf.json")
+        try:
+            c0, t0 = partitions.proc_sample(b.pid)[0], time.monotonic()
+            subprocess.run([weir, "perf", "--bootstrap-servers", b.bootstrap,
+                            "--workload", workload, "--workload-scale", str(SCALE),
+                            "--workload-time-scale", str(TIME_SCALE), "--report-interval", "30s",
+                            "--quiet", "--output", out], check=True, timeout=3600)
+            cpu, wall = partitions.proc_sample(b.pid)[0] - c0, time.monotonic() - t0
+            with open(out) as f:
+                d = json.load(f)
+            moved = sum(p["produce"]["bytes"] + p["consume"]["bytes"] for p in d["phases"])
+            d["broker_cpu_s_per_gib"] = cpu / (moved / (1 << 30)) if moved else float("nan")
+            d["wall_s"] = wall
+            return d
+        finally:
+            b.cleanup()
 
 
 def fmt(s, keys=("p50", "p99", "p99.9", "p99.99", "max")):

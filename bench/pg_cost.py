@@ -24,7 +24,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -146,7 +145,11 @@ def table(figures, per, unit):
 
 def measure(weir):
     """One cluster of `weir` brokers: the report's lines for it, and its one-line figures."""
-    root = tempfile.mkdtemp(prefix="weir-pg-cost-")
+    with weir_harness.work_dir("weir-pg-cost-") as root:
+        return measure_in(weir, root)
+
+
+def measure_in(weir, root):
     cluster = weir_harness.Cluster("pg-cost", root, env={"WEIR_WAL_CAPACITY": str(256 << 20)},
                                    binary=weir)
     cluster.pg.options = "-c shared_preload_libraries=pg_stat_statements"

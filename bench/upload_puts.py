@@ -15,7 +15,6 @@ Environment: WEIR_BIN, BENCH_UP_MIB [50], BENCH_UP_SECONDS [60], BENCH_UP_AFTER_
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 
@@ -39,11 +38,8 @@ def scrape(b):
     return m
 
 
-def main():
-    weir = os.environ.get("WEIR_BIN")
-    if not weir:
-        raise SystemExit("bench/upload_puts.py: set WEIR_BIN to the weir binary")
-    root = tempfile.mkdtemp(prefix="weir-upload-puts-")
+def measure(weir, root):
+    """The broker's meters before and after `weir perf` at MIB MiB/s, and AFTER_S to upload."""
     b = weir_harness.Broker("upload-puts", root, env={"WEIR_WAL_CAPACITY": str(2 << 30)})
     b.start()
     try:
@@ -52,9 +48,17 @@ def main():
                         "--throughput-mib", f"{MIB:g}", "--warmup", "5s",
                         "--duration", f"{SECONDS}s", "--groups", "0", "--quiet"], check=True)
         time.sleep(AFTER_S)
-        after = scrape(b)
+        return before, scrape(b)
     finally:
         b.cleanup()
+
+
+def main():
+    weir = os.environ.get("WEIR_BIN")
+    if not weir:
+        raise SystemExit("bench/upload_puts.py: set WEIR_BIN to the weir binary")
+    with weir_harness.work_dir("weir-upload-puts-") as root:
+        before, after = measure(weir, root)
     delta = {k: after[k] - before.get(k, 0.0) for k in after}
     gib = delta.get("weir_produce_bytes_total", 0.0) / (1 << 30)
     for k in sorted(delta):

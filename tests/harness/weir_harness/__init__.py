@@ -13,6 +13,7 @@ starts each broker on the old binary, then on the new one).
 """
 
 import atexit
+import contextlib
 import glob
 import http.client
 import json
@@ -23,10 +24,26 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
 
+
+
+@contextlib.contextmanager
+def work_dir(prefix):
+    """A fresh directory under the system's temporary one, removed afterwards, failure or not
+    (WEIR_TEST_KEEP=1 keeps it and says where). Benchmarks write gigabytes into theirs: left
+    behind, they filled the disk that a later build needed."""
+    root = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield root
+    finally:
+        if os.environ.get("WEIR_TEST_KEEP") == "1":
+            print(f"kept {root}", flush=True)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 class HarnessError(RuntimeError):
