@@ -100,6 +100,13 @@ def s3_root():
 
 
 def metrics(broker):
+    """The broker's /metrics as {series: value}; a cluster's, summed over its brokers."""
+    if isinstance(broker, weir_harness.Cluster):
+        out = {}
+        for b in broker.brokers:
+            for k, v in metrics(b).items():
+                out[k] = out.get(k, 0.0) + v
+        return out
     with urllib.request.urlopen(f"http://127.0.0.1:{broker.aux_port}/metrics", timeout=10) as r:
         text = r.read().decode()
     out = {}
@@ -117,6 +124,12 @@ def metrics(broker):
 def start(config, root):
     """A fresh broker for `config`; returns (broker, s3 or None)."""
     os.makedirs(root, exist_ok=True)
+    if config == "weir-cluster-pg":
+        # Three brokers on a private PostgreSQL and one s3s-fs (the harness's cluster).
+        c = weir_harness.Cluster("bench", root, env={"WEIR_WAL_CAPACITY": str(256 << 20)})
+        c.kind = "weir"
+        c.launch()
+        return c, None
     if config == "kafka":
         b = weir_harness.Broker(config, root)
         b.kind = "kafka"
@@ -140,7 +153,10 @@ def start(config, root):
 
 
 def stop(b, s3):
-    """Stops a broker from `start` and its s3s-fs, whose files go."""
+    """Stops a broker (or cluster) from `start` and its s3s-fs, whose files go."""
+    if isinstance(b, weir_harness.Cluster):
+        b.cleanup()
+        return
     b.stop()
     if s3 is not None:
         s3.kill()

@@ -15,11 +15,14 @@
 //!   every write names the version it read, so a coordinator that lost the id learns it
 //!   (`NOT_COORDINATOR`) instead of overwriting its successor.
 //! - Ending a transaction is two-phase, as in Kafka: the decision (PrepareCommit or
-//!   PrepareAbort) is stored first; then a marker goes to every partition of the transaction
-//!   through the [`MarkerWriter`] (the partition's leader, here or on another broker); then the
-//!   record is completed, which in the same database transaction commits (or drops) the
-//!   offsets the transaction staged for consumer groups. A decision once stored is carried out
-//!   by whoever coordinates the id, even after a crash between the phases.
+//!   PrepareAbort) is stored first, and EndTxn is answered then; then a marker goes to every
+//!   partition of the transaction through the [`MarkerWriter`] (the partition's leader, here or
+//!   on another broker); then the record is completed, which in the same database transaction
+//!   commits (or drops) the offsets the transaction staged for consumer groups. The producer's
+//!   next transaction waits until then: its joins wait for the id's lock here, and on other
+//!   brokers re-read a deciding record for a while before asking the client to retry. A
+//!   decision once stored is carried out by whoever coordinates the id, even after a crash
+//!   between the phases.
 //! - A background task aborts transactions that outlive their timeout (bumping the epoch, so
 //!   the producer's late writes are fenced), finishes decisions whose coordinator died midway,
 //!   and forgets transactional ids idle for `transactional.id.expiration.ms`.
@@ -102,8 +105,11 @@ pub struct TxnMeters {
     pub timed_out: Counter,
     pub markers: Counter,
     pub add_conflicts: Counter,
+    pub join_waits: Counter,
     /// EndTxn from the request to the answer.
     pub end_latency: Histogram,
+    /// From a decision stored to its markers written and the transaction completed.
+    pub markers_latency: Histogram,
 }
 
 impl TxnMeters {
@@ -130,10 +136,20 @@ impl TxnMeters {
             "Partitions' joins to their transaction (Transactions V2) that lost a compare-and-set on the transaction's record to another broker and were tried again.",
             &self.add_conflicts,
         );
+        r.counter(
+            "transaction_join_waits",
+            "Partitions' joins to their producer's next transaction (Transactions V2) that waited for the markers of its last one (at most 1 s, then the client retries).",
+            &self.join_waits,
+        );
         r.histogram(
             "transaction_end",
-            "EndTxn requests this broker coordinated, from the request to the answer: the decision stored, the markers written and the transaction completed.",
+            "EndTxn requests this broker coordinated, from the request to the answer (once the decision is stored; the markers follow).",
             &self.end_latency,
+        );
+        r.histogram(
+            "transaction_completion",
+            "Transactions this broker ended, from the decision stored to every marker written and the transaction completed; the producer's next transaction waits for this.",
+            &self.markers_latency,
         );
     }
 }
@@ -160,6 +176,15 @@ const IDLE_CHECK_EVERY: Duration = Duration::from_secs(10);
 /// How many times a partition's join to its transaction is tried when other brokers' joins
 /// keep winning the record's compare-and-set (one per leader of its partitions at most).
 const IMPLICIT_ADD_ATTEMPTS: usize = 4;
+
+/// How long a partition's join to a transaction (Transactions V2) waits for the markers of the
+/// producer's last transaction, written by its coordinator on another broker, before asking the
+/// client to retry (Kafka's leaders retry such joins for `add.partitions.to.txn.retry.backoff.max.ms`).
+pub const JOIN_PATIENCE: Duration = Duration::from_secs(1);
+
+/// The delays between reads of the record while a join waits for the markers.
+const JOIN_RETRY: weir_retry::Backoff =
+    weir_retry::Backoff::new(Duration::from_millis(2), Duration::from_millis(50));
 
 /// A transaction the background check must watch: open (it may time out) or ending (its
 /// markers may need writing).
@@ -406,13 +431,27 @@ impl TxnCoordinator {
         let _guard = self.lock(id).await;
         // The leaders of a transaction's partitions add them at once when its first batches
         // arrive, each with a compare-and-set on the record: a lost race is read again and
-        // tried again here rather than answered, which would cost the client a retry.
+        // tried again here rather than answered, which would cost the client a retry. So is a
+        // record whose last transaction's markers are still being written (by its coordinator,
+        // on another broker: here its lock would have held this join until they were).
         let mut attempts = 1;
+        let deadline = tokio::time::Instant::now() + JOIN_PATIENCE;
+        let mut delays = JOIN_RETRY.delays();
+        let mut waited = false;
         loop {
             match self.add_locked(id, pid, epoch, partitions, group).await {
                 Err(ResponseError::NotCoordinator) if attempts < IMPLICIT_ADD_ATTEMPTS => {
                     attempts += 1;
                     self.meters.add_conflicts.inc();
+                }
+                Err(ResponseError::ConcurrentTransactions)
+                    if tokio::time::Instant::now() < deadline =>
+                {
+                    if !std::mem::replace(&mut waited, true) {
+                        self.meters.join_waits.inc();
+                    }
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    tokio::time::sleep(delays.next_delay().min(left)).await;
                 }
                 // Still losing to other brokers' writes: the client retries.
                 Err(ResponseError::NotCoordinator) => {
@@ -502,13 +541,14 @@ impl TxnCoordinator {
         self.add(id, pid, epoch, &[], Some(group)).await
     }
 
-    /// EndTxn: stores the decision, writes the markers, completes the transaction. A retry of
-    /// a decision already made answers as the first did. `v2` (EndTxn v5+, Transactions V2):
+    /// EndTxn: stores the decision and answers; the markers are written and the transaction
+    /// completed after the answer, under the id's lock (as Kafka answers once PrepareCommit is
+    /// in its log). A retry of a decision already made answers as the first did. `v2` (EndTxn v5+, Transactions V2):
     /// the decision bumps the producer's epoch, the markers carry the new one, and the answer
     /// is the producer id and epoch the client goes on with; otherwise the answer is the ones
     /// it sent.
     pub async fn end_txn(
-        &self,
+        self: &Arc<Self>,
         id: &str,
         pid: i64,
         epoch: i16,
@@ -522,14 +562,14 @@ impl TxnCoordinator {
     }
 
     async fn end(
-        &self,
+        self: &Arc<Self>,
         id: &str,
         pid: i64,
         epoch: i16,
         commit: bool,
         v2: bool,
     ) -> Result<(i64, i16), ResponseError> {
-        let _guard = self.enter(id).await?;
+        let guard = self.enter(id).await?;
         let mut r = self
             .load(id)
             .await?
@@ -611,11 +651,29 @@ impl TxnCoordinator {
         } else {
             (r.producer_id, r.producer_epoch)
         };
-        // The decision is stored: it stands, whatever happens to the markers from here on.
-        if let Err(e) = self.complete(r).await {
-            tracing::info!(transactional_id = id, error = %e, "the transaction is decided; its markers are being written in the background");
-        }
+        // The decision is stored: it stands, whatever happens to the markers from here on,
+        // and the client need not wait for them (they queue behind its partitions' data).
+        self.complete_later(guard, r);
         Ok(answer)
+    }
+
+    /// Writes the markers of a stored decision and completes it, holding the id's lock
+    /// (`guard`) until then: this broker's requests for the id, the producer's next
+    /// transaction's among them, wait for it. A failure leaves the decision to the background
+    /// check.
+    fn complete_later(self: &Arc<Self>, guard: tokio::sync::OwnedMutexGuard<()>, r: TxnRecord) {
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            let _guard = guard;
+            let began = std::time::Instant::now();
+            let id = r.transactional_id.clone();
+            match this.complete(r).await {
+                Ok(_) => this.meters.markers_latency.record(began.elapsed()),
+                Err(e) => {
+                    tracing::info!(transactional_id = %id, error = %e, "the transaction is decided; the background check will finish its markers");
+                }
+            }
+        });
     }
 
     /// Transactions V2: the epoch the markers of a decided transaction carry, one above the

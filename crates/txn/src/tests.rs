@@ -9,16 +9,19 @@ use super::*;
 /// A marker written: topic, partition, producer id, epoch, commit.
 type Written = (String, i32, i64, i16, bool);
 
-/// Records every marker; fails the first `failures` writes of each partition.
+/// Records every marker; fails the first `failures` writes of each partition; holds every write
+/// while a test holds `gate` for writing.
 #[derive(Default)]
 struct FakeWriter {
     written: Mutex<Vec<Written>>,
     failures: AtomicUsize,
+    gate: tokio::sync::RwLock<()>,
 }
 
 #[async_trait::async_trait]
 impl MarkerWriter for FakeWriter {
     async fn write_markers(&self, m: Markers) -> Vec<Result<(), ResponseError>> {
+        let _open = self.gate.read().await;
         m.partitions
             .iter()
             .map(|(t, p)| {
@@ -55,6 +58,67 @@ fn p(t: &str, i: i32) -> (String, i32) {
     (t.to_string(), i)
 }
 
+/// Once the markers of `id`'s last decision are written (or given up on): they hold its lock.
+async fn settled(c: &TxnCoordinator, id: &str) {
+    drop(c.lock(id).await);
+}
+
+/// EndTxn answers once its decision is stored, as Kafka's does once PrepareCommit is in its
+/// log; the markers follow. The producer's next transaction waits for them, so none of its
+/// writes can land in a partition before the marker that ends the last one.
+#[tokio::test]
+async fn end_txn_answers_once_decided_and_the_next_transaction_waits_for_the_markers() {
+    let (c, w, meta) = setup(TxnConfig::default());
+    let (pid, e) = c.init_producer_id("tx", 60_000, None).await.expect("init");
+    c.add_implicitly("tx", pid, e, &[p("a", 0), p("b", 1)], None)
+        .await
+        .expect("add");
+    let held = w.gate.write().await;
+    let (pid2, e2) =
+        tokio::time::timeout(Duration::from_secs(2), c.end_txn("tx", pid, e, true, true))
+            .await
+            .expect("answered while the markers are held")
+            .expect("committed");
+    assert_eq!((pid2, e2), (pid, e + 1));
+    let r = meta
+        .load_transaction("tx")
+        .await
+        .expect("load")
+        .expect("some");
+    assert_eq!(r.state, TxnState::PrepareCommit);
+    assert!(w.written.lock().unwrap().is_empty());
+    // The next transaction's first write waits for the markers.
+    let c2 = Arc::clone(&c);
+    let next =
+        tokio::spawn(async move { c2.add_implicitly("tx", pid2, e2, &[p("a", 0)], None).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !next.is_finished(),
+        "joined before the markers were written"
+    );
+    drop(held);
+    next.await
+        .expect("join")
+        .expect("the next transaction's join");
+    assert_eq!(
+        *w.written.lock().unwrap(),
+        vec![
+            ("a".to_string(), 0, pid, e2, true),
+            ("b".to_string(), 1, pid, e2, true)
+        ]
+    );
+    let r = meta
+        .load_transaction("tx")
+        .await
+        .expect("load")
+        .expect("some");
+    assert_eq!(
+        (r.state, r.partitions),
+        (TxnState::Ongoing, vec![p("a", 0)])
+    );
+    assert_eq!(c.meters.markers_latency.snapshot().count, 1);
+}
+
 #[tokio::test]
 async fn a_transaction_commits_with_a_marker_in_each_partition() {
     let (c, w, meta) = setup(TxnConfig::default());
@@ -78,6 +142,7 @@ async fn a_transaction_commits_with_a_marker_in_each_partition() {
     c.end_txn("tx", pid, epoch, true, false)
         .await
         .expect("commit");
+    settled(&c, "tx").await;
     assert_eq!(
         *w.written.lock().unwrap(),
         vec![
@@ -250,6 +315,7 @@ async fn staged_offsets_are_committed_with_the_transaction_only() {
         .await
         .expect("stage");
     c.end_txn("tx", pid, e, false, false).await.expect("abort");
+    settled(&c, "tx").await;
     use weir_meta::GroupOffsets;
     assert!(meta.fetch_offsets("g").await.expect("fetch").is_empty());
     c.add_offsets("tx", pid, e, "g").await.expect("add offsets");
@@ -257,6 +323,7 @@ async fn staged_offsets_are_committed_with_the_transaction_only() {
         .await
         .expect("stage");
     c.end_txn("tx", pid, e, true, false).await.expect("commit");
+    settled(&c, "tx").await;
     assert_eq!(
         meta.fetch_offsets("g").await.expect("fetch"),
         vec![offset(7)]
@@ -332,6 +399,7 @@ async fn transactions_v2_bump_the_epoch_at_every_end() {
     );
     let (pid1, e1) = c.end_txn("tx", pid, e0, true, true).await.expect("commit");
     assert_eq!((pid1, e1), (pid, e0 + 1), "the epoch moves on");
+    settled(&c, "tx").await;
     assert_eq!(
         *w.written.lock().unwrap(),
         vec![("a".to_string(), 0, pid, e0 + 1, true)],
@@ -384,6 +452,7 @@ async fn transactions_v2_move_to_a_new_producer_id_when_epochs_run_out() {
         .end_txn("tx", pid, last, true, true)
         .await
         .expect("commit");
+    settled(&c, "tx").await;
     assert_ne!(next, pid);
     assert_eq!(epoch, 0);
     assert_eq!(
@@ -537,4 +606,55 @@ async fn partitions_joining_at_once_from_several_brokers_all_join() {
     }
     let conflicts: u64 = brokers.iter().map(|b| b.meters.add_conflicts.get()).sum();
     println!("compare-and-set conflicts tried again: {conflicts}");
+}
+
+/// Transactions V2 across brokers: a partition led by another broker, joining the producer's
+/// next transaction while the coordinator still writes the last one's markers, waits for them
+/// (re-reading the record) instead of sending the client into its retry backoff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_on_another_broker_waits_for_the_markers_of_the_last_transaction() {
+    let (coordinator, w, meta) = setup(TxnConfig::default());
+    let leader = TxnCoordinator::new(
+        Arc::clone(&meta) as Arc<dyn MetaStore>,
+        TxnConfig::default(),
+    );
+    let (pid, e) = coordinator
+        .init_producer_id("tx", 60_000, None)
+        .await
+        .expect("init");
+    leader
+        .add_implicitly("tx", pid, e, &[p("a", 0)], None)
+        .await
+        .expect("add");
+    let held = w.gate.write().await;
+    let (pid2, e2) = coordinator
+        .end_txn("tx", pid, e, true, true)
+        .await
+        .expect("committed");
+    let l2 = Arc::clone(&leader);
+    let next =
+        tokio::spawn(async move { l2.add_implicitly("tx", pid2, e2, &[p("a", 0)], None).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!next.is_finished(), "answered while the markers were held");
+    drop(held);
+    next.await
+        .expect("join")
+        .expect("joined once the markers were written");
+    assert_eq!(w.written.lock().unwrap().len(), 1);
+    assert_eq!(leader.meters.join_waits.get(), 1);
+    // A decision whose markers do not come is still answered, within the bound.
+    let held = w.gate.write().await;
+    coordinator
+        .end_txn("tx", pid2, e2, true, true)
+        .await
+        .expect("committed");
+    let began = std::time::Instant::now();
+    assert_eq!(
+        leader
+            .add_implicitly("tx", pid2, e2 + 1, &[p("a", 0)], None)
+            .await,
+        Err(ResponseError::ConcurrentTransactions)
+    );
+    assert!(began.elapsed() >= JOIN_PATIENCE);
+    drop(held);
 }

@@ -604,7 +604,12 @@ func TestAclIdempotentAndTransactional(t *testing.T) {
 	if err := txa.EndTransaction(ctxFor(t, 20*time.Second), kgo.TryCommit); err != nil {
 		t.Fatalf("tx-a: commit: %v", err)
 	}
+	// The commit marker follows the commit's answer (in Kafka as in Weir): wait for it.
 	end := endOffsets(t, a.adm, "orders")[0]
+	for deadline := time.Now().Add(20 * time.Second); end < 7 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		end = endOffsets(t, a.adm, "orders")[0]
+	}
 	if end != 7 { // alice's record, 5 records, the commit marker
 		t.Fatalf("orders end offset %d after tx-a's commit, want 7", end)
 	}

@@ -48,7 +48,7 @@ func TestTransactionalProducer(t *testing.T) {
 	// Per partition: 10 aborted records at 0-9, their marker at 10, 10 committed at 11-20, marker at 21.
 	contiguous(t, aborted, 0)
 	contiguous(t, committed, 11)
-	settled := waitSettled(t, adm, topic)
+	settled := waitOffsets(t, adm, topic, map[int32]int64{0: 22, 1: 22})
 	if !equalOffsets(settled, map[int32]int64{0: 22, 1: 22}) {
 		t.Fatalf("end offsets %v, want 22 in both partitions (20 records, 2 markers)", settled)
 	}
@@ -73,7 +73,7 @@ func TestTransactionalProducer(t *testing.T) {
 	if err := cl.EndTransaction(ctxFor(t, 60*time.Second), kgo.TryAbort); err != nil {
 		t.Fatalf("abort: %v", err)
 	}
-	if s := waitSettled(t, adm, topic); !equalOffsets(s, map[int32]int64{0: 25, 1: 22}) {
+	if s := waitOffsets(t, adm, topic, map[int32]int64{0: 25, 1: 22}); !equalOffsets(s, map[int32]int64{0: 25, 1: 22}) {
 		t.Fatalf("end offsets %v after the abort, want 25 and 22", s)
 	}
 	writeEnd(t, b, topic, partitions)
@@ -363,6 +363,26 @@ func waitSettled(t *testing.T, adm *kadm.Client, topic string) map[int32]int64 {
 			t.Fatalf("%s: last stable offsets %v, high watermarks %v", topic, lso, hw)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitOffsets waits (up to 30 s) until topic's last stable offsets and high watermarks are both
+// want, and returns the high watermarks last seen. A transaction's markers follow the answer to
+// its EndTxn, in Kafka as in Weir; and a partition closes the transaction when it appends the
+// marker, a moment before the marker is durable and counted in the high watermark, so "last
+// stable offset equals high watermark" alone can be seen just before the marker.
+func waitOffsets(t *testing.T, adm *kadm.Client, topic string, want map[int32]int64) map[int32]int64 {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		l, err := adm.ListCommittedOffsets(ctxFor(t, 30*time.Second), topic)
+		lso := listOffsets(t, l, err, topic)
+		l, err = adm.ListEndOffsets(ctxFor(t, 30*time.Second), topic)
+		hw := listOffsets(t, l, err, topic)
+		if (equalOffsets(lso, want) && equalOffsets(hw, want)) || time.Now().After(deadline) {
+			return hw
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -221,26 +221,30 @@ impl Api for OffsetFetch {
 /// again once the transaction ended, rather than start from an offset about to change.
 async fn offset_fetch(broker: &Broker, r: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
     let stable = version >= 7 && r.require_stable;
-    let single = r.group_id.to_string();
-    let mut resp = broker.groups.offset_fetch(r, version).await;
     if !stable {
-        return resp;
+        return broker.groups.offset_fetch(r, version).await;
     }
-    let unstable = ResponseError::UnstableOffsetCommit.code();
-    let mut groups: Vec<(String, Vec<(String, u32)>)> = Vec::new();
-    if version >= 8 {
-        for g in &resp.groups {
-            groups.push((g.group_id.to_string(), Vec::new()));
-        }
+    // The staged offsets are read before the committed ones: a transaction that completes in
+    // between (its markers are written after EndTxn answered) then shows as unstable, never as
+    // the committed offset from before it.
+    let names: Vec<String> = if version >= 8 {
+        r.groups.iter().map(|g| g.group_id.to_string()).collect()
     } else {
-        groups.push((single, Vec::new()));
+        vec![r.group_id.to_string()]
+    };
+    let mut groups: Vec<(String, Vec<(String, u32)>)> = Vec::new();
+    for g in names {
+        let staged = match broker.meta.staged_offsets(&g).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(group = %g, error = %e, "reading staged offsets failed");
+                Vec::new()
+            }
+        };
+        groups.push((g, staged));
     }
-    for (g, staged) in groups.iter_mut() {
-        match broker.meta.staged_offsets(g).await {
-            Ok(s) => *staged = s,
-            Err(e) => tracing::warn!(group = %g, error = %e, "reading staged offsets failed"),
-        }
-    }
+    let mut resp = broker.groups.offset_fetch(r, version).await;
+    let unstable = ResponseError::UnstableOffsetCommit.code();
     if version >= 8 {
         for (g, (_, staged)) in resp.groups.iter_mut().zip(&groups) {
             for t in g.topics.iter_mut() {
