@@ -43,6 +43,10 @@ Environment (defaults in brackets):
   BENCH_P_WARMUP [10s]  BENCH_P_SETTLE [120s]  BENCH_P_DURATION [30s]
   BENCH_P_DIR [target/bench-partitions]   data dirs and logs (emptied first)
   BENCH_P_RESULTS [bench/results]
+  BENCH_P_FLAME [0]            1: record each broker with `perf` (bench/flame.py) and write a
+                               flame graph of its measured period beside the results
+                               (flame-STAMP-BROKER-PARTITIONS.svg), with a table of where its
+                               time went; `make bench-cpu` sets it
 """
 
 import datetime
@@ -60,6 +64,9 @@ sys.path.insert(0, os.path.join(REPO, "tests", "harness"))
 
 import weir_harness  # noqa: E402  (the harness: Broker)
 
+sys.path.insert(0, HERE)
+import flame  # noqa: E402  (perf record, flame graphs)
+
 COUNTS = [int(x) for x in os.environ.get("BENCH_P_COUNTS", "16 1000 10000").split()]
 BROKERS = os.environ.get("BENCH_P_BROKERS", "kafka weir").split()
 MIB = float(os.environ.get("BENCH_P_MIB", "20"))
@@ -70,6 +77,8 @@ WORK = os.path.abspath(os.environ.get("BENCH_P_DIR",
                                       os.path.join(REPO, "target", "bench-partitions")))
 RESULTS = os.path.abspath(os.environ.get("BENCH_P_RESULTS",
                                          os.path.join(REPO, "bench", "results")))
+FLAME = os.environ.get("BENCH_P_FLAME", "0") == "1"
+STAMP = datetime.datetime.now().strftime("%Y-%m-%d-%H%M")
 TICK = os.sysconf("SC_CLK_TCK")
 GIB = float(1 << 30)
 
@@ -104,6 +113,18 @@ class Sampler(threading.Thread):
             self.samples.append((time.monotonic(), *s))
             if self.halt.wait(1):
                 return
+
+    def cpu_between(self, t0, t1):
+        """CPU seconds between two monotonic times, from the samples either side."""
+        def at(t):
+            before = [s for s in self.samples if s[0] <= t]
+            after = [s for s in self.samples if s[0] >= t]
+            if not before or not after:
+                return None
+            (ta, ca, _), (tb, cb, _) = before[-1], after[0]
+            return ca if tb == ta else ca + (cb - ca) * (t - ta) / (tb - ta)
+        a, b = at(t0), at(t1)
+        return b - a if a is not None and b is not None else None
 
     def summary(self):
         if len(self.samples) < 2:
@@ -163,7 +184,17 @@ def run(kind, partitions):
     os.makedirs(root)
     b = weir_harness.Broker(kind, root, env={"WEIR_WAL_CAPACITY": str(1 << 30)})
     b.kind = kind
-    b.start()
+    if FLAME and kind == "kafka":
+        os.environ["KAFKA_JVM_OPTS"] = flame.JVM_FLAME_OPTS
+    try:
+        b.start()
+    finally:
+        os.environ.pop("KAFKA_JVM_OPTS", None)
+    perf_data = os.path.join(WORK, f"{kind}-{partitions}.perf.data")
+    rec = flame.Recorder(b.pid, perf_data, jvm=kind == "kafka") if FLAME else None
+    pid = b.pid
+    # weir perf says when it started by the wall clock; the samples are on the monotonic one.
+    wall_minus_mono = time.time() - time.monotonic()
     try:
         time.sleep(3)
         idle = proc_sample(b.pid)
@@ -190,12 +221,33 @@ def run(kind, partitions):
         with open(out_json) as f:
             perf = json.load(f)
     finally:
+        if rec:
+            rec.stop()
         b.stop()
         # A broker's data dir holds GiBs after a run: gone once its figures are read.
         shutil.rmtree(root, ignore_errors=True)
     s = perf["summary"]
     # The consumer's start: the warm-up and the wait for it to catch up.
     settle = perf.get("settle") or {}
+    # The measured period on the monotonic clock: after the warm-up and the settling.
+    m0 = (perf["started_at_unix_ms"] / 1000 - wall_minus_mono + perf["args"]["warmup"]
+          + settle.get("seconds", 0.0))
+    m1 = m0 + s["seconds"]
+    measured_cpu = broker.cpu_between(m0, m1)
+    where = None
+    if rec:
+        folded = flame.collapse(perf_data, m0, m1)
+        svg = f"flame-{STAMP}-{kind}-{partitions}.svg"
+        flame.write_svg(folded, f"{kind}, {partitions:,} partitions, {MIB:g} MiB/s, measured "
+                        "period", os.path.join(RESULTS, svg))
+        where = f"[{svg}]({svg})\n\n" + flame.table(folded)
+        os.remove(perf_data)
+        if kind == "kafka":
+            # The JIT's symbol map the JVM wrote at exit (DumpPerfMapAtExit).
+            try:
+                os.remove(f"/tmp/perf-{pid}.map")
+            except OSError:
+                pass
     caught_up = (perf["args"]["warmup"] + settle["seconds"]
                  if settle.get("caught_up") else None)
     moved = (s["produce"]["mib_per_sec"] + s["consume"]["mib_per_sec"]) * s["seconds"] / 1024
@@ -207,6 +259,10 @@ def run(kind, partitions):
         "broker_cores": bs.get("cores"), "rss_max_mib": bs.get("rss_max_mib"),
         # Over the whole run (warm-up included), per GiB moved in the measured period.
         "cpu_s_per_gib": bs["cpu_s"] / moved if bs and moved > 0 else None,
+        # The measured period's alone: the steady state, without the topic's creation.
+        "measured_cpu_s_per_gib": (measured_cpu / moved if measured_cpu is not None and moved > 0
+                                   else None),
+        "where": where,
         "client_cores": client.summary().get("cores"),
     }
 
@@ -243,7 +299,9 @@ def figures(r):
         ("backlog at the end, records", s.get("backlog_records")),
         ("consumer caught up after, s (warm-up included)", r.get("caught_up_s") or "no"),
         ("broker CPU, cores", r["broker_cores"]),
-        ("broker CPU s per GiB produced + consumed", r["cpu_s_per_gib"]),
+        ("broker CPU s per GiB produced + consumed, whole run (topic creation too)",
+         r["cpu_s_per_gib"]),
+        ("broker CPU s per GiB, measured period only", r.get("measured_cpu_s_per_gib")),
         ("broker RSS MiB, idle", r["rss_idle_mib"]),
         ("broker RSS MiB, largest", r["rss_max_mib"]),
         ("load generator CPU, cores", r["client_cores"]),
@@ -281,6 +339,11 @@ def report(results, stamp, elapsed):
             digits = 2 if "/" in label else 1
             lines.append(f"| {head} | {label} | {fmt(kv, digits)} | {fmt(wv, digits)} | "
                          f"{ratio(kv, wv)} |")
+    for key in sorted(results, key=lambda k: (k[1], k[0])):
+        r = results[key]
+        if isinstance(r, dict) and r.get("where"):
+            lines += ["", f"### Where {key[0]}'s time went, {key[1]:,} partitions (measured "
+                      "period, `perf` at 199 Hz)", "", r["where"]]
     lines += ["", "Commands:", ""]
     for key in sorted(results, key=lambda k: (k[1], k[0])):
         r = results[key]
@@ -299,7 +362,7 @@ def main():
         sys.exit("partitions.py: set WEIR_BIN to the weir binary")
     os.makedirs(WORK, exist_ok=True)
     os.makedirs(RESULTS, exist_ok=True)
-    stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H%M")
+    stamp = STAMP
     t0 = time.monotonic()
     results = {}
     for n in COUNTS:
