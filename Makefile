@@ -101,14 +101,16 @@ bench-partitions:
 	tools/kafka/kafka.sh install
 	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/partitions.py
 
-# Broker CPU per GiB beside Kafka at 16 and 1,000 partitions (20 MiB/s of 1 KiB records,
-# acks=all, one group), each broker recorded with `perf`: flame graphs of the measured period
-# and tables of where the time went, beside the results (about 8 minutes; needs perf).
+# Broker CPU per GiB beside Kafka (1 KiB records, acks=all, one group) at 16 partitions and 20
+# MiB/s, and at 1,000 partitions and 5 MiB/s (Kafka falls seconds behind at 20 there, on two
+# cores), each broker recorded with `perf`: flame graphs of the measured period and tables of
+# where the time went, beside the results (about 8 minutes; needs perf).
 .PHONY: bench-cpu
 bench-cpu:
 	$(CARGO) build --release -p weir
 	tools/kafka/kafka.sh install
-	BENCH_P_FLAME=1 BENCH_P_COUNTS="16 1000" WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/partitions.py
+	BENCH_P_FLAME=1 BENCH_P_COUNTS=16 BENCH_P_MIB=20 WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/partitions.py
+	BENCH_P_FLAME=1 BENCH_P_COUNTS=1000 BENCH_P_MIB=5 WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/partitions.py
 
 # A Java consumer of 10,000 partitions with fetch sessions (KIP-227) on and off, and Kafka (about
 # 5 minutes): end-to-end latency, broker and consumer CPU; writes

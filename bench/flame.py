@@ -100,9 +100,18 @@ def collapse(perf_data, t0=None, t1=None):
     return folded
 
 
-def table(folded, top=20):
-    """Markdown: the threads' shares, then the functions with the most samples of their own
-    (self) and in all (total, each function counted once per sample)."""
+def write_folded(folded, path):
+    """The stacks in the folded format (`thread;root;...;leaf count` per line) that other flame
+    graph tools read."""
+    with open(path, "w") as f:
+        for stack, n in sorted(folded.items()):
+            f.write(f"{stack} {n}\n")
+
+
+def table(folded, top=20, focus=None):
+    """Markdown: the threads' shares, the functions with the most samples of their own (self),
+    and the functions whose names contain `focus` (the broker's own code) with the most samples
+    in all (each counted once per sample: what runs in them and under them)."""
     total = sum(folded.values()) or 1
     threads, selfs, totals = collections.Counter(), collections.Counter(), collections.Counter()
     for stack, n in folded.items():
@@ -110,12 +119,14 @@ def table(folded, top=20):
         threads[parts[0]] += n
         selfs[parts[-1]] += n
         for f in set(parts[1:]):
-            totals[f] += n
+            if focus is None or focus in f:
+                totals[f] += n
     out = [f"{total:,} samples.", "", "| thread | share |", "|---|---:|"]
     out += [f"| `{t}` | {n / total:.1%} |" for t, n in threads.most_common(8)]
     out += ["", "| function (self) | share |", "|---|---:|"]
     out += [f"| `{_short(f)}` | {n / total:.1%} |" for f, n in selfs.most_common(top)]
-    out += ["", "| function (total) | share |", "|---|---:|"]
+    label = f"function naming `{focus}` (total)" if focus else "function (total)"
+    out += ["", f"| {label} | share |", "|---|---:|"]
     out += [f"| `{_short(f)}` | {n / total:.1%} |" for f, n in totals.most_common(top)]
     return "\n".join(out)
 

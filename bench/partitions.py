@@ -112,6 +112,10 @@ class Sampler(threading.Thread):
                 return
             self.samples.append((time.monotonic(), *s))
             if self.halt.wait(1):
+                # One more at the halt: the measured period ends just before it.
+                s = proc_sample(self.pid)
+                if s is not None:
+                    self.samples.append((time.monotonic(), *s))
                 return
 
     def cpu_between(self, t0, t1):
@@ -240,7 +244,9 @@ def run(kind, partitions):
         svg = f"flame-{STAMP}-{kind}-{partitions}.svg"
         flame.write_svg(folded, f"{kind}, {partitions:,} partitions, {MIB:g} MiB/s, measured "
                         "period", os.path.join(RESULTS, svg))
-        where = f"[{svg}]({svg})\n\n" + flame.table(folded)
+        focus = "kafka" if kind == "kafka" else "weir_"
+        where = f"[{svg}]({svg})\n\n" + flame.table(folded, focus=focus)
+        flame.write_folded(folded, perf_data.replace(".perf.data", ".folded"))
         os.remove(perf_data)
         if kind == "kafka":
             # The JIT's symbol map the JVM wrote at exit (DumpPerfMapAtExit).

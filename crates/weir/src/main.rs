@@ -29,18 +29,18 @@ use crate::config::Config;
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// jemalloc's options, read before `main`; the environment variable `_RJEM_MALLOC_CONF` adds to
-/// them. `thp:always` asks for transparent huge pages for the heap: without them the broker
-/// produced about a fifth less at its maximum rate (the faults and TLB misses of 4 KiB pages
-/// for every request buffer and batch copy). `background_thread` returns memory freed after a
-/// burst (a catch-up, a rebalance) to the kernel while the broker is idle, instead of at its
-/// next allocations. `percpu_arena:percpu` (one arena per CPU, not jemalloc's four) and
-/// `dirty_decay_ms:1000` (freed pages go back after about a second, not ten) keep the resident
-/// memory near what is allocated under a long mixed load: with jemalloc's defaults the two-hour
-/// soak's brokers kept 3-8 times their live bytes resident. See
-/// `docs/decisions/allocator-jemalloc.md`.
+/// them. `thp:never`: no transparent huge pages for the heap. With them, a quarter of the
+/// broker's CPU at 20 MiB/s went to the kernel zeroing fresh 2 MiB pages under the log cache's
+/// batch copies, and the maximum rate was no higher without them. `background_thread` returns
+/// memory freed after a burst (a catch-up, a rebalance) to the kernel while the broker is idle,
+/// instead of at its next allocations. `percpu_arena:percpu` (one arena per CPU, not
+/// jemalloc's four) and `dirty_decay_ms:1000` (freed pages go back after about a second, not
+/// ten) keep the resident memory near what is allocated under a long mixed load: with
+/// jemalloc's defaults the two-hour soak's brokers kept 3-8 times their live bytes resident.
+/// See `docs/decisions/allocator-jemalloc.md`.
 #[export_name = "_rjem_malloc_conf"]
 static JEMALLOC_CONF: &u8 =
-    &b"thp:always,background_thread:true,percpu_arena:percpu,dirty_decay_ms:1000\0"[0];
+    &b"thp:never,background_thread:true,percpu_arena:percpu,dirty_decay_ms:1000\0"[0];
 
 /// The version and the commit it was built from (`build.rs`).
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("WEIR_COMMIT"), ")");
