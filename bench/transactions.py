@@ -88,6 +88,8 @@ def max_load():
         props = ["acks=all", "linger.ms=5", "--transactional-id", f"bench-{config}",
                  "--transaction-duration-ms", str(DURATION_MS)]
         r = ow.java_run(config, PARTITIONS, RECORDS, -1, props, "tx")
+        # Its data (GiBs) goes once the figures are read.
+        shutil.rmtree(os.path.join(ow.WORK, f"{config}-tx"), ignore_errors=True)
         if r["before"]:
             txns = committed(r["after"]) - committed(r["before"])
             producing = RECORDS / r["records_per_sec"] if r["records_per_sec"] > 0 else 0
@@ -183,6 +185,7 @@ def clock_load():
             after = ow.metrics(b) if b.kind == "weir" else {}
         finally:
             ow.stop(b, s3)
+            shutil.rmtree(root, ignore_errors=True)
         hist = "-"
         markers = "-"
         if after:

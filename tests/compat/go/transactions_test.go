@@ -350,20 +350,7 @@ func numbered(topic, prefix string, n int, partitions int32) []*kgo.Record {
 // offset) equals the high watermark in every partition. Returns the offsets.
 func waitSettled(t *testing.T, adm *kadm.Client, topic string) map[int32]int64 {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		l, err := adm.ListCommittedOffsets(ctxFor(t, 30*time.Second), topic)
-		lso := listOffsets(t, l, err, topic)
-		l, err = adm.ListEndOffsets(ctxFor(t, 30*time.Second), topic)
-		hw := listOffsets(t, l, err, topic)
-		if equalOffsets(lso, hw) {
-			return hw
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: last stable offsets %v, high watermarks %v", topic, lso, hw)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return waitFor(t, adm, topic, func(lso, hw map[int32]int64) bool { return equalOffsets(lso, hw) }, true)
 }
 
 // waitOffsets waits (up to 30 s) until topic's last stable offsets and high watermarks are both
@@ -373,13 +360,28 @@ func waitSettled(t *testing.T, adm *kadm.Client, topic string) map[int32]int64 {
 // stable offset equals high watermark" alone can be seen just before the marker.
 func waitOffsets(t *testing.T, adm *kadm.Client, topic string, want map[int32]int64) map[int32]int64 {
 	t.Helper()
+	return waitFor(t, adm, topic, func(lso, hw map[int32]int64) bool {
+		return equalOffsets(lso, want) && equalOffsets(hw, want)
+	}, false)
+}
+
+// waitFor polls topic's last stable offsets and high watermarks (up to 30 s) until done says
+// so, and returns the high watermarks last seen; past the deadline it fails the test if fatal.
+func waitFor(t *testing.T, adm *kadm.Client, topic string, done func(lso, hw map[int32]int64) bool, fatal bool) map[int32]int64 {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		l, err := adm.ListCommittedOffsets(ctxFor(t, 30*time.Second), topic)
 		lso := listOffsets(t, l, err, topic)
 		l, err = adm.ListEndOffsets(ctxFor(t, 30*time.Second), topic)
 		hw := listOffsets(t, l, err, topic)
-		if (equalOffsets(lso, want) && equalOffsets(hw, want)) || time.Now().After(deadline) {
+		if done(lso, hw) {
+			return hw
+		}
+		if time.Now().After(deadline) {
+			if fatal {
+				t.Fatalf("%s: last stable offsets %v, high watermarks %v", topic, lso, hw)
+			}
 			return hw
 		}
 		time.Sleep(20 * time.Millisecond)

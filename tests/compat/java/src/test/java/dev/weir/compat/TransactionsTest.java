@@ -226,7 +226,8 @@ class TransactionsTest {
             }
             assertEquals(want, offs, "acknowledged offsets in partition " + q);
         }
-        assertEquals(Map.of(0, 28L, 1, 28L), TxnClients.awaitSettled(admin, topic, parts), "end offsets (markers at 10, 21, 27)");
+        assertEquals(Map.of(0, 28L, 1, 28L), TxnClients.awaitOffsets(admin, topic, parts, Map.of(0, 28L, 1, 28L)),
+                "end offsets (markers at 10, 21, 27)");
 
         // An open transaction on partition 0 after all that: read_committed end offsets stop at
         // its first offset (the last stable offset), read_uncommitted ones are the high watermark.
@@ -250,7 +251,8 @@ class TransactionsTest {
                     "ListOffsets READ_UNCOMMITTED");
             open.abortTransaction();
         }
-        assertEquals(Map.of(0, 31L, 1, 28L), TxnClients.awaitSettled(admin, topic, parts), "end offsets at the end");
+        assertEquals(Map.of(0, 31L, 1, 28L), TxnClients.awaitOffsets(admin, topic, parts, Map.of(0, 31L, 1, 28L)),
+                "end offsets at the end");
         TxnClients.writeEnd(broker, topic, parts);
 
         List<String> want = new ArrayList<>();

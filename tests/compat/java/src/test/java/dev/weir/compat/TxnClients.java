@@ -150,6 +150,26 @@ final class TxnClients {
      * READ_COMMITTED (the last stable offset) and READ_UNCOMMITTED (the high watermark).
      * Returns the offsets.
      */
+    /**
+     * Waits (up to 30 s) until the topic's last stable offsets and high watermarks are both
+     * {@code want}, and returns the high watermarks last seen. A transaction's markers follow
+     * the answer to its EndTxn (in Kafka as in Weir), and a partition closes the transaction
+     * when it appends the marker, a moment before the marker is durable and counted in the high
+     * watermark: "last stable offsets equal high watermarks" alone can be seen just before it.
+     */
+    static Map<Integer, Long> awaitOffsets(Admin admin, String topic, int partitions, Map<Integer, Long> want)
+            throws Exception {
+        long deadline = System.nanoTime() + Duration.ofSeconds(30).toNanos();
+        while (true) {
+            Map<Integer, Long> lso = latest(admin, topic, partitions, IsolationLevel.READ_COMMITTED);
+            Map<Integer, Long> hw = latest(admin, topic, partitions, IsolationLevel.READ_UNCOMMITTED);
+            if ((lso.equals(want) && hw.equals(want)) || System.nanoTime() > deadline) {
+                return hw;
+            }
+            Thread.sleep(20);
+        }
+    }
+
     static Map<Integer, Long> awaitSettled(Admin admin, String topic, int partitions) throws Exception {
         long deadline = System.nanoTime() + Duration.ofSeconds(30).toNanos();
         while (true) {
