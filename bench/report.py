@@ -119,6 +119,8 @@ def object_row(broker, w, m):
     produced, fetched = c("weir_produce_bytes_total"), c("weir_fetch_bytes_total")
     put, parts = c('weir_object_requests_total{kind="put"}'), c(
         'weir_object_requests_total{kind="multipart_part"}')
+    # Counted since the meter exists; 0 for builds without it.
+    starts = c('weir_object_requests_total{kind="multipart_start"}') or 0
     gets = c('weir_object_requests_total{kind="get"}')
     obj_put, obj_get = c('weir_object_bytes_total{kind="put"}'), c(
         'weir_object_bytes_total{kind="get"}')
@@ -126,7 +128,7 @@ def object_row(broker, w, m):
     background = c("weir_background_get_bytes_total")
     delivered = c("weir_object_read_bytes_total")
     consumers = obj_get - background if obj_get is not None and background is not None else None
-    puts = put + parts if put is not None and parts is not None else None
+    puts = put + parts + starts if put is not None and parts is not None else None
     count = lambda n: None if n is None else f"{int(n):,}"  # noqa: E731
 
     def per(n, b):
@@ -352,8 +354,8 @@ def main():
         "in the WAL (up to one upload's worth: by default 128 MiB or 30 s) is not yet in \"object bytes "
         "written\".",
         "PUTs = `weir_object_requests_total` of kind put (whole objects and completed multipart "
-        "uploads) + multipart_part (S3 also bills the CreateMultipartUpload that starts a "
-        "multipart object, which the meter does not count: one more per multipart object); GETs = kind get (ranged GETs); GiB produced / fetched = "
+        "uploads) + multipart_part + multipart_start (the CreateMultipartUpload that starts a "
+        "multipart object, also billed as a PUT); GETs = kind get (ranged GETs); GiB produced / fetched = "
         "`weir_produce_bytes_total` / `weir_fetch_bytes_total` (fetches of all consumers, from "
         "the log cache or from objects); GiB read from objects = `weir_object_bytes_total"
         "{kind=\"get\"}`; of which compaction = `weir_background_get_bytes_total` (compaction "

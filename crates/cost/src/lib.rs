@@ -404,7 +404,8 @@ pub fn rates_between(
         write_bytes: d("weir_produce_bytes_total"),
         read_bytes: d("weir_fetch_bytes_total"),
         puts: d("weir_object_requests_total{kind=\"put\"}")
-            + d("weir_object_requests_total{kind=\"multipart_part\"}"),
+            + d("weir_object_requests_total{kind=\"multipart_part\"}")
+            + d("weir_object_requests_total{kind=\"multipart_start\"}"),
         gets: d("weir_object_requests_total{kind=\"get\"}"),
         cross_zone_bytes: cross_zone(after)
             .map(|a| (a - cross_zone(before).unwrap_or(0.0)).max(0.0) / secs),

@@ -318,6 +318,13 @@ pub trait ObjectIndex: Send + Sync + 'static {
 
     /// Number of committed, referenced objects that hold data of `stream_id`.
     async fn object_count(&self, stream_id: u64) -> Result<u64>;
+
+    /// The ranges, as `(stream_id, object_id)`, that live in sparse objects: committed objects
+    /// whose ranges hold less than half of their bytes (the rest was trimmed by retention,
+    /// deleted with a topic or moved out by compaction), at most `limit` of them. Compaction
+    /// moves such ranges out, so that an object kept alive by a few ranges frees the space of
+    /// the others.
+    async fn sparse_ranges(&self, limit: usize) -> Result<Vec<(u64, ObjectId)>>;
 }
 
 /// Topics and the streams of their partitions, id counters, write-once keys.

@@ -10,7 +10,7 @@
 //! records): each frame keeps its offsets, only its payload shrinks, so the ranges still tile
 //! the stream and readers skip the removed offsets.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -57,6 +57,26 @@ const YIELD_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
 /// Parts of one compaction's upload in flight at once.
 const PARTS_IN_FLIGHT: usize = 2;
 
+/// A range this large is left where it is, unless its object is sparse: a consumer's
+/// read-ahead fetches it in GETs of up to this size, as many per byte as from any larger
+/// object, so rewriting it would cost PUTs and save no GET. At 50 MiB/s on 16 partitions an
+/// upload holds 8 MiB of each, and merging those into 256 MiB stream objects cost about 100
+/// PUT-class requests per GiB produced, 12 times the uploads' own
+/// (`docs/decisions/compaction-leaves-large-ranges.md`).
+pub(crate) const LARGE_RANGE_BYTES: u64 = crate::reader::READAHEAD_GET_BYTES;
+
+/// Every this many rounds (5 minutes at the default `maintenance_interval` of 10 s), the first
+/// included, compaction looks for sparse objects: one query over the whole object index.
+const RECLAIM_ROUNDS: u64 = 30;
+
+/// Ranges of sparse objects looked at per reclaim round.
+const SPARSE_LIMIT: usize = 100_000;
+
+/// A range of a sparse object that retention drops within this long stays where it is: with
+/// one retention for all topics, the ranges of an object expire within a maintenance round of
+/// each other, and moving the last few would cost PUTs for data about to go.
+const RECLAIM_HORIZON_MS: i64 = 10 * 60 * 1000;
+
 /// Splits a run of consecutive small ranges so that no range is merged with less than its own
 /// size of others: a range merged with a few small new ones would be rewritten whole, again at
 /// every round that brings a few more (quadratic: the two-hour soak's brokers compacted 30 GB
@@ -81,6 +101,43 @@ fn tiered(run: Vec<&RangeInfo>) -> Vec<Vec<&RangeInfo>> {
     let mut parts = tiered(run[..largest].to_vec());
     parts.extend(tiered(run[largest + 1..].to_vec()));
     parts
+}
+
+/// The runs of `ranges` (a stream's, in offset order) to rewrite, each into one object of up to
+/// `target` bytes: consecutive small ranges, merged as [`tiered`] allows, and ranges of sparse
+/// objects (`moved`), rewritten with the small ranges beside them, alone if need be.
+fn runs<'a>(
+    ranges: &'a [RangeInfo],
+    target: u64,
+    small: impl Fn(&RangeInfo) -> bool,
+    moved: impl Fn(&RangeInfo) -> bool,
+) -> Vec<Vec<&'a RangeInfo>> {
+    let mut runs: Vec<Vec<&RangeInfo>> = Vec::new();
+    let mut run: Vec<&RangeInfo> = Vec::new();
+    let mut bytes = 0;
+    let close = |run: Vec<&'a RangeInfo>, runs: &mut Vec<Vec<&'a RangeInfo>>| {
+        if run.iter().any(|r| moved(r)) {
+            runs.push(run);
+        } else {
+            runs.extend(tiered(run));
+        }
+    };
+    for r in ranges {
+        let movable = small(r) || moved(r);
+        if movable && bytes + r.size <= target {
+            run.push(r);
+            bytes += r.size;
+            continue;
+        }
+        close(std::mem::take(&mut run), &mut runs);
+        bytes = 0;
+        if movable {
+            run.push(r);
+            bytes = r.size;
+        }
+    }
+    close(run, &mut runs);
+    runs
 }
 
 /// A multipart upload fed as the object is built: full parts are uploaded (a few at once)
@@ -195,6 +252,8 @@ pub(crate) struct Compactor {
     pub meters: Arc<StorageMeters>,
     /// True once the engine stops its background work.
     pub stopping: watch::Receiver<bool>,
+    /// Rounds of compaction so far (for [`RECLAIM_ROUNDS`]).
+    rounds: std::sync::atomic::AtomicU64,
 }
 
 impl Compactor {
@@ -209,7 +268,23 @@ impl Compactor {
             backlog: Arc::clone(&shared.backlog),
             meters: Arc::clone(&shared.meters),
             stopping,
+            rounds: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// At a reclaim round, the objects of each of this broker's streams that are sparse
+    /// ([`weir_meta::ObjectIndex::sparse_ranges`]); `None` at other rounds.
+    async fn sparse_objects(&self) -> Result<Option<HashMap<u64, HashSet<u64>>>> {
+        if self.rounds.fetch_add(1, Ordering::Relaxed) % RECLAIM_ROUNDS != 0 {
+            return Ok(None);
+        }
+        let mut sparse: HashMap<u64, HashSet<u64>> = HashMap::new();
+        for (stream_id, object_id) in self.meta.sparse_ranges(SPARSE_LIMIT).await? {
+            if self.streams.get(stream_id).is_some() {
+                sparse.entry(stream_id).or_default().insert(object_id);
+            }
+        }
+        Ok(Some(sparse))
     }
 
     fn is_stopping(&self) -> bool {
@@ -226,6 +301,8 @@ impl Compactor {
     /// written.
     pub async fn compact(&self) -> Result<usize> {
         let mut written = 0;
+        let sparse = self.sparse_objects().await?;
+        let none = HashSet::new();
         // A few streams at a time: compacting a stream is mostly waiting for GETs of small
         // objects (a stream on the object WAL has a range in every object it wrote to), and one
         // stream after another did not keep up with the object WAL's rate on an S3 server.
@@ -234,8 +311,11 @@ impl Compactor {
             if self.is_stopping() {
                 break;
             }
-            let results =
-                futures::future::join_all(chunk.iter().map(|s| self.compact_stream(s))).await;
+            let results = futures::future::join_all(chunk.iter().map(|s| {
+                let reclaim = sparse.as_ref().map(|m| m.get(&s.id).unwrap_or(&none));
+                self.compact_stream(s, reclaim)
+            }))
+            .await;
             for (s, r) in chunk.iter().zip(results) {
                 // One stream's trouble (e.g. its topic was just deleted) must not stop the others.
                 match r {
@@ -250,58 +330,59 @@ impl Compactor {
         Ok(written)
     }
 
-    async fn compact_stream(&self, s: &Stream) -> Result<usize> {
+    /// Compacts one stream: its runs of small ranges, and at a reclaim round (`sparse` given)
+    /// the ranges it has in sparse objects.
+    async fn compact_stream(&self, s: &Stream, sparse: Option<&HashSet<u64>>) -> Result<usize> {
         let _rewriting = s.rewrite.lock().await;
-        let (epoch, start, fenced, committed) = {
+        let (epoch, start, fenced, committed, retention) = {
             let st = s.lock();
             (
                 st.epoch(),
                 st.start_offset(),
                 st.fenced_by().is_some(),
                 st.committed_end(),
+                st.retention(),
             )
         };
+        let reclaiming = sparse.is_some_and(|o| !o.is_empty());
         // Nothing new since the last look, or nothing in the object index at all (a broker
         // that takes over 10,000 empty partitions reads none of their ranges).
         if fenced
             || committed <= start
-            || s.compaction_looked_at.load(Ordering::Relaxed) == committed
+            || (!reclaiming && s.compaction_looked_at.load(Ordering::Relaxed) == committed)
         {
             return Ok(0);
         }
         let target = self.config.compaction_target_bytes;
-        let ranges = self.meta.ranges(s.id, start, usize::MAX >> 1).await?;
-        let small = |r: &RangeInfo| r.size < target / 2;
-        if ranges.iter().filter(|r| small(r)).count() < self.config.compaction_min_ranges {
+        let from = if reclaiming {
+            start
+        } else {
+            start.max(s.compaction_from.load(Ordering::Relaxed))
+        };
+        let ranges = self.meta.ranges(s.id, from, usize::MAX >> 1).await?;
+        let small = |r: &RangeInfo| r.size < (target / 2).min(LARGE_RANGE_BYTES);
+        // Every range before the first small one is large, and stays so until a rewrite.
+        let first_small = ranges.iter().find(|r| small(r)).map(|r| r.start_offset);
+        s.compaction_from
+            .store(first_small.unwrap_or(committed), Ordering::Relaxed);
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let moved = |r: &RangeInfo| {
+            !small(r)
+                && 2 * r.size < r.object_size
+                && sparse.is_some_and(|o| o.contains(&r.object_id))
+                && retention.ms.is_none_or(|ms| {
+                    r.max_timestamp.saturating_add(ms as i64) > now_ms + RECLAIM_HORIZON_MS
+                })
+        };
+        let small_count = ranges.iter().filter(|r| small(r)).count();
+        if small_count < self.config.compaction_min_ranges && !ranges.iter().any(moved) {
             s.compaction_looked_at.store(committed, Ordering::Relaxed);
             return Ok(0);
         }
-        // Runs of consecutive small ranges, each up to the target size.
-        let mut runs: Vec<Vec<&RangeInfo>> = Vec::new();
-        let mut run: Vec<&RangeInfo> = Vec::new();
-        let mut bytes = 0;
-        for r in &ranges {
-            if small(r) && bytes + r.size <= target {
-                run.push(r);
-                bytes += r.size;
-                continue;
-            }
-            if run.len() >= 2 {
-                runs.push(std::mem::take(&mut run));
-            }
-            run.clear();
-            bytes = 0;
-            if small(r) {
-                run.push(r);
-                bytes = r.size;
-            }
-        }
-        if run.len() >= 2 {
-            runs.push(run);
-        }
-        let runs: Vec<Vec<&RangeInfo>> = runs.into_iter().flat_map(tiered).collect();
         let mut written = 0;
-        for run in runs {
+        for run in runs(&ranges, target, small, moved) {
             if self.compact_run(s, epoch, &run).await? {
                 written += 1;
             }
@@ -324,6 +405,8 @@ impl Compactor {
             .get(stream_id)
             .ok_or(StorageError::NotOpen(stream_id))?;
         let _rewriting = s.rewrite.lock().await;
+        // A rewrite may shrink ranges below the large size: compaction looks from the start.
+        s.compaction_from.store(0, Ordering::Relaxed);
         let (epoch, start, fenced) = {
             let st = s.lock();
             (st.epoch(), st.start_offset(), st.fenced_by().is_some())

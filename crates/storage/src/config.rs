@@ -31,12 +31,14 @@ pub struct StorageConfig {
     pub orphan_grace: Duration,
     /// How often retention and deletion run.
     pub maintenance_interval: Duration,
-    /// Part size of multipart uploads; objects of more than two parts are uploaded in parts
-    /// (S3 wants at least 5 MiB a part).
+    /// Part size of multipart uploads (S3 wants at least 5 MiB a part): compaction's runs of
+    /// more than two parts, and uploads of more than two parts while the WAL waits for them
+    /// (other uploads are one PUT).
     pub multipart_part_bytes: u64,
     /// Compaction writes stream objects of up to this size.
     pub compaction_target_bytes: u64,
-    /// A stream is compacted once it has this many ranges smaller than half the target.
+    /// A stream is compacted once it has this many small ranges (below 4 MiB, or below half the
+    /// target if that is less).
     pub compaction_min_ranges: usize,
     /// Bytes per second compaction may read and write (0: unlimited).
     pub background_bytes_per_sec: u64,

@@ -138,8 +138,9 @@ async fn open_engine(
         .expect("engine")
 }
 
-/// Appends through an engine on `store`, uploads (with objects large enough for multipart),
-/// restarts the engine with an empty cache and reads everything back through ranged GETs.
+/// Appends through an engine on `store`, uploads (a stream object of 16 MiB, one PUT: an upload
+/// is in memory), restarts the engine with an empty cache and reads everything back through
+/// ranged GETs.
 pub async fn engine_round_trip(store: Arc<dyn ObjectStore>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = StorageConfig {
@@ -154,7 +155,7 @@ pub async fn engine_round_trip(store: Arc<dyn ObjectStore>) {
     let engine = open(Arc::clone(&store)).await;
     engine.open_stream(1, 1).await.expect("open");
     engine.open_stream(2, 1).await.expect("open");
-    // Stream 1: 16 MiB, a stream object uploaded in parts; stream 2: small, a stream-set object.
+    // Stream 1: 16 MiB, a stream object; stream 2: small, a stream-set object.
     for i in 0..256u64 {
         engine
             .append(1, 1, 1, i as i64, |_| data(64 << 10, i as u8))

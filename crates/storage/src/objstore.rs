@@ -189,6 +189,9 @@ pub struct ObjectMeters {
     pub deletes: Counter,
     pub lists: Counter,
     pub multipart_parts: Counter,
+    /// Multipart uploads started (S3's CreateMultipartUpload, billed as a PUT; the completion
+    /// counts as a `put`).
+    pub multipart_starts: Counter,
     pub errors: Counter,
     pub put_latency: Histogram,
     pub get_latency: Histogram,
@@ -207,6 +210,7 @@ impl ObjectMeters {
                 ("delete", &self.deletes),
                 ("list", &self.lists),
                 ("multipart_part", &self.multipart_parts),
+                ("multipart_start", &self.multipart_starts),
             ],
         );
         r.counters(
@@ -287,6 +291,7 @@ impl ObjectStore for MeteredStore {
         location: &Path,
         opts: PutMultipartOptions,
     ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.meters.multipart_starts.inc();
         let upload = self.count(self.inner.put_multipart_opts(location, opts).await)?;
         Ok(Box::new(MeteredUpload {
             inner: upload,

@@ -69,7 +69,7 @@ const BACKGROUND_GET_BYTES: u64 = 8 << 20;
 /// smaller ones at once (S3 guides to 8-16 MiB ranges; s3s-fs on this machine served 4 MiB
 /// GETs at 57 MiB/s one at a time and 250 MiB/s eight at a time), so a window is fetched as
 /// several GETs in flight together.
-const READAHEAD_GET_BYTES: u64 = 4 << 20;
+pub(crate) const READAHEAD_GET_BYTES: u64 = 4 << 20;
 
 /// Read-ahead GETs in flight at once, all streams together. More do not fetch faster from a
 /// server that is already busy, they only queue there, and every read behind them waits longer:

@@ -612,6 +612,10 @@ pub(crate) struct Stream {
     /// none yet): until more is uploaded there is nothing new to merge, and no reason to read
     /// the stream's ranges again (at 10,000 partitions, 10,000 metadata reads a round).
     pub compaction_looked_at: std::sync::atomic::AtomicU64,
+    /// Where compaction's next look starts: every range below it was large at the last look,
+    /// and compaction leaves large ranges alone unless their object is sparse (looked for at
+    /// reclaim rounds, which read from the start). 0 after a rewrite, which may shrink ranges.
+    pub compaction_from: std::sync::atomic::AtomicU64,
     /// Its offsets as of the state's last unlock, and whether it is forgotten: what
     /// [`Stream::info`] reads without the lock.
     published: Published,
@@ -749,6 +753,7 @@ impl Stream {
             recent: Mutex::new(VecDeque::new()),
             rewrite: tokio::sync::Mutex::new(()),
             compaction_looked_at: std::sync::atomic::AtomicU64::new(u64::MAX),
+            compaction_from: std::sync::atomic::AtomicU64::new(0),
         }
     }
 

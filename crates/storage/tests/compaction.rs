@@ -152,10 +152,10 @@ async fn a_large_run_is_uploaded_while_it_is_read() {
     let faulty = Arc::new(FaultyStore::new(file, FaultConfig::default()));
     let engine = common::open_engine_with_store(dir.path(), config, 64 << 20, faulty.clone()).await;
     engine.open_stream(1, 1).await.unwrap();
-    // Ten uploads of 4 MiB: one run of 40 MiB.
+    // Ten uploads of 3 MiB (small ranges: below 4 MiB): one run of 30 MiB.
     let mut msg = 0;
     for _ in 0..10 {
-        for _ in 0..64 {
+        for _ in 0..48 {
             engine
                 .append(1, 1, 1, 0, |b| payload(1, b, msg, 64 << 10))
                 .await
@@ -174,7 +174,7 @@ async fn a_large_run_is_uploaded_while_it_is_read() {
     assert_eq!(engine.meters().compactions.get(), 0);
     assert!(
         read <= 16 << 20,
-        "compaction read {read} bytes of a 40 MiB run before its first upload"
+        "compaction read {read} bytes of a 30 MiB run before its first upload"
     );
 
     // With uploads back, the run is compacted and reads back whole, in order.
@@ -233,5 +233,113 @@ async fn compaction_rewrites_each_byte_a_few_times_not_once_per_round() {
     );
     let frames = read_all(&engine, 0, 0).await;
     assert_eq!(frames.len() as u64, rounds * 3);
+    engine.close().await.unwrap();
+}
+
+/// Appends `mib` MiB to each of `streams` (64 KiB batches stamped `ts`), then uploads them as
+/// one stream-set object.
+async fn upload_round(
+    engine: &Engine,
+    streams: std::ops::Range<u64>,
+    mib: u64,
+    ts: i64,
+    msg: &mut u64,
+) {
+    for s in streams {
+        for _ in 0..mib * 16 {
+            engine
+                .append(s, 1, 1, ts, |b| payload(s, b, *msg, 64 << 10))
+                .await
+                .unwrap();
+            *msg += 1;
+        }
+    }
+    engine.flush().await.unwrap();
+}
+
+/// Ranges of 4 MiB or more stay in their stream-set objects: a consumer fetches them in GETs of
+/// up to that size anyway, and rewriting them cost most of the PUTs of a busy broker. Once
+/// other streams' ranges are gone and an object holds less than half of its bytes, the next
+/// reclaim round (the first after a start, then every 30) moves the rest out, unless retention
+/// drops them soon, and the object is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_ranges_stay_until_their_object_is_sparse() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StorageConfig {
+        upload_bytes: u64::MAX,
+        upload_interval: Duration::from_secs(3600),
+        stream_object_bytes: u64::MAX,
+        block_bytes: 256 << 10,
+        compaction_min_ranges: 2,
+        background_bytes_per_sec: 0,
+        ..small_config()
+    };
+    let reopen = |epoch: u64| {
+        let config = config.clone();
+        let path = dir.path().to_path_buf();
+        async move {
+            let engine = common::open_engine(&path, config, 64 << 20).await;
+            for s in 1..=3 {
+                engine.open_stream(s, epoch).await.unwrap();
+            }
+            engine
+        }
+    };
+    let engine = reopen(1).await;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let mut msg = 0;
+    // Three uploads, each an object with 5 MiB of each of three streams.
+    for _ in 0..3 {
+        upload_round(&engine, 1..4, 5, now_ms, &mut msg).await;
+    }
+    let objects = files(&dir.path().join("objects"));
+    engine.run_maintenance().await.unwrap();
+    assert_eq!(engine.meters().compactions.get(), 0, "large ranges stay");
+
+    // Streams 2 and 3 drop their data: each object holds a third of its bytes.
+    for s in 2..=3 {
+        let end = engine.stream_info(s).unwrap().committed_end;
+        engine.trim(s, end).await.unwrap();
+    }
+    engine.run_maintenance().await.unwrap();
+    assert_eq!(
+        engine.meters().compactions.get(),
+        0,
+        "not before a reclaim round"
+    );
+    assert_eq!(files(&dir.path().join("objects")), objects);
+    engine.close().await.unwrap();
+
+    // A reclaim round leaves ranges that retention drops within 10 minutes.
+    let engine = reopen(2).await;
+    let five_minutes = weir_storage::Retention {
+        ms: Some(5 * 60 * 1000),
+        bytes: None,
+    };
+    engine.set_retention(1, five_minutes).unwrap();
+    engine.run_maintenance().await.unwrap();
+    assert_eq!(engine.meters().compactions.get(), 0, "about to expire");
+    engine.close().await.unwrap();
+
+    // Kept longer, stream 1's three ranges move into one object, and the sparse ones go.
+    let engine = reopen(3).await;
+    engine.run_maintenance().await.unwrap();
+    assert_eq!(engine.meters().compactions.get(), 1);
+    engine.run_maintenance().await.unwrap();
+    assert_eq!(
+        files(&dir.path().join("objects")),
+        1,
+        "the sparse objects are deleted"
+    );
+    let frames = read_all(&engine, 1, 0).await;
+    assert_eq!(frames.len(), 3 * 5 * 16);
+    let msgs: Vec<u64> = frames.iter().map(|f| check_payload(&f.payload).2).collect();
+    assert!(
+        msgs.windows(2).all(|w| w[0] < w[1]),
+        "stream 1 out of order"
+    );
     engine.close().await.unwrap();
 }

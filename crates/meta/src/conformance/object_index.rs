@@ -20,6 +20,7 @@ pub async fn run(open: impl Fn() -> Box<dyn ObjectIndex>) {
     compaction_replaces_ranges(&*open()).await;
     objects_being_deleted_cannot_be_committed(&*open()).await;
     deletion_is_retried_until_forgotten(&*open()).await;
+    sparse_objects_are_found(&*open()).await;
 }
 
 /// Orphan collection and a late commit race for the same prepared object: whichever comes first
@@ -494,4 +495,30 @@ pub async fn deletion_is_retried_until_forgotten(m: &dyn ObjectIndex) {
     }])
     .await
     .expect("commit");
+}
+
+/// An object whose ranges hold less than half its bytes is sparse: its remaining ranges are
+/// found, those of fuller objects are not, and an object with no range left is no one's.
+pub async fn sparse_objects_are_found(m: &dyn ObjectIndex) {
+    for s in 1..=3 {
+        m.open_stream(s, 1).await.expect("open");
+    }
+    // Every object is 1,000 bytes; a range of n offsets holds 10 n of them.
+    let shared = commit(m, vec![range(1, 1, 0, 30), range(2, 1, 0, 40)])
+        .await
+        .expect("shared");
+    let own = commit(m, vec![range(1, 1, 30, 90)]).await.expect("own");
+    let gone = commit(m, vec![range(3, 1, 0, 80)]).await.expect("gone");
+    assert!(m.sparse_ranges(100).await.expect("sparse").is_empty());
+
+    // Stream 2 trims its 400 bytes away: 300 of 1,000 are left in the shared object.
+    m.trim_stream(2, 40).await.expect("trim");
+    // Stream 3 trims all of its object: no range is left to move.
+    m.trim_stream(3, 80).await.expect("trim");
+    assert_eq!(
+        m.sparse_ranges(100).await.expect("sparse"),
+        vec![(1, shared)]
+    );
+    assert!(m.sparse_ranges(0).await.expect("sparse").is_empty());
+    let _ = (own, gone);
 }

@@ -329,6 +329,27 @@ impl ObjectIndex for PostgresMetaStore {
             .get(0);
         Ok(n as u64)
     }
+
+    async fn sparse_ranges(&self, limit: usize) -> Result<Vec<(u64, ObjectId)>> {
+        let c = self.client().await?;
+        let rows = c
+            .query(
+                "SELECT r.stream_id, r.object_id FROM ranges r
+                 JOIN (SELECT x.object_id FROM ranges x
+                       JOIN objects o ON o.object_id = x.object_id AND o.state = 'live'
+                       GROUP BY x.object_id, o.size
+                       HAVING 2 * SUM(x.size) < o.size) s ON s.object_id = r.object_id
+                 ORDER BY r.object_id, r.stream_id
+                 LIMIT $1",
+                &[&(limit.min(i64::MAX as usize) as i64)],
+            )
+            .await
+            .map_err(backend("finding sparse objects"))?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1) as u64))
+            .collect())
+    }
 }
 
 /// A prepared object becomes live (its ranges are being committed); any other state is an error.

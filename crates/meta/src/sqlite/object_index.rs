@@ -372,6 +372,31 @@ impl ObjectIndex for SqliteMetaStore {
         })
         .await
     }
+
+    async fn sparse_ranges(&self, limit: usize) -> Result<Vec<(u64, ObjectId)>> {
+        let limit = limit.min(i64::MAX as usize) as i64;
+        self.with(move |c| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT r.stream_id, r.object_id FROM ranges r
+                 JOIN (SELECT x.object_id FROM ranges x
+                       JOIN objects o ON o.object_id = x.object_id AND o.state = 'live'
+                       GROUP BY x.object_id, o.size
+                       HAVING 2 * SUM(x.size) < o.size) s ON s.object_id = r.object_id
+                 ORDER BY r.object_id, r.stream_id
+                 LIMIT ?1",
+                )
+                .map_err(backend("finding sparse objects"))?;
+            let rows = stmt
+                .query_map(params![limit], |row| {
+                    Ok((row.get::<_, i64>(0)? as u64, row.get::<_, i64>(1)? as u64))
+                })
+                .map_err(backend("finding sparse objects"))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(backend("finding sparse objects"))
+        })
+        .await
+    }
 }
 
 /// A prepared object becomes live (its ranges are being committed); any other state is an error.
