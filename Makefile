@@ -255,6 +255,15 @@ bench-pg-cost:
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
 	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/pg_cost.py
 
+# Object requests per GiB on the file WAL (about 8 minutes per build): uploads and compaction at
+# 50 MiB/s, a catch-up's GETs, and the storage left by mixed retention. BENCH_UP_BASE_BIN=OLD/weir
+# runs an older build first, in the same run. Settings: BENCH_UP_* (bench/upload_puts.py).
+.PHONY: bench-upload-puts
+bench-upload-puts:
+	$(CARGO) build --release -p weir
+	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore -r tests/compat/python/requirements.txt
+	WEIR_BIN=$(WEIR_RELEASE_BIN) $(PYTHON) bench/upload_puts.py
+
 # OpenMessaging Benchmark workload files (bench/workloads/*.yaml, OMB's format) against Kafka and
 # Weir, scaled to this machine (about 12 minutes): `weir perf --workload` prints OMB's figures;
 # writes bench/results/omb-*.md. Settings: BENCH_OMB_* (bench/omb.py). Also a section of `make bench`.

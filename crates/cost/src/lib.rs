@@ -8,8 +8,9 @@
 //! - a described workload (`--write-mib-s`, `--read-mib-s`, `--retention-days`, ...): the model
 //!   below, which is how the request counts arise in Weir.
 //!
-//! The model: data reaches object storage once, in parts of `--part-mib` (each part is one PUT);
-//! compaction rewrites each byte `--compaction-rewrites` times (a GET and a PUT per part);
+//! The model: data reaches object storage once, in uploads of `--upload-mib` (each one PUT, as
+//! the broker writes them while its WAL has room); compaction rewrites each byte
+//! `--compaction-rewrites` times (a GET and a PUT per part of `--part-mib`);
 //! reads of recent data come from the log cache (no GET) and catch-up reads (`--catchup-share`
 //! of reads) cost one GET per `--readahead-mib`. With zone-aware clients (`weir_az=` in
 //! `client.id`) no data crosses zones: object storage is regional.
@@ -54,7 +55,10 @@ pub struct CostArgs {
     /// Share of reads that are catch-up reads of data no longer in the log cache.
     #[arg(long, default_value_t = 0.0)]
     pub catchup_share: f64,
-    /// Object part size, MiB (one PUT each).
+    /// Size of an upload, MiB (`storage.upload_bytes`; one PUT each).
+    #[arg(long, default_value_t = 128.0)]
+    pub upload_mib: f64,
+    /// Part size of compaction's writes, MiB (one PUT each).
     #[arg(long, default_value_t = 16.0)]
     pub part_mib: f64,
     /// Read-ahead of catch-up readers, MiB (one GET each).
@@ -171,7 +175,7 @@ pub fn model(a: &CostArgs, write_bytes: f64) -> Rates {
     Rates {
         write_bytes,
         read_bytes: a.read_mib_s * MIB,
-        puts: write_bytes / part * (1.0 + a.compaction_rewrites),
+        puts: write_bytes / (a.upload_mib * MIB) + write_bytes / part * a.compaction_rewrites,
         gets: write_bytes / part * a.compaction_rewrites + catchup / (a.readahead_mib * MIB),
         cross_zone_bytes: None,
         cpu_s_per_gib: None,
@@ -610,8 +614,8 @@ mod tests {
         let weir = weir_bill(&a, &r);
         // 1 GiB/s for 3 days: 259,200 GiB at $0.023.
         assert!((weir[0].dollars - 259_200.0 * 0.023).abs() < 1.0);
-        // 64 parts/s written, and again by compaction: 128 PUT/s over 30 days.
-        assert!((weir[1].dollars - 128.0 * MONTH_SECS / 1000.0 * 0.005).abs() < 1.0);
+        // 8 uploads/s of 128 MiB, and 64 parts/s of compaction: 72 PUT/s over 30 days.
+        assert!((weir[1].dollars - 72.0 * MONTH_SECS / 1000.0 * 0.005).abs() < 1.0);
         assert_eq!(weir[3].dollars, 0.0, "zone-aware: nothing crosses zones");
         let kafka = kafka_bill(&a, &r);
         // Replication (2 GiB/s) and 2/3 of 2 GiB/s of client traffic cross zones.

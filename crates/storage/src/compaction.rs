@@ -1,9 +1,11 @@
-//! Compaction: a stream's data scattered over many small objects (its slices of stream-set
+//! Compaction: a stream's data scattered over many small ranges (its small slices of stream-set
 //! objects, small stream objects) is rewritten into stream objects of up to
 //! `compaction_target_bytes`, each step one metadata transaction
-//! ([`weir_meta::MetaStore::replace_ranges`]). A stream-set object is deleted (after the grace
-//! period) once every stream has moved its slice out; so a catch-up reader of one partition
-//! reads few, large objects, and the number of objects per partition stays bounded.
+//! ([`weir_meta::MetaStore::replace_ranges`]); so a catch-up reader of one partition reads no
+//! range smaller than a GET's worth, and the number of objects per partition stays bounded.
+//! Ranges of [`LARGE_RANGE_BYTES`] or more stay where they are until their object is sparse
+//! (less than half of it still referenced): then they move out too, and the object is deleted
+//! (after the grace period) once no range refers to it.
 //!
 //! [`Compactor::rewrite_stream`] uses the same step to rewrite a stream's frames through a
 //! caller's transform (the partition layer's cleaner of compacted topics drops superseded
@@ -275,7 +277,11 @@ impl Compactor {
     /// At a reclaim round, the objects of each of this broker's streams that are sparse
     /// ([`weir_meta::ObjectIndex::sparse_ranges`]); `None` at other rounds.
     async fn sparse_objects(&self) -> Result<Option<HashMap<u64, HashSet<u64>>>> {
-        if self.rounds.fetch_add(1, Ordering::Relaxed) % RECLAIM_ROUNDS != 0 {
+        if !self
+            .rounds
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(RECLAIM_ROUNDS)
+        {
             return Ok(None);
         }
         let mut sparse: HashMap<u64, HashSet<u64>> = HashMap::new();

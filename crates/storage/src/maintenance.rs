@@ -44,6 +44,11 @@ fn due_ms(ranges: &[weir_meta::RangeInfo], start: u64, retention: Retention) -> 
     }
 }
 
+/// Ranges a retention check by time reads at once: it needs those expired and the first kept,
+/// not all of a stream's (a week of 8 MiB ranges is some 100,000, now that compaction leaves
+/// large ranges where they are).
+const RETENTION_PAGE: usize = 256;
+
 /// Maintenance's part of the engine.
 pub(crate) struct Maintenance {
     pub config: StorageConfig,
@@ -141,6 +146,32 @@ impl Maintenance {
         self.checked.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// A stream's ranges from `start` that retention by time drops, and the first it keeps: read
+    /// a page at a time, not the whole stream.
+    async fn expired_ranges(
+        &self,
+        stream_id: u64,
+        start: u64,
+        retention: Retention,
+        now_ms: i64,
+    ) -> weir_meta::Result<Vec<weir_meta::RangeInfo>> {
+        let cutoff = retention
+            .ms
+            .map_or(i64::MIN, |ms| now_ms.saturating_sub(ms as i64));
+        let mut out: Vec<weir_meta::RangeInfo> = Vec::new();
+        let mut from = start;
+        loop {
+            let page = self.meta.ranges(stream_id, from, RETENTION_PAGE).await?;
+            let full = page.len() == RETENTION_PAGE;
+            let kept = page.iter().any(|r| r.max_timestamp >= cutoff);
+            from = page.last().map_or(from, |r| r.end_offset);
+            out.extend(page);
+            if kept || !full {
+                return Ok(out);
+            }
+        }
+    }
+
     /// Moves a stream's start offset as its retention asks, reading its ranges only when
     /// something the answer depends on changed or its time came.
     async fn apply_retention(&self, s: &Stream, now_ms: i64) {
@@ -174,7 +205,12 @@ impl Maintenance {
             return;
         }
         self.meters.retention_checks.inc();
-        let ranges = match self.meta.ranges(s.id, start, usize::MAX >> 1).await {
+        let read = match retention.bytes {
+            // The limit in bytes needs the size of all that is left.
+            Some(_) => self.meta.ranges(s.id, start, usize::MAX >> 1).await,
+            None => self.expired_ranges(s.id, start, retention, now_ms).await,
+        };
+        let ranges = match read {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(stream_id = s.id, error = %e, "retention could not read ranges; will retry");

@@ -1206,6 +1206,46 @@ async fn retention_reads_ranges_only_when_a_stream_changed_or_its_time_came() {
     engine.close().await.unwrap();
 }
 
+/// Retention by time reads a stream's ranges a page at a time (256), as far as the first range it
+/// keeps, not the whole stream: here 280 ranges expired, over more than one page, then 20 kept.
+#[tokio::test]
+async fn retention_by_time_drops_expired_ranges_over_several_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StorageConfig {
+        upload_bytes: u64::MAX,
+        upload_interval: Duration::from_secs(3600),
+        ..small_config()
+    };
+    let engine = open_engine(dir.path(), config, WAL).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    engine.open_stream(1, 1).await.unwrap();
+    for i in 0..300u64 {
+        let ts = if i < 280 { now - 7_200_000 } else { now };
+        engine
+            .append(1, 1, 1, ts, |b| payload(1, b, i, 100))
+            .await
+            .unwrap();
+        engine.flush().await.unwrap();
+    }
+    engine
+        .set_retention(
+            1,
+            Retention {
+                ms: Some(3_600_000),
+                bytes: None,
+            },
+        )
+        .unwrap();
+    engine.run_maintenance().await.unwrap();
+    assert_eq!(engine.stream_info(1).unwrap().start_offset, 280);
+    let frames = read_all(&engine, 1, 280).await;
+    assert_eq!(frames.len(), 20);
+    engine.close().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_retention_hold_keeps_what_is_not_read_yet() {
     let dir = tempfile::tempdir().unwrap();
