@@ -16,11 +16,11 @@ stream-set objects costs in storage when topics keep it for different times.
    then the bytes in the objects directory against those the long-kept topic holds, every 10 s
    for BENCH_UP_MIXED_AFTER_S.
 
-A single broker (`weir serve`, objects in its data directory, a 2 GiB WAL). Prints figures;
-asserts nothing.
+A single broker (`weir serve`, objects in its data directory, a 2 GiB WAL; with BENCH_UP_S3=1,
+phases 1 and 2 on an s3s-fs server instead). Prints figures; asserts nothing.
 
 Environment: WEIR_BIN, BENCH_UP_BASE_BIN, BENCH_UP_MIB [50], BENCH_UP_SECONDS [60],
-BENCH_UP_AFTER_S [35], BENCH_UP_MIXED [1], BENCH_UP_MIXED_AFTER_S [120].
+BENCH_UP_AFTER_S [35], BENCH_UP_MIXED [1], BENCH_UP_MIXED_AFTER_S [120], BENCH_UP_S3 [0].
 """
 
 import os
@@ -39,6 +39,7 @@ SECONDS = int(os.environ.get("BENCH_UP_SECONDS", "60"))
 AFTER_S = int(os.environ.get("BENCH_UP_AFTER_S", "35"))
 MIXED = os.environ.get("BENCH_UP_MIXED", "1") == "1"
 MIXED_AFTER_S = int(os.environ.get("BENCH_UP_MIXED_AFTER_S", "120"))
+S3 = os.environ.get("BENCH_UP_S3") == "1"
 GIB = float(1 << 30)
 
 
@@ -48,7 +49,7 @@ def scrape(b):
     for line in text.splitlines():
         if line.startswith(("weir_object_requests_total", "weir_produce_bytes_total",
                             "weir_object_bytes_total", "weir_fetch_bytes_total",
-                            "weir_compactions_total")):
+                            "weir_compactions_total", "weir_object_errors_total")):
             k, v = line.rsplit(" ", 1)
             m[k] = float(v)
     return m
@@ -105,7 +106,13 @@ def consume_all(b, topic):
 
 def writes_and_catchup(weir, root):
     """Phases 1 and 2 on one broker: the meters' deltas of each."""
-    b = weir_harness.Broker("upload-puts", root, env={"WEIR_WAL_CAPACITY": str(2 << 30)})
+    env, args, s3 = {"WEIR_WAL_CAPACITY": str(2 << 30)}, None, None
+    if S3:
+        s3 = weir_harness.S3sFs(os.path.join(root, "s3"))
+        s3.start()
+        env.update(s3.env())
+        args = ["--object-store-url", f"s3://{weir_harness.S3_BUCKET}/weir"]
+    b = weir_harness.Broker("upload-puts", root, env=env, args=args)
     b.binary = weir
     b.start()
     try:
@@ -120,6 +127,8 @@ def writes_and_catchup(weir, root):
         return delta(m0, m1), delta(m1, m2), read
     finally:
         b.cleanup()
+        if s3 is not None:
+            s3.kill()
 
 
 def du(path):
@@ -171,7 +180,8 @@ def run(label, weir):
             print(f"  writes: {k}: {w[k]:,.0f} ({w[k] / gib:.1f} per GiB)")
     puts = put_class(w)
     print(f"  writes: {MIB:g} MiB/s for {SECONDS} s: {gib:.2f} GiB produced, {puts:,.0f} "
-          f"PUT-class requests, {puts / gib:.1f} per GiB")
+          f"PUT-class requests, {puts / gib:.1f} per GiB, "
+          f"{w.get('weir_object_errors_total', 0.0):,.0f} object-store errors")
     gets = r.get('weir_object_requests_total{kind="get"}', 0.0)
     got = r.get('weir_object_bytes_total{kind="get"}', 0.0)
     print(f"  catch-up: {read / GIB:.2f} GiB read, {got / GIB:.2f} GiB from objects in "

@@ -285,6 +285,15 @@ impl Compactor {
             return Ok(None);
         }
         let mut sparse: HashMap<u64, HashSet<u64>> = HashMap::new();
+        // Streams with nothing in objects (an idle cluster's empty partitions) have no range to
+        // move: the query, which reads the whole index, is skipped.
+        let holds_data = |s: &Arc<Stream>| {
+            let st = s.lock();
+            st.committed_end() > st.start_offset()
+        };
+        if !self.streams.all().iter().any(holds_data) {
+            return Ok(Some(sparse));
+        }
         for (stream_id, object_id) in self.meta.sparse_ranges(SPARSE_LIMIT).await? {
             if self.streams.get(stream_id).is_some() {
                 sparse.entry(stream_id).or_default().insert(object_id);
