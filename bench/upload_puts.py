@@ -156,8 +156,8 @@ def mixed_retention(weir, root):
         long_ = perf(weir, b, "long", MIB * 0.2, SECONDS)
         if short.wait() != 0 or long_.wait() != 0:
             raise SystemExit("weir perf failed")
-        # What the long-kept topic holds: its share of what was produced (the perf runs' own
-        # figures are not printed with --quiet; the shares are fixed by the rates asked).
+        # What the long-kept topic holds: its share of what was produced, fixed by the rates
+        # asked (both producers kept them).
         produced = scrape(b)["weir_produce_bytes_total"] - m0.get("weir_produce_bytes_total", 0)
         objects = os.path.join(b.data_dir, "objects")
         samples = []
@@ -210,8 +210,8 @@ def main():
     results = []
     if base:
         results.append(("before", run("before", base)))
-    results.append(("after" if base else "this build", run("after" if base else "this build",
-                                                          weir)))
+    label = "after" if base else "this build"
+    results.append((label, run(label, weir)))
     print("\n| | " + " | ".join(label for label, _ in results) + " |")
     print("|---|" + "---:|" * len(results))
     rows = [("PUT-class requests per GiB produced", "puts_per_gib", "{:.1f}"),

@@ -275,16 +275,16 @@ impl Compactor {
     }
 
     /// At a reclaim round, the objects of each of this broker's streams that are sparse
-    /// ([`weir_meta::ObjectIndex::sparse_ranges`]); `None` at other rounds.
-    async fn sparse_objects(&self) -> Result<Option<HashMap<u64, HashSet<u64>>>> {
+    /// ([`weir_meta::ObjectIndex::sparse_ranges`]); none at other rounds.
+    async fn sparse_objects(&self) -> Result<HashMap<u64, HashSet<u64>>> {
+        let mut sparse: HashMap<u64, HashSet<u64>> = HashMap::new();
         if !self
             .rounds
             .fetch_add(1, Ordering::Relaxed)
             .is_multiple_of(RECLAIM_ROUNDS)
         {
-            return Ok(None);
+            return Ok(sparse);
         }
-        let mut sparse: HashMap<u64, HashSet<u64>> = HashMap::new();
         // Streams with nothing in objects (an idle cluster's empty partitions) have no range to
         // move: the query, which reads the whole index, is skipped.
         let holds_data = |s: &Arc<Stream>| {
@@ -292,14 +292,14 @@ impl Compactor {
             st.committed_end() > st.start_offset()
         };
         if !self.streams.all().iter().any(holds_data) {
-            return Ok(Some(sparse));
+            return Ok(sparse);
         }
         for (stream_id, object_id) in self.meta.sparse_ranges(SPARSE_LIMIT).await? {
             if self.streams.get(stream_id).is_some() {
                 sparse.entry(stream_id).or_default().insert(object_id);
             }
         }
-        Ok(Some(sparse))
+        Ok(sparse)
     }
 
     fn is_stopping(&self) -> bool {
@@ -317,7 +317,6 @@ impl Compactor {
     pub async fn compact(&self) -> Result<usize> {
         let mut written = 0;
         let sparse = self.sparse_objects().await?;
-        let none = HashSet::new();
         // A few streams at a time: compacting a stream is mostly waiting for GETs of small
         // objects (a stream on the object WAL has a range in every object it wrote to), and one
         // stream after another did not keep up with the object WAL's rate on an S3 server.
@@ -326,10 +325,11 @@ impl Compactor {
             if self.is_stopping() {
                 break;
             }
-            let results = futures::future::join_all(chunk.iter().map(|s| {
-                let reclaim = sparse.as_ref().map(|m| m.get(&s.id).unwrap_or(&none));
-                self.compact_stream(s, reclaim)
-            }))
+            let results = futures::future::join_all(
+                chunk
+                    .iter()
+                    .map(|s| self.compact_stream(s, sparse.get(&s.id))),
+            )
             .await;
             for (s, r) in chunk.iter().zip(results) {
                 // One stream's trouble (e.g. its topic was just deleted) must not stop the others.
@@ -345,8 +345,8 @@ impl Compactor {
         Ok(written)
     }
 
-    /// Compacts one stream: its runs of small ranges, and at a reclaim round (`sparse` given)
-    /// the ranges it has in sparse objects.
+    /// Compacts one stream: its runs of small ranges, and the ranges it has in the `sparse`
+    /// objects a reclaim round found, if any.
     async fn compact_stream(&self, s: &Stream, sparse: Option<&HashSet<u64>>) -> Result<usize> {
         let _rewriting = s.rewrite.lock().await;
         let (epoch, start, fenced, committed, retention) = {
@@ -359,7 +359,7 @@ impl Compactor {
                 st.retention(),
             )
         };
-        let reclaiming = sparse.is_some_and(|o| !o.is_empty());
+        let reclaiming = sparse.is_some();
         // Nothing new since the last look, or nothing in the object index at all (a broker
         // that takes over 10,000 empty partitions reads none of their ranges).
         if fenced
